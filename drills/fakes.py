@@ -1,0 +1,362 @@
+"""Fake OpenAI-compatible providers on 127.0.0.1 that fail on purpose, scripted per model name.
+
+A real HTTP/1.1 server (trio sockets + h11), so tests and drills exercise real sockets: refused
+connections, resets, hung sockets, cut chunked bodies. Every healthy answer is `ANSWER`, so a
+truncated answer is detectable. Every request is logged with its time on trio's clock.
+
+```python
+async with open_fake("groq") as fake:
+    fake.script("llama", rate_limited(retry_after=5), answer())   # the last one repeats
+    ... fake.base_url ... fake.log ...
+    await fake.refuse()    # the port now refuses connections
+    await fake.listen()    # and accepts again, on the same port
+```
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import h11
+import trio
+
+ANSWER = "The quick brown fox jumps over the lazy dog."
+
+
+@attrs.frozen(kw_only=True)
+class Behaviour:
+    """How the fake answers one request. Build them with the functions below."""
+
+    kind: str
+    delay_s: float = 0.0  # before the status line
+    chunk_delay_s: float = 0.0  # between stream chunks
+    status: int = 200
+    body: Any = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    after: int = 0  # chunks sent before a stream fault
+    text: str = ANSWER
+    reported_model: str | None = None
+    clean: bool = False  # stream_cut: end the body properly (but with no finish reason)
+
+
+def answer(*, delay_s: float = 0.0, chunk_delay_s: float = 0.0, headers: Mapping[str, str] | None = None,
+           text: str = ANSWER, reported_model: str | None = None) -> Behaviour:
+    return Behaviour(kind="answer", delay_s=delay_s, chunk_delay_s=chunk_delay_s, headers=headers or {},
+                     text=text, reported_model=reported_model)
+
+
+def hang() -> Behaviour:
+    """Read the request, then never answer."""
+    return Behaviour(kind="hang")
+
+
+def reset() -> Behaviour:
+    """Read the request, then reset the connection (RST)."""
+    return Behaviour(kind="reset")
+
+
+def status(code: int, body: Any = None, headers: Mapping[str, str] | None = None) -> Behaviour:
+    if body is None:
+        body = {"error": {"message": f"fake error {code}", "type": "fake", "code": str(code)}}
+    return Behaviour(kind="status", status=code, body=body, headers=headers or {})
+
+
+def rate_limited(*, retry_after: float | None = None, headers: Mapping[str, str] | None = None,
+                 body: Any = None) -> Behaviour:
+    merged = dict(headers or {})
+    if retry_after is not None:
+        merged["retry-after"] = f"{retry_after:g}"
+    return status(429, body or {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}, merged)
+
+
+def garbage() -> Behaviour:
+    """A 200 whose body is not JSON (or, streamed, whose every event is not JSON)."""
+    return Behaviour(kind="garbage")
+
+
+def stream_cut(*, after: int = 2, clean: bool = False) -> Behaviour:
+    """Send `after` chunks, then drop the connection (or, `clean`, end the body) with no finish."""
+    return Behaviour(kind="cut", after=after, clean=clean)
+
+
+def stream_stall(*, after: int = 2) -> Behaviour:
+    """Send `after` chunks, then go silent with the connection open."""
+    return Behaviour(kind="stall", after=after)
+
+
+def malformed_chunk(*, after: int = 1) -> Behaviour:
+    """A healthy stream with one non-JSON event after `after` chunks."""
+    return Behaviour(kind="malformed", after=after)
+
+
+def no_done() -> Behaviour:
+    """A healthy stream that ends its body without the `[DONE]` sentinel."""
+    return Behaviour(kind="no_done")
+
+
+@attrs.frozen(kw_only=True)
+class Logged:
+    """One request the fake received: when (trio clock), which model, streamed, what it did."""
+
+    at: float
+    model: str
+    stream: bool
+    behaviour: str
+    path: str
+    authorization: bool
+    body: Mapping[str, Any] = attrs.field(factory=dict)  # kept in memory only, for assertions
+
+
+class FakeProvider:
+    """One fake provider. Use `open_fake()`; see the module docstring."""
+
+    def __init__(self, name: str, nursery: trio.Nursery, port: int = 0) -> None:
+        self.name = name
+        self.port = port
+        self.log: list[Logged] = []
+        self.models: list[str] = []
+        self._nursery = nursery
+        self._scripts: dict[str, list[Behaviour]] = {}
+        self._default = answer()
+        self._listen_scope: trio.CancelScope | None = None
+        self._connections: set[trio.CancelScope] = set()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def script(self, model: str, *behaviours: Behaviour) -> None:
+        """Answer `model`'s requests with `behaviours` in turn; the last one repeats."""
+        self._scripts[model] = list(behaviours) or [self._default]
+        if model not in self.models:
+            self.models.append(model)
+
+    def requests(self, model: str | None = None) -> list[Logged]:
+        return [r for r in self.log if model is None or r.model == model]
+
+    def _next(self, model: str) -> Behaviour:
+        script = self._scripts.get(model)
+        if not script:
+            return self._default
+        return script.pop(0) if len(script) > 1 else script[0]
+
+    async def listen(self) -> None:
+        """Accept connections on `port` (a fresh one the first time)."""
+        listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        scope = trio.CancelScope()
+        self._listen_scope = scope
+
+        async def serve() -> None:
+            with scope:
+                await trio.serve_listeners(self._handle, listeners, handler_nursery=self._nursery)
+
+        self._nursery.start_soon(serve)
+        await trio.lowlevel.checkpoint()
+
+    async def refuse(self) -> None:
+        """Go down: drop open connections and close the listening socket; new connections are
+        refused until `listen()`."""
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
+            self._listen_scope = None
+        for scope in self._connections:
+            scope.cancel()
+        self._connections.clear()
+        await trio.lowlevel.checkpoint()
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        scope = trio.CancelScope()
+        self._connections.add(scope)
+        try:
+            with scope:
+                await self._serve_connection(conn, stream)
+        finally:
+            self._connections.discard(scope)
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _serve_connection(self, conn: h11.Connection, stream: trio.SocketStream) -> None:
+        try:
+            while True:
+                request = await _receive_request(conn, stream)
+                if request is None:
+                    return
+                head, raw = request
+                if not await self._respond(conn, stream, head, raw):
+                    return
+                if conn.our_state is h11.MUST_CLOSE:
+                    return
+                conn.start_next_cycle()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
+            return
+
+    async def _respond(self, conn: h11.Connection, stream: trio.SocketStream, head: h11.Request,
+                       raw: bytes) -> bool:
+        path = head.target.decode()
+        headers = {k.decode().lower(): v.decode() for k, v in head.headers}
+        if head.method == b"GET" and path.endswith("/models"):
+            body = {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
+            await _send_json(conn, stream, 200, body, {})
+            return True
+        try:
+            request = json.loads(raw)
+            model, streamed = str(request.get("model", "")), bool(request.get("stream"))
+        except (ValueError, AttributeError):
+            await _send_json(conn, stream, 400, {"error": {"message": "bad JSON", "code": "invalid_json"}}, {})
+            return True
+        behaviour = self._next(model)
+        self.log.append(Logged(at=trio.current_time(), model=model, stream=streamed, behaviour=behaviour.kind,
+                               path=path, authorization="authorization" in headers, body=request))
+        if behaviour.delay_s:
+            await trio.sleep(behaviour.delay_s)
+        kind = behaviour.kind
+        if kind == "hang":
+            await trio.sleep_forever()
+        if kind == "reset":
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return False
+        if kind == "status":
+            await _send_json(conn, stream, behaviour.status, behaviour.body, behaviour.headers)
+            return True
+        reported = behaviour.reported_model or model
+        if not streamed:
+            return await _send_completion(conn, stream, behaviour, reported, request)
+        return await _send_stream(conn, stream, behaviour, reported, request)
+
+
+async def _receive_request(conn: h11.Connection, stream: trio.SocketStream) -> tuple[h11.Request, bytes] | None:
+    head, body = None, b""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(65536)
+            if not data and conn.their_state is h11.IDLE:
+                return None
+            conn.receive_data(data)
+            continue
+        if isinstance(event, h11.Request):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            return (head, body) if head is not None else None
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None
+
+
+def _usage(request: Mapping[str, Any], text: str) -> dict[str, int]:
+    prompt = max(1, len(json.dumps(request.get("messages", []))) // 4)
+    completion = max(1, len(text) // 4)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+async def _send(conn: h11.Connection, stream: trio.SocketStream, event: Any) -> None:
+    data = conn.send(event)
+    if data:
+        await stream.send_all(data)
+
+
+async def _send_json(conn: h11.Connection, stream: trio.SocketStream, code: int, body: Any,
+                     headers: Mapping[str, str]) -> None:
+    raw = body if isinstance(body, bytes) else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
+    content_type = "application/json" if not isinstance(body, (str, bytes)) else "text/plain"
+    head = [("content-type", content_type), ("content-length", str(len(raw)))]
+    head += [(k, v) for k, v in headers.items()]
+    await _send(conn, stream, h11.Response(status_code=code, headers=head))
+    await _send(conn, stream, h11.Data(data=raw))
+    await _send(conn, stream, h11.EndOfMessage())
+
+
+async def _send_completion(conn: h11.Connection, stream: trio.SocketStream, behaviour: Behaviour, model: str,
+                           request: Mapping[str, Any]) -> bool:
+    if behaviour.kind == "garbage":
+        await _send_json(conn, stream, 200, b"<html>502 Bad Gateway</html>", behaviour.headers)
+        return True
+    body = {
+        "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
+        "system_fingerprint": "fp_fake",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": behaviour.text},
+                     "finish_reason": "stop"}],
+        "usage": _usage(request, behaviour.text),
+    }
+    if behaviour.kind in ("cut", "stall"):
+        raw = json.dumps(body).encode()
+        head = [("content-type", "application/json"), ("content-length", str(len(raw)))]
+        await _send(conn, stream, h11.Response(status_code=200, headers=head))
+        await _send(conn, stream, h11.Data(data=raw[: len(raw) // 2]))
+        if behaviour.kind == "stall":
+            await trio.sleep_forever()
+        return False
+    await _send_json(conn, stream, 200, body, behaviour.headers)
+    return True
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
+             "system_fingerprint": "fp_fake",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def stream_events(text: str, model: str) -> list[bytes]:
+    """The SSE events of a healthy streamed answer: role, one chunk per word, finish."""
+    words = text.split(" ")
+    pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
+    events = [_chunk(model, {"role": "assistant", "content": ""})]
+    events += [_chunk(model, {"content": p}) for p in pieces]
+    events.append(_chunk(model, {}, finish="stop"))
+    return events
+
+
+async def _send_stream(conn: h11.Connection, stream: trio.SocketStream, behaviour: Behaviour, model: str,
+                       request: Mapping[str, Any]) -> bool:
+    head = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+    head += list(behaviour.headers.items())
+    await _send(conn, stream, h11.Response(status_code=200, headers=head))
+    events = stream_events(behaviour.text, model)
+    if behaviour.kind == "garbage":
+        events = [b"data: {not json\n\n"] * 3
+    if (request.get("stream_options") or {}).get("include_usage"):
+        usage = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
+                 "choices": [], "usage": _usage(request, behaviour.text)}
+        events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
+    if behaviour.kind == "malformed":
+        events.insert(behaviour.after, b"data: {\"choices\": [tru\n\n")
+    fault_at = behaviour.after if behaviour.kind in ("cut", "stall") else None
+    for i, event in enumerate(events):
+        if i == fault_at:
+            if behaviour.kind == "stall":
+                await trio.sleep_forever()
+            if behaviour.clean:
+                await _send(conn, stream, h11.EndOfMessage())
+                return True
+            return False  # drop the connection mid-body
+        if behaviour.chunk_delay_s and i:
+            await trio.sleep(behaviour.chunk_delay_s)
+        await _send(conn, stream, h11.Data(data=event))
+    if behaviour.kind != "no_done":
+        await _send(conn, stream, h11.Data(data=b"data: [DONE]\n\n"))
+    await _send(conn, stream, h11.EndOfMessage())
+    return True
+
+
+@asynccontextmanager
+async def open_fake(name: str = "fake", *, models: tuple[str, ...] = (), port: int = 0) -> AsyncIterator[FakeProvider]:
+    """Run a fake provider on 127.0.0.1 for the block's duration."""
+    async with trio.open_nursery() as nursery:
+        fake = FakeProvider(name, nursery, port)
+        for model in models:
+            fake.script(model, answer())
+        await fake.listen()
+        try:
+            yield fake
+        finally:
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,118 @@
+"""Turn an upstream's HTTP answer into one class of the exception tree. Pure.
+
+Retryable: 408, 425, 5xx, unknown 4xx, garbage. Final (the walk stops, nothing falls back): 400, 401,
+403, 413, 422 — unless the body says the prompt did not fit, which is `ContextLengthExceeded`.
+429 is `RateLimited` unless the body says credits ran out; 402 is `CreditExhausted`; 404 and
+`model_not_found` are `ModelGone`.
+
+Messages keep the upstream's own error message, shortened and scrubbed of anything key-shaped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from lanes._core.errors import (
+    ContextLengthExceeded,
+    CreditExhausted,
+    FinalError,
+    ModelGone,
+    RateLimited,
+    RetryableError,
+    UpstreamError,
+)
+
+FINAL_STATUSES = frozenset({400, 401, 403, 413, 422})
+_CONTEXT = re.compile(
+    r"context[_ ]length|context window|maximum context|too many tokens|prompt is too long"
+    r"|reduce the length|exceeds the model'?s? (max|context)",
+    re.IGNORECASE,
+)
+_CREDIT = re.compile(r"insufficient[_ ]quota|\bcredits?\b|\bbalance\b|billing|payment", re.IGNORECASE)
+_MODEL_GONE = re.compile(r"model[_ ]not[_ ]found|no such model|model .{0,80} does not exist", re.IGNORECASE)
+# Key-shaped: a short lower-case prefix, '-' or '_', then 16+ characters including a digit or 20+
+# letters and digits (sk-..., gsk_..., and the like), but not error codes such as
+# rate_limit_exceeded; Google-style AIza... keys; anything after "Bearer".
+_KEYLIKE = re.compile(
+    r"\b[a-z]{2,5}[-_](?:(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{16,}|[A-Za-z0-9]{20,})"
+    r"|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+\S+"
+)
+MAX_MESSAGE = 300
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with every known secret and anything key-shaped replaced by `[redacted]`."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    return _KEYLIKE.sub("[redacted]", text)
+
+
+def error_fields(body: Any) -> tuple[str, str | None]:
+    """(message, code) from an OpenAI-shaped error body, a bare string, or anything else."""
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping):
+            message = error.get("message")
+            code = error.get("code") or error.get("type") or error.get("status")
+            return (str(message) if message is not None else ""), (str(code) if code else None)
+        if isinstance(error, str):
+            return error, None
+        return "", None
+    if isinstance(body, list) and body:
+        return error_fields(body[0])  # some upstreams wrap their error in a list
+    if isinstance(body, (str, bytes)):
+        return (body.decode("utf-8", "replace") if isinstance(body, bytes) else body), None
+    return "", None
+
+
+def parse_body(raw: bytes) -> Any:
+    """The body as JSON when it parses, else as text."""
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return raw.decode("utf-8", "replace")
+
+
+def classify_status(
+    status: int,
+    headers: Mapping[str, str],
+    body: Any,
+    *,
+    secrets: Iterable[str] = (),
+) -> UpstreamError:
+    """The exception for a non-2xx answer (returned, not raised: the caller raises it `from`)."""
+    message, code = error_fields(body)
+    text = f"{code or ''} {message}"
+    short = redact(" ".join(message.split())[:MAX_MESSAGE], secrets)
+    detail = f"HTTP {status}" + (f" {code}" if code else "") + (f": {short}" if short else "")
+    kw = {"status": status, "headers": headers, "body": body, "code": code}
+    if status == 429:
+        cls = CreditExhausted if _CREDIT.search(text) else RateLimited
+        return cls(detail, **kw)
+    if status == 402:
+        return CreditExhausted(detail, **kw)
+    if status in (404, 410) or _MODEL_GONE.search(text) and 400 <= status < 500:
+        return ModelGone(detail, **kw)
+    if 400 <= status < 500 and _CONTEXT.search(text):
+        return ContextLengthExceeded(detail, **kw)
+    if status in FINAL_STATUSES:
+        return FinalError(detail, **kw)
+    return RetryableError(detail, **kw)
+
+
+def check_completion(body: Any) -> Mapping[str, Any]:
+    """A 2xx body that is a usable `chat.completion`, or `RetryableError` (garbage)."""
+    if not isinstance(body, Mapping):
+        raise RetryableError("malformed response: not a JSON object")
+    if "error" in body and "choices" not in body:
+        message, code = error_fields(body)
+        short = redact(" ".join(message.split())[:MAX_MESSAGE])
+        raise RetryableError(f"error inside a 200 response: {code or ''} {short}".strip())
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise RetryableError("malformed response: no choices")
+    return body

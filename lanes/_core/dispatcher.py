@@ -1,0 +1,294 @@
+"""The dispatcher: walks the candidates in config order under one deadline per job.
+
+For each candidate: kill switch? breaker open? too little time left? — then skip, sending nothing.
+Otherwise one attempt runs under `move_on_at(min(job deadline, now + the lane's cap))`. A fault
+counts against the lane's breaker and the walk moves on; a final error (400/401/403/413/422) ends
+the walk at once; the job's own deadline firing is never counted against anyone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import trio
+
+from lanes._core.breaker import Breaker, Permit
+from lanes._core.config import Config, read_config
+from lanes._core.errors import (
+    AttemptTimedOut,
+    DeadlineExceeded,
+    FinalError,
+    NoLaneAvailable,
+    UnknownModel,
+    UpstreamError,
+    UpstreamRejected,
+)
+from lanes._core.job import Attempt, Candidate, Job, Outcome, Reply, Skip, cost_usd, route_for
+from lanes._core.lane import OpenAICompatibleLane
+from lanes._core.loader import Loaded, load_lanes
+from lanes._core.stream import ReplyStream, first_chunks
+from lanes._core.upstream import open_upstream
+
+log = logging.getLogger("lanes")
+
+
+class Walk:
+    """One job's progress through its candidates: what was sent, what was skipped, and when."""
+
+    def __init__(self, job: Job, deadline_at: float) -> None:
+        self.job = job
+        self.deadline_at = deadline_at
+        self.attempts: list[Attempt] = []
+        self.skips: list[Skip] = []
+        self.short_of_time = False
+
+    @property
+    def free_attempts(self) -> int:
+        return sum(1 for a in self.attempts if a.tier == "free")
+
+    def skip(self, candidate: Candidate, reason: str) -> None:
+        self.skips.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason))
+
+    def record(self, candidate: Candidate, outcome: Outcome, started_at: float, **kw: Any) -> None:
+        self.attempts.append(
+            Attempt(
+                lane=candidate.lane,
+                model=candidate.model,
+                tier=candidate.tier,
+                outcome=outcome,
+                duration_s=trio.current_time() - started_at,
+                **kw,
+            )
+        )
+
+    def failed(self) -> Exception:
+        """The error for a walk that ran out of candidates."""
+        kw = {"attempts": self.attempts, "skips": self.skips}
+        ran_out = trio.current_time() >= self.deadline_at or self.short_of_time
+        if ran_out or any(a.outcome == "deadline" for a in self.attempts):
+            return DeadlineExceeded("the job's deadline passed before any lane answered", **kw)
+        tried = len(self.attempts)
+        return NoLaneAvailable(f"no lane could serve: {tried} attempt(s), {len(self.skips)} skip(s)", **kw)
+
+
+class Dispatcher:
+    """Routes jobs over the loaded lanes. Build it with `open_dispatcher()`."""
+
+    def __init__(self, *, config: Config, loaded: Loaded, env: Mapping[str, str]) -> None:
+        self.config = config
+        self.lanes: dict[str, OpenAICompatibleLane] = {lane.name: lane for lane in loaded.lanes}
+        self.unavailable = dict(loaded.unavailable)
+        self.breakers = {name: Breaker(lane.config.breaker) for name, lane in self.lanes.items()}
+        self.free_lane_on = config.free_lane_on(env)
+        self.switched_off: set[str] = set()
+
+    # -- the runtime kill switch -------------------------------------------------------------
+    def lane_off(self, name: str) -> None:
+        self._known(name)
+        self.switched_off.add(name)
+        log.warning("lane %s: switched off at runtime", name)
+
+    def lane_on(self, name: str) -> None:
+        self._known(name)
+        self.switched_off.discard(name)
+        log.warning("lane %s: switched on at runtime", name)
+
+    def _known(self, name: str) -> None:
+        if name not in self.lanes:
+            raise KeyError(f"no lane named {name!r}; lanes: {', '.join(self.lanes) or 'none'}")
+
+    # -- planning ------------------------------------------------------------------------------
+    def candidates(self) -> list[Candidate]:
+        """Every loaded candidate, in config order."""
+        return [c for lane in self.lanes.values() for c in lane.candidates]
+
+    def plan(self, job: Job) -> list[Candidate]:
+        """The candidates for `job.model`: `auto`, an alias, `lane/model` or a bare model id."""
+        everything = self.candidates()
+        if job.model == "auto":
+            return everything
+        by_key = {c.key: c for c in everything}
+        if job.model in self.config.aliases:
+            return [by_key[k] for k in self.config.aliases[job.model] if k in by_key]
+        if job.model in by_key:
+            return [by_key[job.model]]
+        matching = [c for c in everything if c.model == job.model]
+        if not matching:
+            raise UnknownModel(f"model {job.model!r} is not 'auto', an alias or a configured model")
+        return matching
+
+    def _admit(self, candidate: Candidate, walk: Walk) -> Permit | None:
+        """A breaker permit for one attempt, or None after recording why it is skipped."""
+        lane = self.lanes[candidate.lane]
+        now = trio.current_time()
+        if candidate.tier == "free" and not self.free_lane_on:
+            walk.skip(candidate, "free lane off (FREE_LANE=off)")
+            return None
+        if candidate.lane in self.switched_off:
+            walk.skip(candidate, "lane switched off")
+            return None
+        if walk.deadline_at - now < max(lane.config.min_useful_s, 1e-9):
+            walk.short_of_time = True
+            walk.skip(candidate, "too little time left")
+            return None
+        permit = self.breakers[candidate.lane].acquire(now)
+        if permit is None:
+            walk.skip(candidate, "breaker open")
+        return permit
+
+    def _settle(self, candidate: Candidate, permit: Permit, outcome: Outcome) -> None:
+        breaker = self.breakers[candidate.lane]
+        now = trio.current_time()
+        if outcome == "fault":
+            breaker.record(permit, "fault", now)
+        elif outcome in ("ok", "final", "context_length", "model_gone"):
+            breaker.record(permit, "success", now)  # the upstream answered sanely
+        else:
+            breaker.release(permit)  # rate limits, credits, our deadline: proves nothing
+
+    def _failed_attempt(self, walk: Walk, candidate: Candidate, permit: Permit, started: float,
+                        exc: UpstreamError) -> None:
+        outcome = exc.outcome
+        if isinstance(exc, AttemptTimedOut) and trio.current_time() >= walk.deadline_at:
+            outcome = "deadline"
+        self._settle(candidate, permit, outcome)
+        walk.record(candidate, outcome, started, status=exc.status, detail=str(exc))
+        if outcome != "deadline":
+            log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
+        if isinstance(exc, FinalError):
+            raise UpstreamRejected(
+                f"{candidate.key} rejected the request: {exc}",
+                status=exc.status or 400,
+                upstream_code=exc.code,
+                attempts=walk.attempts,
+                skips=walk.skips,
+            ) from exc
+
+    def _reply(self, walk: Walk, candidate: Candidate, body: Mapping[str, Any]) -> Reply:
+        usage = body.get("usage") if isinstance(body.get("usage"), Mapping) else None
+        return Reply(
+            body=body,
+            lane=candidate.lane,
+            provider=self.lanes[candidate.lane].provider.name,
+            model=candidate.model,
+            route=route_for(candidate.tier, walk.free_attempts - (candidate.tier == "free")),
+            attempts=tuple(walk.attempts),
+            skips=tuple(walk.skips),
+            cost_usd=cost_usd(candidate, usage),
+            usage=usage,
+        )
+
+    # -- the doors -------------------------------------------------------------------------
+    async def complete(self, job: Job) -> Reply:
+        """Serve `job` from the first candidate that answers inside its deadline.
+
+        Raises `DeadlineExceeded`, `NoLaneAvailable`, `UpstreamRejected` or `UnknownModel`.
+        """
+        walk = Walk(job, job.resolve_deadline(trio.current_time(), self.config.default_deadline_s))
+        for candidate in self.plan(job):
+            permit = self._admit(candidate, walk)
+            if permit is None:
+                continue
+            lane = self.lanes[candidate.lane]
+            started = trio.current_time()
+            with trio.move_on_at(min(walk.deadline_at, started + lane.config.attempt_timeout_s)):
+                try:
+                    response = await lane.complete(job, candidate.model)
+                except UpstreamError as exc:
+                    self._failed_attempt(walk, candidate, permit, started, exc)
+                    continue
+                self._settle(candidate, permit, "ok")
+                walk.record(candidate, "ok", started, status=response.status)
+                return self._reply(walk, candidate, response.body)
+            self._failed_attempt(walk, candidate, permit, started, _timed_out(lane))
+        raise walk.failed()
+
+    @asynccontextmanager
+    async def open_stream(self, job: Job) -> AsyncIterator[ReplyStream]:
+        """Stream `job`: fall back freely until the first chunk, then yield a `ReplyStream`.
+
+        Raises what `complete` raises before the first chunk; `StreamInterrupted` while iterating.
+        """
+        walk = Walk(job, job.resolve_deadline(trio.current_time(), self.config.default_deadline_s))
+        for candidate in self.plan(job):
+            permit = self._admit(candidate, walk)
+            if permit is None:
+                continue
+            lane = self.lanes[candidate.lane]
+            started = trio.current_time()
+            async with AsyncExitStack() as stack:
+                stream = None
+                with trio.move_on_at(min(walk.deadline_at, started + lane.config.first_token_s)):
+                    try:
+                        reader = await stack.enter_async_context(lane.open_stream(job, candidate.model))
+                        buffered = await first_chunks(reader)
+                    except UpstreamError as exc:
+                        self._failed_attempt(walk, candidate, permit, started, exc)
+                        continue
+                    stream = ReplyStream(
+                        reader=reader,
+                        buffered=buffered,
+                        candidate=candidate,
+                        provider=lane.provider.name,
+                        route=route_for(candidate.tier, walk.free_attempts),
+                        walk=walk,
+                        started_at=started,
+                        idle_s=lane.config.idle_s,
+                        settle=lambda outcome, c=candidate, p=permit: self._settle(c, p, outcome),
+                    )
+                if stream is None:
+                    self._failed_attempt(walk, candidate, permit, started, _timed_out(lane, first=True))
+                    continue
+                try:
+                    yield stream
+                finally:
+                    stream.close()
+                return
+        raise walk.failed()
+
+
+def _timed_out(lane: OpenAICompatibleLane, *, first: bool = False) -> AttemptTimedOut:
+    if first:
+        return AttemptTimedOut(f"no first chunk within the lane's first_token_s={lane.config.first_token_s}")
+    return AttemptTimedOut(f"no answer within the lane's attempt_timeout_s={lane.config.attempt_timeout_s}")
+
+
+@asynccontextmanager
+async def open_dispatcher(
+    config: Config | str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+) -> AsyncIterator[Dispatcher]:
+    """Open a dispatcher over the lanes in `config` (a `Config` or a TOML path), under trio.
+
+    Owns the shared HTTP pool, the lanes and their breakers for the block's duration. `env`
+    (default `os.environ`) supplies API keys and the `FREE_LANE` kill switch.
+    Raises `ConfigError` for a bad config; a lane that can not load is one log line, never an error.
+    """
+    env = os.environ if env is None else env
+    if not isinstance(config, Config):
+        config = read_config(config, env=env)
+    async with open_upstream() as upstream:
+        dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env)
+        if not dispatcher.free_lane_on:
+            log.warning("free lane off (FREE_LANE=off): serving from local and paid lanes only")
+        log.info("lanes ready: %s", ", ".join(dispatcher.lanes) or "none")
+        yield dispatcher
+
+
+def complete_sync(config: Config | str | os.PathLike[str], job: Job, *, env: Mapping[str, str] | None = None) -> Reply:
+    """`complete` for code that does not run trio: opens a dispatcher, serves one job, closes it.
+
+    The job must carry `deadline_s` (or none, for the configured default): an absolute
+    `deadline_at` means nothing outside the trio run it was taken from.
+    """
+    if job.deadline_at is not None:
+        raise ValueError("complete_sync needs a relative deadline_s, not deadline_at")
+
+    async def one() -> Reply:
+        async with open_dispatcher(config, env=env) as dispatcher:
+            return await dispatcher.complete(job)
+
+    return trio.run(one)

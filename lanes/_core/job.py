@@ -1,0 +1,180 @@
+"""Jobs in, replies out: the records that cross the dispatcher's one door.
+
+Pure: no I/O, no clock of its own. Times are floats on trio's clock (`*_at`) or durations in
+seconds (`*_s`); the dispatcher turns a job's relative `deadline_s` into an absolute deadline once,
+when the job enters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+Tier = Literal["local", "free", "paid"]
+Route = Literal["local", "primary", "free_retry", "paid_fallback"]
+Privacy = Literal["any", "zdr", "local"]
+
+#: How an attempt ended. `ok` served; `skipped_*` never sent a byte. The breaker counts only `fault`.
+Outcome = Literal[
+    "ok",
+    "fault",  # refused, reset, 5xx, 408/425, garbage, truncated, lane's own time cap
+    "rate_limited",  # 429: the free-tier manager's business, not ill health
+    "credit_exhausted",  # 402
+    "final",  # 400/401/403/413/422: the walk stops, nothing falls back
+    "context_length",  # the prompt does not fit this model
+    "model_gone",  # 404 / model_not_found
+    "deadline",  # the job's own deadline fired: never the upstream's fault
+    "abandoned",  # the caller stopped reading a stream early
+]
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@attrs.frozen(kw_only=True)
+class Job:
+    """One chat completion to route.
+
+    `messages` and `params` are OpenAI's, passed through untouched (tools, temperature, seed, ...).
+    `model` is `"auto"`, an alias from config, `"lane/model"` or a bare model id.
+    The deadline is `deadline_at` (absolute, trio's clock) when given, else `deadline_s` from the
+    moment the dispatcher receives the job.
+    """
+
+    messages: tuple[Mapping[str, Any], ...] = attrs.field(converter=tuple)
+    params: Mapping[str, Any] = attrs.field(factory=dict)
+    model: str = "auto"
+    deadline_s: float | None = attrs.field(default=None)
+    deadline_at: float | None = None
+    client: str = "anonymous"
+    cohort: str | None = None
+    request_class: str | None = None
+    privacy: Privacy = "any"
+    id: str = attrs.field(factory=_new_id)
+
+    @messages.validator
+    def _check_messages(self, attribute: attrs.Attribute, value: tuple) -> None:
+        if not value:
+            raise ValueError("messages: must hold at least one message")
+        for i, message in enumerate(value):
+            if not isinstance(message, Mapping) or "role" not in message:
+                raise ValueError(f"messages[{i}]: expected an object with a 'role'")
+
+    @deadline_s.validator
+    def _check_deadline_s(self, attribute: attrs.Attribute, value: float | None) -> None:
+        if value is not None and not value > 0:
+            raise ValueError(f"deadline_s must be > 0 seconds (got {value!r})")
+
+    def resolve_deadline(self, now: float, default_s: float) -> float:
+        """The absolute deadline on trio's clock: `deadline_at`, else `now + deadline_s or default_s`."""
+        if self.deadline_at is not None:
+            return self.deadline_at
+        return now + (self.deadline_s if self.deadline_s is not None else default_s)
+
+    def body(self, model: str, *, stream: bool = False) -> dict[str, Any]:
+        """The upstream request body: the caller's params, its messages, the chosen model."""
+        body = {k: v for k, v in self.params.items() if k not in ("model", "messages", "stream")}
+        body["model"] = model
+        body["messages"] = [dict(m) for m in self.messages]
+        if stream:
+            body["stream"] = True
+        return body
+
+    def fingerprint(self) -> tuple[str, int]:
+        """SHA-256 and byte count of the messages: what the audit keeps instead of the body."""
+        return digest(list(self.messages))
+
+
+def digest(value: Any) -> tuple[str, int]:
+    """SHA-256 hex and byte length of a JSON value's canonical encoding."""
+    raw = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return hashlib.sha256(raw).hexdigest(), len(raw)
+
+
+@attrs.frozen(kw_only=True)
+class Candidate:
+    """One (lane, model) pair the dispatcher may try, with the tier it belongs to."""
+
+    lane: str
+    model: str
+    tier: Tier
+    context: int | None = None
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.lane}/{self.model}"
+
+
+@attrs.frozen(kw_only=True)
+class Attempt:
+    """One request sent upstream (skips are `Skip`s, not attempts). Durations in seconds."""
+
+    lane: str
+    model: str
+    tier: Tier
+    outcome: Outcome
+    status: int | None = None
+    duration_s: float = 0.0
+    detail: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Skip:
+    """A candidate passed over without sending anything, and why."""
+
+    lane: str
+    model: str
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class Reply:
+    """The upstream's `chat.completion` body exactly as returned, and beside it who served it."""
+
+    body: Mapping[str, Any]
+    lane: str
+    provider: str
+    model: str
+    route: Route
+    attempts: tuple[Attempt, ...] = ()
+    skips: tuple[Skip, ...] = ()
+    cost_usd: float = 0.0
+    usage: Mapping[str, Any] | None = None
+
+    @property
+    def text(self) -> str:
+        """The first choice's message content ('' when there is none)."""
+        try:
+            return self.body["choices"][0]["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return ""
+
+
+def cost_usd(candidate: Candidate, usage: Mapping[str, Any] | None) -> float:
+    """What a paid answer cost from its reported usage; free and local answers cost nothing."""
+    if candidate.tier != "paid" or not isinstance(usage, Mapping):
+        return 0.0
+    prompt = usage.get("prompt_tokens") or 0
+    completion = usage.get("completion_tokens") or 0
+    if not isinstance(prompt, (int, float)) or not isinstance(completion, (int, float)):
+        return 0.0
+    return (
+        prompt * (candidate.input_usd_per_mtok or 0.0) + completion * (candidate.output_usd_per_mtok or 0.0)
+    ) / 1e6
+
+
+def route_for(tier: Tier, free_attempts_before: int) -> Route:
+    """Which state of the free-first route an attempt on `tier` stands for."""
+    if tier == "local":
+        return "local"
+    if tier == "paid":
+        return "paid_fallback"
+    return "primary" if free_attempts_before == 0 else "free_retry"

@@ -1,0 +1,111 @@
+"""What a lane module declares (`Provider`) and the shared OpenAI-compatible lane that does the work.
+
+A lane module is a few lines: `PROVIDER = Provider(...)`, and optionally a `Lane` subclass of
+`OpenAICompatibleLane` for quirks (request rewriting, extra headers). Only the loader reads them.
+The lane's door is `complete(job, model)` and `open_stream(job, model)`; neither takes a timeout:
+the dispatcher's cancel scope bounds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+
+from lanes._core.config import LaneConfig, ModelConfig
+from lanes._core.job import Candidate, Job
+from lanes._core.upstream import ChunkReader, Response, Upstream
+from lanes.freetier.kinds import FreeTierKind, tier_of
+
+
+@attrs.frozen(kw_only=True)
+class Provider:
+    """A provider's defaults, as a lane module declares them. Config overrides each per lane."""
+
+    name: str
+    base_url: str
+    api_key_env: str = ""  # "" = no key needed
+    free_tier: FreeTierKind
+    models: tuple[ModelConfig, ...] = ()
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    prefill: bool = False  # accepts a trailing assistant message and continues it
+
+
+@attrs.frozen(repr=False)
+class Secret:
+    """A value that never prints."""
+
+    value: str
+
+    def __repr__(self) -> str:
+        return "Secret('[redacted]')"
+
+    __str__ = __repr__
+
+
+class OpenAICompatibleLane:
+    """A lane that speaks OpenAI's chat completions at `base_url`. Subclass to add quirks."""
+
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        config: LaneConfig,
+        api_key: Secret | None,
+        upstream: Upstream,
+    ) -> None:
+        self.name = config.name
+        self.provider = provider
+        self.config = config
+        self.free_tier: FreeTierKind = config.free_tier or provider.free_tier
+        self.base_url = (config.base_url or provider.base_url).rstrip("/")
+        self._api_key = api_key
+        self._upstream = upstream
+        models = config.models if config.models is not None else list(provider.models)
+        self.models: dict[str, ModelConfig] = {m.id: m for m in models}
+        self.candidates: tuple[Candidate, ...] = tuple(self._candidate(m) for m in models)
+
+    def _candidate(self, model: ModelConfig) -> Candidate:
+        return Candidate(
+            lane=self.name,
+            model=model.id,
+            tier=tier_of(self.free_tier, model.id, model.free),
+            context=model.context,
+            input_usd_per_mtok=model.input_usd_per_mtok,
+            output_usd_per_mtok=model.output_usd_per_mtok,
+        )
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return (self._api_key.value,) if self._api_key else ()
+
+    def headers(self, *, stream: bool) -> dict[str, str]:
+        headers = {**self.provider.headers, **self.config.headers}
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key.value}"
+        return headers
+
+    def request_body(self, job: Job, model: str, *, stream: bool) -> dict[str, Any]:
+        """The body sent upstream. Override for provider quirks; keep the caller's params."""
+        return job.body(model, stream=stream)
+
+    async def complete(self, job: Job, model: str) -> Response:
+        return await self._upstream.post_json(
+            f"{self.base_url}/chat/completions",
+            headers=self.headers(stream=False),
+            body=self.request_body(job, model, stream=False),
+            secrets=self.secrets,
+        )
+
+    @asynccontextmanager
+    async def open_stream(self, job: Job, model: str) -> AsyncIterator[ChunkReader]:
+        async with self._upstream.open_stream(
+            f"{self.base_url}/chat/completions",
+            headers=self.headers(stream=True),
+            body=self.request_body(job, model, stream=True),
+            secrets=self.secrets,
+        ) as reader:
+            yield reader

@@ -1,0 +1,19 @@
+"""Groq: a rate-limited free tier (defaults as of 2026-11; see PROVIDERS.md in the README).
+
+Its `x-ratelimit-*-requests` headers count per day and `*-tokens` per minute.
+"""
+
+from lanes._core.config import ModelConfig
+from lanes._core.lane import Provider
+from lanes.freetier.kinds import RateLimitedFree
+
+PROVIDER = Provider(
+    name="groq",
+    base_url="https://api.groq.com/openai/v1",
+    api_key_env="GROQ_API_KEY",
+    free_tier=RateLimitedFree(rpm=30, rpd=14_400, tpm=6_000, tpd=500_000),
+    models=(
+        ModelConfig(id="llama-3.1-8b-instant", context=131_072),
+        ModelConfig(id="llama-3.3-70b-versatile", context=131_072),
+    ),
+)

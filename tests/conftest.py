@@ -1,0 +1,36 @@
+"""Shared fixtures: fake providers on loopback, configs pointing at them, the FREE_LANE switch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pytest
+from hypothesis import settings
+
+from helpers import FREE_KEY, PAID_KEY
+
+settings.register_profile("lanes", derandomize=True, deadline=None, max_examples=200)
+settings.load_profile("lanes")
+
+FREE_LANE_OFF = os.environ.get("FREE_LANE", "").strip().lower() in {"off", "0", "false", "no", "disabled"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not FREE_LANE_OFF:
+        return
+    skip = pytest.mark.skip(reason="about the borrowed-free lane itself; FREE_LANE=off")
+    for item in items:
+        if "free_lane" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    """The process environment (so FREE_LANE=off reaches every dispatcher) plus test keys."""
+    return {**os.environ, "PAID_API_KEY": PAID_KEY, "FREE_API_KEY": FREE_KEY}
+
+
+@pytest.fixture
+def caplog_lanes(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="lanes")
+    return caplog
