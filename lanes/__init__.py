@@ -17,6 +17,7 @@ from lanes._core.dispatcher import Dispatcher, complete_sync, open_dispatcher
 from lanes._core.errors import (
     ConfigError,
     DeadlineExceeded,
+    FreeTierExhausted,
     JobFailed,
     LanesError,
     NoLaneAvailable,
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "DeadlineExceeded",
     "Dispatcher",
+    "FreeTierExhausted",
     "Job",
     "JobFailed",
     "LanesError",

@@ -12,6 +12,7 @@ PROVIDER = Provider(
     base_url="https://api.groq.com/openai/v1",
     api_key_env="GROQ_API_KEY",
     free_tier=RateLimitedFree(rpm=30, rpd=14_400, tpm=6_000, tpd=500_000),
+    conventions={"requests": 86_400.0, "tokens": 60.0},
     models=(
         ModelConfig(id="llama-3.1-8b-instant", context=131_072),
         ModelConfig(id="llama-3.3-70b-versatile", context=131_072),

@@ -100,6 +100,7 @@ class Config:
     default_deadline_s: float = attrs.field(default=30.0, validator=_positive)
     free_lane: bool = True  # FREE_LANE=off in the environment wins over this
     log_bodies: bool = False
+    state: str = ":memory:"  # the SQLite file shared by every process on this host
 
     @lanes.validator
     def _unique(self, attribute: attrs.Attribute, value: list[LaneConfig]) -> None:

@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from lanes._core.breaker import Breaker, Permit
 from lanes._core.config import Config, read_config
 from lanes._core.errors import (
     AttemptTimedOut,
+    CreditExhausted,
     DeadlineExceeded,
     FinalError,
+    FreeTierExhausted,
+    ModelGone,
     NoLaneAvailable,
+    RateLimited,
     UnknownModel,
     UpstreamError,
     UpstreamRejected,
@@ -30,8 +36,11 @@ from lanes._core.errors import (
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Reply, Skip, cost_usd, route_for
 from lanes._core.lane import OpenAICompatibleLane
 from lanes._core.loader import Loaded, load_lanes
+from lanes._core.sharing import Sharing
+from lanes._core.store import SQLiteStore
 from lanes._core.stream import ReplyStream, first_chunks
 from lanes._core.upstream import open_upstream
+from lanes.freetier.manager import FreeTierManager, LaneTerms
 
 log = logging.getLogger("lanes")
 
@@ -45,6 +54,7 @@ class Walk:
         self.attempts: list[Attempt] = []
         self.skips: list[Skip] = []
         self.short_of_time = False
+        self.free_blocked: list[Candidate] = []  # free candidates the manager held back
 
     @property
     def free_attempts(self) -> int:
@@ -65,12 +75,17 @@ class Walk:
             )
         )
 
-    def failed(self) -> Exception:
+    def failed(self, next_free: tuple[float, str] | None = None, now_wall: float = 0.0) -> Exception:
         """The error for a walk that ran out of candidates."""
         kw = {"attempts": self.attempts, "skips": self.skips}
         ran_out = trio.current_time() >= self.deadline_at or self.short_of_time
         if ran_out or any(a.outcome == "deadline" for a in self.attempts):
             return DeadlineExceeded("the job's deadline passed before any lane answered", **kw)
+        if self.free_blocked or any(a.outcome in ("rate_limited", "credit_exhausted") for a in self.attempts):
+            retry = max(0.0, next_free[0] - now_wall) if next_free else None
+            when = f"; {next_free[1]} reopens in {retry:.1f}s" if next_free else ""
+            return FreeTierExhausted(f"free capacity is exhausted{when}", retry_after_s=retry,
+                                     next_eligible=next_free[1] if next_free else None, **kw)
         tried = len(self.attempts)
         return NoLaneAvailable(f"no lane could serve: {tried} attempt(s), {len(self.skips)} skip(s)", **kw)
 
@@ -78,13 +93,25 @@ class Walk:
 class Dispatcher:
     """Routes jobs over the loaded lanes. Build it with `open_dispatcher()`."""
 
-    def __init__(self, *, config: Config, loaded: Loaded, env: Mapping[str, str]) -> None:
+    def __init__(self, *, config: Config, loaded: Loaded, env: Mapping[str, str],
+                 manager: FreeTierManager | None = None, wall_offset: float = 0.0) -> None:
         self.config = config
+        self.manager = manager or FreeTierManager()
+        self.wall_offset = wall_offset  # wall-clock epoch = trio clock + this (taken once, at open)
+        self._probes: dict[str, trio.Event] = {}
         self.lanes: dict[str, OpenAICompatibleLane] = {lane.name: lane for lane in loaded.lanes}
         self.unavailable = dict(loaded.unavailable)
         self.breakers = {name: Breaker(lane.config.breaker) for name, lane in self.lanes.items()}
         self.free_lane_on = config.free_lane_on(env)
         self.switched_off: set[str] = set()
+        for lane in loaded.lanes:
+            prices = {m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0) for m in lane.models.values()}
+            self.manager.register(lane.name, LaneTerms(kind=lane.free_tier, conventions=lane.provider.conventions,
+                                                       prices=prices))
+
+    def now_wall(self) -> float:
+        """Wall-clock epoch seconds, derived from trio's clock (one clock; converted at the edge)."""
+        return trio.current_time() + self.wall_offset
 
     # -- the runtime kill switch -------------------------------------------------------------
     def lane_off(self, name: str) -> None:
@@ -121,24 +148,85 @@ class Dispatcher:
             raise UnknownModel(f"model {job.model!r} is not 'auto', an alias or a configured model")
         return matching
 
-    def _admit(self, candidate: Candidate, walk: Walk) -> Permit | None:
-        """A breaker permit for one attempt, or None after recording why it is skipped."""
+    async def _admit(self, candidate: Candidate, walk: Walk) -> tuple[Permit, str | None] | None:
+        """A breaker permit (and the probe scope held, if any) for one attempt, or None after
+        recording why the candidate is skipped. Waits while another job probes a cold candidate."""
         lane = self.lanes[candidate.lane]
-        now = trio.current_time()
         if candidate.tier == "free" and not self.free_lane_on:
             walk.skip(candidate, "free lane off (FREE_LANE=off)")
             return None
         if candidate.lane in self.switched_off:
             walk.skip(candidate, "lane switched off")
             return None
-        if walk.deadline_at - now < max(lane.config.min_useful_s, 1e-9):
-            walk.short_of_time = True
-            walk.skip(candidate, "too little time left")
+        probe = None
+        while True:
+            if walk.deadline_at - trio.current_time() < max(lane.config.min_useful_s, 1e-9):
+                walk.short_of_time = True
+                walk.skip(candidate, "too little time left")
+                return None
+            if not self._free_now(candidate, walk):
+                return None
+            if candidate.tier != "free" or not self.manager.needs_probe(candidate.lane, candidate.model):
+                break
+            scope = self.manager.scope(candidate.lane, candidate.model)
+            event = self._probes.get(scope)
+            if event is None:
+                self._probes[scope] = trio.Event()
+                probe = scope
+                break
+            with trio.move_on_at(min(walk.deadline_at, trio.current_time() + lane.config.first_token_s)):
+                await event.wait()
+                continue
+            walk.skip(candidate, "another job is probing it")
             return None
-        permit = self.breakers[candidate.lane].acquire(now)
+        permit = self.breakers[candidate.lane].acquire(trio.current_time())
         if permit is None:
+            self._release_probe(probe)
             walk.skip(candidate, "breaker open")
-        return permit
+            return None
+        return permit, probe
+
+    def _free_now(self, candidate: Candidate, walk: Walk) -> bool:
+        """Ask the FreeTierManager: a backed-off or used-up candidate is skipped, nothing sent."""
+        if candidate.tier == "local":
+            return True
+        now = self.now_wall()
+        if candidate.tier == "free":
+            verdict = self.manager.classify(candidate.lane, candidate.model, now)
+            if not verdict.free:
+                walk.free_blocked.append(candidate)
+                walk.skip(candidate, verdict.reason)
+                return False
+            return True
+        backoff = self.manager.is_in_backoff(candidate.lane, candidate.model, now)
+        if backoff is not None:
+            walk.skip(candidate, f"backoff ({backoff.reason}, {backoff.source})")
+            return False
+        return True
+
+    def _release_probe(self, scope: str | None) -> None:
+        if scope is not None and (event := self._probes.pop(scope, None)) is not None:
+            event.set()
+
+    def _record_response(self, candidate: Candidate, headers: Mapping[str, str], status: int,
+                         usage: Mapping[str, Any] | None) -> None:
+        now = self.now_wall()
+        self.manager.update_from_headers(candidate.lane, candidate.model, headers, status=status, now=now)
+        self.manager.record_usage(candidate.lane, candidate.model, now=now, usage=usage)
+
+    def _record_error(self, candidate: Candidate, exc: UpstreamError) -> None:
+        now = self.now_wall()
+        reason = {RateLimited: "rate_limited", CreditExhausted: "credit_exhausted", ModelGone: "model_gone"}.get(type(exc))
+        if exc.status is not None:
+            self.manager.record_usage(candidate.lane, candidate.model, now=now)
+        if reason is not None:
+            self.manager.record_rate_limit_error(candidate.lane, candidate.model, reason, headers=exc.headers,
+                                                 status=exc.status, body=exc.body, now=now)
+
+    def _exhausted(self, walk: Walk) -> Exception:
+        now = self.now_wall()
+        free = [(c.lane, c.model) for c in self.plan(walk.job) if c.tier == "free"]
+        return walk.failed(self.manager.next_free_at(free, now), now)
 
     def _settle(self, candidate: Candidate, permit: Permit, outcome: Outcome) -> None:
         breaker = self.breakers[candidate.lane]
@@ -156,6 +244,7 @@ class Dispatcher:
         if isinstance(exc, AttemptTimedOut) and trio.current_time() >= walk.deadline_at:
             outcome = "deadline"
         self._settle(candidate, permit, outcome)
+        self._record_error(candidate, exc)
         walk.record(candidate, outcome, started, status=exc.status, detail=str(exc))
         if outcome != "deadline":
             log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
@@ -175,7 +264,7 @@ class Dispatcher:
             lane=candidate.lane,
             provider=self.lanes[candidate.lane].provider.name,
             model=candidate.model,
-            route=route_for(candidate.tier, walk.free_attempts - (candidate.tier == "free")),
+            route=route_for(candidate.tier, walk.free_attempts),
             attempts=tuple(walk.attempts),
             skips=tuple(walk.skips),
             cost_usd=cost_usd(candidate, usage),
@@ -190,22 +279,28 @@ class Dispatcher:
         """
         walk = Walk(job, job.resolve_deadline(trio.current_time(), self.config.default_deadline_s))
         for candidate in self.plan(job):
-            permit = self._admit(candidate, walk)
-            if permit is None:
+            admitted = await self._admit(candidate, walk)
+            if admitted is None:
                 continue
+            permit, probe = admitted
             lane = self.lanes[candidate.lane]
             started = trio.current_time()
-            with trio.move_on_at(min(walk.deadline_at, started + lane.config.attempt_timeout_s)):
-                try:
-                    response = await lane.complete(job, candidate.model)
-                except UpstreamError as exc:
-                    self._failed_attempt(walk, candidate, permit, started, exc)
-                    continue
-                self._settle(candidate, permit, "ok")
-                walk.record(candidate, "ok", started, status=response.status)
-                return self._reply(walk, candidate, response.body)
-            self._failed_attempt(walk, candidate, permit, started, _timed_out(lane))
-        raise walk.failed()
+            try:
+                with trio.move_on_at(min(walk.deadline_at, started + lane.config.attempt_timeout_s)):
+                    try:
+                        response = await lane.complete(job, candidate.model)
+                    except UpstreamError as exc:
+                        self._failed_attempt(walk, candidate, permit, started, exc)
+                        continue
+                    self._settle(candidate, permit, "ok")
+                    reply = self._reply(walk, candidate, response.body)
+                    self._record_response(candidate, response.headers, response.status, reply.usage)
+                    walk.record(candidate, "ok", started, status=response.status)
+                    return attrs.evolve(reply, attempts=tuple(walk.attempts))
+                self._failed_attempt(walk, candidate, permit, started, _timed_out(lane))
+            finally:
+                self._release_probe(probe)
+        raise self._exhausted(walk)
 
     @asynccontextmanager
     async def open_stream(self, job: Job) -> AsyncIterator[ReplyStream]:
@@ -215,12 +310,14 @@ class Dispatcher:
         """
         walk = Walk(job, job.resolve_deadline(trio.current_time(), self.config.default_deadline_s))
         for candidate in self.plan(job):
-            permit = self._admit(candidate, walk)
-            if permit is None:
+            admitted = await self._admit(candidate, walk)
+            if admitted is None:
                 continue
+            permit, probe = admitted
             lane = self.lanes[candidate.lane]
             started = trio.current_time()
             async with AsyncExitStack() as stack:
+                stack.callback(self._release_probe, probe)
                 stream = None
                 with trio.move_on_at(min(walk.deadline_at, started + lane.config.first_token_s)):
                     try:
@@ -229,6 +326,8 @@ class Dispatcher:
                     except UpstreamError as exc:
                         self._failed_attempt(walk, candidate, permit, started, exc)
                         continue
+                    self._record_response(candidate, reader.headers, 200, None)
+                    self._release_probe(probe)
                     stream = ReplyStream(
                         reader=reader,
                         buffered=buffered,
@@ -247,8 +346,11 @@ class Dispatcher:
                     yield stream
                 finally:
                     stream.close()
+                    if stream.usage:
+                        self.manager.record_usage(candidate.lane, candidate.model, now=self.now_wall(),
+                                                  requests=0, usage=stream.usage)
                 return
-        raise walk.failed()
+        raise self._exhausted(walk)
 
 
 def _timed_out(lane: OpenAICompatibleLane, *, first: bool = False) -> AttemptTimedOut:
@@ -270,12 +372,25 @@ async def open_dispatcher(
     env = os.environ if env is None else env
     if not isinstance(config, Config):
         config = read_config(config, env=env)
-    async with open_upstream() as upstream:
-        dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env)
-        if not dispatcher.free_lane_on:
-            log.warning("free lane off (FREE_LANE=off): serving from local and paid lanes only")
-        log.info("lanes ready: %s", ", ".join(dispatcher.lanes) or "none")
-        yield dispatcher
+    wall_offset = time.time() - trio.current_time()  # wall-clock: the one conversion to epoch time
+    store = SQLiteStore(config.state)
+    try:
+        async with open_upstream() as upstream, trio.open_nursery() as nursery:
+            manager = FreeTierManager()
+            dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env,
+                                    manager=manager, wall_offset=wall_offset)
+            sharing = Sharing(manager, store)
+            await sharing.load(dispatcher.now_wall())
+            nursery.start_soon(sharing.run, dispatcher.now_wall)
+            if not dispatcher.free_lane_on:
+                log.warning("free lane off (FREE_LANE=off): serving from local and paid lanes only")
+            log.info("lanes ready: %s", ", ".join(dispatcher.lanes) or "none")
+            try:
+                yield dispatcher
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        store.close()
 
 
 def complete_sync(config: Config | str | os.PathLike[str], job: Job, *, env: Mapping[str, str] | None = None) -> Reply:

@@ -6,6 +6,7 @@ LanesError
 ├── JobFailed                    a job ended without an answer; carries .attempts and .skips
 │   ├── DeadlineExceeded         the job's deadline passed                         (HTTP 504)
 │   ├── NoLaneAvailable          every candidate was skipped or failed retryably   (HTTP 503)
+│   │   └── FreeTierExhausted    free capacity is backed off or used up: .retry_after_s, .next_eligible (429)
 │   ├── UnknownModel             the job names no model, alias or lane/model known (HTTP 404)
 │   ├── UpstreamRejected         a final upstream error (400/401/403/413/422)     (HTTP as given)
 │   └── StreamInterrupted        a stream failed after chunks reached the caller
@@ -68,6 +69,18 @@ class DeadlineExceeded(JobFailed):
 class NoLaneAvailable(JobFailed):
     status = 503
     code = "no_lane_available"
+
+
+class FreeTierExhausted(NoLaneAvailable):
+    """Every free candidate is backed off or used up. `retry_after_s`: until the soonest reopens."""
+
+    status = 429
+    code = "free_tier_exhausted"
+
+    def __init__(self, message: str, *, retry_after_s: float | None, next_eligible: str | None, **kw: Any):
+        super().__init__(message, **kw)
+        self.retry_after_s = retry_after_s
+        self.next_eligible = next_eligible
 
 
 class UnknownModel(JobFailed):

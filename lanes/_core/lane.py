@@ -31,6 +31,7 @@ class Provider:
     models: tuple[ModelConfig, ...] = ()
     headers: Mapping[str, str] = attrs.field(factory=dict)
     prefill: bool = False  # accepts a trailing assistant message and continues it
+    conventions: Mapping[str, float] = attrs.field(factory=dict)  # unsuffixed header windows, e.g. requests → 86400
 
 
 @attrs.frozen(repr=False)

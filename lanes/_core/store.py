@@ -1,0 +1,136 @@
+"""Persistence through sqlite-utils: usage, credit spend, header snapshots and backoffs.
+
+One SQLite file (WAL) per host is shared by every process that opens it — the sidecar and the
+jobs that import the dispatcher — so their backoffs and counts coordinate. Times are wall-clock
+epoch seconds. Each call is one short transaction (WAL, synchronous=NORMAL: durable across a process crash,
+no fsync per commit); usage and spend are flushed every half second, so a crash loses at most
+that much counting.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+import sqlite_utils
+
+from lanes.freetier.backoff import Backoff
+from lanes.freetier.headers import RateLimitSnapshot, Window
+from lanes.freetier.windows import WINDOWS, window_id
+
+UsageKey = tuple[str, str, str, int]
+
+
+class Store(Protocol):
+    """What the manager needs from shared state. SQLite now; Redis for several hosts later."""
+
+    def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None: ...
+    def usage_totals(self, now: float) -> list[tuple[UsageKey, int]]: ...
+    def spend_totals(self) -> dict[tuple[str, int], float]: ...
+    def put_backoffs(self, backoffs: dict[str, Backoff]) -> None: ...
+    def backoffs(self, now: float) -> list[tuple[str, Backoff]]: ...
+    def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None: ...
+    def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]: ...
+    def close(self) -> None: ...
+
+
+class SQLiteStore:
+    """The default store: one SQLite file; `:memory:` keeps everything in this process only."""
+
+    def __init__(self, path: str) -> None:
+        if path != ":memory:":
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = str(Path(path).expanduser())
+        self._conn = sqlite3.connect(path, check_same_thread=False, timeout=0.25, isolation_level=None)
+        self._lock = threading.Lock()
+        self.db = sqlite_utils.Database(self._conn)
+        if path != ":memory:":
+            self.db.enable_wal()
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        self.db["usage"].create({"scope": str, "dimension": str, "window": str, "window_id": int, "count": int},
+                                pk=("scope", "dimension", "window", "window_id"), if_not_exists=True)
+        self.db["spend"].create({"lane": str, "period": int, "usd": float}, pk=("lane", "period"), if_not_exists=True)
+        self.db["backoff"].create({"scope": str, "until": float, "step": int, "reason": str, "source": str},
+                                  pk="scope", if_not_exists=True)
+        self.db["snapshot"].create({"scope": str, "at": float, "data": str}, pk="scope", if_not_exists=True)
+
+    def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None:
+        with self._lock, self._conn:
+            self._conn.executemany(
+                "INSERT INTO usage (scope, dimension, window, window_id, count) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (scope, dimension, window, window_id) DO UPDATE SET count = count + excluded.count",
+                [(*key, delta) for key, delta in rows])
+            self._conn.executemany(
+                "INSERT INTO spend (lane, period, usd) VALUES (?, ?, ?) "
+                "ON CONFLICT (lane, period) DO UPDATE SET usd = usd + excluded.usd",
+                [(lane, period, usd) for (lane, period), usd in spend.items()])
+
+    def usage_totals(self, now: float) -> list[tuple[UsageKey, int]]:
+        current = [(w, window_id(w, now)) for w in WINDOWS]
+        clause = " OR ".join("(window = ? AND window_id = ?)" for _ in current)
+        args = [v for pair in current for v in pair]
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT scope, dimension, window, window_id, count FROM usage WHERE {clause}", args).fetchall()
+        return [((s, d, w, i), c) for s, d, w, i, c in rows]
+
+    def spend_totals(self) -> dict[tuple[str, int], float]:
+        with self._lock:
+            return {(lane, period): usd for lane, period, usd in self._conn.execute("SELECT lane, period, usd FROM spend")}
+
+    def put_backoffs(self, backoffs: dict[str, Backoff]) -> None:
+        """Write backoffs, keeping the later deadline when another process wrote one too."""
+        with self._lock, self._conn:
+            self._conn.executemany(
+                "INSERT INTO backoff (scope, until, step, reason, source) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (scope) DO UPDATE SET until = excluded.until, step = excluded.step, "
+                "reason = excluded.reason, source = excluded.source WHERE excluded.until > backoff.until",
+                [(scope, b.until, b.step, b.reason, b.source) for scope, b in backoffs.items()])
+
+    def backoffs(self, now: float) -> list[tuple[str, Backoff]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT scope, until, step, reason, source FROM backoff WHERE until > ?", (now,)).fetchall()
+        return [(scope, Backoff(until=until, step=step, reason=reason, source=source))
+                for scope, until, step, reason, source in rows]
+
+    def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None:
+        with self._lock, self._conn:
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO snapshot (scope, at, data) VALUES (?, ?, ?)",
+                [(scope, at, json.dumps(_snapshot_data(snap))) for scope, (at, snap) in snapshots.items()])
+
+    def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]:
+        with self._lock:
+            rows = self._conn.execute("SELECT scope, at, data FROM snapshot").fetchall()
+        out = {}
+        for scope, at, data in rows:
+            try:
+                out[scope] = (at, _snapshot_from(json.loads(data)))
+            except (ValueError, TypeError, KeyError):
+                continue  # a row we can not read is skipped, never fatal
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _snapshot_data(snapshot: RateLimitSnapshot) -> dict[str, Any]:
+    return {"windows": [[w.dimension, w.window_s, w.limit, w.remaining, w.reset_s] for w in snapshot.windows],
+            "retry_after_s": snapshot.retry_after_s}
+
+
+def _snapshot_from(data: dict[str, Any]) -> RateLimitSnapshot:
+    windows = tuple(Window(dimension=d, window_s=ws, limit=lim, remaining=rem, reset_s=rs)
+                    for d, ws, lim, rem, rs in data["windows"])
+    requests = next((w for w in windows if w.dimension == "requests"), None)
+    tokens = next((w for w in windows if w.dimension == "tokens"), None)
+    return RateLimitSnapshot(
+        requests_remaining=requests.remaining if requests else None, requests_limit=requests.limit if requests else None,
+        tokens_remaining=tokens.remaining if tokens else None, tokens_limit=tokens.limit if tokens else None,
+        reset_requests_s=requests.reset_s if requests else None, reset_tokens_s=tokens.reset_s if tokens else None,
+        retry_after_s=data.get("retry_after_s"), windows=windows)

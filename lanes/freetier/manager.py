@@ -1,0 +1,268 @@
+"""The FreeTierManager: one shared view of every free candidate's quota, backoff and credit.
+
+No I/O and no clock of its own: every method takes `now`, wall-clock epoch seconds (quota windows
+and provider resets are calendar facts; the dispatcher derives `now` from trio's clock once). The
+store that persists it and shares it with other processes is driven from outside (`drain`/`merge`).
+
+The router's three integration points (seed 000):
+- before routing: `is_in_backoff()` / `classify()` — skip without sending;
+- after a response: `update_from_headers()` and `record_usage()`;
+- after an error: `record_rate_limit_error()`.
+`next_free_at()` is the soonest moment a free candidate reopens: the sidecar's exact Retry-After.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from lanes.freetier.backoff import Backoff, Reason, backoff_for, relax
+from lanes.freetier.headers import RateLimitSnapshot, parse_rate_limit
+from lanes.freetier.kinds import (
+    AlwaysFreeLocal, CreditBased, FreeModelsOnly, FreeTierKind, NoFreeTier, RateLimitedFree, Subscription,
+)
+from lanes.freetier.windows import UsageCounter, window_end, window_id
+
+VerdictKind = Literal["always_free", "free_within_limits", "not_free"]
+_LIMITS = (("rpm", "requests", "minute"), ("rpd", "requests", "day"), ("rpmonth", "requests", "month"),
+           ("tpm", "tokens", "minute"), ("tpd", "tokens", "day"), ("tpmonth", "tokens", "month"))
+
+
+@attrs.frozen(kw_only=True)
+class Verdict:
+    """`classify`'s answer: free now or not, why, and (when not) when it will be again (epoch s)."""
+
+    kind: VerdictKind
+    reason: str = ""
+    free_again_at: float | None = None
+
+    @property
+    def free(self) -> bool:
+        return self.kind != "not_free"
+
+
+@attrs.frozen(kw_only=True)
+class LaneTerms:
+    """What the manager must know about one lane: its kind and how to read its headers."""
+
+    kind: FreeTierKind
+    conventions: Mapping[str, float] = attrs.field(factory=dict)  # dimension → window_s for bare headers
+    prices: Mapping[str, tuple[float, float]] = attrs.field(factory=dict)  # model → USD/Mtok in, out
+
+
+class FreeTierManager:
+    """Shared quota and backoff state. One per process; other processes share it through the store."""
+
+    def __init__(self, *, random: Callable[[], float] = _random.random, jitter: float = 0.1) -> None:
+        self._random = random
+        self._jitter = jitter
+        self.terms: dict[str, LaneTerms] = {}
+        self.backoffs: dict[str, Backoff] = {}  # scope ("lane/model" or "lane/*") → backoff
+        self.snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}  # scope → (at, snapshot)
+        self.usage = UsageCounter()
+        self.spend: dict[tuple[str, int], float] = {}  # (lane, period id) → USD spent from credits
+        self.balances: dict[str, tuple[float, float, float]] = {}  # lane → (at, remaining USD, spend then)
+        self.confirmed: set[str] = set()  # scopes known to be serving: no single-flight probe needed
+        self._steps: dict[str, int] = {}
+        self.pending_usage: list[tuple[tuple[str, str, str, int], int]] = []
+        self.pending_spend: dict[tuple[str, int], float] = {}
+        self.changed_backoffs: dict[str, Backoff] = {}
+        self.changed_snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}
+
+    def register(self, lane: str, terms: LaneTerms) -> None:
+        self.terms[lane] = terms
+
+    # -- scopes ---------------------------------------------------------------------------------
+    def _account_wide(self, lane: str) -> bool:
+        kind = self.terms[lane].kind if lane in self.terms else None
+        return bool(getattr(kind, "account_wide", False))
+
+    def scope(self, lane: str, model: str) -> str:
+        """Where limits are kept: per model, or per lane when the provider's limit is account-wide."""
+        return f"{lane}/*" if self._account_wide(lane) else f"{lane}/{model}"
+
+    # -- before routing -----------------------------------------------------------------------------
+    def is_in_backoff(self, lane: str, model: str, now: float) -> Backoff | None:
+        """The backoff in force for this candidate (its own or its lane's), or None."""
+        found = [b for key in (f"{lane}/{model}", f"{lane}/*") if (b := self.backoffs.get(key)) and b.until > now]
+        return max(found, key=lambda b: b.until) if found else None
+
+    def classify(self, lane: str, model: str, now: float) -> Verdict:
+        """AlwaysFree (owned or subscribed), FreeWithinLimits, or NotFree with the reason and when."""
+        terms = self.terms.get(lane)
+        kind = terms.kind if terms else NoFreeTier()
+        if isinstance(kind, (AlwaysFreeLocal, Subscription)):
+            return Verdict(kind="always_free")
+        if isinstance(kind, NoFreeTier) or (isinstance(kind, FreeModelsOnly) and not kind.covers(model)):
+            return Verdict(kind="not_free", reason="paid model")
+        backoff = self.is_in_backoff(lane, model, now)
+        if backoff is not None:
+            return Verdict(kind="not_free", reason=f"backoff ({backoff.reason}, {backoff.source})",
+                           free_again_at=backoff.until)
+        over = self._over_local_limit(lane, model, kind, now)
+        if over is not None:
+            return over
+        if isinstance(kind, CreditBased):
+            left = self.credit_left(lane, now)
+            if left is not None and left <= 0:
+                return Verdict(kind="not_free", reason="credits exhausted", free_again_at=self._period_end(kind, now))
+        return Verdict(kind="free_within_limits")
+
+    def _over_local_limit(self, lane: str, model: str, kind: FreeTierKind, now: float) -> Verdict | None:
+        """Client-side counts against configured limits — only where no fresh header speaks."""
+        scope = self.scope(lane, model)
+        fresh = self._fresh_windows(scope, now)
+        for key, dimension, window in _LIMITS:
+            limit = getattr(kind, key, None)
+            if not limit or (dimension, window) in fresh:
+                continue
+            if self.usage.used(scope, dimension, window, now) >= limit:
+                return Verdict(kind="not_free", reason=f"{key}={limit} used up (counted here)",
+                               free_again_at=window_end(window, now))
+        return None
+
+    def _fresh_windows(self, scope: str, now: float) -> set[tuple[str, str]]:
+        names = {60.0: "minute", 86400.0: "day", 2592000.0: "month"}
+        entry = self.snapshots.get(scope)
+        if entry is None:
+            return set()
+        at, snapshot = entry
+        return {(w.dimension, names[w.window_s]) for w in snapshot.windows
+                if w.window_s in names and w.remaining is not None and at + (w.reset_s or 60.0) > now}
+
+    def needs_probe(self, lane: str, model: str) -> bool:
+        """True while nothing proves the candidate serving: send one request, hold the others."""
+        terms = self.terms.get(lane)
+        if terms is None or isinstance(terms.kind, (AlwaysFreeLocal, Subscription, NoFreeTier)):
+            return False
+        return self.scope(lane, model) not in self.confirmed
+
+    # -- after a response ---------------------------------------------------------------------------
+    def update_from_headers(self, lane: str, model: str, headers: Any, *, status: int, now: float,
+                            body: Any = None) -> RateLimitSnapshot:
+        """Parse and keep what the provider reported; `remaining: 0` parks the scope until its reset."""
+        terms = self.terms.get(lane)
+        snapshot = parse_rate_limit(headers, status=status, body=body, now_wall=now,
+                                    conventions=terms.conventions if terms else None)
+        scope = self.scope(lane, model)
+        if snapshot.windows:
+            self.snapshots[scope] = self.changed_snapshots[scope] = (now, snapshot)
+        if 200 <= status < 300:
+            if any(w.remaining == 0 for w in snapshot.windows):
+                self._enter(scope, "quota_exhausted", snapshot, now)
+            else:
+                self.confirmed.add(scope)
+                self._steps[scope] = relax(self._steps.get(scope, 0))
+        return snapshot
+
+    def record_usage(self, lane: str, model: str, *, now: float, requests: int = 1, tokens: int = 0,
+                     usage: Mapping[str, Any] | None = None) -> None:
+        """Count one request (and its tokens, and its credit cost) against every window."""
+        if usage:
+            total = usage.get("total_tokens")
+            tokens = int(total) if isinstance(total, (int, float)) else tokens
+        self.pending_usage += self.usage.add(self.scope(lane, model), now, requests=requests, tokens=tokens)
+        terms = self.terms.get(lane)
+        if terms and isinstance(terms.kind, CreditBased) and usage:
+            cost = _cost(terms.prices.get(model), usage)
+            if cost:
+                key = (lane, self._period_id(terms.kind, now))
+                self.spend[key] = self.spend.get(key, 0.0) + cost
+                self.pending_spend[key] = self.pending_spend.get(key, 0.0) + cost
+
+    # -- after an error -----------------------------------------------------------------------------
+    def record_rate_limit_error(self, lane: str, model: str, reason: Reason, *, headers: Any = None,
+                                status: int | None = None, body: Any = None, now: float) -> Backoff:
+        """Enter (or extend) the coordinated backoff after a 429, 402 or model-gone answer."""
+        snapshot = self.update_from_headers(lane, model, headers or {}, status=status or 429, now=now, body=body)
+        scope = f"{lane}/{model}" if reason == "model_gone" else self.scope(lane, model)
+        return self._enter(scope, reason, snapshot, now)
+
+    def _enter(self, scope: str, reason: Reason, snapshot: RateLimitSnapshot, now: float) -> Backoff:
+        current = self.backoffs.get(scope)
+        step = self._steps.get(scope, 0)
+        if current is not None and now - current.until > 60.0:
+            step = relax(step)  # it expired and stayed quiet: one burst must not climb for ever
+        proposed = backoff_for(reason, snapshot, step=step, now=now, random=self._random, jitter=self._jitter)
+        self._steps[scope] = proposed.step
+        self.confirmed.discard(scope)
+        if current is not None and current.until >= proposed.until:
+            return current  # never shorten a longer backoff already in force
+        self.backoffs[scope] = self.changed_backoffs[scope] = proposed
+        return proposed
+
+    # -- credits ------------------------------------------------------------------------------------
+    def _period_id(self, kind: CreditBased, now: float) -> int:
+        return {"daily": window_id("day", now), "monthly": window_id("month", now)}.get(kind.reset, 0)
+
+    def _period_end(self, kind: CreditBased, now: float) -> float | None:
+        return {"daily": window_end("day", now), "monthly": window_end("month", now)}.get(kind.reset)
+
+    def credit_spent(self, lane: str, now: float) -> float:
+        kind = self.terms[lane].kind
+        assert isinstance(kind, CreditBased)
+        return self.spend.get((lane, self._period_id(kind, now)), 0.0)
+
+    def credit_left(self, lane: str, now: float) -> float | None:
+        """USD left: the provider's last reported balance less what was spent since, else the estimate."""
+        kind = self.terms[lane].kind
+        if not isinstance(kind, CreditBased):
+            return None
+        spent = self.credit_spent(lane, now)
+        if lane in self.balances:
+            _, remaining, spent_then = self.balances[lane]
+            return remaining - max(0.0, spent - spent_then)
+        return kind.budget_usd - spent if kind.budget_usd else None
+
+    def set_balance(self, lane: str, remaining_usd: float, *, now: float) -> None:
+        """The provider's own balance figure: it wins over the local estimate."""
+        self.balances[lane] = (now, remaining_usd, self.credit_spent(lane, now))
+
+    # -- the soonest reopening ----------------------------------------------------------------------
+    def next_free_at(self, candidates: Iterable[tuple[str, str]], now: float) -> tuple[float, str] | None:
+        """(epoch seconds, "lane/model") of the soonest moment a candidate now not free reopens."""
+        soonest = None
+        for lane, model in candidates:
+            verdict = self.classify(lane, model, now)
+            if verdict.kind == "not_free" and verdict.free_again_at is not None:
+                if soonest is None or verdict.free_again_at < soonest[0]:
+                    soonest = (verdict.free_again_at, f"{lane}/{model}")
+        return soonest
+
+    # -- sharing through a store --------------------------------------------------------------------
+    def take_pending(self) -> tuple[list, dict, dict, dict]:
+        """Hand over what changed since the last call (usage, spend, backoffs, snapshots) for the store."""
+        out = (self.pending_usage, self.pending_spend, self.changed_backoffs, self.changed_snapshots)
+        self.pending_usage, self.pending_spend, self.changed_backoffs, self.changed_snapshots = [], {}, {}, {}
+        return out
+
+    def merge_spend(self, totals: Mapping[tuple[str, int], float]) -> None:
+        """Take spend totals read from the store (they include other processes' spend)."""
+        for key, usd in totals.items():
+            if usd > self.spend.get(key, 0.0):
+                self.spend[key] = usd
+
+    def merge_snapshots(self, snapshots: Mapping[str, tuple[float, RateLimitSnapshot]]) -> None:
+        for scope, (at, snapshot) in snapshots.items():
+            if scope not in self.snapshots or self.snapshots[scope][0] < at:
+                self.snapshots[scope] = (at, snapshot)
+
+    def merge_backoffs(self, rows: Iterable[tuple[str, Backoff]]) -> None:
+        """Take backoffs other processes wrote; the later deadline wins."""
+        for scope, backoff in rows:
+            current = self.backoffs.get(scope)
+            if current is None or backoff.until > current.until:
+                self.backoffs[scope] = backoff
+                self.confirmed.discard(scope)
+
+
+def _cost(prices: tuple[float, float] | None, usage: Mapping[str, Any]) -> float:
+    if not prices:
+        return 0.0
+    prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    if not isinstance(prompt, (int, float)) or not isinstance(completion, (int, float)):
+        return 0.0
+    return (prompt * prices[0] + completion * prices[1]) / 1e6

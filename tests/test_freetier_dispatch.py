@@ -1,0 +1,140 @@
+"""The FreeTierManager inside the dispatcher, over loopback fakes: herds, parking, restarts, sharing."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import pytest
+import trio
+
+import lanes
+from drills.fakes import answer, open_fake, rate_limited, status
+from helpers import FREE_KEY, PAID_KEY, config, free_lane, paid_lane
+
+JOB = [{"role": "user", "content": "hi"}]
+pytestmark = pytest.mark.free_lane
+
+
+def job(**kw) -> lanes.Job:
+    return lanes.Job(messages=JOB, **kw)
+
+
+async def test_herd_sends_one_request_per_backoff_window(env, autojump_clock):
+    """200 concurrent jobs against a 429 + Retry-After: 5 fake: one request per window, no more."""
+    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+        free.script("free-model", rate_limited(retry_after=5))
+        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            served = []
+
+            async def one() -> None:
+                served.append((await dispatcher.complete(job(deadline_s=10))).lane)
+
+            for wave in range(3):  # three waves, each inside a different backoff window
+                async with trio.open_nursery() as nursery:
+                    for _ in range(200):
+                        nursery.start_soon(one)
+                await trio.sleep(6)
+    times = [r.at for r in free.requests()]
+    assert len(times) == 3, times  # one per window, across 600 jobs
+    assert all(b - a >= 5 for a, b in zip(times, times[1:]))
+    assert served.count("paid") == 600
+
+
+async def test_exhausted_free_capacity_says_when_it_reopens(env, autojump_clock):
+    """With no paid lane, the herd gets FreeTierExhausted with the exact wait and the model's name."""
+    async with open_fake("free", models=("free-model",)) as free:
+        free.script("free-model", rate_limited(retry_after=20))
+        async with lanes.open_dispatcher(config(free_lane("free", free.base_url)), env=env) as dispatcher:
+            errors = []
+
+            async def one() -> None:
+                try:
+                    await dispatcher.complete(job())
+                except lanes.FreeTierExhausted as exc:
+                    errors.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(50):
+                    nursery.start_soon(one)
+    assert len(errors) == 50 and len(free.requests()) == 1
+    assert all(e.next_eligible == "free/free-model" for e in errors)
+    assert all(20 <= e.retry_after_s <= 22.1 for e in errors)
+    assert all(e.status == 429 and e.code == "free_tier_exhausted" for e in errors)
+
+
+async def test_remaining_zero_stops_requests_before_any_429(env, autojump_clock):
+    """A 200 with `remaining: 0` parks the model: the next jobs go elsewhere until the reset."""
+    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+        last = answer(headers={"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s"})
+        free.script("free-model", answer(headers={"x-ratelimit-remaining-requests": "1"}), last, answer())
+        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            lanes_used = [(await dispatcher.complete(job())).lane for _ in range(5)]
+            await trio.sleep(31)
+            after = (await dispatcher.complete(job())).lane
+    assert lanes_used == ["free", "free", "paid", "paid", "paid"]
+    assert after == "free"
+    assert [r.behaviour for r in free.requests()] == ["answer"] * 3  # never a 429
+
+
+async def test_counters_survive_a_restart(env, tmp_path, autojump_clock):
+    """Usage counted before a restart still counts after it: rpm=3 holds across two openings."""
+    state = str(tmp_path / "lanes.db")
+    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+        cfg = config(free_lane("free", free.base_url, free_tier={"kind": "rate_limited", "rpd": 3}),
+                     paid_lane("paid", paid.base_url), state=state)
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            first = [(await dispatcher.complete(job())).lane for _ in range(2)]
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            second = [(await dispatcher.complete(job())).lane for _ in range(2)]
+    assert first == ["free", "free"] and second == ["free", "paid"]
+    assert len(free.requests()) == 3
+
+
+async def test_backoff_survives_in_the_shared_file(env, tmp_path, autojump_clock):
+    """A backoff written by one dispatcher is honoured by another opening the same file."""
+    state = str(tmp_path / "lanes.db")
+    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+        free.script("free-model", rate_limited(retry_after=60), answer())
+        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url), state=state)
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            assert (await dispatcher.complete(job())).lane == "paid"
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            reply = await dispatcher.complete(job())
+    assert reply.lane == "paid" and "backoff" in reply.skips[0].reason
+    assert len(free.requests()) == 1
+
+
+CHILD = textwrap.dedent("""
+    import sys, trio, lanes
+    sys.path.insert(0, {tests!r})
+    from helpers import config, free_lane
+    async def main():
+        cfg = config(free_lane("free", {url!r}), state={state!r})
+        async with lanes.open_dispatcher(cfg, env={{"FREE_API_KEY": "k-0123456789"}}) as d:
+            try:
+                await d.complete(lanes.Job(messages=[{{"role": "user", "content": "hi"}}]))
+            except lanes.FreeTierExhausted:
+                print("backed off")
+    trio.run(main)
+""")
+
+
+async def test_two_processes_share_one_state_file(env, tmp_path):
+    """Another process hits the 429; this process, already running, skips the model within a second."""
+    state = str(tmp_path / "lanes.db")
+    tests_dir = os.path.dirname(__file__)
+    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+        free.script("free-model", rate_limited(retry_after=120))
+        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url), state=state)
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            script = CHILD.format(tests=tests_dir, url=free.base_url, state=state)
+            result = await trio.run_process([sys.executable, "-c", script], capture_stdout=True, capture_stderr=True)
+            assert result.stdout.decode().strip() == "backed off", result.stderr.decode()
+            await trio.sleep(1.0)  # one sync interval and then some
+            reply = await dispatcher.complete(job())
+    assert reply.lane == "paid" and "backoff" in reply.skips[0].reason
+    assert len(free.requests()) == 1  # only the other process's request ever reached it

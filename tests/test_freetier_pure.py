@@ -1,0 +1,173 @@
+"""Backoff ladders, windows and the manager's decisions as pure functions of `now`."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lanes.freetier.backoff import CREDIT_LADDER_S, RATE_LADDER_S, backoff_for
+from lanes.freetier.headers import RateLimitSnapshot, Window
+from lanes.freetier.kinds import CreditBased, FreeModelsOnly, NoFreeTier, RateLimitedFree
+from lanes.freetier.manager import FreeTierManager, LaneTerms
+from lanes.freetier.windows import UsageCounter, window_end, window_id
+
+NOW = 1_764_000_000.0  # 2025-11-24T16:00:00Z
+EMPTY = RateLimitSnapshot()
+
+
+def no_jitter() -> float:
+    return 0.0
+
+
+def test_ladders_without_headers():
+    """No header: 1, 2, 4 … 60 s for rate limits; 5 min … 24 h for credits; capped at the top."""
+    rate = [backoff_for("rate_limited", EMPTY, step=i, now=NOW, random=no_jitter).until - NOW for i in range(9)]
+    credit = [backoff_for("credit_exhausted", EMPTY, step=i, now=NOW, random=no_jitter).until - NOW for i in range(6)]
+    assert rate == [*RATE_LADDER_S, 60.0, 60.0]
+    assert credit == [*CREDIT_LADDER_S, 86400.0]
+
+
+def test_retry_after_beats_reset_beats_ladder():
+    """retry-after first, then the exhausted window's reset, then the ladder."""
+    reset_only = RateLimitSnapshot(windows=(Window(dimension="requests", remaining=0, reset_s=12.0),))
+    both = RateLimitSnapshot(retry_after_s=3.0, windows=reset_only.windows)
+    assert backoff_for("rate_limited", both, step=5, now=NOW, random=no_jitter).until == NOW + 3
+    assert backoff_for("rate_limited", reset_only, step=5, now=NOW, random=no_jitter).source == "reset header"
+
+
+def test_daily_quota_parks_until_the_window_resets():
+    """A per-day 429 with a short retry delay still parks until UTC midnight."""
+    gemini_daily = RateLimitSnapshot(retry_after_s=36.0, exhausted_window_s=86400.0)
+    backoff = backoff_for("rate_limited", gemini_daily, step=0, now=NOW, random=no_jitter)
+    assert backoff.until == window_end("day", NOW) and backoff.source == "daily window"
+
+
+@given(st.floats(0, 1, exclude_max=True), st.integers(0, 10), st.floats(0, 1000))
+def test_jitter_is_positive_and_bounded(draw, step, retry):
+    """Jitter only lengthens a backoff, by at most 10 % (+5 % of a second)."""
+    snap = RateLimitSnapshot(retry_after_s=retry)
+    until = backoff_for("rate_limited", snap, step=step, now=NOW, random=lambda: draw).until
+    assert NOW + retry <= until <= NOW + retry * 1.1 + 0.05 + 1e-6
+
+
+def test_windows_have_utc_boundaries():
+    """Minute, day and month windows end on UTC boundaries."""
+    assert window_end("minute", NOW + 1) == NOW + 60
+    assert window_end("day", NOW) == 1_764_028_800.0  # 2025-11-25T00:00Z
+    assert window_end("month", NOW) == 1_764_547_200.0  # 2025-12-01T00:00Z
+    assert window_id("month", NOW) == 2025 * 12 + 10
+
+
+def test_counter_rolls_over_with_the_window():
+    """Counts belong to their window: a new minute starts from zero, the day keeps counting."""
+    counter = UsageCounter()
+    counter.add("g/m", NOW, requests=3, tokens=100)
+    counter.add("g/m", NOW + 61, requests=1)
+    assert counter.used("g/m", "requests", "minute", NOW + 61) == 1
+    assert counter.used("g/m", "requests", "day", NOW + 61) == 4
+    assert counter.used("g/m", "tokens", "day", NOW) == 100
+
+
+def manager(kind) -> FreeTierManager:
+    m = FreeTierManager(random=no_jitter)
+    m.register("g", LaneTerms(kind=kind, prices={"m": (1.0, 1.0)}))
+    return m
+
+
+def test_local_counting_when_headers_are_silent():
+    """With no headers, rpm is enforced from our own counts until the minute ends."""
+    m = manager(RateLimitedFree(rpm=2))
+    for _ in range(2):
+        assert m.classify("g", "m", NOW).free
+        m.record_usage("g", "m", now=NOW)
+    verdict = m.classify("g", "m", NOW + 1)
+    assert not verdict.free and verdict.free_again_at == window_end("minute", NOW)
+    assert m.classify("g", "m", window_end("minute", NOW)).free
+
+
+def test_header_values_beat_local_counts():
+    """A provider saying 100 remaining wins over our count of the configured rpm=2."""
+    m = manager(RateLimitedFree(rpm=2))
+    for _ in range(3):
+        m.record_usage("g", "m", now=NOW)
+        m.update_from_headers("g", "m", {"x-ratelimit-remaining-requests-minute": "100",
+                                          "x-ratelimit-reset-requests-minute": "30"}, status=200, now=NOW)
+    assert m.classify("g", "m", NOW).free
+
+
+def test_remaining_zero_parks_before_any_429():
+    """A 200 whose headers say remaining 0 parks the candidate until that window's reset."""
+    m = manager(RateLimitedFree())
+    m.update_from_headers("g", "m", {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "7s"},
+                          status=200, now=NOW)
+    verdict = m.classify("g", "m", NOW)
+    assert not verdict.free and verdict.free_again_at == NOW + 7
+
+
+def test_a_new_backoff_never_shortens_a_longer_one():
+    """A short retry-after arriving during a long backoff leaves the long one in force."""
+    m = manager(RateLimitedFree())
+    m.record_rate_limit_error("g", "m", "rate_limited", headers={"retry-after": "100"}, now=NOW)
+    m.record_rate_limit_error("g", "m", "rate_limited", headers={"retry-after": "2"}, now=NOW + 1)
+    assert m.is_in_backoff("g", "m", NOW + 50).until == NOW + 100
+
+
+def test_account_wide_limits_park_every_model():
+    """For an account-wide limit (OpenRouter's free models) one 429 parks the whole lane."""
+    m = manager(FreeModelsOnly())
+    m.record_rate_limit_error("g", "a:free", "rate_limited", headers={"retry-after": "10"}, now=NOW)
+    assert not m.classify("g", "b:free", NOW).free
+    assert m.classify("g", "b", NOW).kind == "not_free" and m.classify("g", "b", NOW).reason == "paid model"
+
+
+def test_credit_exhaustion_takes_the_long_ladder():
+    """402s climb 5 min, 15 min, 1 h … not the seconds ladder."""
+    m = manager(CreditBased(budget_usd=5))
+    durations = []
+    now = NOW
+    for _ in range(3):
+        backoff = m.record_rate_limit_error("g", "m", "credit_exhausted", status=402, now=now)
+        durations.append(backoff.until - now)
+        now = backoff.until
+    assert durations == [300.0, 900.0, 3600.0]
+
+
+def test_credit_estimate_and_provider_balance():
+    """Spend is estimated from usage × price; a balance from the provider wins over the estimate."""
+    m = manager(CreditBased(budget_usd=1.0, reset="daily"))
+    m.record_usage("g", "m", now=NOW, usage={"prompt_tokens": 600_000, "completion_tokens": 400_000, "total_tokens": 1})
+    assert m.credit_left("g", NOW) == pytest.approx(0.0)
+    assert not m.classify("g", "m", NOW).free
+    assert m.classify("g", "m", NOW).free_again_at == window_end("day", NOW)
+    m.set_balance("g", 3.0, now=NOW)
+    assert m.credit_left("g", NOW) == pytest.approx(3.0) and m.classify("g", "m", NOW).free
+
+
+def test_model_gone_gets_its_own_long_cooldown():
+    """404 parks the model for 30 min, then 1 h."""
+    m = manager(RateLimitedFree())
+    first = m.record_rate_limit_error("g", "m", "model_gone", status=404, now=NOW)
+    second = m.record_rate_limit_error("g", "m", "model_gone", status=404, now=first.until)
+    assert (first.until - NOW, second.until - first.until) == (1800.0, 3600.0)
+
+
+def test_next_free_at_names_the_soonest():
+    """next_free_at gives the soonest reopening among not-free candidates, and which one."""
+    m = FreeTierManager(random=no_jitter)
+    m.register("a", LaneTerms(kind=RateLimitedFree()))
+    m.register("b", LaneTerms(kind=RateLimitedFree()))
+    m.register("p", LaneTerms(kind=NoFreeTier()))
+    m.record_rate_limit_error("a", "x", "rate_limited", headers={"retry-after": "30"}, now=NOW)
+    m.record_rate_limit_error("b", "y", "rate_limited", headers={"retry-after": "12"}, now=NOW)
+    assert m.next_free_at([("a", "x"), ("b", "y"), ("p", "z")], NOW) == (NOW + 12, "b/y")
+
+
+def test_a_quiet_expiry_halves_the_step():
+    """After a backoff expires and a success follows, the next 429 starts lower on the ladder."""
+    m = manager(RateLimitedFree())
+    now = NOW
+    for _ in range(4):
+        now = m.record_rate_limit_error("g", "m", "rate_limited", now=now).until
+    m.update_from_headers("g", "m", {}, status=200, now=now)
+    assert m.record_rate_limit_error("g", "m", "rate_limited", now=now).until - now == RATE_LADDER_S[2]
