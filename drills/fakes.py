@@ -121,6 +121,7 @@ class FakeProvider:
         self.port = port
         self.log: list[Logged] = []
         self.models: list[str] = []
+        self.balance: float | None = None  # served at GET …/key as data.limit_remaining
         self._nursery = nursery
         self._scripts: dict[str, list[Behaviour]] = {}
         self._default = answer()
@@ -202,6 +203,11 @@ class FakeProvider:
                        raw: bytes) -> bool:
         path = head.target.decode()
         headers = {k.decode().lower(): v.decode() for k, v in head.headers}
+        if head.method == b"GET" and path.endswith("/key"):
+            self.log.append(Logged(at=trio.current_time(), model="", stream=False, behaviour="key", path=path,
+                                   authorization="authorization" in headers))
+            await _send_json(conn, stream, 200, {"data": {"limit_remaining": self.balance, "is_free_tier": True}}, {})
+            return True
         if head.method == b"GET" and path.endswith("/models"):
             body = {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
             await _send_json(conn, stream, 200, body, {})

@@ -73,7 +73,7 @@ async def test_remaining_zero_stops_requests_before_any_429(env, autojump_clock)
         cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
             lanes_used = [(await dispatcher.complete(job())).lane for _ in range(5)]
-            await trio.sleep(31)
+            await trio.sleep(34)  # past the reset plus the largest jitter (10 % + 0.05 s)
             after = (await dispatcher.complete(job())).lane
     assert lanes_used == ["free", "free", "paid", "paid", "paid"]
     assert after == "free"
@@ -138,3 +138,23 @@ async def test_two_processes_share_one_state_file(env, tmp_path):
             reply = await dispatcher.complete(job())
     assert reply.lane == "paid" and "backoff" in reply.skips[0].reason
     assert len(free.requests()) == 1  # only the other process's request ever reached it
+
+
+async def test_provider_balance_beats_the_local_estimate(env, autojump_clock):
+    """A credit lane whose estimate says spent is served again once its balance endpoint says otherwise."""
+    async with open_fake("credit", models=("free-model",)) as credit, open_fake("paid", models=("paid-model",)) as paid:
+        kind = {"kind": "credits", "budget_usd": 0.000001, "detection": "custom",
+                "endpoint": {"url": "{base_url}/key", "json_path": "data.limit_remaining"}}
+        lane_table = free_lane("credit", credit.base_url, free_tier=kind, balance_poll_s=60)
+        lane_table["models"] = [{"id": "free-model", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0}]
+        cfg = config(lane_table, paid_lane("paid", paid.base_url))
+        credit.balance = 0.0
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            await trio.sleep(1)
+            assert dispatcher.manager.credit_left("credit", dispatcher.now_wall()) == 0.0
+            assert (await dispatcher.complete(job())).lane == "paid"
+            credit.balance = 4.5
+            await trio.sleep(60)
+            assert dispatcher.manager.credit_left("credit", dispatcher.now_wall()) == 4.5
+            assert (await dispatcher.complete(job())).lane == "credit"
+    assert [r.authorization for r in credit.requests() if r.behaviour == "key"] == [True, True]

@@ -82,6 +82,7 @@ class LaneConfig:
     first_token_s: float = attrs.field(default=10.0, validator=_positive)
     idle_s: float = attrs.field(default=10.0, validator=_positive)
     min_useful_s: float = attrs.field(default=0.25, validator=_non_negative)
+    balance_poll_s: float = attrs.field(default=600.0, validator=_positive)  # credits: how often to ask the balance
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
     headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
 

@@ -382,6 +382,9 @@ async def open_dispatcher(
             sharing = Sharing(manager, store)
             await sharing.load(dispatcher.now_wall())
             nursery.start_soon(sharing.run, dispatcher.now_wall)
+            for lane in dispatcher.lanes.values():
+                if lane.balance_endpoint() is not None:
+                    nursery.start_soon(_poll_balance, dispatcher, lane)
             if not dispatcher.free_lane_on:
                 log.warning("free lane off (FREE_LANE=off): serving from local and paid lanes only")
             log.info("lanes ready: %s", ", ".join(dispatcher.lanes) or "none")
@@ -391,6 +394,20 @@ async def open_dispatcher(
                 nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
+    """Ask a credit lane's balance endpoint now and every `balance_poll_s`; its figure beats the estimate."""
+    while True:
+        with trio.move_on_after(min(30.0, lane.config.balance_poll_s)):
+            try:
+                remaining = await lane.fetch_balance()
+            except UpstreamError as exc:
+                log.warning("lane %s: balance endpoint failed (%s); keeping the local estimate", lane.name, exc)
+            else:
+                if remaining is not None:
+                    dispatcher.manager.set_balance(lane.name, remaining, now=dispatcher.now_wall())
+        await trio.sleep(lane.config.balance_poll_s)
 
 
 def complete_sync(config: Config | str | os.PathLike[str], job: Job, *, env: Mapping[str, str] | None = None) -> Reply:

@@ -17,7 +17,7 @@ import attrs
 from lanes._core.config import LaneConfig, ModelConfig
 from lanes._core.job import Candidate, Job
 from lanes._core.upstream import ChunkReader, Response, Upstream
-from lanes.freetier.kinds import FreeTierKind, tier_of
+from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
 
 
 @attrs.frozen(kw_only=True)
@@ -32,6 +32,7 @@ class Provider:
     headers: Mapping[str, str] = attrs.field(factory=dict)
     prefill: bool = False  # accepts a trailing assistant message and continues it
     conventions: Mapping[str, float] = attrs.field(factory=dict)  # unsuffixed header windows, e.g. requests → 86400
+    balance: CustomEndpoint | None = None  # where `detection = "provider_api"` reads the balance ({base_url} allowed)
 
 
 @attrs.frozen(repr=False)
@@ -100,6 +101,28 @@ class OpenAICompatibleLane:
             body=self.request_body(job, model, stream=False),
             secrets=self.secrets,
         )
+
+    def balance_endpoint(self) -> CustomEndpoint | None:
+        """Where to read the remaining credit, when the kind says the provider or an endpoint knows."""
+        kind = self.free_tier
+        if not isinstance(kind, CreditBased) or kind.detection == "local":
+            return None
+        endpoint = kind.endpoint if kind.detection == "custom" else self.provider.balance
+        if endpoint is None:
+            return None
+        return attrs.evolve(endpoint, url=endpoint.url.replace("{base_url}", self.base_url))
+
+    async def fetch_balance(self) -> float | None:
+        """The remaining USD the balance endpoint reports, or None when it has no usable figure."""
+        endpoint = self.balance_endpoint()
+        if endpoint is None:
+            return None
+        headers = {**self.headers(stream=False), **endpoint.headers}
+        document = await self._upstream.get_json(endpoint.url, headers=headers, secrets=self.secrets)
+        value: Any = document
+        for part in endpoint.json_path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     @asynccontextmanager
     async def open_stream(self, job: Job, model: str) -> AsyncIterator[ChunkReader]:

@@ -129,6 +129,17 @@ class Upstream:
             raise
         return Response(status=response.status_code, headers=lower, body=completion)
 
+    async def get_json(self, url: str, *, headers: Mapping[str, str], secrets: Iterable[str] = ()) -> Any:
+        """GET a JSON document (a balance or catalog endpoint); raise an `UpstreamError` otherwise."""
+        try:
+            response = await self._client.get(url, headers=dict(headers))
+        except httpx2.HTTPError as exc:
+            raise _transport_error(exc, secrets) from exc
+        parsed = parse_body(response.content)
+        if not 200 <= response.status_code < 300:
+            raise classify_status(response.status_code, {}, parsed, secrets=secrets)
+        return parsed
+
     @asynccontextmanager
     async def open_stream(
         self, url: str, *, headers: Mapping[str, str], body: Mapping[str, Any], secrets: Iterable[str] = ()
