@@ -10,8 +10,8 @@ import pytest
 import trio
 
 import lanes
-from drills.fakes import answer, open_fake, rate_limited, status
-from helpers import FREE_KEY, PAID_KEY, config, free_lane, paid_lane
+from drills.fakes import answer, open_fake, rate_limited
+from helpers import config, free_lane, paid_lane
 
 JOB = [{"role": "user", "content": "hi"}]
 pytestmark = pytest.mark.free_lane

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-import trio
-
 import lanes
 from drills.fakes import open_fake
 from helpers import config, free_lane, local_lane, paid_lane

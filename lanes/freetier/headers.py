@@ -217,18 +217,7 @@ def _retry_after(headers: Mapping[str, str], now_wall: float) -> float | None:
         if value is not None:
             return value / 1000.0
     raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    plain = number(raw)
-    if plain is not None:
-        return plain
-    moment = _date(str(raw))
-    if moment is None:
-        return None
-    try:
-        return max(0.0, moment.timestamp() - now_wall)
-    except (OverflowError, OSError, ValueError):
-        return None
+    return None if raw is None else seconds_until(raw, now_wall, epoch_by_magnitude=False)
 
 
 # -- bodies ---------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import attrs
 from lanes.freetier.backoff import Backoff, Reason, backoff_for, relax
 from lanes.freetier.headers import RateLimitSnapshot, parse_rate_limit
 from lanes.freetier.kinds import (
-    AlwaysFreeLocal, CreditBased, FreeModelsOnly, FreeTierKind, NoFreeTier, RateLimitedFree, Subscription,
+    AlwaysFreeLocal, CreditBased, FreeModelsOnly, FreeTierKind, NoFreeTier, Subscription,
 )
 from lanes.freetier.windows import UsageCounter, window_end, window_id
 
