@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-import attrs
 import trio
 
 from lanes._core.breaker import Breaker, Permit
@@ -30,7 +29,7 @@ from lanes._core.errors import (
     UpstreamError,
     UpstreamRejected,
 )
-from lanes._core.job import Candidate, Job, Outcome, Reply, cost_usd, route_for
+from lanes._core.job import Candidate, Job, Outcome, Reply, Route, cost_usd, route_for
 from lanes._core.lane import OpenAICompatibleLane
 from lanes._core.loader import Loaded, load_lanes
 from lanes._core.sharing import Sharing
@@ -210,14 +209,14 @@ class Dispatcher:
                 skips=walk.skips,
             ) from exc
 
-    def _reply(self, walk: Walk, candidate: Candidate, body: Mapping[str, Any]) -> Reply:
+    def _reply(self, walk: Walk, candidate: Candidate, body: Mapping[str, Any], route: Route) -> Reply:
         usage = body.get("usage") if isinstance(body.get("usage"), Mapping) else None
         return Reply(
             body=body,
             lane=candidate.lane,
             provider=self.lanes[candidate.lane].provider.name,
             model=candidate.model,
-            route=route_for(candidate.tier, walk.free_attempts),
+            route=route,
             attempts=tuple(walk.attempts),
             skips=tuple(walk.skips),
             cost_usd=cost_usd(candidate, usage),
@@ -246,10 +245,11 @@ class Dispatcher:
                         self._failed_attempt(walk, candidate, permit, started, exc)
                         continue
                     self._settle(candidate, permit, "ok")
-                    reply = self._reply(walk, candidate, response.body)
-                    self._record_response(candidate, response.headers, response.status, reply.usage)
+                    route = route_for(candidate.tier, walk.free_attempts)  # before this attempt counts
                     walk.record(candidate, "ok", started, status=response.status)
-                    return attrs.evolve(reply, attempts=tuple(walk.attempts))
+                    reply = self._reply(walk, candidate, response.body, route)
+                    self._record_response(candidate, response.headers, response.status, reply.usage)
+                    return reply
                 self._failed_attempt(walk, candidate, permit, started, _timed_out(lane))
             finally:
                 self._release_probe(probe)
