@@ -33,5 +33,11 @@ def paid_lane(name: str, url: str, models: list[str] | None = None, **extra: Any
     return lane(name, url, models or ["paid-model"], kind="none", key_env="PAID_API_KEY", **extra)
 
 
+# The engine's tests exercise fallback itself, so they allow paid fallback under a roomy ceiling;
+# the policy's tests set `policy` explicitly.
+ENGINE_POLICY = {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 100.0}
+
+
 def config(*lanes: dict[str, Any], **top: Any) -> Config:
+    top.setdefault("policy", ENGINE_POLICY)
     return load_config({"lanes": list(lanes), **top}, env={})

@@ -14,13 +14,15 @@ import pytest
 import lanes
 from lanes._core.breaker import BreakerPolicy
 from lanes._core.config import Config, LaneConfig, ModelConfig
+from lanes._core.policy import PolicyConfig
 from lanes.freetier import kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "lanes"
 PURE = [
     "lanes/_core/breaker.py", "lanes/_core/job.py", "lanes/_core/errors.py", "lanes/_core/classify.py",
-    "lanes/_core/sse.py", "lanes/freetier/kinds.py",
+    "lanes/_core/sse.py", "lanes/_core/policy.py", "lanes/freetier/kinds.py", "lanes/freetier/headers.py",
+    "lanes/freetier/backoff.py", "lanes/freetier/windows.py", "lanes/freetier/manager.py", "lanes/_core/audit.py",
 ]
 IMPURE = {"trio", "httpx2", "httpx", "sqlite3", "sqlite_utils", "hypercorn", "starlette", "socket", "time"}
 PROVIDERS = re.compile(
@@ -118,7 +120,8 @@ def test_public_api_is_sorted_and_complete():
 
 
 def config_keys() -> set[str]:
-    classes = [Config, LaneConfig, ModelConfig, BreakerPolicy, *kinds.KINDS.values(), kinds.CustomEndpoint]
+    classes = [Config, LaneConfig, ModelConfig, BreakerPolicy, PolicyConfig, *kinds.KINDS.values(),
+               kinds.CustomEndpoint]
     return {field.name for cls in classes for field in attrs.fields(cls)}
 
 

@@ -8,7 +8,7 @@ import trio
 import lanes
 from drills.fakes import answer, garbage, hang, open_fake, rate_limited, reset, status
 from conftest import FREE_LANE_OFF
-from helpers import config, free_lane, local_lane, paid_lane
+from helpers import ENGINE_POLICY, config, free_lane, local_lane, paid_lane
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
 
@@ -71,15 +71,16 @@ async def test_failed_free_falls_back_to_paid_inside_the_deadline(fault, fakes, 
 
 
 async def test_refused_free_falls_back(fakes, env, autojump_clock):
-    """A provider whose port refuses connections costs no time: the next lane serves at once."""
-    free, local, _ = fakes
+    """A provider whose port refuses connections costs little time: the next lane serves at once
+    after one short retry pause (a refusal may be a blip)."""
+    free, _, paid = fakes
     await free.refuse()
-    cfg = config(free_lane("free", free.base_url), local_lane("local", local.base_url))
+    cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         start = trio.current_time()
         reply = await dispatcher.complete(job(deadline_s=8))
-        assert trio.current_time() - start == 0
-    assert reply.lane == "local"
+        assert trio.current_time() - start <= 0.5
+    assert reply.lane == "paid"
     if not FREE_LANE_OFF:
         assert reply.attempts[0].outcome == "fault" and "ConnectError" in reply.attempts[0].detail
 
@@ -203,7 +204,8 @@ async def test_rate_limits_do_not_count_against_the_breaker(fakes, env, autojump
     """429 and 402 are free-tier business: ten of them leave the breaker closed."""
     _, local, paid = fakes
     local.script("local-model", rate_limited(retry_after=1), status(402))
-    cfg = config(local_lane("local", local.base_url, breaker={"failures": 2}), paid_lane("paid", paid.base_url))
+    cfg = config(local_lane("local", local.base_url, breaker={"failures": 2}), paid_lane("paid", paid.base_url),
+                 policy={**ENGINE_POLICY, "max_wait_s": 0})
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         for _ in range(10):
             await dispatcher.complete(job())
@@ -212,7 +214,8 @@ async def test_rate_limits_do_not_count_against_the_breaker(fakes, env, autojump
 
 
 async def test_every_lane_failing_is_no_lane_available(fakes, env, autojump_clock):
-    """When every lane faults before the deadline the caller gets NoLaneAvailable with each attempt."""
+    """When every lane faults before the deadline the caller gets NoLaneAvailable with each attempt
+    (a transient fault is retried once on the same candidate first)."""
     _, local, paid = fakes
     local.script("local-model", status(502))
     paid.script("paid-model", reset())
@@ -220,7 +223,8 @@ async def test_every_lane_failing_is_no_lane_available(fakes, env, autojump_cloc
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         with pytest.raises(lanes.NoLaneAvailable) as caught:
             await dispatcher.complete(job())
-    assert [(a.lane, a.outcome) for a in caught.value.attempts] == [("local", "fault"), ("paid", "fault")]
+    assert [(a.lane, a.outcome) for a in caught.value.attempts] == [
+        ("local", "fault"), ("local", "fault"), ("paid", "fault"), ("paid", "fault")]
 
 
 async def test_model_selection(fakes, env, autojump_clock):

@@ -26,7 +26,7 @@ async def test_free_lane_off_sends_nothing_to_free(env, caplog_lanes, autojump_c
                 [chunk async for chunk in stream]
     assert free.requests() == []
     assert (first.lane, second.lane, stream.lane) == ("local", "paid", "paid")
-    assert first.skips[0].reason == "free lane off (FREE_LANE=off)"
+    assert second.skips[-1].reason == "free lane off (FREE_LANE=off)"
     assert "free lane off (FREE_LANE=off): serving from local and paid lanes only" in caplog_lanes.messages
 
 

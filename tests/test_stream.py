@@ -44,13 +44,14 @@ async def test_healthy_stream_delivers_every_chunk(pair, env, autojump_clock):
 
 
 @pytest.mark.parametrize(
-    "fault",
-    [pytest.param(hang(), id="hung"), pytest.param(status(503), id="503"), pytest.param(garbage(), id="garbage"),
-     pytest.param(stream_cut(after=0), id="cut-before-first-chunk"),
-     pytest.param(answer(delay_s=5), id="slow-first-token")],
+    ("fault", "tries"),
+    [pytest.param(hang(), 1, id="hung"), pytest.param(status(503), 2, id="503"),
+     pytest.param(garbage(), 2, id="garbage"), pytest.param(stream_cut(after=0), 2, id="cut-before-first-chunk"),
+     pytest.param(answer(delay_s=5), 1, id="slow-first-token")],
 )
-async def test_stream_falls_back_before_the_first_chunk(fault, pair, env, autojump_clock):
-    """Any failure before the first chunk reaches the caller falls back to the next lane freely."""
+async def test_stream_falls_back_before_the_first_chunk(fault, tries, pair, env, autojump_clock):
+    """Any failure before the first chunk reaches the caller falls back to the next lane freely
+    (a transient fault is retried once first; a silent lane is not tried again)."""
     local, paid = pair
     local.script("local-model", fault)
     async with lanes.open_dispatcher(cfg(local, paid, first_token_s=2), env=env) as dispatcher:
@@ -58,7 +59,7 @@ async def test_stream_falls_back_before_the_first_chunk(fault, pair, env, autoju
         stream, chunks = await collect(dispatcher, job(deadline_s=10))
         assert trio.current_time() - start <= 2 + 1e-6
     assert stream.lane == "paid" and stream.delivered_text == ANSWER
-    assert [a.outcome for a in stream.attempts] == ["fault", "ok"]
+    assert [a.outcome for a in stream.attempts] == ["fault"] * tries + ["ok"]
 
 
 @pytest.mark.parametrize("fault", [stream_cut(after=3), stream_cut(after=3, clean=True)], ids=["dropped", "ended"])

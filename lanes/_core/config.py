@@ -24,6 +24,7 @@ from cattrs.v import transform_error
 
 from lanes._core.breaker import BreakerPolicy
 from lanes._core.errors import ConfigError
+from lanes._core.policy import PolicyConfig
 from lanes.freetier.kinds import KINDS, FreeTierKind
 
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
@@ -65,6 +66,9 @@ class ModelConfig:
     input_usd_per_mtok: float | None = attrs.field(default=None, validator=_non_negative)
     output_usd_per_mtok: float | None = attrs.field(default=None, validator=_non_negative)
     zdr: bool = False  # the endpoint retains no data
+    tools: bool | None = None  # capabilities; None = not known (not filtered on)
+    vision: bool | None = None
+    json_mode: bool | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +106,7 @@ class Config:
     free_lane: bool = True  # FREE_LANE=off in the environment wins over this
     log_bodies: bool = False
     state: str = ":memory:"  # the SQLite file shared by every process on this host
+    policy: PolicyConfig = attrs.field(factory=PolicyConfig)
 
     @lanes.validator
     def _unique(self, attribute: attrs.Attribute, value: list[LaneConfig]) -> None:

@@ -1,9 +1,10 @@
-"""The dispatcher: walks the candidates in config order under one deadline per job.
+"""The dispatcher: owns the lanes, their breakers and the shared free-tier state, and serves jobs.
 
-For each candidate: kill switch? breaker open? too little time left? — then skip, sending nothing.
-Otherwise one attempt runs under `move_on_at(min(job deadline, now + the lane's cap))`. A fault
-counts against the lane's breaker and the walk moves on; a final error (400/401/403/413/422) ends
-the walk at once; the job's own deadline firing is never counted against anyone.
+Each job walks its plan (see `route.py`) under one deadline. Before each attempt: kill switch?
+breaker open? backed off or used up? too little time left? — then skip, sending nothing. Each
+attempt runs under `move_on_at(min(job deadline, now + the lane's cap))`. A fault counts against
+the lane's breaker; a final error (400/401/403/413/422) ends the walk; the job's own deadline
+firing is never counted against anyone. Every job leaves one audit record.
 """
 
 from __future__ import annotations
@@ -17,26 +18,31 @@ from typing import Any
 
 import trio
 
+from lanes._core import route
+from lanes._core.approvals import Approvals
+from lanes._core.audit import audit_row
 from lanes._core.breaker import Breaker, Permit
 from lanes._core.config import Config, read_config
 from lanes._core.errors import (
     AttemptTimedOut,
     CreditExhausted,
     FinalError,
+    JobFailed,
     ModelGone,
     RateLimited,
     UnknownModel,
     UpstreamError,
     UpstreamRejected,
 )
-from lanes._core.job import Candidate, Job, Outcome, Reply, Route, cost_usd, route_for
+from lanes._core.governors import Governors
+from lanes._core.job import Candidate, Job, Outcome, Reply, cost_usd, route_for
 from lanes._core.lane import OpenAICompatibleLane
 from lanes._core.loader import Loaded, load_lanes
 from lanes._core.sharing import Sharing
-from lanes._core.store import SQLiteStore
+from lanes._core.store import SQLiteStore, Store
 from lanes._core.stream import ReplyStream, first_chunks
-from lanes._core.walk import Walk
 from lanes._core.upstream import open_upstream
+from lanes._core.walk import Walk
 from lanes.freetier.manager import FreeTierManager, LaneTerms
 
 log = logging.getLogger("lanes")
@@ -45,11 +51,16 @@ log = logging.getLogger("lanes")
 class Dispatcher:
     """Routes jobs over the loaded lanes. Build it with `open_dispatcher()`."""
 
-    def __init__(self, *, config: Config, loaded: Loaded, env: Mapping[str, str],
+    def __init__(self, *, config: Config, loaded: Loaded, env: Mapping[str, str], store: Store | None = None,
                  manager: FreeTierManager | None = None, wall_offset: float = 0.0) -> None:
         self.config = config
+        self.policy = config.policy
         self.manager = manager or FreeTierManager()
+        self.store = store or SQLiteStore(":memory:")
         self.wall_offset = wall_offset  # wall-clock epoch = trio clock + this (taken once, at open)
+        self.governors = Governors(self.policy, self.manager, self.store, self.now_wall)
+        self.approvals = Approvals(self.store, self.now_wall)
+        self.audit_rows: list[dict[str, Any]] = []  # flushed to the store with the other shared state
         self._probes: dict[str, trio.Event] = {}
         self.lanes: dict[str, OpenAICompatibleLane] = {lane.name: lane for lane in loaded.lanes}
         self.unavailable = dict(loaded.unavailable)
@@ -80,12 +91,12 @@ class Dispatcher:
         if name not in self.lanes:
             raise KeyError(f"no lane named {name!r}; lanes: {', '.join(self.lanes) or 'none'}")
 
-    # -- planning ------------------------------------------------------------------------------
+    # -- candidates ----------------------------------------------------------------------------
     def candidates(self) -> list[Candidate]:
         """Every loaded candidate, in config order."""
         return [c for lane in self.lanes.values() for c in lane.candidates]
 
-    def plan(self, job: Job) -> list[Candidate]:
+    def resolve(self, job: Job) -> list[Candidate]:
         """The candidates for `job.model`: `auto`, an alias, `lane/model` or a bare model id."""
         everything = self.candidates()
         if job.model == "auto":
@@ -100,7 +111,8 @@ class Dispatcher:
             raise UnknownModel(f"model {job.model!r} is not 'auto', an alias or a configured model")
         return matching
 
-    async def _admit(self, candidate: Candidate, walk: Walk) -> tuple[Permit, str | None] | None:
+    # -- gating before each attempt ------------------------------------------------------------
+    async def admit(self, candidate: Candidate, walk: Walk) -> tuple[Permit, str | None] | None:
         """A breaker permit (and the probe scope held, if any) for one attempt, or None after
         recording why the candidate is skipped. Waits while another job probes a cold candidate."""
         lane = self.lanes[candidate.lane]
@@ -116,7 +128,11 @@ class Dispatcher:
                 walk.short_of_time = True
                 walk.skip(candidate, "too little time left")
                 return None
-            if not self._free_now(candidate, walk):
+            reason = self.held_back(candidate)
+            if reason is not None:
+                if candidate.tier == "free":
+                    walk.free_blocked.append(candidate)
+                walk.skip(candidate, reason)
                 return None
             if candidate.tier != "free" or not self.manager.needs_probe(candidate.lane, candidate.model):
                 break
@@ -133,35 +149,40 @@ class Dispatcher:
             return None
         permit = self.breakers[candidate.lane].acquire(trio.current_time())
         if permit is None:
-            self._release_probe(probe)
+            self.release_probe(probe)
             walk.skip(candidate, "breaker open")
             return None
         return permit, probe
 
-    def _free_now(self, candidate: Candidate, walk: Walk) -> bool:
-        """Ask the FreeTierManager: a backed-off or used-up candidate is skipped, nothing sent."""
+    def held_back(self, candidate: Candidate) -> str | None:
+        """Why the FreeTierManager holds `candidate` back now (backoff, quota, credits), or None."""
         if candidate.tier == "local":
-            return True
+            return None
         now = self.now_wall()
         if candidate.tier == "free":
             verdict = self.manager.classify(candidate.lane, candidate.model, now)
-            if not verdict.free:
-                walk.free_blocked.append(candidate)
-                walk.skip(candidate, verdict.reason)
-                return False
-            return True
+            return None if verdict.free else verdict.reason
         backoff = self.manager.is_in_backoff(candidate.lane, candidate.model, now)
-        if backoff is not None:
-            walk.skip(candidate, f"backoff ({backoff.reason}, {backoff.source})")
-            return False
-        return True
+        return None if backoff is None else f"backoff ({backoff.reason}, {backoff.source})"
 
-    def _release_probe(self, scope: str | None) -> None:
+    def free_now(self, candidate: Candidate) -> bool:
+        if candidate.tier == "free" and not self.free_lane_on or candidate.lane in self.switched_off:
+            return False
+        return self.held_back(candidate) is None and self.breakers[candidate.lane].state(trio.current_time()) != "open"
+
+    def backoff_wait(self, candidate: Candidate) -> float | None:
+        """Seconds until `candidate`'s backoff ends, or None when it is not backed off."""
+        now = self.now_wall()
+        backoff = self.manager.is_in_backoff(candidate.lane, candidate.model, now)
+        return None if backoff is None else backoff.until - now
+
+    def release_probe(self, scope: str | None) -> None:
         if scope is not None and (event := self._probes.pop(scope, None)) is not None:
             event.set()
 
-    def _record_response(self, candidate: Candidate, headers: Mapping[str, str], status: int,
-                         usage: Mapping[str, Any] | None) -> None:
+    # -- after each attempt -------------------------------------------------------------------
+    def record_response(self, candidate: Candidate, headers: Mapping[str, str], status: int,
+                        usage: Mapping[str, Any] | None) -> None:
         now = self.now_wall()
         self.manager.update_from_headers(candidate.lane, candidate.model, headers, status=status, now=now)
         self.manager.record_usage(candidate.lane, candidate.model, now=now, usage=usage)
@@ -175,12 +196,7 @@ class Dispatcher:
             self.manager.record_rate_limit_error(candidate.lane, candidate.model, reason, headers=exc.headers,
                                                  status=exc.status, body=exc.body, now=now)
 
-    def _exhausted(self, walk: Walk) -> Exception:
-        now = self.now_wall()
-        free = [(c.lane, c.model) for c in self.plan(walk.job) if c.tier == "free"]
-        return walk.failed(self.manager.next_free_at(free, now), now)
-
-    def _settle(self, candidate: Candidate, permit: Permit, outcome: Outcome) -> None:
+    def settle(self, candidate: Candidate, permit: Permit, outcome: Outcome) -> None:
         breaker = self.breakers[candidate.lane]
         now = trio.current_time()
         if outcome == "fault":
@@ -190,12 +206,12 @@ class Dispatcher:
         else:
             breaker.release(permit)  # rate limits, credits, our deadline: proves nothing
 
-    def _failed_attempt(self, walk: Walk, candidate: Candidate, permit: Permit, started: float,
-                        exc: UpstreamError) -> None:
+    def failed_attempt(self, walk: Walk, candidate: Candidate, permit: Permit, started: float,
+                       exc: UpstreamError) -> None:
         outcome = exc.outcome
         if isinstance(exc, AttemptTimedOut) and trio.current_time() >= walk.deadline_at:
             outcome = "deadline"
-        self._settle(candidate, permit, outcome)
+        self.settle(candidate, permit, outcome)
         self._record_error(candidate, exc)
         walk.record(candidate, outcome, started, status=exc.status, detail=str(exc))
         if outcome != "deadline":
@@ -209,51 +225,67 @@ class Dispatcher:
                 skips=walk.skips,
             ) from exc
 
-    def _reply(self, walk: Walk, candidate: Candidate, body: Mapping[str, Any], route: Route) -> Reply:
-        usage = body.get("usage") if isinstance(body.get("usage"), Mapping) else None
-        return Reply(
-            body=body,
-            lane=candidate.lane,
-            provider=self.lanes[candidate.lane].provider.name,
-            model=candidate.model,
-            route=route,
-            attempts=tuple(walk.attempts),
-            skips=tuple(walk.skips),
-            cost_usd=cost_usd(candidate, usage),
-            usage=usage,
-        )
+    def seconds_to_next_free(self, walk: Walk) -> float | None:
+        now = self.now_wall()
+        nxt = self.manager.next_free_at([(c.lane, c.model) for c in self.resolve(walk.job) if c.tier == "free"], now)
+        return None if nxt is None else max(0.0, nxt[0] - now)
+
+    def exhausted(self, walk: Walk) -> Exception:
+        now = self.now_wall()
+        free = [(c.lane, c.model) for c in self.resolve(walk.job) if c.tier == "free"]
+        return walk.failed(self.manager.next_free_at(free, now), now)
+
+    def audit(self, walk: Walk, *, outcome: str, candidate: Candidate | None = None, answer: Any = None,
+              usage: Mapping[str, Any] | None = None, cost: float = 0.0) -> None:
+        last = walk.attempts[-1] if walk.attempts else None
+        served = candidate or (None if last is None else next(
+            (c for c in self.candidates() if c.lane == last.lane and c.model == last.model), None))
+        route_name = None if served is None else route_for(
+            served.tier, walk.free_attempts - (served.tier == "free" and bool(walk.attempts)))
+        self.audit_rows.append(audit_row(
+            job=walk.job, at=self.now_wall(), request_class=walk.request_class, outcome=outcome, route=route_name,
+            lane=served.lane if served else None, model=served.model if served else None,
+            attempts=walk.attempts, latency_s=trio.current_time() - walk.started_at, answer=answer, usage=usage,
+            cost_usd=cost, approval=walk.approval or "", log_bodies=self.config.log_bodies))
 
     # -- the doors -------------------------------------------------------------------------
-    async def complete(self, job: Job) -> Reply:
-        """Serve `job` from the first candidate that answers inside its deadline.
+    def _walk(self, job: Job) -> Walk:
+        return Walk(job, job.resolve_deadline(trio.current_time(), self.config.default_deadline_s))
 
-        Raises `DeadlineExceeded`, `NoLaneAvailable`, `UpstreamRejected` or `UnknownModel`.
+    async def complete(self, job: Job) -> Reply:
+        """Serve `job` by the free-first policy, inside its deadline.
+
+        Raises `DeadlineExceeded`, `FreeTierExhausted`, `NoLaneAvailable`, `UpstreamRejected`,
+        `PaidBudgetExhausted`, `FallbackNeedsApproval`, `FallbackDenied`, `GovernorExhausted` or
+        `UnknownModel` — every one a `JobFailed` carrying the attempts made.
         """
-        walk = Walk(job, job.resolve_deadline(trio.current_time(), self.config.default_deadline_s))
-        for candidate in self.plan(job):
-            admitted = await self._admit(candidate, walk)
-            if admitted is None:
-                continue
-            permit, probe = admitted
-            lane = self.lanes[candidate.lane]
-            started = trio.current_time()
-            try:
-                with trio.move_on_at(min(walk.deadline_at, started + lane.config.attempt_timeout_s)):
-                    try:
-                        response = await lane.complete(job, candidate.model)
-                    except UpstreamError as exc:
-                        self._failed_attempt(walk, candidate, permit, started, exc)
-                        continue
-                    self._settle(candidate, permit, "ok")
-                    route = route_for(candidate.tier, walk.free_attempts)  # before this attempt counts
-                    walk.record(candidate, "ok", started, status=response.status)
-                    reply = self._reply(walk, candidate, response.body, route)
-                    self._record_response(candidate, response.headers, response.status, reply.usage)
-                    return reply
-                self._failed_attempt(walk, candidate, permit, started, _timed_out(lane))
-            finally:
-                self._release_probe(probe)
-        raise self._exhausted(walk)
+
+        async def attempt(t: route.Try, walk: Walk) -> Reply:
+            c, lane = t.candidate, self.lanes[t.candidate.lane]
+            with trio.move_on_at(min(walk.deadline_at, t.started + lane.config.attempt_timeout_s)):
+                response = await lane.complete(t.job, c.model)
+                self.settle(c, t.permit, "ok")
+                path = route_for(c.tier, walk.free_attempts)  # before this attempt counts
+                walk.record(c, "ok", t.started, status=response.status)
+                usage = response.body.get("usage") if isinstance(response.body.get("usage"), Mapping) else None
+                cost = cost_usd(c, usage)
+                t.settle_paid(cost if usage else None)
+                self.record_response(c, response.headers, response.status, usage)
+                return Reply(body=response.body, lane=c.lane, provider=lane.provider.name, model=c.model,
+                             route=path, attempts=tuple(walk.attempts), skips=tuple(walk.skips), cost_usd=cost,
+                             usage=usage)
+            raise _timed_out(lane)
+
+        walk = self._walk(job)
+        try:
+            reply = await route.run(self, walk, attempt)
+        except JobFailed as exc:
+            self.audit(walk, outcome=exc.code)
+            raise
+        candidate = next(c for c in self.candidates() if c.lane == reply.lane and c.model == reply.model)
+        self.audit(walk, outcome="ok", candidate=candidate, answer=reply.body.get("choices"), usage=reply.usage,
+                   cost=reply.cost_usd)
+        return reply
 
     @asynccontextmanager
     async def open_stream(self, job: Job) -> AsyncIterator[ReplyStream]:
@@ -261,49 +293,44 @@ class Dispatcher:
 
         Raises what `complete` raises before the first chunk; `StreamInterrupted` while iterating.
         """
-        walk = Walk(job, job.resolve_deadline(trio.current_time(), self.config.default_deadline_s))
-        for candidate in self.plan(job):
-            admitted = await self._admit(candidate, walk)
-            if admitted is None:
-                continue
-            permit, probe = admitted
-            lane = self.lanes[candidate.lane]
-            started = trio.current_time()
-            async with AsyncExitStack() as stack:
-                stack.callback(self._release_probe, probe)
-                stream = None
-                with trio.move_on_at(min(walk.deadline_at, started + lane.config.first_token_s)):
-                    try:
-                        reader = await stack.enter_async_context(lane.open_stream(job, candidate.model))
+        async with AsyncExitStack() as outer:
+
+            async def attempt(t: route.Try, walk: Walk) -> ReplyStream:
+                c, lane = t.candidate, self.lanes[t.candidate.lane]
+                async with AsyncExitStack() as stack:
+                    with trio.move_on_at(min(walk.deadline_at, t.started + lane.config.first_token_s)):
+                        reader = await stack.enter_async_context(lane.open_stream(t.job, c.model))
                         buffered = await first_chunks(reader)
-                    except UpstreamError as exc:
-                        self._failed_attempt(walk, candidate, permit, started, exc)
-                        continue
-                    self._record_response(candidate, reader.headers, 200, None)
-                    self._release_probe(probe)
-                    stream = ReplyStream(
-                        reader=reader,
-                        buffered=buffered,
-                        candidate=candidate,
-                        provider=lane.provider.name,
-                        route=route_for(candidate.tier, walk.free_attempts),
-                        walk=walk,
-                        started_at=started,
-                        idle_s=lane.config.idle_s,
-                        settle=lambda outcome, c=candidate, p=permit: self._settle(c, p, outcome),
-                    )
-                if stream is None:
-                    self._failed_attempt(walk, candidate, permit, started, _timed_out(lane, first=True))
-                    continue
-                try:
-                    yield stream
-                finally:
-                    stream.close()
-                    if stream.usage:
-                        self.manager.record_usage(candidate.lane, candidate.model, now=self.now_wall(),
-                                                  requests=0, usage=stream.usage)
-                return
-        raise self._exhausted(walk)
+                        self.record_response(c, reader.headers, 200, None)
+
+                        def finish(outcome: Outcome) -> None:
+                            self.settle(c, t.permit, outcome)
+                            t.settle_paid(cost_usd(c, reader.usage) if reader.usage else None)
+
+                        stream = ReplyStream(reader=reader, buffered=buffered, candidate=c,
+                                             provider=lane.provider.name,
+                                             route=route_for(c.tier, walk.free_attempts), walk=walk,
+                                             started_at=t.started, idle_s=lane.config.idle_s, settle=finish)
+                        outer.push_async_exit(stack.pop_all())
+                        return stream
+                raise _timed_out(lane, first=True)
+
+            walk = self._walk(job)
+            try:
+                stream = await route.run(self, walk, attempt)
+            except JobFailed as exc:
+                self.audit(walk, outcome=exc.code)
+                raise
+            try:
+                yield stream
+            finally:
+                stream.close()
+                if stream.usage:
+                    self.manager.record_usage(stream.lane, stream.model, now=self.now_wall(), requests=0,
+                                              usage=stream.usage)
+                outcome = stream.attempts[-1].outcome if stream.attempts else "abandoned"
+                self.audit(walk, outcome=outcome, candidate=stream.candidate, answer=stream.delivered_text,
+                           usage=stream.usage, cost=stream.cost_usd)
 
 
 def _timed_out(lane: OpenAICompatibleLane, *, first: bool = False) -> AttemptTimedOut:
@@ -331,8 +358,8 @@ async def open_dispatcher(
         async with open_upstream() as upstream, trio.open_nursery() as nursery:
             manager = FreeTierManager()
             dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env,
-                                    manager=manager, wall_offset=wall_offset)
-            sharing = Sharing(manager, store)
+                                    store=store, manager=manager, wall_offset=wall_offset)
+            sharing = Sharing(manager, store, audit=dispatcher.audit_rows)
             await sharing.load(dispatcher.now_wall())
             nursery.start_soon(sharing.run, dispatcher.now_wall)
             for lane in dispatcher.lanes.values():

@@ -8,6 +8,10 @@ LanesError
 │   ├── NoLaneAvailable          every candidate was skipped or failed retryably   (HTTP 503)
 │   │   └── FreeTierExhausted    free capacity is backed off or used up: .retry_after_s, .next_eligible (429)
 │   ├── UnknownModel             the job names no model, alias or lane/model known (HTTP 404)
+│   ├── PaidBudgetExhausted      a paid attempt would cross today's paid ceiling (HTTP 429)
+│   ├── FallbackNeedsApproval    paid fallback awaits a decision: .approval_id, .retry_after_s (429)
+│   ├── FallbackDenied           the paid fallback was denied for this client (HTTP 403)
+│   └── GovernorExhausted        the global attempt governor is spent: .retry_after_s (HTTP 429)
 │   ├── UpstreamRejected         a final upstream error (400/401/403/413/422)     (HTTP as given)
 │   └── StreamInterrupted        a stream failed after chunks reached the caller
 └── UpstreamError                one attempt failed; raised by the upstream client, handled by the
@@ -81,6 +85,39 @@ class FreeTierExhausted(NoLaneAvailable):
         super().__init__(message, **kw)
         self.retry_after_s = retry_after_s
         self.next_eligible = next_eligible
+
+
+class PaidBudgetExhausted(JobFailed):
+    status = 429
+    code = "paid_budget_exhausted"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after_s = retry_after_s
+
+
+class FallbackNeedsApproval(JobFailed):
+    status = 429
+    code = "approval_required"
+
+    def __init__(self, message: str, *, approval_id: str, retry_after_s: float, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.approval_id = approval_id
+        self.retry_after_s = retry_after_s
+
+
+class FallbackDenied(JobFailed):
+    status = 403
+    code = "fallback_denied"
+
+
+class GovernorExhausted(JobFailed):
+    status = 429
+    code = "attempt_governor"
+
+    def __init__(self, message: str, *, retry_after_s: float, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after_s = retry_after_s
 
 
 class UnknownModel(JobFailed):

@@ -107,6 +107,10 @@ class Candidate:
     context: int | None = None
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
+    zdr: bool = False
+    tools: bool | None = None
+    vision: bool | None = None
+    json_mode: bool | None = None
 
     @property
     def key(self) -> str:

@@ -77,6 +77,10 @@ class OpenAICompatibleLane:
             context=model.context,
             input_usd_per_mtok=model.input_usd_per_mtok,
             output_usd_per_mtok=model.output_usd_per_mtok,
+            zdr=model.zdr,
+            tools=model.tools,
+            vision=model.vision,
+            json_mode=model.json_mode,
         )
 
     @property

@@ -20,9 +20,10 @@ log = logging.getLogger("lanes")
 
 
 class Sharing:
-    def __init__(self, manager: FreeTierManager, store: Store) -> None:
+    def __init__(self, manager: FreeTierManager, store: Store, *, audit: list | None = None) -> None:
         self.manager = manager
         self.store = store
+        self.audit = audit if audit is not None else []  # rows appended by the dispatcher, flushed here
         self._failing = False
 
     async def load(self, now: float) -> None:
@@ -39,8 +40,10 @@ class Sharing:
 
     async def sync(self, now: float) -> None:
         usage, spend, backoffs, snapshots = self.manager.take_pending()
+        audit, self.audit[:] = list(self.audit), []
 
         def work():
+            self.store.add_audit(audit)
             self.store.add_usage(usage, spend)
             self.store.put_backoffs(backoffs)
             self.store.put_snapshots(snapshots)
@@ -53,6 +56,7 @@ class Sharing:
             for key, usd in spend.items():
                 self.manager.pending_spend[key] = self.manager.pending_spend.get(key, 0.0) + usd
             self.manager.changed_backoffs = {**backoffs, **self.manager.changed_backoffs}
+            self.audit[:0] = audit
             if not self._failing:
                 log.warning("state store: write failed (%s); counting in memory until it recovers", exc)
             self._failing = True

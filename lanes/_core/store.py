@@ -34,6 +34,13 @@ class Store(Protocol):
     def backoffs(self, now: float) -> list[tuple[str, Backoff]]: ...
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None: ...
     def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]: ...
+    def reserve_paid(self, *, day: int, amount: float, ceiling: float, lane: str, model: str, job: str,
+                     cohort: str | None) -> str | None: ...
+    def settle_paid(self, reservation: str, cost: float) -> None: ...
+    def paid_spent(self, day: int) -> float: ...
+    def put_grant(self, client: str, until: float) -> None: ...
+    def grant_until(self, client: str) -> float | None: ...
+    def add_audit(self, rows: list[dict[str, Any]]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -56,6 +63,17 @@ class SQLiteStore:
         self.db["backoff"].create({"scope": str, "until": float, "step": int, "reason": str, "source": str},
                                   pk="scope", if_not_exists=True)
         self.db["snapshot"].create({"scope": str, "at": float, "data": str}, pk="scope", if_not_exists=True)
+        self.db["paid_ledger"].create(
+            {"id": str, "day": int, "reserved": float, "settled": float, "lane": str, "model": str, "job": str,
+             "cohort": str}, pk="id", if_not_exists=True)
+        self.db["paid_ledger"].create_index(["day"], if_not_exists=True)
+        self.db["grant"].create({"client": str, "until": float}, pk="client", if_not_exists=True)
+        self.db["audit"].create(
+            {"job": str, "at": float, "client": str, "cohort": str, "class": str, "route": str, "outcome": str,
+             "lane": str, "model": str, "request_sha256": str, "request_bytes": int, "answer_sha256": str,
+             "answer_bytes": int, "attempts": int, "attempt_log": str, "latency_s": float, "tokens": int,
+             "cost_usd": float, "approval": str, "explored": int, "body": str}, pk="job", if_not_exists=True)
+        self.db["audit"].create_index(["at"], if_not_exists=True)
 
     def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None:
         with self._lock, self._conn:
@@ -113,6 +131,59 @@ class SQLiteStore:
             except (ValueError, TypeError, KeyError):
                 continue  # a row we can not read is skipped, never fatal
         return out
+
+    def reserve_paid(self, *, day: int, amount: float, ceiling: float, lane: str, model: str, job: str,
+                     cohort: str | None) -> str | None:
+        """Reserve `amount` USD of today's paid budget, atomically across processes; None if it would
+        cross `ceiling`. Unsettled reservations count in full, so a crash never under-counts."""
+        reservation = f"{job}:{lane}/{model}:{amount!r}"
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                (spent,) = self._conn.execute(
+                    "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?",
+                    (day,)).fetchone()
+                if spent + amount > ceiling + 1e-12:
+                    self._conn.execute("ROLLBACK")
+                    return None
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO paid_ledger (id, day, reserved, settled, lane, model, job, cohort) "
+                    "VALUES (?, ?, ?, NULL, ?, ?, ?, ?)", (reservation, day, amount, lane, model, job, cohort))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        return reservation
+
+    def settle_paid(self, reservation: str, cost: float) -> None:
+        """Replace a reservation by what the attempt really cost, as reported by its usage."""
+        with self._lock, self._conn:
+            self._conn.execute("UPDATE paid_ledger SET settled = ? WHERE id = ?", (cost, reservation))
+
+    def paid_spent(self, day: int) -> float:
+        with self._lock:
+            (spent,) = self._conn.execute(
+                "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?", (day,)).fetchone()
+        return spent
+
+    def put_grant(self, client: str, until: float) -> None:
+        with self._lock, self._conn:
+            self._conn.execute("INSERT OR REPLACE INTO \"grant\" (client, until) VALUES (?, ?)", (client, until))
+
+    def grant_until(self, client: str) -> float | None:
+        with self._lock:
+            row = self._conn.execute("SELECT until FROM \"grant\" WHERE client = ?", (client,)).fetchone()
+        return row[0] if row else None
+
+    def add_audit(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            with self._lock:
+                self.db["audit"].insert_all(rows, replace=True)
+
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
 
     def close(self) -> None:
         with self._lock:

@@ -6,7 +6,7 @@ from typing import Any
 
 import trio
 
-from lanes._core.errors import DeadlineExceeded, FreeTierExhausted, NoLaneAvailable
+from lanes._core.errors import DeadlineExceeded, FreeTierExhausted, NoLaneAvailable, PaidBudgetExhausted
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Skip
 
 
@@ -20,10 +20,19 @@ class Walk:
         self.skips: list[Skip] = []
         self.short_of_time = False
         self.free_blocked: list[Candidate] = []  # free candidates the manager held back
+        self.request_class = "general"
+        self.approval: str | None = None  # how paid fallback was consented to: allow, once, granted
+        self.budget_refusal: Exception | None = None  # the paid ceiling refused an attempt
+        self.last_error: Exception | None = None
+        self.started_at = trio.current_time()
 
     @property
     def free_attempts(self) -> int:
         return sum(1 for a in self.attempts if a.tier == "free")
+
+    @property
+    def paid_attempts(self) -> int:
+        return sum(1 for a in self.attempts if a.tier == "paid")
 
     def skip(self, candidate: Candidate, reason: str) -> None:
         self.skips.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason))
@@ -46,6 +55,9 @@ class Walk:
         ran_out = trio.current_time() >= self.deadline_at or self.short_of_time
         if ran_out or any(a.outcome == "deadline" for a in self.attempts):
             return DeadlineExceeded("the job's deadline passed before any lane answered", **kw)
+        if self.budget_refusal is not None:
+            refusal = self.budget_refusal
+            return PaidBudgetExhausted(str(refusal), retry_after_s=getattr(refusal, "retry_after_s", None), **kw)
         if self.free_blocked or any(a.outcome in ("rate_limited", "credit_exhausted") for a in self.attempts):
             retry = max(0.0, next_free[0] - now_wall) if next_free else None
             when = f"; {next_free[1]} reopens in {retry:.1f}s" if next_free else ""

@@ -1,0 +1,72 @@
+"""Governors: global attempt caps per minute and per day, and the hard daily paid ceiling.
+
+Every upstream attempt counts — primary, retry and paid — so a retry is never "free load". The
+attempt counts live in the FreeTierManager's counters (scope `governor`), shared with the other
+processes on the host through the store. The paid ceiling is a ledger in the store: reserve the
+worst case before a paid attempt (one atomic transaction, across processes), settle to the real
+cost after. A store that can not record the reservation fails closed: no paid attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+
+from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
+from lanes._core.job import Candidate, Job
+from lanes._core.policy import PolicyConfig, worst_case_cost
+from lanes._core.store import Store
+from lanes.freetier.manager import FreeTierManager
+from lanes.freetier.windows import window_end, window_id
+
+log = logging.getLogger("lanes")
+SCOPE = "governor"
+
+
+class Governors:
+    def __init__(self, policy: PolicyConfig, manager: FreeTierManager, store: Store,
+                 now_wall: Callable[[], float]) -> None:
+        self.policy = policy
+        self._manager = manager
+        self._store = store
+        self._now = now_wall
+
+    def take_attempt(self) -> None:
+        """Count one upstream attempt, or raise `GovernorExhausted` when a cap is reached."""
+        now = self._now()
+        for cap, window in ((self.policy.attempts_per_minute, "minute"), (self.policy.attempts_per_day, "day")):
+            if cap and self._manager.usage.used(SCOPE, "requests", window, now) >= cap:
+                wait = window_end(window, now) - now
+                raise GovernorExhausted(f"attempt governor: {cap} attempts per {window} used; next in {wait:.0f}s",
+                                        retry_after_s=wait)
+        self._manager.pending_usage += self._manager.usage.add(SCOPE, now, requests=1)
+
+    def reserve(self, candidate: Candidate, job: Job) -> tuple[str, float]:
+        """Reserve a paid attempt's worst case under today's ceiling: (reservation id, amount)."""
+        amount = worst_case_cost(candidate, job, self.policy.paid_max_tokens)
+        if amount is None:
+            raise PaidBudgetExhausted(f"{candidate.key} has no known price, so it can not be held to the ceiling")
+        now = self._now()
+        try:
+            reservation = self._store.reserve_paid(
+                day=window_id("day", now), amount=amount, ceiling=self.policy.paid_ceiling_usd_per_day,
+                lane=candidate.lane, model=candidate.model, job=job.id, cohort=job.cohort)
+        except sqlite3.Error as exc:
+            log.warning("paid ledger: can not record a reservation (%s); paid fallback closed", exc)
+            raise PaidBudgetExhausted("the paid ledger can not be written; paid fallback is closed") from exc
+        if reservation is None:
+            wait = window_end("day", now) - now
+            raise PaidBudgetExhausted(
+                f"paid ceiling ${self.policy.paid_ceiling_usd_per_day:.2f}/day would be crossed by ${amount:.6f}",
+                retry_after_s=wait)
+        return reservation, amount
+
+    def settle(self, reservation: str, cost: float) -> None:
+        try:
+            self._store.settle_paid(reservation, cost)
+        except sqlite3.Error as exc:  # the reservation stays counted in full: never an under-count
+            log.warning("paid ledger: can not settle a reservation (%s); it stays counted in full", exc)
+
+    def spent_today(self) -> float:
+        return self._store.paid_spent(window_id("day", self._now()))

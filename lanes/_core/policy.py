@@ -1,0 +1,189 @@
+"""The free-first policy as pure functions: what a job needs, the order to try, when to retry. Pure.
+
+The plan for a job: owned (local) candidates first, then borrowed-free ones (those the request
+class prefers first), then paid — after removing, with a recorded reason, every candidate that can
+not serve this request: missing capabilities (tools, images, JSON mode), too small a context, or
+a privacy need it does not meet. What changes from moment to moment (kill switch, breaker,
+backoff, quota) is checked by the dispatcher just before each attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from lanes._core.job import Candidate, Job, Skip
+
+FallbackMode = Literal["off", "ask", "allow"]
+
+
+def _at_least(minimum: float):
+    def check(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
+        if value is not None and value < minimum:
+            raise ValueError(f"{attribute.name}: must be >= {minimum:g} (got {value:g})")
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class PolicyConfig:
+    """`[policy]` in config. Durations in seconds, money in USD."""
+
+    free_tier_fallback: FallbackMode = "off"  # when free capacity is gone: fail, ask, or pay
+    free_tier_only: bool = False  # never use a paid candidate, even one asked for by name
+    free_attempts: int = attrs.field(default=2, validator=_at_least(0))  # primary + one free retry
+    paid_attempts: int = attrs.field(default=1, validator=_at_least(0))
+    max_attempts: int = attrs.field(default=4, validator=_at_least(1))  # per job, retries included
+    max_wait_s: float = attrs.field(default=5.0, validator=_at_least(0))  # wait out a 429 this short
+    retry_pause_s: float = attrs.field(default=0.25, validator=_at_least(0))  # before retrying a blip
+    classes: dict[str, list[str]] = attrs.field(factory=dict)  # request class → preferred "lane/model"
+    long_context_tokens: int = attrs.field(default=32_000, validator=_at_least(1))
+    attempts_per_minute: int | None = attrs.field(default=None, validator=_at_least(1))
+    attempts_per_day: int | None = attrs.field(default=None, validator=_at_least(1))
+    paid_ceiling_usd_per_day: float = attrs.field(default=1.0, validator=_at_least(0))
+    paid_max_tokens: int = attrs.field(default=4096, validator=_at_least(1))  # sent when a paid job sets none
+    approval_wait_s: float | None = attrs.field(default=None, validator=_at_least(0))  # None: until the deadline
+    approval_default_s: float = attrs.field(default=3600.0, validator=_at_least(0))
+    privacy: Literal["any", "zdr", "local"] = "any"  # the default for jobs that say nothing
+
+
+@attrs.frozen(kw_only=True)
+class Needs:
+    """What a request requires of a model."""
+
+    tools: bool = False
+    images: bool = False
+    json_mode: bool = False
+    tokens: int = 0  # estimated input tokens plus requested output
+
+
+def input_bytes(job: Job) -> int:
+    raw = json.dumps([list(job.messages), job.params.get("tools")], ensure_ascii=False, default=str)
+    return len(raw.encode())
+
+
+def estimate_tokens(job: Job) -> int:
+    """A typical estimate of input tokens: 1 per 4 bytes of the messages and tools."""
+    return input_bytes(job) // 4 + 1
+
+
+def max_output_tokens(params: Mapping[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = params.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def needs_of(job: Job) -> Needs:
+    images = any(
+        isinstance(part, Mapping) and part.get("type") in ("image_url", "input_image")
+        for message in job.messages
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+    )
+    response_format = job.params.get("response_format")
+    json_mode = isinstance(response_format, Mapping) and response_format.get("type") in ("json_object", "json_schema")
+    return Needs(tools=bool(job.params.get("tools")), images=images, json_mode=json_mode,
+                 tokens=estimate_tokens(job) + (max_output_tokens(job.params) or 0))
+
+
+def request_class(job: Job, long_context_tokens: int) -> str:
+    """The job's class: as given, else tools → agentic, code fences → coding, long → long_context."""
+    if job.request_class:
+        return job.request_class
+    if job.params.get("tools"):
+        return "agentic"
+    text = " ".join(m.get("content") for m in job.messages if isinstance(m.get("content"), str))
+    if "```" in text:
+        return "coding"
+    if estimate_tokens(job) >= long_context_tokens:
+        return "long_context"
+    return "general"
+
+
+def unfit(candidate: Candidate, needs: Needs, privacy: str) -> str | None:
+    """Why `candidate` can not serve a request with `needs` and `privacy`, or None when it can."""
+    if privacy == "local" and candidate.tier != "local":
+        return "privacy: local only"
+    if privacy == "zdr" and candidate.tier != "local" and not candidate.zdr:
+        return "privacy: not zero-data-retention"
+    if needs.tools and candidate.tools is False:
+        return "no tool calling"
+    if needs.images and candidate.vision is False:
+        return "no vision"
+    if needs.json_mode and candidate.json_mode is False:
+        return "no JSON mode"
+    if candidate.context is not None and needs.tokens > candidate.context:
+        return f"context {candidate.context} < ~{needs.tokens} tokens needed"
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    candidates: tuple[Candidate, ...]
+    removed: tuple[Skip, ...]
+    request_class: str
+    privacy: str
+
+
+def make_plan(job: Job, candidates: Sequence[Candidate], policy: PolicyConfig, *, keep_order: bool = False) -> Plan:
+    """Order and filter the candidates for `job`: local, free (class-preferred first), paid.
+
+    `keep_order` keeps the given order (an alias's own list) and only filters.
+    """
+    needs = needs_of(job)
+    privacy = job.privacy if job.privacy != "any" else policy.privacy
+    klass = request_class(job, policy.long_context_tokens)
+    preferred = policy.classes.get(klass, [])
+    rank = {key: i for i, key in enumerate(preferred)}
+    kept, removed = [], []
+    for candidate in candidates:
+        reason = unfit(candidate, needs, privacy)
+        if reason is None and candidate.tier == "paid" and policy.free_tier_only:
+            reason = "free_tier_only"
+        if reason is None:
+            kept.append(candidate)
+        else:
+            removed.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason))
+    tiers = {"local": 0, "free": 1, "paid": 2}
+    if keep_order:
+        order = list(range(len(kept)))
+    else:
+        order = sorted(range(len(kept)), key=lambda i: (tiers[kept[i].tier], rank.get(kept[i].key, len(rank)), i))
+    return Plan(candidates=tuple(kept[i] for i in order), removed=tuple(removed), request_class=klass,
+                privacy=privacy)
+
+
+def worst_case_cost(candidate: Candidate, job: Job, default_max_tokens: int) -> float | None:
+    """The most a paid attempt can cost (USD), or None when its prices are unknown.
+
+    Input is bounded by one token per byte (no tokenizer makes more tokens than bytes), output by
+    the request's max tokens — which the dispatcher sets to `default_max_tokens` when absent.
+    """
+    if candidate.input_usd_per_mtok is None or candidate.output_usd_per_mtok is None:
+        return None
+    output = max_output_tokens(job.params) or default_max_tokens
+    return (input_bytes(job) * candidate.input_usd_per_mtok + output * candidate.output_usd_per_mtok) / 1e6
+
+
+RetryChoice = Literal["same", "next"]
+
+
+def after_failure(outcome: str, *, retried: bool, wait_s: float | None, time_left_s: float, max_wait_s: float,
+                  alternatives_free: bool) -> tuple[RetryChoice, float]:
+    """What to do after a failed attempt: retry the same candidate after a pause, or move on.
+
+    A transient fault is retried once on the same candidate; a 429 whose wait is short is waited
+    out only when the other options would cost money or there are none; nothing else is retried.
+    """
+    if retried:
+        return "next", 0.0
+    if outcome == "fault" and time_left_s > 1.0:
+        return "same", 0.0
+    if (outcome == "rate_limited" and wait_s is not None and wait_s <= max_wait_s
+            and wait_s < time_left_s - 0.5 and not alternatives_free):
+        return "same", wait_s
+    return "next", 0.0
