@@ -31,6 +31,7 @@ async def main() -> None:
         free.script("llama-3.1-8b-instant", answer(), answer(), answer(), rate_limited(retry_after=30))
         config = lanes.load_config({
             "default_deadline_s": 8,
+            "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.05},
             "lanes": [
                 {"name": "local", "module": "ollama", "base_url": local.base_url,
                  "models": [{"id": "llama3.2:3b"}]},
