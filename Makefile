@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test clean
+.PHONY: install run demo test browser clean
 
 install: $(STAMP)
 
@@ -13,12 +13,23 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
-# The demo: the dispatcher over fake providers on loopback (no keys, no network).
+# The sidecar on simulated providers (no keys, no network): http://127.0.0.1:4098
 run: install
+	$(PY) -m lanes serve --simulate
+
+# The library demo: the dispatcher over fake providers, one line per job.
+demo: install
 	$(PY) -m drills.demo
 
+# The page test drives Debian's Chromium; install it when we can (root with apt), else that one
+# test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && \
+	   apt-get install -y -q chromium >/dev/null 2>&1)) || echo "chromium not installed: the browser test will skip"; }
+
 # pytest's exit code 5 means "no tests collected"; anything else non-zero is a failure.
-test: install
+test: install browser
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 clean:

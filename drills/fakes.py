@@ -43,12 +43,22 @@ class Behaviour:
     text: str = ANSWER
     reported_model: str | None = None
     clean: bool = False  # stream_cut: end the body properly (but with no finish reason)
+    limit: int = 0  # quota: requests allowed per window
+    window_s: float = 60.0
+    style: str = "openai"  # quota: how limits are reported — openai, openrouter, gemini (body only)
 
 
 def answer(*, delay_s: float = 0.0, chunk_delay_s: float = 0.0, headers: Mapping[str, str] | None = None,
            text: str = ANSWER, reported_model: str | None = None) -> Behaviour:
     return Behaviour(kind="answer", delay_s=delay_s, chunk_delay_s=chunk_delay_s, headers=headers or {},
                      text=text, reported_model=reported_model)
+
+
+def quota(limit: int, *, window_s: float = 60.0, style: str = "openai", delay_s: float = 0.0) -> Behaviour:
+    """Answer until `limit` requests in the current window, then 429 — reported the way `style`
+    providers do: `openai` (x-ratelimit-*-requests, Go durations), `openrouter` (X-RateLimit-*, reset
+    in epoch ms) or `gemini` (no headers; RetryInfo and QuotaFailure in the 429 body)."""
+    return Behaviour(kind="quota", limit=limit, window_s=window_s, style=style, delay_s=delay_s)
 
 
 def hang() -> Behaviour:
@@ -127,6 +137,9 @@ class FakeProvider:
         self._default = answer()
         self._listen_scope: trio.CancelScope | None = None
         self._connections: set[trio.CancelScope] = set()
+        self._windows: dict[str, tuple[int, int]] = {}  # model → (window index, requests in it)
+        self.wall_offset = 0.0  # wall-clock epoch = trio clock + this (for epoch-style resets)
+        self.prefill = True  # continue a trailing assistant message (False: refuse it with a 400)
 
     @property
     def base_url(self) -> str:
@@ -137,6 +150,10 @@ class FakeProvider:
         self._scripts[model] = list(behaviours) or [self._default]
         if model not in self.models:
             self.models.append(model)
+
+    def open_connections(self) -> int:
+        """Connections a client holds open to this fake right now."""
+        return len(self._connections)
 
     def requests(self, model: str | None = None) -> list[Logged]:
         return [r for r in self.log if model is None or r.model == model]
@@ -224,6 +241,9 @@ class FakeProvider:
         if behaviour.delay_s:
             await trio.sleep(behaviour.delay_s)
         kind = behaviour.kind
+        if kind == "quota":
+            behaviour = self._quota(model, behaviour)
+            kind = behaviour.kind
         if kind == "hang":
             await trio.sleep_forever()
         if kind == "reset":
@@ -233,9 +253,57 @@ class FakeProvider:
             await _send_json(conn, stream, behaviour.status, behaviour.body, behaviour.headers)
             return True
         reported = behaviour.reported_model or model
+        messages = request.get("messages") or [{}]
+        if kind in ("answer", "malformed", "no_done") and isinstance(messages[-1], dict) \
+                and messages[-1].get("role") == "assistant":
+            prefix = str(messages[-1].get("content") or "")
+            if not self.prefill:
+                await _send_json(conn, stream, 400, {"error": {
+                    "message": "assistant message prefill is not supported", "code": "invalid_request"}}, {})
+                return True
+            rest = behaviour.text[len(prefix):] if behaviour.text.startswith(prefix) else behaviour.text
+            behaviour = attrs.evolve(behaviour, text=rest)
         if not streamed:
             return await _send_completion(conn, stream, behaviour, reported, request)
         return await _send_stream(conn, stream, behaviour, reported, request)
+
+
+    def _quota(self, model: str, b: Behaviour) -> Behaviour:
+        now = trio.current_time()
+        index = int(now // b.window_s)
+        seen_index, used = self._windows.get(model, (index, 0))
+        used = used if seen_index == index else 0
+        reset_s = (index + 1) * b.window_s - now
+        if used >= b.limit:
+            return _quota_exceeded(b, reset_s, self.wall_offset + now)
+        used += 1
+        self._windows[model] = (index, used)
+        remaining = b.limit - used
+        if b.style == "openai":
+            headers = {"x-ratelimit-limit-requests": str(b.limit), "x-ratelimit-remaining-requests": str(remaining),
+                       "x-ratelimit-reset-requests": f"{reset_s:.3f}s"}
+        elif b.style == "openrouter":
+            headers = {"X-RateLimit-Limit": str(b.limit), "X-RateLimit-Remaining": str(remaining),
+                       "X-RateLimit-Reset": str(int((self.wall_offset + now + reset_s) * 1000))}
+        else:
+            headers = {}
+        return answer(headers=headers)
+
+
+def _quota_exceeded(b: Behaviour, reset_s: float, now_wall: float) -> Behaviour:
+    if b.style == "gemini":
+        body = [{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "You exceeded your current quota.",
+                           "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                               {"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},
+                               {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{int(reset_s) + 1}s"}]}}]
+        return status(429, body)
+    if b.style == "openrouter":
+        return status(429, {"error": {"message": "Rate limit exceeded: free-models-per-min", "code": 429}},
+                      {"X-RateLimit-Limit": str(b.limit), "X-RateLimit-Remaining": "0",
+                       "X-RateLimit-Reset": str(int((now_wall + reset_s) * 1000))})
+    return rate_limited(retry_after=round(reset_s + 0.5), headers={
+        "x-ratelimit-limit-requests": str(b.limit), "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": f"{reset_s:.3f}s"})
 
 
 async def _receive_request(conn: h11.Connection, stream: trio.SocketStream) -> tuple[h11.Request, bytes] | None:

@@ -13,7 +13,7 @@ import pytest
 
 import lanes
 from lanes._core.breaker import BreakerPolicy
-from lanes._core.config import Config, LaneConfig, ModelConfig
+from lanes._core.config import Config, LaneConfig, ModelConfig, ServerConfig
 from lanes._core.policy import PolicyConfig
 from lanes.freetier import kinds
 
@@ -120,7 +120,7 @@ def test_public_api_is_sorted_and_complete():
 
 
 def config_keys() -> set[str]:
-    classes = [Config, LaneConfig, ModelConfig, BreakerPolicy, PolicyConfig, *kinds.KINDS.values(),
+    classes = [Config, LaneConfig, ModelConfig, BreakerPolicy, PolicyConfig, ServerConfig, *kinds.KINDS.values(),
                kinds.CustomEndpoint]
     return {field.name for cls in classes for field in attrs.fields(cls)}
 
@@ -130,3 +130,13 @@ def test_readme_documents_every_config_key():
     readme = (ROOT / "README.md").read_text()
     missing = sorted(k for k in config_keys() if f"`{k}`" not in readme)
     assert missing == []
+
+
+def test_readme_documents_every_cli_command():
+    """Each `lanes` subcommand appears in the README."""
+    from lanes._cli import _parser
+
+    parser = _parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    readme = (ROOT / "README.md").read_text()
+    assert sorted(c for c in commands if f"lanes {c}" not in readme) == []

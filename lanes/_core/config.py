@@ -69,6 +69,7 @@ class ModelConfig:
     tools: bool | None = None  # capabilities; None = not known (not filtered on)
     vision: bool | None = None
     json_mode: bool | None = None
+    prefill: bool | None = None  # continues a trailing assistant message; None = the lane module's default
 
 
 @attrs.frozen(kw_only=True)
@@ -97,6 +98,18 @@ class LaneConfig:
 
 
 @attrs.frozen(kw_only=True)
+class ServerConfig:
+    """`[server]`: the sidecar's HTTP side."""
+
+    host: str = "127.0.0.1"
+    port: int = attrs.field(default=4098, validator=_non_negative)
+    max_body_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_positive)
+    keepalive_s: float = attrs.field(default=5.0, validator=_positive)  # SSE comment while a stream waits
+    clients: dict[str, str] = attrs.field(factory=dict)  # client name → env variable holding its key
+    shutdown_grace_s: float = attrs.field(default=30.0, validator=_non_negative)
+
+
+@attrs.frozen(kw_only=True)
 class Config:
     """The whole file. `lanes` are tried in the order written."""
 
@@ -107,6 +120,7 @@ class Config:
     log_bodies: bool = False
     state: str = ":memory:"  # the SQLite file shared by every process on this host
     policy: PolicyConfig = attrs.field(factory=PolicyConfig)
+    server: ServerConfig = attrs.field(factory=ServerConfig)
 
     @lanes.validator
     def _unique(self, attribute: attrs.Attribute, value: list[LaneConfig]) -> None:

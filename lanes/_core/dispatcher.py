@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -61,6 +62,7 @@ class Dispatcher:
         self.governors = Governors(self.policy, self.manager, self.store, self.now_wall)
         self.approvals = Approvals(self.store, self.now_wall)
         self.audit_rows: list[dict[str, Any]] = []  # flushed to the store with the other shared state
+        self.recent: deque[dict[str, Any]] = deque(maxlen=50)  # the last jobs, for the status page
         self._probes: dict[str, trio.Event] = {}
         self.lanes: dict[str, OpenAICompatibleLane] = {lane.name: lane for lane in loaded.lanes}
         self.unavailable = dict(loaded.unavailable)
@@ -242,6 +244,9 @@ class Dispatcher:
             (c for c in self.candidates() if c.lane == last.lane and c.model == last.model), None))
         route_name = None if served is None else route_for(
             served.tier, walk.free_attempts - (served.tier == "free" and bool(walk.attempts)))
+        self.recent.appendleft({"at": self.now_wall(), "route": route_name or "", "outcome": outcome,
+                                "lane": served.lane if served else "", "attempts": len(walk.attempts),
+                                "cost_usd": cost})
         self.audit_rows.append(audit_row(
             job=walk.job, at=self.now_wall(), request_class=walk.request_class, outcome=outcome, route=route_name,
             lane=served.lane if served else None, model=served.model if served else None,
@@ -288,10 +293,12 @@ class Dispatcher:
         return reply
 
     @asynccontextmanager
-    async def open_stream(self, job: Job) -> AsyncIterator[ReplyStream]:
+    async def open_stream(self, job: Job, *, exclude: frozenset[str] = frozenset(),
+                          require_prefill: bool = False) -> AsyncIterator[ReplyStream]:
         """Stream `job`: fall back freely until the first chunk, then yield a `ReplyStream`.
 
         Raises what `complete` raises before the first chunk; `StreamInterrupted` while iterating.
+        `exclude` and `require_prefill` narrow the candidates (used to resume a broken stream).
         """
         async with AsyncExitStack() as outer:
 
@@ -317,7 +324,7 @@ class Dispatcher:
 
             walk = self._walk(job)
             try:
-                stream = await route.run(self, walk, attempt)
+                stream = await route.run(self, walk, attempt, exclude=exclude, require_prefill=require_prefill)
             except JobFailed as exc:
                 self.audit(walk, outcome=exc.code)
                 raise

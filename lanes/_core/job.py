@@ -111,6 +111,7 @@ class Candidate:
     tools: bool | None = None
     vision: bool | None = None
     json_mode: bool | None = None
+    prefill: bool = False  # continues a trailing assistant message (stream recovery can resume)
 
     @property
     def key(self) -> str:

@@ -81,6 +81,7 @@ class OpenAICompatibleLane:
             tools=model.tools,
             vision=model.vision,
             json_mode=model.json_mode,
+            prefill=model.prefill if model.prefill is not None else self.provider.prefill,
         )
 
     @property

@@ -53,10 +53,15 @@ def _paid_job(job: Job, max_tokens: int) -> Job:
     return attrs.evolve(job, params={**job.params, "max_tokens": max_tokens})
 
 
-async def run(dispatcher: Dispatcher, walk: Walk, attempt: Attempt[T]) -> T:
-    """Walk the job's plan; return the result of the first attempt that succeeds."""
+async def run(dispatcher: Dispatcher, walk: Walk, attempt: Attempt[T], *,
+              exclude: frozenset[str] = frozenset(), require_prefill: bool = False) -> T:
+    """Walk the job's plan; return the result of the first attempt that succeeds.
+
+    `exclude` names "lane/model" keys not to try; `require_prefill` keeps only candidates that
+    continue a trailing assistant message (both for resuming a broken stream).
+    """
     d, policy, job = dispatcher, dispatcher.policy, walk.job
-    candidates = d.resolve(job)
+    candidates = [c for c in d.resolve(job) if c.key not in exclude and (c.prefill or not require_prefill)]
     plan = make_plan(job, candidates, policy, keep_order=job.model != "auto")
     walk.skips.extend(plan.removed)
     walk.request_class = plan.request_class

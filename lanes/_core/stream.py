@@ -58,8 +58,10 @@ class ReplyStream:
         self._settle = settle
         self._outcome: Outcome | None = None
         self.delivered_text = ""  # content deltas handed to the caller so far
+        self.delivered_tool_calls = False  # a tool-call delta was handed over (no safe resume)
         self.chunks_delivered = 0
 
+    deadline_at = property(lambda self: self._walk.deadline_at)
     lane = property(lambda self: self.candidate.lane)
     model = property(lambda self: self.candidate.model)
 
@@ -124,6 +126,8 @@ class ReplyStream:
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if isinstance(delta, dict) and isinstance(delta.get("content"), str):
                 self.delivered_text += delta["content"]
+            if isinstance(delta, dict) and delta.get("tool_calls"):
+                self.delivered_tool_calls = True
 
     def _finish(self, outcome: Outcome, detail: str = "") -> None:
         self._outcome = outcome

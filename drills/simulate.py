@@ -1,0 +1,83 @@
+"""`lanes serve --simulate`: simulated providers on 127.0.0.1 and a config routed to them.
+
+No keys, no network. Five providers, each failing the way its real counterpart does:
+- `local`: an owned model that goes away for 20 s in every minute (connections refused);
+- `groq`: a rate-limited free tier, 10 requests a minute, reporting OpenAI-style headers;
+- `gemini`: 5 a minute, no headers — its 429 body carries RetryInfo and a per-minute QuotaFailure;
+- `openrouter`: `:free` models (8 a minute, account-wide, epoch-ms resets) beside a paid one;
+- `paid`: no free tier at all, behind the consent gate and a small daily ceiling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import trio
+
+from drills.fakes import FakeProvider, answer, open_fake, quota
+
+SIM_KEYS = {"SIM_GROQ_KEY": "sim-groq-key", "SIM_GEMINI_KEY": "sim-gemini-key",
+            "SIM_OPENROUTER_KEY": "sim-openrouter-key", "SIM_PAID_KEY": "sim-paid-key"}
+
+
+def simulated_config(fakes: dict[str, FakeProvider], *, state: str = ":memory:",
+                     fallback: str = "ask") -> dict[str, Any]:
+    """The TOML-shaped config for the simulated providers."""
+    return {
+        "default_deadline_s": 30,
+        "state": state,
+        "policy": {"free_tier_fallback": fallback, "paid_ceiling_usd_per_day": 0.05, "approval_wait_s": 25,
+                   "classes": {"coding": ["openrouter/qwen-coder:free"]}},
+        "aliases": {"fast": ["groq/llama-3.1-8b-instant", "gemini/gemini-flash", "paid/gpt-sim-mini"]},
+        "lanes": [
+            {"name": "local", "module": "ollama", "base_url": fakes["local"].base_url,
+             "models": [{"id": "llama3.2:3b", "context": 8192}], "breaker": {"failures": 2, "cooldown_s": 5}},
+            {"name": "groq", "module": "openai_compatible", "base_url": fakes["groq"].base_url,
+             "api_key_env": "SIM_GROQ_KEY", "free_tier": {"kind": "rate_limited", "rpm": 10},
+             "models": [{"id": "llama-3.1-8b-instant", "context": 131072, "tools": True}]},
+            {"name": "gemini", "module": "openai_compatible", "base_url": fakes["gemini"].base_url,
+             "api_key_env": "SIM_GEMINI_KEY", "free_tier": {"kind": "rate_limited", "rpm": 5},
+             "models": [{"id": "gemini-flash", "context": 1048576, "vision": True}]},
+            {"name": "openrouter", "module": "openai_compatible", "base_url": fakes["openrouter"].base_url,
+             "api_key_env": "SIM_OPENROUTER_KEY", "free_tier": {"kind": "free_models", "rpm": 8},
+             "models": [{"id": "llama-3.3-70b:free", "context": 65536},
+                        {"id": "qwen-coder:free", "context": 32768},
+                        {"id": "claude-sim", "context": 200000, "input_usd_per_mtok": 3, "output_usd_per_mtok": 15}]},
+            {"name": "paid", "module": "openai_compatible", "base_url": fakes["paid"].base_url,
+             "api_key_env": "SIM_PAID_KEY", "free_tier": {"kind": "none"},
+             "models": [{"id": "gpt-sim-mini", "context": 1047576, "input_usd_per_mtok": 0.4,
+                         "output_usd_per_mtok": 1.6, "prefill": True}]},
+        ],
+    }
+
+
+async def _flap(fake: FakeProvider, up_s: float = 40.0, down_s: float = 20.0) -> None:
+    while True:
+        await trio.sleep(up_s)
+        await fake.refuse()
+        await trio.sleep(down_s)
+        await fake.listen()
+
+
+@asynccontextmanager
+async def open_simulation(*, flap: bool = True) -> AsyncIterator[dict[str, FakeProvider]]:
+    """Start the simulated providers; yield them by lane name."""
+    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
+        fakes = {}
+        for name in ("local", "groq", "gemini", "openrouter", "paid"):
+            fakes[name] = await stack.enter_async_context(open_fake(name))
+            fakes[name].wall_offset = time.time() - trio.current_time()  # wall-clock: epoch resets in headers
+        fakes["local"].script("llama3.2:3b", answer(delay_s=0.05))
+        fakes["groq"].script("llama-3.1-8b-instant", quota(10, style="openai"))
+        fakes["gemini"].script("gemini-flash", quota(5, style="gemini"))
+        for model in ("llama-3.3-70b:free", "qwen-coder:free"):
+            fakes["openrouter"].script(model, quota(8, style="openrouter"))
+        fakes["openrouter"].script("claude-sim", answer())
+        fakes["paid"].script("gpt-sim-mini", answer())
+        if flap:
+            nursery.start_soon(_flap, fakes["local"])
+        yield fakes
+        nursery.cancel_scope.cancel()

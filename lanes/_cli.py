@@ -1,0 +1,149 @@
+"""The `lanes` command. Exit 0 when all is well, 1 when a check failed, 2 for bad usage or config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+import httpx2
+import trio
+
+from lanes._core.config import read_config
+from lanes._core.errors import ConfigError
+
+DEFAULT_URL = "http://127.0.0.1:4098"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lanes", description="free-tier-first LLM routing sidecar")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the sidecar")
+    serve.add_argument("--config", default=None, help="TOML config (default config/lanes.toml)")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--simulate", action="store_true", help="route to built-in simulated providers")
+    for name, text in (("status", "lanes, breakers, backoffs and spend of a running sidecar"),):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--url", default=DEFAULT_URL)
+        p.add_argument("--json", action="store_true")
+    lane = sub.add_parser("lane", help="switch a lane off or on at runtime")
+    lane.add_argument("action", choices=["off", "on"])
+    lane.add_argument("name")
+    lane.add_argument("--url", default=DEFAULT_URL)
+    lane.add_argument("--json", action="store_true")
+    approvals = sub.add_parser("approvals", help="list, approve or deny paid fallbacks")
+    approvals.add_argument("action", nargs="?", default="list", choices=["list", "approve", "deny"])
+    approvals.add_argument("id", nargs="?")
+    approvals.add_argument("--for", dest="duration", default=None, help="approve for a duration, e.g. 1h")
+    approvals.add_argument("--url", default=DEFAULT_URL)
+    approvals.add_argument("--json", action="store_true")
+    check = sub.add_parser("check-config", help="check a config file")
+    check.add_argument("path")
+    check.add_argument("--json", action="store_true")
+    return parser
+
+
+def _call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    with httpx2.Client(timeout=10.0, trust_env=False) as client:
+        response = client.request(method, url, json=body)
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        return response.status_code, response.text
+
+
+def _print(args: argparse.Namespace, value: Any, human: str) -> None:
+    print(json.dumps(value, indent=2) if args.json else human)
+
+
+def _status(args: argparse.Namespace) -> int:
+    code, state = _call("GET", f"{args.url}/v1/lanes")
+    if code != 200:
+        print(f"lanes: {args.url} answered {code}", file=sys.stderr)
+        return 1
+    lines = [f"free lane {'on' if state['free_lane'] else 'OFF'}; paid today ${state['paid']['spent_today_usd']:.4f} "
+             f"of ${state['paid']['ceiling_usd']:.2f}; fallback {state['paid']['fallback']}; "
+             f"{state['approvals']} approval(s) pending"]
+    for lane in state["lanes"]:
+        lines.append(f"{lane['name']:<14} {lane['kind']:<13} {'off' if lane['off'] else lane['breaker']['state']}")
+        for m in lane["models"]:
+            extra = f" backoff {m['backoff_s']:.1f}s ({m['backoff_reason']})" if m["backoff_s"] else ""
+            lines.append(f"    {m['model']:<28} {m['tier']:<5} free now: {'yes' if m['free_now'] else 'no'}{extra}")
+    for name, why in state["unavailable"].items():
+        lines.append(f"{name:<14} unavailable: {why}")
+    _print(args, state, "\n".join(lines))
+    return 0
+
+
+def _lane(args: argparse.Namespace) -> int:
+    code, body = _call("POST", f"{args.url}/v1/lanes/{args.name}/{args.action}")
+    if code != 200:
+        print(f"lanes: {body.get('error', {}).get('message', body) if isinstance(body, dict) else body}", file=sys.stderr)
+        return 1
+    _print(args, body, f"lane {args.name}: {'off' if body['off'] else 'on'}")
+    return 0
+
+
+def _approvals(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        code, body = _call("GET", f"{args.url}/v1/approvals")
+        if code != 200:
+            return 1
+        human = "\n".join(f"{a['id']}  client {a['client']} → {a['candidate']} (≤ ${a['estimated_cost_usd']:.4f})"
+                          for a in body["data"]) or "no pending approvals"
+        _print(args, body, human)
+        return 0
+    if not args.id:
+        print("lanes: approvals approve|deny needs an approval ID", file=sys.stderr)
+        return 2
+    decision = "deny" if args.action == "deny" else (args.duration or "once")
+    code, body = _call("POST", f"{args.url}/v1/approvals/{args.id}", {"decision": decision})
+    if code != 200:
+        message = body.get("error", {}).get("message", body) if isinstance(body, dict) else body
+        print(f"lanes: {message}", file=sys.stderr)
+        return 2 if code == 400 else 1
+    _print(args, body, f"{body['id']}: {body['decision']}")
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        config = read_config(args.path)
+    except ConfigError as exc:
+        _print(args, {"ok": False, "error": str(exc)}, str(exc))
+        return 2
+    _print(args, {"ok": True, "lanes": [lane.name for lane in config.lanes]},
+           f"{args.path}: ok ({len(config.lanes)} lanes: {', '.join(lane.name for lane in config.lanes)})")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from lanes._http.server import serve
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        trio.run(lambda: serve(args.config, host=args.host, port=args.port, simulate=args.simulate))
+    except ConfigError as exc:
+        print(f"lanes: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {"serve": _serve, "status": _status, "lane": _lane, "approvals": _approvals,
+                "check-config": _check_config}
+    try:
+        return handlers[args.command](args)
+    except httpx2.TransportError as exc:
+        print(f"lanes: can not reach the sidecar at {getattr(args, 'url', '?')} ({type(exc).__name__})", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""A streamed answer that survives its upstream breaking mid-answer — without lying.
+
+Before the first chunk the dispatcher falls back freely. After chunks have reached the caller:
+(a) resume on a candidate that continues a trailing assistant message (prefill): send it the
+    conversation plus the text already delivered, and pass on only the continuation;
+(b) otherwise (or when the prefill is rejected) regenerate on another candidate and pass on only
+    what *exactly extends* the text already delivered;
+(c) otherwise end with an in-band error naming the real failure — never the fallback's own.
+A truncated answer never ends in a clean finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from lanes._core.errors import JobFailed, StreamInterrupted
+from lanes._core.job import Job
+
+Emit = Callable[[str, Any], Awaitable[None]]  # ("start", ReplyStream) ("chunk", dict) ("end", ReplyStream)
+#                                              ("error", JobFailed before any chunk) ("broken", StreamInterrupted)
+
+
+def _content(chunk: Mapping[str, Any]) -> str | None:
+    """The content delta of a single-choice chunk ('' for none), or None when it carries more."""
+    choices = chunk.get("choices") or []
+    if not choices:
+        return ""
+    delta = choices[0].get("delta") if isinstance(choices[0], Mapping) else None
+    if not isinstance(delta, Mapping) or delta.get("tool_calls"):
+        return None
+    return delta.get("content") or ""
+
+
+def _with_content(chunk: dict[str, Any], text: str, chunk_id: str | None) -> dict[str, Any]:
+    out = {**chunk, "choices": [{**chunk["choices"][0], "delta": {**chunk["choices"][0]["delta"], "content": text}}]}
+    if chunk_id:
+        out["id"] = chunk_id
+    return out
+
+
+async def relay(dispatcher: Any, job: Job, emit: Emit) -> None:
+    """Stream `job` through `emit`, recovering after a mid-answer break as the module says."""
+    try:
+        async with dispatcher.open_stream(job) as stream:
+            await emit("start", stream)
+            chunk_id = None
+            try:
+                async for chunk in stream:
+                    chunk_id = chunk_id or chunk.get("id")
+                    await emit("chunk", chunk)
+            except StreamInterrupted as exc:
+                broken, delivered, tools, failed = exc, stream.delivered_text, stream.delivered_tool_calls, stream.candidate.key
+                deadline_at = stream.deadline_at
+            else:
+                await emit("end", stream)
+                return
+    except JobFailed as exc:
+        if isinstance(exc, StreamInterrupted):
+            raise
+        await emit("error", exc)
+        return
+    if tools or trio.current_time() >= deadline_at:
+        await emit("broken", broken)
+        return
+    resumed = attrs.evolve(job, deadline_at=deadline_at, deadline_s=None)
+    sent = {"any": False}  # once a recovery has passed text on, no other may start over
+
+    async def counted(kind: str, payload: Any) -> None:
+        sent["any"] = sent["any"] or kind == "chunk"
+        await emit(kind, payload)
+
+    if await _prefill(dispatcher, resumed, delivered, failed, chunk_id, counted):
+        return
+    if not sent["any"] and await _regenerate(dispatcher, resumed, delivered, failed, chunk_id, counted):
+        return
+    await emit("broken", broken)
+
+
+async def _prefill(dispatcher: Any, job: Job, delivered: str, failed: str, chunk_id: str | None, emit: Emit) -> bool:
+    """(a): continue the delivered text on a prefill-capable candidate. False when none could."""
+    messages = [*job.messages, {"role": "assistant", "content": delivered}]
+    prefilled = attrs.evolve(job, messages=messages)
+    try:
+        async with dispatcher.open_stream(prefilled, exclude=frozenset({failed}), require_prefill=True) as stream:
+            async for chunk in stream:
+                text = _content(chunk)
+                if text is None:
+                    continue
+                await emit("chunk", _with_content(chunk, text, chunk_id) if chunk.get("choices") else chunk)
+            await emit("end", stream)
+            return True
+    except StreamInterrupted:
+        return False  # a second break: fall through to the real failure
+    except JobFailed:
+        return False  # no prefill candidate, or it rejected the prefill: try regenerating
+
+
+async def _regenerate(dispatcher: Any, job: Job, delivered: str, failed: str, chunk_id: str | None,
+                      emit: Emit) -> bool:
+    """(b): regenerate elsewhere and pass on only what exactly extends the delivered text."""
+    produced, sent = "", len(delivered)
+    try:
+        async with dispatcher.open_stream(job, exclude=frozenset({failed})) as stream:
+            async for chunk in stream:
+                text = _content(chunk)
+                if text is None:
+                    return False
+                if not chunk.get("choices"):
+                    await emit("chunk", chunk)  # usage
+                    continue
+                produced += text
+                if not (produced.startswith(delivered) or delivered.startswith(produced)):
+                    return False  # it says something else: splicing it on would be a lie
+                if len(produced) > sent:
+                    await emit("chunk", _with_content(chunk, produced[sent:], chunk_id))
+                    sent = len(produced)
+                elif chunk["choices"][0].get("finish_reason"):
+                    await emit("chunk", _with_content(chunk, "", chunk_id))
+            if len(produced) < len(delivered):
+                return False
+            await emit("end", stream)
+            return True
+    except JobFailed:
+        return False

@@ -1,0 +1,55 @@
+"""OpenAI's error shape, everywhere: `{"error": {"message", "type", "code", "param"}}`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from lanes._core.errors import (
+    FallbackNeedsApproval, FreeTierExhausted, GovernorExhausted, JobFailed, NoLaneAvailable, PaidBudgetExhausted,
+    UpstreamRejected,
+)
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+         413: "invalid_request_error", 429: "rate_limit_error", 502: "api_error", 503: "api_error", 504: "timeout_error"}
+
+
+def error_body(status: int, message: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": TYPES.get(status, "api_error"), "code": code, "param": param}}
+
+
+def error_response(status: int, message: str, code: str | None, *, param: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, code, param), status_code=status, headers=headers)
+
+
+def retry_after(seconds: float | None) -> str:
+    """Whole seconds, rounded up, never 0."""
+    return str(max(1, math.ceil(seconds))) if seconds is not None and math.isfinite(seconds) else "1"
+
+
+def job_failed(exc: JobFailed, *, approvals_url: str = "/") -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(status, body, headers) for a job that ended without an answer."""
+    status, code, headers = exc.status, exc.code, {"X-Lanes-Attempts": str(len(exc.attempts))}
+    message = str(exc)
+    if isinstance(exc, FreeTierExhausted):
+        headers["Retry-After"] = retry_after(exc.retry_after_s)
+        if exc.next_eligible:
+            headers["X-Lanes-Next-Eligible"] = exc.next_eligible
+    elif isinstance(exc, (GovernorExhausted, PaidBudgetExhausted)):
+        headers["Retry-After"] = retry_after(getattr(exc, "retry_after_s", None))
+    elif isinstance(exc, FallbackNeedsApproval):
+        headers["Retry-After"] = retry_after(exc.retry_after_s)
+        headers["X-Lanes-Approval"] = exc.approval_id
+        message = f"{message}; approve it at {approvals_url} or POST /v1/approvals/{exc.approval_id}"
+    elif isinstance(exc, UpstreamRejected):
+        code = exc.upstream_code or code
+    elif type(exc) is NoLaneAvailable and exc.attempts and all("malformed" in a.detail for a in exc.attempts):
+        status, code = 502, "bad_upstream_response"
+    body = error_body(status, message, code)
+    if isinstance(exc, FallbackNeedsApproval):
+        body["error"]["approval_id"] = exc.approval_id
+        body["error"]["approval_url"] = approvals_url
+    return status, body, headers

@@ -1,0 +1,72 @@
+"""Prometheus text exposition: counters kept as jobs pass, gauges read from the dispatcher at scrape."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import trio
+
+from lanes._core.dispatcher import Dispatcher
+from lanes._core.job import Attempt
+
+BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+def _labels(**kw: str) -> str:
+    inner = ",".join(f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+                     for k, v in kw.items())
+    return "{" + inner + "}"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.requests: Counter[tuple[str, str, str]] = Counter()
+        self.attempts: Counter[tuple[str, str]] = Counter()
+        self.latency: dict[str, list[int]] = {}
+        self.latency_sum: Counter[str] = Counter()
+        self.cost = 0.0
+
+    def job(self, *, route: str, lane: str, outcome: str, latency_s: float, attempts: Sequence[Attempt],
+            cost: float = 0.0) -> None:
+        self.requests[(route, lane, outcome)] += 1
+        for a in attempts:
+            self.attempts[(a.lane, a.outcome)] += 1
+        buckets = self.latency.setdefault(route, [0] * (len(BUCKETS) + 1))
+        for i, bound in enumerate(BUCKETS):
+            if latency_s <= bound:
+                buckets[i] += 1
+        buckets[-1] += 1
+        self.latency_sum[route] += latency_s
+        self.cost += cost
+
+    def render(self, dispatcher: Dispatcher) -> str:
+        out = ["# HELP lanes_requests_total Jobs served or failed, by route, lane and outcome.",
+               "# TYPE lanes_requests_total counter"]
+        out += [f"lanes_requests_total{_labels(route=r, lane=l, outcome=o)} {n}" for (r, l, o), n in self.requests.items()]
+        out += ["# HELP lanes_attempts_total Upstream attempts, by lane and outcome.", "# TYPE lanes_attempts_total counter"]
+        out += [f"lanes_attempts_total{_labels(lane=l, outcome=o)} {n}" for (l, o), n in self.attempts.items()]
+        out += ["# HELP lanes_job_seconds Job latency by route.", "# TYPE lanes_job_seconds histogram"]
+        for route, buckets in self.latency.items():
+            for bound, n in zip((*map(str, BUCKETS), "+Inf"), buckets):
+                out.append(f"lanes_job_seconds_bucket{_labels(route=route, le=bound)} {n}")
+            out.append(f"lanes_job_seconds_sum{_labels(route=route)} {self.latency_sum[route]:.6f}")
+            out.append(f"lanes_job_seconds_count{_labels(route=route)} {buckets[-1]}")
+        now, now_wall = trio.current_time(), dispatcher.now_wall()
+        out += ["# HELP lanes_breaker_state 0 closed, 1 half-open, 2 open.", "# TYPE lanes_breaker_state gauge"]
+        out += [f"lanes_breaker_state{_labels(lane=n)} {STATES[b.state(now)]}" for n, b in dispatcher.breakers.items()]
+        out += ["# HELP lanes_backoff_seconds Seconds until a candidate's backoff ends.", "# TYPE lanes_backoff_seconds gauge"]
+        out += ["# HELP lanes_quota_remaining Requests remaining as last reported.", "# TYPE lanes_quota_remaining gauge"]
+        for c in dispatcher.candidates():
+            backoff = dispatcher.manager.is_in_backoff(c.lane, c.model, now_wall)
+            out.append(f"lanes_backoff_seconds{_labels(lane=c.lane, model=c.model)} "
+                       f"{max(0.0, backoff.until - now_wall) if backoff else 0.0:.3f}")
+            snapshot = dispatcher.manager.snapshots.get(dispatcher.manager.scope(c.lane, c.model))
+            if snapshot and snapshot[1].requests_remaining is not None:
+                out.append(f"lanes_quota_remaining{_labels(lane=c.lane, model=c.model)} {snapshot[1].requests_remaining:g}")
+        out += ["# HELP lanes_paid_spend_usd Paid spend today (UTC), reserved and settled.",
+                "# TYPE lanes_paid_spend_usd gauge", f"lanes_paid_spend_usd {dispatcher.governors.spent_today():.6f}",
+                "# HELP lanes_approvals_pending Paid fallbacks waiting for a decision.",
+                "# TYPE lanes_approvals_pending gauge", f"lanes_approvals_pending {len(dispatcher.approvals.pending)}"]
+        return "\n".join(out) + "\n"

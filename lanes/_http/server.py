@@ -1,0 +1,88 @@
+"""`lanes serve`: the dispatcher and the HTTP app in one trio run, on hypercorn's trio worker.
+
+Startup never waits on a provider. SIGINT/SIGTERM stop accepting, let in-flight jobs finish (up
+to `shutdown_grace_s`), then the dispatcher closes and flushes the state store.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from lanes._core.config import Config, load_config, read_config
+from lanes._core.dispatcher import open_dispatcher
+from lanes._core.errors import ConfigError
+from lanes._http.app import build_app
+
+log = logging.getLogger("lanes")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def serve(config: Config | str | os.PathLike[str] | None, *, host: str | None = None, port: int | None = None,
+                simulate: bool = False, env: Mapping[str, str] | None = None,
+                task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL."""
+    env = dict(os.environ if env is None else env)
+    async with AsyncExitStack() as stack:
+        if simulate:
+            from drills.simulate import SIM_KEYS, open_simulation, simulated_config
+
+            fakes = await stack.enter_async_context(open_simulation())
+            base = read_config(config, env=env) if config else None
+            config = load_config(simulated_config(fakes, state=base.state if base else ":memory:"), env=env)
+            env = {**SIM_KEYS, **env}
+            log.warning("simulated providers on 127.0.0.1: %s",
+                        ", ".join(f"{n}={f.port}" for n, f in fakes.items()))
+        elif not isinstance(config, Config):
+            config = read_config(config or "config/lanes.toml", env=env)
+        host = host or config.server.host
+        port = config.server.port if port is None else port
+        if not is_loopback(host) and not config.server.clients:
+            raise ConfigError(f"server.host: refusing to bind {host} with no client keys; configure "
+                              "[server.clients] or bind 127.0.0.1", key="server.host")
+        dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
+        app = build_app(dispatcher, env=env)
+        hc = HypercornConfig()
+        hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+        hc.graceful_timeout = config.server.shutdown_grace_s
+        hc.accesslog = None
+        hc.errorlog = logging.getLogger("lanes.http")
+        hc.keep_alive_timeout = 75
+        shutdown = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_signals, shutdown)
+
+            async def run_server(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                await hypercorn_serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+
+            binds = await nursery.start(run_server)
+            url = binds[0] if binds else f"http://{host}:{port}"
+            log.warning("lanes serving on %s (lanes: %s)", url, ", ".join(dispatcher.lanes) or "none")
+            task_status.started(url)
+            await shutdown.wait()
+            nursery.cancel_scope.deadline = trio.current_time() + config.server.shutdown_grace_s + 1
+
+
+async def _signals(shutdown: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            log.warning("lanes: shutting down (in-flight jobs may finish)")
+            shutdown.set()
+            return

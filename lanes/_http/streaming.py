@@ -1,0 +1,112 @@
+"""Server-sent events for `stream: true`, as a raw ASGI response.
+
+A producer task runs the dispatcher's stream (with recovery, see `resume.py`) into a channel; the
+writer turns what arrives into SSE, sends a keep-alive comment after `keepalive_s` of silence, and
+a watcher cancels everything — the upstream request included — the moment the client goes away.
+Until the first chunk nothing is sent, so a failure before it is a proper HTTP error (429, 504…).
+A stream broken after chunks ends with an in-band error event and never with `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from lanes._core.errors import JobFailed
+from lanes._core.job import Job
+from lanes._core.resume import relay
+from lanes._core.stream import ReplyStream
+from lanes._http.errors import error_body, job_failed
+from lanes._http.metrics import Metrics
+
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+               (b"x-accel-buffering", b"no")]
+
+
+def _event(payload: Any) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class SSERelay:
+    def __init__(self, dispatcher: Any, job: Job, *, keepalive_s: float, metrics: Metrics) -> None:
+        self.dispatcher, self.job, self.keepalive_s, self.metrics = dispatcher, job, keepalive_s, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        to_writer, from_producer = trio.open_memory_channel[tuple[str, Any]](64)
+        started = trio.current_time()
+
+        async def emit(kind: str, payload: Any) -> None:
+            await to_writer.send((kind, payload))
+
+        async def produce() -> None:
+            async with to_writer:
+                await relay(self.dispatcher, self.job, emit)
+
+        async def watch(cancel_scope: trio.CancelScope) -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            cancel_scope.cancel()  # the client left: stop reading upstream at once
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce)
+            nursery.start_soon(watch, nursery.cancel_scope)
+            await self._write(from_producer, send, started)
+            nursery.cancel_scope.cancel()
+
+    async def _write(self, items: trio.MemoryReceiveChannel, send: Any, started: float) -> None:
+        try:
+            kind, payload = await items.receive()
+        except trio.EndOfChannel:
+            return
+        if kind == "error":
+            await self._error_response(send, payload, started)
+            return
+        stream: ReplyStream = payload
+        headers = SSE_HEADERS + [
+            (b"x-lanes-lane", stream.lane.encode()), (b"x-lanes-provider", stream.provider.encode()),
+            (b"x-lanes-model", stream.model.encode()), (b"x-lanes-route", stream.route.encode()),
+            (b"x-lanes-attempts", str(stream.attempt_count).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        last: ReplyStream = stream
+        outcome = "ok"
+        async for kind, payload in _with_keepalive(items, self.keepalive_s):
+            if kind == "keepalive":
+                await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+            elif kind == "chunk":
+                await send({"type": "http.response.body", "body": _event(payload), "more_body": True})
+            elif kind == "end":
+                last = payload
+                note = f": lanes lane={last.lane} route={last.route} cost_usd={last.cost_usd:.6f}\n\n"
+                await send({"type": "http.response.body", "body": note.encode() + b"data: [DONE]\n\n",
+                            "more_body": True})
+            elif kind == "broken":
+                outcome = "stream_interrupted"
+                body = error_body(502, str(payload), "stream_interrupted")
+                await send({"type": "http.response.body", "body": _event(body), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self.metrics.job(route=last.route, lane=last.lane, outcome=outcome, latency_s=trio.current_time() - started,
+                         attempts=last.attempts, cost=last.cost_usd)
+
+    async def _error_response(self, send: Any, exc: JobFailed, started: float) -> None:
+        status, body, headers = job_failed(exc)
+        raw = json.dumps(body).encode()
+        head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+        head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": head})
+        await send({"type": "http.response.body", "body": raw, "more_body": False})
+        self.metrics.job(route="none", lane="none", outcome=exc.code, latency_s=trio.current_time() - started,
+                         attempts=exc.attempts)
+
+
+async def _with_keepalive(items: trio.MemoryReceiveChannel, keepalive_s: float):
+    """The channel's items, with ("keepalive", None) after each `keepalive_s` of silence."""
+    while True:
+        item = ("keepalive", None)
+        with trio.move_on_after(keepalive_s):  # never yield inside the scope: the caller's code runs there
+            try:
+                item = await items.receive()
+            except trio.EndOfChannel:
+                return
+        yield item
