@@ -9,6 +9,7 @@ firing is never counted against anyone. Every job leaves one audit record.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import time
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import httpx2
 import trio
 
 from lanes._core import route
@@ -370,6 +372,7 @@ async def open_dispatcher(
             await sharing.load(dispatcher.now_wall())
             nursery.start_soon(sharing.run, dispatcher.now_wall)
             for lane in dispatcher.lanes.values():
+                nursery.start_soon(_check_reachable, lane)
                 if lane.balance_endpoint() is not None:
                     nursery.start_soon(_poll_balance, dispatcher, lane)
             if not dispatcher.free_lane_on:
@@ -381,6 +384,29 @@ async def open_dispatcher(
                 nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+async def _check_reachable(lane: OpenAICompatibleLane, within_s: float = 2.0) -> None:
+    """At startup, in the background: one log line for a provider on an IP address or localhost
+    that does not accept a connection. Hostnames are not looked up here (a lookup can hang and
+    leaves the machine); the first request finds out. Startup never waits for this."""
+    url = httpx2.URL(lane.base_url)
+    host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return
+    with trio.move_on_after(within_s):
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            log.warning("lane %s: provider unreachable at startup (%s); serving from the others until it answers",
+                        lane.name, exc.strerror or str(exc)[:120] or type(exc).__name__)
+            return
+        await stream.aclose()
+        return
+    log.warning("lane %s: provider accepted no connection within %gs at startup", lane.name, within_s)
 
 
 async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
