@@ -13,7 +13,8 @@ trio.run(main)
 """
 
 from lanes._core.config import Config, load_config, read_config
-from lanes._core.dispatcher import Dispatcher, complete_sync, open_dispatcher
+from lanes._core.dispatcher import Dispatcher
+from lanes._core.opening import complete_sync, open_dispatcher
 from lanes._core.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -25,6 +26,7 @@ from lanes._core.errors import (
     LanesError,
     NoLaneAvailable,
     PaidBudgetExhausted,
+    RetryLater,
     StreamInterrupted,
     UnknownModel,
     UpstreamRejected,
@@ -50,6 +52,7 @@ __all__ = [
     "PaidBudgetExhausted",
     "Reply",
     "ReplyStream",
+    "RetryLater",
     "Skip",
     "StreamInterrupted",
     "UnknownModel",

@@ -9,23 +9,19 @@ firing is never counted against anyone. Every job leaves one audit record.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import os
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-import httpx2
 import trio
 
 from lanes._core import route
 from lanes._core.approvals import Approvals
 from lanes._core.audit import audit_row
 from lanes._core.breaker import Breaker, Permit
-from lanes._core.config import Config, read_config
+from lanes._core.config import Config
 from lanes._core.errors import (
     AttemptTimedOut,
     CreditExhausted,
@@ -40,11 +36,9 @@ from lanes._core.errors import (
 from lanes._core.governors import Governors
 from lanes._core.job import Candidate, Job, Outcome, Reply, cost_usd, route_for
 from lanes._core.lane import OpenAICompatibleLane
-from lanes._core.loader import Loaded, load_lanes
-from lanes._core.sharing import Sharing
+from lanes._core.loader import Loaded
 from lanes._core.store import SQLiteStore, Store
 from lanes._core.stream import ReplyStream, first_chunks
-from lanes._core.upstream import open_upstream
 from lanes._core.walk import Walk
 from lanes.freetier.manager import FreeTierManager, LaneTerms
 
@@ -346,94 +340,3 @@ def _timed_out(lane: OpenAICompatibleLane, *, first: bool = False) -> AttemptTim
     if first:
         return AttemptTimedOut(f"no first chunk within the lane's first_token_s={lane.config.first_token_s}")
     return AttemptTimedOut(f"no answer within the lane's attempt_timeout_s={lane.config.attempt_timeout_s}")
-
-
-@asynccontextmanager
-async def open_dispatcher(
-    config: Config | str | os.PathLike[str], *, env: Mapping[str, str] | None = None
-) -> AsyncIterator[Dispatcher]:
-    """Open a dispatcher over the lanes in `config` (a `Config` or a TOML path), under trio.
-
-    Owns the shared HTTP pool, the lanes and their breakers for the block's duration. `env`
-    (default `os.environ`) supplies API keys and the `FREE_LANE` kill switch.
-    Raises `ConfigError` for a bad config; a lane that can not load is one log line, never an error.
-    """
-    env = os.environ if env is None else env
-    if not isinstance(config, Config):
-        config = read_config(config, env=env)
-    wall_offset = time.time() - trio.current_time()  # wall-clock: the one conversion to epoch time
-    store = SQLiteStore(config.state)
-    try:
-        async with open_upstream() as upstream, trio.open_nursery() as nursery:
-            manager = FreeTierManager()
-            dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env,
-                                    store=store, manager=manager, wall_offset=wall_offset)
-            sharing = Sharing(manager, store, audit=dispatcher.audit_rows)
-            await sharing.load(dispatcher.now_wall())
-            nursery.start_soon(sharing.run, dispatcher.now_wall)
-            for lane in dispatcher.lanes.values():
-                nursery.start_soon(_check_reachable, lane)
-                if lane.balance_endpoint() is not None:
-                    nursery.start_soon(_poll_balance, dispatcher, lane)
-            if not dispatcher.free_lane_on:
-                log.warning("free lane off (FREE_LANE=off): serving from local and paid lanes only")
-            log.info("lanes ready: %s", ", ".join(dispatcher.lanes) or "none")
-            try:
-                yield dispatcher
-            finally:
-                nursery.cancel_scope.cancel()
-    finally:
-        store.close()
-
-
-async def _check_reachable(lane: OpenAICompatibleLane, within_s: float = 2.0) -> None:
-    """At startup, in the background: one log line for a provider on an IP address or localhost
-    that does not accept a connection. Hostnames are not looked up here (a lookup can hang and
-    leaves the machine); the first request finds out. Startup never waits for this."""
-    url = httpx2.URL(lane.base_url)
-    host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
-    if host != "localhost":
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            return
-    with trio.move_on_after(within_s):
-        try:
-            stream = await trio.open_tcp_stream(host, port)
-        except OSError as exc:
-            log.warning("lane %s: provider unreachable at startup (%s); serving from the others until it answers",
-                        lane.name, exc.strerror or str(exc)[:120] or type(exc).__name__)
-            return
-        await stream.aclose()
-        return
-    log.warning("lane %s: provider accepted no connection within %gs at startup", lane.name, within_s)
-
-
-async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
-    """Ask a credit lane's balance endpoint now and every `balance_poll_s`; its figure beats the estimate."""
-    while True:
-        with trio.move_on_after(min(30.0, lane.config.balance_poll_s)):
-            try:
-                remaining = await lane.fetch_balance()
-            except UpstreamError as exc:
-                log.warning("lane %s: balance endpoint failed (%s); keeping the local estimate", lane.name, exc)
-            else:
-                if remaining is not None:
-                    dispatcher.manager.set_balance(lane.name, remaining, now=dispatcher.now_wall())
-        await trio.sleep(lane.config.balance_poll_s)
-
-
-def complete_sync(config: Config | str | os.PathLike[str], job: Job, *, env: Mapping[str, str] | None = None) -> Reply:
-    """`complete` for code that does not run trio: opens a dispatcher, serves one job, closes it.
-
-    The job must carry `deadline_s` (or none, for the configured default): an absolute
-    `deadline_at` means nothing outside the trio run it was taken from.
-    """
-    if job.deadline_at is not None:
-        raise ValueError("complete_sync needs a relative deadline_s, not deadline_at")
-
-    async def one() -> Reply:
-        async with open_dispatcher(config, env=env) as dispatcher:
-            return await dispatcher.complete(job)
-
-    return trio.run(one)

@@ -6,12 +6,13 @@ LanesError
 ├── JobFailed                    a job ended without an answer; carries .attempts and .skips
 │   ├── DeadlineExceeded         the job's deadline passed                         (HTTP 504)
 │   ├── NoLaneAvailable          every candidate was skipped or failed retryably   (HTTP 503)
-│   │   └── FreeTierExhausted    free capacity is backed off or used up: .retry_after_s, .next_eligible (429)
+│   │   └── FreeTierExhausted    free capacity is backed off or used up: .next_eligible (429; also a RetryLater)
+│   ├── RetryLater               refused for now, with .retry_after_s               (HTTP 429)
 │   ├── UnknownModel             the job names no model, alias or lane/model known (HTTP 404)
-│   ├── PaidBudgetExhausted      a paid attempt would cross today's paid ceiling (HTTP 429)
-│   ├── FallbackNeedsApproval    paid fallback awaits a decision: .approval_id, .retry_after_s (429)
+│   │   ├── PaidBudgetExhausted  a paid attempt would cross today's paid ceiling
+│   │   ├── FallbackNeedsApproval paid fallback awaits a decision: .approval_id
+│   │   └── GovernorExhausted    the global attempt governor is spent
 │   ├── FallbackDenied           the paid fallback was denied for this client (HTTP 403)
-│   └── GovernorExhausted        the global attempt governor is spent: .retry_after_s (HTTP 429)
 │   ├── UpstreamRejected         a final upstream error (400/401/403/413/422)     (HTTP as given)
 │   └── StreamInterrupted        a stream failed after chunks reached the caller
 └── UpstreamError                one attempt failed; raised by the upstream client, handled by the
@@ -75,35 +76,37 @@ class NoLaneAvailable(JobFailed):
     code = "no_lane_available"
 
 
-class FreeTierExhausted(NoLaneAvailable):
-    """Every free candidate is backed off or used up. `retry_after_s`: until the soonest reopens."""
+class RetryLater(JobFailed):
+    """A job refused for now; `retry_after_s` says when trying again can succeed (None: unknown)."""
 
     status = 429
-    code = "free_tier_exhausted"
-
-    def __init__(self, message: str, *, retry_after_s: float | None, next_eligible: str | None, **kw: Any):
-        super().__init__(message, **kw)
-        self.retry_after_s = retry_after_s
-        self.next_eligible = next_eligible
-
-
-class PaidBudgetExhausted(JobFailed):
-    status = 429
-    code = "paid_budget_exhausted"
 
     def __init__(self, message: str, *, retry_after_s: float | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after_s = retry_after_s
 
 
-class FallbackNeedsApproval(JobFailed):
+class FreeTierExhausted(RetryLater, NoLaneAvailable):
+    """Every free candidate is backed off or used up. `retry_after_s`: until the soonest reopens."""
+
     status = 429
+    code = "free_tier_exhausted"
+
+    def __init__(self, message: str, *, next_eligible: str | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.next_eligible = next_eligible
+
+
+class PaidBudgetExhausted(RetryLater):
+    code = "paid_budget_exhausted"
+
+
+class FallbackNeedsApproval(RetryLater):
     code = "approval_required"
 
-    def __init__(self, message: str, *, approval_id: str, retry_after_s: float, **kw: Any) -> None:
+    def __init__(self, message: str, *, approval_id: str, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.approval_id = approval_id
-        self.retry_after_s = retry_after_s
 
 
 class FallbackDenied(JobFailed):
@@ -111,13 +114,8 @@ class FallbackDenied(JobFailed):
     code = "fallback_denied"
 
 
-class GovernorExhausted(JobFailed):
-    status = 429
+class GovernorExhausted(RetryLater):
     code = "attempt_governor"
-
-    def __init__(self, message: str, *, retry_after_s: float, **kw: Any) -> None:
-        super().__init__(message, **kw)
-        self.retry_after_s = retry_after_s
 
 
 class UnknownModel(JobFailed):

@@ -18,7 +18,7 @@ from lanes._core.job import Attempt, Candidate, Outcome, Route, cost_usd
 from lanes._core.upstream import ChunkReader
 
 if TYPE_CHECKING:
-    from lanes._core.dispatcher import Walk
+    from lanes._core.walk import Walk
 
 
 async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ class Walk:
         self.free_blocked: list[Candidate] = []  # free candidates the manager held back
         self.request_class = "general"
         self.approval: str | None = None  # how paid fallback was consented to: allow, once, granted
-        self.budget_refusal: Exception | None = None  # the paid ceiling refused an attempt
+        self.budget_refusal: PaidBudgetExhausted | None = None  # the paid ceiling refused an attempt
         self.last_error: Exception | None = None
         self.started_at = trio.current_time()
 
@@ -57,7 +57,7 @@ class Walk:
             return DeadlineExceeded("the job's deadline passed before any lane answered", **kw)
         if self.budget_refusal is not None:
             refusal = self.budget_refusal
-            return PaidBudgetExhausted(str(refusal), retry_after_s=getattr(refusal, "retry_after_s", None), **kw)
+            return PaidBudgetExhausted(str(refusal), retry_after_s=refusal.retry_after_s, **kw)
         if self.free_blocked or any(a.outcome in ("rate_limited", "credit_exhausted") for a in self.attempts):
             retry = max(0.0, next_free[0] - now_wall) if next_free else None
             when = f"; {next_free[1]} reopens in {retry:.1f}s" if next_free else ""

@@ -8,8 +8,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from lanes._core.errors import (
-    FallbackNeedsApproval, FreeTierExhausted, GovernorExhausted, JobFailed, NoLaneAvailable, PaidBudgetExhausted,
-    UpstreamRejected,
+    FallbackNeedsApproval, FreeTierExhausted, JobFailed, NoLaneAvailable, RetryLater, UpstreamRejected,
 )
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
@@ -34,12 +33,11 @@ def job_failed(exc: JobFailed, *, approvals_url: str = "/") -> tuple[int, dict[s
     """(status, body, headers) for a job that ended without an answer."""
     status, code, headers = exc.status, exc.code, {"X-Lanes-Attempts": str(len(exc.attempts))}
     message = str(exc)
-    if isinstance(exc, FreeTierExhausted):
+    if isinstance(exc, RetryLater):
         headers["Retry-After"] = retry_after(exc.retry_after_s)
+    if isinstance(exc, FreeTierExhausted):
         if exc.next_eligible:
             headers["X-Lanes-Next-Eligible"] = exc.next_eligible
-    elif isinstance(exc, (GovernorExhausted, PaidBudgetExhausted)):
-        headers["Retry-After"] = retry_after(getattr(exc, "retry_after_s", None))
     elif isinstance(exc, FallbackNeedsApproval):
         headers["Retry-After"] = retry_after(exc.retry_after_s)
         headers["X-Lanes-Approval"] = exc.approval_id

@@ -19,7 +19,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from lanes._core.config import Config, load_config, read_config
-from lanes._core.dispatcher import open_dispatcher
+from lanes._core.opening import open_dispatcher
 from lanes._core.errors import ConfigError
 from lanes._http.app import build_app
 

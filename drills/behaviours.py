@@ -1,0 +1,108 @@
+"""What a fake provider does with one request: the behaviours a test or drill scripts per model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+ANSWER = "The quick brown fox jumps over the lazy dog."
+
+
+@attrs.frozen(kw_only=True)
+class Behaviour:
+    """How the fake answers one request. Build them with the functions below."""
+
+    kind: str
+    delay_s: float = 0.0  # before the status line
+    chunk_delay_s: float = 0.0  # between stream chunks
+    status: int = 200
+    body: Any = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    after: int = 0  # chunks sent before a stream fault
+    text: str = ANSWER
+    reported_model: str | None = None
+    clean: bool = False  # stream_cut: end the body properly (but with no finish reason)
+    limit: int = 0  # quota: requests allowed per window
+    window_s: float = 60.0
+    style: str = "openai"  # quota: how limits are reported — openai, openrouter, gemini (body only)
+
+
+def answer(*, delay_s: float = 0.0, chunk_delay_s: float = 0.0, headers: Mapping[str, str] | None = None,
+           text: str = ANSWER, reported_model: str | None = None) -> Behaviour:
+    return Behaviour(kind="answer", delay_s=delay_s, chunk_delay_s=chunk_delay_s, headers=headers or {},
+                     text=text, reported_model=reported_model)
+
+
+def quota(limit: int, *, window_s: float = 60.0, style: str = "openai", delay_s: float = 0.0) -> Behaviour:
+    """Answer until `limit` requests in the current window, then 429 — reported the way `style`
+    providers do: `openai` (x-ratelimit-*-requests, Go durations), `openrouter` (X-RateLimit-*, reset
+    in epoch ms) or `gemini` (no headers; RetryInfo and QuotaFailure in the 429 body)."""
+    return Behaviour(kind="quota", limit=limit, window_s=window_s, style=style, delay_s=delay_s)
+
+
+def hang() -> Behaviour:
+    """Read the request, then never answer."""
+    return Behaviour(kind="hang")
+
+
+def reset() -> Behaviour:
+    """Read the request, then reset the connection (RST)."""
+    return Behaviour(kind="reset")
+
+
+def status(code: int, body: Any = None, headers: Mapping[str, str] | None = None) -> Behaviour:
+    if body is None:
+        body = {"error": {"message": f"fake error {code}", "type": "fake", "code": str(code)}}
+    return Behaviour(kind="status", status=code, body=body, headers=headers or {})
+
+
+def rate_limited(*, retry_after: float | None = None, headers: Mapping[str, str] | None = None,
+                 body: Any = None) -> Behaviour:
+    merged = dict(headers or {})
+    if retry_after is not None:
+        merged["retry-after"] = f"{retry_after:g}"
+    return status(429, body or {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}, merged)
+
+
+def garbage() -> Behaviour:
+    """A 200 whose body is not JSON (or, streamed, whose every event is not JSON)."""
+    return Behaviour(kind="garbage")
+
+
+def stream_cut(*, after: int = 2, clean: bool = False) -> Behaviour:
+    """Send `after` chunks, then drop the connection (or, `clean`, end the body) with no finish."""
+    return Behaviour(kind="cut", after=after, clean=clean)
+
+
+def stream_stall(*, after: int = 2) -> Behaviour:
+    """Send `after` chunks, then go silent with the connection open."""
+    return Behaviour(kind="stall", after=after)
+
+
+def malformed_chunk(*, after: int = 1) -> Behaviour:
+    """A healthy stream with one non-JSON event after `after` chunks."""
+    return Behaviour(kind="malformed", after=after)
+
+
+def no_done() -> Behaviour:
+    """A healthy stream that ends its body without the `[DONE]` sentinel."""
+    return Behaviour(kind="no_done")
+
+
+def quota_exceeded(b: Behaviour, reset_s: float, now_wall: float) -> Behaviour:
+    """The 429 a `quota` behaviour answers once its window is used up, in its provider's style."""
+    if b.style == "gemini":
+        body = [{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "You exceeded your current quota.",
+                           "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                               {"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},
+                               {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{int(reset_s) + 1}s"}]}}]
+        return status(429, body)
+    if b.style == "openrouter":
+        return status(429, {"error": {"message": "Rate limit exceeded: free-models-per-min", "code": 429}},
+                      {"X-RateLimit-Limit": str(b.limit), "X-RateLimit-Remaining": "0",
+                       "X-RateLimit-Reset": str(int((now_wall + reset_s) * 1000))})
+    return rate_limited(retry_after=round(reset_s + 0.5), headers={
+        "x-ratelimit-limit-requests": str(b.limit), "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": f"{reset_s:.3f}s"})
