@@ -40,6 +40,14 @@ def _parser() -> argparse.ArgumentParser:
     approvals.add_argument("--for", dest="duration", default=None, help="approve for a duration, e.g. 1h")
     approvals.add_argument("--url", default=DEFAULT_URL)
     approvals.add_argument("--json", action="store_true")
+    canary = sub.add_parser("canary", help="the quality canary: run, pin, report")
+    canary.add_argument("action", choices=["run", "pin", "report"])
+    canary.add_argument("--config", default="config/lanes.toml")
+    canary.add_argument("--canary", default="config/canary.toml", help="the prompt set")
+    canary.add_argument("--lane", action="append", default=[])
+    canary.add_argument("--model", action="append", default=[])
+    canary.add_argument("--json", action="store_true")
+    canary.add_argument("--md", default=None, help="also write the report as Markdown to this file")
     check = sub.add_parser("check-config", help="check a config file")
     check.add_argument("path")
     check.add_argument("--json", action="store_true")
@@ -120,6 +128,12 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _canary(args: argparse.Namespace) -> int:
+    from canary import commands
+
+    return commands.main(args)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from lanes._http.server import serve
 
@@ -137,7 +151,7 @@ def _serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"serve": _serve, "status": _status, "lane": _lane, "approvals": _approvals,
-                "check-config": _check_config}
+                "check-config": _check_config, "canary": _canary}
     try:
         return handlers[args.command](args)
     except httpx2.TransportError as exc:

@@ -59,6 +59,8 @@ class Dispatcher:
         self.approvals = Approvals(self.store, self.now_wall)
         self.audit_rows: list[dict[str, Any]] = []  # flushed to the store with the other shared state
         self.recent: deque[dict[str, Any]] = deque(maxlen=50)  # the last jobs, for the status page
+        self.quarantine: dict[str, str] = {}  # "lane/model" → why the canary took it out of routing
+        self.probing_canary = False  # the canary probes quarantined models so they can pass again
         self._probes: dict[str, trio.Event] = {}
         self.lanes: dict[str, OpenAICompatibleLane] = {lane.name: lane for lane in loaded.lanes}
         self.unavailable = dict(loaded.unavailable)
@@ -158,6 +160,8 @@ class Dispatcher:
             return None
         now = self.now_wall()
         if candidate.tier == "free":
+            if candidate.key in self.quarantine and not self.probing_canary:
+                return self.quarantine[candidate.key]
             verdict = self.manager.classify(candidate.lane, candidate.model, now)
             return None if verdict.free else verdict.reason
         backoff = self.manager.is_in_backoff(candidate.lane, candidate.model, now)
@@ -179,17 +183,18 @@ class Dispatcher:
             event.set()
 
     # -- after each attempt -------------------------------------------------------------------
+    def count_request(self, candidate: Candidate) -> None:
+        self.manager.record_usage(candidate.lane, candidate.model, now=self.now_wall(), requests=1)
+
     def record_response(self, candidate: Candidate, headers: Mapping[str, str], status: int,
                         usage: Mapping[str, Any] | None) -> None:
         now = self.now_wall()
         self.manager.update_from_headers(candidate.lane, candidate.model, headers, status=status, now=now)
-        self.manager.record_usage(candidate.lane, candidate.model, now=now, usage=usage)
+        self.manager.record_usage(candidate.lane, candidate.model, now=now, requests=0, usage=usage)
 
     def _record_error(self, candidate: Candidate, exc: UpstreamError) -> None:
         now = self.now_wall()
         reason = {RateLimited: "rate_limited", CreditExhausted: "credit_exhausted", ModelGone: "model_gone"}.get(type(exc))
-        if exc.status is not None:
-            self.manager.record_usage(candidate.lane, candidate.model, now=now)
         if reason is not None:
             self.manager.record_rate_limit_error(candidate.lane, candidate.model, reason, headers=exc.headers,
                                                  status=exc.status, body=exc.body, now=now)
@@ -246,7 +251,7 @@ class Dispatcher:
         self.audit_rows.append(audit_row(
             job=walk.job, at=self.now_wall(), request_class=walk.request_class, outcome=outcome, route=route_name,
             lane=served.lane if served else None, model=served.model if served else None,
-            attempts=walk.attempts, latency_s=trio.current_time() - walk.started_at, answer=answer, usage=usage,
+            attempts=walk.attempts, skips=walk.skips, latency_s=trio.current_time() - walk.started_at, answer=answer, usage=usage,
             cost_usd=cost, approval=walk.approval or "", log_bodies=self.config.log_bodies))
 
     # -- the doors -------------------------------------------------------------------------

@@ -47,7 +47,7 @@ async def open_dispatcher(
             manager = FreeTierManager()
             dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env,
                                     store=store, manager=manager, wall_offset=wall_offset)
-            sharing = Sharing(manager, store, audit=dispatcher.audit_rows)
+            sharing = Sharing(manager, store, audit=dispatcher.audit_rows, quarantine=dispatcher.quarantine)
             await sharing.load(dispatcher.now_wall())
             nursery.start_soon(sharing.run, dispatcher.now_wall)
             for lane in dispatcher.lanes.values():

@@ -139,6 +139,7 @@ async def _one(d: Dispatcher, walk: Walk, candidate: Candidate, attempt: Attempt
         job, reservation = walk.job, None
         try:
             d.governors.take_attempt()
+            d.count_request(candidate)  # counted when sent, so jobs in flight count against the quota
             if candidate.tier == "paid":
                 job = _paid_job(job, d.policy.paid_max_tokens)
                 reservation = d.governors.reserve(candidate, job)

@@ -20,10 +20,12 @@ log = logging.getLogger("lanes")
 
 
 class Sharing:
-    def __init__(self, manager: FreeTierManager, store: Store, *, audit: list | None = None) -> None:
+    def __init__(self, manager: FreeTierManager, store: Store, *, audit: list | None = None,
+                 quarantine: dict[str, str] | None = None) -> None:
         self.manager = manager
         self.store = store
         self.audit = audit if audit is not None else []  # rows appended by the dispatcher, flushed here
+        self.quarantine = quarantine if quarantine is not None else {}  # the canary's verdicts, read here
         self._failing = False
 
     async def load(self, now: float) -> None:
@@ -32,6 +34,7 @@ class Sharing:
             return (self.store.usage_totals(now), self.store.spend_totals(), self.store.backoffs(now),
                     self.store.snapshots())
         usage, spend, backoffs, snapshots = read()
+        self._take_quarantine(self.store.quarantined())
         await trio.lowlevel.checkpoint()
         self.manager.usage.merge(usage)
         self.manager.merge_spend(spend)
@@ -47,10 +50,11 @@ class Sharing:
             self.store.add_usage(usage, spend)
             self.store.put_backoffs(backoffs)
             self.store.put_snapshots(snapshots)
-            return self.store.usage_totals(now), self.store.spend_totals(), self.store.backoffs(now)
+            return (self.store.usage_totals(now), self.store.spend_totals(), self.store.backoffs(now),
+                    self.store.quarantined())
 
         try:
-            totals, spends, others = work()
+            totals, spends, others, quarantined = work()
         except sqlite3.Error as exc:
             self.manager.pending_usage[:0] = usage  # keep them for the next try
             for key, usd in spend.items():
@@ -68,7 +72,16 @@ class Sharing:
         self.manager.merge_spend(spends)
         self.manager.merge_backoffs(others)
         self.manager.usage.prune(now)
+        self._take_quarantine(quarantined)
         await trio.lowlevel.checkpoint()
+
+    def _take_quarantine(self, current: dict[str, str]) -> None:
+        for key in set(self.quarantine) - set(current):
+            log.warning("canary: %s released from quarantine", key)
+        for key in set(current) - set(self.quarantine):
+            log.warning("canary: %s quarantined", key)
+        self.quarantine.clear()
+        self.quarantine.update(current)
 
     async def run(self, wall_now, interval_s: float = 0.5) -> None:
         """Sync every `interval_s` until cancelled; a last sync runs shielded on the way out."""

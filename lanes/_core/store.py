@@ -41,6 +41,8 @@ class Store(Protocol):
     def put_grant(self, client: str, until: float) -> None: ...
     def grant_until(self, client: str) -> float | None: ...
     def add_audit(self, rows: list[dict[str, Any]]) -> None: ...
+    def quarantined(self) -> dict[str, str]: ...
+    def set_quarantine(self, key: str, verdict: str | None, reason: str = "", at: float = 0.0) -> None: ...
     def close(self) -> None: ...
 
 
@@ -71,9 +73,11 @@ class SQLiteStore:
         self.db["audit"].create(
             {"job": str, "at": float, "client": str, "cohort": str, "class": str, "route": str, "outcome": str,
              "lane": str, "model": str, "request_sha256": str, "request_bytes": int, "answer_sha256": str,
-             "answer_bytes": int, "attempts": int, "attempt_log": str, "latency_s": float, "tokens": int,
+             "answer_bytes": int, "attempts": int, "attempt_log": str, "skip_log": str, "latency_s": float, "tokens": int,
              "cost_usd": float, "approval": str, "explored": int, "body": str}, pk="job", if_not_exists=True)
         self.db["audit"].create_index(["at"], if_not_exists=True)
+        self.db["quarantine"].create({"key": str, "verdict": str, "reason": str, "at": float}, pk="key",
+                                     if_not_exists=True)
 
     def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None:
         with self._lock, self._conn:
@@ -179,7 +183,22 @@ class SQLiteStore:
     def add_audit(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             with self._lock:
-                self.db["audit"].insert_all(rows, replace=True)
+                self.db["audit"].insert_all(rows, replace=True, alter=True)  # older files gain new columns
+
+    def quarantined(self) -> dict[str, str]:
+        """Candidates ("lane/model") the canary took out of routing, with the reason."""
+        with self._lock:
+            return {key: f"quarantined by the canary ({verdict}: {reason})"
+                    for key, verdict, reason in self._conn.execute("SELECT key, verdict, reason FROM quarantine")}
+
+    def set_quarantine(self, key: str, verdict: str | None, reason: str = "", at: float = 0.0) -> None:
+        """Quarantine `key` with a verdict, or release it (verdict None)."""
+        with self._lock, self._conn:
+            if verdict is None:
+                self._conn.execute("DELETE FROM quarantine WHERE key = ?", (key,))
+            else:
+                self._conn.execute("INSERT OR REPLACE INTO quarantine (key, verdict, reason, at) VALUES (?, ?, ?, ?)",
+                                   (key, verdict, reason, at))
 
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:

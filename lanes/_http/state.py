@@ -38,10 +38,10 @@ def lanes_state(dispatcher: Dispatcher) -> dict[str, Any]:
         for c in lane.candidates:
             backoff = manager.is_in_backoff(c.lane, c.model, now_wall)
             snapshot = manager.snapshots.get(manager.scope(c.lane, c.model))
-            verdict = manager.classify(c.lane, c.model, now_wall)
+            held = dispatcher.held_back(c)
             models.append({
-                "model": c.model, "tier": c.tier, "free_now": c.tier != "paid" and verdict.free,
-                "reason": verdict.reason,
+                "model": c.model, "tier": c.tier, "free_now": c.tier != "paid" and held is None,
+                "reason": held or "",
                 "backoff_s": round(backoff.until - now_wall, 3) if backoff else 0.0,
                 "backoff_reason": backoff.reason if backoff else None,
                 "requests_remaining": snapshot[1].requests_remaining if snapshot else None,
@@ -66,5 +66,5 @@ def lanes_state(dispatcher: Dispatcher) -> dict[str, Any]:
                  "fallback": dispatcher.policy.free_tier_fallback},
         "approvals": len(dispatcher.approvals.pending),
         "recent": list(dispatcher.recent),
-        "canary": {},
+        "canary": {"quarantined": dict(dispatcher.quarantine)},
     }

@@ -1,0 +1,51 @@
+"""`lanes canary run|pin|report`: exit 0 when nothing drifted, 1 when something did, 2 on bad usage."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import trio
+
+import lanes
+from canary import report as fmt
+from canary.prompts import read_canary
+from canary.run import pin, report, run_canary
+from lanes._core.errors import ConfigError
+from lanes._core.store import SQLiteStore
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        config = lanes.read_config(args.config)
+        prompts = read_canary(args.canary)
+    except ConfigError as exc:
+        print(f"lanes canary: {exc}", file=sys.stderr)
+        return 2
+    if config.state == ":memory:":
+        print("lanes canary: the canary keeps its answers in the state file; set `state` in the config",
+              file=sys.stderr)
+        return 2
+    if args.action == "run":
+        def progress(done: int, total: int) -> None:
+            print(f"\rcanary: {done}/{total} probes", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+        async def go() -> None:
+            async with lanes.open_dispatcher(config) as dispatcher:
+                await run_canary(dispatcher, prompts, lanes_=args.lane, models=args.model, progress=progress)
+
+        trio.run(go)
+    store = SQLiteStore(config.state)
+    try:
+        if args.action == "pin":
+            pinned = pin(store.db, keys=args.model)
+            print(f"pinned {len(pinned)} model(s): {', '.join(pinned) or 'none (run the canary first)'}")
+            return 0
+        reports = report(store, prompts)
+    finally:
+        store.close()
+    print(fmt.as_json(reports) if args.json else fmt.table(reports))
+    if args.md:
+        Path(args.md).write_text(fmt.markdown(reports), encoding="utf-8")
+    return fmt.exit_code(reports)

@@ -1,0 +1,70 @@
+"""The canary's prompt set and settings, from `config/canary.toml` (cattrs, unknown keys refused)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.v import transform_error
+
+from lanes._core.errors import ConfigError
+
+
+@attrs.frozen(kw_only=True)
+class Checks:
+    """Checks that need no judge model. Every one set must pass."""
+
+    expect: str | None = None  # the normalised answer must equal this (case, spaces, trailing dot ignored)
+    contains: list[str] = attrs.field(factory=list)  # each must appear (normalised)
+    json_keys: list[str] = attrs.field(factory=list)  # the answer parses as a JSON object with these keys
+    tool_call: str | None = None  # a well-formed call of this function (JSON arguments)
+    no_refusal: bool = True  # no "I can't / I cannot / as an AI" refusal
+    min_len: int = 0
+    max_len: int = 100_000
+
+
+@attrs.frozen(kw_only=True)
+class Prompt:
+    id: str
+    messages: list[dict[str, Any]]
+    max_tokens: int = 64
+    seed: int | None = 7
+    tools: list[dict[str, Any]] | None = None
+    checks: Checks = attrs.field(factory=Checks)
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    concurrency: int = 4
+    deadline_s: float = 30.0
+    min_quota_left: int = 5  # skip a model whose reported remaining requests are below this
+    similarity_ok: float = 0.85  # normalised similarity to the baseline at or above this is unchanged
+    drift_threshold: float = 0.3  # a model's drift score at or above this is `drifted`
+    quarantine: bool = True  # drifted / failed models are skipped by routing until they pass or are re-pinned
+
+
+@attrs.frozen(kw_only=True)
+class CanaryConfig:
+    settings: Settings = attrs.field(factory=Settings)
+    prompts: list[Prompt] = attrs.field(factory=list)
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def read_canary(path: str | Path) -> CanaryConfig:
+    """Read the prompt set. Raises `ConfigError` naming the file and the key."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return _converter.structure(raw, CanaryConfig)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+    except Exception as exc:  # cattrs reports every problem at once
+        lines = [m.replace(" @ $", " @ ").replace(" @ .", " @ ") for m in transform_error(exc, path="$")]
+        raise ConfigError(f"{path}: bad canary config:\n  " + "\n  ".join(lines)) from exc

@@ -1,0 +1,161 @@
+"""Run the canary, pin a baseline, report drift — and feed the verdicts back into routing.
+
+Answers live in the same state file as everything else (tables `canary_answer`, `canary_baseline`);
+a `drifted` or `failed` verdict writes the model into `quarantine`, which every dispatcher sharing
+the file skips until the model passes again or is re-pinned. Probes go through the dispatcher like
+any job, so they count against the free quota — and they are skipped, never forced, when a model is
+backed off, its breaker is open or its reported quota is low.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+import lanes
+from canary.checks import run_checks
+from canary.prompts import CanaryConfig, Prompt
+from canary.score import Answer, ModelReport, score_model
+from lanes._core.job import Candidate, digest
+
+ANSWER_COLUMNS = {"run": int, "at": float, "key": str, "prompt": str, "status": str, "reason": str, "text": str,
+                  "sha256": str, "checks": str, "reported_model": str, "fingerprint": str, "latency_s": float,
+                  "tokens": int}
+
+
+def ensure_tables(db: Any) -> None:
+    db["canary_answer"].create(ANSWER_COLUMNS, pk=("run", "key", "prompt"), if_not_exists=True)
+    db["canary_baseline"].create(ANSWER_COLUMNS, pk=("key", "prompt"), if_not_exists=True)
+
+
+def _why_skip(dispatcher: lanes.Dispatcher, c: Candidate, min_quota_left: int) -> str | None:
+    reason = dispatcher.held_back(c)
+    if reason is not None:
+        return reason
+    if dispatcher.breakers[c.lane].state(trio.current_time()) == "open":
+        return "breaker open"
+    snapshot = dispatcher.manager.snapshots.get(dispatcher.manager.scope(c.lane, c.model))
+    if snapshot and snapshot[1].requests_remaining is not None and snapshot[1].requests_remaining < min_quota_left:
+        return f"quota low ({snapshot[1].requests_remaining:g} left)"
+    return None
+
+
+async def _probe(dispatcher: lanes.Dispatcher, c: Candidate, prompt: Prompt, deadline_s: float,
+                 min_quota_left: int) -> Answer:
+    at = dispatcher.now_wall()
+    skip = _why_skip(dispatcher, c, min_quota_left)
+    if skip is not None:
+        return Answer(prompt=prompt.id, status="skipped", reason=skip, at=at)
+    params: dict[str, Any] = {"temperature": 0, "max_tokens": prompt.max_tokens}
+    if prompt.seed is not None:
+        params["seed"] = prompt.seed
+    if prompt.tools:
+        params["tools"] = prompt.tools
+    job = lanes.Job(messages=prompt.messages, params=params, model=c.key, deadline_s=deadline_s,
+                    client="canary", request_class="canary")
+    try:
+        reply = await dispatcher.complete(job)
+    except lanes.JobFailed as exc:
+        return Answer(prompt=prompt.id, status="error", reason=f"{exc.code}: {str(exc)[:160]}", at=at)
+    message = reply.body["choices"][0].get("message") or {}
+    text = message.get("content") or ""
+    checks = run_checks(prompt.checks, text, message.get("tool_calls"))
+    return Answer(prompt=prompt.id, status="ok", text=text, checks=checks,
+                  reported_model=str(reply.body.get("model", "")),
+                  fingerprint=str(reply.body.get("system_fingerprint") or ""), at=at)
+
+
+def free_candidates(dispatcher: lanes.Dispatcher, lanes_: Sequence[str] = (), models: Sequence[str] = ()) -> list[Candidate]:
+    return [c for c in dispatcher.candidates() if c.tier == "free"
+            and (not lanes_ or c.lane in lanes_) and (not models or c.model in models or c.key in models)]
+
+
+async def run_canary(dispatcher: lanes.Dispatcher, config: CanaryConfig, *, lanes_: Sequence[str] = (),
+                     models: Sequence[str] = (), progress: Callable[[int, int], None] | None = None) -> int:
+    """Probe every selected free model with every prompt; store the answers; return the run id."""
+    db = dispatcher.store.db
+    ensure_tables(db)
+    dispatcher.probing_canary = True  # quarantined models are probed too, so they can pass again
+    settings = config.settings
+    candidates = free_candidates(dispatcher, lanes_, models)
+    run = int(dispatcher.now_wall() * 1000)
+    limiter = trio.CapacityLimiter(settings.concurrency)
+    total, done, rows = len(candidates) * len(config.prompts), 0, []
+
+    async def one(c: Candidate, prompt: Prompt) -> None:
+        nonlocal done
+        async with limiter:
+            started = trio.current_time()
+            answer = await _probe(dispatcher, c, prompt, settings.deadline_s, settings.min_quota_left)
+            rows.append(_row(run, c.key, answer, trio.current_time() - started))
+        done += 1
+        if progress:
+            progress(done, total)
+
+    async with trio.open_nursery() as nursery:
+        for c in candidates:
+            for prompt in config.prompts:
+                nursery.start_soon(one, c, prompt)
+    db["canary_answer"].insert_all(rows, replace=True)
+    return run
+
+
+def _row(run: int, key: str, answer: Answer, latency_s: float) -> dict[str, Any]:
+    return {"run": run, "at": answer.at, "key": key, "prompt": answer.prompt, "status": answer.status,
+            "reason": answer.reason, "text": answer.text, "sha256": digest(answer.text)[0] if answer.text else "",
+            "checks": json.dumps(dict(answer.checks)), "reported_model": answer.reported_model,
+            "fingerprint": answer.fingerprint, "latency_s": latency_s if answer.status != "skipped" else 0.0,
+            "tokens": 0}
+
+
+def _answer(row: dict[str, Any]) -> Answer:
+    return Answer(prompt=row["prompt"], status=row["status"], text=row["text"], checks=json.loads(row["checks"]),
+                  reported_model=row["reported_model"], fingerprint=row["fingerprint"], at=row["at"],
+                  reason=row["reason"])
+
+
+def latest_run(db: Any) -> int | None:
+    ensure_tables(db)
+    row = db.execute("SELECT MAX(run) FROM canary_answer").fetchone()
+    return row[0] if row and row[0] is not None else None
+
+
+def pin(db: Any, *, keys: Sequence[str] = ()) -> list[str]:
+    """Record the latest run's answered prompts as each model's baseline; release its quarantine."""
+    run = latest_run(db)
+    if run is None:
+        return []
+    rows = [r for r in db["canary_answer"].rows_where("run = ? AND status = 'ok'", [run])
+            if not keys or r["key"] in keys]
+    pinned = sorted({r["key"] for r in rows})
+    for key in pinned:
+        db["canary_baseline"].delete_where("key = ?", [key])
+        db.execute("DELETE FROM quarantine WHERE key = ?", [key])
+    db["canary_baseline"].insert_all(rows, replace=True)
+    return pinned
+
+
+def report(store: Any, config: CanaryConfig) -> list[ModelReport]:
+    """Verdicts for the latest run against the baseline; quarantine (or release) models accordingly."""
+    db = store.db
+    run = latest_run(db)
+    if run is None:
+        return []
+    baseline: dict[str, dict[str, Answer]] = {}
+    for row in db["canary_baseline"].rows:
+        baseline.setdefault(row["key"], {})[row["prompt"]] = _answer(row)
+    now: dict[str, list[Answer]] = {}
+    for row in db["canary_answer"].rows_where("run = ?", [run]):
+        now.setdefault(row["key"], []).append(_answer(row))
+    s = config.settings
+    reports = [score_model(key, answers, baseline.get(key, {}), similarity_ok=s.similarity_ok,
+                           drift_threshold=s.drift_threshold) for key, answers in sorted(now.items())]
+    for r in reports:
+        if r.verdict in ("drifted", "failed") and s.quarantine:
+            store.set_quarantine(r.key, r.verdict, r.reason, at=run / 1000)
+        elif r.verdict == "ok":
+            store.set_quarantine(r.key, None)
+    return reports
