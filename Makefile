@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run demo test browser clean
+.PHONY: install run demo test drill browser clean
 
 install: $(STAMP)
 
@@ -31,6 +31,10 @@ browser:
 # pytest's exit code 5 means "no tests collected"; anything else non-zero is a failure.
 test: install browser
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+# The chaos drills: break lanes and providers on purpose; one line per drill with its figure.
+drill: install
+	$(PY) -m lanes drill all
 
 clean:
 	rm -rf $(VENV) *.egg-info

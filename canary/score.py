@@ -84,8 +84,10 @@ def score_model(key: str, now: Sequence[Answer], baseline: Mapping[str, Answer],
     diffs = tuple(diff_prompt(a, baseline[a.prompt]) for a in answered if a.prompt in baseline)
     if not diffs:
         return ModelReport(key=key, verdict="ok", drift=0.0, reason="no baseline yet: pin one")
+    # a prompt whose answer moved below `similarity_ok` counts in full, a small rewording by how far
+    # it moved; a changed reported model or fingerprint adds a step. The score is the mean.
     per_prompt = [
-        (0.0 if d.exact else max(0.0, 1.0 - d.similarity) * (1.0 if d.similarity < similarity_ok else 0.5))
+        (0.0 if d.exact else 1.0 if d.similarity < similarity_ok else 1.0 - d.similarity)
         + (0.25 if d.model_changed else 0.0)
         for d in diffs]
     drift = min(1.0, sum(per_prompt) / len(per_prompt))

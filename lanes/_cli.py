@@ -48,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     canary.add_argument("--model", action="append", default=[])
     canary.add_argument("--json", action="store_true")
     canary.add_argument("--md", default=None, help="also write the report as Markdown to this file")
+    drill = sub.add_parser("drill", help="break things on purpose and check that startup and fallback hold")
+    drill.add_argument("names", nargs="*", default=["all"])
+    drill.add_argument("--list", action="store_true")
+    drill.add_argument("--json", action="store_true")
     check = sub.add_parser("check-config", help="check a config file")
     check.add_argument("path")
     check.add_argument("--json", action="store_true")
@@ -134,6 +138,34 @@ def _canary(args: argparse.Namespace) -> int:
     return commands.main(args)
 
 
+def _drill(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from drills.scenarios import DRILLS, run
+
+    if args.list:
+        for name, fn in DRILLS.items():
+            print(f"{name:<28} {(fn.__doc__ or '').strip().splitlines()[0]}")
+        return 0
+    names = list(DRILLS) if args.names in (["all"], []) else args.names
+    unknown = [n for n in names if n not in DRILLS]
+    if unknown:
+        print(f"lanes drill: no drill named {', '.join(unknown)}; see lanes drill --list", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="lanes-drill-") as tmp:
+        results = trio.run(run, names, Path(tmp))
+    if args.json:
+        print(json.dumps([{"name": r.name, "ok": r.ok, "figure": r.figure, "detail": r.detail} for r in results],
+                         indent=2))
+    else:
+        for r in results:
+            print(f"{'PASS' if r.ok else 'FAIL'}  {r.name:<26} {r.figure}" + (f"  [{r.detail}]" if r.detail else ""))
+        print(f"{sum(r.ok for r in results)} passed, {sum(not r.ok for r in results)} failed")
+    return 0 if all(r.ok for r in results) else 1
+
+
 def _serve(args: argparse.Namespace) -> int:
     from lanes._http.server import serve
 
@@ -151,7 +183,8 @@ def _serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"serve": _serve, "status": _status, "lane": _lane, "approvals": _approvals,
-                "check-config": _check_config, "canary": _canary}
+                "check-config": _check_config, "canary": _canary,
+                "drill": _drill}
     try:
         return handlers[args.command](args)
     except httpx2.TransportError as exc:

@@ -60,6 +60,7 @@ class Dispatcher:
         self.audit_rows: list[dict[str, Any]] = []  # flushed to the store with the other shared state
         self.recent: deque[dict[str, Any]] = deque(maxlen=50)  # the last jobs, for the status page
         self.quarantine: dict[str, str] = {}  # "lane/model" → why the canary took it out of routing
+        self.unreachable: dict[str, str] = {}  # lanes that did not accept a connection at startup (until they answer)
         self.probing_canary = False  # the canary probes quarantined models so they can pass again
         self._probes: dict[str, trio.Event] = {}
         self.lanes: dict[str, OpenAICompatibleLane] = {lane.name: lane for lane in loaded.lanes}
@@ -189,6 +190,7 @@ class Dispatcher:
     def record_response(self, candidate: Candidate, headers: Mapping[str, str], status: int,
                         usage: Mapping[str, Any] | None) -> None:
         now = self.now_wall()
+        self.unreachable.pop(candidate.lane, None)
         self.manager.update_from_headers(candidate.lane, candidate.model, headers, status=status, now=now)
         self.manager.record_usage(candidate.lane, candidate.model, now=now, requests=0, usage=usage)
 

@@ -51,7 +51,7 @@ async def open_dispatcher(
             await sharing.load(dispatcher.now_wall())
             nursery.start_soon(sharing.run, dispatcher.now_wall)
             for lane in dispatcher.lanes.values():
-                nursery.start_soon(_check_reachable, lane)
+                nursery.start_soon(_check_reachable, dispatcher, lane)
                 if lane.balance_endpoint() is not None:
                     nursery.start_soon(_poll_balance, dispatcher, lane)
             if not dispatcher.free_lane_on:
@@ -65,7 +65,7 @@ async def open_dispatcher(
         store.close()
 
 
-async def _check_reachable(lane: OpenAICompatibleLane, within_s: float = 2.0) -> None:
+async def _check_reachable(dispatcher: Dispatcher, lane: OpenAICompatibleLane, within_s: float = 2.0) -> None:
     """At startup, in the background: one log line for a provider on an IP address or localhost
     that does not accept a connection. Hostnames are not looked up here (a lookup can hang and
     leaves the machine); the first request finds out. Startup never waits for this."""
@@ -80,11 +80,14 @@ async def _check_reachable(lane: OpenAICompatibleLane, within_s: float = 2.0) ->
         try:
             stream = await trio.open_tcp_stream(host, port)
         except OSError as exc:
+            reason = exc.strerror or str(exc)[:120] or type(exc).__name__
+            dispatcher.unreachable[lane.name] = f"unreachable at startup ({reason})"
             log.warning("lane %s: provider unreachable at startup (%s); serving from the others until it answers",
-                        lane.name, exc.strerror or str(exc)[:120] or type(exc).__name__)
+                        lane.name, reason)
             return
         await stream.aclose()
         return
+    dispatcher.unreachable[lane.name] = f"accepted no connection within {within_s:g}s at startup"
     log.warning("lane %s: provider accepted no connection within %gs at startup", lane.name, within_s)
 
 

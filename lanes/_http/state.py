@@ -11,8 +11,10 @@ from lanes.freetier.kinds import CreditBased
 
 
 def ready(dispatcher: Dispatcher) -> list[str]:
-    """The lanes that could serve a job now (some candidate passes every gate)."""
-    return sorted({c.lane for c in dispatcher.candidates() if dispatcher.free_now(c)})
+    """The lanes that could serve a job now: some candidate passes every gate, and the provider did
+    not refuse connections at startup (or has answered since)."""
+    return sorted({c.lane for c in dispatcher.candidates()
+                   if dispatcher.free_now(c) and c.lane not in dispatcher.unreachable})
 
 
 def models_list(dispatcher: Dispatcher) -> dict[str, Any]:
@@ -55,7 +57,7 @@ def lanes_state(dispatcher: Dispatcher) -> dict[str, Any]:
                 c.tier == "free" for c in lane.candidates)),
             "breaker": {"state": stats.state, "consecutive_faults": stats.consecutive_faults,
                         "reopen_in_s": round(stats.reopen_at - now, 3) if stats.reopen_at else None},
-            "credits_left_usd": credits, "models": models,
+            "credits_left_usd": credits, "models": models, "unreachable": dispatcher.unreachable.get(name),
         })
     return {
         "free_lane": dispatcher.free_lane_on,

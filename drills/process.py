@@ -1,0 +1,121 @@
+"""A `lanes serve` child process for drills that must kill, restart or re-import the real thing."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import trio
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def dump_toml(config: Mapping[str, Any]) -> str:
+    """TOML for a config mapping: scalars and inline tables at the top, then [table]s and [[lanes]]."""
+    lines, tables = [], []
+    for key, value in config.items():
+        if key == "lanes":
+            continue
+        if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()) or key in ("policy", "server"):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {toml_value(value)}")
+    for key, table in tables:
+        lines.append(f"[{key}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    for lane in config.get("lanes", []):
+        lines.append("[[lanes]]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in lane.items() if k != "models"]
+        for model in lane.get("models", []):
+            lines.append("[[lanes.models]]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in model.items()]
+    return "\n".join(lines) + "\n"
+
+
+_ONLY_THE_COPY = (
+    "import runpy, sys; "
+    "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '').lower()]; "
+    "sys.argv[0] = 'lanes'; runpy.run_module('lanes', run_name='__main__', alter_sys=True)"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SidecarProcess:
+    def __init__(self, process: trio.Process, base: str, log_path: Path) -> None:
+        self.process, self.base, self.log_path = process, base, log_path
+        self.health_s: float | None = None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def wait_healthy(self, within_s: float = 15.0) -> float:
+        start = time.monotonic()  # wall-clock: a drill measures real startup time
+        async with httpx2.AsyncClient(trust_env=False) as http:
+            while time.monotonic() - start < within_s:  # wall-clock: as above
+                if self.process.returncode is not None:
+                    raise RuntimeError(f"sidecar exited with {self.process.returncode}: {self.log()[-2000:]}")
+                try:
+                    if (await http.get(f"{self.base}/health", timeout=0.25)).status_code == 200:
+                        self.health_s = time.monotonic() - start  # wall-clock: as above
+                        return self.health_s
+                except httpx2.TransportError:
+                    await trio.sleep(0.01)
+        raise RuntimeError(f"/health did not answer within {within_s}s: {self.log()[-2000:]}")
+
+
+@asynccontextmanager
+async def open_sidecar_process(config: Mapping[str, Any], workdir: Path, *, env: Mapping[str, str] | None = None,
+                               pythonpath: str | None = None, port: int | None = None) -> AsyncIterator[SidecarProcess]:
+    """Write `config` as TOML, start `python -m lanes serve` on it, wait for /health, yield it.
+
+    With `pythonpath` (a copy of the package) the child imports `lanes` from there only: a
+    development (editable) install's import hook is removed first, or it would quietly find a
+    module deleted from the copy in the work tree — which no real installation would do.
+    """
+    port = port or free_port()
+    path = workdir / "lanes.toml"
+    path.write_text(dump_toml({**config, "server": {**config.get("server", {}), "port": port}}))
+    log_path = workdir / f"sidecar-{port}.log"
+    child_env = {**os.environ, **(env or {})}
+    if pythonpath:
+        child_env["PYTHONPATH"] = pythonpath
+    with open(log_path, "wb") as log_file:
+        command = [sys.executable, "-m", "lanes", "serve", "--config", str(path)]
+        if pythonpath:
+            command[1:3] = ["-c", _ONLY_THE_COPY]
+        process = await trio.lowlevel.open_process(command, stdout=log_file,
+            stderr=subprocess.STDOUT, env=child_env, cwd=str(workdir))
+        sidecar = SidecarProcess(process, f"http://127.0.0.1:{port}", log_path)
+        try:
+            await sidecar.wait_healthy()
+            yield sidecar
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                with trio.move_on_after(10):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
