@@ -76,6 +76,8 @@ class FakeProvider:
         self._connections: set[trio.CancelScope] = set()
         self._windows: dict[str, tuple[int, int]] = {}  # model → (window index, requests in it)
         self.wall_offset = 0.0  # wall-clock epoch = trio clock + this (for epoch-style resets)
+        self.catalog: list[dict[str, Any]] | None = None  # what GET …/models lists (default: the scripted models)
+        self.catalog_requests = 0
         self.prefill = True  # continue a trailing assistant message (False: refuse it with a 400)
 
     @property
@@ -163,7 +165,9 @@ class FakeProvider:
             await _send_json(conn, stream, 200, {"data": {"limit_remaining": self.balance, "is_free_tier": True}}, {})
             return True
         if head.method == b"GET" and path.endswith("/models"):
-            body = {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
+            self.catalog_requests += 1
+            listed = self.catalog if self.catalog is not None else [{"id": m, "object": "model"} for m in self.models]
+            body = {"object": "list", "data": listed}
             await _send_json(conn, stream, 200, body, {})
             return True
         try:

@@ -54,6 +54,7 @@ async def open_sidecar(*lanes: tuple, policy: dict[str, Any] | None = None, serv
         fakes = {spec[0]: await stack.enter_async_context(open_fake(spec[0], models=tuple(spec[2]))) for spec in lanes}
         tables = [{**BUILDERS[spec[1]](spec[0], fakes[spec[0]].base_url, spec[2]), **(spec[3] if len(spec) > 3 else {})}
                   for spec in lanes]
+        top.setdefault("scoring", {"explore_rate": 0.0})  # deterministic unless a caller wants exploration
         config = load_config({"lanes": tables, "policy": policy or {"free_tier_fallback": "allow"},
                               "server": {"port": 0, **(server or {})}, **top}, env={})
         full_env = {**KEYS, **os.environ, **(env or {})}

@@ -23,6 +23,21 @@ SIM_KEYS = {"SIM_GROQ_KEY": "sim-groq-key", "SIM_GEMINI_KEY": "sim-gemini-key",
             "SIM_OPENROUTER_KEY": "sim-openrouter-key", "SIM_PAID_KEY": "sim-paid-key"}
 
 
+# An OpenRouter-shaped model list: prices per token as strings, parameters, modalities. Discovery
+# adds the free models the config does not name (mistral-7b:free) and leaves the paid ones out.
+OPENROUTER_CATALOG = [
+    {"id": "llama-3.3-70b:free", "context_length": 65536, "pricing": {"prompt": "0", "completion": "0"},
+     "supported_parameters": ["tools", "temperature"], "architecture": {"input_modalities": ["text"]}},
+    {"id": "qwen-coder:free", "context_length": 32768, "pricing": {"prompt": "0", "completion": "0"},
+     "supported_parameters": ["temperature"], "architecture": {"input_modalities": ["text"]}},
+    {"id": "mistral-7b:free", "context_length": 32768, "pricing": {"prompt": "0", "completion": "0"},
+     "supported_parameters": ["tools", "response_format"], "architecture": {"input_modalities": ["text"]}},
+    {"id": "claude-sim", "context_length": 200000, "pricing": {"prompt": "0.000003", "completion": "0.000015"},
+     "supported_parameters": ["tools"], "architecture": {"input_modalities": ["text", "image"]}},
+    {"id": "gpt-unpriced", "context_length": 128000},
+]
+
+
 def simulated_config(fakes: dict[str, FakeProvider], *, state: str = ":memory:",
                      fallback: str = "ask") -> dict[str, Any]:
     """The TOML-shaped config for the simulated providers."""
@@ -41,8 +56,8 @@ def simulated_config(fakes: dict[str, FakeProvider], *, state: str = ":memory:",
             {"name": "gemini", "module": "openai_compatible", "base_url": fakes["gemini"].base_url,
              "api_key_env": "SIM_GEMINI_KEY", "free_tier": {"kind": "rate_limited", "rpm": 5},
              "models": [{"id": "gemini-flash", "context": 1048576, "vision": True}]},
-            {"name": "openrouter", "module": "openai_compatible", "base_url": fakes["openrouter"].base_url,
-             "api_key_env": "SIM_OPENROUTER_KEY", "free_tier": {"kind": "free_models", "rpm": 8},
+            {"name": "openrouter", "module": "openrouter", "base_url": fakes["openrouter"].base_url,
+             "api_key_env": "SIM_OPENROUTER_KEY", "free_tier": {"kind": "free_models", "rpm": 8}, "discover": True,
              "models": [{"id": "llama-3.3-70b:free", "context": 65536},
                         {"id": "qwen-coder:free", "context": 32768},
                         {"id": "claude-sim", "context": 200000, "input_usd_per_mtok": 3, "output_usd_per_mtok": 15}]},
@@ -76,6 +91,8 @@ async def open_simulation(*, flap: bool = True) -> AsyncIterator[dict[str, FakeP
         for model in ("llama-3.3-70b:free", "qwen-coder:free"):
             fakes["openrouter"].script(model, quota(8, style="openrouter"))
         fakes["openrouter"].script("claude-sim", answer())
+        fakes["openrouter"].script("mistral-7b:free", quota(8, style="openrouter"))
+        fakes["openrouter"].catalog = OPENROUTER_CATALOG
         fakes["paid"].script("gpt-sim-mini", answer())
         if flap:
             nursery.start_soon(_flap, fakes["local"])

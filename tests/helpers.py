@@ -8,14 +8,17 @@ from lanes import Config, load_config
 
 from drills.harness import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
 
-__all__ = ["ENGINE_POLICY", "FREE_KEY", "PAID_KEY", "config", "free_lane", "lane", "local_lane", "paid_lane"]
+__all__ = ["ENGINE_POLICY", "NO_EXPLORATION", "FREE_KEY", "PAID_KEY", "config", "free_lane", "lane", "local_lane", "paid_lane"]
 
 
 # The engine's tests exercise fallback itself, so they allow paid fallback under a roomy ceiling;
 # the policy's tests set `policy` explicitly.
 ENGINE_POLICY = {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 100.0}
+# Exploration is random by design; tests that are not about it switch it off to stay deterministic.
+NO_EXPLORATION = {"explore_rate": 0.0}
 
 
 def config(*lanes: dict[str, Any], **top: Any) -> Config:
     top.setdefault("policy", ENGINE_POLICY)
+    top.setdefault("scoring", NO_EXPLORATION)
     return load_config({"lanes": list(lanes), **top}, env={})

@@ -25,9 +25,9 @@ def attempt_log(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
 
 
 def audit_row(*, job: Job, at: float, request_class: str, outcome: str, route: str | None, lane: str | None,
-              model: str | None, attempts: Sequence[Attempt], latency_s: float, skips: Sequence[Any] = (), answer: Any = None,
-              usage: Mapping[str, Any] | None = None, cost_usd: float = 0.0, approval: str = "",
-              log_bodies: bool = False) -> dict[str, Any]:
+              model: str | None, attempts: Sequence[Attempt], latency_s: float, skips: Sequence[Any] = (),
+              answer: Any = None, usage: Mapping[str, Any] | None = None, cost_usd: float = 0.0, approval: str = "",
+              explored: bool = False, log_bodies: bool = False) -> dict[str, Any]:
     request_sha, request_bytes = job.fingerprint()
     answer_sha, answer_bytes = digest(answer) if answer is not None else ("", 0)
     tokens = usage.get("total_tokens") if isinstance(usage, Mapping) else None
@@ -39,7 +39,7 @@ def audit_row(*, job: Job, at: float, request_class: str, outcome: str, route: s
         "attempts": len(attempts), "attempt_log": json.dumps(attempt_log(attempts)),
         "skip_log": json.dumps([{"lane": s.lane, "model": s.model, "reason": s.reason} for s in skips]),
         "latency_s": latency_s, "tokens": tokens if isinstance(tokens, int) else 0, "cost_usd": cost_usd,
-        "approval": approval, "explored": 0,
+        "approval": approval, "explored": int(explored),
         "body": json.dumps({"messages": list(job.messages), "answer": answer}) if log_bodies else "",
     }
 

@@ -25,6 +25,7 @@ from cattrs.v import transform_error
 from lanes._core.breaker import BreakerPolicy
 from lanes._core.errors import ConfigError
 from lanes._core.policy import PolicyConfig
+from lanes._core.scoring import ScoringConfig
 from lanes.freetier.kinds import KINDS, FreeTierKind
 
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
@@ -88,6 +89,8 @@ class LaneConfig:
     idle_s: float = attrs.field(default=10.0, validator=_positive)
     min_useful_s: float = attrs.field(default=0.25, validator=_non_negative)
     balance_poll_s: float = attrs.field(default=600.0, validator=_positive)  # credits: how often to ask the balance
+    discover: bool = False  # fetch the provider's model list (in the background) and route to its free models
+    catalog_refresh_s: float = attrs.field(default=21_600.0, validator=_positive)  # how often to fetch it again
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
     headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
 
@@ -121,6 +124,7 @@ class Config:
     state: str = ":memory:"  # the SQLite file shared by every process on this host
     policy: PolicyConfig = attrs.field(factory=PolicyConfig)
     server: ServerConfig = attrs.field(factory=ServerConfig)
+    scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
 
     @lanes.validator
     def _unique(self, attribute: attrs.Attribute, value: list[LaneConfig]) -> None:

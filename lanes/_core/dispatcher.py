@@ -37,6 +37,7 @@ from lanes._core.governors import Governors
 from lanes._core.job import Candidate, Job, Outcome, Reply, cost_usd, route_for
 from lanes._core.lane import OpenAICompatibleLane
 from lanes._core.loader import Loaded
+from lanes._core.ranking import Ranking
 from lanes._core.store import SQLiteStore, Store
 from lanes._core.stream import ReplyStream, first_chunks
 from lanes._core.walk import Walk
@@ -60,6 +61,8 @@ class Dispatcher:
         self.audit_rows: list[dict[str, Any]] = []  # flushed to the store with the other shared state
         self.recent: deque[dict[str, Any]] = deque(maxlen=50)  # the last jobs, for the status page
         self.quarantine: dict[str, str] = {}  # "lane/model" → why the canary took it out of routing
+        self.ranking = Ranking(config.scoring)
+        self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
         self.unreachable: dict[str, str] = {}  # lanes that did not accept a connection at startup (until they answer)
         self.probing_canary = False  # the canary probes quarantined models so they can pass again
         self._probes: dict[str, trio.Event] = {}
@@ -69,9 +72,7 @@ class Dispatcher:
         self.free_lane_on = config.free_lane_on(env)
         self.switched_off: set[str] = set()
         for lane in loaded.lanes:
-            prices = {m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0) for m in lane.models.values()}
-            self.manager.register(lane.name, LaneTerms(kind=lane.free_tier, conventions=lane.provider.conventions,
-                                                       prices=prices))
+            self.register_prices(lane)
 
     def now_wall(self) -> float:
         """Wall-clock epoch seconds, derived from trio's clock (one clock; converted at the edge)."""
@@ -197,6 +198,8 @@ class Dispatcher:
     def _record_error(self, candidate: Candidate, exc: UpstreamError) -> None:
         now = self.now_wall()
         reason = {RateLimited: "rate_limited", CreditExhausted: "credit_exhausted", ModelGone: "model_gone"}.get(type(exc))
+        if isinstance(exc, ModelGone) and (event := self.refresh_requested.get(candidate.lane)) is not None:
+            event.set()  # the model may have left the catalog: fetch it again now
         if reason is not None:
             self.manager.record_rate_limit_error(candidate.lane, candidate.model, reason, headers=exc.headers,
                                                  status=exc.status, body=exc.body, now=now)
@@ -219,6 +222,7 @@ class Dispatcher:
         self.settle(candidate, permit, outcome)
         self._record_error(candidate, exc)
         walk.record(candidate, outcome, started, status=exc.status, detail=str(exc))
+        self.ranking.note(candidate, outcome, trio.current_time() - started, self.now_wall())
         if outcome != "deadline":
             log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
         if isinstance(exc, FinalError):
@@ -229,6 +233,32 @@ class Dispatcher:
                 attempts=walk.attempts,
                 skips=walk.skips,
             ) from exc
+
+    def discovering(self) -> list[OpenAICompatibleLane]:
+        return [lane for lane in self.lanes.values() if lane.config.discover]
+
+    async def refresh_catalogs(self, until: float) -> bool:
+        """Fetch every discovering lane's catalog now (bounded by `until`); True if any answered."""
+        answered = []
+
+        async def one(lane: OpenAICompatibleLane) -> None:
+            try:
+                await lane.refresh_catalog()
+                self.register_prices(lane)
+                answered.append(lane.name)
+            except UpstreamError as exc:
+                log.info("lane %s: catalog refresh failed (%s)", lane.name, exc)
+
+        with trio.move_on_at(until):
+            async with trio.open_nursery() as nursery:
+                for lane in self.discovering():
+                    nursery.start_soon(one, lane)
+        return bool(answered)
+
+    def register_prices(self, lane: OpenAICompatibleLane) -> None:
+        prices = {m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0) for m in lane.models.values()}
+        self.manager.register(lane.name, LaneTerms(kind=lane.free_tier, conventions=lane.provider.conventions,
+                                                   prices=prices))
 
     def seconds_to_next_free(self, walk: Walk) -> float | None:
         now = self.now_wall()
@@ -254,7 +284,10 @@ class Dispatcher:
             job=walk.job, at=self.now_wall(), request_class=walk.request_class, outcome=outcome, route=route_name,
             lane=served.lane if served else None, model=served.model if served else None,
             attempts=walk.attempts, skips=walk.skips, latency_s=trio.current_time() - walk.started_at, answer=answer, usage=usage,
-            cost_usd=cost, approval=walk.approval or "", log_bodies=self.config.log_bodies))
+            cost_usd=cost, approval=walk.approval or "", log_bodies=self.config.log_bodies,
+            explored=served is not None and walk.explored == served.key))
+        if served is not None and walk.explored == served.key and outcome == "ok":
+            self.ranking.explored_ok += 1
 
     # -- the doors -------------------------------------------------------------------------
     def _walk(self, job: Job) -> Walk:
@@ -275,13 +308,15 @@ class Dispatcher:
                 self.settle(c, t.permit, "ok")
                 path = route_for(c.tier, walk.free_attempts)  # before this attempt counts
                 walk.record(c, "ok", t.started, status=response.status)
+                self.ranking.note(c, "ok", trio.current_time() - t.started, self.now_wall())
+                self.ranking.remember(walk.job, c.key, self.now_wall())
                 usage = response.body.get("usage") if isinstance(response.body.get("usage"), Mapping) else None
                 cost = cost_usd(c, usage)
                 t.settle_paid(cost if usage else None)
                 self.record_response(c, response.headers, response.status, usage)
                 return Reply(body=response.body, lane=c.lane, provider=lane.provider.name, model=c.model,
                              route=path, attempts=tuple(walk.attempts), skips=tuple(walk.skips), cost_usd=cost,
-                             usage=usage)
+                             usage=usage, explored=walk.explored == c.key)
             raise _timed_out(lane)
 
         walk = self._walk(job)
@@ -316,6 +351,9 @@ class Dispatcher:
                         def finish(outcome: Outcome) -> None:
                             self.settle(c, t.permit, outcome)
                             t.settle_paid(cost_usd(c, reader.usage) if reader.usage else None)
+                            self.ranking.note(c, outcome, trio.current_time() - t.started, self.now_wall())
+                            if outcome == "ok":
+                                self.ranking.remember(walk.job, c.key, self.now_wall())
 
                         stream = ReplyStream(reader=reader, buffered=buffered, candidate=c,
                                              provider=lane.provider.name,

@@ -153,6 +153,7 @@ class Reply:
     skips: tuple[Skip, ...] = ()
     cost_usd: float = 0.0
     usage: Mapping[str, Any] | None = None
+    explored: bool = False  # served by a runner-up tried on purpose, so the ranking does not ossify
 
     @property
     def text(self) -> str:

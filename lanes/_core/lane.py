@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from lanes._core.catalog import ModelRecord, declared_free, normalise
 from lanes._core.config import LaneConfig, ModelConfig
 from lanes._core.job import Candidate, Job
 from lanes._core.upstream import ChunkReader, Response, Upstream
@@ -33,6 +34,8 @@ class Provider:
     prefill: bool = False  # accepts a trailing assistant message and continues it
     conventions: Mapping[str, float] = attrs.field(factory=dict)  # unsuffixed header windows, e.g. requests → 86400
     balance: CustomEndpoint | None = None  # where `detection = "provider_api"` reads the balance ({base_url} allowed)
+    catalog_path: str = "/models"  # GET {base_url}{catalog_path} lists the models
+    catalog_style: str = "openai"  # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
 
 
 @attrs.frozen(repr=False)
@@ -65,9 +68,37 @@ class OpenAICompatibleLane:
         self.base_url = (config.base_url or provider.base_url).rstrip("/")
         self._api_key = api_key
         self._upstream = upstream
-        models = config.models if config.models is not None else list(provider.models)
+        self.configured = config.models if config.models is not None else list(provider.models)
+        self.catalog: tuple[ModelRecord, ...] = ()  # what the provider's model list said, last time
+        self.catalog_at: float | None = None
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Configured models first (config wins); then discovered models that are free or owned."""
+        models = list(self.configured)
+        known = {m.id for m in models}
+        for record in self.catalog:
+            if record.id in known:
+                continue
+            model = ModelConfig(id=record.id, free=declared_free(record, self.free_tier), context=record.context,
+                                input_usd_per_mtok=record.input_usd_per_mtok,
+                                output_usd_per_mtok=record.output_usd_per_mtok, tools=record.tools,
+                                vision=record.vision, json_mode=record.json_mode)
+            if tier_of(self.free_tier, model.id, model.free) != "paid":
+                models.append(model)
         self.models: dict[str, ModelConfig] = {m.id: m for m in models}
         self.candidates: tuple[Candidate, ...] = tuple(self._candidate(m) for m in models)
+
+    async def refresh_catalog(self) -> int:
+        """Fetch the provider's model list and take its free (or owned) models as candidates.
+
+        Returns how many models it listed. Raises `UpstreamError` when the list can not be had.
+        """
+        url = f"{self.base_url}{self.provider.catalog_path}"
+        document = await self._upstream.get_json(url, headers=self.headers(stream=False), secrets=self.secrets)
+        self.catalog = tuple(normalise(self.provider.catalog_style, document))
+        self._rebuild()
+        return len(self.catalog)
 
     def _candidate(self, model: ModelConfig) -> Candidate:
         return Candidate(

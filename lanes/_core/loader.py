@@ -65,6 +65,6 @@ def _load_one(
         api_key = Secret(value)
     lane_class = getattr(module, "Lane", OpenAICompatibleLane)
     lane = lane_class(provider=provider, config=config, api_key=api_key, upstream=upstream)
-    if not lane.candidates:
-        return None, "no models configured — skipped"
+    if not lane.candidates and not config.discover:
+        return None, "no models configured (and discover is off) — skipped"
     return lane, ""

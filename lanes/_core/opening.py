@@ -52,6 +52,8 @@ async def open_dispatcher(
             nursery.start_soon(sharing.run, dispatcher.now_wall)
             for lane in dispatcher.lanes.values():
                 nursery.start_soon(_check_reachable, dispatcher, lane)
+                if lane.config.discover:
+                    nursery.start_soon(_discover, dispatcher, lane)
                 if lane.balance_endpoint() is not None:
                     nursery.start_soon(_poll_balance, dispatcher, lane)
             if not dispatcher.free_lane_on:
@@ -89,6 +91,25 @@ async def _check_reachable(dispatcher: Dispatcher, lane: OpenAICompatibleLane, w
         return
     dispatcher.unreachable[lane.name] = f"accepted no connection within {within_s:g}s at startup"
     log.warning("lane %s: provider accepted no connection within %gs at startup", lane.name, within_s)
+
+
+async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
+    """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404)."""
+    first = True
+    while True:
+        event = dispatcher.refresh_requested[lane.name] = trio.Event()
+        with trio.move_on_after(30.0):
+            try:
+                listed = await lane.refresh_catalog()
+            except UpstreamError as exc:
+                log.warning("lane %s: model list unavailable (%s); routing to configured models", lane.name, exc)
+            else:
+                dispatcher.register_prices(lane)
+                if first:
+                    log.info("lane %s: %d models listed, %d routable", lane.name, listed, len(lane.candidates))
+                first = False
+        with trio.move_on_after(lane.config.catalog_refresh_s):
+            await event.wait()
 
 
 async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:

@@ -129,11 +129,14 @@ class Plan:
     privacy: str
 
 
-def make_plan(job: Job, candidates: Sequence[Candidate], policy: PolicyConfig, *, keep_order: bool = False) -> Plan:
-    """Order and filter the candidates for `job`: local, free (class-preferred first), paid.
+def make_plan(job: Job, candidates: Sequence[Candidate], policy: PolicyConfig, *, keep_order: bool = False,
+              scores: Mapping[str, float] | None = None) -> Plan:
+    """Order and filter the candidates for `job`: local, free (class-preferred first, then by
+    `scores`, best first), paid.
 
     `keep_order` keeps the given order (an alias's own list) and only filters.
     """
+    scores = scores or {}
     needs = needs_of(job)
     privacy = job.privacy if job.privacy != "any" else policy.privacy
     klass = request_class(job, policy.long_context_tokens)
@@ -152,9 +155,23 @@ def make_plan(job: Job, candidates: Sequence[Candidate], policy: PolicyConfig, *
     if keep_order:
         order = list(range(len(kept)))
     else:
-        order = sorted(range(len(kept)), key=lambda i: (tiers[kept[i].tier], rank.get(kept[i].key, len(rank)), i))
+        order = sorted(range(len(kept)), key=lambda i: (tiers[kept[i].tier], rank.get(kept[i].key, len(rank)),
+                                                        -scores.get(kept[i].key, 0.0), i))
     return Plan(candidates=tuple(kept[i] for i in order), removed=tuple(removed), request_class=klass,
                 privacy=privacy)
+
+
+def fit(candidate: Candidate, needs: Needs) -> tuple[float, float]:
+    """(context fit, capability fit) in [0, 1] for ranking: roomy known context and capabilities
+    known to be there score higher than unknown ones."""
+    if candidate.context is None:
+        context = 0.5
+    else:
+        context = 1.0 if candidate.context >= 4 * max(needs.tokens, 1) else 0.8
+    wanted = [(needs.tools, candidate.tools), (needs.images, candidate.vision), (needs.json_mode, candidate.json_mode)]
+    asked = [have for need, have in wanted if need]
+    capability = 1.0 if not asked else sum(1.0 if have else 0.5 for have in asked) / len(asked)
+    return context, capability
 
 
 def worst_case_cost(candidate: Candidate, job: Job, default_max_tokens: int) -> float | None:

@@ -23,7 +23,7 @@ from lanes._core.errors import (
 )
 from lanes._core.breaker import Permit
 from lanes._core.job import Candidate, Job
-from lanes._core.policy import after_failure, make_plan, max_output_tokens, worst_case_cost
+from lanes._core.policy import after_failure, make_plan, max_output_tokens, needs_of, worst_case_cost
 from lanes._core.walk import Walk
 
 if TYPE_CHECKING:
@@ -60,15 +60,49 @@ async def run(dispatcher: Dispatcher, walk: Walk, attempt: Attempt[T], *,
     `exclude` names "lane/model" keys not to try; `require_prefill` keeps only candidates that
     continue a trailing assistant message (both for resuming a broken stream).
     """
-    d, policy, job = dispatcher, dispatcher.policy, walk.job
-    candidates = [c for c in d.resolve(job) if c.key not in exclude and (c.prefill or not require_prefill)]
-    plan = make_plan(job, candidates, policy, keep_order=job.model != "auto")
-    walk.skips.extend(plan.removed)
-    walk.request_class = plan.request_class
-    pinned = job.model in {c.key for c in candidates} and len(candidates) == 1
+    d, job = dispatcher, walk.job
     banned: set[str] = set()
+    tried: set[str] = set()
+    for round_ in (0, 1):
+        candidates = [c for c in d.resolve(job) if c.key not in exclude and (c.prefill or not require_prefill)
+                      and c.key not in tried]
+        remaining = _order(d, walk, candidates, first_round=round_ == 0)
+        pinned = job.model in {c.key for c in candidates} and len(candidates) == 1
+        result = await _walk(d, walk, attempt, remaining, banned, pinned)
+        if result is not _FAILED:
+            return result
+        # an empty pool: fetch the catalogs once and try what they add, before saying "exhausted"
+        if round_ or not d.discovering() or walk.deadline_at - trio.current_time() < 1.0:
+            break
+        tried = {c.key for c in candidates}
+        if not await d.refresh_catalogs(walk.deadline_at - 0.5):
+            break
+        if not {c.key for c in d.resolve(job)} - tried:
+            break
+    raise d.exhausted(walk)
+
+
+def _order(d: Dispatcher, walk: Walk, candidates: list[Candidate], *, first_round: bool) -> list[Candidate]:
+    """The plan for this round: filtered, tiers in order, free ones by class and score; then a
+    multi-turn conversation's model, or (sometimes) an exploration, moved to the front."""
+    job, now = walk.job, d.now_wall()
+    needs = needs_of(job)
+    scores = d.ranking.scores([c for c in candidates if c.tier == "free"], needs, now)
+    plan = make_plan(job, candidates, d.policy, keep_order=job.model != "auto", scores=scores)
+    if first_round:
+        walk.skips.extend(plan.removed)
+        walk.request_class = plan.request_class
+    if job.model != "auto":
+        return list(plan.candidates)
+    ordered, explored, sticky = d.ranking.front(plan.candidates, job, scores, now, d.free_now)
+    walk.explored, walk.sticky = explored, sticky
+    return ordered
+
+
+async def _walk(d: Dispatcher, walk: Walk, attempt: Attempt[T], remaining: list[Candidate], banned: set[str],
+                pinned: bool) -> T | object:
+    policy = d.policy
     context_floor = 0
-    remaining = list(plan.candidates)
     while remaining:
         candidate = remaining.pop(0)
         reason = _not_now(walk, candidate, banned, context_floor, policy)
@@ -108,7 +142,7 @@ async def run(dispatcher: Dispatcher, walk: Walk, attempt: Attempt[T], *,
             retried = True
             pause = pause or policy.retry_pause_s * (1.0 + random.random())
             await trio.sleep(pause)
-    raise d.exhausted(walk)
+    return _FAILED
 
 
 def _not_now(walk: Walk, candidate: Candidate, banned: set[str], context_floor: int, policy: Any) -> str | None:

@@ -25,6 +25,8 @@ class Walk:
         self.budget_refusal: PaidBudgetExhausted | None = None  # the paid ceiling refused an attempt
         self.last_error: Exception | None = None
         self.started_at = trio.current_time()
+        self.explored: str | None = None  # the runner-up this job was sent to on purpose
+        self.sticky = False  # a multi-turn conversation kept on the model that served it
 
     @property
     def free_attempts(self) -> int:

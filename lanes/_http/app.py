@@ -78,7 +78,8 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
 
 
 def reply_headers(reply: Reply) -> dict[str, str]:
-    return {"X-Lanes-Lane": reply.lane, "X-Lanes-Provider": reply.provider, "X-Lanes-Model": reply.model,
+    explored = {"X-Lanes-Explored": "1"} if reply.explored else {}
+    return explored | {"X-Lanes-Lane": reply.lane, "X-Lanes-Provider": reply.provider, "X-Lanes-Model": reply.model,
             "X-Lanes-Route": reply.route, "X-Lanes-Attempts": str(len(reply.attempts)),
             "X-Lanes-Cost-Usd": f"{reply.cost_usd:.6f}"}
 

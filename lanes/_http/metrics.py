@@ -67,6 +67,9 @@ class Metrics:
                 out.append(f"lanes_quota_remaining{_labels(lane=c.lane, model=c.model)} {snapshot[1].requests_remaining:g}")
         out += ["# HELP lanes_paid_spend_usd Paid spend today (UTC), reserved and settled.",
                 "# TYPE lanes_paid_spend_usd gauge", f"lanes_paid_spend_usd {dispatcher.governors.spent_today():.6f}",
+                "# HELP lanes_explored_total Jobs sent to a runner-up on purpose (exploration), and those it served.",
+                "# TYPE lanes_explored_total counter", f"lanes_explored_total {dispatcher.ranking.explored}",
+                f"lanes_explored_served_total {dispatcher.ranking.explored_ok}",
                 "# HELP lanes_approvals_pending Paid fallbacks waiting for a decision.",
                 "# TYPE lanes_approvals_pending gauge", f"lanes_approvals_pending {len(dispatcher.approvals.pending)}"]
         return "\n".join(out) + "\n"

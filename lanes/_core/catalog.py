@@ -1,0 +1,109 @@
+"""Provider catalogs, normalised into one model record, and the free-detection rule. Pure.
+
+A model is free only if the provider says so: zero prompt *and* completion price, a `:free`-style
+name its free-tier kind covers, a kind that covers the whole provider, or the user's config. An
+unknown price is not free. Entries that can not be read are skipped; the function never raises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from lanes.freetier.kinds import FreeModelsOnly, FreeTierKind, NoFreeTier
+
+
+@attrs.frozen(kw_only=True)
+class ModelRecord:
+    id: str
+    context: int | None = None
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
+    tools: bool | None = None
+    vision: bool | None = None
+    json_mode: bool | None = None
+    reasoning: bool | None = None
+
+    @property
+    def zero_priced(self) -> bool:
+        return self.input_usd_per_mtok == 0.0 and self.output_usd_per_mtok == 0.0
+
+
+def _num(value: Any) -> float | None:
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        return None
+    return result if math.isfinite(result) and result >= 0 else None
+
+
+def _int(value: Any) -> int | None:
+    number = _num(value)
+    return int(number) if number is not None and number > 0 else None
+
+
+def _entries(document: Any) -> list[Mapping[str, Any]]:
+    items = document.get("data") if isinstance(document, Mapping) else document
+    if isinstance(items, Mapping):
+        items = items.get("models")
+    return [i for i in items if isinstance(i, Mapping) and isinstance(i.get("id"), str) and i["id"]] \
+        if isinstance(items, list) else []
+
+
+def normalise(style: str, document: Any) -> list[ModelRecord]:
+    """The models a `GET …/models` document lists, in one shape. `style` names the document's shape:
+    `openai` (`data[].id`, maybe a context), `per_token_prices` (prices per token as strings,
+    supported parameters, input modalities), `per_mtok_prices` (a bare list, prices per million
+    tokens, a `type`), `prefixed_ids` (ids like `models/<id>`)."""
+    records = []
+    for item in _entries(document):
+        try:
+            records.append(_record(style, item))
+        except (TypeError, ValueError, AttributeError):
+            continue
+    return records
+
+
+def _record(style: str, item: Mapping[str, Any]) -> ModelRecord:
+    model_id = item["id"]
+    context = _int(item.get("context_length") or item.get("context_window") or item.get("max_context_length")
+                   or (item.get("top_provider") or {}).get("context_length"))
+    if style == "per_token_prices":
+        pricing = item.get("pricing") or {}
+        per_token_in, per_token_out = _num(pricing.get("prompt")), _num(pricing.get("completion"))
+        parameters = set(item.get("supported_parameters") or [])
+        modalities = set((item.get("architecture") or {}).get("input_modalities") or [])
+        return ModelRecord(
+            id=model_id, context=context,
+            input_usd_per_mtok=None if per_token_in is None else per_token_in * 1e6,
+            output_usd_per_mtok=None if per_token_out is None else per_token_out * 1e6,
+            tools="tools" in parameters if parameters else None,
+            vision="image" in modalities if modalities else None,
+            json_mode="response_format" in parameters if parameters else None,
+            reasoning="reasoning" in parameters if parameters else None)
+    if style == "per_mtok_prices":
+        if item.get("type") not in (None, "chat"):
+            raise ValueError("not a chat model")
+        pricing = item.get("pricing") or {}
+        return ModelRecord(id=model_id, context=context, input_usd_per_mtok=_num(pricing.get("input")),
+                           output_usd_per_mtok=_num(pricing.get("output")))
+    if style == "prefixed_ids":
+        return ModelRecord(id=model_id.removeprefix("models/"), context=context)
+    return ModelRecord(id=model_id, context=context)
+
+
+def declared_free(record: ModelRecord, kind: FreeTierKind) -> bool | None:
+    """What the catalog says about a model's price, for `tier_of`: True free, False paid, None
+    "the kind decides" (a kind covering the whole provider, or a name the kind's patterns cover)."""
+    if isinstance(kind, NoFreeTier):
+        return False  # a provider with no free tier: its price list does not make a model ours to use
+    if record.zero_priced:
+        return True
+    if isinstance(kind, FreeModelsOnly):
+        return True if kind.covers(record.id) else False  # unknown or non-zero price: not free
+    if record.input_usd_per_mtok or record.output_usd_per_mtok:
+        return False
+    return None

@@ -1,0 +1,18 @@
+"""Google Gemini through its OpenAI-compatible endpoint: rate-limited free tier, no rate-limit
+headers; a 429 body carries RetryInfo.retryDelay and a QuotaFailure naming PerMinute / PerDay.
+Defaults as of 2026-11 (Flash; Pro has fewer requests per day)."""
+
+from lanes._core.config import ModelConfig
+from lanes._core.lane import Provider
+from lanes.freetier.kinds import RateLimitedFree
+
+PROVIDER = Provider(
+    name="gemini",
+    base_url="https://generativelanguage.googleapis.com/v1beta/openai",
+    api_key_env="GEMINI_API_KEY",
+    free_tier=RateLimitedFree(rpm=10, rpd=250, tpm=250_000),
+    catalog_style="prefixed_ids",
+    models=(
+        ModelConfig(id="gemini-2.5-flash", context=1048576),
+    ),
+)
