@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 import lanes
 from drills.fakes import open_fake, rate_limited, status
-from drills.harness import open_sidecar
 from helpers import config, free_lane
 from lanes._core.catalog import ModelRecord, declared_free, normalise
 from lanes._core.scoring import ScoringConfig, Stats, degraded_providers, reliability, score, wilson_lower
