@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run demo test drill browser clean
+.PHONY: install run demo test drill bench bench-quick browser clean
 
 install: $(STAMP)
 
@@ -35,6 +35,21 @@ test: install browser
 # The chaos drills: break lanes and providers on purpose; one line per drill with its figure.
 drill: install
 	$(PY) -m lanes drill all
+
+# Benchmarks: ours beside the limit, direct and LiteLLM (installed into its own virtualenv, never
+# into the project's). Writes bench/results/<date>.json and docs/benchmarks.md.
+LITELLM := bench/.venv-litellm/bin/litellm
+$(LITELLM):
+	$(PYTHON) -m venv bench/.venv-litellm
+	bench/.venv-litellm/bin/pip install -q --disable-pip-version-check 'litellm[proxy]'
+
+bench: install $(LITELLM)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(PY) -m bench.run
+
+bench-quick: install $(LITELLM)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(PY) -m bench.run --quick
 
 clean:
 	rm -rf $(VENV) *.egg-info

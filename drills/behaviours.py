@@ -26,6 +26,7 @@ class Behaviour:
     clean: bool = False  # stream_cut: end the body properly (but with no finish reason)
     limit: int = 0  # quota: requests allowed per window
     window_s: float = 60.0
+    day_limit: int = 0  # quota: requests allowed per day as well (0: no daily limit)
     style: str = "openai"  # quota: how limits are reported — openai, openrouter, gemini (body only)
 
 
@@ -35,11 +36,12 @@ def answer(*, delay_s: float = 0.0, chunk_delay_s: float = 0.0, headers: Mapping
                      text=text, reported_model=reported_model)
 
 
-def quota(limit: int, *, window_s: float = 60.0, style: str = "openai", delay_s: float = 0.0) -> Behaviour:
+def quota(limit: int, *, window_s: float = 60.0, style: str = "openai", delay_s: float = 0.0,
+          day_limit: int = 0) -> Behaviour:
     """Answer until `limit` requests in the current window, then 429 — reported the way `style`
     providers do: `openai` (x-ratelimit-*-requests, Go durations), `openrouter` (X-RateLimit-*, reset
     in epoch ms) or `gemini` (no headers; RetryInfo and QuotaFailure in the 429 body)."""
-    return Behaviour(kind="quota", limit=limit, window_s=window_s, style=style, delay_s=delay_s)
+    return Behaviour(kind="quota", limit=limit, window_s=window_s, style=style, delay_s=delay_s, day_limit=day_limit)
 
 
 def hang() -> Behaviour:

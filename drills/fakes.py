@@ -211,14 +211,19 @@ class FakeProvider:
 
     def _quota(self, model: str, b: Behaviour) -> Behaviour:
         now = trio.current_time()
-        index = int(now // b.window_s)
+        index, day = int(now // b.window_s), int(now // 86400)
         seen_index, used = self._windows.get(model, (index, 0))
         used = used if seen_index == index else 0
+        seen_day, used_today = self._windows.get(model + "\x00day", (day, 0))
+        used_today = used_today if seen_day == day else 0
         reset_s = (index + 1) * b.window_s - now
+        if b.day_limit and used_today >= b.day_limit:
+            return quota_exceeded(attrs.evolve(b, limit=b.day_limit), (day + 1) * 86400 - now, self.wall_offset + now)
         if used >= b.limit:
             return quota_exceeded(b, reset_s, self.wall_offset + now)
         used += 1
         self._windows[model] = (index, used)
+        self._windows[model + "\x00day"] = (day, used_today + 1)
         remaining = b.limit - used
         if b.style == "openai":
             headers = {"x-ratelimit-limit-requests": str(b.limit), "x-ratelimit-remaining-requests": str(remaining),

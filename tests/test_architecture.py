@@ -31,7 +31,8 @@ PROVIDERS = re.compile(
     re.IGNORECASE,
 )
 LANE_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_"))
-SOURCES = [p for d in ("lanes", "canary", "drills", "tests", "bench") for p in (ROOT / d).rglob("*.py")]
+SOURCES = [p for d in ("lanes", "canary", "drills", "tests", "bench") for p in (ROOT / d).rglob("*.py")
+           if ".venv" not in p.parts and not any(part.startswith(".venv") for part in p.parts)]
 
 
 def imports(path: Path) -> set[str]:

@@ -316,7 +316,7 @@ class Dispatcher:
                 self.record_response(c, response.headers, response.status, usage)
                 return Reply(body=response.body, lane=c.lane, provider=lane.provider.name, model=c.model,
                              route=path, attempts=tuple(walk.attempts), skips=tuple(walk.skips), cost_usd=cost,
-                             usage=usage, explored=walk.explored == c.key)
+                             usage=usage, explored=walk.explored == c.key, raw=response.raw)
             raise _timed_out(lane)
 
         walk = self._walk(job)

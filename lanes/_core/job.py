@@ -154,6 +154,7 @@ class Reply:
     cost_usd: float = 0.0
     usage: Mapping[str, Any] | None = None
     explored: bool = False  # served by a runner-up tried on purpose, so the ranking does not ossify
+    raw: bytes = attrs.field(default=b"", repr=False)  # the upstream's body bytes, for byte-exact relaying
 
     @property
     def text(self) -> str:

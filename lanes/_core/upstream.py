@@ -30,6 +30,7 @@ class Response:
     status: int
     headers: Mapping[str, str]
     body: Mapping[str, Any]
+    raw: bytes = b""  # the body's bytes exactly as the upstream sent them
 
 
 def _transport_error(exc: httpx2.HTTPError, secrets: Iterable[str]) -> RetryableError:
@@ -127,7 +128,7 @@ class Upstream:
         except UpstreamError as exc:
             exc.status, exc.headers = response.status_code, lower
             raise
-        return Response(status=response.status_code, headers=lower, body=completion)
+        return Response(status=response.status_code, headers=lower, body=completion, raw=response.content)
 
     async def get_json(self, url: str, *, headers: Mapping[str, str], secrets: Iterable[str] = ()) -> Any:
         """GET a JSON document (a balance or catalog endpoint); raise an `UpstreamError` otherwise."""

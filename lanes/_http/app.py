@@ -148,6 +148,8 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
             return JSONResponse(body, status_code=status, headers=headers)
         metrics.job(route=reply.route, lane=reply.lane, outcome="ok", latency_s=trio.current_time() - started,
                     attempts=reply.attempts, cost=reply.cost_usd)
+        if reply.raw:  # the upstream's own bytes, not a re-encoding of them
+            return Response(reply.raw, media_type="application/json", headers=reply_headers(reply))
         return JSONResponse(dict(reply.body), headers=reply_headers(reply))
 
     async def health(request: Request) -> Response:

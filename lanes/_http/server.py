@@ -65,6 +65,7 @@ async def serve(config: Config | str | os.PathLike[str] | None, *, host: str | N
         hc.accesslog = None
         hc.errorlog = logging.getLogger("lanes.http")
         hc.keep_alive_timeout = 75
+        hc.backlog = 4096  # hypercorn's default of 100 drops connects in a burst (seen: +1 s SYN retries)
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_signals, shutdown)

@@ -1,0 +1,1 @@
+"""Benchmarks: ours next to the physical limit, direct, and LiteLLM, measured as ratios in one run."""

@@ -1,0 +1,146 @@
+"""Start and stop the processes a benchmark compares: the fake upstream, ours, the limit, LiteLLM."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import trio
+
+from drills.process import dump_toml, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+LITELLM = ROOT / "bench" / ".venv-litellm" / "bin" / "litellm"
+
+
+class Peer:
+    def __init__(self, name: str, url: str, process: trio.Process | None, headers: dict[str, str] | None = None):
+        self.name, self.url, self.process, self.headers = name, url, process, headers or {}
+        self.started_s: float | None = None
+
+    def rss_mb(self) -> float | None:
+        """Resident memory of the peer's process (and its children), in MiB."""
+        if self.process is None:
+            return None
+        pids = [self.process.pid]
+        try:
+            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+            pids += [int(c) for c in children]
+        except OSError:
+            pass
+        total = 0
+        for pid in pids:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                continue
+        return total / 1024
+
+
+async def wait_http(url: str, within_s: float, *, path: str = "/health", headers: dict | None = None,
+                    ok: tuple[int, ...] = (200,)) -> float:
+    start = time.monotonic()  # wall-clock: startup is measured in real time
+    async with httpx2.AsyncClient(trust_env=False) as http:
+        while time.monotonic() - start < within_s:  # wall-clock: as above
+            try:
+                if (await http.get(url + path, timeout=0.5, headers=headers)).status_code in ok:
+                    return time.monotonic() - start  # wall-clock: as above
+            except httpx2.TransportError:
+                pass
+            await trio.sleep(0.01)
+    raise RuntimeError(f"{url}{path} did not answer within {within_s}s")
+
+
+@asynccontextmanager
+async def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> AsyncIterator[trio.Process]:
+    with open(log, "wb") as out:
+        process = await trio.lowlevel.open_process(command, stdout=out, stderr=subprocess.STDOUT,
+                                                   env={**os.environ, **(env or {})}, cwd=str(ROOT))
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                with trio.move_on_after(10):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+
+
+@asynccontextmanager
+async def fake_upstream(behaviour: str, workdir: Path) -> AsyncIterator[tuple[str, Path]]:
+    port = free_port()
+    log = workdir / f"fake-{behaviour}-{port}.json"
+    async with spawn([sys.executable, "-m", "bench.fake_upstream", str(port), behaviour, "--log", str(log)],
+                     workdir / f"fake-{port}.out"):
+        await wait_http(f"http://127.0.0.1:{port}", 15, path="/v1/models")
+        yield f"http://127.0.0.1:{port}/v1", log
+
+
+@asynccontextmanager
+async def ours(upstream: str, workdir: Path, *, kind: str = "rate_limited", timeout_s: float = 30.0,
+               extra: dict | None = None) -> AsyncIterator[Peer]:
+    port = free_port()
+    config = {"state": ":memory:", "default_deadline_s": timeout_s, "policy": {"free_tier_fallback": "off"},
+              "lanes": [{"name": "up", "module": "openai_compatible", "base_url": upstream, "api_key_env": "",
+                         "free_tier": {"kind": kind}, "attempt_timeout_s": timeout_s, "first_token_s": timeout_s,
+                         "models": [{"id": "m"}], **(extra or {})}]}
+    path = workdir / f"ours-{port}.toml"
+    path.write_text(dump_toml({**config, "server": {"port": port}}))
+    start = time.monotonic()  # wall-clock: startup is measured in real time
+    async with spawn([sys.executable, "-m", "lanes", "serve", "--config", str(path)], workdir / f"ours-{port}.log") as p:
+        await wait_http(f"http://127.0.0.1:{port}", 30, path="/ready", ok=(200, 503))
+        peer = Peer("lanes", f"http://127.0.0.1:{port}/v1", p)
+        peer.started_s = time.monotonic() - start  # wall-clock: as above
+        yield peer
+
+
+@asynccontextmanager
+async def limit(upstream: str, workdir: Path) -> AsyncIterator[Peer]:
+    port = free_port()
+    async with spawn([sys.executable, "-m", "bench.passthrough", str(port), upstream], workdir / f"limit-{port}.log") as p:
+        await wait_http(f"http://127.0.0.1:{port}", 30, path="/", ok=(200, 400, 404, 405, 500))
+        yield Peer("limit", f"http://127.0.0.1:{port}/v1", p)
+
+
+def litellm_available() -> bool:
+    return LITELLM.exists()
+
+
+@asynccontextmanager
+async def litellm(upstream: str, workdir: Path, *, timeout_s: float = 30.0) -> AsyncIterator[Peer]:
+    port = free_port()
+    key = "sk-bench-" + secrets.token_hex(8)
+    config = workdir / f"litellm-{port}.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
+        f"      api_base: {upstream}\n      api_key: bench\n      timeout: {timeout_s}\n"
+        "litellm_settings:\n  drop_params: true\n")
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": key, "LITELLM_LOG": "ERROR",
+           "DISABLE_SCHEMA_UPDATE": "true", "NO_DOCS": "True"}
+    start = time.monotonic()  # wall-clock: startup is measured in real time
+    async with spawn([str(LITELLM), "--config", str(config), "--port", str(port), "--num_workers", "1"],
+                     workdir / f"litellm-{port}.log", env) as p:
+        await wait_http(f"http://127.0.0.1:{port}", 120, path="/health/liveliness")
+        peer = Peer("litellm", f"http://127.0.0.1:{port}/v1", p, {"Authorization": f"Bearer {key}"})
+        peer.started_s = time.monotonic() - start  # wall-clock: as above
+        yield peer
+
+
+def version(name: str) -> str:
+    if name == "litellm":
+        out = subprocess.run([str(LITELLM.parent / "python"), "-c", "import importlib.metadata as m;"
+                              "print(m.version('litellm'))"], capture_output=True, text=True)
+        return out.stdout.strip() or "?"
+    import importlib.metadata as metadata
+    return metadata.version(name)

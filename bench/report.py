@@ -1,0 +1,136 @@
+"""docs/benchmarks.md (and its PNG charts) from one bench run's JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _chart(data: dict[str, Any], name: str) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    speed = data["speed"]
+    peers = list(speed)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, kind in zip(axes, ("json", "sse")):
+        values = [speed[p][f"{kind}_c64"]["rps"] for p in peers]
+        spread = [[speed[p][f"{kind}_c64"]["rps"] - speed[p][f"{kind}_c64"]["rps_min"] for p in peers],
+                  [speed[p][f"{kind}_c64"]["rps_max"] - speed[p][f"{kind}_c64"]["rps"] for p in peers]]
+        ax.bar(peers, values, yerr=spread, color=["#999", "#4a7", "#27c", "#c63"][: len(peers)], capsize=4)
+        ax.set_title(f"{kind.upper()} throughput at 64 connections (req/s)")
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = DOCS / f"{name}-throughput.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def write_report(data: dict[str, Any], json_path: Path) -> Path:
+    DOCS.mkdir(exist_ok=True)
+    speed, name = data["speed"], "benchmarks"
+    chart = _chart(data, name)
+    m, v = data["machine"], data["versions"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"One run on {data['date']}{' (quick)' if data['quick'] else ''}: {m['cpu']}, {m['cores']} cores, "
+        f"{m['memory_gib']} GiB, Python {m['python']}. Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
+        f"Raw numbers: `{json_path.relative_to(ROOT)}`. Regenerate with `make bench` (or `make bench-quick`).",
+        "",
+        "Every peer runs against the same fake upstream on loopback, with the same load generator (trio + httpx2),",
+        "on the same shared 2-core machine as the load and the upstream — so compare the **ratios**, not the absolute",
+        "figures. `direct` is the client straight to the upstream; `limit` is a bare pass-through proxy on our own",
+        "stack (hypercorn trio worker + httpx2, no routing): what this stack could do at best.",
+        "",
+        "## Added latency (p50 / p99, ms, over direct)",
+        "",
+        "| peer | JSON c=1 | JSON c=8 | SSE first byte c=1 | SSE first byte c=8 |",
+        "|---|---|---|---|---|",
+    ]
+    for peer, row in speed.items():
+        if peer == "direct":
+            continue
+        cells = [f"{_fmt(row[f'added_{k}_p50_ms'])} / {_fmt(row[f'added_{k}_p99_ms'])}"
+                 for k in ("json_c1", "json_c8", "sse_c1", "sse_c8")]
+        lines.append(f"| {peer} | " + " | ".join(cells) + " |")
+    lines += ["", "## Throughput at 64 connections", ""]
+    if chart:
+        lines += [f"![throughput]({chart})", ""]
+    lines += ["| peer | JSON req/s (min–max) | JSON p50 / p99 ms | SSE req/s (min–max) | SSE p50 / p99 ms |",
+              "|---|---|---|---|---|"]
+    for peer, row in speed.items():
+        j, s = row["json_c64"], row["sse_c64"]
+        lines.append(f"| {peer} | {_fmt(j['rps'], 0)} ({_fmt(j['rps_min'], 0)}–{_fmt(j['rps_max'], 0)}) | "
+                     f"{_fmt(j['p50_ms'])} / {_fmt(j['p99_ms'])} | {_fmt(s['rps'], 0)} ({_fmt(s['rps_min'], 0)}–"
+                     f"{_fmt(s['rps_max'], 0)}) | {_fmt(s['p50_ms'])} / {_fmt(s['p99_ms'])} |")
+    ours = speed.get("lanes", {})
+    ratios = []
+    for other in ("limit", "litellm"):
+        if other in speed and ours:
+            ratios.append(f"lanes / {other}: JSON {ours['json_c64']['rps'] / speed[other]['json_c64']['rps']:.2f}×, "
+                          f"SSE {ours['sse_c64']['rps'] / speed[other]['sse_c64']['rps']:.2f}×")
+    lines += ["", "Ratios: " + "; ".join(ratios) + "." if ratios else "", ""]
+    lines += ["## Memory (RSS, MiB)", "", "| peer | idle | under load (c=64) | many SSE streams held |", "|---|---|---|---|"]
+    held = data.get("streams_held", {})
+    for peer, row in speed.items():
+        if peer == "direct":
+            continue
+        h = held.get(peer, {})
+        lines.append(f"| {peer} | {_fmt(row['idle_rss_mb'])} | {_fmt(row['load_rss_mb'])} | "
+                     f"{_fmt(h.get('rss_mb'))} ({h.get('ok', '—')}/{h.get('streams', '—')} streams) |")
+    lines += ["", "## Startup (process start to first answer, all providers dead)", "",
+              "| peer | seconds |", "|---|---|"]
+    lines += [f"| {p} | {_fmt(s, 2)} |" for p, s in data["startup"].items()]
+    lines += ["", "## Thundering herd: 200 clients, the upstream answering 429 + Retry-After: 5", "",
+              "| peer | upstream requests in the 5 s window | in all | client statuses |", "|---|---|---|---|"]
+    lines += [f"| {p} | {r['upstream_requests_in_window']} | {r['upstream_requests']} | {r['client_statuses']} |"
+              for p, r in data["herd"].items()]
+    lines += ["", "## Deadline precision: a hung upstream, concurrent jobs with a 2 s deadline", "",
+              "Connections are opened before the clock starts. Measured at the client: with many jobs at once the",
+              "figure includes the load generator's own queueing (one Python process sending them all on two shared",
+              "cores), so the single-job column is the deadline's own precision.", "",
+              "| peer | one job alone: p50 (ms) | concurrent jobs | answer time − deadline p50 / p99 / max (ms) | statuses |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {p} | {_fmt(r.get('alone_overshoot_p50_ms'))} | {r['jobs']} | {_fmt(r['overshoot_p50_ms'])} / "
+              f"{_fmt(r['overshoot_p99_ms'])} / {_fmt(r['overshoot_max_ms'])} | {r['statuses']} |"
+              for p, r in data["deadline"].items()]
+    f = data["free_share"]
+    lines += ["", f"## Free share against an oracle ({f['hours']:g} simulated hours, virtual time)", "",
+              "Poisson arrivals with bursts over five free providers with known per-minute and per-day quotas —",
+              "reported in headers, only in 429 bodies, with epoch-ms resets, and one whose limits are not in our",
+              "config — and a paid fallback. The oracle is the exact maximum flow (jobs → minute → provider quota →",
+              "daily quota) computed by min-cut over the 2^5 provider cuts: it knows every quota and every arrival in",
+              "advance, so no router can serve more jobs free; it is an upper bound.", "",
+              "| jobs | served free | oracle | share of oracle | paid | paid spend | requests to exhausted providers |",
+              "|---|---|---|---|---|---|---|",
+              f"| {f['jobs']} | {f['free']} ({f['free_share']:.1%}) | {f['oracle_free']} ({f['oracle_free_share']:.1%}) | "
+              f"{f['share_of_oracle']:.1%} | {f['paid']} | ${f.get('cost', 0.0):.4f} | {f['requests_to_exhausted_providers']} |",
+              ""]
+    path = DOCS / "benchmarks.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    source = Path(sys.argv[1])
+    write_report(json.loads(source.read_text()), source)
