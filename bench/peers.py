@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import trio
 
-from drills.process import dump_toml, free_port
+from drills.process import dump_toml, free_port, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 LITELLM = ROOT / "bench" / ".venv-litellm" / "bin" / "litellm"
@@ -68,13 +68,7 @@ async def spawn(command: list[str], log: Path, env: dict[str, str] | None = None
         try:
             yield process
         finally:
-            if process.returncode is None:
-                process.terminate()
-                with trio.move_on_after(10):
-                    await process.wait()
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
+            await stop(process)
 
 
 @asynccontextmanager

@@ -112,10 +112,15 @@ async def open_sidecar_process(config: Mapping[str, Any], workdir: Path, *, env:
             await sidecar.wait_healthy()
             yield sidecar
         finally:
-            if process.returncode is None:
-                process.terminate()
-                with trio.move_on_after(10):
-                    await process.wait()
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
+            await stop(process)
+
+
+async def stop(process: trio.Process, grace_s: float = 10.0) -> None:
+    """SIGTERM, wait up to `grace_s` for a graceful exit, then SIGKILL."""
+    if process.returncode is None:
+        process.terminate()
+        with trio.move_on_after(grace_s):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
