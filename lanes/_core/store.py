@@ -15,13 +15,29 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-import sqlite_utils
-
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
 from lanes.freetier.windows import WINDOWS, window_id
 
 UsageKey = tuple[str, str, str, int]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS usage (scope TEXT, dimension TEXT, window TEXT, window_id INTEGER, count INTEGER,
+    PRIMARY KEY (scope, dimension, window, window_id));
+CREATE TABLE IF NOT EXISTS spend (lane TEXT, period INTEGER, usd FLOAT, PRIMARY KEY (lane, period));
+CREATE TABLE IF NOT EXISTS backoff (scope TEXT PRIMARY KEY, until FLOAT, step INTEGER, reason TEXT, source TEXT);
+CREATE TABLE IF NOT EXISTS snapshot (scope TEXT PRIMARY KEY, at FLOAT, data TEXT);
+CREATE TABLE IF NOT EXISTS paid_ledger (id TEXT PRIMARY KEY, day INTEGER, reserved FLOAT, settled FLOAT, lane TEXT,
+    model TEXT, job TEXT, cohort TEXT);
+CREATE INDEX IF NOT EXISTS idx_paid_ledger_day ON paid_ledger (day);
+CREATE TABLE IF NOT EXISTS "grant" (client TEXT PRIMARY KEY, until FLOAT);
+CREATE TABLE IF NOT EXISTS audit (job TEXT PRIMARY KEY, at FLOAT, client TEXT, cohort TEXT, class TEXT, route TEXT,
+    outcome TEXT, lane TEXT, model TEXT, request_sha256 TEXT, request_bytes INTEGER, answer_sha256 TEXT,
+    answer_bytes INTEGER, attempts INTEGER, attempt_log TEXT, skip_log TEXT, latency_s FLOAT, tokens INTEGER,
+    cost_usd FLOAT, approval TEXT, explored INTEGER, body TEXT);
+CREATE INDEX IF NOT EXISTS idx_audit_at ON audit (at);
+CREATE TABLE IF NOT EXISTS quarantine (key TEXT PRIMARY KEY, verdict TEXT, reason TEXT, at FLOAT);
+"""
 
 
 class Store(Protocol):
@@ -55,29 +71,24 @@ class SQLiteStore:
             path = str(Path(path).expanduser())
         self._conn = sqlite3.connect(path, check_same_thread=False, timeout=0.25, isolation_level=None)
         self._lock = threading.Lock()
-        self.db = sqlite_utils.Database(self._conn)
+        self._db: Any = None
         if path != ":memory:":
-            self.db.enable_wal()
+            self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
-        self.db["usage"].create({"scope": str, "dimension": str, "window": str, "window_id": int, "count": int},
-                                pk=("scope", "dimension", "window", "window_id"), if_not_exists=True)
-        self.db["spend"].create({"lane": str, "period": int, "usd": float}, pk=("lane", "period"), if_not_exists=True)
-        self.db["backoff"].create({"scope": str, "until": float, "step": int, "reason": str, "source": str},
-                                  pk="scope", if_not_exists=True)
-        self.db["snapshot"].create({"scope": str, "at": float, "data": str}, pk="scope", if_not_exists=True)
-        self.db["paid_ledger"].create(
-            {"id": str, "day": int, "reserved": float, "settled": float, "lane": str, "model": str, "job": str,
-             "cohort": str}, pk="id", if_not_exists=True)
-        self.db["paid_ledger"].create_index(["day"], if_not_exists=True)
-        self.db["grant"].create({"client": str, "until": float}, pk="client", if_not_exists=True)
-        self.db["audit"].create(
-            {"job": str, "at": float, "client": str, "cohort": str, "class": str, "route": str, "outcome": str,
-             "lane": str, "model": str, "request_sha256": str, "request_bytes": int, "answer_sha256": str,
-             "answer_bytes": int, "attempts": int, "attempt_log": str, "skip_log": str, "latency_s": float, "tokens": int,
-             "cost_usd": float, "approval": str, "explored": int, "body": str}, pk="job", if_not_exists=True)
-        self.db["audit"].create_index(["at"], if_not_exists=True)
-        self.db["quarantine"].create({"key": str, "verdict": str, "reason": str, "at": float}, pk="key",
-                                     if_not_exists=True)
+        with self._conn:
+            self._conn.executescript(_SCHEMA)
+
+    @property
+    def db(self) -> Any:
+        """A sqlite-utils view of the same connection, for tables that grow (audit, canary).
+
+        Imported on first use: it is a fifth of the sidecar's import time, and `/health` must
+        answer within a second of launch."""
+        if self._db is None:
+            import sqlite_utils
+
+            self._db = sqlite_utils.Database(self._conn)
+        return self._db
 
     def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None:
         with self._lock, self._conn:
