@@ -1,7 +1,9 @@
 """`python -m bench.fake_upstream PORT BEHAVIOUR`: one fake provider in its own process.
 
 BEHAVIOUR: `fast` (answers at once), `ratelimit` (429 + Retry-After: 5 every time), `hang` (never
-answers), `slow` (streams a chunk every 0.6 s, to hold many streams open). Prints `ready` when listening; logs each request's arrival time to `--log` on exit.
+answers), `slow` (streams a chunk every 0.6 s, to hold many streams open), or `all`: each of those
+for the model of the same name (so one upstream, and one peer process, serves every measure).
+`GET /v1/_log` returns every request so far as `[model, arrival time]`. Prints `ready` when listening; logs each request's arrival time to `--log` on exit.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ BEHAVIOURS = {"fast": answer, "ratelimit": lambda: rate_limited(retry_after=5), 
 
 async def main(port: int, behaviour: str, log: str | None) -> None:
     async with open_fake("bench", port=port) as fake:
-        for model in ("m", "openai/m"):
-            fake.script(model, BEHAVIOURS[behaviour]())
+        if behaviour == "all":
+            for name, make in BEHAVIOURS.items():
+                fake.script(name, make())
+        else:
+            for model in ("m", "openai/m"):
+                fake.script(model, BEHAVIOURS[behaviour]())
         print("ready", flush=True)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
@@ -34,7 +40,7 @@ async def main(port: int, behaviour: str, log: str | None) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
-    parser.add_argument("behaviour", choices=sorted(BEHAVIOURS))
+    parser.add_argument("behaviour", choices=[*sorted(BEHAVIOURS), "all"])
     parser.add_argument("--log")
     args = parser.parse_args()
     trio.run(main, args.port, args.behaviour, args.log)

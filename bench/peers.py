@@ -83,12 +83,12 @@ async def fake_upstream(behaviour: str, workdir: Path) -> AsyncIterator[tuple[st
 
 @asynccontextmanager
 async def ours(upstream: str, workdir: Path, *, kind: str = "rate_limited", timeout_s: float = 30.0,
-               extra: dict | None = None) -> AsyncIterator[Peer]:
+               models: tuple[str, ...] = ("m",), extra: dict | None = None) -> AsyncIterator[Peer]:
     port = free_port()
     config = {"state": ":memory:", "default_deadline_s": timeout_s, "policy": {"free_tier_fallback": "off"},
               "lanes": [{"name": "up", "module": "openai_compatible", "base_url": upstream, "api_key_env": "",
                          "free_tier": {"kind": kind}, "attempt_timeout_s": timeout_s, "first_token_s": timeout_s,
-                         "models": [{"id": "m"}], **(extra or {})}]}
+                         "models": [{"id": m} for m in models], **(extra or {})}]}
     path = workdir / f"ours-{port}.toml"
     path.write_text(dump_toml({**config, "server": {"port": port}}))
     start = time.monotonic()  # wall-clock: startup is measured in real time
@@ -112,14 +112,17 @@ def litellm_available() -> bool:
 
 
 @asynccontextmanager
-async def litellm(upstream: str, workdir: Path, *, timeout_s: float = 30.0) -> AsyncIterator[Peer]:
+async def litellm(upstream: str, workdir: Path, *, timeout_s: float = 30.0,
+                  models: dict[str, float] | None = None) -> AsyncIterator[Peer]:
+    """LiteLLM's proxy routing each model name (→ its timeout in seconds) to the same upstream."""
     port = free_port()
     key = "sk-bench-" + secrets.token_hex(8)
     config = workdir / f"litellm-{port}.yaml"
-    config.write_text(
-        "model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
-        f"      api_base: {upstream}\n      api_key: bench\n      timeout: {timeout_s}\n"
-        "litellm_settings:\n  drop_params: true\n")
+    entries = "".join(
+        f"  - model_name: {name}\n    litellm_params:\n      model: openai/{name}\n"
+        f"      api_base: {upstream}\n      api_key: bench\n      timeout: {timeout}\n"
+        for name, timeout in (models or {"m": timeout_s}).items())
+    config.write_text("model_list:\n" + entries + "litellm_settings:\n  drop_params: true\n")
     env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": key, "LITELLM_LOG": "ERROR",
            "DISABLE_SCHEMA_UPDATE": "true", "NO_DOCS": "True"}
     start = time.monotonic()  # wall-clock: startup is measured in real time

@@ -96,7 +96,7 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         h = held.get(peer, {})
         lines.append(f"| {peer} | {_fmt(row['idle_rss_mb'])} | {_fmt(row['load_rss_mb'])} | "
                      f"{_fmt(h.get('rss_mb'))} ({h.get('ok', '—')}/{h.get('streams', '—')} streams) |")
-    lines += ["", "## Startup (process start to first answer, all providers dead)", "",
+    lines += ["", "## Startup (process start to first answer; ours with every provider dead)", "",
               "| peer | seconds |", "|---|---|"]
     lines += [f"| {p} | {_fmt(s, 2)} |" for p, s in data["startup"].items()]
     lines += ["", "## Thundering herd: 200 clients, the upstream answering 429 + Retry-After: 5", "",

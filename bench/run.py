@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import trio
 
 from bench import peers
@@ -27,18 +28,22 @@ from drills.process import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
+MODELS = {"fast": 30.0, "slow": 30.0, "ratelimit": 30.0, "hang": 2.0}  # model → LiteLLM's timeout (s)
+
+
 @asynccontextmanager
-async def peer(name: str, upstream: str, workdir: Path, **kw: Any):
+async def peer(name: str, upstream: str, workdir: Path):
+    """One process per peer, serving every model of the shared upstream."""
     if name == "direct":
         yield peers.Peer("direct", upstream, None)
     elif name == "limit":
         async with peers.limit(upstream, workdir) as p:
             yield p
     elif name == "lanes":
-        async with peers.ours(upstream, workdir, **kw) as p:
+        async with peers.ours(upstream, workdir, models=tuple(MODELS)) as p:
             yield p
     else:
-        async with peers.litellm(upstream, workdir, **kw) as p:
+        async with peers.litellm(upstream, workdir, models=MODELS) as p:
             yield p
 
 
@@ -46,111 +51,89 @@ def names() -> list[str]:
     return ["direct", "limit", "lanes"] + (["litellm"] if peers.litellm_available() else [])
 
 
-async def speed(workdir: Path, quick: bool) -> dict[str, Any]:
-    """Added latency at concurrency 1 and 8, throughput at 64, memory idle and under load."""
-    reps = 1 if quick else 3
-    small, seconds = (60, 3.0) if quick else (300, 8.0)
-    out: dict[str, Any] = {}
-    async with peers.fake_upstream("fast", workdir) as (upstream, _):
-        for name in names():
-            async with peer(name, upstream, workdir) as p:
-                url = p.url + "/chat/completions"
-                await run_load(url, concurrency=8, total=50, headers=p.headers)  # warm-up
-                row: dict[str, Any] = {"idle_rss_mb": p.rss_mb()}
-                for stream in (False, True):
-                    kind = "sse" if stream else "json"
-                    for conc in (1, 8):
-                        samples, wall = await run_load(url, concurrency=conc, total=small, stream=stream,
-                                                       headers=p.headers)
-                        row[f"{kind}_c{conc}"] = summary(samples, wall)
-                    runs, rss = [], []
-                    for _ in range(reps):
-                        async with trio.open_nursery() as nursery:
-                            async def sample_rss() -> None:
-                                await trio.sleep(0.5)
-                                rss.append(p.rss_mb())
-                            nursery.start_soon(sample_rss)
-                            samples, wall = await run_load(url, concurrency=64, duration_s=seconds, stream=stream,
-                                                           headers=p.headers)
-                        runs.append(summary(samples, wall))
-                    rps = [r["rps"] for r in runs]
-                    row[f"{kind}_c64"] = {**runs[len(runs) // 2], "rps": statistics.median(rps),
-                                          "rps_min": min(rps), "rps_max": max(rps)}
-                    row["load_rss_mb"] = max([r for r in rss if r is not None], default=None)
-                out[name] = row
-    direct = out["direct"]
-    for name, row in out.items():
-        for key in ("json_c1", "json_c8", "sse_c1", "sse_c8"):
-            field = "ttfb_p50_ms" if key.startswith("sse") else "p50_ms"
-            field99 = "ttfb_p99_ms" if key.startswith("sse") else "p99_ms"
-            row[f"added_{key}_p50_ms"] = row[key][field] - direct[key][field]
-            row[f"added_{key}_p99_ms"] = row[key][field99] - direct[key][field99]
-    return out
+def body(model: str) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "Benchmark: say the pangram."}]}
 
 
-async def streams_held(workdir: Path, quick: bool) -> dict[str, Any]:
-    """RSS with many concurrent SSE streams held open (a slow upstream keeps them streaming)."""
+async def speed(p: peers.Peer, quick: bool) -> dict[str, Any]:
+    """Latency at concurrency 1 and 8, throughput at 64 (repetitions), memory idle and under load."""
+    reps, small, seconds = (1, 60, 3.0) if quick else (3, 300, 8.0)
+    url = p.url + "/chat/completions"
+    await run_load(url, concurrency=8, total=50, headers=p.headers, body=body("fast"))  # warm-up
+    row: dict[str, Any] = {"idle_rss_mb": p.rss_mb()}
+    rss: list[float] = []
+    for stream in (False, True):
+        kind = "sse" if stream else "json"
+        for conc in (1, 8):
+            samples, wall = await run_load(url, concurrency=conc, total=small, stream=stream, headers=p.headers,
+                                           body=body("fast"))
+            row[f"{kind}_c{conc}"] = summary(samples, wall)
+        runs = []
+        for _ in range(reps):
+            async with trio.open_nursery() as nursery:
+                async def sample_rss() -> None:
+                    await trio.sleep(min(1.0, seconds / 2))
+                    if (value := p.rss_mb()) is not None:
+                        rss.append(value)
+                nursery.start_soon(sample_rss)
+                samples, wall = await run_load(url, concurrency=64, duration_s=seconds, stream=stream,
+                                               headers=p.headers, body=body("fast"))
+            runs.append(summary(samples, wall))
+        rps = [r["rps"] for r in runs]
+        row[f"{kind}_c64"] = {**runs[len(runs) // 2], "rps": statistics.median(rps), "rps_min": min(rps),
+                              "rps_max": max(rps)}
+    row["load_rss_mb"] = max(rss, default=None)
+    return row
+
+
+async def streams_held(p: peers.Peer, quick: bool) -> dict[str, Any]:
+    """RSS with many concurrent SSE streams held open (the `slow` model streams for ~6 s)."""
     count = 200 if quick else 1000
-    out = {}
-    async with peers.fake_upstream("slow", workdir) as (upstream, _):
-        for name in [n for n in names() if n != "direct"]:
-            async with peer(name, upstream, workdir) as p:
-                rss = []
-                async with trio.open_nursery() as nursery:
-                    async def sample() -> None:
-                        await trio.sleep(3.0)
-                        rss.append(p.rss_mb())
-                    nursery.start_soon(sample)
-                    samples, _ = await run_load(p.url + "/chat/completions", concurrency=count, total=count,
-                                                stream=True, headers=p.headers)
-                out[name] = {"streams": count, "ok": sum(s.status == 200 for s in samples), "rss_mb": rss[0]}
-    return out
+    rss = []
+    async with trio.open_nursery() as nursery:
+        async def sample() -> None:
+            await trio.sleep(3.0)
+            rss.append(p.rss_mb())
+        nursery.start_soon(sample)
+        samples, _ = await run_load(p.url + "/chat/completions", concurrency=count, total=count, stream=True,
+                                    headers=p.headers, body=body("slow"))
+    return {"streams": count, "ok": sum(s.status == 200 for s in samples), "rss_mb": rss[0]}
 
 
-async def startup(workdir: Path) -> dict[str, Any]:
-    """Process start to the first answer from /ready (ours) or liveliness (LiteLLM), providers dead."""
-    dead = f"http://127.0.0.1:{free_port()}/v1"
-    out = {}
-    async with peer("lanes", dead, workdir) as p:
-        out["lanes"] = p.started_s
-    if peers.litellm_available():
-        async with peer("litellm", dead, workdir) as p:
-            out["litellm"] = p.started_s
-    return out
+async def upstream_log(upstream: str) -> list[tuple[str, float]]:
+    async with httpx2.AsyncClient(trust_env=False) as http:
+        return [tuple(x) for x in (await http.get(upstream + "/_log")).json()]
 
 
-async def herd(workdir: Path) -> dict[str, Any]:
+async def herd(p: peers.Peer, upstream: str) -> dict[str, Any]:
     """200 concurrent clients, the upstream answering 429 + Retry-After: 5: requests it gets in the window."""
-    out = {}
-    for name in [n for n in names() if n in ("lanes", "litellm")]:
-        async with peers.fake_upstream("ratelimit", workdir) as (upstream, log):
-            async with peer(name, upstream, workdir) as p:
-                samples, _ = await run_load(p.url + "/chat/completions", concurrency=200, total=200, headers=p.headers)
-        times = json.loads(log.read_text()) if log.exists() else []
-        first = min(times) if times else 0.0
-        out[name] = {"upstream_requests_in_window": sum(1 for t in times if t < first + 5.0),
-                     "upstream_requests": len(times), "client_statuses": sorted({s.status for s in samples})}
-    return out
+    before = len(await upstream_log(upstream))
+    samples, _ = await run_load(p.url + "/chat/completions", concurrency=200, total=200, headers=p.headers,
+                                body=body("ratelimit"))
+    times = [t for model, t in (await upstream_log(upstream))[before:] if model.endswith("ratelimit")]
+    first = min(times, default=0.0)
+    return {"upstream_requests_in_window": sum(1 for t in times if t < first + 5.0),
+            "upstream_requests": len(times), "client_statuses": sorted({s.status for s in samples})}
 
 
-async def deadline(workdir: Path, quick: bool) -> dict[str, Any]:
-    """A hung upstream, 200 concurrent jobs with a 2 s deadline: (answer time − 2 s)."""
+async def deadline(p: peers.Peer, quick: bool) -> dict[str, Any]:
+    """A hung upstream, a 2 s deadline: one job alone, then many at once; (answer time − 2 s)."""
     count = 50 if quick else 200
-    out = {}
-    async with peers.fake_upstream("hang", workdir) as (upstream, _):
-        for name in [n for n in names() if n in ("lanes", "litellm")]:
-            async with peer(name, upstream, workdir, timeout_s=2.0) as p:
-                headers = {**p.headers, "X-Lanes-Deadline-Ms": "2000"}
-                samples, _ = await run_load(p.url + "/chat/completions", concurrency=count, total=count,
-                                            headers=headers, timeout_s=60, warm_url=p.url + "/models")
-                alone, _ = await run_load(p.url + "/chat/completions", concurrency=1, total=5, headers=headers,
-                                          timeout_s=60, warm_url=p.url + "/models")
-            over = [(s.latency_s - 2.0) * 1000 for s in samples]
-            out[name] = {"jobs": count, "statuses": sorted({s.status for s in samples}),
-                         "alone_overshoot_p50_ms": percentile([(s.latency_s - 2.0) * 1000 for s in alone], 50),
-                         "overshoot_p50_ms": percentile(over, 50), "overshoot_p99_ms": percentile(over, 99),
-                         "overshoot_max_ms": max(over)}
-    return out
+    url, headers = p.url + "/chat/completions", {**p.headers, "X-Lanes-Deadline-Ms": "2000"}
+    alone, _ = await run_load(url, concurrency=1, total=3, headers=headers, body=body("hang"), warm_url=p.url + "/models")
+    samples, _ = await run_load(url, concurrency=count, total=count, headers=headers, body=body("hang"),
+                                timeout_s=60, warm_url=p.url + "/models")
+    over = [(s.latency_s - 2.0) * 1000 for s in samples]
+    return {"jobs": count, "statuses": sorted({s.status for s in samples}),
+            "alone_overshoot_p50_ms": percentile([(s.latency_s - 2.0) * 1000 for s in alone], 50),
+            "overshoot_p50_ms": percentile(over, 50), "overshoot_p99_ms": percentile(over, 99),
+            "overshoot_max_ms": max(over)}
+
+
+async def startup_ours(workdir: Path) -> float:
+    """Process start to the first answer from /ready with every provider dead."""
+    async with peers.ours(f"http://127.0.0.1:{free_port()}/v1", workdir) as p:
+        return p.started_s
 
 
 def machine() -> dict[str, Any]:
@@ -167,18 +150,40 @@ async def main(quick: bool) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="lanes-bench-") as tmp:
         workdir = Path(tmp)
-        result = {"date": dt.date.today().isoformat(), "quick": quick, "machine": machine(),
-                  "versions": {"lanes": peers.version("lanes"), "hypercorn": peers.version("hypercorn"),
-                               "httpx2": peers.version("httpx2"), "trio": peers.version("trio"),
-                               **({"litellm": peers.version("litellm")} if peers.litellm_available() else {})}}
-        for label, coro in (("speed", speed(workdir, quick)), ("streams_held", streams_held(workdir, quick)),
-                            ("startup", startup(workdir)), ("herd", herd(workdir)),
-                            ("deadline", deadline(workdir, quick))):
-            print(f"bench: {label} …", file=sys.stderr, flush=True)
-            result[label] = await coro
+        result: dict[str, Any] = {
+            "date": dt.date.today().isoformat(), "quick": quick, "machine": machine(),
+            "versions": {"lanes": peers.version("lanes"), "hypercorn": peers.version("hypercorn"),
+                         "httpx2": peers.version("httpx2"), "trio": peers.version("trio"),
+                         **({"litellm": peers.version("litellm")} if peers.litellm_available() else {})},
+            "speed": {}, "streams_held": {}, "herd": {}, "deadline": {},
+            "startup": {"lanes": await startup_ours(workdir)}}
+        async with peers.fake_upstream("all", workdir) as (upstream, _):
+            for name in names():
+                print(f"bench: {name} …", file=sys.stderr, flush=True)
+                async with peer(name, upstream, workdir) as p:
+                    if p.started_s is not None and name == "litellm":
+                        result["startup"]["litellm"] = p.started_s
+                    result["speed"][name] = await speed(p, quick)
+                    if name == "direct":
+                        continue
+                    result["streams_held"][name] = await streams_held(p, quick)
+                    if name in ("lanes", "litellm"):
+                        result["herd"][name] = await herd(p, upstream)
+                        result["deadline"][name] = await deadline(p, quick)  # last: it leaves jobs hanging
+        added(result["speed"])
         print("bench: free share …", file=sys.stderr, flush=True)
         result["free_share"] = await free_share(hours=2.0 if quick else 24.0)
     return result
+
+
+def added(speed: dict[str, Any]) -> None:
+    direct = speed["direct"]
+    for row in speed.values():
+        for key in ("json_c1", "json_c8", "sse_c1", "sse_c8"):
+            field = "ttfb_p50_ms" if key.startswith("sse") else "p50_ms"
+            field99 = "ttfb_p99_ms" if key.startswith("sse") else "p99_ms"
+            row[f"added_{key}_p50_ms"] = row[key][field] - direct[key][field]
+            row[f"added_{key}_p99_ms"] = row[key][field99] - direct[key][field99]
 
 
 if __name__ == "__main__":

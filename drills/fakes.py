@@ -159,6 +159,9 @@ class FakeProvider:
                        raw: bytes) -> bool:
         path = head.target.decode()
         headers = {k.decode().lower(): v.decode() for k, v in head.headers}
+        if head.method == b"GET" and path.endswith("/_log"):
+            await _send_json(conn, stream, 200, [[r.model, r.at] for r in self.log], {})
+            return True
         if head.method == b"GET" and path.endswith("/key"):
             self.log.append(Logged(at=trio.current_time(), model="", stream=False, behaviour="key", path=path,
                                    authorization="authorization" in headers))
