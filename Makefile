@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run demo test drill bench bench-quick browser clean
+.PHONY: install run demo test drill bench bench-quick browser redis clean
 
 install: $(STAMP)
 
@@ -28,8 +28,15 @@ browser:
 	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && \
 	   apt-get install -y -q chromium >/dev/null 2>&1)) || echo "chromium not installed: the browser test will skip"; }
 
+# The shared-state tests run a real redis-server (Debian's package) on a free loopback port.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || { [ "$$(id -u)" = 0 ] && \
+	  command -v apt-get >/dev/null 2>&1 && (apt-get install -y -q redis-server >/dev/null 2>&1 || \
+	  (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q redis-server >/dev/null 2>&1)) || \
+	  echo "redis-server not installed: the shared-state tests will skip"; }
+
 # pytest's exit code 5 means "no tests collected"; anything else non-zero is a failure.
-test: install browser
+test: install browser redis
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 # The chaos drills: break lanes and providers on purpose; one line per drill with its figure.

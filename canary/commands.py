@@ -13,7 +13,7 @@ from canary import report as fmt
 from canary.prompts import read_canary
 from canary.run import pin, report, run_canary
 from lanes._core.errors import ConfigError
-from lanes._core.store import SQLiteStore
+from lanes._core.opening import open_store
 
 
 def main(args: argparse.Namespace) -> int:
@@ -23,9 +23,9 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"lanes canary: {exc}", file=sys.stderr)
         return 2
-    if config.state == ":memory:":
-        print("lanes canary: the canary keeps its answers in the state file; set `state` in the config",
-              file=sys.stderr)
+    if (config.local_state if config.shared_state else config.state) == ":memory:":
+        print("lanes canary: the canary keeps its answers in the state file; set `state` (or `local_state` with "
+              "a Redis `state`) in the config", file=sys.stderr)
         return 2
     if args.action == "run":
         def progress(done: int, total: int) -> None:
@@ -36,10 +36,10 @@ def main(args: argparse.Namespace) -> int:
                 await run_canary(dispatcher, prompts, lanes_=args.lane, models=args.model, progress=progress)
 
         trio.run(go)
-    store = SQLiteStore(config.state)
+    store = open_store(config)
     try:
         if args.action == "pin":
-            pinned = pin(store.db, keys=args.model)
+            pinned = pin(store, keys=args.model)
             print(f"pinned {len(pinned)} model(s): {', '.join(pinned) or 'none (run the canary first)'}")
             return 0
         reports = report(store, prompts)

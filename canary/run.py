@@ -123,8 +123,9 @@ def latest_run(db: Any) -> int | None:
     return row[0] if row and row[0] is not None else None
 
 
-def pin(db: Any, *, keys: Sequence[str] = ()) -> list[str]:
+def pin(store: Any, *, keys: Sequence[str] = ()) -> list[str]:
     """Record the latest run's answered prompts as each model's baseline; release its quarantine."""
+    db = store.db
     run = latest_run(db)
     if run is None:
         return []
@@ -133,7 +134,7 @@ def pin(db: Any, *, keys: Sequence[str] = ()) -> list[str]:
     pinned = sorted({r["key"] for r in rows})
     for key in pinned:
         db["canary_baseline"].delete_where("key = ?", [key])
-        db.execute("DELETE FROM quarantine WHERE key = ?", [key])
+        store.set_quarantine(key, None)
     db["canary_baseline"].insert_all(rows, replace=True)
     return pinned
 

@@ -240,7 +240,7 @@ async def quality_drift(workdir: Path) -> Result:
                                    env={})
         async with lanes.open_dispatcher(config, env=KEYS) as d:
             await run_canary(d, prompts)
-            pin(d.store.db)
+            pin(d.store)
         free.script("m", answer(text="Certainly! A quick brown fox, they say, once jumped a dog."))
         async with lanes.open_dispatcher(config, env=KEYS) as d:
             await run_canary(d, prompts)

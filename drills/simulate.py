@@ -38,12 +38,13 @@ OPENROUTER_CATALOG = [
 ]
 
 
-def simulated_config(fakes: dict[str, FakeProvider], *, state: str = ":memory:",
+def simulated_config(fakes: dict[str, FakeProvider], *, state: str = ":memory:", local_state: str = ":memory:",
                      fallback: str = "ask") -> dict[str, Any]:
     """The TOML-shaped config for the simulated providers."""
     return {
         "default_deadline_s": 30,
         "state": state,
+        "local_state": local_state,
         "policy": {"free_tier_fallback": fallback, "paid_ceiling_usd_per_day": 0.05, "approval_wait_s": 25,
                    "classes": {"coding": ["openrouter/qwen-coder:free"]}},
         "aliases": {"fast": ["groq/llama-3.1-8b-instant", "gemini/gemini-flash", "paid/gpt-sim-mini"]},

@@ -25,6 +25,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
+def redis_server(tmp_path):
+    """A real redis-server on a free loopback port (Debian's package), stopped after the test.
+
+    Missing binary: the test skips — unless LANES_REQUIRE_REDIS=1 (as `.ci/run` sets), where it fails."""
+    from drills.redis_server import RedisServer, redis_server_path
+
+    if redis_server_path() is None:
+        message = "redis-server is not installed (make redis, or apt-get install redis-server)"
+        if os.environ.get("LANES_REQUIRE_REDIS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def env() -> dict[str, str]:
     """The process environment (so FREE_LANE=off reaches every dispatcher) plus test keys."""
     return {**os.environ, "PAID_API_KEY": PAID_KEY, "FREE_API_KEY": FREE_KEY}

@@ -85,7 +85,7 @@ async def test_stable_drifted_and_skipped_models(env, tmp_path, autojump_clock):
                      free_lane("c", c.base_url, models=["parked"]), state=state)
         first = await run_and_report(cfg, env)
         async with lanes.open_dispatcher(cfg, env=env) as d:
-            pin(d.store.db)
+            pin(d.store)
         b.script("drifty", answer(text=DRIFTED))  # the provider swaps the model, silently
         c.script("parked", rate_limited(retry_after=3600))
         async with lanes.open_dispatcher(cfg, env=env) as d:
@@ -96,7 +96,7 @@ async def test_stable_drifted_and_skipped_models(env, tmp_path, autojump_clock):
         async with lanes.open_dispatcher(cfg, env=env) as d:
             with pytest.raises(lanes.NoLaneAvailable) as caught:
                 await d.complete(lanes.Job(messages=[{"role": "user", "content": "x"}], model="b/drifty"))
-            pin(d.store.db, keys=["b/drifty"])
+            pin(d.store, keys=["b/drifty"])
         async with lanes.open_dispatcher(cfg, env=env) as d:
             repinned = await d.complete(lanes.Job(messages=[{"role": "user", "content": "x"}], model="b/drifty"))
     assert {r.verdict for r in first} == {"ok"}

@@ -31,6 +31,7 @@ from lanes.freetier.kinds import KINDS, FreeTierKind
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 _OFF = {"off", "0", "false", "no", "disabled"}
 
 
@@ -121,10 +122,25 @@ class Config:
     default_deadline_s: float = attrs.field(default=30.0, validator=_positive)
     free_lane: bool = True  # FREE_LANE=off in the environment wins over this
     log_bodies: bool = False
-    state: str = ":memory:"  # the SQLite file shared by every process on this host
+    state: str = attrs.field(default=":memory:")  # the SQLite file shared on this host, or redis://host:port/db
+    local_state: str = ":memory:"  # with a Redis `state`: the SQLite file for this host's audit and canary answers
     policy: PolicyConfig = attrs.field(factory=PolicyConfig)
     server: ServerConfig = attrs.field(factory=ServerConfig)
     scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
+
+    @state.validator
+    def _state(self, attribute: attrs.Attribute, value: str) -> None:
+        scheme, sep, rest = value.partition("://")
+        if sep and scheme not in REDIS_SCHEMES:
+            raise ValueError(f'state: unsupported URL scheme "{scheme}"; expected a SQLite file path or '
+                             "redis://host:port/db")
+        if sep and scheme != "unix" and not rest.split("/", 1)[0].rpartition("@")[2]:
+            raise ValueError("state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0")
+
+    @property
+    def shared_state(self) -> bool:
+        """`state` names a Redis server shared by several hosts (rather than a SQLite file)."""
+        return self.state.partition("://")[0] in REDIS_SCHEMES
 
     @lanes.validator
     def _unique(self, attribute: attrs.Attribute, value: list[LaneConfig]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -38,7 +38,7 @@ from lanes._core.job import Candidate, Job, Outcome, Reply, cost_usd, route_for
 from lanes._core.lane import OpenAICompatibleLane
 from lanes._core.loader import Loaded
 from lanes._core.ranking import Ranking
-from lanes._core.store import SQLiteStore, Store
+from lanes._core.store import STORE_ERRORS, SQLiteStore, Store, call
 from lanes._core.stream import ReplyStream, first_chunks
 from lanes._core.walk import Walk
 from lanes.freetier.manager import FreeTierManager, LaneTerms
@@ -66,6 +66,8 @@ class Dispatcher:
         self.unreachable: dict[str, str] = {}  # lanes that did not accept a connection at startup (until they answer)
         self.probing_canary = False  # the canary probes quarantined models so they can pass again
         self._probes: dict[str, trio.Event] = {}
+        self.remote_probes: dict[str, trio.Event] = {}  # scope → set when another host's probe answers
+        self.nudge: Callable[[], None] = lambda: None  # ask the state sync to run now (set by open_dispatcher)
         self.lanes: dict[str, OpenAICompatibleLane] = {lane.name: lane for lane in loaded.lanes}
         self.unavailable = dict(loaded.unavailable)
         self.breakers = {name: Breaker(lane.config.breaker) for name, lane in self.lanes.items()}
@@ -80,14 +82,21 @@ class Dispatcher:
 
     # -- the runtime kill switch -------------------------------------------------------------
     def lane_off(self, name: str) -> None:
-        self._known(name)
-        self.switched_off.add(name)
-        log.warning("lane %s: switched off at runtime", name)
+        """Switch a lane off here and, through the state store, in every process sharing it."""
+        self._switch(name, True)
 
     def lane_on(self, name: str) -> None:
+        self._switch(name, False)
+
+    def _switch(self, name: str, off: bool) -> None:
         self._known(name)
-        self.switched_off.discard(name)
-        log.warning("lane %s: switched on at runtime", name)
+        (self.switched_off.add if off else self.switched_off.discard)(name)
+        try:
+            self.store.put_switch(name, off, self.now_wall())
+        except STORE_ERRORS as exc:
+            log.warning("lane %s: the switch holds in this process only (state store: %s)", name, exc)
+        self.nudge()
+        log.warning("lane %s: switched %s at runtime", name, "off" if off else "on")
 
     def _known(self, name: str) -> None:
         if name not in self.lanes:
@@ -142,8 +151,11 @@ class Dispatcher:
             event = self._probes.get(scope)
             if event is None:
                 self._probes[scope] = trio.Event()
-                probe = scope
-                break
+                if await self._lease(scope, lane, walk):
+                    probe = scope
+                    break
+                self.release_probe(scope)  # another host probed it: look again with what it learned
+                continue
             with trio.move_on_at(min(walk.deadline_at, trio.current_time() + lane.config.first_token_s)):
                 await event.wait()
                 continue
@@ -180,9 +192,29 @@ class Dispatcher:
         backoff = self.manager.is_in_backoff(candidate.lane, candidate.model, now)
         return None if backoff is None else backoff.until - now
 
+    async def _lease(self, scope: str, lane: OpenAICompatibleLane, walk: Walk) -> bool:
+        """With a store shared between hosts, only one host probes a cold scope: True when this one may.
+        Otherwise wait for the other host's answer (published), its lease to lapse, or our deadline.
+        A store that can not be reached fails open: the local single-flight decides."""
+        if not self.store.shared or not self.store.up:
+            return True
+        ttl_s = max(lane.config.attempt_timeout_s, lane.config.first_token_s) + 1.0
+        try:
+            if await call(self.store, self.store.probe_lease, scope, ttl_s):
+                return True
+        except STORE_ERRORS:
+            return True
+        waiting = self.remote_probes.setdefault(scope, trio.Event())
+        with trio.move_on_at(min(walk.deadline_at, trio.current_time() + ttl_s)):
+            await waiting.wait()
+        return False
+
     def release_probe(self, scope: str | None) -> None:
         if scope is not None and (event := self._probes.pop(scope, None)) is not None:
             event.set()
+            if self.store.shared:
+                self.store.probe_done(scope, scope in self.manager.confirmed)
+                self.nudge()
 
     # -- after each attempt -------------------------------------------------------------------
     def count_request(self, candidate: Candidate) -> None:
@@ -203,6 +235,8 @@ class Dispatcher:
         if reason is not None:
             self.manager.record_rate_limit_error(candidate.lane, candidate.model, reason, headers=exc.headers,
                                                  status=exc.status, body=exc.body, now=now)
+            if self.store.shared and self.manager.changed_backoffs:
+                self.nudge()  # other hosts hear of it now, not at the next tick
 
     def settle(self, candidate: Candidate, permit: Permit, outcome: Outcome) -> None:
         breaker = self.breakers[candidate.lane]

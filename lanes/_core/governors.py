@@ -10,13 +10,12 @@ cost after. A store that can not record the reservation fails closed: no paid at
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable
 
 from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
 from lanes._core.policy import PolicyConfig, worst_case_cost
-from lanes._core.store import Store
+from lanes._core.store import STORE_ERRORS, Store, call
 from lanes.freetier.manager import FreeTierManager
 from lanes.freetier.windows import window_end, window_id
 
@@ -31,6 +30,7 @@ class Governors:
         self._manager = manager
         self._store = store
         self._now = now_wall
+        self._ledger_failing = False  # one log line per outage, not one per refused job
 
     def take_attempt(self) -> None:
         """Count one upstream attempt, or raise `GovernorExhausted` when a cap is reached."""
@@ -42,19 +42,26 @@ class Governors:
                                         retry_after_s=wait)
         self._manager.pending_usage += self._manager.usage.add(SCOPE, now, requests=1)
 
-    def reserve(self, candidate: Candidate, job: Job) -> tuple[str, float]:
+    async def reserve(self, candidate: Candidate, job: Job) -> tuple[str, float]:
         """Reserve a paid attempt's worst case under today's ceiling: (reservation id, amount)."""
         amount = worst_case_cost(candidate, job, self.policy.paid_max_tokens)
         if amount is None:
             raise PaidBudgetExhausted(f"{candidate.key} has no known price, so it can not be held to the ceiling")
         now = self._now()
         try:
-            reservation = self._store.reserve_paid(
-                day=window_id("day", now), amount=amount, ceiling=self.policy.paid_ceiling_usd_per_day,
-                lane=candidate.lane, model=candidate.model, job=job.id, cohort=job.cohort)
-        except sqlite3.Error as exc:
-            log.warning("paid ledger: can not record a reservation (%s); paid fallback closed", exc)
-            raise PaidBudgetExhausted("the paid ledger can not be written; paid fallback is closed") from exc
+            reservation = await call(
+                self._store, self._store.reserve_paid, day=window_id("day", now), amount=amount,
+                ceiling=self.policy.paid_ceiling_usd_per_day, lane=candidate.lane, model=candidate.model, job=job.id,
+                cohort=job.cohort)
+        except STORE_ERRORS as exc:
+            if not self._ledger_failing:
+                log.warning("paid ledger: can not record a reservation (%s); paid fallback closed", exc)
+            self._ledger_failing = True
+            raise PaidBudgetExhausted("the paid ledger can not be written; paid fallback is closed",
+                                      retry_after_s=5.0) from exc
+        if self._ledger_failing:
+            log.warning("paid ledger: writable again; paid fallback open")
+        self._ledger_failing = False
         if reservation is None:
             wait = window_end("day", now) - now
             raise PaidBudgetExhausted(
@@ -65,7 +72,7 @@ class Governors:
     def settle(self, reservation: str, cost: float) -> None:
         try:
             self._store.settle_paid(reservation, cost)
-        except sqlite3.Error as exc:  # the reservation stays counted in full: never an under-count
+        except STORE_ERRORS as exc:  # the reservation stays counted in full: never an under-count
             log.warning("paid ledger: can not settle a reservation (%s); it stays counted in full", exc)
 
     def spent_today(self) -> float:

@@ -20,7 +20,7 @@ from lanes._core.job import Job, Reply
 from lanes._core.lane import OpenAICompatibleLane
 from lanes._core.loader import load_lanes
 from lanes._core.sharing import Sharing
-from lanes._core.store import SQLiteStore
+from lanes._core.store import SQLiteStore, Store
 from lanes._core.upstream import open_upstream
 from lanes.freetier.manager import FreeTierManager
 
@@ -41,15 +41,19 @@ async def open_dispatcher(
     if not isinstance(config, Config):
         config = read_config(config, env=env)
     wall_offset = time.time() - trio.current_time()  # wall-clock: the one conversion to epoch time
-    store = SQLiteStore(config.state)
+    store = open_store(config)
     try:
         async with open_upstream() as upstream, trio.open_nursery() as nursery:
             manager = FreeTierManager()
             dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env,
                                     store=store, manager=manager, wall_offset=wall_offset)
-            sharing = Sharing(manager, store, audit=dispatcher.audit_rows, quarantine=dispatcher.quarantine)
+            sharing = Sharing(manager, store, audit=dispatcher.audit_rows, quarantine=dispatcher.quarantine,
+                              switched_off=dispatcher.switched_off, remote_probes=dispatcher.remote_probes)
+            dispatcher.nudge = sharing.kick
             await sharing.load(dispatcher.now_wall())
             nursery.start_soon(sharing.run, dispatcher.now_wall)
+            if store.shared:
+                nursery.start_soon(sharing.listen)
             for lane in dispatcher.lanes.values():
                 nursery.start_soon(_check_reachable, dispatcher, lane)
                 if lane.config.discover:
@@ -65,6 +69,15 @@ async def open_dispatcher(
                 nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+def open_store(config: Config) -> Store:
+    """The configured state store: a SQLite file (or `:memory:`), or Redis for several hosts."""
+    if config.shared_state:
+        from lanes._core.redis_store import RedisStore  # imported only when configured
+
+        return RedisStore(config.state, local=SQLiteStore(config.local_state))
+    return SQLiteStore(config.state)
 
 
 async def _check_reachable(dispatcher: Dispatcher, lane: OpenAICompatibleLane, within_s: float = 2.0) -> None:

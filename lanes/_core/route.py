@@ -176,7 +176,7 @@ async def _one(d: Dispatcher, walk: Walk, candidate: Candidate, attempt: Attempt
             d.count_request(candidate)  # counted when sent, so jobs in flight count against the quota
             if candidate.tier == "paid":
                 job = _paid_job(job, d.policy.paid_max_tokens)
-                reservation = d.governors.reserve(candidate, job)
+                reservation = await d.governors.reserve(candidate, job)
         except JobFailed as exc:
             d.breakers[candidate.lane].release(permit)
             exc.attempts, exc.skips = tuple(walk.attempts), tuple(walk.skips)

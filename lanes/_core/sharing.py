@@ -1,19 +1,23 @@
-"""Keeps the FreeTierManager and the store in step: flush what changed, take what others wrote.
+"""Keeps the dispatcher and the store in step: flush what changed, take what others wrote.
 
-Store calls run inline on the trio thread: they are small local SQLite transactions (WAL,
-synchronous=NORMAL, no fsync per commit, a short busy timeout), cheaper than a thread hop, and a
-worker thread would let trio's autojump clock leap while it ran. A store that fails (or stays
-locked by another process) is one log line per failure streak; its pending rows wait for the next try.
+Every half second (sooner when a backoff, a kill switch or a probe result must reach the other hosts)
+the pending counts, spend, backoffs, snapshots, audit rows and queued writes go to the store, and the
+totals other processes wrote come back into the local view that every routing decision reads. With
+SQLite the calls run inline (see `store.call`); with Redis they run in a worker thread, and a second
+task applies what other hosts publish as it arrives. A store that fails is one log line per failure
+streak: the rows wait for the next try, quotas and backoffs carry on from the local view, and the
+paid ledger stays closed (see `Governors.reserve`) until a sync succeeds again.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
+from typing import Any
 
 import trio
 
-from lanes._core.store import Store
+from lanes._core.store import STORE_ERRORS, LocalView, Store, call
+from lanes.freetier.backoff import Backoff
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
@@ -21,59 +25,95 @@ log = logging.getLogger("lanes")
 
 class Sharing:
     def __init__(self, manager: FreeTierManager, store: Store, *, audit: list | None = None,
-                 quarantine: dict[str, str] | None = None) -> None:
+                 quarantine: dict[str, str] | None = None, switched_off: set[str] | None = None,
+                 remote_probes: dict[str, trio.Event] | None = None) -> None:
         self.manager = manager
         self.store = store
         self.audit = audit if audit is not None else []  # rows appended by the dispatcher, flushed here
         self.quarantine = quarantine if quarantine is not None else {}  # the canary's verdicts, read here
+        self.switched_off = switched_off if switched_off is not None else set()  # the runtime kill switch
+        self.remote_probes = remote_probes if remote_probes is not None else {}  # scope → another host's probe
+        self._last_switches: set[str] = set()
         self._failing = False
+        self._kick = trio.Event()
+
+    def kick(self) -> None:
+        """Sync now rather than at the next tick (something other hosts should hear about changed)."""
+        self._kick.set()
 
     async def load(self, now: float) -> None:
-        """Take the persisted state at startup: counters, spend, snapshots, live backoffs."""
-        def read():
-            return (self.store.usage_totals(now), self.store.spend_totals(), self.store.backoffs(now),
-                    self.store.snapshots())
-        usage, spend, backoffs, snapshots = read()
-        self._take_quarantine(self.store.quarantined())
-        await trio.lowlevel.checkpoint()
-        self.manager.usage.merge(usage)
-        self.manager.merge_spend(spend)
-        self.manager.merge_backoffs(backoffs)
-        self.manager.merge_snapshots(snapshots)
+        """Take the persisted state at startup: header snapshots, then a full sync."""
+        try:
+            self.manager.merge_snapshots(await call(self.store, self.store.snapshots))
+        except STORE_ERRORS:
+            pass  # the sync below says so, once
+        await self.sync(now)
+
+    def _view(self) -> LocalView:
+        return LocalView(usage=list(self.manager.usage.counts.items()), spend=dict(self.manager.spend),
+                         backoffs=dict(self.manager.backoffs), snapshots=dict(self.manager.snapshots),
+                         switched_off=frozenset(self.switched_off))
 
     async def sync(self, now: float) -> None:
         usage, spend, backoffs, snapshots = self.manager.take_pending()
         audit, self.audit[:] = list(self.audit), []
+        view = self._view() if self.store.shared else None
+        reseeded = False
 
         def work():
+            nonlocal reseeded
+            if self.store.begin_sync(now) and view is not None:
+                self.store.reseed(view, now)  # the view already holds the pending counts
+                reseeded = True
             self.store.add_audit(audit)
-            self.store.add_usage(usage, spend)
-            self.store.put_backoffs(backoffs)
+            if not reseeded:
+                self.store.add_usage(usage, spend)
+            self.store.put_backoffs(backoffs, now)
             self.store.put_snapshots(snapshots)
+            self.store.flush()
             return (self.store.usage_totals(now), self.store.spend_totals(), self.store.backoffs(now),
-                    self.store.quarantined())
+                    self.store.quarantined(), self.store.switches())
 
         try:
-            totals, spends, others, quarantined = work()
-        except sqlite3.Error as exc:
-            self.manager.pending_usage[:0] = usage  # keep them for the next try
-            for key, usd in spend.items():
-                self.manager.pending_spend[key] = self.manager.pending_spend.get(key, 0.0) + usd
+            totals, spends, others, quarantined, switches = await call(self.store, work)
+        except STORE_ERRORS as exc:
+            if not reseeded:  # keep them for the next try
+                self.manager.pending_usage[:0] = usage
+                for key, usd in spend.items():
+                    self.manager.pending_spend[key] = self.manager.pending_spend.get(key, 0.0) + usd
             self.manager.changed_backoffs = {**backoffs, **self.manager.changed_backoffs}
             self.audit[:0] = audit
             if not self._failing:
-                log.warning("state store: write failed (%s); counting in memory until it recovers", exc)
+                if self.store.shared:
+                    log.warning("state store: %s; serving on this host's view, paid fallback closed until the "
+                                "shared ledger is back (retrying in the background)", exc)
+                else:
+                    log.warning("state store: write failed (%s); counting in memory until it recovers", exc)
             self._failing = True
             return
-        if self._failing:
-            log.warning("state store: writable again")
+        if self._failing or reseeded:
+            log.warning("state store: %s%s", "reachable again" if self._failing else "empty at first contact",
+                        "; this host's view pushed back" if reseeded else "")
         self._failing = False
         self.manager.usage.merge(totals)
         self.manager.merge_spend(spends)
         self.manager.merge_backoffs(others)
         self.manager.usage.prune(now)
         self._take_quarantine(quarantined)
+        for lane in switches - self._last_switches:
+            self._switch(lane, True)
+        for lane in self._last_switches - switches:
+            self._switch(lane, False)
+        self._last_switches = switches
         await trio.lowlevel.checkpoint()
+
+    def _switch(self, lane: str, off: bool) -> None:
+        if off and lane not in self.switched_off:
+            self.switched_off.add(lane)
+            log.warning("lane %s: switched off by another process sharing the state", lane)
+        elif not off and lane in self.switched_off:
+            self.switched_off.discard(lane)
+            log.warning("lane %s: switched on by another process sharing the state", lane)
 
     def _take_quarantine(self, current: dict[str, str]) -> None:
         for key in set(self.quarantine) - set(current):
@@ -83,12 +123,43 @@ class Sharing:
         self.quarantine.clear()
         self.quarantine.update(current)
 
+    def apply(self, events: list[dict[str, Any]]) -> None:
+        """Apply what other hosts published: backoffs, probe results, kill switches."""
+        for event in events:
+            try:
+                kind = event["t"]
+                if kind == "backoff":
+                    self.manager.merge_backoffs([(event["scope"], Backoff(
+                        until=float(event["u"]), step=int(event["s"]), reason=event["r"], source=event["o"]))])
+                elif kind == "probe":
+                    if event["ok"]:
+                        self.manager.confirmed.add(event["scope"])
+                    if (waiting := self.remote_probes.pop(event["scope"], None)) is not None:
+                        waiting.set()
+                elif kind == "switch":
+                    self._switch(event["lane"], bool(event["off"]))
+            except (KeyError, TypeError, ValueError):
+                continue  # a message we can not read changes nothing
+
     async def run(self, wall_now, interval_s: float = 0.5) -> None:
-        """Sync every `interval_s` until cancelled; a last sync runs shielded on the way out."""
+        """Sync every `interval_s` (or when kicked) until cancelled; a last sync runs shielded on the way out."""
         try:
             while True:
-                await trio.sleep(interval_s)
+                with trio.move_on_after(interval_s):
+                    await self._kick.wait()
+                self._kick = trio.Event()
                 await self.sync(wall_now())
         finally:
             with trio.CancelScope(shield=True):
                 await self.sync(wall_now())
+
+    async def listen(self) -> None:
+        """For a shared store: apply other hosts' changes as they are published (retrying while it is down)."""
+        while True:
+            try:
+                events = await trio.to_thread.run_sync(self.store.listen, 0.5, limiter=self.store.listen_limiter,
+                                                       abandon_on_cancel=True)
+            except STORE_ERRORS:
+                await trio.sleep(1.0)  # the sync logs the outage and notices the return
+                continue
+            self.apply(events)

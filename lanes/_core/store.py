@@ -1,4 +1,8 @@
-"""Persistence through sqlite-utils: usage, credit spend, header snapshots and backoffs.
+"""Shared state behind one `Store` interface: usage, credit spend, header snapshots, backoffs, the
+paid ledger, approvals, the runtime kill switch and the canary's quarantine.
+
+`SQLiteStore` (here) shares them between the processes of one host; `RedisStore`
+(`redis_store.py`, selected by `state = "redis://…"`) between hosts.
 
 One SQLite file (WAL) per host is shared by every process that opens it — the sidecar and the
 jobs that import the dispatcher — so their backoffs and counts coordinate. Times are wall-clock
@@ -9,11 +13,16 @@ that much counting.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+import attrs
+import trio
 
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
@@ -37,16 +46,53 @@ CREATE TABLE IF NOT EXISTS audit (job TEXT PRIMARY KEY, at FLOAT, client TEXT, c
     cost_usd FLOAT, approval TEXT, explored INTEGER, body TEXT);
 CREATE INDEX IF NOT EXISTS idx_audit_at ON audit (at);
 CREATE TABLE IF NOT EXISTS quarantine (key TEXT PRIMARY KEY, verdict TEXT, reason TEXT, at FLOAT);
+CREATE TABLE IF NOT EXISTS switch (lane TEXT PRIMARY KEY, at FLOAT);
 """
+T = TypeVar("T")
+
+
+class StoreUnavailable(Exception):
+    """A shared store that can not be reached right now (Redis down, or not yet resynchronised)."""
+
+
+STORE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, StoreUnavailable)
+
+
+@attrs.frozen(kw_only=True)
+class LocalView:
+    """What this process knows, pushed back into a shared store that lost its data (a Redis restart
+    without persistence): counters and spend by their maximum, backoffs keeping the later deadline."""
+
+    usage: list[tuple[UsageKey, int]]
+    spend: dict[tuple[str, int], float]
+    backoffs: dict[str, Backoff]
+    snapshots: dict[str, tuple[float, RateLimitSnapshot]]
+    switched_off: frozenset[str]
+
+
+async def call(store: Store, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run one store call from trio: inline for a local store (SQLite: a short local transaction,
+    cheaper than a thread hop, and deterministic under the autojump clock), in a worker thread bounded
+    by the store's limiter for a networked one (Redis), so the event loop never waits on a socket."""
+    if store.limiter is None:
+        return fn(*args, **kwargs)
+    return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=store.limiter)
 
 
 class Store(Protocol):
-    """What the manager needs from shared state. SQLite now; Redis for several hosts later."""
+    """What the dispatcher needs from shared state. Reads on the hot path come from local caches;
+    `call()` runs the rest (inline for SQLite, in a worker thread for Redis)."""
+
+    kind: str  # "sqlite" or "redis"
+    shared: bool  # shared between hosts: probes take a lease, changes are published
+    limiter: trio.CapacityLimiter | None  # None: calls run inline on the trio thread
+    up: bool  # reachable (and, for a shared ledger, resynchronised) at the last try
+    where: str  # the file, or the Redis URL without its password
 
     def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None: ...
     def usage_totals(self, now: float) -> list[tuple[UsageKey, int]]: ...
     def spend_totals(self) -> dict[tuple[str, int], float]: ...
-    def put_backoffs(self, backoffs: dict[str, Backoff]) -> None: ...
+    def put_backoffs(self, backoffs: dict[str, Backoff], now: float | None = None) -> None: ...
     def backoffs(self, now: float) -> list[tuple[str, Backoff]]: ...
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None: ...
     def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]: ...
@@ -59,13 +105,26 @@ class Store(Protocol):
     def add_audit(self, rows: list[dict[str, Any]]) -> None: ...
     def quarantined(self) -> dict[str, str]: ...
     def set_quarantine(self, key: str, verdict: str | None, reason: str = "", at: float = 0.0) -> None: ...
+    def put_switch(self, lane: str, off: bool, at: float) -> None: ...
+    def switches(self) -> set[str]: ...
+    def probe_lease(self, scope: str, ttl_s: float) -> bool: ...
+    def probe_done(self, scope: str, ok: bool) -> None: ...
+    def begin_sync(self, now: float) -> bool: ...
+    def reseed(self, view: LocalView, now: float) -> None: ...
+    def flush(self) -> None: ...
     def close(self) -> None: ...
 
 
 class SQLiteStore:
     """The default store: one SQLite file; `:memory:` keeps everything in this process only."""
 
+    kind = "sqlite"
+    shared = False
+    limiter = None
+    up = True
+
     def __init__(self, path: str) -> None:
+        self.where = path
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             path = str(Path(path).expanduser())
@@ -114,7 +173,7 @@ class SQLiteStore:
         with self._lock:
             return {(lane, period): usd for lane, period, usd in self._conn.execute("SELECT lane, period, usd FROM spend")}
 
-    def put_backoffs(self, backoffs: dict[str, Backoff]) -> None:
+    def put_backoffs(self, backoffs: dict[str, Backoff], now: float | None = None) -> None:
         """Write backoffs, keeping the later deadline when another process wrote one too."""
         with self._lock, self._conn:
             self._conn.executemany(
@@ -210,6 +269,35 @@ class SQLiteStore:
             else:
                 self._conn.execute("INSERT OR REPLACE INTO quarantine (key, verdict, reason, at) VALUES (?, ?, ?, ?)",
                                    (key, verdict, reason, at))
+
+    def put_switch(self, lane: str, off: bool, at: float) -> None:
+        """The runtime kill switch, obeyed by every process sharing the file."""
+        with self._lock, self._conn:
+            if off:
+                self._conn.execute("INSERT OR REPLACE INTO switch (lane, at) VALUES (?, ?)", (lane, at))
+            else:
+                self._conn.execute("DELETE FROM switch WHERE lane = ?", (lane,))
+
+    def switches(self) -> set[str]:
+        with self._lock:
+            return {lane for (lane,) in self._conn.execute("SELECT lane FROM switch")}
+
+    # One host needs no more than this: a probe is single-flight within the process, and writes are
+    # visible to the other processes at their next sync.
+    def probe_lease(self, scope: str, ttl_s: float) -> bool:
+        return True
+
+    def probe_done(self, scope: str, ok: bool) -> None:
+        pass
+
+    def begin_sync(self, now: float) -> bool:
+        return False  # a file does not forget: nothing to push back
+
+    def reseed(self, view: LocalView, now: float) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
 
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:

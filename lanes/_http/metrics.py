@@ -70,6 +70,9 @@ class Metrics:
                 "# HELP lanes_explored_total Jobs sent to a runner-up on purpose (exploration), and those it served.",
                 "# TYPE lanes_explored_total counter", f"lanes_explored_total {dispatcher.ranking.explored}",
                 f"lanes_explored_served_total {dispatcher.ranking.explored_ok}",
+                "# HELP lanes_state_store_up 1 while the state store answers (Redis: and the paid ledger is synchronised).",
+                "# TYPE lanes_state_store_up gauge", f"lanes_state_store_up{_labels(kind=dispatcher.store.kind)} "
+                f"{int(dispatcher.store.up)}",
                 "# HELP lanes_approvals_pending Paid fallbacks waiting for a decision.",
                 "# TYPE lanes_approvals_pending gauge", f"lanes_approvals_pending {len(dispatcher.approvals.pending)}"]
         return "\n".join(out) + "\n"

@@ -46,7 +46,8 @@ async def serve(config: Config | str | os.PathLike[str] | None, *, host: str | N
 
             fakes = await stack.enter_async_context(open_simulation())
             base = read_config(config, env=env) if config else None
-            config = load_config(simulated_config(fakes, state=base.state if base else ":memory:"), env=env)
+            config = load_config(simulated_config(fakes, state=base.state if base else ":memory:",
+                                                     local_state=base.local_state if base else ":memory:"), env=env)
             env = {**SIM_KEYS, **env}
             log.warning("simulated providers on 127.0.0.1: %s",
                         ", ".join(f"{n}={f.port}" for n, f in fakes.items()))

@@ -69,4 +69,5 @@ def lanes_state(dispatcher: Dispatcher) -> dict[str, Any]:
         "approvals": len(dispatcher.approvals.pending),
         "recent": list(dispatcher.recent),
         "canary": {"quarantined": dict(dispatcher.quarantine)},
+        "state": {"kind": dispatcher.store.kind, "where": dispatcher.store.where, "up": dispatcher.store.up},
     }

@@ -25,11 +25,16 @@ def window_id(window: WindowName, now: float) -> int:
 
 def window_end(window: WindowName, now: float) -> float:
     """When the window containing `now` ends (epoch seconds)."""
+    return end_of(window, window_id(window, now))
+
+
+def end_of(window: WindowName, index: int) -> float:
+    """When window number `index` (as `window_id` counts them) ends (epoch seconds)."""
     if window == "minute":
-        return (int(now // 60) + 1) * 60.0
+        return (index + 1) * 60.0
     if window == "day":
-        return (int(now // 86400) + 1) * 86400.0
-    index = window_id("month", now) + 1
+        return (index + 1) * 86400.0
+    index += 1
     return datetime(index // 12, index % 12 + 1, 1, tzinfo=timezone.utc).timestamp()
 
 

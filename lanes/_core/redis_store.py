@@ -1,0 +1,516 @@
+"""Shared state for several hosts in Redis: `state = "redis://host:port/db"`.
+
+The same interface as `SQLiteStore`, for sidecars on different hosts that spend the same keys and
+the same paid budget:
+
+- backoffs are keys that expire on their own (`lanes:backoff:<scope>`, indexed by deadline in a
+  sorted set), written by a script that keeps the *later* deadline when two hosts race;
+- usage counters are hashes per window (`lanes:usage:<window>:<id>`, HINCRBY, expiring at the
+  window's end — UTC minutes, days, months); credit spend is a hash of running totals;
+- the latest parsed header snapshot per scope, so a host that has not called a provider yet knows;
+- the paid ledger is a hash per UTC day; reserving checks the day's sum against the ceiling and
+  writes the reservation in **one Lua script**, so two hosts can never together cross it;
+- approvals (grants with their expiry), the runtime kill switch and the canary's quarantine;
+- a probe lease per cold scope (SET NX PX), so one host probes a closed door for all of them.
+
+Backoffs, kill-switch changes, grants and probe results are published on `lanes:events`; other
+hosts apply them within milliseconds. Reads on the hot path never touch Redis: they use the local
+view that the sync keeps. Redis is reached with redis-py's synchronous client, always from trio
+worker threads (see `store.call`). When Redis is unreachable every call raises `StoreUnavailable`:
+quotas and backoff carry on from the local view, paid reservations are refused until a full sync
+has run again — which first pushes this host's view back if Redis came back empty.
+
+Audit rows and the canary's answers stay in a local SQLite file (`local_state`): they are this
+host's records, not coordination.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import redis
+import trio
+
+from lanes._core.store import LocalView, SQLiteStore, StoreUnavailable, UsageKey, _snapshot_data, _snapshot_from
+from lanes.freetier.backoff import Backoff
+from lanes.freetier.headers import RateLimitSnapshot
+from lanes.freetier.windows import WINDOWS, end_of, window_id
+
+F = TypeVar("F", bound=Callable[..., Any])
+SEP = "\x1f"  # between the parts of a hash field (scopes contain "/" and ":")
+
+# KEYS: backoff key, deadline index. ARGV: scope, until (s), until (ms), value, channel, message, now.
+_BACKOFF = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local ok, old = pcall(cjson.decode, current)
+  if ok and tonumber(old['u']) >= tonumber(ARGV[2]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[4], 'PXAT', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[7])
+redis.call('PUBLISH', ARGV[5], ARGV[6])
+return 1
+"""
+
+# KEYS: the day's ledger. ARGV: reservation id, amount, ceiling, expire at. Returns {granted, spent}.
+_RESERVE = """
+local spent = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do spent = spent + tonumber(v) end
+local amount = tonumber(ARGV[2])
+if spent + amount > tonumber(ARGV[3]) + 1e-12 then return {0, tostring(spent)} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIREAT', KEYS[1], ARGV[4])
+return {1, tostring(spent + amount)}
+"""
+
+# KEYS: the day's ledger. ARGV: reservation id, real cost. An unknown id is left alone.
+_SETTLE = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end
+return 0
+"""
+
+# KEYS: a hash. ARGV: expire at (0: never), then field/value pairs; each field keeps the larger number.
+_MAX = """
+for i = 2, #ARGV, 2 do
+  local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
+  if tonumber(ARGV[i + 1]) > current then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+if ARGV[1] ~= '0' then redis.call('EXPIREAT', KEYS[1], ARGV[1]) end
+return 1
+"""
+
+# KEYS: the probe lease. ARGV: holder, channel, message. Released only by its holder.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+"""
+
+
+def _guarded(fn: F) -> F:
+    """Redis errors become `StoreUnavailable` (and mark the store down until a full sync succeeds)."""
+
+    @functools.wraps(fn)
+    def wrapper(self: RedisStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except (redis.RedisError, OSError) as exc:
+            self.up = False
+            raise StoreUnavailable(f"redis at {self.where}: {type(exc).__name__}: {str(exc)[:160]}") from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def redacted(url: str) -> str:
+    """`url` without its password, for logs and pages."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+class RedisStore:
+    kind = "redis"
+    shared = True
+
+    def __init__(self, url: str, *, local: SQLiteStore, prefix: str = "lanes:", threads: int = 8,
+                 connect_timeout_s: float = 0.5, timeout_s: float = 2.0) -> None:
+        self.where = redacted(url)
+        self.local = local
+        self.up = False  # until the first full sync: no paid reservation before the ledger is known
+        self.host = uuid.uuid4().hex[:12]  # this process, in leases and published messages
+        self.limiter = trio.CapacityLimiter(threads)
+        self.listen_limiter = trio.CapacityLimiter(1)
+        self._redis = redis.Redis.from_url(url, socket_connect_timeout=connect_timeout_s, socket_timeout=timeout_s,
+                                           decode_responses=True, max_connections=threads + 2)
+        self._p = prefix
+        self.channel = f"{prefix}events"
+        self._backoff = self._redis.register_script(_BACKOFF)
+        self._reserve = self._redis.register_script(_RESERVE)
+        self._settle = self._redis.register_script(_SETTLE)
+        self._max = self._redis.register_script(_MAX)
+        self._release = self._redis.register_script(_RELEASE)
+        self._lock = threading.Lock()
+        self._epoch: str | None = None
+        self._pubsub: Any = None
+        # local caches, answered without a round trip
+        self._spent: dict[int, float] = {}
+        self._grants: dict[str, float] = {}
+        self._quarantine: dict[str, str] = {}
+        # this host's writes waiting for the next sync, and what it must push back after a data loss
+        self._settles: dict[str, float] = {}
+        self._grant_writes: dict[str, float] = {}
+        self._switch_writes: dict[str, tuple[bool, float]] = {}
+        self._quarantine_writes: dict[str, tuple[str | None, str, float]] = {}
+        self._releases: list[tuple[str, bool]] = []
+        self._own: dict[str, tuple[int, float]] = {}  # reservation → (day, amount now counted)
+        self._leases: set[str] = set()
+
+    @property
+    def db(self) -> Any:
+        return self.local.db
+
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        return self.local.query(sql, args)
+
+    def add_audit(self, rows: list[dict[str, Any]]) -> None:
+        self.local.add_audit(rows)
+
+    def _k(self, *parts: object) -> str:
+        return self._p + ":".join(str(p) for p in parts)
+
+    def _publish_message(self, kind: str, **fields: Any) -> str:
+        return json.dumps({"t": kind, "from": self.host, **fields})
+
+    # -- usage and spend ---------------------------------------------------------------------
+    @_guarded
+    def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None:
+        if not rows and not spend:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for (scope, dimension, window, index), delta in rows:
+            key = self._k("usage", window, index)
+            pipe.hincrby(key, f"{scope}{SEP}{dimension}", delta)
+            pipe.expireat(key, int(end_of(window, index)) + 60)
+        for (lane, period), usd in spend.items():
+            pipe.hincrbyfloat(self._k("spend"), f"{lane}{SEP}{period}", usd)
+        pipe.execute()
+
+    @_guarded
+    def usage_totals(self, now: float) -> list[tuple[UsageKey, int]]:
+        current = [(w, window_id(w, now)) for w in WINDOWS]
+        pipe = self._redis.pipeline(transaction=False)
+        for window, index in current:
+            pipe.hgetall(self._k("usage", window, index))
+        out = []
+        for (window, index), fields in zip(current, pipe.execute()):
+            for field, count in fields.items():
+                scope, _, dimension = field.rpartition(SEP)
+                out.append(((scope, dimension, window, index), int(count)))
+        return out
+
+    @_guarded
+    def spend_totals(self) -> dict[tuple[str, int], float]:
+        out = {}
+        for field, usd in self._redis.hgetall(self._k("spend")).items():
+            lane, _, period = field.rpartition(SEP)
+            out[(lane, int(period))] = float(usd)
+        return out
+
+    # -- backoffs and snapshots ---------------------------------------------------------------
+    @_guarded
+    def put_backoffs(self, backoffs: dict[str, Backoff], now: float | None = None) -> None:
+        """Write backoffs (each keeps the later deadline of ours and theirs) and publish the ones that won."""
+        if not backoffs:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        floor = min(b.until for b in backoffs.values()) - 1.0 if now is None else now
+        for scope, b in backoffs.items():
+            value = json.dumps({"u": b.until, "s": b.step, "r": b.reason, "o": b.source})
+            message = self._publish_message("backoff", scope=scope, u=b.until, s=b.step, r=b.reason, o=b.source)
+            self._backoff(keys=[self._k("backoff", scope), self._k("backoff-index")],
+                          args=[scope, repr(b.until), str(int(b.until * 1000) + 1), value, self.channel, message,
+                                repr(floor)], client=pipe)
+        pipe.execute()
+
+    @_guarded
+    def backoffs(self, now: float) -> list[tuple[str, Backoff]]:
+        scopes = self._redis.zrangebyscore(self._k("backoff-index"), f"({now!r}", "+inf")
+        if not scopes:
+            return []
+        values = self._redis.mget([self._k("backoff", s) for s in scopes])
+        out = []
+        for scope, value in zip(scopes, values):
+            if value is None:
+                continue  # expired between the two reads
+            try:
+                data = json.loads(value)
+                out.append((scope, Backoff(until=float(data["u"]), step=int(data["s"]), reason=data["r"],
+                                           source=data["o"])))
+            except (ValueError, TypeError, KeyError):
+                continue  # a value we can not read is skipped, never fatal
+        return out
+
+    @_guarded
+    def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None:
+        if snapshots:
+            self._redis.hset(self._k("snapshot"), mapping={
+                scope: json.dumps({"at": at, **_snapshot_data(snap)}) for scope, (at, snap) in snapshots.items()})
+
+    @_guarded
+    def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]:
+        out = {}
+        for scope, value in self._redis.hgetall(self._k("snapshot")).items():
+            try:
+                data = json.loads(value)
+                out[scope] = (float(data["at"]), _snapshot_from(data))
+            except (ValueError, TypeError, KeyError):
+                continue
+        return out
+
+    # -- the paid ledger ------------------------------------------------------------------------
+    @_guarded
+    def reserve_paid(self, *, day: int, amount: float, ceiling: float, lane: str, model: str, job: str,
+                     cohort: str | None) -> str | None:
+        """Reserve `amount` of day `day`'s paid budget in one script across every host; None if it would
+        cross `ceiling`. Refused (StoreUnavailable) while the ledger is not known to be whole."""
+        if not self.up:
+            raise StoreUnavailable(f"redis at {self.where}: the shared paid ledger is not synchronised yet")
+        reservation = f"{day}:{job}:{lane}/{model}:{amount!r}"
+        granted, spent = self._reserve(keys=[self._k("paid", day)],
+                                       args=[reservation, repr(amount), repr(ceiling), int(end_of("day", day)) + 86400])
+        with self._lock:
+            self._spent[day] = float(spent)
+            if not granted:
+                return None
+            self._own[reservation] = (day, amount)
+        return reservation
+
+    def settle_paid(self, reservation: str, cost: float) -> None:
+        """Replace a reservation by its real cost at the next sync (it counts in full until then)."""
+        with self._lock:
+            if reservation in self._own:
+                day, _ = self._own[reservation]
+                self._own[reservation] = (day, cost)
+            self._settles[reservation] = cost
+
+    def paid_spent(self, day: int) -> float:
+        """Today's spend as of the last sync or reservation (all hosts)."""
+        with self._lock:
+            return self._spent.get(day, 0.0)
+
+    # -- approvals, the kill switch, the quarantine ------------------------------------------
+    def put_grant(self, client: str, until: float) -> None:
+        with self._lock:
+            self._grants[client] = until
+            self._grant_writes[client] = until
+
+    def grant_until(self, client: str) -> float | None:
+        with self._lock:
+            return self._grants.get(client)
+
+    def put_switch(self, lane: str, off: bool, at: float) -> None:
+        with self._lock:
+            self._switch_writes[lane] = (off, at)
+
+    @_guarded
+    def switches(self) -> set[str]:
+        off = set(self._redis.hkeys(self._k("switch")))
+        with self._lock:  # changes made here since the last flush win over what Redis said
+            for lane, (is_off, _) in self._switch_writes.items():
+                (off.add if is_off else off.discard)(lane)
+        return off
+
+    def quarantined(self) -> dict[str, str]:
+        try:
+            rows = self._read_quarantine()
+        except StoreUnavailable:
+            pass  # the last view stands
+        else:
+            with self._lock:
+                self._quarantine = rows
+        with self._lock:
+            return dict(self._quarantine)
+
+    @_guarded
+    def _read_quarantine(self) -> dict[str, str]:
+        out = {}
+        for key, value in self._redis.hgetall(self._k("quarantine")).items():
+            try:
+                data = json.loads(value)
+                out[key] = f"quarantined by the canary ({data['verdict']}: {data['reason']})"
+            except (ValueError, TypeError, KeyError):
+                continue
+        return out
+
+    def set_quarantine(self, key: str, verdict: str | None, reason: str = "", at: float = 0.0) -> None:
+        """Write now when Redis answers; otherwise at the next sync that reaches it."""
+        self.local.set_quarantine(key, verdict, reason, at)
+        with self._lock:
+            self._quarantine_writes[key] = (verdict, reason, at)
+        try:
+            self._flush_quarantine()
+        except StoreUnavailable:
+            pass  # kept, and written by the next flush
+
+    @_guarded
+    def _flush_quarantine(self) -> None:
+        with self._lock:
+            writes, self._quarantine_writes = self._quarantine_writes, {}
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for key, (verdict, reason, at) in writes.items():
+                if verdict is None:
+                    pipe.hdel(self._k("quarantine"), key)
+                else:
+                    pipe.hset(self._k("quarantine"), key, json.dumps({"verdict": verdict, "reason": reason, "at": at}))
+            pipe.execute()
+        except BaseException:
+            with self._lock:
+                self._quarantine_writes = {**writes, **self._quarantine_writes}
+            raise
+
+    # -- probes -------------------------------------------------------------------------------
+    @_guarded
+    def probe_lease(self, scope: str, ttl_s: float) -> bool:
+        """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`)."""
+        if self._redis.set(self._k("probe", scope), self.host, nx=True, px=max(1, int(ttl_s * 1000))):
+            with self._lock:
+                self._leases.add(scope)
+            return True
+        return False
+
+    def probe_done(self, scope: str, ok: bool) -> None:
+        """Release the lease (at the next sync, after the backoff it may have caused is written)."""
+        with self._lock:
+            if scope in self._leases:
+                self._leases.discard(scope)
+                self._releases.append((scope, ok))
+
+    # -- the sync ---------------------------------------------------------------------------
+    @_guarded
+    def begin_sync(self, now: float) -> bool:
+        """Refresh the cached ledger and grants; True when Redis lost our shared state (a restart without
+        persistence, or a first contact with an empty Redis): the caller then pushes its view back."""
+        day = window_id("day", now)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.get(self._k("epoch"))
+        pipe.hvals(self._k("paid", day))
+        pipe.hgetall(self._k("grant"))
+        epoch, ledger, grants = pipe.execute()
+        lost = epoch is None or (self._epoch is not None and epoch != self._epoch)
+        if epoch is None:
+            self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
+            epoch = self._redis.get(self._k("epoch"))
+        self._epoch = epoch
+        with self._lock:
+            self._spent = {day: sum(float(v) for v in ledger)}
+            merged = {client: float(until) for client, until in grants.items()}
+            for client, until in self._grant_writes.items():
+                merged[client] = max(until, merged.get(client, 0.0))
+            self._grants = merged
+        return lost
+
+    @_guarded
+    def reseed(self, view: LocalView, now: float) -> None:
+        """Push this host's view into a Redis that forgot it: counts and spend by maximum, backoffs by
+        the later deadline, our unexpired reservations, grants, kill switches and quarantines."""
+        today = window_id("day", now)
+        pipe = self._redis.pipeline(transaction=False)
+        by_window: dict[tuple[str, int], list[str]] = {}
+        for (scope, dimension, window, index), count in view.usage:
+            by_window.setdefault((window, index), []).extend([f"{scope}{SEP}{dimension}", str(count)])
+        for (window, index), pairs in by_window.items():
+            self._max(keys=[self._k("usage", window, index)], args=[int(end_of(window, index)) + 60, *pairs],
+                      client=pipe)
+        if view.spend:
+            self._max(keys=[self._k("spend")], args=[0, *[v for (lane, period), usd in view.spend.items()
+                                                          for v in (f"{lane}{SEP}{period}", repr(usd))]], client=pipe)
+        pipe.execute()
+        self.put_backoffs({s: b for s, b in view.backoffs.items() if b.until > now}, now)
+        self.put_snapshots(view.snapshots)
+        pipe = self._redis.pipeline(transaction=False)
+        with self._lock:
+            self._own = {r: (day, amount) for r, (day, amount) in self._own.items() if day >= today - 1}
+            for reservation, (day, amount) in self._own.items():
+                pipe.hsetnx(self._k("paid", day), reservation, repr(amount))
+                pipe.expireat(self._k("paid", day), int(end_of("day", day)) + 86400)
+            for client, until in self._grants.items():
+                if until > now:
+                    self._grant_writes.setdefault(client, until)
+            for lane in view.switched_off:
+                self._switch_writes.setdefault(lane, (True, now))
+            for key, reason in self._quarantine.items():
+                pipe.hsetnx(self._k("quarantine"), key, json.dumps({"verdict": "restored", "reason": reason, "at": now}))
+        pipe.execute()
+
+    @_guarded
+    def flush(self) -> None:
+        """Write what this host queued (settlements, grants, kill switches, probe releases) and publish
+        it; on failure everything stays queued. Success marks the store up: the ledger is whole."""
+        with self._lock:
+            settles, self._settles = self._settles, {}
+            grants, self._grant_writes = self._grant_writes, {}
+            switches, self._switch_writes = self._switch_writes, {}
+            releases, self._releases = self._releases, []
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for reservation, cost in settles.items():
+                day = reservation.split(":", 1)[0]
+                self._settle(keys=[self._k("paid", day)], args=[reservation, repr(cost)], client=pipe)
+            for client, until in grants.items():
+                pipe.hset(self._k("grant"), client, repr(until))
+                pipe.publish(self.channel, self._publish_message("grant", client=client, until=until))
+            for lane, (off, at) in switches.items():
+                if off:
+                    pipe.hset(self._k("switch"), lane, repr(at))
+                else:
+                    pipe.hdel(self._k("switch"), lane)
+                pipe.publish(self.channel, self._publish_message("switch", lane=lane, off=off))
+            for scope, ok in releases:
+                self._release(keys=[self._k("probe", scope)],
+                              args=[self.host, self.channel, self._publish_message("probe", scope=scope, ok=ok)],
+                              client=pipe)
+            pipe.execute()
+        except BaseException:
+            with self._lock:
+                self._settles = {**settles, **self._settles}
+                self._grant_writes = {**grants, **self._grant_writes}
+                self._switch_writes = {**switches, **self._switch_writes}
+                self._releases[:0] = releases
+            raise
+        if self._quarantine_writes:
+            self._flush_quarantine()
+        self.up = True
+
+    # -- events ------------------------------------------------------------------------------
+    @_guarded
+    def listen(self, timeout_s: float) -> list[dict[str, Any]]:
+        """Block up to `timeout_s` (in a worker thread) for what other hosts published; grants are
+        applied to the cache here, the rest is returned for the dispatcher to apply."""
+        try:
+            if self._pubsub is None:
+                pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(self.channel)
+                self._pubsub = pubsub
+            events = []
+            message = self._pubsub.get_message(timeout=timeout_s)
+            while message is not None:
+                try:
+                    event = json.loads(message["data"])
+                except (ValueError, TypeError):
+                    event = None
+                if isinstance(event, dict) and event.get("from") != self.host:
+                    if event.get("t") == "grant":
+                        with self._lock:
+                            self._grants[event["client"]] = max(float(event["until"]),
+                                                                self._grants.get(event["client"], 0.0))
+                    events.append(event)
+                message = self._pubsub.get_message(timeout=0.0)
+            return events
+        except BaseException:
+            self._drop_pubsub()
+            raise
+
+    def _drop_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except (redis.RedisError, OSError):
+                pass
+
+    def close(self) -> None:
+        self._drop_pubsub()
+        try:
+            self._redis.close()
+        except (redis.RedisError, OSError):
+            pass
+        self.local.close()

@@ -1,0 +1,178 @@
+"""The Redis store against a real redis-server: the same contract as SQLite, shared between hosts.
+
+Two `RedisStore` objects on one server stand for two hosts. Nothing here sleeps for timing: expiry
+is checked through Redis' own TTLs, concurrency with real threads racing on real sockets.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from lanes._core.redis_store import RedisStore, redacted
+from lanes._core.store import LocalView, SQLiteStore, StoreUnavailable
+from lanes.freetier.backoff import Backoff
+from lanes.freetier.headers import RateLimitSnapshot, Window
+from lanes.freetier.windows import end_of, window_id
+
+
+def host(url: str) -> RedisStore:
+    store = RedisStore(url, local=SQLiteStore(":memory:"))
+    store.begin_sync(time.time())
+    store.flush()  # a first full sync: the store is up
+    return store
+
+
+def backoff(until: float, reason: str = "rate_limited") -> Backoff:
+    return Backoff(until=until, step=1, reason=reason, source="retry-after")
+
+
+def test_backoff_race_keeps_the_later_deadline_and_expires_on_its_own(redis_server):
+    a, b = host(redis_server.url), host(redis_server.url)
+    now = time.time()
+    a.put_backoffs({"groq/*": backoff(now + 30)})
+    b.put_backoffs({"groq/*": backoff(now + 10)})  # the earlier one loses, whoever writes last
+    b.put_backoffs({"groq/m": backoff(now + 5)})
+    a.put_backoffs({"groq/m": backoff(now + 8)})
+    seen = dict(b.backoffs(now))
+    assert seen["groq/*"].until == pytest.approx(now + 30)
+    assert seen["groq/m"].until == pytest.approx(now + 8)
+    ttl_ms = redis.Redis.from_url(redis_server.url).pttl("lanes:backoff:groq/*")
+    assert 29_000 < ttl_ms <= 30_001  # the key expires by itself at the deadline
+    assert dict(a.backoffs(now + 9)) .keys() == {"groq/*"}  # past deadlines are not reported
+
+
+def test_usage_counters_add_up_across_hosts_and_expire_at_the_window_end(redis_server):
+    a, b = host(redis_server.url), host(redis_server.url)
+    now = time.time()
+    day, minute = window_id("day", now), window_id("minute", now)
+    a.add_usage([(("groq/*", "requests", "day", day), 3), (("groq/*", "requests", "minute", minute), 3)],
+                {("openrouter", day): 0.5})
+    b.add_usage([(("groq/*", "requests", "day", day), 4)], {("openrouter", day): 0.25})
+    totals = dict(a.usage_totals(now))
+    assert totals[("groq/*", "requests", "day", day)] == 7
+    assert totals[("groq/*", "requests", "minute", minute)] == 3
+    assert b.spend_totals() == {("openrouter", day): 0.75}
+    ttl = redis.Redis.from_url(redis_server.url).ttl(f"lanes:usage:day:{day}")
+    assert abs(ttl - (end_of("day", day) + 60 - now)) <= 2  # UTC midnight (plus a minute's grace)
+    assert a.usage_totals(end_of("day", day) + 1) == []  # the next day starts from zero
+
+
+def test_a_host_that_never_called_a_provider_knows_its_last_headers(redis_server):
+    a, b = host(redis_server.url), host(redis_server.url)
+    window = Window(dimension="requests", window_s=60.0, limit=30, remaining=2, reset_s=12.0)
+    snapshot = RateLimitSnapshot(requests_remaining=2, requests_limit=30, tokens_remaining=None, tokens_limit=None,
+                                 reset_requests_s=12.0, reset_tokens_s=None, retry_after_s=None, windows=(window,))
+    a.put_snapshots({"groq/*": (123.0, snapshot)})
+    at, seen = b.snapshots()["groq/*"]
+    assert (at, seen.requests_remaining, seen.windows) == (123.0, 2, (window,))
+
+
+def test_paid_reservations_from_two_hosts_never_cross_the_ceiling(redis_server):
+    """Four threads on two hosts race 200 reservations of $0.01 under a $0.50 ceiling: exactly 50 win."""
+    a, b = host(redis_server.url), host(redis_server.url)
+    day = window_id("day", time.time())
+    won: list[str] = []
+
+    def spend(store: RedisStore, name: str) -> None:
+        for i in range(50):
+            reservation = store.reserve_paid(day=day, amount=0.01, ceiling=0.5, lane="paid", model="m",
+                                             job=f"{name}-{i}", cohort=None)
+            if reservation is not None:
+                won.append(reservation)
+
+    threads = [threading.Thread(target=spend, args=(s, f"t{i}")) for i, s in enumerate((a, b, a, b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 50
+    ledger = redis.Redis.from_url(redis_server.url, decode_responses=True).hvals(f"lanes:paid:{day}")
+    assert sum(map(float, ledger)) == pytest.approx(0.5)
+    assert {r.split("-")[0] for r in won} >= {f"{day}:t0", f"{day}:t1"}  # both hosts got some
+    # settling to the real (lower) cost frees budget for everyone after the next flush
+    for reservation in won[:10]:
+        a.settle_paid(reservation, 0.0) if reservation in a._own else b.settle_paid(reservation, 0.0)
+    a.flush()
+    b.flush()
+    assert b.reserve_paid(day=day, amount=0.05, ceiling=0.5, lane="paid", model="m", job="late", cohort=None)
+    b.begin_sync(time.time())
+    assert b.paid_spent(day) == pytest.approx(0.45)
+
+
+def test_kill_switch_grants_and_probe_results_are_published(redis_server):
+    a, b = host(redis_server.url), host(redis_server.url)
+    assert b.listen(0.05) == []  # subscribed
+    now = time.time()
+    assert a.probe_lease("groq/*", ttl_s=5.0)
+    assert not b.probe_lease("groq/*", ttl_s=5.0)  # one host probes for all
+    a.put_switch("free", True, now)
+    a.put_grant("ci", now + 3600)
+    a.probe_done("groq/*", ok=True)
+    a.flush()
+    events = []
+    for _ in range(20):
+        events += b.listen(0.1)
+        if len(events) >= 3:
+            break
+    assert [(e["t"], e.get("lane"), e.get("scope"), e.get("ok")) for e in events] == [
+        ("grant", None, None, None), ("switch", "free", None, None), ("probe", None, "groq/*", True)]
+    assert b.grant_until("ci") == pytest.approx(now + 3600)
+    assert b.switches() == {"free"}
+    assert b.probe_lease("groq/*", ttl_s=5.0)  # the lease was released
+    a.put_switch("free", False, now)
+    a.flush()
+    assert b.switches() == set()
+
+
+def test_quarantine_is_shared_and_kept_while_redis_is_down(redis_server, tmp_path):
+    a, b = host(redis_server.url), host(redis_server.url)
+    a.set_quarantine("free/m", "drifted", "3 of 10 answers moved", at=1.0)
+    assert "drifted" in b.quarantined()["free/m"]
+    redis_server.kill()
+    assert "drifted" in b.quarantined()["free/m"]  # the last view stands
+    a.set_quarantine("free/n", "failed", "no answer", at=2.0)  # kept in the local file and queued
+    assert a.local.quarantined().keys() == {"free/n"}
+    redis_server.start()
+    a.begin_sync(time.time())
+    a.flush()
+    assert b.quarantined().keys() == {"free/n"}  # written when Redis came back
+
+
+def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
+    store = host(redis_server.url)
+    day = window_id("day", time.time())
+    assert store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="before", cohort=None)
+    redis_server.kill()
+    started = time.monotonic()  # wall-clock: a refused connection must not hang
+    with pytest.raises(StoreUnavailable, match="redis at redis://127.0.0.1"):
+        store.begin_sync(time.time())
+    assert time.monotonic() - started < 1.0  # wall-clock: as above
+    assert not store.up
+    with pytest.raises(StoreUnavailable):
+        store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="during", cohort=None)
+    store.settle_paid(f"{day}:before:p/m:0.1", 0.05)  # queued, never lost
+    redis_server.start()  # no persistence: Redis forgot everything
+    with pytest.raises(StoreUnavailable, match="not synchronised"):
+        store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="early", cohort=None)
+    assert store.begin_sync(time.time()) is True  # the loss is noticed
+    store.reseed(LocalView(usage=[(("g/*", "requests", "day", day), 5)], spend={}, backoffs={
+        "g/*": backoff(time.time() + 60)}, snapshots={}, switched_off=frozenset({"free"})), time.time())
+    store.flush()
+    assert store.up
+    other = host(redis_server.url)
+    assert other.paid_spent(day) == pytest.approx(0.05)  # our reservation is back, settled
+    assert dict(other.usage_totals(time.time()))[("g/*", "requests", "day", day)] == 5
+    assert [s for s, _ in other.backoffs(time.time())] == ["g/*"]
+    assert other.switches() == {"free"}
+
+
+def test_the_password_never_reaches_a_message():
+    assert redacted("redis://:s3cret-pass@10.0.0.5:6380/2") == "redis://10.0.0.5:6380/2"
+    store = RedisStore("redis://:s3cret-pass@127.0.0.1:1/0", local=SQLiteStore(":memory:"))
+    with pytest.raises(StoreUnavailable) as caught:
+        store.begin_sync(time.time())
+    assert "s3cret" not in str(caught.value) and "127.0.0.1:1" in str(caught.value)
