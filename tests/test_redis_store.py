@@ -107,8 +107,8 @@ def test_kill_switch_grants_and_probe_results_are_published(redis_server):
     a, b = host(redis_server.url), host(redis_server.url)
     assert b.listen(0.05) == []  # subscribed
     now = time.time()
-    assert a.probe_lease("groq/*", ttl_s=5.0)
-    assert not b.probe_lease("groq/*", ttl_s=5.0)  # one host probes for all
+    assert a.probe_lease("groq/*", ttl_s=5.0) is True
+    assert b.probe_lease("groq/*", ttl_s=5.0) is False  # one host probes for all
     a.put_switch("free", True, now)
     a.put_grant("ci", now + 3600)
     a.probe_done("groq/*", ok=True)
@@ -122,7 +122,9 @@ def test_kill_switch_grants_and_probe_results_are_published(redis_server):
         ("grant", None, None, None), ("switch", "free", None, None), ("probe", None, "groq/*", True)]
     assert b.grant_until("ci") == pytest.approx(now + 3600)
     assert b.switches() == {"free"}
-    assert b.probe_lease("groq/*", ttl_s=5.0)  # the lease was released
+    assert b.probe_lease("groq/*", ttl_s=5.0) is True  # the lease was released
+    b.put_backoffs({"groq/*": backoff(now + 30)})
+    assert a.probe_lease("groq/*", ttl_s=5.0).until == pytest.approx(now + 30)  # a closed door: no lease
     a.put_switch("free", False, now)
     a.flush()
     assert b.switches() == set()

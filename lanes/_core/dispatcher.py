@@ -200,10 +200,14 @@ class Dispatcher:
             return True
         ttl_s = max(lane.config.attempt_timeout_s, lane.config.first_token_s) + 1.0
         try:
-            if await call(self.store, self.store.probe_lease, scope, ttl_s):
-                return True
+            lease = await call(self.store, self.store.probe_lease, scope, ttl_s)
         except STORE_ERRORS:
             return True
+        if lease is True:
+            return True
+        if lease is not False:  # another host's backoff, written before we heard of it
+            self.manager.merge_backoffs([(scope, lease)])
+            return False
         waiting = self.remote_probes.setdefault(scope, trio.Event())
         with trio.move_on_at(min(walk.deadline_at, trio.current_time() + ttl_s)):
             await waiting.wait()

@@ -54,12 +54,12 @@ class Governors:
                 ceiling=self.policy.paid_ceiling_usd_per_day, lane=candidate.lane, model=candidate.model, job=job.id,
                 cohort=job.cohort)
         except STORE_ERRORS as exc:
-            if not self._ledger_failing:
+            if not self._ledger_failing and not self._store.shared:  # a shared store's outage is logged by the sync
                 log.warning("paid ledger: can not record a reservation (%s); paid fallback closed", exc)
             self._ledger_failing = True
             raise PaidBudgetExhausted("the paid ledger can not be written; paid fallback is closed",
                                       retry_after_s=5.0) from exc
-        if self._ledger_failing:
+        if self._ledger_failing and not self._store.shared:
             log.warning("paid ledger: writable again; paid fallback open")
         self._ledger_failing = False
         if reservation is None:

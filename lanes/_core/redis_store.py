@@ -86,6 +86,15 @@ if ARGV[1] ~= '0' then redis.call('EXPIREAT', KEYS[1], ARGV[1]) end
 return 1
 """
 
+# KEYS: the probe lease, the scope's backoff. ARGV: holder, ttl (ms). {1}: leased; {0}: another host
+# probes; {2, backoff}: the door is already known closed (a backoff published a moment ago).
+_LEASE = """
+local b = redis.call('GET', KEYS[2])
+if b then return {2, b} end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, ''} end
+return {0, ''}
+"""
+
 # KEYS: the probe lease. ARGV: holder, channel, message. Released only by its holder.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
@@ -137,6 +146,7 @@ class RedisStore:
         self._settle = self._redis.register_script(_SETTLE)
         self._max = self._redis.register_script(_MAX)
         self._release = self._redis.register_script(_RELEASE)
+        self._lease = self._redis.register_script(_LEASE)
         self._lock = threading.Lock()
         self._epoch: str | None = None
         self._pubsub: Any = None
@@ -359,9 +369,15 @@ class RedisStore:
 
     # -- probes -------------------------------------------------------------------------------
     @_guarded
-    def probe_lease(self, scope: str, ttl_s: float) -> bool:
-        """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`)."""
-        if self._redis.set(self._k("probe", scope), self.host, nx=True, px=max(1, int(ttl_s * 1000))):
+    def probe_lease(self, scope: str, ttl_s: float) -> bool | Backoff:
+        """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`):
+        True when taken, False when another host holds it, the scope's backoff when one is in force."""
+        outcome, value = self._lease(keys=[self._k("probe", scope), self._k("backoff", scope)],
+                                     args=[self.host, max(1, int(ttl_s * 1000))])
+        if outcome == 2:
+            data = json.loads(value)
+            return Backoff(until=float(data["u"]), step=int(data["s"]), reason=data["r"], source=data["o"])
+        if outcome == 1:
             with self._lock:
                 self._leases.add(scope)
             return True

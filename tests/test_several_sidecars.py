@@ -1,0 +1,195 @@
+"""Two real `lanes serve` processes sharing one real redis-server, in front of loopback fakes.
+
+What several hosts need from shared state: one knock on a closed door for all of them, one paid
+ceiling for all of them, one kill switch for all of them — and service that survives Redis going away.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import redis
+import trio
+
+from drills.fakes import answer, open_fake, rate_limited
+from drills.harness import KEYS, free_lane, local_lane, paid_lane
+from drills.process import SidecarProcess, open_sidecar_process
+
+MESSAGES = [{"role": "user", "content": "Several sidecars: say the pangram."}]
+OUTAGE = re.compile(r"state store: redis at .*serving on this host's view")
+
+
+@asynccontextmanager
+async def two_sidecars(tmp_path: Path, url: str, lanes: list[dict[str, Any]],
+                       policy: dict[str, Any]) -> AsyncIterator[list[SidecarProcess]]:
+    config = {"state": url, "policy": policy, "scoring": {"explore_rate": 0.0}, "lanes": lanes}
+    async with AsyncExitStack() as stack:
+        sidecars = []
+        for name in ("a", "b"):
+            workdir = tmp_path / name
+            workdir.mkdir()
+            sidecars.append(await stack.enter_async_context(open_sidecar_process(
+                {**config, "local_state": str(workdir / "local.db")}, workdir, env=KEYS)))
+        yield sidecars
+
+
+def client() -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(trust_env=False, timeout=30, limits=httpx2.Limits(max_connections=250))
+
+
+async def chat(http: httpx2.AsyncClient, sidecar: SidecarProcess, **body: Any) -> httpx2.Response:
+    return await http.post(f"{sidecar.base}/v1/chat/completions", json={"messages": MESSAGES, **body})
+
+
+async def burst(http: httpx2.AsyncClient, sidecars: list[SidecarProcess], n: int, **body: Any) -> list[httpx2.Response]:
+    """`n` concurrent clients, split evenly across the sidecars."""
+    responses: list[httpx2.Response] = []
+
+    async def one(i: int) -> None:
+        responses.append(await chat(http, sidecars[i % len(sidecars)], **body))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            nursery.start_soon(one, i)
+    return responses
+
+
+@pytest.mark.free_lane
+async def test_200_clients_on_two_sidecars_knock_once_per_backoff_window(redis_server, tmp_path):
+    """Two bursts of 200 clients split across two hosts, against a provider answering 429 +
+    Retry-After: 2. The host that probes waits the 2 s out once (policy: no free alternative), so
+    each burst may knock twice — but never twice in one window, across both hosts."""
+    async with open_fake("free", models=("free-model",)) as free:
+        free.script("free-model", rate_limited(retry_after=2))
+        async with two_sidecars(tmp_path, redis_server.url, [free_lane("free", free.base_url)],
+                                {"free_tier_fallback": "off"}) as sidecars, client() as http:
+            first = await burst(http, sidecars, 200)
+            await trio.sleep(2.5)  # the window passes; both hosts may probe again
+            second = await burst(http, sidecars, 200)
+    times = [r.at for r in free.log]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:])]
+    assert {r.status_code for r in first + second} == {429}
+    assert 2 <= len(times) <= 4  # 400 clients: one request per window in each burst, plus the one wait
+    assert min(gaps) >= 2.0  # never two knocks within one Retry-After window, whichever host
+
+
+async def test_paid_fallbacks_from_two_sidecars_stay_under_one_ceiling(redis_server, tmp_path):
+    worst = (len(json.dumps([MESSAGES, None]).encode()) * 1.0 + 50 * 2.0) / 1e6  # bytes × $1 + 50 tokens × $2
+    ceiling = 10.5 * worst  # room for ten reservations, not eleven
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        paid.script("paid-model", answer(delay_s=1.0))  # every reservation is made before any settles
+        async with two_sidecars(tmp_path, redis_server.url, [paid_lane("paid", paid.base_url)],
+                                {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": ceiling}) as sidecars, \
+                client() as http:
+            responses = await burst(http, sidecars, 60, model="paid/paid-model", max_tokens=50)
+            await trio.sleep(1.0)  # the settlements reach Redis
+    served = [r for r in responses if r.status_code == 200]
+    refused = [r for r in responses if r.status_code == 429]
+    assert len(served) + len(refused) == 60
+    assert {r.json()["error"]["code"] for r in refused} == {"paid_budget_exhausted"}
+    assert len(paid.log) == len(served)
+    assert 10 <= len(served) < 20  # one ceiling: two separate ledgers would have let 20 through
+    ledger = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    spent = sum(float(v) for key in ledger.keys("lanes:paid:*") for v in ledger.hvals(key))
+    assert 0 < spent <= ceiling + 1e-12
+    assert spent == pytest.approx(sum(float(r.headers["x-lanes-cost-usd"]) for r in served))  # all settled
+
+
+async def test_a_kill_switch_thrown_on_one_sidecar_holds_on_the_other(redis_server, tmp_path):
+    async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
+        async with two_sidecars(tmp_path, redis_server.url,
+                                [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
+                                {"free_tier_fallback": "allow"}) as (a, b), client() as http:
+            assert (await chat(http, b)).headers["x-lanes-lane"] == "local"
+            assert (await http.post(f"{a.base}/v1/lanes/local/off")).status_code == 200
+            with trio.fail_after(5):
+                while not await _off(http, b, "local"):
+                    await trio.sleep(0.01)
+            before = len(local.log)
+            served_by = (await chat(http, b)).headers["x-lanes-lane"]
+            sent = len(local.log) - before
+            assert (await http.post(f"{b.base}/v1/lanes/local/on")).status_code == 200
+            with trio.fail_after(5):
+                while await _off(http, a, "local"):
+                    await trio.sleep(0.01)
+            back = (await chat(http, a)).headers["x-lanes-lane"]
+    assert (served_by, sent, back) == ("paid", 0, "local")
+    assert "lane local: switched off by another process sharing the state" in b.log()
+
+
+async def _off(http: httpx2.AsyncClient, sidecar: SidecarProcess, lane: str) -> bool:
+    state = (await http.get(f"{sidecar.base}/v1/lanes")).json()
+    return next(entry["off"] for entry in state["lanes"] if entry["name"] == lane)
+
+
+async def test_redis_killed_mid_traffic_then_back_empty(redis_server, tmp_path):
+    """Both keep serving; paid is closed while the ledger is away and opens again once it is whole."""
+    async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
+        async with two_sidecars(tmp_path, redis_server.url,
+                                [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
+                                {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0}) as sidecars, \
+                client() as http:
+            before = [await chat(http, s, model="paid/paid-model", max_tokens=20) for s in sidecars]
+            statuses: list[int] = []
+            stop = trio.Event()
+
+            async def traffic() -> None:
+                i = 0
+                while not stop.is_set():
+                    statuses.append((await chat(http, sidecars[i % 2])).status_code)
+                    i += 1
+                    await trio.sleep(0.02)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(traffic)
+                await trio.sleep(0.3)
+                redis_server.kill()
+                await trio.sleep(1.5)  # both sidecars notice at their next sync
+                during = [await chat(http, s, model="paid/paid-model", max_tokens=20) for s in sidecars]
+                redis_server.start()  # no persistence: an empty Redis
+                reopened = []
+                with trio.fail_after(15):
+                    for s in sidecars:
+                        while (r := await chat(http, s, model="paid/paid-model", max_tokens=20)).status_code != 200:
+                            await trio.sleep(0.1)
+                        reopened.append(r)
+                stop.set()
+            states = [(await http.get(f"{s.base}/v1/lanes")).json()["state"] for s in sidecars]
+    assert [r.status_code for r in before] == [200, 200]
+    assert statuses and set(statuses) == {200}  # local traffic never stopped
+    assert [r.status_code for r in during] == [429, 429]
+    assert {r.json()["error"]["code"] for r in during} == {"paid_budget_exhausted"}
+    assert len(paid.log) == 4  # nothing reached the paid provider while the ledger was away
+    for sidecar in sidecars:
+        assert len(OUTAGE.findall(sidecar.log())) == 1  # one line per outage
+        assert "state store: reachable again; this host's view pushed back" in sidecar.log()
+    assert states == [{"kind": "redis", "where": redis_server.url, "up": True}] * 2
+    ledger = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    entries = [v for key in ledger.keys("lanes:paid:*") for v in ledger.hvals(key)]
+    assert len(entries) == 4  # the two reservations made before the outage were pushed back
+
+
+async def test_a_sidecar_starts_and_serves_with_redis_down(redis_server, tmp_path):
+    redis_server.kill()
+    async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
+        config = {"state": redis_server.url, "local_state": str(tmp_path / "local.db"),
+                  "policy": {"free_tier_fallback": "allow"},
+                  "lanes": [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)]}
+        async with open_sidecar_process(config, tmp_path, env=KEYS) as sidecar, client() as http:
+            served = await chat(http, sidecar)
+            refused = await chat(http, sidecar, model="paid/paid-model", max_tokens=20)
+            redis_server.start()
+            with trio.fail_after(15):
+                while (r := await chat(http, sidecar, model="paid/paid-model", max_tokens=20)).status_code != 200:
+                    await trio.sleep(0.1)
+    assert (served.status_code, served.headers["x-lanes-lane"]) == (200, "local")
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "paid_budget_exhausted"
+    assert r.headers["x-lanes-lane"] == "paid"
+    assert len(OUTAGE.findall(sidecar.log())) == 1
