@@ -48,3 +48,23 @@ async def test_ambient_switch_reaches_the_dispatcher(env, autojump_clock):
     off = os.environ.get("FREE_LANE", "").lower() in {"off", "0", "false", "no", "disabled"}
     assert reply.lane == ("paid" if off else "free")
     assert len(free.requests()) == (0 if off else 1)
+
+
+async def test_runtime_switch_holds_for_every_process_sharing_the_state_file(env, tmp_path, autojump_clock):
+    """`lanes lane off` on one dispatcher reaches another on the same state file within a sync, and
+    survives a restart until switched on again."""
+    import trio
+
+    async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
+        cfg = config(local_lane("local", local.base_url), paid_lane("paid", paid.base_url),
+                     state=str(tmp_path / "state.db"))
+        async with lanes.open_dispatcher(cfg, env=env) as one, lanes.open_dispatcher(cfg, env=env) as other:
+            one.lane_off("local")
+            await trio.sleep(0.6)  # one sync interval
+            switched = (await other.complete(lanes.Job(messages=JOB))).lane
+        async with lanes.open_dispatcher(cfg, env=env) as restarted:
+            after_restart = (await restarted.complete(lanes.Job(messages=JOB))).lane
+            restarted.lane_on("local")
+            back = (await restarted.complete(lanes.Job(messages=JOB))).lane
+    assert (switched, after_restart, back) == ("paid", "paid", "local")
+    assert len(local.requests()) == 1
