@@ -40,7 +40,7 @@ test: install browser redis
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 # The chaos drills: break lanes and providers on purpose; one line per drill with its figure.
-drill: install
+drill: install redis
 	$(PY) -m lanes drill all
 
 # Benchmarks: ours beside the limit, direct and LiteLLM (installed into its own virtualenv, never
@@ -50,11 +50,11 @@ $(LITELLM):
 	$(PYTHON) -m venv bench/.venv-litellm
 	bench/.venv-litellm/bin/pip install -q --disable-pip-version-check 'litellm[proxy]'
 
-bench: install $(LITELLM)
+bench: install redis $(LITELLM)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	$(PY) -m bench.run
 
-bench-quick: install $(LITELLM)
+bench-quick: install redis $(LITELLM)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	$(PY) -m bench.run --quick
 

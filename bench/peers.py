@@ -83,12 +83,14 @@ async def fake_upstream(behaviour: str, workdir: Path) -> AsyncIterator[tuple[st
 
 @asynccontextmanager
 async def ours(upstream: str, workdir: Path, *, kind: str = "rate_limited", timeout_s: float = 30.0,
-               models: tuple[str, ...] = ("m",), extra: dict | None = None) -> AsyncIterator[Peer]:
+               models: tuple[str, ...] = ("m",), extra: dict | None = None, state: str = ":memory:",
+               policy: dict | None = None, model_extra: dict | None = None) -> AsyncIterator[Peer]:
     port = free_port()
-    config = {"state": ":memory:", "default_deadline_s": timeout_s, "policy": {"free_tier_fallback": "off"},
+    config = {"state": state, "local_state": ":memory:", "default_deadline_s": timeout_s,
+              "policy": policy or {"free_tier_fallback": "off"},
               "lanes": [{"name": "up", "module": "openai_compatible", "base_url": upstream, "api_key_env": "",
                          "free_tier": {"kind": kind}, "attempt_timeout_s": timeout_s, "first_token_s": timeout_s,
-                         "models": [{"id": m} for m in models], **(extra or {})}]}
+                         "models": [{"id": m, **(model_extra or {})} for m in models], **(extra or {})}]}
     path = workdir / f"ours-{port}.toml"
     path.write_text(dump_toml({**config, "server": {"port": port}}))
     start = time.monotonic()  # wall-clock: startup is measured in real time

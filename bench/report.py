@@ -43,6 +43,42 @@ def _chart(data: dict[str, Any], name: str) -> str | None:
     return path.name
 
 
+def _shared(r: dict[str, Any] | None) -> list[str]:
+    """Several sidecars on one Redis: the cross-host herd, the added latency, the kill switch, the store calls."""
+    if not r:
+        return []
+    lines = ["", "## Several sidecars on one Redis", ""]
+    if "skipped" in r:
+        return lines + [f"Skipped: {r['skipped']}.", ""]
+    h = r["herd"]
+    lines += ["200 clients split evenly across two `lanes serve` processes (two hosts, in effect), the upstream",
+              "answering 429 + Retry-After: 5; sharing one Redis (`state = \"redis://…\"`) against each keeping its",
+              "own state.", "",
+              "| state | sidecars | upstream requests in the 5 s window | in all | client statuses |", "|---|---|---|---|---|"]
+    lines += [f"| {label} | {h[k]['sidecars']} | {h[k]['upstream_requests_in_window']} | {h[k]['upstream_requests']} | "
+              f"{h[k]['client_statuses']} |" for k, label in (("shared", "one Redis"), ("separate", "separate"))]
+    lat = r["latency"]
+    lines += ["", "Added latency per job of the Redis store: one sidecar with `state` in a SQLite file, then in Redis,",
+              f"{lat['reps']} interleaved repetitions of {lat['jobs_per_rep']} jobs each (medians; Redis minus SQLite within",
+              "each repetition). A free job makes no Redis round trip; a paid job waits for one reservation (a Lua script",
+              "run from a worker thread).", "",
+              "| path | concurrency | SQLite p50 / p99 (ms) | Redis p50 / p99 (ms) | added p50 / p99 (ms) |",
+              "|---|---|---|---|---|"]
+    for key in ("free_c1", "free_c8", "paid_c1", "paid_c8"):
+        row = lat[key]
+        lines.append(f"| {key.split('_')[0]} | {key.split('_c')[1]} | {_fmt(row['sqlite']['p50_ms'])} / "
+                     f"{_fmt(row['sqlite']['p99_ms'])} | {_fmt(row['redis']['p50_ms'])} / {_fmt(row['redis']['p99_ms'])} | "
+                     f"{_fmt(row['added_p50_ms'])} / {_fmt(row['added_p99_ms'])} |")
+    k, c = r["kill_switch"], r["store_calls"]
+    lines += ["", f"A kill switch thrown on one sidecar reached the other's `/v1/lanes` in {_fmt(k['p50_ms'])} ms "
+              f"(median of {k['samples']}, max {_fmt(k['max_ms'])} ms, polled every 2 ms).", "",
+              "The store calls a job can wait on, one thread, µs per call: "
+              f"paid reservation SQLite {_fmt(c['sqlite']['reserve_paid_us'], 0)}, Redis {_fmt(c['redis']['reserve_paid_us'], 0)}; "
+              f"probe lease Redis {_fmt(c['redis']['probe_lease_us'], 0)} (SQLite has none: one host); "
+              f"a trio → worker thread → trio hop {_fmt(c['thread_hop_us'], 0)}.", ""]
+    return lines
+
+
 def write_report(data: dict[str, Any], json_path: Path) -> Path:
     DOCS.mkdir(exist_ok=True)
     speed, name = data["speed"], "benchmarks"
@@ -112,6 +148,7 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     lines += [f"| {p} | {_fmt(r.get('alone_overshoot_p50_ms'))} | {r['jobs']} | {_fmt(r['overshoot_p50_ms'])} / "
               f"{_fmt(r['overshoot_p99_ms'])} / {_fmt(r['overshoot_max_ms'])} | {r['statuses']} |"
               for p, r in data["deadline"].items()]
+    lines += _shared(data.get("shared"))
     f = data["free_share"]
     lines += ["", f"## Free share against an oracle ({f['hours']:g} simulated hours, virtual time)", "",
               "Poisson arrivals with bursts over five free providers with known per-minute and per-day quotas —",

@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 import trio
 
-from bench import peers
+from bench import peers, shared
 from bench.load import percentile, run_load, summary
 from drills.process import free_port
 
@@ -170,6 +170,8 @@ async def main(quick: bool) -> dict[str, Any]:
                     if name in ("lanes", "litellm"):
                         result["herd"][name] = await herd(p, upstream)
                         result["deadline"][name] = await deadline(p, quick)  # last: it leaves jobs hanging
+        async with peers.fake_upstream("all", workdir) as (upstream, _):
+            result["shared"] = await shared.measure(upstream, workdir, quick)
         added(result["speed"])
         print("bench: free share …", file=sys.stderr, flush=True)
         result["free_share"] = await free_share(hours=2.0 if quick else 24.0)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,21 @@ async def open_sidecar_process(config: Mapping[str, Any], workdir: Path, *, env:
             yield sidecar
         finally:
             await stop(process)
+
+
+@asynccontextmanager
+async def open_sidecar_processes(config: Mapping[str, Any], workdir: Path, *, count: int = 2,
+                                 env: Mapping[str, str] | None = None) -> AsyncIterator[list[SidecarProcess]]:
+    """`count` sidecar processes on one config (say, a Redis `state`), each in its own directory with
+    its own `local_state` — several hosts, on loopback."""
+    async with AsyncExitStack() as stack:
+        sidecars = []
+        for i in range(count):
+            folder = workdir / f"host-{i}"
+            folder.mkdir(parents=True, exist_ok=True)
+            sidecars.append(await stack.enter_async_context(open_sidecar_process(
+                {**config, "local_state": str(folder / "local.db")}, folder, env=env)))
+        yield sidecars
 
 
 async def stop(process: trio.Process, grace_s: float = 10.0) -> None:

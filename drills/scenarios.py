@@ -7,6 +7,7 @@ and the test suite runs each as a test. Everything is on 127.0.0.1; nothing reac
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -16,13 +17,15 @@ from pathlib import Path
 
 import attrs
 import httpx2
+import redis
 import trio
 
 from drills.fakes import (
     ANSWER, answer, hang, malformed_chunk, no_done, open_fake, rate_limited, status, stream_cut, stream_stall,
 )
 from drills.harness import KEYS, free_lane, local_lane, open_sidecar, paid_lane
-from drills.process import open_sidecar_process
+from drills.process import open_sidecar_process, open_sidecar_processes
+from drills.redis_server import RedisServer, redis_server_path
 
 MESSAGES = [{"role": "user", "content": "Drill: say the pangram."}]
 
@@ -286,6 +289,68 @@ async def crash(workdir: Path) -> Result:
                  f"(≥ ${in_flight_reserved:.6f} reserved in flight); then served {more}",
                  counts_kept=used >= 6, spend_not_undercounted=spent >= in_flight_reserved - 1e-12,
                  resumes=more[:2] == ["free", "free"] and more[2] == "paid")
+
+
+@drill("shared-state-lost")
+async def shared_state_lost(workdir: Path) -> Result:
+    """Two sidecars on one Redis; Redis is SIGKILLed mid-traffic and restarted empty. Both keep serving,
+    paid stays closed while the ledger is away, each logs one line, and the ledger is pushed back."""
+    if redis_server_path() is None:
+        required = os.environ.get("LANES_REQUIRE_REDIS") == "1"
+        return Result(name="shared-state-lost", ok=not required, figure="skipped: redis-server is not installed "
+                      "(make redis)")
+    server = RedisServer(workdir / "redis").start()
+    paid_job = {"model": "paid/paid-model", "max_tokens": 20}
+    try:
+        async with open_fake("local", models=("local-model",)) as local, \
+                open_fake("paid", models=("paid-model",)) as paid:
+            config = {"state": server.url, "scoring": {"explore_rate": 0.0},
+                      "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0},
+                      "lanes": [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)]}
+            async with open_sidecar_processes(config, workdir, env=KEYS) as sidecars, \
+                    httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+                urls = [s.base + "/v1" for s in sidecars]
+                before = [(await chat(http, u, **paid_job)).status_code for u in urls]
+                statuses: list[int] = []
+                stop = trio.Event()
+
+                async def traffic() -> None:
+                    i = 0
+                    while not stop.is_set():
+                        statuses.append((await chat(http, urls[i % 2])).status_code)
+                        i += 1
+                        await trio.sleep(0.02)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(traffic)
+                    await trio.sleep(0.3)
+                    server.kill()
+                    await trio.sleep(1.5)  # both notice at their next sync
+                    during = [(await chat(http, u, **paid_job)).json().get("error", {}).get("code") for u in urls]
+                    paid_before_restart = len(paid.log)
+                    server.start()  # no persistence: an empty Redis
+                    back_at = time.monotonic()  # wall-clock: recovery is measured in real time
+                    reopened_s = []
+                    with trio.move_on_after(15):
+                        for u in urls:
+                            while (await chat(http, u, **paid_job)).status_code != 200:
+                                await trio.sleep(0.05)
+                            reopened_s.append(time.monotonic() - back_at)  # wall-clock: as above
+                    stop.set()
+                logs = [s.log() for s in sidecars]
+            ledger = redis.Redis.from_url(server.url, decode_responses=True)
+            entries = sum(ledger.hlen(key) for key in ledger.keys("lanes:paid:*"))
+    finally:
+        server.stop()
+    outage_lines = [len(re.findall(r"state store: redis at .*serving on this host's view", log)) for log in logs]
+    return check("shared-state-lost",
+                 f"Redis down ~1.5 s: {statuses.count(200)}/{len(statuses)} local jobs served; paid refused "
+                 f"{during.count('paid_budget_exhausted')}/2 meanwhile, 0 sent; reopened "
+                 f"{', '.join(f'{t:.2f}' for t in reopened_s)} s after Redis returned; "
+                 f"{entries} ledger entries (2 pushed back); outage log lines {outage_lines}",
+                 before=before == [200, 200], kept_serving=bool(statuses) and set(statuses) == {200},
+                 paid_closed=during == ["paid_budget_exhausted"] * 2 and paid_before_restart == 2,
+                 reopened=len(reopened_s) == 2, ledger_pushed_back=entries == 4, one_line=outage_lines == [1, 1])
 
 
 async def _ignore_errors(call: Awaitable) -> None:

@@ -8,8 +8,9 @@ the same paid budget:
 - usage counters are hashes per window (`lanes:usage:<window>:<id>`, HINCRBY, expiring at the
   window's end — UTC minutes, days, months); credit spend is a hash of running totals;
 - the latest parsed header snapshot per scope, so a host that has not called a provider yet knows;
-- the paid ledger is a hash per UTC day; reserving checks the day's sum against the ceiling and
-  writes the reservation in **one Lua script**, so two hosts can never together cross it;
+- the paid ledger is a hash per UTC day with a running total (integer pico-dollars); reserving checks
+  the total against the ceiling and writes the reservation in **one Lua script**, so two hosts can
+  never together cross it;
 - approvals (grants with their expiry), the runtime kill switch and the canary's quarantine;
 - a probe lease per cold scope (SET NX PX), so one host probes a closed door for all of them.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import threading
 import uuid
 from collections.abc import Callable
@@ -44,6 +46,12 @@ from lanes.freetier.windows import WINDOWS, end_of, window_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 SEP = "\x1f"  # between the parts of a hash field (scopes contain "/" and ":")
+PICO = 10**12  # the paid ledger counts integer pico-dollars
+
+
+def pico(usd: float) -> int:
+    """USD as integer pico-dollars, rounded up: a reservation is never smaller than its amount."""
+    return math.ceil(round(usd * PICO, 3))
 
 # KEYS: backoff key, deadline index. ARGV: scope, until (s), until (ms), value, channel, message, now.
 _BACKOFF = """
@@ -59,21 +67,34 @@ redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1
 """
 
-# KEYS: the day's ledger. ARGV: reservation id, amount, ceiling, expire at. Returns {granted, spent}.
+# The ledger of a UTC day: a hash (reservation → amount) and its running total, both in integer
+# pico-dollars (amounts rounded up), so that a check is O(1) and exact however long the day.
+# KEYS: ledger, total. ARGV: reservation id, amount, ceiling, expire at. Returns {granted, total}.
 _RESERVE = """
-local spent = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[1])) do spent = spent + tonumber(v) end
-local amount = tonumber(ARGV[2])
-if spent + amount > tonumber(ARGV[3]) + 1e-12 then return {0, tostring(spent)} end
+local total = tonumber(redis.call('GET', KEYS[2]) or '0')
+if total + tonumber(ARGV[2]) > tonumber(ARGV[3]) + 1 then return {0, total} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+total = redis.call('INCRBY', KEYS[2], ARGV[2])
 redis.call('EXPIREAT', KEYS[1], ARGV[4])
-return {1, tostring(spent + amount)}
+redis.call('EXPIREAT', KEYS[2], ARGV[4])
+return {1, total}
 """
 
-# KEYS: the day's ledger. ARGV: reservation id, real cost. An unknown id is left alone.
+# KEYS: ledger, total. ARGV: reservation id, real cost. An unknown id is left alone.
 _SETTLE = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end
-return 0
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('INCRBY', KEYS[2], tonumber(ARGV[2]) - tonumber(old))
+return 1
+"""
+
+# KEYS: ledger, total. ARGV: reservation id, amount, expire at. Put back a reservation Redis forgot.
+_RESTORE = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('INCRBY', KEYS[2], ARGV[2]) end
+redis.call('EXPIREAT', KEYS[1], ARGV[3])
+redis.call('EXPIREAT', KEYS[2], ARGV[3])
+return 1
 """
 
 # KEYS: a hash. ARGV: expire at (0: never), then field/value pairs; each field keeps the larger number.
@@ -144,6 +165,7 @@ class RedisStore:
         self._backoff = self._redis.register_script(_BACKOFF)
         self._reserve = self._redis.register_script(_RESERVE)
         self._settle = self._redis.register_script(_SETTLE)
+        self._restore = self._redis.register_script(_RESTORE)
         self._max = self._redis.register_script(_MAX)
         self._release = self._redis.register_script(_RELEASE)
         self._lease = self._redis.register_script(_LEASE)
@@ -274,14 +296,17 @@ class RedisStore:
         if not self.up:
             raise StoreUnavailable(f"redis at {self.where}: the shared paid ledger is not synchronised yet")
         reservation = f"{day}:{job}:{lane}/{model}:{amount!r}"
-        granted, spent = self._reserve(keys=[self._k("paid", day)],
-                                       args=[reservation, repr(amount), repr(ceiling), int(end_of("day", day)) + 86400])
+        granted, total = self._reserve(keys=self._ledger(day), args=[
+            reservation, pico(amount), round(ceiling * PICO), int(end_of("day", day)) + 86400])
         with self._lock:
-            self._spent[day] = float(spent)
+            self._spent[day] = int(total) / PICO
             if not granted:
                 return None
             self._own[reservation] = (day, amount)
         return reservation
+
+    def _ledger(self, day: int | str) -> list[str]:
+        return [self._k("paid", day), self._k("paid-total", day)]
 
     def settle_paid(self, reservation: str, cost: float) -> None:
         """Replace a reservation by its real cost at the next sync (it counts in full until then)."""
@@ -398,16 +423,16 @@ class RedisStore:
         day = window_id("day", now)
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(self._k("epoch"))
-        pipe.hvals(self._k("paid", day))
+        pipe.get(self._k("paid-total", day))
         pipe.hgetall(self._k("grant"))
-        epoch, ledger, grants = pipe.execute()
+        epoch, total, grants = pipe.execute()
         lost = epoch is None or (self._epoch is not None and epoch != self._epoch)
         if epoch is None:
             self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
             epoch = self._redis.get(self._k("epoch"))
         self._epoch = epoch
         with self._lock:
-            self._spent = {day: sum(float(v) for v in ledger)}
+            self._spent = {day: int(total or 0) / PICO}
             merged = {client: float(until) for client, until in grants.items()}
             for client, until in self._grant_writes.items():
                 merged[client] = max(until, merged.get(client, 0.0))
@@ -436,8 +461,8 @@ class RedisStore:
         with self._lock:
             self._own = {r: (day, amount) for r, (day, amount) in self._own.items() if day >= today - 1}
             for reservation, (day, amount) in self._own.items():
-                pipe.hsetnx(self._k("paid", day), reservation, repr(amount))
-                pipe.expireat(self._k("paid", day), int(end_of("day", day)) + 86400)
+                self._restore(keys=self._ledger(day), args=[reservation, pico(amount), int(end_of("day", day)) + 86400],
+                              client=pipe)
             for client, until in self._grants.items():
                 if until > now:
                     self._grant_writes.setdefault(client, until)
@@ -460,7 +485,7 @@ class RedisStore:
             pipe = self._redis.pipeline(transaction=False)
             for reservation, cost in settles.items():
                 day = reservation.split(":", 1)[0]
-                self._settle(keys=[self._k("paid", day)], args=[reservation, repr(cost)], client=pipe)
+                self._settle(keys=self._ledger(day), args=[reservation, pico(cost)], client=pipe)
             for client, until in grants.items():
                 pipe.hset(self._k("grant"), client, repr(until))
                 pipe.publish(self.channel, self._publish_message("grant", client=client, until=until))
