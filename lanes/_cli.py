@@ -79,6 +79,9 @@ def _status(args: argparse.Namespace) -> int:
     lines = [f"free lane {'on' if state['free_lane'] else 'OFF'}; paid today ${state['paid']['spent_today_usd']:.4f} "
              f"of ${state['paid']['ceiling_usd']:.2f}; fallback {state['paid']['fallback']}; "
              f"{state['approvals']} approval(s) pending"]
+    if "state" in state:
+        store = state["state"]
+        lines.append(f"state {store['kind']} {store['where']}: {'up' if store['up'] else 'DOWN (paid fallback closed)'}")
     for lane in state["lanes"]:
         lines.append(f"{lane['name']:<14} {lane['kind']:<13} {'off' if lane['off'] else lane['breaker']['state']}")
         for m in lane["models"]:

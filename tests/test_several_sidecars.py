@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -130,11 +131,17 @@ async def test_a_sidecar_starts_and_serves_with_redis_down(redis_server, tmp_pat
         async with open_sidecar_process(config, tmp_path, env=KEYS) as sidecar, client() as http:
             served = await chat(http, sidecar)
             refused = await chat(http, sidecar, model="paid/paid-model", max_tokens=20)
+            down = (await http.get(f"{sidecar.base}/metrics")).text
+            status_down = await trio.run_process([sys.executable, "-m", "lanes", "status", "--url", sidecar.base],
+                                                 capture_stdout=True)
             redis_server.start()
             with trio.fail_after(15):
                 while (r := await chat(http, sidecar, model="paid/paid-model", max_tokens=20)).status_code != 200:
                     await trio.sleep(0.1)
+            up = (await http.get(f"{sidecar.base}/metrics")).text
     assert (served.status_code, served.headers["x-lanes-lane"]) == (200, "local")
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "paid_budget_exhausted"
     assert r.headers["x-lanes-lane"] == "paid"
     assert len(OUTAGE.findall(sidecar.log())) == 1
+    assert 'lanes_state_store_up{kind="redis"} 0' in down and 'lanes_state_store_up{kind="redis"} 1' in up
+    assert f"state redis {redis_server.url}: DOWN (paid fallback closed)" in status_down.stdout.decode()

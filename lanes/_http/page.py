@@ -31,7 +31,7 @@ async function refresh(){
   try{
     const [state, approvals] = await Promise.all([fetch('/v1/lanes').then(r=>r.json()), fetch('/v1/approvals').then(r=>r.json())]);
     const paid = state.paid;
-    document.getElementById('summary').textContent = `free lane ${state.free_lane?'on':'OFF'} · paid today $${paid.spent_today_usd.toFixed(6)} of $${paid.ceiling_usd.toFixed(2)} · fallback ${paid.fallback}`;
+    document.getElementById('summary').textContent = `free lane ${state.free_lane?'on':'OFF'} · paid today $${paid.spent_today_usd.toFixed(6)} of $${paid.ceiling_usd.toFixed(2)} · fallback ${paid.fallback}` + (state.state && !state.state.up ? ` · state ${state.state.kind} DOWN: paid closed` : '');
     const box = document.getElementById('approvals'); box.replaceChildren();
     if(!approvals.data.length){ box.appendChild(el('span','none','none')); }
     for(const a of approvals.data){
