@@ -111,3 +111,13 @@ def test_free_lane_switch():
         assert config.free_lane_on({"FREE_LANE": value}) is False
     assert config.free_lane_on({"FREE_LANE": "on"}) is True
     assert load_config({"free_lane": False}, env={}).free_lane_on({}) is False
+
+
+def test_state_is_a_file_or_a_redis_url():
+    """`state` takes a SQLite path or a Redis URL; anything else names the key and the expected shape."""
+    assert not load_config({"state": "~/lanes.db"}, env={}).shared_state
+    assert load_config({"state": "redis://:${PW}@10.0.0.5:6380/2"}, env={"PW": "x"}).shared_state
+    assert load_config({"state": "unix:///run/redis.sock"}, env={}).shared_state
+    assert 'state: unsupported URL scheme "http"; expected a SQLite file path or redis://host:port/db' in error_of(
+        {"state": "http://10.0.0.5:6379"})
+    assert "state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0" in error_of({"state": "redis:///0"})

@@ -34,6 +34,7 @@ class Sharing:
         self.switched_off = switched_off if switched_off is not None else set()  # the runtime kill switch
         self.remote_probes = remote_probes if remote_probes is not None else {}  # scope → another host's probe
         self._last_switches: set[str] = set()
+        self._synced = False  # until the first successful sync (switches found then were kept, not thrown now)
         self._failing = False
         self._kick = trio.Event()
 
@@ -101,16 +102,20 @@ class Sharing:
         self.manager.usage.prune(now)
         self._take_quarantine(quarantined)
         for lane in switches - self._last_switches:
-            self._switch(lane, True)
+            self._switch(lane, True, first=not self._synced)
         for lane in self._last_switches - switches:
             self._switch(lane, False)
         self._last_switches = switches
+        self._synced = True
         await trio.lowlevel.checkpoint()
 
-    def _switch(self, lane: str, off: bool) -> None:
+    def _switch(self, lane: str, off: bool, *, first: bool = False) -> None:
         if off and lane not in self.switched_off:
             self.switched_off.add(lane)
-            log.warning("lane %s: switched off by another process sharing the state", lane)
+            if first:
+                log.warning("lane %s: switched off in the shared state (lanes lane on %s to undo)", lane, lane)
+            else:
+                log.warning("lane %s: switched off by another process sharing the state", lane)
         elif not off and lane in self.switched_off:
             self.switched_off.discard(lane)
             log.warning("lane %s: switched on by another process sharing the state", lane)
