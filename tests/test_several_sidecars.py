@@ -145,3 +145,25 @@ async def test_a_sidecar_starts_and_serves_with_redis_down(redis_server, tmp_pat
     assert len(OUTAGE.findall(sidecar.log())) == 1
     assert 'lanes_state_store_up{kind="redis"} 0' in down and 'lanes_state_store_up{kind="redis"} 1' in up
     assert f"state redis {redis_server.url}: DOWN (paid fallback closed)" in status_down.stdout.decode()
+
+
+async def test_an_approval_granted_on_one_host_holds_on_the_other(redis_server, env):
+    """Two dispatchers (two hosts) on one Redis: a one-hour grant decided on one lets the same client
+    fall back to paid on the other without asking again."""
+    import lanes
+    from helpers import config
+
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        cfg = config(paid_lane("paid", paid.base_url), state=redis_server.url,
+                     policy={"free_tier_fallback": "ask", "approval_wait_s": 0.01, "paid_ceiling_usd_per_day": 1.0})
+        async with lanes.open_dispatcher(cfg, env=env) as one, lanes.open_dispatcher(cfg, env=env) as other:
+            with pytest.raises(lanes.FallbackNeedsApproval) as asked:
+                await one.complete(lanes.Job(messages=MESSAGES, client="nightly"))
+            one.approvals.decide(asked.value.approval_id, 3600.0)
+            with trio.fail_after(5):
+                while not other.approvals.granted("nightly"):
+                    await trio.sleep(0.01)
+            reply = await other.complete(lanes.Job(messages=MESSAGES, client="nightly"))
+            with pytest.raises(lanes.FallbackNeedsApproval):  # another client still asks
+                await other.complete(lanes.Job(messages=MESSAGES, client="adhoc"))
+    assert (reply.lane, len(paid.log)) == ("paid", 1)
