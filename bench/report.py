@@ -69,6 +69,13 @@ def _shared(r: dict[str, Any] | None) -> list[str]:
         lines.append(f"| {key.split('_')[0]} | {key.split('_c')[1]} | {_fmt(row['sqlite']['p50_ms'])} / "
                      f"{_fmt(row['sqlite']['p99_ms'])} | {_fmt(row['redis']['p50_ms'])} / {_fmt(row['redis']['p99_ms'])} | "
                      f"{_fmt(row['added_p50_ms'])} / {_fmt(row['added_p99_ms'])} |")
+    if "in_process" in r:
+        ip = r["in_process"]
+        lines += ["", f"Without HTTP in the way (one dispatcher, jobs one at a time against an in-process fake, "
+                  f"{ip['reps']} × {ip['jobs_per_rep']} jobs, median of the per-repetition p50s): free "
+                  f"{_fmt(ip['free']['sqlite_p50_ms'], 2)} → {_fmt(ip['free']['redis_p50_ms'], 2)} ms "
+                  f"(added {_fmt(ip['free']['added_p50_ms'], 2)}), paid {_fmt(ip['paid']['sqlite_p50_ms'], 2)} → "
+                  f"{_fmt(ip['paid']['redis_p50_ms'], 2)} ms (added {_fmt(ip['paid']['added_p50_ms'], 2)})."]
     k, c = r["kill_switch"], r["store_calls"]
     lines += ["", f"A kill switch thrown on one sidecar reached the other's `/v1/lanes` in {_fmt(k['p50_ms'])} ms "
               f"(median of {k['samples']}, max {_fmt(k['max_ms'])} ms, polled every 2 ms).", "",

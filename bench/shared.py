@@ -91,6 +91,42 @@ async def latency(upstream: str, workdir: Path, redis_url: str, quick: bool) -> 
     return out
 
 
+async def in_process(redis_url: str, workdir: Path, quick: bool) -> dict[str, Any]:
+    """The same comparison without HTTP in the way: one dispatcher in this process, jobs one at a time
+    against an in-process fake (free lane, then paid lane), SQLite file against Redis, interleaved."""
+    import lanes
+    from drills.fakes import open_fake
+    from drills.harness import KEYS, free_lane, paid_lane
+
+    reps, total = (2, 200) if quick else (5, 400)
+    added: dict[str, list[float]] = {"free": [], "paid": []}
+    p50: dict[str, dict[str, list[float]]] = {"free": {"sqlite": [], "redis": []}, "paid": {"sqlite": [], "redis": []}}
+    async with open_fake("bench", models=("m",)) as fake:
+        for _ in range(reps):
+            for path in ("free", "paid"):
+                lane = (free_lane if path == "free" else paid_lane)("up", fake.base_url, ["m"])
+                medians = {}
+                for store, state in (("sqlite", str(workdir / "in-process.db")), ("redis", redis_url)):
+                    config = lanes.load_config({"state": state, "scoring": {"explore_rate": 0.0}, "lanes": [lane],
+                                                "policy": {"free_tier_fallback": "allow",
+                                                           "paid_ceiling_usd_per_day": 1e6}}, env={})
+                    async with lanes.open_dispatcher(config, env=KEYS) as d:
+                        samples = []
+                        for i in range(total + 20):
+                            start = time.perf_counter()  # wall-clock: a latency measure
+                            await d.complete(lanes.Job(messages=[{"role": "user", "content": "Benchmark."}],
+                                                       model="up/m"))
+                            if i >= 20:  # the first ones warm up (and probe)
+                                samples.append((time.perf_counter() - start) * 1000)  # wall-clock: as above
+                    medians[store] = statistics.median(samples)
+                    p50[path][store].append(medians[store])
+                added[path].append(medians["redis"] - medians["sqlite"])
+    return {"reps": reps, "jobs_per_rep": total,
+            **{path: {"sqlite_p50_ms": statistics.median(p50[path]["sqlite"]),
+                      "redis_p50_ms": statistics.median(p50[path]["redis"]),
+                      "added_p50_ms": statistics.median(added[path])} for path in added}}
+
+
 async def kill_switch(upstream: str, workdir: Path, redis_url: str, tries: int = 5) -> dict[str, Any]:
     """`POST /v1/lanes/up/off` on one sidecar → the other's `/v1/lanes` says off: milliseconds, polled every 2 ms."""
     async with peers.ours(upstream, workdir, models=("fast",), state=redis_url) as a, \
@@ -147,6 +183,7 @@ async def measure(upstream: str, workdir: Path, quick: bool) -> dict[str, Any]:
                                            "separate": await herd(upstream, workdir, None)}}
         print("bench: several sidecars (latency) …", file=sys.stderr, flush=True)
         result["latency"] = await latency(upstream, workdir, server.url, quick)
+        result["in_process"] = await in_process(server.url, workdir, quick)
         result["kill_switch"] = await kill_switch(upstream, workdir, server.url)
         result["store_calls"] = await trio.to_thread.run_sync(store_calls, server.url, workdir)
         hops = []
