@@ -178,3 +178,13 @@ def test_the_password_never_reaches_a_message():
     with pytest.raises(StoreUnavailable) as caught:
         store.begin_sync(time.time())
     assert "s3cret" not in str(caught.value) and "127.0.0.1:1" in str(caught.value)
+
+
+def test_a_host_forgets_its_own_reservations_after_two_days(redis_server):
+    """What a host keeps to push back after a Redis data loss does not grow for ever."""
+    store = host(redis_server.url)
+    today = window_id("day", time.time())
+    for day in (today - 3, today - 1, today):
+        store.reserve_paid(day=day, amount=0.01, ceiling=1.0, lane="p", model="m", job=f"j{day}", cohort=None)
+    store.begin_sync(time.time())
+    assert sorted(day for day, _ in store._own.values()) == [today - 1, today]

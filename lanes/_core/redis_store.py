@@ -433,6 +433,8 @@ class RedisStore:
         self._epoch = epoch
         with self._lock:
             self._spent = {day: int(total or 0) / PICO}
+            if any(d < day - 1 for d, _ in self._own.values()):  # only today's and yesterday's can need pushing back
+                self._own = {r: (d, amount) for r, (d, amount) in self._own.items() if d >= day - 1}
             merged = {client: float(until) for client, until in grants.items()}
             for client, until in self._grant_writes.items():
                 merged[client] = max(until, merged.get(client, 0.0))
@@ -459,7 +461,6 @@ class RedisStore:
         self.put_snapshots(view.snapshots)
         pipe = self._redis.pipeline(transaction=False)
         with self._lock:
-            self._own = {r: (day, amount) for r, (day, amount) in self._own.items() if day >= today - 1}
             for reservation, (day, amount) in self._own.items():
                 self._restore(keys=self._ledger(day), args=[reservation, pico(amount), int(end_of("day", day)) + 86400],
                               client=pipe)
