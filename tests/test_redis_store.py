@@ -31,6 +31,7 @@ def backoff(until: float, reason: str = "rate_limited") -> Backoff:
 
 
 def test_backoff_race_keeps_the_later_deadline_and_expires_on_its_own(redis_server):
+    """Two hosts racing on one scope: the later deadline wins, and the key expires at it."""
     a, b = host(redis_server.url), host(redis_server.url)
     now = time.time()
     a.put_backoffs({"groq/*": backoff(now + 30)})
@@ -46,6 +47,7 @@ def test_backoff_race_keeps_the_later_deadline_and_expires_on_its_own(redis_serv
 
 
 def test_usage_counters_add_up_across_hosts_and_expire_at_the_window_end(redis_server):
+    """Counts from two hosts add up; each window's hash expires at its UTC end."""
     a, b = host(redis_server.url), host(redis_server.url)
     now = time.time()
     day, minute = window_id("day", now), window_id("minute", now)
@@ -62,6 +64,7 @@ def test_usage_counters_add_up_across_hosts_and_expire_at_the_window_end(redis_s
 
 
 def test_a_host_that_never_called_a_provider_knows_its_last_headers(redis_server):
+    """A header snapshot written by one host is read by another."""
     a, b = host(redis_server.url), host(redis_server.url)
     window = Window(dimension="requests", window_s=60.0, limit=30, remaining=2, reset_s=12.0)
     snapshot = RateLimitSnapshot(requests_remaining=2, requests_limit=30, tokens_remaining=None, tokens_limit=None,
@@ -104,6 +107,7 @@ def test_paid_reservations_from_two_hosts_never_cross_the_ceiling(redis_server):
 
 
 def test_kill_switch_grants_and_probe_results_are_published(redis_server):
+    """Switches, grants and probe results reach the other host as published events, and a lease is exclusive."""
     a, b = host(redis_server.url), host(redis_server.url)
     assert b.listen(0.05) == []  # subscribed
     now = time.time()
@@ -131,6 +135,7 @@ def test_kill_switch_grants_and_probe_results_are_published(redis_server):
 
 
 def test_quarantine_is_shared_and_kept_while_redis_is_down(redis_server, tmp_path):
+    """The canary's quarantine is shared; while Redis is down the last view stands and new verdicts wait."""
     a, b = host(redis_server.url), host(redis_server.url)
     a.set_quarantine("free/m", "drifted", "3 of 10 answers moved", at=1.0)
     assert "drifted" in b.quarantined()["free/m"]
@@ -145,6 +150,7 @@ def test_quarantine_is_shared_and_kept_while_redis_is_down(redis_server, tmp_pat
 
 
 def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
+    """Redis gone: calls fail fast, reservations are refused until a full sync has pushed the ledger back."""
     store = host(redis_server.url)
     day = window_id("day", time.time())
     assert store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="before", cohort=None)
@@ -173,6 +179,7 @@ def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
 
 
 def test_the_password_never_reaches_a_message():
+    """A Redis password appears in no message or page."""
     assert redacted("redis://:s3cret-pass@10.0.0.5:6380/2") == "redis://10.0.0.5:6380/2"
     store = RedisStore("redis://:s3cret-pass@127.0.0.1:1/0", local=SQLiteStore(":memory:"))
     with pytest.raises(StoreUnavailable) as caught:
@@ -188,3 +195,14 @@ def test_a_host_forgets_its_own_reservations_after_two_days(redis_server):
         store.reserve_paid(day=day, amount=0.01, ceiling=1.0, lane="p", model="m", job=f"j{day}", cohort=None)
     store.begin_sync(time.time())
     assert sorted(day for day, _ in store._own.values()) == [today - 1, today]
+
+
+def test_settling_a_large_reservation_keeps_the_total_exact(redis_server):
+    """A reservation of 16 digits of pico-dollars settles to the exact integer total."""
+    store = host(redis_server.url)
+    day = window_id("day", time.time())
+    reservation = store.reserve_paid(day=day, amount=1234.567891234567, ceiling=5000.0, lane="p", model="m", job="big",
+                                     cohort=None)
+    store.settle_paid(reservation, 1.000000000001)
+    store.flush()
+    assert int(redis.Redis.from_url(redis_server.url).get(f"lanes:paid-total:{day}")) == 1_000_000_000_001

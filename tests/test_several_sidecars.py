@@ -74,6 +74,7 @@ async def test_200_clients_on_two_sidecars_knock_once_per_backoff_window(redis_s
 
 
 async def test_paid_fallbacks_from_two_sidecars_stay_under_one_ceiling(redis_server, tmp_path):
+    """60 concurrent paid jobs over two hosts: one ceiling holds for both, and every reservation settles."""
     worst = (len(json.dumps([MESSAGES, None]).encode()) * 1.0 + 50 * 2.0) / 1e6  # bytes × $1 + 50 tokens × $2
     ceiling = 10.5 * worst  # room for ten reservations, not eleven
     async with open_fake("paid", models=("paid-model",)) as paid:
@@ -96,6 +97,7 @@ async def test_paid_fallbacks_from_two_sidecars_stay_under_one_ceiling(redis_ser
 
 
 async def test_a_kill_switch_thrown_on_one_sidecar_holds_on_the_other(redis_server, tmp_path):
+    """`lane off` on one host stops the other sending to that lane; `lane on` there reopens it on the first."""
     async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
         async with two_sidecars(tmp_path, redis_server.url,
                                 [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
@@ -123,6 +125,7 @@ async def _off(http: httpx2.AsyncClient, sidecar: SidecarProcess, lane: str) -> 
 
 
 async def test_a_sidecar_starts_and_serves_with_redis_down(redis_server, tmp_path):
+    """Redis down at startup: the sidecar serves, says so once, keeps paid closed until Redis answers."""
     redis_server.kill()
     async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
         config = {"state": redis_server.url, "local_state": str(tmp_path / "local.db"),

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import threading
 import uuid
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from urllib.parse import urlsplit
 import redis
 import trio
 
+from lanes._core.redis_scripts import BACKOFF, LEASE, MAX, PICO, RELEASE, RESERVE, RESTORE, SETTLE, pico
 from lanes._core.store import LocalView, SQLiteStore, StoreUnavailable, UsageKey, _snapshot_data, _snapshot_from
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot
@@ -46,83 +46,6 @@ from lanes.freetier.windows import WINDOWS, end_of, window_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 SEP = "\x1f"  # between the parts of a hash field (scopes contain "/" and ":")
-PICO = 10**12  # the paid ledger counts integer pico-dollars
-
-
-def pico(usd: float) -> int:
-    """USD as integer pico-dollars, rounded up: a reservation is never smaller than its amount."""
-    return math.ceil(round(usd * PICO, 3))
-
-# KEYS: backoff key, deadline index. ARGV: scope, until (s), until (ms), value, channel, message, now.
-_BACKOFF = """
-local current = redis.call('GET', KEYS[1])
-if current then
-  local ok, old = pcall(cjson.decode, current)
-  if ok and tonumber(old['u']) >= tonumber(ARGV[2]) then return 0 end
-end
-redis.call('SET', KEYS[1], ARGV[4], 'PXAT', ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[7])
-redis.call('PUBLISH', ARGV[5], ARGV[6])
-return 1
-"""
-
-# The ledger of a UTC day: a hash (reservation → amount) and its running total, both in integer
-# pico-dollars (amounts rounded up), so that a check is O(1) and exact however long the day.
-# KEYS: ledger, total. ARGV: reservation id, amount, ceiling, expire at. Returns {granted, total}.
-_RESERVE = """
-local total = tonumber(redis.call('GET', KEYS[2]) or '0')
-if total + tonumber(ARGV[2]) > tonumber(ARGV[3]) + 1 then return {0, total} end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-total = redis.call('INCRBY', KEYS[2], ARGV[2])
-redis.call('EXPIREAT', KEYS[1], ARGV[4])
-redis.call('EXPIREAT', KEYS[2], ARGV[4])
-return {1, total}
-"""
-
-# KEYS: ledger, total. ARGV: reservation id, real cost. An unknown id is left alone.
-_SETTLE = """
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-if not old then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('INCRBY', KEYS[2], tonumber(ARGV[2]) - tonumber(old))
-return 1
-"""
-
-# KEYS: ledger, total. ARGV: reservation id, amount, expire at. Put back a reservation Redis forgot.
-_RESTORE = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('INCRBY', KEYS[2], ARGV[2]) end
-redis.call('EXPIREAT', KEYS[1], ARGV[3])
-redis.call('EXPIREAT', KEYS[2], ARGV[3])
-return 1
-"""
-
-# KEYS: a hash. ARGV: expire at (0: never), then field/value pairs; each field keeps the larger number.
-_MAX = """
-for i = 2, #ARGV, 2 do
-  local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
-  if tonumber(ARGV[i + 1]) > current then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-end
-if ARGV[1] ~= '0' then redis.call('EXPIREAT', KEYS[1], ARGV[1]) end
-return 1
-"""
-
-# KEYS: the probe lease, the scope's backoff. ARGV: holder, ttl (ms). {1}: leased; {0}: another host
-# probes; {2, backoff}: the door is already known closed (a backoff published a moment ago).
-_LEASE = """
-local b = redis.call('GET', KEYS[2])
-if b then return {2, b} end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, ''} end
-return {0, ''}
-"""
-
-# KEYS: the probe lease. ARGV: holder, channel, message. Released only by its holder.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-redis.call('PUBLISH', ARGV[2], ARGV[3])
-return 1
-"""
-
 
 def _guarded(fn: F) -> F:
     """Redis errors become `StoreUnavailable` (and mark the store down until a full sync succeeds)."""
@@ -162,13 +85,13 @@ class RedisStore:
                                            decode_responses=True, max_connections=threads + 2)
         self._p = prefix
         self.channel = f"{prefix}events"
-        self._backoff = self._redis.register_script(_BACKOFF)
-        self._reserve = self._redis.register_script(_RESERVE)
-        self._settle = self._redis.register_script(_SETTLE)
-        self._restore = self._redis.register_script(_RESTORE)
-        self._max = self._redis.register_script(_MAX)
-        self._release = self._redis.register_script(_RELEASE)
-        self._lease = self._redis.register_script(_LEASE)
+        self._backoff = self._redis.register_script(BACKOFF)
+        self._reserve = self._redis.register_script(RESERVE)
+        self._settle = self._redis.register_script(SETTLE)
+        self._restore = self._redis.register_script(RESTORE)
+        self._max = self._redis.register_script(MAX)
+        self._release = self._redis.register_script(RELEASE)
+        self._lease = self._redis.register_script(LEASE)
         self._lock = threading.Lock()
         self._epoch: str | None = None
         self._pubsub: Any = None
@@ -387,7 +310,7 @@ class RedisStore:
                 else:
                     pipe.hset(self._k("quarantine"), key, json.dumps({"verdict": verdict, "reason": reason, "at": at}))
             pipe.execute()
-        except BaseException:
+        except Exception:  # put the writes back, then report
             with self._lock:
                 self._quarantine_writes = {**writes, **self._quarantine_writes}
             raise
@@ -445,7 +368,6 @@ class RedisStore:
     def reseed(self, view: LocalView, now: float) -> None:
         """Push this host's view into a Redis that forgot it: counts and spend by maximum, backoffs by
         the later deadline, our unexpired reservations, grants, kill switches and quarantines."""
-        today = window_id("day", now)
         pipe = self._redis.pipeline(transaction=False)
         by_window: dict[tuple[str, int], list[str]] = {}
         for (scope, dimension, window, index), count in view.usage:
@@ -501,7 +423,7 @@ class RedisStore:
                               args=[self.host, self.channel, self._publish_message("probe", scope=scope, ok=ok)],
                               client=pipe)
             pipe.execute()
-        except BaseException:
+        except Exception:  # put the writes back, then report
             with self._lock:
                 self._settles = {**settles, **self._settles}
                 self._grant_writes = {**grants, **self._grant_writes}
@@ -537,7 +459,7 @@ class RedisStore:
                     events.append(event)
                 message = self._pubsub.get_message(timeout=0.0)
             return events
-        except BaseException:
+        except Exception:  # put the writes back, then report
             self._drop_pubsub()
             raise
 

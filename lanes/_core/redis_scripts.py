@@ -1,0 +1,86 @@
+"""The Lua scripts the Redis store runs: each is one atomic step across every host sharing the server.
+
+Keys and arguments are listed above each script. Amounts in the paid ledger are integer pico-dollars.
+"""
+
+from __future__ import annotations
+
+import math
+
+PICO = 10**12  # the paid ledger counts integer pico-dollars
+
+
+def pico(usd: float) -> int:
+    """USD as integer pico-dollars, rounded up: a reservation is never smaller than its amount."""
+    return math.ceil(round(usd * PICO, 3))
+
+
+# KEYS: backoff key, deadline index. ARGV: scope, until (s), until (ms), value, channel, message, now.
+BACKOFF = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local ok, old = pcall(cjson.decode, current)
+  if ok and tonumber(old['u']) >= tonumber(ARGV[2]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[4], 'PXAT', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[7])
+redis.call('PUBLISH', ARGV[5], ARGV[6])
+return 1
+"""
+
+# The ledger of a UTC day: a hash (reservation → amount) and its running total, both in integer
+# pico-dollars (amounts rounded up), so that a check is O(1) and exact however long the day.
+# KEYS: ledger, total. ARGV: reservation id, amount, ceiling, expire at. Returns {granted, total}.
+RESERVE = """
+local total = tonumber(redis.call('GET', KEYS[2]) or '0')
+if total + tonumber(ARGV[2]) > tonumber(ARGV[3]) + 1 then return {0, total} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+total = redis.call('INCRBY', KEYS[2], ARGV[2])
+redis.call('EXPIREAT', KEYS[1], ARGV[4])
+redis.call('EXPIREAT', KEYS[2], ARGV[4])
+return {1, total}
+"""
+
+# KEYS: ledger, total. ARGV: reservation id, real cost. An unknown id is left alone.
+SETTLE = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('INCRBY', KEYS[2], tonumber(ARGV[2]) - tonumber(old))
+return 1
+"""
+
+# KEYS: ledger, total. ARGV: reservation id, amount, expire at. Put back a reservation Redis forgot.
+RESTORE = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('INCRBY', KEYS[2], ARGV[2]) end
+redis.call('EXPIREAT', KEYS[1], ARGV[3])
+redis.call('EXPIREAT', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: a hash. ARGV: expire at (0: never), then field/value pairs; each field keeps the larger number.
+MAX = """
+for i = 2, #ARGV, 2 do
+  local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
+  if tonumber(ARGV[i + 1]) > current then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+if ARGV[1] ~= '0' then redis.call('EXPIREAT', KEYS[1], ARGV[1]) end
+return 1
+"""
+
+# KEYS: the probe lease, the scope's backoff. ARGV: holder, ttl (ms). {1}: leased; {0}: another host
+# probes; {2, backoff}: the door is already known closed (a backoff published a moment ago).
+LEASE = """
+local b = redis.call('GET', KEYS[2])
+if b then return {2, b} end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, ''} end
+return {0, ''}
+"""
+
+# KEYS: the probe lease. ARGV: holder, channel, message. Released only by its holder.
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+"""
