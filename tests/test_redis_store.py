@@ -206,3 +206,72 @@ def test_settling_a_large_reservation_keeps_the_total_exact(redis_server):
     store.settle_paid(reservation, 1.000000000001)
     store.flush()
     assert int(redis.Redis.from_url(redis_server.url).get(f"lanes:paid-total:{day}")) == 1_000_000_000_001
+
+
+def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(redis_server):
+    """Reservations, settlements and a Redis that forgets everything, on two hosts: the ledger's total
+    is always the exact sum of its entries, never over the ceiling, and whole again after a reseed."""
+    from hypothesis import settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+    from lanes._core.redis_scripts import pico
+
+    ceiling = 1.0
+    day = window_id("day", time.time())
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+
+    class Ledger(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            client.flushall()
+            self.hosts = [host(redis_server.url), host(redis_server.url)]
+            self.expected: dict[str, int] = {}  # reservation → pico-dollars it counts for
+            self.owner: dict[str, int] = {}
+            self.jobs = 0
+
+        @rule(which=st.integers(0, 1), amount=st.floats(1e-6, 0.4))
+        def reserve(self, which: int, amount: float) -> None:
+            self.jobs += 1
+            fits = sum(self.expected.values()) + pico(amount) <= round(ceiling * 1e12) + 1
+            reservation = self.hosts[which].reserve_paid(day=day, amount=amount, ceiling=ceiling, lane="p", model="m",
+                                                         job=f"j{self.jobs}", cohort=None)
+            assert (reservation is not None) == fits
+            if reservation:
+                self.expected[reservation], self.owner[reservation] = pico(amount), which
+
+        @rule(data=st.data(), share=st.floats(0.0, 1.0))
+        def settle(self, data: st.DataObject, share: float) -> None:
+            if self.expected:
+                reservation = data.draw(st.sampled_from(sorted(self.expected)))
+                store = self.hosts[self.owner[reservation]]
+                cost = store._own[reservation][1] * share
+                store.settle_paid(reservation, cost)
+                store.flush()
+                self.expected[reservation] = pico(cost)
+
+        @rule()
+        def forget_everything(self) -> None:
+            client.flushall()  # a restart without persistence
+            for store in self.hosts:
+                with pytest.raises(StoreUnavailable):
+                    store.up = False  # as a failed call would leave it
+                    store.reserve_paid(day=day, amount=0.01, ceiling=ceiling, lane="p", model="m", job="x",
+                                       cohort=None)
+                assert store.begin_sync(time.time())
+                store.reseed(LocalView(usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()),
+                             time.time())
+                store.flush()
+
+        @invariant()
+        def whole(self) -> None:
+            entries = client.hgetall(f"lanes:paid:{day}")
+            total = int(client.get(f"lanes:paid-total:{day}") or 0)
+            assert {k: int(v) for k, v in entries.items()} == self.expected
+            assert total == sum(self.expected.values()) <= round(ceiling * 1e12) + 1
+
+        def teardown(self) -> None:
+            for store in self.hosts:
+                store.close()
+
+    run_state_machine_as_test(Ledger, settings=settings(max_examples=25, stateful_step_count=25, deadline=None))
