@@ -275,3 +275,22 @@ def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(red
                 store.close()
 
     run_state_machine_as_test(Ledger, settings=settings(max_examples=25, stateful_step_count=25, deadline=None))
+
+
+def test_a_probe_lease_is_released_only_after_its_backoff_is_written(redis_server):
+    """The probing host's backoff goes out with the lease release: no other host can take the lease
+    in between, even when the sync that carries the backoff has not run yet."""
+    a, b = host(redis_server.url), host(redis_server.url)
+    assert b.listen(0.05) == []
+    now = time.time()
+    assert a.probe_lease("groq/*", ttl_s=5.0) is True
+    a.probe_done("groq/*", ok=False, backoff=backoff(now + 20))  # the 429's backoff, not yet put by a sync
+    a.flush()
+    closed = b.probe_lease("groq/*", ttl_s=5.0)
+    events: list[dict] = []
+    for _ in range(20):
+        events += b.listen(0.1)
+        if len(events) >= 2:
+            break
+    assert isinstance(closed, Backoff) and closed.until == pytest.approx(now + 20)
+    assert [e["t"] for e in events] == ["backoff", "probe"]  # in this order: waiters wake to a closed door

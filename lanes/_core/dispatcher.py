@@ -217,7 +217,9 @@ class Dispatcher:
         if scope is not None and (event := self._probes.pop(scope, None)) is not None:
             event.set()
             if self.store.shared:
-                self.store.probe_done(scope, scope in self.manager.confirmed)
+                backoff = self.manager.backoffs.get(scope)  # written before the lease is released
+                live = backoff if backoff is not None and backoff.until > self.now_wall() else None
+                self.store.probe_done(scope, scope in self.manager.confirmed, live)
                 self.nudge()
 
     # -- after each attempt -------------------------------------------------------------------

@@ -104,7 +104,7 @@ class RedisStore:
         self._grant_writes: dict[str, float] = {}
         self._switch_writes: dict[str, tuple[bool, float]] = {}
         self._quarantine_writes: dict[str, tuple[str | None, str, float]] = {}
-        self._releases: list[tuple[str, bool]] = []
+        self._releases: list[tuple[str, bool, Backoff | None]] = []
         self._own: dict[str, tuple[int, float]] = {}  # reservation → (day, amount now counted)
         self._leases: set[str] = set()
 
@@ -163,9 +163,12 @@ class RedisStore:
     @_guarded
     def put_backoffs(self, backoffs: dict[str, Backoff], now: float | None = None) -> None:
         """Write backoffs (each keeps the later deadline of ours and theirs) and publish the ones that won."""
-        if not backoffs:
-            return
-        pipe = self._redis.pipeline(transaction=False)
+        if backoffs:
+            pipe = self._redis.pipeline(transaction=False)
+            self._queue_backoffs(pipe, backoffs, now)
+            pipe.execute()
+
+    def _queue_backoffs(self, pipe: Any, backoffs: dict[str, Backoff], now: float | None) -> None:
         floor = min(b.until for b in backoffs.values()) - 1.0 if now is None else now
         for scope, b in backoffs.items():
             value = json.dumps({"u": b.until, "s": b.step, "r": b.reason, "o": b.source})
@@ -173,7 +176,6 @@ class RedisStore:
             self._backoff(keys=[self._k("backoff", scope), self._k("backoff-index")],
                           args=[scope, repr(b.until), str(int(b.until * 1000) + 1), value, self.channel, message,
                                 repr(floor)], client=pipe)
-        pipe.execute()
 
     @_guarded
     def backoffs(self, now: float) -> list[tuple[str, Backoff]]:
@@ -331,12 +333,13 @@ class RedisStore:
             return True
         return False
 
-    def probe_done(self, scope: str, ok: bool) -> None:
-        """Release the lease (at the next sync, after the backoff it may have caused is written)."""
+    def probe_done(self, scope: str, ok: bool, backoff: Backoff | None = None) -> None:
+        """Release the lease at the next flush — after writing the backoff the probe caused, in the same
+        pipeline, so no host can take the lease before the closed door is on record."""
         with self._lock:
             if scope in self._leases:
                 self._leases.discard(scope)
-                self._releases.append((scope, ok))
+                self._releases.append((scope, ok, backoff))
 
     # -- the sync ---------------------------------------------------------------------------
     @_guarded
@@ -418,7 +421,9 @@ class RedisStore:
                 else:
                     pipe.hdel(self._k("switch"), lane)
                 pipe.publish(self.channel, self._publish_message("switch", lane=lane, off=off))
-            for scope, ok in releases:
+            for scope, ok, backoff in releases:
+                if backoff is not None:
+                    self._queue_backoffs(pipe, {scope: backoff}, None)
                 self._release(keys=[self._k("probe", scope)],
                               args=[self.host, self.channel, self._publish_message("probe", scope=scope, ok=ok)],
                               client=pipe)
