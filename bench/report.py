@@ -51,12 +51,13 @@ def _shared(r: dict[str, Any] | None) -> list[str]:
     if "skipped" in r:
         return lines + [f"Skipped: {r['skipped']}.", ""]
     h = r["herd"]
-    lines += ["200 clients split evenly across two `lanes serve` processes (two hosts, in effect), the upstream",
+    lines += ["200 clients split evenly across several `lanes serve` processes (hosts, in effect), the upstream",
               "answering 429 + Retry-After: 5; sharing one Redis (`state = \"redis://…\"`) against each keeping its",
               "own state.", "",
               "| state | sidecars | upstream requests in the 5 s window | in all | client statuses |", "|---|---|---|---|---|"]
-    lines += [f"| {label} | {h[k]['sidecars']} | {h[k]['upstream_requests_in_window']} | {h[k]['upstream_requests']} | "
-              f"{h[k]['client_statuses']} |" for k, label in (("shared", "one Redis"), ("separate", "separate"))]
+    lines += [f"| {'one Redis' if k.startswith('shared') else 'separate'} | {row['sidecars']} | "
+              f"{row['upstream_requests_in_window']} | {row['upstream_requests']} | {row['client_statuses']} |"
+              for k, row in h.items()]
     lat = r["latency"]
     lines += ["", "Added latency per job of the Redis store: one sidecar with `state` in a SQLite file, then in Redis,",
               f"{lat['reps']} interleaved repetitions of {lat['jobs_per_rep']} jobs each (medians; Redis minus SQLite within",

@@ -179,8 +179,8 @@ async def measure(upstream: str, workdir: Path, quick: bool) -> dict[str, Any]:
     server = RedisServer(workdir / "redis").start()
     try:
         print("bench: several sidecars (herd) …", file=sys.stderr, flush=True)
-        result: dict[str, Any] = {"herd": {"shared": await herd(upstream, workdir, server.url),
-                                           "separate": await herd(upstream, workdir, None)}}
+        result: dict[str, Any] = {"herd": {f"{kind}_{n}": await herd(upstream, workdir, url, sidecars=n)
+                                           for n in (2, 4) for kind, url in (("shared", server.url), ("separate", None))}}
         print("bench: several sidecars (latency) …", file=sys.stderr, flush=True)
         result["latency"] = await latency(upstream, workdir, server.url, quick)
         result["in_process"] = await in_process(server.url, workdir, quick)
