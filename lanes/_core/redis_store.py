@@ -81,8 +81,11 @@ class RedisStore:
         self.host = uuid.uuid4().hex[:12]  # this process, in leases and published messages
         self.limiter = trio.CapacityLimiter(threads)
         self.listen_limiter = trio.CapacityLimiter(1)
-        self._redis = redis.Redis.from_url(url, socket_connect_timeout=connect_timeout_s, socket_timeout=timeout_s,
-                                           decode_responses=True, max_connections=threads + 2)
+        # a blocking pool: a call beyond the connections waits for one rather than failing as "Redis down"
+        pool = redis.BlockingConnectionPool.from_url(url, max_connections=threads + 4, timeout=timeout_s,
+                                                     socket_connect_timeout=connect_timeout_s,
+                                                     socket_timeout=timeout_s, decode_responses=True)
+        self._redis = redis.Redis(connection_pool=pool)
         self._p = prefix
         self.channel = f"{prefix}events"
         self._backoff = self._redis.register_script(BACKOFF)
@@ -480,6 +483,7 @@ class RedisStore:
         self._drop_pubsub()
         try:
             self._redis.close()
+            self._redis.connection_pool.disconnect()  # a pool we passed in is not closed with the client
         except (redis.RedisError, OSError):
             pass
         self.local.close()
