@@ -294,3 +294,13 @@ def test_a_probe_lease_is_released_only_after_its_backoff_is_written(redis_serve
             break
     assert isinstance(closed, Backoff) and closed.until == pytest.approx(now + 20)
     assert [e["t"] for e in events] == ["backoff", "probe"]  # in this order: waiters wake to a closed door
+
+
+def test_a_lost_state_is_reported_until_it_has_been_pushed_back(redis_server):
+    """If the push-back after a data loss fails, the next sync asks for it again."""
+    store = host(redis_server.url)
+    redis.Redis.from_url(redis_server.url).flushall()
+    assert store.begin_sync(time.time()) is True
+    assert store.begin_sync(time.time()) is True  # no reseed yet (say it failed): still due
+    store.reseed(LocalView(usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()), time.time())
+    assert store.begin_sync(time.time()) is False

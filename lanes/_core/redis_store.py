@@ -39,7 +39,9 @@ import redis
 import trio
 
 from lanes._core.redis_scripts import BACKOFF, LEASE, MAX, PICO, RELEASE, RESERVE, RESTORE, SETTLE, pico
-from lanes._core.store import LocalView, SQLiteStore, StoreUnavailable, UsageKey, _snapshot_data, _snapshot_from
+from lanes._core.store import (
+    LocalView, SQLiteStore, StoreUnavailable, UsageKey, _snapshot_data, _snapshot_from, backoff_fields, backoff_from,
+)
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot
 from lanes.freetier.windows import WINDOWS, end_of, window_id
@@ -97,6 +99,7 @@ class RedisStore:
         self._lease = self._redis.register_script(LEASE)
         self._lock = threading.Lock()
         self._epoch: str | None = None
+        self._reseed_due = False  # Redis forgot our state and we have not pushed our view back yet
         self._pubsub: Any = None
         # local caches, answered without a round trip
         self._spent: dict[int, float] = {}
@@ -174,8 +177,8 @@ class RedisStore:
     def _queue_backoffs(self, pipe: Any, backoffs: dict[str, Backoff], now: float | None) -> None:
         floor = min(b.until for b in backoffs.values()) - 1.0 if now is None else now
         for scope, b in backoffs.items():
-            value = json.dumps({"u": b.until, "s": b.step, "r": b.reason, "o": b.source})
-            message = self._publish_message("backoff", scope=scope, u=b.until, s=b.step, r=b.reason, o=b.source)
+            value = json.dumps(backoff_fields(b))
+            message = self._publish_message("backoff", scope=scope, **backoff_fields(b))
             self._backoff(keys=[self._k("backoff", scope), self._k("backoff-index")],
                           args=[scope, repr(b.until), str(int(b.until * 1000) + 1), value, self.channel, message,
                                 repr(floor)], client=pipe)
@@ -192,8 +195,7 @@ class RedisStore:
                 continue  # expired between the two reads
             try:
                 data = json.loads(value)
-                out.append((scope, Backoff(until=float(data["u"]), step=int(data["s"]), reason=data["r"],
-                                           source=data["o"])))
+                out.append((scope, backoff_from(data)))
             except (ValueError, TypeError, KeyError):
                 continue  # a value we can not read is skipped, never fatal
         return out
@@ -329,7 +331,7 @@ class RedisStore:
                                      args=[self.host, max(1, int(ttl_s * 1000))])
         if outcome == 2:
             data = json.loads(value)
-            return Backoff(until=float(data["u"]), step=int(data["s"]), reason=data["r"], source=data["o"])
+            return backoff_from(data)
         if outcome == 1:
             with self._lock:
                 self._leases.add(scope)
@@ -348,14 +350,15 @@ class RedisStore:
     @_guarded
     def begin_sync(self, now: float) -> bool:
         """Refresh the cached ledger and grants; True when Redis lost our shared state (a restart without
-        persistence, or a first contact with an empty Redis): the caller then pushes its view back."""
+        persistence, or a first contact with an empty Redis) and it has not been pushed back yet: the
+        caller then passes its view to `reseed` (asked again until a reseed succeeds)."""
         day = window_id("day", now)
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(self._k("epoch"))
         pipe.get(self._k("paid-total", day))
         pipe.hgetall(self._k("grant"))
         epoch, total, grants = pipe.execute()
-        lost = epoch is None or (self._epoch is not None and epoch != self._epoch)
+        self._reseed_due |= epoch is None or (self._epoch is not None and epoch != self._epoch)
         if epoch is None:
             self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
             epoch = self._redis.get(self._k("epoch"))
@@ -368,7 +371,7 @@ class RedisStore:
             for client, until in self._grant_writes.items():
                 merged[client] = max(until, merged.get(client, 0.0))
             self._grants = merged
-        return lost
+        return self._reseed_due
 
     @_guarded
     def reseed(self, view: LocalView, now: float) -> None:
@@ -400,6 +403,7 @@ class RedisStore:
             for key, reason in self._quarantine.items():
                 pipe.hsetnx(self._k("quarantine"), key, json.dumps({"verdict": "restored", "reason": reason, "at": now}))
         pipe.execute()
+        self._reseed_due = False
 
     @_guarded
     def flush(self) -> None:

@@ -16,8 +16,7 @@ from typing import Any
 
 import trio
 
-from lanes._core.store import STORE_ERRORS, LocalView, Store, call
-from lanes.freetier.backoff import Backoff
+from lanes._core.store import STORE_ERRORS, LocalView, Store, backoff_from, call
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
@@ -56,15 +55,20 @@ class Sharing:
                          switched_off=frozenset(self.switched_off))
 
     async def sync(self, now: float) -> None:
+        try:
+            lost = await call(self.store, self.store.begin_sync, now)
+        except STORE_ERRORS as exc:
+            self._failed(exc)
+            return
         usage, spend, backoffs, snapshots = self.manager.take_pending()
         audit, self.audit[:] = list(self.audit), []
-        view = self._view() if self.store.shared else None
+        view = self._view() if lost else None  # taken with the pending rows: it already holds them
         reseeded = False
 
         def work():
             nonlocal reseeded
-            if self.store.begin_sync(now) and view is not None:
-                self.store.reseed(view, now)  # the view already holds the pending counts
+            if view is not None:
+                self.store.reseed(view, now)
                 reseeded = True
             self.store.add_audit(audit)
             if not reseeded:
@@ -84,13 +88,7 @@ class Sharing:
                     self.manager.pending_spend[key] = self.manager.pending_spend.get(key, 0.0) + usd
             self.manager.changed_backoffs = {**backoffs, **self.manager.changed_backoffs}
             self.audit[:0] = audit
-            if not self._failing:
-                if self.store.shared:
-                    log.warning("state store: %s; serving on this host's view, paid fallback closed until the "
-                                "shared ledger is back (retrying in the background)", exc)
-                else:
-                    log.warning("state store: write failed (%s); counting in memory until it recovers", exc)
-            self._failing = True
+            self._failed(exc)
             return
         if self._failing or reseeded:
             log.warning("state store: %s%s", "reachable again" if self._failing else "empty at first contact",
@@ -108,6 +106,16 @@ class Sharing:
         self._last_switches = switches
         self._synced = True
         await trio.lowlevel.checkpoint()
+
+    def _failed(self, exc: Exception) -> None:
+        """One log line per failure streak."""
+        if not self._failing:
+            if self.store.shared:
+                log.warning("state store: %s; serving on this host's view, paid fallback closed until the "
+                            "shared ledger is back (retrying in the background)", exc)
+            else:
+                log.warning("state store: write failed (%s); counting in memory until it recovers", exc)
+        self._failing = True
 
     def _switch(self, lane: str, off: bool, *, first: bool = False) -> None:
         if off and lane not in self.switched_off:
@@ -134,8 +142,7 @@ class Sharing:
             try:
                 kind = event["t"]
                 if kind == "backoff":
-                    self.manager.merge_backoffs([(event["scope"], Backoff(
-                        until=float(event["u"]), step=int(event["s"]), reason=event["r"], source=event["o"]))])
+                    self.manager.merge_backoffs([(event["scope"], backoff_from(event))])
                 elif kind == "probe":
                     if event["ok"]:
                         self.manager.confirmed.add(event["scope"])

@@ -308,6 +308,16 @@ class SQLiteStore:
             self._conn.close()
 
 
+def backoff_fields(backoff: Backoff) -> dict[str, Any]:
+    """A backoff as stored and published (short keys: it travels in every message)."""
+    return {"u": backoff.until, "s": backoff.step, "r": backoff.reason, "o": backoff.source}
+
+
+def backoff_from(data: dict[str, Any]) -> Backoff:
+    """The inverse of `backoff_fields`; KeyError / TypeError / ValueError for a record we can not read."""
+    return Backoff(until=float(data["u"]), step=int(data["s"]), reason=data["r"], source=data["o"])
+
+
 def _snapshot_data(snapshot: RateLimitSnapshot) -> dict[str, Any]:
     return {"windows": [[w.dimension, w.window_s, w.limit, w.remaining, w.reset_s] for w in snapshot.windows],
             "retry_after_s": snapshot.retry_after_s}
