@@ -37,8 +37,9 @@ from lanes._core.governors import Governors
 from lanes._core.job import Candidate, Job, Outcome, Reply, cost_usd, route_for
 from lanes._core.lane import OpenAICompatibleLane
 from lanes._core.loader import Loaded
+from lanes._core.probes import Probes
 from lanes._core.ranking import Ranking
-from lanes._core.store import STORE_ERRORS, SQLiteStore, Store, call
+from lanes._core.store import STORE_ERRORS, SQLiteStore, Store
 from lanes._core.stream import ReplyStream, first_chunks
 from lanes._core.walk import Walk
 from lanes.freetier.manager import FreeTierManager, LaneTerms
@@ -65,9 +66,8 @@ class Dispatcher:
         self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
         self.unreachable: dict[str, str] = {}  # lanes that did not accept a connection at startup (until they answer)
         self.probing_canary = False  # the canary probes quarantined models so they can pass again
-        self._probes: dict[str, trio.Event] = {}
-        self.remote_probes: dict[str, trio.Event] = {}  # scope → set when another host's probe answers
         self.nudge: Callable[[], None] = lambda: None  # ask the state sync to run now (set by open_dispatcher)
+        self.probes = Probes(self.store, self.manager, self.now_wall, lambda: self.nudge())
         self.lanes: dict[str, OpenAICompatibleLane] = {lane.name: lane for lane in loaded.lanes}
         self.unavailable = dict(loaded.unavailable)
         self.breakers = {name: Breaker(lane.config.breaker) for name, lane in self.lanes.items()}
@@ -148,22 +148,16 @@ class Dispatcher:
             if candidate.tier != "free" or not self.manager.needs_probe(candidate.lane, candidate.model):
                 break
             scope = self.manager.scope(candidate.lane, candidate.model)
-            event = self._probes.get(scope)
-            if event is None:
-                self._probes[scope] = trio.Event()
-                if await self._lease(scope, lane, walk):
-                    probe = scope
-                    break
-                self.release_probe(scope)  # another host probed it: look again with what it learned
-                continue
-            with trio.move_on_at(min(walk.deadline_at, trio.current_time() + lane.config.first_token_s)):
-                await event.wait()
-                continue
-            walk.skip(candidate, "another job is probing it")
-            return None
+            claimed = await self.probes.claim(scope, lane, walk)
+            if claimed:
+                probe = scope
+                break
+            if claimed is None:
+                walk.skip(candidate, "another job is probing it")
+                return None
         permit = self.breakers[candidate.lane].acquire(trio.current_time())
         if permit is None:
-            self.release_probe(probe)
+            self.probes.release(probe)
             walk.skip(candidate, "breaker open")
             return None
         return permit, probe
@@ -191,36 +185,6 @@ class Dispatcher:
         now = self.now_wall()
         backoff = self.manager.is_in_backoff(candidate.lane, candidate.model, now)
         return None if backoff is None else backoff.until - now
-
-    async def _lease(self, scope: str, lane: OpenAICompatibleLane, walk: Walk) -> bool:
-        """With a store shared between hosts, only one host probes a cold scope: True when this one may.
-        Otherwise wait for the other host's answer (published), its lease to lapse, or our deadline.
-        A store that can not be reached fails open: the local single-flight decides."""
-        if not self.store.shared or not self.store.up:
-            return True
-        ttl_s = max(lane.config.attempt_timeout_s, lane.config.first_token_s) + 1.0
-        try:
-            lease = await call(self.store, self.store.probe_lease, scope, ttl_s)
-        except STORE_ERRORS:
-            return True
-        if lease is True:
-            return True
-        if lease is not False:  # another host's backoff, written before we heard of it
-            self.manager.merge_backoffs([(scope, lease)])
-            return False
-        waiting = self.remote_probes.setdefault(scope, trio.Event())
-        with trio.move_on_at(min(walk.deadline_at, trio.current_time() + ttl_s)):
-            await waiting.wait()
-        return False
-
-    def release_probe(self, scope: str | None) -> None:
-        if scope is not None and (event := self._probes.pop(scope, None)) is not None:
-            event.set()
-            if self.store.shared:
-                backoff = self.manager.backoffs.get(scope)  # written before the lease is released
-                live = backoff if backoff is not None and backoff.until > self.now_wall() else None
-                self.store.probe_done(scope, scope in self.manager.confirmed, live)
-                self.nudge()
 
     # -- after each attempt -------------------------------------------------------------------
     def count_request(self, candidate: Candidate) -> None:

@@ -48,7 +48,7 @@ async def open_dispatcher(
             dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env,
                                     store=store, manager=manager, wall_offset=wall_offset)
             sharing = Sharing(manager, store, audit=dispatcher.audit_rows, quarantine=dispatcher.quarantine,
-                              switched_off=dispatcher.switched_off, remote_probes=dispatcher.remote_probes)
+                              switched_off=dispatcher.switched_off, remote_probes=dispatcher.probes.remote)
             dispatcher.nudge = sharing.kick
             await sharing.load(dispatcher.now_wall())
             nursery.start_soon(sharing.run, dispatcher.now_wall)

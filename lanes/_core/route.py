@@ -196,7 +196,7 @@ async def _one(d: Dispatcher, walk: Walk, candidate: Candidate, attempt: Attempt
             d.failed_attempt(walk, candidate, permit, started, exc)  # raises UpstreamRejected when final
             return _FAILED
     finally:
-        d.release_probe(probe)
+        d.probes.release(probe)
 
 
 async def _consent(d: Dispatcher, walk: Walk, candidate: Candidate) -> bool:
