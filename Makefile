@@ -19,7 +19,7 @@ run: install
 
 # The library demo: the dispatcher over fake providers, one line per job.
 demo: install
-	$(PY) -m drills.demo
+	$(PY) -m lanes.drills.demo
 
 # The page test drives Debian's Chromium; install it when we can (root with apt), else that one
 # test skips and says why.

@@ -24,8 +24,8 @@ import trio
 import trio.testing
 
 import lanes
-from drills.fakes import open_fake, quota
-from drills.harness import KEYS, paid_lane
+from lanes.testing.fakes import open_fake, quota
+from lanes.testing.configs import KEYS, paid_lane
 
 # name, per minute, per day, how it reports, whether our config knows the limits
 PROVIDERS = [

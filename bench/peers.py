@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import trio
 
-from drills.process import dump_toml, free_port, stop
+from lanes.testing.processes import dump_toml, free_port, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 LITELLM = ROOT / "bench" / ".venv-litellm" / "bin" / "litellm"

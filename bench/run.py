@@ -23,7 +23,7 @@ import trio
 
 from bench import peers, shared
 from bench.load import percentile, run_load, summary
-from drills.process import free_port
+from lanes.testing.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,7 @@ import trio
 
 from bench import peers
 from bench.load import percentile, run_load
-from drills.redis_server import RedisServer, redis_server_path
+from lanes.testing.redis_server import RedisServer, redis_server_path
 
 PRICES = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
 
@@ -95,8 +95,8 @@ async def in_process(redis_url: str, workdir: Path, quick: bool) -> dict[str, An
     """The same comparison without HTTP in the way: one dispatcher in this process, jobs one at a time
     against an in-process fake (free lane, then paid lane), SQLite file against Redis, interleaved."""
     import lanes
-    from drills.fakes import open_fake
-    from drills.harness import KEYS, free_lane, paid_lane
+    from lanes.testing.fakes import open_fake
+    from lanes.testing.configs import KEYS, free_lane, paid_lane
 
     reps, total = (2, 200) if quick else (5, 400)
     added: dict[str, list[float]] = {"free": [], "paid": []}
@@ -150,8 +150,8 @@ async def kill_switch(upstream: str, workdir: Path, redis_url: str, tries: int =
 def store_calls(redis_url: str, workdir: Path, n: int = 2000) -> dict[str, Any]:
     """The two calls that can wait on the store during a job — a paid reservation and a probe lease —
     timed directly (µs per call, one thread), SQLite file against Redis on loopback."""
-    from lanes._core.redis_store import RedisStore
-    from lanes._core.store import SQLiteStore
+    from lanes._core.state.redis_store import RedisStore
+    from lanes._core.state.store import SQLiteStore
 
     sqlite = SQLiteStore(str(workdir / "calls.db"))
     shared = RedisStore(redis_url, local=SQLiteStore(":memory:"))

@@ -14,7 +14,7 @@ trio.run(main)
 
 from lanes._core.config import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.opening import complete_sync, open_dispatcher
+from lanes._core.open import complete_sync, open_dispatcher
 from lanes._core.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -32,7 +32,7 @@ from lanes._core.errors import (
     UpstreamRejected,
 )
 from lanes._core.job import Attempt, Candidate, Job, Reply, Skip
-from lanes._core.stream import ReplyStream
+from lanes._core.streaming.stream import ReplyStream
 
 __all__ = [
     "Attempt",

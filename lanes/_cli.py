@@ -136,7 +136,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _canary(args: argparse.Namespace) -> int:
-    from canary import commands
+    from lanes.canary import commands
 
     return commands.main(args)
 
@@ -145,7 +145,7 @@ def _drill(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from drills.scenarios import DRILLS, run
+    from lanes.drills.scenarios import DRILLS, run
 
     if args.list:
         for name, fn in DRILLS.items():

@@ -2,7 +2,7 @@
 float seconds; a 429 may carry only retry-after. Defaults as of 2026-11."""
 
 from lanes._core.config import ModelConfig
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import RateLimitedFree
 
 PROVIDER = Provider(

@@ -1,7 +1,7 @@
 """DeepInfra: about $5 of credits a month; no rate-limit headers known. As of 2026-11."""
 
 from lanes._core.config import ModelConfig
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import CreditBased
 
 PROVIDER = Provider(

@@ -2,7 +2,7 @@
 with blank lines and SSE comments. Prices in USD per million tokens, 2026-11."""
 
 from lanes._core.config import ModelConfig
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import NoFreeTier
 
 PROVIDER = Provider(

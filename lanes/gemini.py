@@ -3,7 +3,7 @@ headers; a 429 body carries RetryInfo.retryDelay and a QuotaFailure naming PerMi
 Defaults as of 2026-11 (Flash; Pro has fewer requests per day)."""
 
 from lanes._core.config import ModelConfig
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import RateLimitedFree
 
 PROVIDER = Provider(

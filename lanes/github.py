@@ -2,7 +2,7 @@
 x-ratelimit-type and x-ratelimit-renewalperiod-requests headers. As of 2026-11."""
 
 from lanes._core.config import ModelConfig
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import RateLimitedFree
 
 PROVIDER = Provider(

@@ -4,7 +4,7 @@ Its `x-ratelimit-*-requests` headers count per day and `*-tokens` per minute.
 """
 
 from lanes._core.config import ModelConfig
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import RateLimitedFree
 
 PROVIDER = Provider(

@@ -1,6 +1,6 @@
 """llama.cpp server: owned local capacity on its OpenAI-compatible endpoint; always free, no key."""
 
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import AlwaysFreeLocal
 
 PROVIDER = Provider(

@@ -1,7 +1,7 @@
 """OpenAI: no free tier; every model is paid (prices in USD per million tokens, 2026-11)."""
 
 from lanes._core.config import ModelConfig
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import NoFreeTier
 
 PROVIDER = Provider(

@@ -9,7 +9,7 @@ from typing import Any
 
 from lanes._core.config import ModelConfig
 from lanes._core.job import Job
-from lanes._core.lane import OpenAICompatibleLane, Provider
+from lanes._core.upstream.lane import OpenAICompatibleLane, Provider
 from lanes.freetier.kinds import CustomEndpoint, FreeModelsOnly
 
 PROVIDER = Provider(

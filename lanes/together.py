@@ -2,7 +2,7 @@
 x-tokenlimit-* headers. As of 2026-11."""
 
 from lanes._core.config import ModelConfig
-from lanes._core.lane import Provider
+from lanes._core.upstream.lane import Provider
 from lanes.freetier.kinds import FreeModelsOnly
 
 PROVIDER = Provider(

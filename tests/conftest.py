@@ -29,7 +29,7 @@ def redis_server(tmp_path):
     """A real redis-server on a free loopback port (Debian's package), stopped after the test.
 
     Missing binary: the test skips — unless LANES_REQUIRE_REDIS=1 (as `.ci/run` sets), where it fails."""
-    from drills.redis_server import RedisServer, redis_server_path
+    from lanes.testing.redis_server import RedisServer, redis_server_path
 
     if redis_server_path() is None:
         message = "redis-server is not installed (make redis, or apt-get install redis-server)"

@@ -6,7 +6,7 @@ from typing import Any
 
 from lanes import Config, load_config
 
-from drills.harness import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
+from lanes.testing.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
 
 __all__ = ["ENGINE_POLICY", "NO_EXPLORATION", "FREE_KEY", "PAID_KEY", "config", "free_lane", "lane", "local_lane", "paid_lane"]
 

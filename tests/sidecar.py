@@ -1,5 +1,5 @@
-"""A running sidecar over fake providers, for integration tests (it lives in drills.harness)."""
+"""A running sidecar over fake providers, for integration tests (it lives in lanes.testing.configs)."""
 
-from drills.harness import CLIENT_KEY, open_sidecar
+from lanes.testing.configs import CLIENT_KEY, open_sidecar
 
 __all__ = ["CLIENT_KEY", "open_sidecar"]

@@ -12,17 +12,17 @@ import attrs
 import pytest
 
 import lanes
-from lanes._core.breaker import BreakerPolicy
+from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.config import Config, LaneConfig, ModelConfig, ServerConfig
-from lanes._core.policy import PolicyConfig
+from lanes._core.routing.policy import PolicyConfig
 from lanes.freetier import kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "lanes"
 PURE = [
-    "lanes/_core/breaker.py", "lanes/_core/job.py", "lanes/_core/errors.py", "lanes/_core/classify.py",
-    "lanes/_core/sse.py", "lanes/_core/policy.py", "lanes/freetier/kinds.py", "lanes/freetier/headers.py",
-    "lanes/freetier/backoff.py", "lanes/freetier/windows.py", "lanes/freetier/manager.py", "lanes/_core/audit.py",
+    "lanes/_core/routing/breaker.py", "lanes/_core/job.py", "lanes/_core/errors.py", "lanes/_core/upstream/responses.py",
+    "lanes/_core/upstream/sse.py", "lanes/_core/routing/policy.py", "lanes/freetier/kinds.py", "lanes/freetier/headers.py",
+    "lanes/freetier/backoff.py", "lanes/freetier/windows.py", "lanes/freetier/manager.py", "lanes/_core/state/audit.py",
 ]
 IMPURE = {"trio", "httpx2", "httpx", "sqlite3", "sqlite_utils", "hypercorn", "starlette", "socket", "time"}
 PROVIDERS = re.compile(
@@ -31,7 +31,8 @@ PROVIDERS = re.compile(
     re.IGNORECASE,
 )
 LANE_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_"))
-SOURCES = [p for d in ("lanes", "canary", "drills", "tests", "bench") for p in (ROOT / d).rglob("*.py")
+SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py") if not p.parent.name.startswith("_"))
+SOURCES = [p for d in ("lanes", "tests", "bench") for p in (ROOT / d).rglob("*.py")
            if ".venv" not in p.parts and not any(part.startswith(".venv") for part in p.parts)]
 
 
@@ -107,7 +108,7 @@ def code_text(path: Path) -> str:
 
 def test_the_engine_names_no_provider():
     """Nothing in lanes/_core names a provider in its code or strings."""
-    named = {p.name: PROVIDERS.findall(code_text(p)) for p in (PACKAGE / "_core").glob("*.py")}
+    named = {p.name: PROVIDERS.findall(code_text(p)) for p in (PACKAGE / "_core").rglob("*.py")}
     assert {k: v for k, v in named.items() if v} == {}
 
 
@@ -116,7 +117,7 @@ def test_public_api_is_sorted_and_complete():
     assert lanes.__all__ == sorted(lanes.__all__)
     assert all(hasattr(lanes, name) for name in lanes.__all__)
     public = {n for n in vars(lanes) if not n.startswith("_") and n not in LANE_MODULES
-              and n not in {"freetier", "annotations"}}
+              and n not in {*SUBPACKAGES, "annotations"}}
     assert public == set(lanes.__all__)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes._core.breaker import Breaker, BreakerPolicy
+from lanes._core.routing.breaker import Breaker, BreakerPolicy
 
 
 def breaker(**kw) -> Breaker:

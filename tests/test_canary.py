@@ -10,12 +10,12 @@ import pytest
 import trio
 
 import lanes
-from canary.checks import run_checks
-from canary.prompts import CanaryConfig, Checks, Prompt, Settings
-from canary.report import exit_code, markdown, table
-from canary.run import pin, report, run_canary
-from canary.score import Answer, score_model
-from drills.fakes import ANSWER, answer, open_fake, rate_limited
+from lanes.canary.checks import run_checks
+from lanes.canary.prompts import CanaryConfig, Checks, Prompt, Settings
+from lanes.canary.report import exit_code, markdown, table
+from lanes.canary.run import pin, report, run_canary
+from lanes.canary.score import Answer, score_model
+from lanes.testing.fakes import ANSWER, answer, open_fake, rate_limited
 from helpers import config, free_lane
 
 pytestmark = pytest.mark.free_lane  # the canary probes the free lanes

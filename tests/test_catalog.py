@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lanes
-from drills.fakes import open_fake, rate_limited, status
+from lanes.testing.fakes import open_fake, rate_limited, status
 from helpers import config, free_lane
-from lanes._core.catalog import ModelRecord, declared_free, normalise
-from lanes._core.scoring import ScoringConfig, Stats, degraded_providers, reliability, score, wilson_lower
+from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
+from lanes._core.routing.scoring import ScoringConfig, Stats, degraded_providers, reliability, score, wilson_lower
 from lanes.freetier.kinds import FreeModelsOnly, NoFreeTier, RateLimitedFree, tier_of
 
 # -- recorded-shape catalogs -----------------------------------------------------------------------
@@ -198,7 +198,7 @@ async def test_sticky_conversation_stays_on_its_model(env, autojump_clock):
 async def test_simulation_shows_discovered_models():
     """`lanes serve --simulate`: the OpenRouter-like lane's discovered free model is routable and listed;
     its paid and unpriced models are not."""
-    from drills.simulate import SIM_KEYS, open_simulation, simulated_config
+    from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
     from lanes._http.server import serve
 
     async with open_simulation(flap=False) as fakes, trio.open_nursery() as nursery:

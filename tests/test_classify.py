@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes._core.classify import check_completion, classify_status, redact
+from lanes._core.upstream.responses import check_completion, classify_status, redact
 from lanes._core.errors import (
     ContextLengthExceeded, CreditExhausted, FinalError, ModelGone, RateLimited, RetryableError,
 )

@@ -22,7 +22,7 @@ def error_of(source: dict, env: dict | None = None) -> str:
 def test_shipped_configs_are_valid(path):
     """Every TOML file under config/ loads (the canary's prompt set by its own schema)."""
     if path.name.startswith("canary"):
-        from canary.prompts import read_canary
+        from lanes.canary.prompts import read_canary
 
         assert len(read_canary(path).prompts) >= 10
     else:

@@ -6,7 +6,7 @@ import pytest
 import trio
 
 import lanes
-from drills.fakes import answer, garbage, hang, open_fake, rate_limited, reset, status
+from lanes.testing.fakes import answer, garbage, hang, open_fake, rate_limited, reset, status
 from conftest import FREE_LANE_OFF
 from helpers import ENGINE_POLICY, config, free_lane, local_lane, paid_lane
 

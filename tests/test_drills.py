@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drills.scenarios import DRILLS
+from lanes.drills.scenarios import DRILLS
 
 ABOUT_THE_FREE_LANE = {"rate-limit-storm", "credits-gone", "quality-drift", "crash"}
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import lanes
-from drills.fakes import answer, open_fake, rate_limited
+from lanes.testing.fakes import answer, open_fake, rate_limited
 from helpers import config, free_lane, paid_lane
 
 JOB = [{"role": "user", "content": "hi"}]

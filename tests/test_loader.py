@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import lanes
-from drills.fakes import open_fake
+from lanes.testing.fakes import open_fake
 from helpers import config, local_lane, paid_lane
 
 
@@ -41,7 +41,7 @@ async def test_broken_and_empty_modules_are_skipped(env, caplog_lanes, tmp_path,
     (pkg / "broken.py").write_text("raise RuntimeError('boom')\n")
     (pkg / "empty.py").write_text("X = 1\n")
     (pkg / "mine.py").write_text(textwrap.dedent("""
-        from lanes._core.lane import Provider
+        from lanes._core.upstream.lane import Provider
         from lanes.freetier.kinds import AlwaysFreeLocal
         from lanes._core.config import ModelConfig
         PROVIDER = Provider(name="mine", base_url="http://127.0.0.1:1/v1", free_tier=AlwaysFreeLocal(),

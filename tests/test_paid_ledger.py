@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from lanes._core.store import SQLiteStore
+from lanes._core.state.store import SQLiteStore
 
 CEILING = 1.0
 DAY = 20_000

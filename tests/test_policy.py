@@ -6,7 +6,7 @@ import pytest
 
 from lanes import Job
 from lanes._core.job import Candidate
-from lanes._core.policy import PolicyConfig, after_failure, make_plan, needs_of, request_class, worst_case_cost
+from lanes._core.routing.policy import PolicyConfig, after_failure, make_plan, needs_of, request_class, worst_case_cost
 
 
 def job(content="hi", **kw) -> Job:

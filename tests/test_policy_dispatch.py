@@ -9,8 +9,8 @@ import pytest
 import trio
 
 import lanes
-from drills.fakes import ANSWER, answer, hang, open_fake, rate_limited, status
-from lanes._core import audit
+from lanes.testing.fakes import ANSWER, answer, hang, open_fake, rate_limited, status
+from lanes._core.state import audit
 from helpers import config, free_lane, local_lane, paid_lane
 
 

@@ -12,8 +12,8 @@ import time
 import pytest
 import redis
 
-from lanes._core.redis_store import RedisStore, redacted
-from lanes._core.store import LocalView, SQLiteStore, StoreUnavailable
+from lanes._core.state.redis_store import RedisStore, redacted
+from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
 from lanes.freetier.windows import end_of, window_id
@@ -215,7 +215,7 @@ def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(red
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-    from lanes._core.redis_scripts import pico
+    from lanes._core.state.redis_scripts import pico
 
     ceiling = 1.0
     day = window_id("day", time.time())

@@ -13,7 +13,7 @@ import time
 import httpx2
 import trio
 
-from drills.fakes import answer, open_fake
+from lanes.testing.fakes import answer, open_fake
 
 
 def free_port() -> int:

@@ -20,9 +20,9 @@ import pytest
 import redis
 import trio
 
-from drills.fakes import answer, open_fake, rate_limited
-from drills.harness import KEYS, free_lane, local_lane, paid_lane
-from drills.process import SidecarProcess, open_sidecar_process, open_sidecar_processes
+from lanes.testing.fakes import answer, open_fake, rate_limited
+from lanes.testing.configs import KEYS, free_lane, local_lane, paid_lane
+from lanes.testing.processes import SidecarProcess, open_sidecar_process, open_sidecar_processes
 
 MESSAGES = [{"role": "user", "content": "Several sidecars: say the pangram."}]
 OUTAGE = re.compile(r"state store: redis at .*serving on this host's view")

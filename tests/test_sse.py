@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes._core.sse import SSEDecoder
+from lanes._core.upstream.sse import SSEDecoder
 
 
 def decode_all(parts: list[bytes]) -> list[str]:

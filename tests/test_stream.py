@@ -6,7 +6,7 @@ import pytest
 import trio
 
 import lanes
-from drills.fakes import ANSWER, answer, garbage, hang, malformed_chunk, no_done, open_fake, status, stream_cut, stream_stall
+from lanes.testing.fakes import ANSWER, answer, garbage, hang, malformed_chunk, no_done, open_fake, status, stream_cut, stream_stall
 from helpers import config, local_lane, paid_lane
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]

@@ -8,7 +8,7 @@ import pytest
 import trio
 
 import lanes
-from drills.fakes import open_fake
+from lanes.testing.fakes import open_fake
 from helpers import PAID_KEY, config, local_lane
 from lanes._core.job import Candidate, cost_usd, route_for
 

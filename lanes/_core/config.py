@@ -22,10 +22,10 @@ import cattrs
 from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.v import transform_error
 
-from lanes._core.breaker import BreakerPolicy
+from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.errors import ConfigError
-from lanes._core.policy import PolicyConfig
-from lanes._core.scoring import ScoringConfig
+from lanes._core.routing.policy import PolicyConfig
+from lanes._core.routing.scoring import ScoringConfig
 from lanes.freetier.kinds import KINDS, FreeTierKind
 
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")

@@ -17,10 +17,10 @@ from typing import Any
 
 import trio
 
-from lanes._core import route
-from lanes._core.approvals import Approvals
-from lanes._core.audit import audit_row
-from lanes._core.breaker import Breaker, Permit
+from lanes._core.routing import walk as route
+from lanes._core.routing.consent import Approvals
+from lanes._core.state.audit import audit_row
+from lanes._core.routing.breaker import Breaker, Permit
 from lanes._core.config import Config
 from lanes._core.errors import (
     AttemptTimedOut,
@@ -33,15 +33,15 @@ from lanes._core.errors import (
     UpstreamError,
     UpstreamRejected,
 )
-from lanes._core.governors import Governors
+from lanes._core.routing.ledger import Governors
 from lanes._core.job import Candidate, Job, Outcome, Reply, cost_usd, route_for
-from lanes._core.lane import OpenAICompatibleLane
-from lanes._core.loader import Loaded
-from lanes._core.probes import Probes
-from lanes._core.ranking import Ranking
-from lanes._core.store import STORE_ERRORS, SQLiteStore, Store
-from lanes._core.stream import ReplyStream, first_chunks
-from lanes._core.walk import Walk
+from lanes._core.upstream.lane import OpenAICompatibleLane
+from lanes._core.upstream.loader import Loaded
+from lanes._core.routing.probes import Probes
+from lanes._core.routing.ranking import Ranking
+from lanes._core.state.store import STORE_ERRORS, SQLiteStore, Store
+from lanes._core.streaming.stream import ReplyStream, first_chunks
+from lanes._core.routing.record import Walk
 from lanes.freetier.manager import FreeTierManager, LaneTerms
 
 log = logging.getLogger("lanes")

@@ -19,7 +19,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from lanes._core.config import Config, load_config, read_config
-from lanes._core.opening import open_dispatcher
+from lanes._core.open import open_dispatcher
 from lanes._core.errors import ConfigError
 from lanes._http.app import build_app
 
@@ -42,7 +42,7 @@ async def serve(config: Config | str | os.PathLike[str] | None, *, host: str | N
     env = dict(os.environ if env is None else env)
     async with AsyncExitStack() as stack:
         if simulate:
-            from drills.simulate import SIM_KEYS, open_simulation, simulated_config
+            from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
 
             fakes = await stack.enter_async_context(open_simulation())
             base = read_config(config, env=env) if config else None

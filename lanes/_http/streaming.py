@@ -16,8 +16,8 @@ import trio
 
 from lanes._core.errors import JobFailed
 from lanes._core.job import Job
-from lanes._core.resume import relay
-from lanes._core.stream import ReplyStream
+from lanes._core.streaming.recovery import relay
+from lanes._core.streaming.stream import ReplyStream
 from lanes._http.errors import error_body, job_failed
 from lanes._http.metrics import Metrics
 

@@ -16,9 +16,9 @@ import attrs
 import httpx2
 import trio
 
-from lanes._core.classify import check_completion, classify_status, parse_body, redact
+from lanes._core.upstream.responses import check_completion, classify_status, parse_body, redact
 from lanes._core.errors import RetryableError, UpstreamError
-from lanes._core.sse import SSEDecoder
+from lanes._core.upstream.sse import SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024
 

@@ -21,10 +21,10 @@ from lanes._core.errors import (
     AttemptTimedOut, FallbackDenied, FallbackNeedsApproval, JobFailed, PaidBudgetExhausted,
     UpstreamError,
 )
-from lanes._core.breaker import Permit
+from lanes._core.routing.breaker import Permit
 from lanes._core.job import Candidate, Job
-from lanes._core.policy import after_failure, make_plan, max_output_tokens, needs_of, worst_case_cost
-from lanes._core.walk import Walk
+from lanes._core.routing.policy import after_failure, make_plan, max_output_tokens, needs_of, worst_case_cost
+from lanes._core.routing.record import Walk
 
 if TYPE_CHECKING:
     from lanes._core.dispatcher import Dispatcher

@@ -17,11 +17,11 @@ from lanes._core.config import Config, read_config
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import UpstreamError
 from lanes._core.job import Job, Reply
-from lanes._core.lane import OpenAICompatibleLane
-from lanes._core.loader import load_lanes
-from lanes._core.sharing import Sharing
-from lanes._core.store import SQLiteStore, Store
-from lanes._core.upstream import open_upstream
+from lanes._core.upstream.lane import OpenAICompatibleLane
+from lanes._core.upstream.loader import load_lanes
+from lanes._core.state.sync import Sharing
+from lanes._core.state.store import SQLiteStore, Store
+from lanes._core.upstream.client import open_upstream
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
@@ -74,7 +74,7 @@ async def open_dispatcher(
 def open_store(config: Config) -> Store:
     """The configured state store: a SQLite file (or `:memory:`), or Redis for several hosts."""
     if config.shared_state:
-        from lanes._core.redis_store import RedisStore  # imported only when configured
+        from lanes._core.state.redis_store import RedisStore  # imported only when configured
 
         return RedisStore(config.state, local=SQLiteStore(config.local_state))
     return SQLiteStore(config.state)

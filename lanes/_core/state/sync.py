@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from lanes._core.store import STORE_ERRORS, LocalView, Store, backoff_from, call
+from lanes._core.state.store import STORE_ERRORS, LocalView, Store, backoff_from, call
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")

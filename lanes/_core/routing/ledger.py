@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
-from lanes._core.policy import PolicyConfig, worst_case_cost
-from lanes._core.store import STORE_ERRORS, Store, call
+from lanes._core.routing.policy import PolicyConfig, worst_case_cost
+from lanes._core.state.store import STORE_ERRORS, Store, call
 from lanes.freetier.manager import FreeTierManager
 from lanes.freetier.windows import window_end, window_id
 

@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 import redis
 import trio
 
-from lanes._core.redis_scripts import BACKOFF, LEASE, MAX, PICO, RELEASE, RESERVE, RESTORE, SETTLE, pico
-from lanes._core.store import (
+from lanes._core.state.redis_scripts import BACKOFF, LEASE, MAX, PICO, RELEASE, RESERVE, RESTORE, SETTLE, pico
+from lanes._core.state.store import (
     LocalView, SQLiteStore, StoreUnavailable, UsageKey, _snapshot_data, _snapshot_from, backoff_fields, backoff_from,
 )
 from lanes.freetier.backoff import Backoff

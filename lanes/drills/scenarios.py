@@ -20,12 +20,12 @@ import httpx2
 import redis
 import trio
 
-from drills.fakes import (
+from lanes.testing.fakes import (
     ANSWER, answer, hang, malformed_chunk, no_done, open_fake, rate_limited, status, stream_cut, stream_stall,
 )
-from drills.harness import KEYS, free_lane, local_lane, open_sidecar, paid_lane
-from drills.process import open_sidecar_process, open_sidecar_processes
-from drills.redis_server import RedisServer, redis_server_path
+from lanes.testing.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane
+from lanes.testing.processes import open_sidecar_process, open_sidecar_processes
+from lanes.testing.redis_server import RedisServer, redis_server_path
 
 MESSAGES = [{"role": "user", "content": "Drill: say the pangram."}]
 
@@ -232,8 +232,8 @@ async def credits_gone(workdir: Path) -> Result:
 async def quality_drift(workdir: Path) -> Result:
     """A fake silently changes its answers: the canary flags it and routing skips it."""
     import lanes
-    from canary.prompts import CanaryConfig, Checks, Prompt
-    from canary.run import pin, report, run_canary
+    from lanes.canary.prompts import CanaryConfig, Checks, Prompt
+    from lanes.canary.run import pin, report, run_canary
 
     prompts = CanaryConfig(prompts=[Prompt(id=f"p{i}", messages=[{"role": "user", "content": f"pangram {i}"}],
                                            checks=Checks(contains=["quick brown fox"])) for i in range(10)])

@@ -16,9 +16,9 @@ from typing import Any
 import trio
 
 import lanes
-from canary.checks import run_checks
-from canary.prompts import CanaryConfig, Prompt
-from canary.score import Answer, ModelReport, score_model
+from lanes.canary.checks import run_checks
+from lanes.canary.prompts import CanaryConfig, Prompt
+from lanes.canary.score import Answer, ModelReport, score_model
 from lanes._core.job import Candidate, digest
 
 ANSWER_COLUMNS = {"run": int, "at": float, "key": str, "prompt": str, "status": str, "reason": str, "text": str,

@@ -9,8 +9,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from lanes._core.job import Candidate, Job
-from lanes._core.policy import Needs, fit
-from lanes._core.scoring import ScoringConfig, Stats, degraded_providers, pick_exploration, score
+from lanes._core.routing.policy import Needs, fit
+from lanes._core.routing.scoring import ScoringConfig, Stats, degraded_providers, pick_exploration, score
 
 
 class Ranking:

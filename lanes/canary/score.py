@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from canary.checks import normalise
+from lanes.canary.checks import normalise
 
 Verdict = Literal["ok", "drifted", "failed", "skipped"]
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from canary.prompts import Checks
+from lanes.canary.prompts import Checks
 
 _REFUSAL = re.compile(r"\b(i can(?:'|no)t|i cannot|i'm unable|i am unable|as an ai\b|i won't)", re.IGNORECASE)
 

@@ -15,7 +15,7 @@ from typing import Literal
 import attrs
 import trio
 
-from lanes._core.store import Store
+from lanes._core.state.store import Store
 
 Decision = Literal["once", "granted", "deny"]
 _ids = itertools.count(1)

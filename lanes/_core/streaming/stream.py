@@ -15,10 +15,10 @@ import trio
 
 from lanes._core.errors import RetryableError, StreamInterrupted
 from lanes._core.job import Attempt, Candidate, Outcome, Route, cost_usd
-from lanes._core.upstream import ChunkReader
+from lanes._core.upstream.client import ChunkReader
 
 if TYPE_CHECKING:
-    from lanes._core.walk import Walk
+    from lanes._core.routing.record import Walk
 
 
 async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from drills.process import free_port
+from lanes.testing.processes import free_port
 
 CANDIDATES = ("/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server")
 

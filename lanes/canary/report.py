@@ -6,7 +6,7 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from canary.score import ModelReport, summary
+from lanes.canary.score import ModelReport, summary
 
 
 def _when(at: float | None) -> str:

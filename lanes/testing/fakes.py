@@ -26,8 +26,8 @@ import attrs
 import h11
 import trio
 
-from drills.behaviours import quota_exceeded
-from drills.behaviours import (  # re-exported: scripts say `from drills.fakes import answer, hang, ...`
+from lanes.testing.behaviours import quota_exceeded
+from lanes.testing.behaviours import (  # re-exported: scripts say `from lanes.testing.fakes import answer, hang, ...`
     ANSWER,
     Behaviour,
     answer,
