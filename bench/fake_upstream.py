@@ -14,7 +14,7 @@ import signal
 
 import trio
 
-from lanes.testing.fakes import answer, hang, open_fake, rate_limited
+from lanes.testing import answer, hang, open_fake, rate_limited
 
 BEHAVIOURS = {"fast": answer, "ratelimit": lambda: rate_limited(retry_after=5), "hang": hang,
               "slow": lambda: answer(chunk_delay_s=0.6)}

@@ -24,7 +24,7 @@ import trio
 import trio.testing
 
 import lanes
-from lanes.testing.fakes import open_fake, quota
+from lanes.testing import open_fake, quota
 from lanes.testing.configs import KEYS, paid_lane
 
 # name, per minute, per day, how it reports, whether our config knows the limits

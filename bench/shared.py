@@ -95,7 +95,7 @@ async def in_process(redis_url: str, workdir: Path, quick: bool) -> dict[str, An
     """The same comparison without HTTP in the way: one dispatcher in this process, jobs one at a time
     against an in-process fake (free lane, then paid lane), SQLite file against Redis, interleaved."""
     import lanes
-    from lanes.testing.fakes import open_fake
+    from lanes.testing import open_fake
     from lanes.testing.configs import KEYS, free_lane, paid_lane
 
     reps, total = (2, 200) if quick else (5, 400)

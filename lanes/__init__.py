@@ -10,11 +10,14 @@ async def main():
 
 trio.run(main)
 ```
+
+A lane module (one provider, one file) imports only from here: `Provider`, `Model`, the free-tier
+kinds, and — for quirks — `OpenAICompatibleLane` and `Job`. See README, "Adding a provider".
 """
 
 from lanes._core.config import Config, load_config, read_config
+from lanes._core.config import ModelConfig as Model
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.open import complete_sync, open_dispatcher
 from lanes._core.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -32,29 +35,52 @@ from lanes._core.errors import (
     UpstreamRejected,
 )
 from lanes._core.job import Attempt, Candidate, Job, Reply, Skip
+from lanes._core.open import complete_sync, open_dispatcher
+from lanes._core.statistics import Statistics
 from lanes._core.streaming.stream import ReplyStream
+from lanes._core.upstream.lane import OpenAICompatibleLane, Provider
+from lanes.freetier.kinds import (
+    AlwaysFreeLocal,
+    CreditBased,
+    CustomEndpoint,
+    FreeModelsOnly,
+    NoFreeTier,
+    RateLimitedFree,
+    Subscription,
+)
 
 __all__ = [
+    "AlwaysFreeLocal",
     "Attempt",
     "Candidate",
     "Config",
     "ConfigError",
+    "CreditBased",
+    "CustomEndpoint",
     "DeadlineExceeded",
     "Dispatcher",
     "FallbackDenied",
     "FallbackNeedsApproval",
+    "FreeModelsOnly",
     "FreeTierExhausted",
     "GovernorExhausted",
     "Job",
     "JobFailed",
     "LanesError",
+    "Model",
+    "NoFreeTier",
     "NoLaneAvailable",
+    "OpenAICompatibleLane",
     "PaidBudgetExhausted",
+    "Provider",
+    "RateLimitedFree",
     "Reply",
     "ReplyStream",
     "RetryLater",
     "Skip",
+    "Statistics",
     "StreamInterrupted",
+    "Subscription",
     "UnknownModel",
     "UpstreamRejected",
     "complete_sync",

@@ -1,9 +1,8 @@
 """Anthropic through its OpenAI-compatible endpoint: no free tier; anthropic-ratelimit-*
 headers with RFC 3339 resets. Prices in USD per million tokens, 2026-11."""
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import NoFreeTier
+from lanes import Model, NoFreeTier, Provider
+
 
 PROVIDER = Provider(
     name="anthropic",
@@ -12,6 +11,6 @@ PROVIDER = Provider(
     free_tier=NoFreeTier(),
     prefill=True,
     models=(
-        ModelConfig(id="claude-haiku-4-5", context=200000, input_usd_per_mtok=1.0, output_usd_per_mtok=5.0),
+        Model(id="claude-haiku-4-5", context=200000, input_usd_per_mtok=1.0, output_usd_per_mtok=5.0),
     ),
 )

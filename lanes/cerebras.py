@@ -1,9 +1,8 @@
 """Cerebras: a rate-limited free tier; headers carry -minute / -hour / -day suffixes and resets as
 float seconds; a 429 may carry only retry-after. Defaults as of 2026-11."""
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import RateLimitedFree
+from lanes import Model, Provider, RateLimitedFree
+
 
 PROVIDER = Provider(
     name="cerebras",
@@ -11,7 +10,7 @@ PROVIDER = Provider(
     api_key_env="CEREBRAS_API_KEY",
     free_tier=RateLimitedFree(rpm=30, rpd=14_400, tpm=60_000, tpd=1_000_000),
     models=(
-        ModelConfig(id="llama3.1-8b", context=8192),
-        ModelConfig(id="llama-3.3-70b", context=65536),
+        Model(id="llama3.1-8b", context=8192),
+        Model(id="llama-3.3-70b", context=65536),
     ),
 )

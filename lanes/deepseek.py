@@ -1,9 +1,8 @@
 """DeepSeek: no free tier (cheap, paid); no rate-limit headers; keeps queued connections alive
 with blank lines and SSE comments. Prices in USD per million tokens, 2026-11."""
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import NoFreeTier
+from lanes import Model, NoFreeTier, Provider
+
 
 PROVIDER = Provider(
     name="deepseek",
@@ -12,6 +11,6 @@ PROVIDER = Provider(
     free_tier=NoFreeTier(),
     prefill=True,
     models=(
-        ModelConfig(id="deepseek-chat", context=65536, input_usd_per_mtok=0.27, output_usd_per_mtok=1.1),
+        Model(id="deepseek-chat", context=65536, input_usd_per_mtok=0.27, output_usd_per_mtok=1.1),
     ),
 )

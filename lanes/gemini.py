@@ -2,9 +2,8 @@
 headers; a 429 body carries RetryInfo.retryDelay and a QuotaFailure naming PerMinute / PerDay.
 Defaults as of 2026-11 (Flash; Pro has fewer requests per day)."""
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import RateLimitedFree
+from lanes import Model, Provider, RateLimitedFree
+
 
 PROVIDER = Provider(
     name="gemini",
@@ -13,6 +12,6 @@ PROVIDER = Provider(
     free_tier=RateLimitedFree(rpm=10, rpd=250, tpm=250_000),
     catalog_style="prefixed_ids",
     models=(
-        ModelConfig(id="gemini-2.5-flash", context=1048576),
+        Model(id="gemini-2.5-flash", context=1048576),
     ),
 )

@@ -1,9 +1,8 @@
 """GitHub Models: low tier 15 requests a minute and 150 a day (high tier 10 / 50);
 x-ratelimit-type and x-ratelimit-renewalperiod-requests headers. As of 2026-11."""
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import RateLimitedFree
+from lanes import Model, Provider, RateLimitedFree
+
 
 PROVIDER = Provider(
     name="github",
@@ -11,6 +10,6 @@ PROVIDER = Provider(
     api_key_env="GITHUB_TOKEN",
     free_tier=RateLimitedFree(rpm=15, rpd=150),
     models=(
-        ModelConfig(id="openai/gpt-4.1-mini", context=1047576),
+        Model(id="openai/gpt-4.1-mini", context=1047576),
     ),
 )

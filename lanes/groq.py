@@ -3,9 +3,8 @@
 Its `x-ratelimit-*-requests` headers count per day and `*-tokens` per minute.
 """
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import RateLimitedFree
+from lanes import Model, Provider, RateLimitedFree
+
 
 PROVIDER = Provider(
     name="groq",
@@ -14,7 +13,7 @@ PROVIDER = Provider(
     free_tier=RateLimitedFree(rpm=30, rpd=14_400, tpm=6_000, tpd=500_000),
     conventions={"requests": 86_400.0, "tokens": 60.0},
     models=(
-        ModelConfig(id="llama-3.1-8b-instant", context=131_072),
-        ModelConfig(id="llama-3.3-70b-versatile", context=131_072),
+        Model(id="llama-3.1-8b-instant", context=131_072),
+        Model(id="llama-3.3-70b-versatile", context=131_072),
     ),
 )

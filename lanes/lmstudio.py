@@ -1,7 +1,7 @@
 """LM Studio: owned local capacity on its OpenAI-compatible endpoint; always free, no key."""
 
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import AlwaysFreeLocal
+from lanes import AlwaysFreeLocal, Provider
+
 
 PROVIDER = Provider(
     name="lmstudio",

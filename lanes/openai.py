@@ -1,8 +1,7 @@
 """OpenAI: no free tier; every model is paid (prices in USD per million tokens, 2026-11)."""
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import NoFreeTier
+from lanes import Model, NoFreeTier, Provider
+
 
 PROVIDER = Provider(
     name="openai",
@@ -10,6 +9,6 @@ PROVIDER = Provider(
     api_key_env="OPENAI_API_KEY",
     free_tier=NoFreeTier(),
     models=(
-        ModelConfig(id="gpt-4.1-mini", context=1_047_576, input_usd_per_mtok=0.40, output_usd_per_mtok=1.60),
+        Model(id="gpt-4.1-mini", context=1_047_576, input_usd_per_mtok=0.40, output_usd_per_mtok=1.60),
     ),
 )

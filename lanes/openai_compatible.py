@@ -1,8 +1,8 @@
 """Any OpenAI-compatible endpoint. A remote endpoint is not assumed free: its default kind is `none`
 until config says otherwise (`[lanes.free_tier] kind = "local"` for a self-hosted server)."""
 
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import NoFreeTier
+from lanes import NoFreeTier, Provider
+
 
 PROVIDER = Provider(
     name="openai_compatible",

@@ -7,10 +7,8 @@ Quirk: a job that needs zero data retention asks OpenRouter's router for it in t
 
 from typing import Any
 
-from lanes._core.config import ModelConfig
-from lanes._core.job import Job
-from lanes._core.upstream.lane import OpenAICompatibleLane, Provider
-from lanes.freetier.kinds import CustomEndpoint, FreeModelsOnly
+from lanes import CustomEndpoint, FreeModelsOnly, Job, Model, OpenAICompatibleLane, Provider
+
 
 PROVIDER = Provider(
     name="openrouter",
@@ -20,8 +18,8 @@ PROVIDER = Provider(
     balance=CustomEndpoint(url="{base_url}/key", json_path="data.limit_remaining"),
     catalog_style="per_token_prices",
     models=(
-        ModelConfig(id="meta-llama/llama-3.3-70b-instruct:free", context=131_072),
-        ModelConfig(id="deepseek/deepseek-chat-v3-0324:free", context=163_840),
+        Model(id="meta-llama/llama-3.3-70b-instruct:free", context=131_072),
+        Model(id="deepseek/deepseek-chat-v3-0324:free", context=163_840),
     ),
 )
 

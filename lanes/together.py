@@ -1,9 +1,8 @@
 """Together AI: a few `-Free` models at about 3 requests a minute; x-ratelimit-* and
 x-tokenlimit-* headers. As of 2026-11."""
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import FreeModelsOnly
+from lanes import FreeModelsOnly, Model, Provider
+
 
 PROVIDER = Provider(
     name="together",
@@ -12,6 +11,6 @@ PROVIDER = Provider(
     free_tier=FreeModelsOnly(patterns=("*-Free",), rpm=3),
     catalog_style="per_mtok_prices",
     models=(
-        ModelConfig(id="meta-llama/Llama-3.3-70B-Instruct-Turbo-Free", context=131072),
+        Model(id="meta-llama/Llama-3.3-70B-Instruct-Turbo-Free", context=131072),
     ),
 )

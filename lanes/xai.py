@@ -1,9 +1,8 @@
 """xAI: one-time signup credits (about $25, no reset); credit exhaustion arrives as a 429 with a
 plain-text body. As of 2026-11."""
 
-from lanes._core.config import ModelConfig
-from lanes._core.upstream.lane import Provider
-from lanes.freetier.kinds import CreditBased
+from lanes import CreditBased, Model, Provider
+
 
 PROVIDER = Provider(
     name="xai",
@@ -11,6 +10,6 @@ PROVIDER = Provider(
     api_key_env="XAI_API_KEY",
     free_tier=CreditBased(budget_usd=25.0, reset="never"),
     models=(
-        ModelConfig(id="grok-3-mini", context=131072, input_usd_per_mtok=0.3, output_usd_per_mtok=0.5),
+        Model(id="grok-3-mini", context=131072, input_usd_per_mtok=0.3, output_usd_per_mtok=0.5),
     ),
 )

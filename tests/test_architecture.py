@@ -19,21 +19,36 @@ from lanes.freetier import kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "lanes"
-PURE = [
-    "lanes/_core/routing/breaker.py", "lanes/_core/job.py", "lanes/_core/errors.py", "lanes/_core/upstream/responses.py",
-    "lanes/_core/upstream/sse.py", "lanes/_core/routing/policy.py", "lanes/freetier/kinds.py", "lanes/freetier/headers.py",
-    "lanes/freetier/backoff.py", "lanes/freetier/windows.py", "lanes/freetier/manager.py", "lanes/_core/state/audit.py",
-]
-IMPURE = {"trio", "httpx2", "httpx", "sqlite3", "sqlite_utils", "hypercorn", "starlette", "socket", "time"}
-PROVIDERS = re.compile(
-    r"\b(groq|cerebras|gemini|mistral|cohere|openrouter|together|deepseek|xai|deepinfra|ollama|anthropic"
-    r"|lm ?studio|llama\.cpp|copilot|perplexity)\b",
-    re.IGNORECASE,
-)
+MARKER = "# lanes: pure"
+IMPURE = {"trio", "httpx2", "httpx", "sqlite3", "sqlite_utils", "hypercorn", "starlette", "socket", "time", "redis"}
 LANE_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_"))
 SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py") if not p.parent.name.startswith("_"))
 SOURCES = [p for d in ("lanes", "tests", "bench") for p in (ROOT / d).rglob("*.py")
            if ".venv" not in p.parts and not any(part.startswith(".venv") for part in p.parts)]
+
+
+def pure_modules() -> list[str]:
+    """Every module of the free-tier package, and every module carrying the pure marker."""
+    found = {p for p in (PACKAGE / "freetier").glob("*.py")}
+    found |= {p for p in PACKAGE.rglob("*.py") if MARKER in p.read_text().splitlines()}
+    return sorted(str(p.relative_to(ROOT)) for p in found)
+
+
+PURE = pure_modules()
+
+
+def provider_names() -> set[str]:
+    """What the lane modules call their providers (`Provider(name=...)`), and the modules' own names.
+    `openai` names the wire protocol the engine speaks, so the engine may say it."""
+    names = set(LANE_MODULES)
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Provider":
+                names |= {k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)}
+    return names - {"openai", "openai_compatible"}
+
+
+PROVIDERS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, provider_names()))) + r")\b", re.IGNORECASE)
 
 
 def imports(path: Path) -> set[str]:
@@ -72,9 +87,16 @@ def closure(path: Path) -> set[str]:
     return out
 
 
+def test_the_pure_set_is_found_not_listed():
+    """The pure set comes from the folder and the marker, and holds the core's known pure modules."""
+    assert {"lanes/_core/routing/breaker.py", "lanes/_core/routing/policy.py", "lanes/_core/routing/scoring.py",
+            "lanes/_core/upstream/catalog.py", "lanes/_core/upstream/sse.py", "lanes/freetier/headers.py",
+            "lanes/canary/score.py", "lanes/_core/job.py", "lanes/_core/errors.py"} <= set(PURE)
+
+
 @pytest.mark.parametrize("path", PURE)
 def test_pure_modules_do_no_io(path):
-    """Pure modules import no trio, httpx, sqlite, server or clock, even indirectly."""
+    """Pure modules import no trio, httpx, sqlite, redis, server or clock, even indirectly."""
     assert not (closure(ROOT / path) & IMPURE)
 
 
@@ -107,9 +129,96 @@ def code_text(path: Path) -> str:
 
 
 def test_the_engine_names_no_provider():
-    """Nothing in lanes/_core names a provider in its code or strings."""
-    named = {p.name: PROVIDERS.findall(code_text(p)) for p in (PACKAGE / "_core").rglob("*.py")}
+    """Nothing in lanes/_core (nor the HTTP side) names a provider in its code or strings."""
+    assert {"groq", "openrouter", "ollama", "gemini"} <= provider_names()
+    engine = [*(PACKAGE / "_core").rglob("*.py"), *(PACKAGE / "_http").rglob("*.py")]
+    named = {str(p.relative_to(ROOT)): PROVIDERS.findall(code_text(p)) for p in engine}
     assert {k: v for k, v in named.items() if v} == {}
+
+
+def test_lane_modules_import_only_the_public_api():
+    """A lane module imports `lanes` (the lane-author API) and the standard library, nothing private."""
+    offenders = []
+    for name in LANE_MODULES:
+        for node in ast.walk(ast.parse((PACKAGE / f"{name}.py").read_text())):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{name} imports {m}" for m in modules
+                          if m.startswith("lanes.") or m.split(".")[0] in ("httpx2", "trio", "attrs", "sqlite3")]
+    assert offenders == []
+
+
+def test_lanes_never_imports_the_scripts_around_it():
+    """Nothing in the package imports the top-level `drills`, `canary` or `bench`."""
+    offenders = [f"{p.relative_to(ROOT)} imports {name}" for p in PACKAGE.rglob("*.py") for name in imports(p)
+                 if name.split(".")[0] in ("drills", "canary", "bench")]
+    assert offenders == []
+
+
+def module_graph() -> dict[str, set[str]]:
+    """lanes' modules → the lanes modules each imports (type-checking imports included)."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        targets = set()
+        for imported in imports(path):
+            if imported.startswith("lanes"):
+                target = module_file(imported)
+                if target is not None and target.name != "__init__.py":
+                    targets.add(".".join(target.relative_to(ROOT).with_suffix("").parts))
+        graph[name] = targets - {name}
+    return graph
+
+
+def test_no_import_cycle():
+    """No module of lanes imports itself back, however indirectly."""
+    graph, cycles = module_graph(), []
+    for start in graph:
+        todo, seen = list(graph[start]), set()
+        while todo:
+            current = todo.pop()
+            if current == start:
+                cycles.append(start)
+                break
+            if current not in seen:
+                seen.add(current)
+                todo.extend(graph.get(current, ()))
+    assert cycles == []
+
+
+def test_the_dispatcher_stays_small():
+    """The dispatcher holds state and two doors; the walk, the attempt and the gate live elsewhere."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in [PACKAGE / "_core" / "dispatcher.py",
+                                                                *(PACKAGE / "_core" / "routing").glob("*.py")]}
+    assert sizes["dispatcher.py"] <= 250
+    assert {k: v for k, v in sizes.items() if v > 300} == {}
+
+
+def test_the_error_tree_is_drawn_as_it_is():
+    """The tree in errors.py's docstring is the class hierarchy, class for class."""
+    from lanes._core import errors
+
+    drawn = {}
+    for line in (errors.__doc__ or "").splitlines():
+        match = re.match(r"^([│ ]*)(?:[├└]── )?([A-Z][A-Za-z]+)\b", line)
+        if match and hasattr(errors, match.group(2)) and isinstance(getattr(errors, match.group(2)), type):
+            depth = len(match.group(1)) // 4 + (1 if "──" in line else 0)
+            drawn[match.group(2)] = depth
+    parents: dict[str, str] = {}
+    stack: list[str] = []
+    for line in (errors.__doc__ or "").splitlines():
+        match = re.match(r"^([│ ]*)(?:[├└]── )?([A-Z][A-Za-z]+)\b", line)
+        if not match or match.group(2) not in drawn:
+            continue
+        depth = drawn[match.group(2)]
+        del stack[depth:]
+        if stack:
+            parents[match.group(2)] = stack[-1]
+        stack.append(match.group(2))
+    bases = {name: {b.__name__ for b in cls.__bases__} for name, cls in vars(errors).items()
+             if isinstance(cls, type) and issubclass(cls, errors.LanesError) and cls is not errors.LanesError}
+    assert set(parents) == set(bases) and set(drawn) == {*bases, "LanesError"}
+    assert {name: parent for name, parent in parents.items() if parent not in bases[name]} == {}
 
 
 def test_public_api_is_sorted_and_complete():

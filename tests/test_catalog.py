@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lanes
-from lanes.testing.fakes import open_fake, rate_limited, status
+from lanes.testing import open_fake, rate_limited, status
 from helpers import config, free_lane
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.routing.scoring import ScoringConfig, Stats, degraded_providers, reliability, score, wilson_lower
@@ -137,11 +137,11 @@ async def test_exploration_rate_within_tolerance(env, autojump_clock):
         cfg = config(free_lane("a", a.base_url, ["m"]), free_lane("b", b.base_url, ["m"]),
                      scoring={"explore_rate": 0.2})
         async with lanes.open_dispatcher(cfg, env=env) as d:
-            d.ranking.rng = random.Random(42)
+            d.routing.ranking.rng = random.Random(42)
             replies = [await d.complete(lanes.Job(messages=JOB)) for _ in range(500)]
     explored = sum(r.explored for r in replies)
     assert 70 <= explored <= 130, explored
-    assert all(r.lane == "b" for r in replies if r.explored) and d.ranking.explored == explored
+    assert all(r.lane == "b" for r in replies if r.explored) and d.routing.ranking.explored == explored
 
 
 @pytest.mark.free_lane
@@ -188,7 +188,7 @@ async def test_sticky_conversation_stays_on_its_model(env, autojump_clock):
             first = await d.complete(lanes.Job(messages=JOB, client="c1"))
             for _ in range(30):  # b builds a better record through pinned jobs; a gets a penalty
                 await d.complete(lanes.Job(messages=JOB, model="b/m"))
-            d.ranking.note(d.lanes["a"].candidates[0], "fault", 1.0, d.now_wall())
+            d.routing.ranking.note(d.lanes["a"].candidates[0], "fault", 1.0, d.now_wall())
             second_turn = JOB + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "more"}]
             sticky = await d.complete(lanes.Job(messages=second_turn, client="c1"))
             fresh = await d.complete(lanes.Job(messages=[{"role": "user", "content": "other"}], client="c1"))

@@ -6,7 +6,8 @@ import pytest
 import trio
 
 import lanes
-from lanes.testing.fakes import answer, garbage, hang, open_fake, rate_limited, reset, status
+from lanes._http.errors import http_status
+from lanes.testing import answer, garbage, hang, open_fake, rate_limited, reset, status
 from conftest import FREE_LANE_OFF
 from helpers import ENGINE_POLICY, config, free_lane, local_lane, paid_lane
 
@@ -132,9 +133,9 @@ async def test_final_errors_do_not_fall_back(code, fakes, env, autojump_clock):
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         with pytest.raises(lanes.UpstreamRejected) as caught:
             await dispatcher.complete(job())
-    assert caught.value.status == code
+        assert dispatcher.statistics().model("local/local-model").breaker.consecutive_faults == 0
+    assert caught.value.upstream_status == code and http_status(caught.value) == code
     assert paid.requests() == []
-    assert dispatcher.breakers["local"].statistics(0).consecutive_faults == 0
 
 
 async def test_context_length_error_moves_on(fakes, env, autojump_clock):
@@ -158,7 +159,7 @@ async def test_breaker_opens_and_skips_without_sending(fakes, env, autojump_cloc
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         for _ in range(5):
             assert (await dispatcher.complete(job())).lane == "paid"
-        stats = dispatcher.breakers["local"].statistics(trio.current_time())
+        stats = dispatcher.statistics().model("local/local-model").breaker
     assert len(local.requests()) == 3
     assert stats.state == "open"
 
@@ -172,13 +173,13 @@ async def test_breaker_half_opens_and_closes_after_recovery(fakes, env, autojump
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         await dispatcher.complete(job())
         await dispatcher.complete(job())
-        assert dispatcher.breakers["local"].state(trio.current_time()) == "open"
+        assert dispatcher.statistics().model("local/local-model").breaker.state == "open"
         await trio.sleep(29)
         assert (await dispatcher.complete(job())).lane == "paid"
         await trio.sleep(1)
         reply = await dispatcher.complete(job())
         assert reply.lane == "local"
-        assert dispatcher.breakers["local"].state(trio.current_time()) == "closed"
+        assert dispatcher.statistics().model("local/local-model").breaker.state == "closed"
     assert len(local.requests()) == 3
 
 
@@ -194,7 +195,7 @@ async def test_probe_cut_by_our_deadline_is_released(fakes, env, autojump_clock)
         await trio.sleep(10)
         with pytest.raises(lanes.DeadlineExceeded):
             await dispatcher.complete(job(deadline_s=1))  # the probe hangs; our deadline cuts it
-        stats = dispatcher.breakers["local"].statistics(trio.current_time())
+        stats = dispatcher.statistics().model("local/local-model").breaker
         assert stats.state == "half_open" and not stats.probe_in_flight
         reply = await dispatcher.complete(job())  # a fresh probe is allowed at once
     assert reply.lane == "local"
@@ -209,13 +210,14 @@ async def test_rate_limits_do_not_count_against_the_breaker(fakes, env, autojump
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         for _ in range(10):
             await dispatcher.complete(job())
-        assert dispatcher.breakers["local"].state(trio.current_time()) == "closed"
+        assert dispatcher.statistics().model("local/local-model").breaker.state == "closed"
     assert len(local.requests()) == 10
 
 
 async def test_every_lane_failing_is_no_lane_available(fakes, env, autojump_clock):
     """When every lane faults before the deadline the caller gets NoLaneAvailable with each attempt
-    (a transient fault is retried once on the same candidate first)."""
+    and a message naming each candidate's failure. A transient fault is retried on the same
+    candidate once per job; the paid one, with its single allowed request, is not retried."""
     _, local, paid = fakes
     local.script("local-model", status(502))
     paid.script("paid-model", reset())
@@ -223,8 +225,11 @@ async def test_every_lane_failing_is_no_lane_available(fakes, env, autojump_cloc
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         with pytest.raises(lanes.NoLaneAvailable) as caught:
             await dispatcher.complete(job())
-    assert [(a.lane, a.outcome) for a in caught.value.attempts] == [
-        ("local", "fault"), ("local", "fault"), ("paid", "fault"), ("paid", "fault")]
+    assert [(a.lane, a.outcome, a.retry) for a in caught.value.attempts] == [
+        ("local", "fault", False), ("local", "fault", True), ("paid", "fault", False)]
+    assert len(paid.requests()) == 1
+    message = str(caught.value)
+    assert "local/local-model: HTTP 502" in message and "paid/paid-model: ReadError" in message and "reset by peer" in message
 
 
 async def test_model_selection(fakes, env, autojump_clock):

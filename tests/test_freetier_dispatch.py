@@ -10,7 +10,8 @@ import pytest
 import trio
 
 import lanes
-from lanes.testing.fakes import answer, open_fake, rate_limited
+from lanes._http.errors import http_status
+from lanes.testing import answer, open_fake, rate_limited
 from helpers import config, free_lane, paid_lane
 
 JOB = [{"role": "user", "content": "hi"}]
@@ -62,7 +63,7 @@ async def test_exhausted_free_capacity_says_when_it_reopens(env, autojump_clock)
     assert len(errors) == 50 and len(free.requests()) == 1
     assert all(e.next_eligible == "free/free-model" for e in errors)
     assert all(20 <= e.retry_after_s <= 22.1 for e in errors)
-    assert all(e.status == 429 and e.code == "free_tier_exhausted" for e in errors)
+    assert all(http_status(e) == 429 and e.code == "free_tier_exhausted" for e in errors)
 
 
 async def test_remaining_zero_stops_requests_before_any_429(env, autojump_clock):
@@ -151,10 +152,10 @@ async def test_provider_balance_beats_the_local_estimate(env, autojump_clock):
         credit.balance = 0.0
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
             await trio.sleep(1)
-            assert dispatcher.manager.credit_left("credit", dispatcher.now_wall()) == 0.0
+            assert dispatcher.routing.manager.credit_left("credit", dispatcher.now_wall()) == 0.0
             assert (await dispatcher.complete(job())).lane == "paid"
             credit.balance = 4.5
             await trio.sleep(60)
-            assert dispatcher.manager.credit_left("credit", dispatcher.now_wall()) == 4.5
+            assert dispatcher.routing.manager.credit_left("credit", dispatcher.now_wall()) == 4.5
             assert (await dispatcher.complete(job())).lane == "credit"
     assert [r.authorization for r in credit.requests() if r.behaviour == "key"] == [True, True]

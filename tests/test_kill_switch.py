@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import lanes
-from lanes.testing.fakes import open_fake
+from lanes.testing import open_fake
 from helpers import config, free_lane, local_lane, paid_lane
 
 JOB = [{"role": "user", "content": "hi"}]

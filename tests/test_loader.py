@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import lanes
-from lanes.testing.fakes import open_fake
+from lanes.testing import open_fake
 from helpers import config, local_lane, paid_lane
 
 

@@ -10,7 +10,7 @@ import httpx2
 import pytest
 import trio
 
-from lanes.testing.fakes import rate_limited
+from lanes.testing import rate_limited
 from sidecar import open_sidecar
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -9,7 +9,8 @@ import pytest
 import trio
 
 import lanes
-from lanes.testing.fakes import ANSWER, answer, hang, open_fake, rate_limited, status
+from lanes._http.errors import http_status
+from lanes.testing import ANSWER, answer, hang, open_fake, rate_limited, status
 from lanes._core.state import audit
 from helpers import config, free_lane, local_lane, paid_lane
 
@@ -69,7 +70,7 @@ async def test_outcome_three_paid_fallback_succeeds(trio_fakes, env, autojump_cl
     b.script("free-b", rate_limited(retry_after=30))
     async with lanes.open_dispatcher(cfg(a, b, paid, free_tier_fallback="allow"), env=env) as d:
         reply = await d.complete(job())
-        spent = d.governors.spent_today()
+        spent = d.paid_spent_today()
     assert (reply.lane, reply.route, len(reply.attempts)) == ("paid", "paid_fallback", 3)
     assert reply.cost_usd > 0 and spent == pytest.approx(reply.cost_usd)
     assert counts(a, b, paid) == (1, 1, 1)
@@ -86,7 +87,7 @@ async def test_outcome_four_paid_ceiling_reached(trio_fakes, env, autojump_clock
                                      env=env) as d:
         with pytest.raises(lanes.PaidBudgetExhausted) as caught:
             await d.complete(job())
-    assert caught.value.status == 429 and caught.value.code == "paid_budget_exhausted"
+    assert http_status(caught.value) == 429 and caught.value.code == "paid_budget_exhausted"
     assert len(caught.value.attempts) == 2 and counts(a, b, paid) == (1, 1, 0)
 
 
@@ -137,7 +138,7 @@ async def test_mode_ask_approve_once(trio_fakes, env, autojump_clock):
         assert box["reply"].route == "paid_fallback"
         with pytest.raises(lanes.FallbackNeedsApproval) as caught:
             await d.complete(job(client="alice", deadline_s=2))
-    assert caught.value.status == 429 and caught.value.approval_id.startswith("ap-")
+    assert http_status(caught.value) == 429 and caught.value.approval_id.startswith("ap-")
     assert len(paid.requests()) == 1
 
 
@@ -217,7 +218,7 @@ async def test_two_hundred_jobs_spend_exactly_the_ceiling(env, autojump_clock):
             async with trio.open_nursery() as nursery:
                 for _ in range(200):
                     nursery.start_soon(one)
-            spent = d.governors.spent_today()
+            spent = d.paid_spent_today()
     assert (len(served), len(refused)) == (10, 190)
     assert len(paid.requests()) == 10
     assert spent == pytest.approx(per_job * 10) and spent <= per_job * 10 + 1e-12
@@ -246,7 +247,7 @@ async def test_crash_before_settling_never_undercounts(env, tmp_path, autojump_c
             with trio.move_on_after(1):  # the "crash": the job is abandoned mid-attempt
                 await d.complete(job(params={"max_tokens": 10}))
         async with lanes.open_dispatcher(conf, env=env) as d:
-            assert d.governors.spent_today() > 0
+            assert d.paid_spent_today() > 0
 
 
 # -- retry discipline ---------------------------------------------------------------------------

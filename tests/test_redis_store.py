@@ -153,7 +153,8 @@ def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
     """Redis gone: calls fail fast, reservations are refused until a full sync has pushed the ledger back."""
     store = host(redis_server.url)
     day = window_id("day", time.time())
-    assert store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="before", cohort=None)
+    before = store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="before", cohort=None)
+    assert before
     redis_server.kill()
     started = time.monotonic()  # wall-clock: a refused connection must not hang
     with pytest.raises(StoreUnavailable, match="redis at redis://127.0.0.1"):
@@ -162,7 +163,7 @@ def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
     assert not store.up
     with pytest.raises(StoreUnavailable):
         store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="during", cohort=None)
-    store.settle_paid(f"{day}:before:p/m:0.1", 0.05)  # queued, never lost
+    store.settle_paid(before, 0.05)  # queued, never lost
     redis_server.start()  # no persistence: Redis forgot everything
     with pytest.raises(StoreUnavailable, match="not synchronised"):
         store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="early", cohort=None)

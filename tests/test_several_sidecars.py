@@ -20,7 +20,7 @@ import pytest
 import redis
 import trio
 
-from lanes.testing.fakes import answer, open_fake, rate_limited
+from lanes.testing import answer, open_fake, rate_limited
 from lanes.testing.configs import KEYS, free_lane, local_lane, paid_lane
 from lanes.testing.processes import SidecarProcess, open_sidecar_process, open_sidecar_processes
 

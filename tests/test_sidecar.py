@@ -10,7 +10,7 @@ import openai
 import pytest
 import trio
 
-from lanes.testing.fakes import ANSWER, answer, garbage, hang, rate_limited, status
+from lanes.testing import ANSWER, answer, garbage, hang, rate_limited, status
 from sidecar import CLIENT_KEY, open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Tell me the pangram, please."}]
@@ -211,7 +211,7 @@ def text_and_end(events: list[str]) -> tuple[str, str]:
 
 async def test_cut_stream_resumes_through_a_prefill_capable_fallback():
     """A stream cut after three chunks is resumed by prefill: the client sees the whole answer once."""
-    from lanes.testing.fakes import stream_cut
+    from lanes.testing import stream_cut
     async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)) as (url, fakes):
         fakes["local"].script("local-model", stream_cut(after=3))
         events = await sse_events(url, {"messages": MESSAGES})
@@ -223,7 +223,7 @@ async def test_cut_stream_resumes_through_a_prefill_capable_fallback():
 
 async def test_cut_stream_whose_fallback_rejects_prefill_is_regenerated_exactly():
     """The fallback refuses the prefill: it regenerates and only the exact extension is delivered."""
-    from lanes.testing.fakes import stream_cut
+    from lanes.testing import stream_cut
     async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)) as (url, fakes):
         fakes["local"].script("local-model", stream_cut(after=3))
         fakes["paid"].prefill = False
@@ -235,7 +235,7 @@ async def test_cut_stream_whose_fallback_rejects_prefill_is_regenerated_exactly(
 async def test_cut_stream_with_no_honest_recovery_ends_in_an_error_event():
     """When the regenerated answer differs, nothing is spliced on: an in-band error names the real
     failure (the cut), not the fallback's prefill refusal, and there is no [DONE]."""
-    from lanes.testing.fakes import stream_cut
+    from lanes.testing import stream_cut
     async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)) as (url, fakes):
         fakes["local"].script("local-model", stream_cut(after=3))
         fakes["paid"].script("paid-model", answer(text="A completely different answer."))
@@ -250,7 +250,7 @@ async def test_cut_stream_with_no_honest_recovery_ends_in_an_error_event():
 async def test_stream_faults_never_end_truncated_as_success(fault):
     """Slow first token → fallback; stalled → resumed elsewhere; malformed chunk skipped; no [DONE]
     finalised — in every case the client gets the whole answer and a clean end, or an error event."""
-    from lanes.testing.fakes import malformed_chunk, no_done, stream_stall
+    from lanes.testing import malformed_chunk, no_done, stream_stall
     behaviours = {"slow-first-token": answer(delay_s=3), "stalled": stream_stall(after=2),
                   "malformed": malformed_chunk(after=2), "no-done": no_done()}
     fast = {"first_token_s": 1.0, "idle_s": 1.0}

@@ -6,7 +6,7 @@ import pytest
 import trio
 
 import lanes
-from lanes.testing.fakes import ANSWER, answer, garbage, hang, malformed_chunk, no_done, open_fake, status, stream_cut, stream_stall
+from lanes.testing import ANSWER, answer, garbage, hang, malformed_chunk, no_done, open_fake, status, stream_cut, stream_stall
 from helpers import config, local_lane, paid_lane
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
@@ -135,6 +135,6 @@ async def test_abandoned_stream_counts_against_nobody(pair, env, autojump_clock)
     async with lanes.open_dispatcher(cfg(local, paid), env=env) as dispatcher:
         async with dispatcher.open_stream(job()) as stream:
             await stream.__anext__()
-        stats = dispatcher.breakers["local"].statistics(trio.current_time())
+        stats = dispatcher.statistics().model("local/local-model").breaker
     assert stream.attempts[-1].outcome == "abandoned"
     assert stats.consecutive_faults == 0 and not stats.probe_in_flight

@@ -8,9 +8,12 @@ import pytest
 import trio
 
 import lanes
-from lanes.testing.fakes import open_fake
+from lanes.testing import open_fake
+from lanes.testing.processes import free_port
 from helpers import PAID_KEY, config, local_lane
-from lanes._core.job import Candidate, cost_usd, route_for
+from lanes._core.job import Candidate
+from lanes._core.routing.record import JobRecord
+from lanes.freetier.prices import usage_cost
 
 
 def test_job_validation():
@@ -31,13 +34,19 @@ def test_body_passes_params_through_and_sets_the_model():
 
 
 def test_routes_and_costs():
-    """Local is `local`; the first free attempt is `primary`, later ones `free_retry`; paid costs."""
-    assert [route_for("local", 0), route_for("free", 0), route_for("free", 1), route_for("paid", 3)] == [
-        "local", "primary", "free_retry", "paid_fallback"]
+    """Local is `local`; the first free candidate is `primary` (its same-candidate retry too), another
+    free one `free_retry`; paid is `paid_fallback`; a paid answer costs its usage at its prices."""
+    record = JobRecord(lanes.Job(messages=[{"role": "user", "content": "x"}]), deadline_at=10.0, started_at=0.0)
+    local, a, b = (Candidate(lane="l", model="m", tier="local"), Candidate(lane="a", model="m", tier="free"),
+                   Candidate(lane="b", model="m", tier="free"))
     paid = Candidate(lane="p", model="m", tier="paid", input_usd_per_mtok=1.0, output_usd_per_mtok=2.0)
-    assert cost_usd(paid, {"prompt_tokens": 1_000_000, "completion_tokens": 500_000}) == pytest.approx(2.0)
-    assert cost_usd(Candidate(lane="f", model="m", tier="free"), {"prompt_tokens": 10}) == 0.0
-    assert cost_usd(paid, {"prompt_tokens": "junk"}) == 0.0
+    assert [record.route_for(local), record.route_for(a)] == ["local", "primary"]
+    record.record(a, "fault", route="primary", duration_s=0.1)
+    assert [record.route_for(a), record.route_for(b), record.route_for(paid)] == ["primary", "free_retry",
+                                                                                    "paid_fallback"]
+    usage = {"prompt_tokens": 1_000_000, "completion_tokens": 500_000}
+    assert usage_cost(usage, paid.input_usd_per_mtok, paid.output_usd_per_mtok) == pytest.approx(2.0)
+    assert usage_cost({"prompt_tokens": "junk", "completion_tokens": 1}, 1.0, 2.0) is None
 
 
 def test_fingerprint_is_a_hash_not_the_body():
@@ -75,3 +84,13 @@ def test_complete_sync_refuses_an_absolute_deadline():
     """An absolute deadline from another trio run is meaningless here, so it is refused."""
     with pytest.raises(ValueError, match="deadline_s"):
         lanes.complete_sync(config(), lanes.Job(messages=[{"role": "user", "content": "x"}], deadline_at=5.0))
+
+
+def test_complete_sync_raises_the_job_failure_itself():
+    """A failed job leaves complete_sync (and open_dispatcher) as the JobFailed subclass, never a group."""
+    port = free_port()  # nothing listens there: every attempt is refused
+    with pytest.raises(lanes.NoLaneAvailable) as caught:
+        lanes.complete_sync(config(local_lane("local", f"http://127.0.0.1:{port}/v1")),
+                            lanes.Job(messages=[{"role": "user", "content": "hi"}], deadline_s=10), env={})
+    assert type(caught.value) is lanes.NoLaneAvailable
+    assert "local/local-model: ConnectError" in str(caught.value) and caught.value.request_id

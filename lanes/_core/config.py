@@ -15,7 +15,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
@@ -24,10 +24,12 @@ from cattrs.v import transform_error
 
 from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.errors import ConfigError
+from lanes._core.validators import non_negative, positive
 from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.scoring import ScoringConfig
 from lanes.freetier.kinds import KINDS, FreeTierKind
 
+T = TypeVar("T")
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -48,25 +50,15 @@ def _name(instance: object, attribute: attrs.Attribute, value: str) -> None:
         )
 
 
-def _positive(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{attribute.name}: must be > 0 (got {value:g})")
-
-
-def _non_negative(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and value < 0:
-        raise ValueError(f"{attribute.name}: must be >= 0 (got {value:g})")
-
-
 @attrs.frozen(kw_only=True)
 class ModelConfig:
     """One model a lane offers. Prices in USD per million tokens; `free` None = the kind decides."""
 
     id: str
     free: bool | None = None
-    context: int | None = attrs.field(default=None, validator=_positive)
-    input_usd_per_mtok: float | None = attrs.field(default=None, validator=_non_negative)
-    output_usd_per_mtok: float | None = attrs.field(default=None, validator=_non_negative)
+    context: int | None = attrs.field(default=None, validator=positive)
+    input_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)
+    output_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)
     zdr: bool = False  # the endpoint retains no data
     tools: bool | None = None  # capabilities; None = not known (not filtered on)
     vision: bool | None = None
@@ -85,13 +77,13 @@ class LaneConfig:
     api_key_env: str | None = None  # "" = no key needed
     free_tier: FreeTierKind | None = None
     models: list[ModelConfig] | None = None
-    attempt_timeout_s: float = attrs.field(default=30.0, validator=_positive)
-    first_token_s: float = attrs.field(default=10.0, validator=_positive)
-    idle_s: float = attrs.field(default=10.0, validator=_positive)
-    min_useful_s: float = attrs.field(default=0.25, validator=_non_negative)
-    balance_poll_s: float = attrs.field(default=600.0, validator=_positive)  # credits: how often to ask the balance
+    attempt_timeout_s: float = attrs.field(default=30.0, validator=positive)
+    first_token_s: float = attrs.field(default=10.0, validator=positive)
+    idle_s: float = attrs.field(default=10.0, validator=positive)
+    min_useful_s: float = attrs.field(default=0.25, validator=non_negative)
+    balance_poll_s: float = attrs.field(default=600.0, validator=positive)  # credits: how often to ask the balance
     discover: bool = False  # fetch the provider's model list (in the background) and route to its free models
-    catalog_refresh_s: float = attrs.field(default=21_600.0, validator=_positive)  # how often to fetch it again
+    catalog_refresh_s: float = attrs.field(default=21_600.0, validator=positive)  # how often to fetch it again
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
     headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
 
@@ -106,11 +98,11 @@ class ServerConfig:
     """`[server]`: the sidecar's HTTP side."""
 
     host: str = "127.0.0.1"
-    port: int = attrs.field(default=4098, validator=_non_negative)
-    max_body_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_positive)
-    keepalive_s: float = attrs.field(default=5.0, validator=_positive)  # SSE comment while a stream waits
+    port: int = attrs.field(default=4098, validator=non_negative)
+    max_body_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=positive)
+    keepalive_s: float = attrs.field(default=5.0, validator=positive)  # SSE comment while a stream waits
     clients: dict[str, str] = attrs.field(factory=dict)  # client name → env variable holding its key
-    shutdown_grace_s: float = attrs.field(default=30.0, validator=_non_negative)
+    shutdown_grace_s: float = attrs.field(default=30.0, validator=non_negative)
 
 
 @attrs.frozen(kw_only=True)
@@ -119,9 +111,10 @@ class Config:
 
     lanes: list[LaneConfig] = attrs.field(factory=list)
     aliases: dict[str, list[str]] = attrs.field(factory=dict)
-    default_deadline_s: float = attrs.field(default=30.0, validator=_positive)
+    default_deadline_s: float = attrs.field(default=30.0, validator=positive)
     free_lane: bool = True  # FREE_LANE=off in the environment wins over this
     log_bodies: bool = False
+    log_jobs: bool = True  # one INFO line per job on the `lanes.jobs` logger (id, route, lane, outcome, ms)
     state: str = attrs.field(default=":memory:")  # the SQLite file shared on this host, or redis://host:port/db
     local_state: str = ":memory:"  # with a Redis `state`: the SQLite file for this host's audit and canary answers
     policy: PolicyConfig = attrs.field(factory=PolicyConfig)
@@ -227,28 +220,39 @@ def _interpolate(value: Any, env: Mapping[str, str], path: str) -> Any:
     return value
 
 
-def load_config(source: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> Config:
-    """Structure a parsed TOML mapping into `Config`. Raises `ConfigError` listing every problem."""
-    raw = _interpolate(dict(source), os.environ if env is None else env, "")
+def structure(raw: Mapping[str, Any], cls: type[T], *, converter: cattrs.Converter | None = None,
+              what: str = "config") -> T:
+    """Structure `raw` into `cls`, refusing unknown keys; `ConfigError` lists every problem at once."""
     try:
-        return _CONVERTER.structure(raw, Config)
+        return (converter or _CONVERTER).structure(raw, cls)
     except Exception as exc:  # cattrs wraps every problem; we re-raise them as one ConfigError
         messages = _messages(exc)
-        raise ConfigError("bad config:\n  " + "\n  ".join(messages)) from exc
+        raise ConfigError(f"bad {what}:\n  " + "\n  ".join(messages)) from exc
 
 
-def read_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> Config:
-    """Read and check a TOML config file. Raises `ConfigError` naming the file and each key."""
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A TOML file's contents; `ConfigError` naming the file when it can not be read or parsed."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from exc
     try:
-        source = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
+
+
+def load_config(source: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> Config:
+    """Structure a parsed TOML mapping into `Config`. Raises `ConfigError` listing every problem."""
+    raw = _interpolate(dict(source), os.environ if env is None else env, "")
+    return structure(raw, Config)
+
+
+def read_config(path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None) -> Config:
+    """Read and check a TOML config file. Raises `ConfigError` naming the file and each key."""
+    source = read_toml(path)
     try:
         return load_config(source, env=env)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}", key=exc.key) from exc
+        raise ConfigError(f"{Path(path)}: {exc}", key=exc.key) from exc

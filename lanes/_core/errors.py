@@ -2,38 +2,48 @@
 
 ```
 LanesError
-├── ConfigError                  bad config: names the key, the rule, the value and the fix
-├── JobFailed                    a job ended without an answer; carries .attempts and .skips
-│   ├── DeadlineExceeded         the job's deadline passed                         (HTTP 504)
-│   ├── NoLaneAvailable          every candidate was skipped or failed retryably   (HTTP 503)
-│   │   └── FreeTierExhausted    free capacity is backed off or used up: .next_eligible (429; also a RetryLater)
-│   ├── RetryLater               refused for now, with .retry_after_s               (HTTP 429)
-│   ├── UnknownModel             the job names no model, alias or lane/model known (HTTP 404)
-│   │   ├── PaidBudgetExhausted  a paid attempt would cross today's paid ceiling
+├── ConfigError                   bad config: names the key, the rule, the value and the fix
+├── JobFailed                     a job ended without an answer: .attempts, .skips, .request_id
+│   ├── DeadlineExceeded          the job's deadline passed
+│   ├── NoLaneAvailable           every candidate was skipped or failed; the message says why, each
+│   │   └── FreeTierExhausted     free capacity is backed off or used up: .next_eligible (also a RetryLater)
+│   ├── RetryLater                refused for now: .retry_after_s
+│   │   ├── PaidBudgetExhausted   a paid attempt would cross today's paid ceiling
 │   │   ├── FallbackNeedsApproval paid fallback awaits a decision: .approval_id
-│   │   └── GovernorExhausted    the global attempt governor is spent
-│   ├── FallbackDenied           the paid fallback was denied for this client (HTTP 403)
-│   ├── UpstreamRejected         a final upstream error (400/401/403/413/422)     (HTTP as given)
-│   └── StreamInterrupted        a stream failed after chunks reached the caller
-└── UpstreamError                one attempt failed; raised by the upstream client, handled by the
-    │                            dispatcher, never seen by callers (translated once, from httpx2)
-    ├── RetryableError           refused, reset, 5xx, 408, 425, garbage, truncated stream
-    │   └── AttemptTimedOut      the lane's own time cap (not the job's deadline) ran out
-    ├── RateLimited              429: .retry_after_s, .headers
-    ├── CreditExhausted          402
-    ├── ModelGone                404 / model_not_found
-    ├── ContextLengthExceeded    the prompt does not fit the model
-    └── FinalError               400, 401, 403, 413, 422: stops the walk, never falls back
+│   │   └── GovernorExhausted     the global attempt governor is spent
+│   ├── UnknownModel              the job names no model, alias or lane/model known
+│   ├── FallbackDenied            the paid fallback was denied for this client
+│   ├── UpstreamRejected          a final upstream error (400/401/403/413/422): .upstream_status
+│   └── StreamInterrupted         a stream failed after chunks reached the caller
+└── UpstreamError                 one attempt failed; raised by the upstream client, handled by the
+    │                             walk, never seen by callers (translated once, from httpx2)
+    ├── RetryableError            refused, reset, 5xx, 408, 425, garbage, truncated stream
+    │   └── AttemptTimedOut       the lane's own time cap (not the job's deadline) ran out
+    ├── RateLimited               429: .retry_after_s, .headers
+    ├── CreditExhausted           402
+    ├── ModelGone                 404 / model_not_found
+    ├── ContextLengthExceeded     the prompt does not fit the model
+    └── FinalError                400, 401, 403, 413, 422: stops the walk, never falls back
 ```
+
+Each `JobFailed` has a stable `code` (what the audit and the HTTP error body carry); the HTTP
+status for each lives in `lanes._http.errors`, never here. Each `UpstreamError` has an `outcome`
+(what the breaker and the walk act on) and a `category` (the provider error category the audit
+and the reports count: `connect`, `reset`, `timeout`, `server_error`, `malformed`, …).
 """
 
 from __future__ import annotations
+
+# lanes: pure
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lanes._core.job import Attempt, Outcome, Skip
+
+#: Transport faults that are the provider's (or the network's), not one model's.
+CONNECTION_CATEGORIES = frozenset({"connect", "reset"})
 
 
 class LanesError(Exception):
@@ -49,9 +59,9 @@ class ConfigError(LanesError):
 
 
 class JobFailed(LanesError):
-    """A job ended without an answer. `attempts` lists what was sent, `skips` what was not."""
+    """A job ended without an answer. `attempts` lists what was sent, `skips` what was not;
+    `request_id` is the job's id (its audit row, and `X-Lanes-Request-Id` over HTTP)."""
 
-    status = 503
     code = "no_lane_available"
 
     def __init__(
@@ -60,26 +70,26 @@ class JobFailed(LanesError):
         *,
         attempts: Sequence[Attempt] = (),
         skips: Sequence[Skip] = (),
+        request_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.attempts = tuple(attempts)
         self.skips = tuple(skips)
+        self.request_id = request_id
 
 
 class DeadlineExceeded(JobFailed):
-    status = 504
     code = "deadline_exceeded"
 
 
 class NoLaneAvailable(JobFailed):
-    status = 503
     code = "no_lane_available"
 
 
 class RetryLater(JobFailed):
     """A job refused for now; `retry_after_s` says when trying again can succeed (None: unknown)."""
 
-    status = 429
+    code = "retry_later"
 
     def __init__(self, message: str, *, retry_after_s: float | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
@@ -89,7 +99,6 @@ class RetryLater(JobFailed):
 class FreeTierExhausted(RetryLater, NoLaneAvailable):
     """Every free candidate is backed off or used up. `retry_after_s`: until the soonest reopens."""
 
-    status = 429
     code = "free_tier_exhausted"
 
     def __init__(self, message: str, *, next_eligible: str | None = None, **kw: Any) -> None:
@@ -109,42 +118,41 @@ class FallbackNeedsApproval(RetryLater):
         self.approval_id = approval_id
 
 
-class FallbackDenied(JobFailed):
-    status = 403
-    code = "fallback_denied"
-
-
 class GovernorExhausted(RetryLater):
     code = "attempt_governor"
 
 
 class UnknownModel(JobFailed):
-    status = 404
     code = "model_not_found"
 
 
+class FallbackDenied(JobFailed):
+    code = "fallback_denied"
+
+
 class UpstreamRejected(JobFailed):
-    """A final upstream error, passed on unchanged in meaning: status and the upstream's code."""
+    """A final upstream error, passed on unchanged in meaning: the upstream's status and code."""
 
     code = "upstream_rejected"
 
-    def __init__(self, message: str, *, status: int, upstream_code: str | None = None, **kw: Any):
+    def __init__(self, message: str, *, upstream_status: int, upstream_code: str | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
-        self.status = status
+        self.upstream_status = upstream_status
         self.upstream_code = upstream_code
 
 
 class StreamInterrupted(JobFailed):
     """A stream broke after the caller had received chunks; `delivered` chunks are not retracted."""
 
-    status = 502
     code = "stream_interrupted"
 
 
 class UpstreamError(LanesError):
-    """One attempt failed. `outcome` is the class the dispatcher and breaker act on."""
+    """One attempt failed. `outcome` is what the walk and the breaker act on; `category` names the
+    kind of fault for the audit (`connect` and `reset` are the provider's, see `connection`)."""
 
     outcome: Outcome = "fault"
+    default_category = "fault"
 
     def __init__(
         self,
@@ -154,12 +162,19 @@ class UpstreamError(LanesError):
         headers: Mapping[str, str] | None = None,
         body: Any = None,
         code: str | None = None,
+        category: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.headers = dict(headers or {})
         self.body = body
         self.code = code
+        self.category = category or self.default_category
+
+    @property
+    def connection(self) -> bool:
+        """A connection-level fault (refused, reset, DNS, TLS): evidence about the whole provider."""
+        return self.category in CONNECTION_CATEGORIES
 
 
 class RetryableError(UpstreamError):
@@ -168,23 +183,29 @@ class RetryableError(UpstreamError):
 
 class AttemptTimedOut(RetryableError):
     outcome = "fault"
+    default_category = "timeout"
 
 
 class RateLimited(UpstreamError):
     outcome = "rate_limited"
+    default_category = "rate_limited"
 
 
 class CreditExhausted(UpstreamError):
     outcome = "credit_exhausted"
+    default_category = "credit_exhausted"
 
 
 class ModelGone(UpstreamError):
     outcome = "model_gone"
+    default_category = "model_gone"
 
 
 class ContextLengthExceeded(UpstreamError):
     outcome = "context_length"
+    default_category = "context_length"
 
 
 class FinalError(UpstreamError):
     outcome = "final"
+    default_category = "rejected"

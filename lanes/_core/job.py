@@ -7,6 +7,8 @@ when the job enters.
 
 from __future__ import annotations
 
+# lanes: pure
+
 import hashlib
 import json
 import uuid
@@ -126,9 +128,17 @@ class Attempt:
     model: str
     tier: Tier
     outcome: Outcome
+    route: Route = "primary"  # the state of the free-first route this attempt stood for
     status: int | None = None
     duration_s: float = 0.0
     detail: str = ""
+    category: str = ""  # the kind of fault (connect, reset, timeout, server_error, malformed, ...)
+    retry: bool = False  # a same-candidate retry after a transient fault
+    cost_usd: float = 0.0  # what the ledger settled for it (paid attempts)
+
+    @property
+    def key(self) -> str:
+        return f"{self.lane}/{self.model}"
 
 
 @attrs.frozen(kw_only=True)
@@ -155,6 +165,7 @@ class Reply:
     usage: Mapping[str, Any] | None = None
     explored: bool = False  # served by a runner-up tried on purpose, so the ranking does not ossify
     raw: bytes = attrs.field(default=b"", repr=False)  # the upstream's body bytes, for byte-exact relaying
+    request_id: str = ""  # the job's id: its audit row, and X-Lanes-Request-Id over HTTP
 
     @property
     def text(self) -> str:
@@ -164,24 +175,3 @@ class Reply:
         except (KeyError, IndexError, TypeError, AttributeError):
             return ""
 
-
-def cost_usd(candidate: Candidate, usage: Mapping[str, Any] | None) -> float:
-    """What a paid answer cost from its reported usage; free and local answers cost nothing."""
-    if candidate.tier != "paid" or not isinstance(usage, Mapping):
-        return 0.0
-    prompt = usage.get("prompt_tokens") or 0
-    completion = usage.get("completion_tokens") or 0
-    if not isinstance(prompt, (int, float)) or not isinstance(completion, (int, float)):
-        return 0.0
-    return (
-        prompt * (candidate.input_usd_per_mtok or 0.0) + completion * (candidate.output_usd_per_mtok or 0.0)
-    ) / 1e6
-
-
-def route_for(tier: Tier, free_attempts_before: int) -> Route:
-    """Which state of the free-first route an attempt on `tier` stands for."""
-    if tier == "local":
-        return "local"
-    if tier == "paid":
-        return "paid_fallback"
-    return "primary" if free_attempts_before == 0 else "free_retry"

@@ -19,7 +19,7 @@ from lanes._core.errors import UpstreamError
 from lanes._core.job import Job, Reply
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
-from lanes._core.state.sync import Sharing
+from lanes._core.state.sync import StateSync
 from lanes._core.state.store import SQLiteStore, Store
 from lanes._core.upstream.client import open_upstream
 from lanes.freetier.manager import FreeTierManager
@@ -42,19 +42,19 @@ async def open_dispatcher(
         config = read_config(config, env=env)
     wall_offset = time.time() - trio.current_time()  # wall-clock: the one conversion to epoch time
     store = open_store(config)
+    failure: Exception | None = None  # the caller's own error, raised as itself (never as a group)
     try:
         async with open_upstream() as upstream, trio.open_nursery() as nursery:
             manager = FreeTierManager()
             dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env,
                                     store=store, manager=manager, wall_offset=wall_offset)
-            sharing = Sharing(manager, store, audit=dispatcher.audit_rows, quarantine=dispatcher.quarantine,
-                              switched_off=dispatcher.switched_off, remote_probes=dispatcher.probes.remote)
-            dispatcher.nudge = sharing.kick
-            await sharing.load(dispatcher.now_wall())
-            nursery.start_soon(sharing.run, dispatcher.now_wall)
+            sync = StateSync(manager, store, dispatcher)
+            dispatcher.routing.nudge = sync.kick
+            await sync.load(dispatcher.now_wall())
+            nursery.start_soon(sync.run, dispatcher.now_wall)
             if store.shared:
-                nursery.start_soon(sharing.listen)
-            for lane in dispatcher.lanes.values():
+                nursery.start_soon(sync.listen)
+            for lane in dispatcher.routing.lanes.values():
                 nursery.start_soon(_check_reachable, dispatcher, lane)
                 if lane.config.discover:
                     nursery.start_soon(_discover, dispatcher, lane)
@@ -62,13 +62,17 @@ async def open_dispatcher(
                     nursery.start_soon(_poll_balance, dispatcher, lane)
             if not dispatcher.free_lane_on:
                 log.warning("free lane off (FREE_LANE=off): serving from local and paid lanes only")
-            log.info("lanes ready: %s", ", ".join(dispatcher.lanes) or "none")
+            log.info("lanes ready: %s", ", ".join(dispatcher.routing.lanes) or "none")
             try:
                 yield dispatcher
+            except Exception as exc:  # re-raised below, outside the nursery, so it is not wrapped in a group
+                failure = exc
             finally:
                 nursery.cancel_scope.cancel()
     finally:
         store.close()
+    if failure is not None:
+        raise failure
 
 
 def open_store(config: Config) -> Store:
@@ -96,13 +100,13 @@ async def _check_reachable(dispatcher: Dispatcher, lane: OpenAICompatibleLane, w
             stream = await trio.open_tcp_stream(host, port)
         except OSError as exc:
             reason = exc.strerror or str(exc)[:120] or type(exc).__name__
-            dispatcher.unreachable[lane.name] = f"unreachable at startup ({reason})"
+            dispatcher.routing.unreachable[lane.name] = f"unreachable at startup ({reason})"
             log.warning("lane %s: provider unreachable at startup (%s); serving from the others until it answers",
                         lane.name, reason)
             return
         await stream.aclose()
         return
-    dispatcher.unreachable[lane.name] = f"accepted no connection within {within_s:g}s at startup"
+    dispatcher.routing.unreachable[lane.name] = f"accepted no connection within {within_s:g}s at startup"
     log.warning("lane %s: provider accepted no connection within %gs at startup", lane.name, within_s)
 
 
@@ -110,14 +114,14 @@ async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
     """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404)."""
     first = True
     while True:
-        event = dispatcher.refresh_requested[lane.name] = trio.Event()
+        event = dispatcher.routing.refresh_requested[lane.name] = trio.Event()
         with trio.move_on_after(30.0):
             try:
                 listed = await lane.refresh_catalog()
             except UpstreamError as exc:
                 log.warning("lane %s: model list unavailable (%s); routing to configured models", lane.name, exc)
             else:
-                dispatcher.register_prices(lane)
+                dispatcher.routing.register_prices(lane)
                 if first:
                     log.info("lane %s: %d models listed, %d routable", lane.name, listed, len(lane.candidates))
                 first = False
@@ -135,7 +139,7 @@ async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> N
                 log.warning("lane %s: balance endpoint failed (%s); keeping the local estimate", lane.name, exc)
             else:
                 if remaining is not None:
-                    dispatcher.manager.set_balance(lane.name, remaining, now=dispatcher.now_wall())
+                    dispatcher.routing.manager.set_balance(lane.name, remaining, now=dispatcher.now_wall())
         await trio.sleep(lane.config.balance_poll_s)
 
 

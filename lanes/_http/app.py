@@ -79,7 +79,7 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
 
 def reply_headers(reply: Reply) -> dict[str, str]:
     explored = {"X-Lanes-Explored": "1"} if reply.explored else {}
-    return explored | {"X-Lanes-Lane": reply.lane, "X-Lanes-Provider": reply.provider, "X-Lanes-Model": reply.model,
+    return explored | {"X-Lanes-Request-Id": reply.request_id, "X-Lanes-Lane": reply.lane, "X-Lanes-Provider": reply.provider, "X-Lanes-Model": reply.model,
             "X-Lanes-Route": reply.route, "X-Lanes-Attempts": str(len(reply.attempts)),
             "X-Lanes-Cost-Usd": f"{reply.cost_usd:.6f}"}
 
@@ -130,12 +130,13 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
         try:
             client = client_of(request)
             job, stream = parse_job(await read_body(request), request.headers, client)
+            job_id = job.id
             dispatcher.resolve(job)  # an unknown model is a 404 before anything is sent
         except BadRequest as exc:
             return error_response(exc.status, str(exc), exc.code, param=exc.param)
         except JobFailed as exc:
             status, body, headers = job_failed(exc)
-            return JSONResponse(body, status_code=status, headers=headers)
+            return JSONResponse(body, status_code=status, headers=headers | {"X-Lanes-Request-Id": job_id})
         if stream:
             return SSERelay(dispatcher, job, keepalive_s=server.keepalive_s, metrics=metrics)
         started = trio.current_time()
@@ -156,14 +157,14 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
         return JSONResponse({"status": "ok"})
 
     async def is_ready(request: Request) -> Response:
-        serving = ready(dispatcher)
+        serving = ready(dispatcher.statistics())
         return JSONResponse({"ready": bool(serving), "lanes": serving}, status_code=200 if serving else 503)
 
     async def models(request: Request) -> Response:
-        return JSONResponse(models_list(dispatcher))
+        return JSONResponse(models_list(dispatcher, dispatcher.statistics()))
 
     async def lanes_view(request: Request) -> Response:
-        return JSONResponse(lanes_state(dispatcher))
+        return JSONResponse(lanes_state(dispatcher.statistics(), trio.current_time()))
 
     async def switch(request: Request) -> Response:
         name, action = request.path_params["name"], request.path_params["action"]
@@ -173,13 +174,10 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
             dispatcher.lane_off(name) if action == "off" else dispatcher.lane_on(name)
         except KeyError:
             return error_response(404, f"no lane named {name!r}", "lane_not_found", param="name")
-        return JSONResponse({"lane": name, "off": name in dispatcher.switched_off})
+        return JSONResponse({"lane": name, "off": dispatcher.is_off(name)})
 
     async def approvals(request: Request) -> Response:
-        return JSONResponse({"data": [
-            {"id": a.id, "client": a.client, "exhausted": list(a.exhausted), "candidate": a.candidate,
-             "estimated_cost_usd": a.estimated_cost_usd, "created_at": a.created_at}
-            for a in dispatcher.approvals.pending.values()]})
+        return JSONResponse({"data": [dict(a) for a in dispatcher.statistics().approvals]})
 
     async def decide(request: Request) -> Response:
         approval_id = request.path_params["approval_id"]
@@ -199,7 +197,7 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
         return JSONResponse({"id": approval.id, "decision": approval.decision})
 
     async def prometheus(request: Request) -> Response:
-        return PlainTextResponse(metrics.render(dispatcher), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(metrics.render(dispatcher.statistics()), media_type="text/plain; version=0.0.4")
 
     async def page(request: Request) -> Response:
         return HTMLResponse(PAGE)

@@ -8,11 +8,40 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from lanes._core.errors import (
-    FallbackNeedsApproval, FreeTierExhausted, JobFailed, NoLaneAvailable, RetryLater, UpstreamRejected,
+    DeadlineExceeded,
+    FallbackDenied,
+    FallbackNeedsApproval,
+    FreeTierExhausted,
+    JobFailed,
+    NoLaneAvailable,
+    RetryLater,
+    StreamInterrupted,
+    UnknownModel,
+    UpstreamRejected,
 )
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
          413: "invalid_request_error", 429: "rate_limit_error", 502: "api_error", 503: "api_error", 504: "timeout_error"}
+
+
+#: The HTTP status of each way a job can fail; the most specific class wins (see `http_status`).
+STATUSES: tuple[tuple[type[JobFailed], int], ...] = (
+    (FreeTierExhausted, 429),
+    (RetryLater, 429),
+    (DeadlineExceeded, 504),
+    (NoLaneAvailable, 503),
+    (UnknownModel, 404),
+    (FallbackDenied, 403),
+    (StreamInterrupted, 502),
+    (JobFailed, 503),
+)
+
+
+def http_status(exc: JobFailed) -> int:
+    """The status a failed job is answered with over HTTP (a final upstream error keeps its own)."""
+    if isinstance(exc, UpstreamRejected):
+        return exc.upstream_status
+    return next(status for cls, status in STATUSES if isinstance(exc, cls))
 
 
 def error_body(status: int, message: str, code: str | None, param: str | None = None) -> dict[str, Any]:
@@ -31,7 +60,9 @@ def retry_after(seconds: float | None) -> str:
 
 def job_failed(exc: JobFailed, *, approvals_url: str = "/") -> tuple[int, dict[str, Any], dict[str, str]]:
     """(status, body, headers) for a job that ended without an answer."""
-    status, code, headers = exc.status, exc.code, {"X-Lanes-Attempts": str(len(exc.attempts))}
+    status, code, headers = http_status(exc), exc.code, {"X-Lanes-Attempts": str(len(exc.attempts))}
+    if exc.request_id:
+        headers["X-Lanes-Request-Id"] = exc.request_id
     message = str(exc)
     if isinstance(exc, RetryLater):
         headers["Retry-After"] = retry_after(exc.retry_after_s)
@@ -44,7 +75,7 @@ def job_failed(exc: JobFailed, *, approvals_url: str = "/") -> tuple[int, dict[s
         message = f"{message}; approve it at {approvals_url} or POST /v1/approvals/{exc.approval_id}"
     elif isinstance(exc, UpstreamRejected):
         code = exc.upstream_code or code
-    elif type(exc) is NoLaneAvailable and exc.attempts and all("malformed" in a.detail for a in exc.attempts):
+    elif type(exc) is NoLaneAvailable and exc.attempts and all(a.category == "malformed" for a in exc.attempts):
         status, code = 502, "bad_upstream_response"
     body = error_body(status, message, code)
     if isinstance(exc, FallbackNeedsApproval):

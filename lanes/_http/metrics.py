@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-import trio
-
-from lanes._core.dispatcher import Dispatcher
+from lanes._core.statistics import Statistics
 from lanes._core.job import Attempt
 
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -41,7 +39,7 @@ class Metrics:
         self.latency_sum[route] += latency_s
         self.cost += cost
 
-    def render(self, dispatcher: Dispatcher) -> str:
+    def render(self, stats: Statistics) -> str:
         out = ["# HELP lanes_requests_total Jobs served or failed, by route, lane and outcome.",
                "# TYPE lanes_requests_total counter"]
         out += [f"lanes_requests_total{_labels(route=r, lane=l, outcome=o)} {n}" for (r, l, o), n in self.requests.items()]
@@ -53,26 +51,28 @@ class Metrics:
                 out.append(f"lanes_job_seconds_bucket{_labels(route=route, le=bound)} {n}")
             out.append(f"lanes_job_seconds_sum{_labels(route=route)} {self.latency_sum[route]:.6f}")
             out.append(f"lanes_job_seconds_count{_labels(route=route)} {buckets[-1]}")
-        now, now_wall = trio.current_time(), dispatcher.now_wall()
-        out += ["# HELP lanes_breaker_state 0 closed, 1 half-open, 2 open.", "# TYPE lanes_breaker_state gauge"]
-        out += [f"lanes_breaker_state{_labels(lane=n)} {STATES[b.state(now)]}" for n, b in dispatcher.breakers.items()]
+        out += ["# HELP lanes_breaker_state A lane's own breaker: 0 closed, 1 half-open, 2 open.",
+                "# TYPE lanes_breaker_state gauge"]
+        out += [f"lanes_breaker_state{_labels(lane=lane.name)} {STATES[lane.breaker.state]}" for lane in stats.lanes]
+        out += ["# HELP lanes_model_breaker_state A model's breaker: 0 closed, 1 half-open, 2 open.",
+                "# TYPE lanes_model_breaker_state gauge"]
+        out += [f"lanes_model_breaker_state{_labels(lane=lane.name, model=m.model)} {STATES[m.breaker.state]}"
+                for lane in stats.lanes for m in lane.models]
         out += ["# HELP lanes_backoff_seconds Seconds until a candidate's backoff ends.", "# TYPE lanes_backoff_seconds gauge"]
+        out += [f"lanes_backoff_seconds{_labels(lane=lane.name, model=m.model)} {max(0.0, m.backoff_s):.3f}"
+                for lane in stats.lanes for m in lane.models]
         out += ["# HELP lanes_quota_remaining Requests remaining as last reported.", "# TYPE lanes_quota_remaining gauge"]
-        for c in dispatcher.candidates():
-            backoff = dispatcher.manager.is_in_backoff(c.lane, c.model, now_wall)
-            out.append(f"lanes_backoff_seconds{_labels(lane=c.lane, model=c.model)} "
-                       f"{max(0.0, backoff.until - now_wall) if backoff else 0.0:.3f}")
-            snapshot = dispatcher.manager.snapshots.get(dispatcher.manager.scope(c.lane, c.model))
-            if snapshot and snapshot[1].requests_remaining is not None:
-                out.append(f"lanes_quota_remaining{_labels(lane=c.lane, model=c.model)} {snapshot[1].requests_remaining:g}")
+        out += [f"lanes_quota_remaining{_labels(lane=lane.name, model=m.model)} {m.requests_remaining:g}"
+                for lane in stats.lanes for m in lane.models if m.requests_remaining is not None]
         out += ["# HELP lanes_paid_spend_usd Paid spend today (UTC), reserved and settled.",
-                "# TYPE lanes_paid_spend_usd gauge", f"lanes_paid_spend_usd {dispatcher.governors.spent_today():.6f}",
-                "# HELP lanes_explored_total Jobs sent to a runner-up on purpose (exploration), and those it served.",
-                "# TYPE lanes_explored_total counter", f"lanes_explored_total {dispatcher.ranking.explored}",
-                f"lanes_explored_served_total {dispatcher.ranking.explored_ok}",
+                "# TYPE lanes_paid_spend_usd gauge", f"lanes_paid_spend_usd {stats.paid_spent_today_usd:.6f}",
+                "# HELP lanes_explored_total Jobs sent to a runner-up on purpose (exploration).",
+                "# TYPE lanes_explored_total counter", f"lanes_explored_total {stats.explored}",
+                "# HELP lanes_explored_served_total Explored jobs the runner-up served.",
+                "# TYPE lanes_explored_served_total counter", f"lanes_explored_served_total {stats.explored_served}",
                 "# HELP lanes_state_store_up 1 while the state store answers (Redis: and the paid ledger is synchronised).",
-                "# TYPE lanes_state_store_up gauge", f"lanes_state_store_up{_labels(kind=dispatcher.store.kind)} "
-                f"{int(dispatcher.store.up)}",
+                "# TYPE lanes_state_store_up gauge", f"lanes_state_store_up{_labels(kind=stats.store.kind)} "
+                f"{int(stats.store.up)}",
                 "# HELP lanes_approvals_pending Paid fallbacks waiting for a decision.",
-                "# TYPE lanes_approvals_pending gauge", f"lanes_approvals_pending {len(dispatcher.approvals.pending)}"]
+                "# TYPE lanes_approvals_pending gauge", f"lanes_approvals_pending {len(stats.approvals)}"]
         return "\n".join(out) + "\n"

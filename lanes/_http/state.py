@@ -1,73 +1,61 @@
-"""What the operations endpoints show: readiness, the model list, and every lane's state."""
+"""What the operations endpoints show — readiness, the model list, every lane's state — rendered
+from the dispatcher's frozen `statistics()` snapshot."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from lanes._core.dispatcher import Dispatcher
-from lanes.freetier.kinds import CreditBased
+from lanes._core.routing.breaker import BreakerStatistics
+from lanes._core.statistics import Statistics
 
 
-def ready(dispatcher: Dispatcher) -> list[str]:
+def ready(stats: Statistics) -> list[str]:
     """The lanes that could serve a job now: some candidate passes every gate, and the provider did
     not refuse connections at startup (or has answered since)."""
-    return sorted({c.lane for c in dispatcher.candidates()
-                   if dispatcher.free_now(c) and c.lane not in dispatcher.unreachable})
+    return sorted({lane.name for lane in stats.lanes if lane.unreachable is None
+                   and any(m.free_now for m in lane.models)})
 
 
-def models_list(dispatcher: Dispatcher) -> dict[str, Any]:
-    now = dispatcher.now_wall()
+def models_list(dispatcher: Dispatcher, stats: Statistics) -> dict[str, Any]:
     data: list[dict[str, Any]] = [{"id": "auto", "object": "model", "owned_by": "lanes", "tier": "auto"}]
     data += [{"id": alias, "object": "model", "owned_by": "lanes", "tier": "alias", "candidates": keys}
              for alias, keys in dispatcher.config.aliases.items()]
-    for c in dispatcher.candidates():
-        verdict = dispatcher.manager.classify(c.lane, c.model, now)
-        data.append({"id": c.key, "object": "model", "owned_by": dispatcher.lanes[c.lane].provider.name,
-                     "tier": c.tier, "context_length": c.context, "free_now": c.tier != "paid" and verdict.free,
-                     "free_reason": verdict.reason})
+    for lane in stats.lanes:
+        context = {c.model: c.context for c in dispatcher.lanes[lane.name].candidates}
+        for m in lane.models:
+            data.append({"id": m.key, "object": "model", "owned_by": lane.provider, "tier": m.tier,
+                         "context_length": context.get(m.model), "free_now": m.tier != "paid" and m.free_now,
+                         "free_reason": m.reason})
     return {"object": "list", "data": data}
 
 
-def lanes_state(dispatcher: Dispatcher) -> dict[str, Any]:
-    now_wall, now = dispatcher.now_wall(), trio.current_time()
-    manager = dispatcher.manager
+def breaker_view(stats: BreakerStatistics, now: float) -> dict[str, Any]:
+    return {"state": stats.state, "consecutive_faults": stats.consecutive_faults,
+            "reopen_in_s": round(stats.reopen_at - now, 3) if stats.reopen_at else None,
+            "open_for_s": round(now - stats.opened_at, 3) if stats.opened_at is not None else None}
+
+
+def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
+    """`/v1/lanes`: `now` is trio's clock, for breaker times."""
     lanes = []
-    for name, lane in dispatcher.lanes.items():
-        stats = dispatcher.breakers[name].statistics(now)
-        models = []
-        for c in lane.candidates:
-            backoff = manager.is_in_backoff(c.lane, c.model, now_wall)
-            snapshot = manager.snapshots.get(manager.scope(c.lane, c.model))
-            held = dispatcher.held_back(c)
-            models.append({
-                "model": c.model, "tier": c.tier, "free_now": c.tier != "paid" and held is None,
-                "reason": held or "",
-                "backoff_s": round(backoff.until - now_wall, 3) if backoff else 0.0,
-                "backoff_reason": backoff.reason if backoff else None,
-                "requests_remaining": snapshot[1].requests_remaining if snapshot else None,
-                "tokens_remaining": snapshot[1].tokens_remaining if snapshot else None,
-                "used_today": manager.usage.used(manager.scope(c.lane, c.model), "requests", "day", now_wall),
-            })
-        credits = manager.credit_left(name, now_wall) if isinstance(lane.free_tier, CreditBased) else None
-        lanes.append({
-            "name": name, "provider": lane.provider.name, "kind": lane.free_tier.kind,
-            "off": name in dispatcher.switched_off or (not dispatcher.free_lane_on and any(
-                c.tier == "free" for c in lane.candidates)),
-            "breaker": {"state": stats.state, "consecutive_faults": stats.consecutive_faults,
-                        "reopen_in_s": round(stats.reopen_at - now, 3) if stats.reopen_at else None},
-            "credits_left_usd": credits, "models": models, "unreachable": dispatcher.unreachable.get(name),
-        })
+    for lane in stats.lanes:
+        models = [{"model": m.model, "tier": m.tier, "free_now": m.tier != "paid" and m.free_now,
+                   "available": m.free_now, "reason": m.reason, "breaker": breaker_view(m.breaker, now),
+                   "backoff_s": m.backoff_s, "backoff_reason": m.backoff_reason,
+                   "requests_remaining": m.requests_remaining, "tokens_remaining": m.tokens_remaining,
+                   "used_today": m.used_today, "quarantined": m.quarantined} for m in lane.models]
+        lanes.append({"name": lane.name, "provider": lane.provider, "kind": lane.kind, "off": lane.off,
+                      "breaker": breaker_view(lane.breaker, now), "credits_left_usd": lane.credits_left_usd,
+                      "models": models, "unreachable": lane.unreachable})
     return {
-        "free_lane": dispatcher.free_lane_on,
+        "free_lane": stats.free_lane,
         "lanes": lanes,
-        "unavailable": dispatcher.unavailable,
-        "paid": {"spent_today_usd": dispatcher.governors.spent_today(),
-                 "ceiling_usd": dispatcher.policy.paid_ceiling_usd_per_day,
-                 "fallback": dispatcher.policy.free_tier_fallback},
-        "approvals": len(dispatcher.approvals.pending),
-        "recent": list(dispatcher.recent),
-        "canary": {"quarantined": dict(dispatcher.quarantine)},
-        "state": {"kind": dispatcher.store.kind, "where": dispatcher.store.where, "up": dispatcher.store.up},
+        "unavailable": dict(stats.unavailable),
+        "paid": {"spent_today_usd": stats.paid_spent_today_usd, "ceiling_usd": stats.paid_ceiling_usd,
+                 "fallback": stats.fallback},
+        "approvals": len(stats.approvals),
+        "recent": [dict(r) for r in stats.recent],
+        "canary": {"quarantined": dict(stats.quarantined)},
+        "state": {"kind": stats.store.kind, "where": stats.store.where, "up": stats.store.up},
     }

@@ -10,13 +10,15 @@ A stream broken after chunks ends with an in-band error event and never with `[D
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
 
+from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
 from lanes._core.job import Job
-from lanes._core.streaming.recovery import relay
+from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
 from lanes._core.streaming.stream import ReplyStream
 from lanes._http.errors import error_body, job_failed
 from lanes._http.metrics import Metrics
@@ -30,15 +32,15 @@ def _event(payload: Any) -> bytes:
 
 
 class SSERelay:
-    def __init__(self, dispatcher: Any, job: Job, *, keepalive_s: float, metrics: Metrics) -> None:
+    def __init__(self, dispatcher: Dispatcher, job: Job, *, keepalive_s: float, metrics: Metrics) -> None:
         self.dispatcher, self.job, self.keepalive_s, self.metrics = dispatcher, job, keepalive_s, metrics
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        to_writer, from_producer = trio.open_memory_channel[tuple[str, Any]](64)
+        to_writer, from_producer = trio.open_memory_channel[Event](64)
         started = trio.current_time()
 
-        async def emit(kind: str, payload: Any) -> None:
-            await to_writer.send((kind, payload))
+        async def emit(event: Event) -> None:
+            await to_writer.send(event)
 
         async def produce() -> None:
             async with to_writer:
@@ -55,35 +57,37 @@ class SSERelay:
             await self._write(from_producer, send, started)
             nursery.cancel_scope.cancel()
 
-    async def _write(self, items: trio.MemoryReceiveChannel, send: Any, started: float) -> None:
+    async def _write(self, items: trio.MemoryReceiveChannel[Event], send: Any, started: float) -> None:
         try:
-            kind, payload = await items.receive()
+            first = await items.receive()
         except trio.EndOfChannel:
             return
-        if kind == "error":
-            await self._error_response(send, payload, started)
+        if isinstance(first, Failed):
+            await self._error_response(send, first.error, started)
             return
-        stream: ReplyStream = payload
+        assert isinstance(first, Started), "a stream starts with its first candidate"
+        stream: ReplyStream = first.stream
         headers = SSE_HEADERS + [
+            (b"x-lanes-request-id", stream.request_id.encode()),
             (b"x-lanes-lane", stream.lane.encode()), (b"x-lanes-provider", stream.provider.encode()),
             (b"x-lanes-model", stream.model.encode()), (b"x-lanes-route", stream.route.encode()),
             (b"x-lanes-attempts", str(stream.attempt_count).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         last: ReplyStream = stream
         outcome = "ok"
-        async for kind, payload in _with_keepalive(items, self.keepalive_s):
-            if kind == "keepalive":
+        async for event in _with_keepalive(items, self.keepalive_s):
+            if event is None:
                 await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
-            elif kind == "chunk":
-                await send({"type": "http.response.body", "body": _event(payload), "more_body": True})
-            elif kind == "end":
-                last = payload
+            elif isinstance(event, Chunk):
+                await send({"type": "http.response.body", "body": _event(event.data), "more_body": True})
+            elif isinstance(event, Ended):
+                last = event.stream
                 note = f": lanes lane={last.lane} route={last.route} cost_usd={last.cost_usd:.6f}\n\n"
                 await send({"type": "http.response.body", "body": note.encode() + b"data: [DONE]\n\n",
                             "more_body": True})
-            elif kind == "broken":
+            elif isinstance(event, Broken):
                 outcome = "stream_interrupted"
-                body = error_body(502, str(payload), "stream_interrupted")
+                body = error_body(502, str(event.error), "stream_interrupted")
                 await send({"type": "http.response.body", "body": _event(body), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.metrics.job(route=last.route, lane=last.lane, outcome=outcome, latency_s=trio.current_time() - started,
@@ -100,13 +104,13 @@ class SSERelay:
                          attempts=exc.attempts)
 
 
-async def _with_keepalive(items: trio.MemoryReceiveChannel, keepalive_s: float):
-    """The channel's items, with ("keepalive", None) after each `keepalive_s` of silence."""
+async def _with_keepalive(items: trio.MemoryReceiveChannel[Event], keepalive_s: float) -> AsyncIterator[Event | None]:
+    """The channel's events, with None after each `keepalive_s` of silence."""
     while True:
-        item = ("keepalive", None)
+        event: Event | None = None
         with trio.move_on_after(keepalive_s):  # never yield inside the scope: the caller's code runs there
             try:
-                item = await items.receive()
+                event = await items.receive()
             except trio.EndOfChannel:
                 return
-        yield item
+        yield event

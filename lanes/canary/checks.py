@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# lanes: pure
+
 import json
 import re
 from collections.abc import Mapping

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import attrs
 import cattrs
-from cattrs.v import transform_error
 
+from lanes._core.config import read_toml, structure
 from lanes._core.errors import ConfigError
 
 
@@ -57,14 +56,8 @@ _converter = cattrs.Converter(forbid_extra_keys=True)
 
 def read_canary(path: str | Path) -> CanaryConfig:
     """Read the prompt set. Raises `ConfigError` naming the file and the key."""
-    path = Path(path)
+    raw = read_toml(path)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        return _converter.structure(raw, CanaryConfig)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from exc
-    except Exception as exc:  # cattrs reports every problem at once
-        lines = [m.replace(" @ $", " @ ").replace(" @ .", " @ ") for m in transform_error(exc, path="$")]
-        raise ConfigError(f"{path}: bad canary config:\n  " + "\n  ".join(lines)) from exc
+        return structure(raw, CanaryConfig, converter=_converter, what="canary config")
+    except ConfigError as exc:
+        raise ConfigError(f"{Path(path)}: {exc}") from exc

@@ -32,14 +32,11 @@ def ensure_tables(db: Any) -> None:
 
 
 def _why_skip(dispatcher: lanes.Dispatcher, c: Candidate, min_quota_left: int) -> str | None:
-    reason = dispatcher.held_back(c)
-    if reason is not None:
-        return reason
-    if dispatcher.breakers[c.lane].state(trio.current_time()) == "open":
-        return "breaker open"
-    snapshot = dispatcher.manager.snapshots.get(dispatcher.manager.scope(c.lane, c.model))
-    if snapshot and snapshot[1].requests_remaining is not None and snapshot[1].requests_remaining < min_quota_left:
-        return f"quota low ({snapshot[1].requests_remaining:g} left)"
+    model = dispatcher.statistics().model(c.key)
+    if not model.free_now:
+        return model.reason
+    if model.requests_remaining is not None and model.requests_remaining < min_quota_left:
+        return f"quota low ({model.requests_remaining:g} left)"
     return None
 
 
@@ -78,7 +75,7 @@ async def run_canary(dispatcher: lanes.Dispatcher, config: CanaryConfig, *, lane
     """Probe every selected free model with every prompt; store the answers; return the run id."""
     db = dispatcher.store.db
     ensure_tables(db)
-    dispatcher.probing_canary = True  # quarantined models are probed too, so they can pass again
+    dispatcher.canary_probing(True)  # quarantined models are probed too, so they can pass again
     settings = config.settings
     candidates = free_candidates(dispatcher, lanes_, models)
     run = int(dispatcher.now_wall() * 1000)

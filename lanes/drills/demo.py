@@ -12,7 +12,7 @@ import logging
 import trio
 
 import lanes
-from lanes.testing.fakes import answer, open_fake, rate_limited
+from lanes.testing import answer, open_fake, rate_limited
 
 JOBS = 10
 

@@ -20,7 +20,7 @@ import httpx2
 import redis
 import trio
 
-from lanes.testing.fakes import (
+from lanes.testing import (
     ANSWER, answer, hang, malformed_chunk, no_done, open_fake, rate_limited, status, stream_cut, stream_stall,
 )
 from lanes.testing.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane

@@ -17,15 +17,10 @@ from typing import Literal
 
 import attrs
 
-
-def _non_negative(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and value < 0:
-        raise ValueError(
-            f"{attribute.name}: must be >= 0 (got {value:g}); delete the key to stop tracking it"
-        )
+from lanes._core.validators import at_least
 
 
-_limit = attrs.field(default=None, validator=_non_negative)
+_limit = attrs.field(default=None, validator=at_least(0, hint="; delete the key to stop tracking it"))
 
 
 @attrs.frozen(kw_only=True)
@@ -71,7 +66,7 @@ class CreditBased:
     """Dollar credits, optionally reset each period; detection says how the balance is known."""
 
     kind: Literal["credits"] = "credits"
-    budget_usd: float = attrs.field(default=0.0, validator=_non_negative)
+    budget_usd: float = attrs.field(default=0.0, validator=at_least(0))
     reset: Literal["daily", "monthly", "never"] = "never"
     detection: Literal["local", "provider_api", "custom"] = "local"
     endpoint: CustomEndpoint | None = None

@@ -24,6 +24,7 @@ from lanes.freetier.headers import RateLimitSnapshot, parse_rate_limit
 from lanes.freetier.kinds import (
     AlwaysFreeLocal, CreditBased, FreeModelsOnly, FreeTierKind, NoFreeTier, Subscription,
 )
+from lanes.freetier.prices import usage_cost
 from lanes.freetier.windows import UsageCounter, window_end, window_id
 
 VerdictKind = Literal["always_free", "free_within_limits", "not_free"]
@@ -167,7 +168,8 @@ class FreeTierManager:
         self.pending_usage += self.usage.add(self.scope(lane, model), now, requests=requests, tokens=tokens)
         terms = self.terms.get(lane)
         if terms and isinstance(terms.kind, CreditBased) and usage:
-            cost = _cost(terms.prices.get(model), usage)
+            prices = terms.prices.get(model)
+            cost = usage_cost(usage, *prices) if prices else None
             if cost:
                 key = (lane, self._period_id(terms.kind, now))
                 self.spend[key] = self.spend.get(key, 0.0) + cost
@@ -258,11 +260,3 @@ class FreeTierManager:
                 self.backoffs[scope] = backoff
                 self.confirmed.discard(scope)
 
-
-def _cost(prices: tuple[float, float] | None, usage: Mapping[str, Any]) -> float:
-    if not prices:
-        return 0.0
-    prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
-    if not isinstance(prompt, (int, float)) or not isinstance(completion, (int, float)):
-        return 0.0
-    return (prompt * prices[0] + completion * prices[1]) / 1e6

@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from lanes.testing.fakes import FakeProvider, open_fake
+from lanes.testing import FakeProvider, open_fake
 
 PAID_KEY = "sk-test-paid-0123456789abcdef"
 FREE_KEY = "gsk_test_free_0123456789abcdef"

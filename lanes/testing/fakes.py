@@ -5,7 +5,7 @@ connections, resets, hung sockets, cut chunked bodies. Every healthy answer is `
 truncated answer is detectable. Every request is logged with its time on trio's clock.
 
 ```python
-async with open_fake("groq") as fake:
+async with open_fake("groq") as fake:  # answer, rate_limited, ... come from lanes.testing
     fake.script("llama", rate_limited(retry_after=5), answer())   # the last one repeats
     ... fake.base_url ... fake.log ...
     await fake.refuse()    # the port now refuses connections
@@ -26,25 +26,7 @@ import attrs
 import h11
 import trio
 
-from lanes.testing.behaviours import quota_exceeded
-from lanes.testing.behaviours import (  # re-exported: scripts say `from lanes.testing.fakes import answer, hang, ...`
-    ANSWER,
-    Behaviour,
-    answer,
-    garbage,
-    hang,
-    malformed_chunk,
-    no_done,
-    quota,
-    rate_limited,
-    reset,
-    status,
-    stream_cut,
-    stream_stall,
-)
-
-__all__ = ["ANSWER", "Behaviour", "FakeProvider", "Logged", "answer", "garbage", "hang", "malformed_chunk", "no_done",
-           "open_fake", "quota", "rate_limited", "reset", "status", "stream_cut", "stream_stall", "stream_events"]
+from lanes.testing.behaviours import ANSWER, Behaviour, answer, quota_exceeded
 
 
 @attrs.frozen(kw_only=True)

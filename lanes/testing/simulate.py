@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from lanes.testing.fakes import FakeProvider, answer, open_fake, quota
+from lanes.testing import FakeProvider, answer, open_fake, quota
 
 SIM_KEYS = {"SIM_GROQ_KEY": "sim-groq-key", "SIM_GEMINI_KEY": "sim-gemini-key",
             "SIM_OPENROUTER_KEY": "sim-openrouter-key", "SIM_PAID_KEY": "sim-paid-key"}

@@ -1,4 +1,6 @@
-"""A circuit breaker per lane: closed → open → half-open (one probe) → closed. Pure.
+"""A circuit breaker: closed → open → half-open (one probe) → closed. Pure.
+
+`breakers.py` keeps one per (lane, model) and one per lane.
 
 Time is passed in as `now` (seconds on the caller's clock). Randomness (the cooldown jitter) comes
 from an injectable `random` returning floats in [0, 1).
@@ -10,12 +12,16 @@ cut by it is `release`d, so the breaker never sticks half-open.
 
 from __future__ import annotations
 
+# lanes: pure
+
 import random as _random
 from collections import deque
 from collections.abc import Callable
 from typing import Literal
 
 import attrs
+
+from lanes._core.validators import above, at_least, non_negative, positive
 
 State = Literal["closed", "open", "half_open"]
 Verdict = Literal["success", "fault", "neutral"]
@@ -25,14 +31,22 @@ Verdict = Literal["success", "fault", "neutral"]
 class BreakerPolicy:
     """When a breaker opens and for how long. Durations in seconds."""
 
-    failures: int = 3  # consecutive faults that open it
-    ratio: float = 0.5  # or this failure ratio ...
-    window_s: float = 60.0  # ... over this window ...
-    min_calls: int = 10  # ... once it holds this many calls
-    cooldown_s: float = 15.0  # first open period
-    cooldown_max_s: float = 300.0  # cap for the growing open period
-    growth: float = 2.0  # each reopening multiplies the cooldown by this
-    jitter: float = 0.1  # up to +10 % added to each cooldown
+    failures: int = attrs.field(default=3, validator=at_least(1))  # consecutive faults that open it
+    ratio: float = attrs.field(default=0.5, validator=above(0))  # or this failure ratio ...
+    window_s: float = attrs.field(default=60.0, validator=positive)  # ... over this window ...
+    min_calls: int = attrs.field(default=10, validator=at_least(1))  # ... once it holds this many calls
+    cooldown_s: float = attrs.field(default=15.0, validator=non_negative)  # first open period
+    # Cap for the growing open period (never below `cooldown_s`). Kept short so that traffic returns to a preferred candidate
+    # within ~cooldown_max_s × (1 + jitter) of its recovery (22 s by default), one probe at a time.
+    cooldown_max_s: float = attrs.field(default=20.0, validator=non_negative)
+    growth: float = attrs.field(default=2.0, validator=at_least(1))  # each reopening multiplies the cooldown
+    jitter: float = attrs.field(default=0.1, validator=non_negative)  # up to +10 % added to each cooldown
+    lane_models: int = attrs.field(default=3, validator=at_least(1))  # open models that darken the whole lane
+
+    @ratio.validator
+    def _ratio(self, attribute: attrs.Attribute[float], value: float) -> None:
+        if value > 1:
+            raise ValueError(f"ratio: must be <= 1 (got {value:g}); it is a share of calls")
 
 
 @attrs.frozen(kw_only=True)
@@ -49,12 +63,13 @@ class BreakerStatistics:
     window_calls: int
     window_faults: int
     reopen_at: float | None
+    opened_at: float | None  # when it last opened (None while closed)
     trips: int
     probe_in_flight: bool
 
 
 class Breaker:
-    """One lane's breaker. Not thread-safe; one trio run owns it."""
+    """One breaker. Not thread-safe; one trio run owns it."""
 
     def __init__(
         self, policy: BreakerPolicy | None = None, *, random: Callable[[], float] = _random.random
@@ -65,6 +80,7 @@ class Breaker:
         self._consecutive = 0
         self._window: deque[tuple[float, bool]] = deque()  # (time, faulted)
         self._reopen_at: float | None = None
+        self._opened_at: float | None = None
         self._trips = 0  # reopenings since the last close; grows the cooldown
         self._probe_in_flight = False
 
@@ -123,13 +139,20 @@ class Breaker:
             window_calls=len(self._window),
             window_faults=sum(1 for _, faulted in self._window if faulted),
             reopen_at=self._reopen_at if state != "closed" else None,
+            opened_at=self._opened_at if state != "closed" else None,
             trips=self._trips,
             probe_in_flight=self._probe_in_flight,
         )
 
+    def trip(self, now: float) -> None:
+        """Open now (the lane breaker, when enough of its models' breakers opened at once)."""
+        if self.state(now) == "closed":
+            self._open(now)
+
     def _open(self, now: float) -> None:
         p = self.policy
-        base = min(p.cooldown_s * p.growth**self._trips, p.cooldown_max_s)
+        self._opened_at = now
+        base = min(p.cooldown_s * p.growth**self._trips, max(p.cooldown_s, p.cooldown_max_s))
         self._reopen_at = now + base * (1.0 + p.jitter * self._random())
         self._trips += 1
         self._state = "open"
@@ -139,6 +162,7 @@ class Breaker:
     def _close(self) -> None:
         self._state = "closed"
         self._reopen_at = None
+        self._opened_at = None
         self._trips = 0
         self._consecutive = 0
         self._window.clear()

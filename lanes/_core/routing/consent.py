@@ -8,17 +8,20 @@ restart keeps it), "deny" refuses them.
 
 from __future__ import annotations
 
-import itertools
+import secrets
 from collections.abc import Callable
 from typing import Literal
 
 import attrs
 import trio
 
+from lanes._core.errors import FallbackDenied, FallbackNeedsApproval
+from lanes._core.job import Candidate, Job
+from lanes._core.routing.policy import PolicyConfig, worst_case_cost
+from lanes._core.routing.record import JobRecord
 from lanes._core.state.store import Store
 
 Decision = Literal["once", "granted", "deny"]
-_ids = itertools.count(1)
 
 
 @attrs.define(kw_only=True)
@@ -48,7 +51,7 @@ class Approvals:
         for approval in self.pending.values():
             if approval.client == client:
                 return approval
-        approval = PendingApproval(id=f"ap-{next(_ids)}", client=client, exhausted=exhausted, candidate=candidate,
+        approval = PendingApproval(id=f"ap-{secrets.token_hex(12)}", client=client, exhausted=exhausted, candidate=candidate,
                                    estimated_cost_usd=cost, created_at=self._now())
         self.pending[approval.id] = approval
         return approval
@@ -71,3 +74,46 @@ class Approvals:
             raise ValueError(f"decision must be 'once', 'deny' or a duration in seconds (got {decision!r})")
         approval.event.set()
         return approval
+
+
+class Consent:
+    """Whether a job may fall back to a paid candidate: `free_tier_fallback` off, ask or allow."""
+
+    def __init__(self, policy: PolicyConfig, approvals: Approvals,
+                 next_free_s: Callable[[Job], float | None]) -> None:
+        self.policy = policy
+        self.approvals = approvals
+        self._next_free_s = next_free_s  # seconds until the job's soonest free candidate reopens
+
+    async def ask(self, record: JobRecord, candidate: Candidate) -> bool:
+        """True when `record`'s job may pay for `candidate`; False (skip recorded) when fallback is
+        off. Under `ask`, waits for a decision up to the job's deadline (or `approval_wait_s`) and
+        raises `FallbackNeedsApproval` when none came, `FallbackDenied` when it was denied."""
+        mode = self.policy.free_tier_fallback
+        if mode == "allow":
+            record.approval = "allow"
+            return True
+        if mode == "off":
+            record.skip(candidate, "paid fallback off (free_tier_fallback = off)")
+            return False
+        client = record.job.client
+        if self.approvals.granted(client):
+            record.approval = "granted"
+            return True
+        exhausted = tuple(dict.fromkeys([*(c.key for c in record.free_blocked),
+                                         *(a.key for a in record.attempts if a.tier != "paid")]))
+        cost = worst_case_cost(candidate, record.job, self.policy.paid_max_tokens) or 0.0
+        approval = self.approvals.open(client=client, exhausted=exhausted, candidate=candidate.key, cost=cost)
+        wait_s = self.policy.approval_wait_s
+        until = record.deadline_at if wait_s is None else min(record.deadline_at, trio.current_time() + wait_s)
+        with trio.move_on_at(until):
+            await approval.event.wait()
+        kw = {"attempts": record.attempts, "skips": record.skips, "request_id": record.id}
+        if approval.decision is None:
+            raise FallbackNeedsApproval(
+                f"paid fallback to {candidate.key} needs approval {approval.id}", approval_id=approval.id,
+                retry_after_s=max(1.0, self._next_free_s(record.job) or 30.0), **kw)
+        if approval.decision == "deny":
+            raise FallbackDenied(f"paid fallback to {candidate.key} was denied ({approval.id})", **kw)
+        record.approval = approval.decision
+        return True

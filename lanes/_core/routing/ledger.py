@@ -1,16 +1,19 @@
-"""Governors: global attempt caps per minute and per day, and the hard daily paid ceiling.
+"""The ledger: global attempt governors per minute and per day, and the hard daily paid ceiling.
 
 Every upstream attempt counts — primary, retry and paid — so a retry is never "free load". The
 attempt counts live in the FreeTierManager's counters (scope `governor`), shared with the other
-processes on the host through the store. The paid ceiling is a ledger in the store: reserve the
-worst case before a paid attempt (one atomic transaction, across processes), settle to the real
-cost after. A store that can not record the reservation fails closed: no paid attempt.
+processes on the host through the store. The paid ceiling is a ledger in the store: each paid
+attempt reserves its own worst case before it is sent (one atomic transaction, across processes),
+and settles to the real cost after. A store that can not record the reservation fails closed: no
+paid attempt.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+
+import attrs
 
 from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
@@ -23,7 +26,15 @@ log = logging.getLogger("lanes")
 SCOPE = "governor"
 
 
-class Governors:
+@attrs.frozen(kw_only=True)
+class Reservation:
+    """One paid attempt's hold on today's budget: its own id, never shared with another attempt."""
+
+    id: str
+    amount_usd: float
+
+
+class Ledger:
     def __init__(self, policy: PolicyConfig, manager: FreeTierManager, store: Store,
                  now_wall: Callable[[], float]) -> None:
         self.policy = policy
@@ -42,8 +53,8 @@ class Governors:
                                         retry_after_s=wait)
         self._manager.pending_usage += self._manager.usage.add(SCOPE, now, requests=1)
 
-    async def reserve(self, candidate: Candidate, job: Job) -> tuple[str, float]:
-        """Reserve a paid attempt's worst case under today's ceiling: (reservation id, amount)."""
+    async def reserve(self, candidate: Candidate, job: Job) -> Reservation:
+        """Reserve one paid attempt's worst case under today's ceiling, or raise `PaidBudgetExhausted`."""
         amount = worst_case_cost(candidate, job, self.policy.paid_max_tokens)
         if amount is None:
             raise PaidBudgetExhausted(f"{candidate.key} has no known price, so it can not be held to the ceiling")
@@ -67,11 +78,12 @@ class Governors:
             raise PaidBudgetExhausted(
                 f"paid ceiling ${self.policy.paid_ceiling_usd_per_day:.2f}/day would be crossed by ${amount:.6f}",
                 retry_after_s=wait)
-        return reservation, amount
+        return Reservation(id=reservation, amount_usd=amount)
 
-    def settle(self, reservation: str, cost: float) -> None:
+    def settle(self, reservation: Reservation, cost: float) -> None:
+        """Replace the reservation by the attempt's real cost, as its validated usage reports it."""
         try:
-            self._store.settle_paid(reservation, cost)
+            self._store.settle_paid(reservation.id, max(cost, 0.0))
         except STORE_ERRORS as exc:  # the reservation stays counted in full: never an under-count
             log.warning("paid ledger: can not settle a reservation (%s); it stays counted in full", exc)
 

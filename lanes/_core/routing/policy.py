@@ -9,6 +9,8 @@ backoff, quota) is checked by the dispatcher just before each attempt.
 
 from __future__ import annotations
 
+# lanes: pure
+
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -16,15 +18,10 @@ from typing import Any, Literal
 import attrs
 
 from lanes._core.job import Candidate, Job, Skip
+from lanes._core.validators import at_least
+from lanes.freetier.prices import cost_usd
 
 FallbackMode = Literal["off", "ask", "allow"]
-
-
-def _at_least(minimum: float):
-    def check(instance: object, attribute: attrs.Attribute, value: float | None) -> None:
-        if value is not None and value < minimum:
-            raise ValueError(f"{attribute.name}: must be >= {minimum:g} (got {value:g})")
-    return check
 
 
 @attrs.frozen(kw_only=True)
@@ -33,19 +30,20 @@ class PolicyConfig:
 
     free_tier_fallback: FallbackMode = "off"  # when free capacity is gone: fail, ask, or pay
     free_tier_only: bool = False  # never use a paid candidate, even one asked for by name
-    free_attempts: int = attrs.field(default=2, validator=_at_least(0))  # primary + one free retry
-    paid_attempts: int = attrs.field(default=1, validator=_at_least(0))
-    max_attempts: int = attrs.field(default=4, validator=_at_least(1))  # per job, retries included
-    max_wait_s: float = attrs.field(default=5.0, validator=_at_least(0))  # wait out a 429 this short
-    retry_pause_s: float = attrs.field(default=0.25, validator=_at_least(0))  # before retrying a blip
+    free_attempts: int = attrs.field(default=2, validator=at_least(0))  # distinct free candidates: primary + free retry
+    paid_attempts: int = attrs.field(default=1, validator=at_least(0))  # paid requests, same-candidate retries included
+    transient_retries: int = attrs.field(default=1, validator=at_least(0))  # same-candidate retries per job
+    max_attempts: int = attrs.field(default=4, validator=at_least(1))  # per job, retries included
+    max_wait_s: float = attrs.field(default=5.0, validator=at_least(0))  # wait out a 429 this short
+    retry_pause_s: float = attrs.field(default=0.25, validator=at_least(0))  # before retrying a blip
     classes: dict[str, list[str]] = attrs.field(factory=dict)  # request class → preferred "lane/model"
-    long_context_tokens: int = attrs.field(default=32_000, validator=_at_least(1))
-    attempts_per_minute: int | None = attrs.field(default=None, validator=_at_least(1))
-    attempts_per_day: int | None = attrs.field(default=None, validator=_at_least(1))
-    paid_ceiling_usd_per_day: float = attrs.field(default=1.0, validator=_at_least(0))
-    paid_max_tokens: int = attrs.field(default=4096, validator=_at_least(1))  # sent when a paid job sets none
-    approval_wait_s: float | None = attrs.field(default=None, validator=_at_least(0))  # None: until the deadline
-    approval_default_s: float = attrs.field(default=3600.0, validator=_at_least(0))
+    long_context_tokens: int = attrs.field(default=32_000, validator=at_least(1))
+    attempts_per_minute: int | None = attrs.field(default=None, validator=at_least(1))
+    attempts_per_day: int | None = attrs.field(default=None, validator=at_least(1))
+    paid_ceiling_usd_per_day: float = attrs.field(default=1.0, validator=at_least(0))
+    paid_max_tokens: int = attrs.field(default=4096, validator=at_least(1))  # sent when a paid job sets none
+    approval_wait_s: float | None = attrs.field(default=None, validator=at_least(0))  # None: until the deadline
+    approval_default_s: float = attrs.field(default=3600.0, validator=at_least(0))
     privacy: Literal["any", "zdr", "local"] = "any"  # the default for jobs that say nothing
 
 
@@ -183,7 +181,7 @@ def worst_case_cost(candidate: Candidate, job: Job, default_max_tokens: int) -> 
     if candidate.input_usd_per_mtok is None or candidate.output_usd_per_mtok is None:
         return None
     output = max_output_tokens(job.params) or default_max_tokens
-    return (input_bytes(job) * candidate.input_usd_per_mtok + output * candidate.output_usd_per_mtok) / 1e6
+    return cost_usd(input_bytes(job), output, candidate.input_usd_per_mtok, candidate.output_usd_per_mtok)
 
 
 RetryChoice = Literal["same", "next"]
@@ -193,8 +191,9 @@ def after_failure(outcome: str, *, retried: bool, wait_s: float | None, time_lef
                   alternatives_free: bool) -> tuple[RetryChoice, float]:
     """What to do after a failed attempt: retry the same candidate after a pause, or move on.
 
-    A transient fault is retried once on the same candidate; a 429 whose wait is short is waited
-    out only when the other options would cost money or there are none; nothing else is retried.
+    `retried`: the job's same-candidate allowance is used up. A transient fault is retried on the
+    same candidate; a 429 whose wait is short is waited out only when the other options would cost
+    money or there are none; nothing else is retried.
     """
     if retried:
         return "next", 0.0

@@ -12,7 +12,7 @@ import trio
 
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.state.store import STORE_ERRORS, Store, call
-from lanes._core.routing.record import Walk
+from lanes._core.routing.record import JobRecord
 from lanes.freetier.manager import FreeTierManager
 
 
@@ -26,22 +26,25 @@ class Probes:
         self._local: dict[str, trio.Event] = {}  # scope → set when this process's probe answered
         self.remote: dict[str, trio.Event] = {}  # scope → set when another host's probe answered (see Sharing)
 
-    async def claim(self, scope: str, lane: OpenAICompatibleLane, walk: Walk) -> bool | None:
+    async def claim(self, scope: str, lane: OpenAICompatibleLane, record: JobRecord) -> bool | None:
         """True: this job probes `scope` (then `release` it). False: another probe answered meanwhile — look
         again. None: it did not answer within the lane's `first_token_s` (or our deadline)."""
         event = self._local.get(scope)
         if event is None:
             self._local[scope] = trio.Event()
-            if await self._lease(scope, lane, walk):
-                return True
-            self.release(scope)  # another host probed it: look again with what it learned
-            return False
-        with trio.move_on_at(min(walk.deadline_at, trio.current_time() + lane.config.first_token_s)):
+            leased = False
+            try:
+                leased = await self._lease(scope, lane, record)
+            finally:
+                if not leased:  # another host probed it (look again with what it learned), or cancelled
+                    self.release(scope)
+            return leased
+        with trio.move_on_at(min(record.deadline_at, trio.current_time() + lane.config.first_token_s)):
             await event.wait()
             return False
         return None
 
-    async def _lease(self, scope: str, lane: OpenAICompatibleLane, walk: Walk) -> bool:
+    async def _lease(self, scope: str, lane: OpenAICompatibleLane, record: JobRecord) -> bool:
         """With a store shared between hosts, only one host probes a cold scope: True when this one may.
         Otherwise wait for the other host's answer (published), its lease to lapse, or our deadline.
         A store that can not be reached fails open: the local single-flight decides."""
@@ -58,9 +61,14 @@ class Probes:
             self._manager.merge_backoffs([(scope, lease)])
             return False
         waiting = self.remote.setdefault(scope, trio.Event())
-        with trio.move_on_at(min(walk.deadline_at, trio.current_time() + ttl_s)):
+        with trio.move_on_at(min(record.deadline_at, trio.current_time() + ttl_s)):
             await waiting.wait()
         return False
+
+    def remote_answered(self, scope: str) -> None:
+        """Another host's probe of `scope` answered: wake the jobs here that wait for it."""
+        if (waiting := self.remote.pop(scope, None)) is not None:
+            waiting.set()
 
     def release(self, scope: str | None) -> None:
         """The probe of `scope` answered (or was abandoned): wake the local waiters; with a shared store,

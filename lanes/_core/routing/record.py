@@ -1,69 +1,123 @@
-"""One job's walk through its candidates: what was sent, what was skipped, and the error at the end."""
+"""One job's record: what was sent, what was skipped and why, and the error it ends with. Pure.
+
+The walk writes into it; the audit, the reply and every `JobFailed` are read from it. Times are on
+trio's clock and passed in.
+"""
 
 from __future__ import annotations
 
+# lanes: pure
+
 from typing import Any
 
-import trio
+from lanes._core.errors import DeadlineExceeded, FreeTierExhausted, JobFailed, NoLaneAvailable, PaidBudgetExhausted
+from lanes._core.job import Attempt, Candidate, Job, Outcome, Route, Skip
 
-from lanes._core.errors import DeadlineExceeded, FreeTierExhausted, NoLaneAvailable, PaidBudgetExhausted
-from lanes._core.job import Attempt, Candidate, Job, Outcome, Skip
+_SHORT = 120  # characters of an attempt's detail quoted in a failure's message
 
 
-class Walk:
+class JobRecord:
     """One job's progress through its candidates: what was sent, what was skipped, and when."""
 
-    def __init__(self, job: Job, deadline_at: float) -> None:
+    def __init__(self, job: Job, *, deadline_at: float, started_at: float) -> None:
         self.job = job
         self.deadline_at = deadline_at
+        self.started_at = started_at
         self.attempts: list[Attempt] = []
         self.skips: list[Skip] = []
+        self.considered: dict[str, None] = {}  # every candidate key the walk looked at, in order
         self.short_of_time = False
-        self.free_blocked: list[Candidate] = []  # free candidates the manager held back
+        self.free_blocked: list[Candidate] = []  # free candidates the free-tier manager held back
         self.request_class = "general"
         self.approval: str | None = None  # how paid fallback was consented to: allow, once, granted
         self.budget_refusal: PaidBudgetExhausted | None = None  # the paid ceiling refused an attempt
-        self.last_error: Exception | None = None
-        self.started_at = trio.current_time()
         self.explored: str | None = None  # the runner-up this job was sent to on purpose
         self.sticky = False  # a multi-turn conversation kept on the model that served it
+        self.same_retries = 0  # same-candidate retries after a transient fault (their own allowance)
 
     @property
-    def free_attempts(self) -> int:
-        return sum(1 for a in self.attempts if a.tier == "free")
+    def id(self) -> str:
+        return self.job.id
+
+    @property
+    def free_tried(self) -> set[str]:
+        """The distinct free candidates sent a request (a same-candidate retry adds none)."""
+        return {a.key for a in self.attempts if a.tier == "free"}
 
     @property
     def paid_attempts(self) -> int:
+        """Every paid request sent, same-candidate retries included."""
         return sum(1 for a in self.attempts if a.tier == "paid")
 
-    def skip(self, candidate: Candidate, reason: str) -> None:
-        self.skips.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason))
+    def route_for(self, candidate: Candidate) -> Route:
+        """The route state an attempt on `candidate` stands for now."""
+        if candidate.tier == "local":
+            return "local"
+        if candidate.tier == "paid":
+            return "paid_fallback"
+        tried = self.free_tried
+        return "primary" if not tried or tried == {candidate.key} else "free_retry"
 
-    def record(self, candidate: Candidate, outcome: Outcome, started_at: float, **kw: Any) -> None:
-        self.attempts.append(
-            Attempt(
-                lane=candidate.lane,
-                model=candidate.model,
-                tier=candidate.tier,
-                outcome=outcome,
-                duration_s=trio.current_time() - started_at,
-                **kw,
-            )
-        )
+    def consider(self, candidate: Candidate) -> None:
+        self.considered.setdefault(candidate.key, None)
 
-    def failed(self, next_free: tuple[float, str] | None = None, now_wall: float = 0.0) -> Exception:
-        """The error for a walk that ran out of candidates."""
-        kw = {"attempts": self.attempts, "skips": self.skips}
-        ran_out = trio.current_time() >= self.deadline_at or self.short_of_time
-        if ran_out or any(a.outcome == "deadline" for a in self.attempts):
-            return DeadlineExceeded("the job's deadline passed before any lane answered", **kw)
+    def skip(self, candidate: Candidate | Skip, reason: str | None = None) -> None:
+        if isinstance(candidate, Skip):
+            self.considered.setdefault(f"{candidate.lane}/{candidate.model}", None)
+            self.skips.append(candidate)
+            return
+        self.consider(candidate)
+        self.skips.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason or ""))
+
+    def record(self, candidate: Candidate, outcome: Outcome, *, route: Route, duration_s: float,
+               **details: Any) -> Attempt:
+        self.consider(candidate)
+        attempt = Attempt(lane=candidate.lane, model=candidate.model, tier=candidate.tier, outcome=outcome,
+                          route=route, duration_s=duration_s, **details)
+        self.attempts.append(attempt)
+        return attempt
+
+    def attach(self, exc: JobFailed) -> JobFailed:
+        """Fill in what `exc` does not carry yet: the attempts, skips and request id so far."""
+        exc.attempts = exc.attempts or tuple(self.attempts)
+        exc.skips = exc.skips or tuple(self.skips)
+        exc.request_id = exc.request_id or self.id
+        return exc
+
+    def reasons(self) -> str:
+        """Each candidate considered and why it did not serve, in the order they were looked at:
+        its last attempt's failure if it was sent anything, else why it was skipped."""
+        why: dict[str, str] = {}
+        for skip in self.skips:
+            why[f"{skip.lane}/{skip.model}"] = skip.reason
+        for attempt in self.attempts:
+            if attempt.outcome != "ok":
+                why[attempt.key] = _describe(attempt)
+        return "; ".join(f"{key}: {why[key]}" for key in self.considered if key in why)
+
+    def failed(self, *, now: float, next_free: tuple[float, str] | None = None,
+               now_wall: float = 0.0) -> JobFailed:
+        """The error for a walk that ran out of candidates, naming each and its reason."""
+        kw: dict[str, Any] = {"attempts": self.attempts, "skips": self.skips, "request_id": self.id}
+        reasons = self.reasons()
+        tail = f" — {reasons}" if reasons else ""
+        if now >= self.deadline_at or self.short_of_time or any(a.outcome == "deadline" for a in self.attempts):
+            return DeadlineExceeded(f"the job's deadline passed before any lane answered{tail}", **kw)
         if self.budget_refusal is not None:
             refusal = self.budget_refusal
-            return PaidBudgetExhausted(str(refusal), retry_after_s=refusal.retry_after_s, **kw)
+            return PaidBudgetExhausted(f"{refusal}{tail}", retry_after_s=refusal.retry_after_s, **kw)
         if self.free_blocked or any(a.outcome in ("rate_limited", "credit_exhausted") for a in self.attempts):
             retry = max(0.0, next_free[0] - now_wall) if next_free else None
-            when = f"; {next_free[1]} reopens in {retry:.1f}s" if next_free else ""
-            return FreeTierExhausted(f"free capacity is exhausted{when}", retry_after_s=retry,
+            when = f"; {next_free[1]} reopens in {retry:.1f}s" if next_free and retry is not None else ""
+            return FreeTierExhausted(f"free capacity is exhausted{when}{tail}", retry_after_s=retry,
                                      next_eligible=next_free[1] if next_free else None, **kw)
-        tried = len(self.attempts)
-        return NoLaneAvailable(f"no lane could serve: {tried} attempt(s), {len(self.skips)} skip(s)", **kw)
+        return NoLaneAvailable(f"no lane could serve{tail}" if tail else "no lane could serve: no candidate", **kw)
+
+
+def _describe(attempt: Attempt) -> str:
+    detail = " ".join(attempt.detail.split())
+    if len(detail) > _SHORT:
+        detail = detail[: _SHORT - 1] + "…"
+    if attempt.outcome == "deadline":
+        return "cut by the job's deadline"
+    return detail or attempt.outcome.replace("_", " ")

@@ -10,38 +10,35 @@ its models' reliability is multiplied down.
 
 from __future__ import annotations
 
+# lanes: pure
+
 import math
 from collections import deque
 from collections.abc import Mapping
 
 import attrs
 
-
-def _at_least(minimum: float):
-    def check(instance: object, attribute: attrs.Attribute, value: float) -> None:
-        if value < minimum:
-            raise ValueError(f"{attribute.name}: must be >= {minimum:g} (got {value:g})")
-    return check
+from lanes._core.validators import at_least
 
 
 @attrs.frozen(kw_only=True)
 class ScoringConfig:
     """`[scoring]` in config."""
 
-    min_samples: int = attrs.field(default=5, validator=_at_least(1))
+    min_samples: int = attrs.field(default=5, validator=at_least(1))
     prior: float = 0.5
     z: float = 1.96
-    half_life_s: float = attrs.field(default=600.0, validator=_at_least(1))
+    half_life_s: float = attrs.field(default=600.0, validator=at_least(1))
     penalties: dict[str, float] = attrs.field(factory=lambda: {"rate_limited": 0.05, "fault": 0.1, "deadline": 0.05})
     weights: dict[str, float] = attrs.field(
         factory=lambda: {"reliability": 0.5, "latency": 0.2, "context": 0.1, "capability": 0.2})
-    latency_ref_s: float = attrs.field(default=2.0, validator=_at_least(0.001))
+    latency_ref_s: float = attrs.field(default=2.0, validator=at_least(0.001))
     degraded_ratio: float = 0.5  # a provider failing this share of its recent outcomes is degraded …
     degraded_multiplier: float = 0.5  # … and its models' reliability is multiplied by this
-    explore_rate: float = attrs.field(default=0.05, validator=_at_least(0))  # share of jobs that explore
-    explore_gap: float = attrs.field(default=0.15, validator=_at_least(0))  # how close a runner-up must be
+    explore_rate: float = attrs.field(default=0.05, validator=at_least(0))  # share of jobs that explore
+    explore_gap: float = attrs.field(default=0.15, validator=at_least(0))  # how close a runner-up must be
     sticky: bool = True  # keep a multi-turn conversation on the model that served it while healthy
-    sticky_ttl_s: float = attrs.field(default=3600.0, validator=_at_least(0))
+    sticky_ttl_s: float = attrs.field(default=3600.0, validator=at_least(0))
 
 
 def wilson_lower(successes: int, n: int, z: float = 1.96) -> float:

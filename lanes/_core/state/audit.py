@@ -5,23 +5,23 @@ queries seed 004 asks for, run over it.
 
 from __future__ import annotations
 
+# lanes: pure
+
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from lanes._core.job import Attempt, Job, digest, route_for
+from lanes._core.job import Attempt, Job, digest
+from lanes.freetier.prices import usage_tokens
 
 Query = Callable[[str, tuple], list[tuple]]
 
 
 def attempt_log(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
     """Each attempt with the route state it stood for (local / primary / free_retry / paid_fallback)."""
-    out, free_before = [], 0
-    for a in attempts:
-        out.append({"lane": a.lane, "model": a.model, "tier": a.tier, "route": route_for(a.tier, free_before),
-                    "outcome": a.outcome, "status": a.status, "latency_s": round(a.duration_s, 6)})
-        free_before += a.tier == "free"
-    return out
+    return [{"lane": a.lane, "model": a.model, "tier": a.tier, "route": a.route, "outcome": a.outcome,
+             "status": a.status, "latency_s": round(a.duration_s, 6), "category": a.category, "retry": a.retry,
+             "cost_usd": a.cost_usd} for a in attempts]
 
 
 def audit_row(*, job: Job, at: float, request_class: str, outcome: str, route: str | None, lane: str | None,
@@ -30,7 +30,7 @@ def audit_row(*, job: Job, at: float, request_class: str, outcome: str, route: s
               explored: bool = False, log_bodies: bool = False) -> dict[str, Any]:
     request_sha, request_bytes = job.fingerprint()
     answer_sha, answer_bytes = digest(answer) if answer is not None else ("", 0)
-    tokens = usage.get("total_tokens") if isinstance(usage, Mapping) else None
+    counted = usage_tokens(usage)
     return {
         "job": job.id, "at": at, "client": job.client, "cohort": job.cohort or "", "class": request_class,
         "route": route or "", "outcome": outcome, "lane": lane or "", "model": model or "",
@@ -38,7 +38,7 @@ def audit_row(*, job: Job, at: float, request_class: str, outcome: str, route: s
         "answer_sha256": answer_sha, "answer_bytes": answer_bytes,
         "attempts": len(attempts), "attempt_log": json.dumps(attempt_log(attempts)),
         "skip_log": json.dumps([{"lane": s.lane, "model": s.model, "reason": s.reason} for s in skips]),
-        "latency_s": latency_s, "tokens": tokens if isinstance(tokens, int) else 0, "cost_usd": cost_usd,
+        "latency_s": latency_s, "tokens": sum(counted) if counted else 0, "cost_usd": cost_usd,
         "approval": approval, "explored": int(explored),
         "body": json.dumps({"messages": list(job.messages), "answer": answer}) if log_bodies else "",
     }

@@ -225,7 +225,7 @@ class RedisStore:
         cross `ceiling`. Refused (StoreUnavailable) while the ledger is not known to be whole."""
         if not self.up:
             raise StoreUnavailable(f"redis at {self.where}: the shared paid ledger is not synchronised yet")
-        reservation = f"{day}:{job}:{lane}/{model}:{amount!r}"
+        reservation = f"{day}:{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
         granted, total = self._reserve(keys=self._ledger(day), args=[
             reservation, pico(amount), round(ceiling * PICO), int(end_of("day", day)) + 86400])
         with self._lock:

@@ -17,6 +17,7 @@ import functools
 import json
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -210,13 +211,11 @@ class SQLiteStore:
                      cohort: str | None) -> str | None:
         """Reserve `amount` USD of today's paid budget, atomically across processes; None if it would
         cross `ceiling`. Unsettled reservations count in full, so a crash never under-counts."""
-        reservation = f"{job}:{lane}/{model}:{amount!r}"
+        reservation = f"{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                (spent,) = self._conn.execute(
-                    "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?",
-                    (day,)).fetchone()
+                spent = self._spent(day)
                 if spent + amount > ceiling + 1e-12:
                     self._conn.execute("ROLLBACK")
                     return None
@@ -237,9 +236,13 @@ class SQLiteStore:
 
     def paid_spent(self, day: int) -> float:
         with self._lock:
-            (spent,) = self._conn.execute(
-                "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?", (day,)).fetchone()
-        return spent
+            return self._spent(day)
+
+    def _spent(self, day: int) -> float:
+        """Reserved-or-settled USD of `day` (unsettled reservations count in full). Hold the lock."""
+        (spent,) = self._conn.execute(
+            "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?", (day,)).fetchone()
+        return float(spent)
 
     def put_grant(self, client: str, until: float) -> None:
         with self._lock, self._conn:

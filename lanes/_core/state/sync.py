@@ -12,7 +12,8 @@ paid ledger stays closed (see `Governors.reserve`) until a sync succeeds again.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import trio
 
@@ -22,16 +23,23 @@ from lanes.freetier.manager import FreeTierManager
 log = logging.getLogger("lanes")
 
 
-class Sharing:
-    def __init__(self, manager: FreeTierManager, store: Store, *, audit: list | None = None,
-                 quarantine: dict[str, str] | None = None, switched_off: set[str] | None = None,
-                 remote_probes: dict[str, trio.Event] | None = None) -> None:
+class SyncPeer(Protocol):
+    """What the state sync asks of the dispatcher (it never reaches into its attributes)."""
+
+    def take_audit_rows(self) -> list[dict[str, Any]]: ...
+    def return_audit_rows(self, rows: list[dict[str, Any]]) -> None: ...
+    def switches(self) -> frozenset[str]: ...
+    def apply_switch(self, lane: str, off: bool) -> bool: ...
+    def quarantine(self) -> dict[str, str]: ...
+    def apply_quarantine(self, current: Mapping[str, str]) -> None: ...
+    def probe_answered(self, scope: str, ok: bool) -> None: ...
+
+
+class StateSync:
+    def __init__(self, manager: FreeTierManager, store: Store, peer: SyncPeer) -> None:
         self.manager = manager
         self.store = store
-        self.audit = audit if audit is not None else []  # rows appended by the dispatcher, flushed here
-        self.quarantine = quarantine if quarantine is not None else {}  # the canary's verdicts, read here
-        self.switched_off = switched_off if switched_off is not None else set()  # the runtime kill switch
-        self.remote_probes = remote_probes if remote_probes is not None else {}  # scope → another host's probe
+        self.peer = peer
         self._last_switches: set[str] = set()
         self._synced = False  # until the first successful sync (switches found then were kept, not thrown now)
         self._failing = False
@@ -52,7 +60,7 @@ class Sharing:
     def _view(self) -> LocalView:
         return LocalView(usage=list(self.manager.usage.counts.items()), spend=dict(self.manager.spend),
                          backoffs=dict(self.manager.backoffs), snapshots=dict(self.manager.snapshots),
-                         switched_off=frozenset(self.switched_off))
+                         switched_off=self.peer.switches())
 
     async def sync(self, now: float) -> None:
         try:
@@ -61,7 +69,7 @@ class Sharing:
             self._failed(exc)
             return
         usage, spend, backoffs, snapshots = self.manager.take_pending()
-        audit, self.audit[:] = list(self.audit), []
+        audit = self.peer.take_audit_rows()
         view = self._view() if lost else None  # taken with the pending rows: it already holds them
         reseeded = False
 
@@ -87,7 +95,7 @@ class Sharing:
                 for key, usd in spend.items():
                     self.manager.pending_spend[key] = self.manager.pending_spend.get(key, 0.0) + usd
             self.manager.changed_backoffs = {**backoffs, **self.manager.changed_backoffs}
-            self.audit[:0] = audit
+            self.peer.return_audit_rows(audit)
             self._failed(exc)
             return
         if self._failing or reseeded:
@@ -118,23 +126,20 @@ class Sharing:
         self._failing = True
 
     def _switch(self, lane: str, off: bool, *, first: bool = False) -> None:
-        if off and lane not in self.switched_off:
-            self.switched_off.add(lane)
-            if first:
-                log.warning("lane %s: switched off in the shared state (lanes lane on %s to undo)", lane, lane)
-            else:
-                log.warning("lane %s: switched off by another process sharing the state", lane)
-        elif not off and lane in self.switched_off:
-            self.switched_off.discard(lane)
-            log.warning("lane %s: switched on by another process sharing the state", lane)
+        if not self.peer.apply_switch(lane, off):
+            return
+        if off and first:
+            log.warning("lane %s: switched off in the shared state (lanes lane on %s to undo)", lane, lane)
+        else:
+            log.warning("lane %s: switched %s by another process sharing the state", lane, "off" if off else "on")
 
     def _take_quarantine(self, current: dict[str, str]) -> None:
-        for key in set(self.quarantine) - set(current):
+        known = self.peer.quarantine()
+        for key in set(known) - set(current):
             log.warning("canary: %s released from quarantine", key)
-        for key in set(current) - set(self.quarantine):
+        for key in set(current) - set(known):
             log.warning("canary: %s quarantined", key)
-        self.quarantine.clear()
-        self.quarantine.update(current)
+        self.peer.apply_quarantine(current)
 
     def apply(self, events: list[dict[str, Any]]) -> None:
         """Apply what other hosts published: backoffs, probe results, kill switches."""
@@ -144,16 +149,13 @@ class Sharing:
                 if kind == "backoff":
                     self.manager.merge_backoffs([(event["scope"], backoff_from(event))])
                 elif kind == "probe":
-                    if event["ok"]:
-                        self.manager.confirmed.add(event["scope"])
-                    if (waiting := self.remote_probes.pop(event["scope"], None)) is not None:
-                        waiting.set()
+                    self.peer.probe_answered(event["scope"], bool(event["ok"]))
                 elif kind == "switch":
                     self._switch(event["lane"], bool(event["off"]))
             except (KeyError, TypeError, ValueError):
                 continue  # a message we can not read changes nothing
 
-    async def run(self, wall_now, interval_s: float = 0.5) -> None:
+    async def run(self, wall_now: Callable[[], float], interval_s: float = 0.5) -> None:
         """Sync every `interval_s` (or when kicked) until cancelled; a last sync runs shielded on the way out."""
         try:
             while True:

@@ -12,16 +12,61 @@ A truncated answer never ends in a clean finish.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from lanes._core.errors import JobFailed, StreamInterrupted
 from lanes._core.job import Job
+from lanes._core.streaming.stream import ReplyStream
 
-Emit = Callable[[str, Any], Awaitable[None]]  # ("start", ReplyStream) ("chunk", dict) ("end", ReplyStream)
-#                                              ("error", JobFailed before any chunk) ("broken", StreamInterrupted)
+
+@attrs.frozen
+class Started:
+    """The first candidate answered: its stream (who serves, which route) before any chunk."""
+
+    stream: ReplyStream
+
+
+@attrs.frozen
+class Chunk:
+    """One `chat.completion.chunk` to pass on."""
+
+    data: dict[str, Any]
+
+
+@attrs.frozen
+class Ended:
+    """The answer is complete (`stream` is the one that finished it)."""
+
+    stream: ReplyStream
+
+
+@attrs.frozen
+class Failed:
+    """No candidate answered before the first chunk: a real HTTP error can still be sent."""
+
+    error: JobFailed
+
+
+@attrs.frozen
+class Broken:
+    """The answer broke after chunks were sent and could not be recovered: an in-band error."""
+
+    error: StreamInterrupted
+
+
+Event = Started | Chunk | Ended | Failed | Broken
+Emit = Callable[[Event], Awaitable[None]]
+
+
+class Streams(Protocol):
+    """The dispatcher's streaming door, as recovery needs it."""
+
+    def open_stream(self, job: Job, *, exclude: frozenset[str] = ...,
+                    require_prefill: bool = ...) -> AbstractAsyncContextManager[ReplyStream]: ...
 
 
 def _content(chunk: Mapping[str, Any]) -> str | None:
@@ -42,45 +87,45 @@ def _with_content(chunk: dict[str, Any], text: str, chunk_id: str | None) -> dic
     return out
 
 
-async def relay(dispatcher: Any, job: Job, emit: Emit) -> None:
+async def relay(dispatcher: Streams, job: Job, emit: Emit) -> None:
     """Stream `job` through `emit`, recovering after a mid-answer break as the module says."""
     try:
         async with dispatcher.open_stream(job) as stream:
-            await emit("start", stream)
+            await emit(Started(stream))
             chunk_id = None
             try:
                 async for chunk in stream:
                     chunk_id = chunk_id or chunk.get("id")
-                    await emit("chunk", chunk)
+                    await emit(Chunk(chunk))
             except StreamInterrupted as exc:
                 broken, delivered, tools, failed = exc, stream.delivered_text, stream.delivered_tool_calls, stream.candidate.key
                 deadline_at = stream.deadline_at
             else:
-                await emit("end", stream)
+                await emit(Ended(stream))
                 return
     except JobFailed as exc:
         if isinstance(exc, StreamInterrupted):
             raise
-        await emit("error", exc)
+        await emit(Failed(exc))
         return
     if tools or trio.current_time() >= deadline_at:
-        await emit("broken", broken)
+        await emit(Broken(broken))
         return
     resumed = attrs.evolve(job, deadline_at=deadline_at, deadline_s=None)
     sent = {"any": False}  # once a recovery has passed text on, no other may start over
 
-    async def counted(kind: str, payload: Any) -> None:
-        sent["any"] = sent["any"] or kind == "chunk"
-        await emit(kind, payload)
+    async def counted(event: Event) -> None:
+        sent["any"] = sent["any"] or isinstance(event, Chunk)
+        await emit(event)
 
     if await _prefill(dispatcher, resumed, delivered, failed, chunk_id, counted):
         return
     if not sent["any"] and await _regenerate(dispatcher, resumed, delivered, failed, chunk_id, counted):
         return
-    await emit("broken", broken)
+    await emit(Broken(broken))
 
 
-async def _prefill(dispatcher: Any, job: Job, delivered: str, failed: str, chunk_id: str | None, emit: Emit) -> bool:
+async def _prefill(dispatcher: Streams, job: Job, delivered: str, failed: str, chunk_id: str | None, emit: Emit) -> bool:
     """(a): continue the delivered text on a prefill-capable candidate. False when none could."""
     messages = [*job.messages, {"role": "assistant", "content": delivered}]
     prefilled = attrs.evolve(job, messages=messages)
@@ -90,8 +135,8 @@ async def _prefill(dispatcher: Any, job: Job, delivered: str, failed: str, chunk
                 text = _content(chunk)
                 if text is None:
                     continue
-                await emit("chunk", _with_content(chunk, text, chunk_id) if chunk.get("choices") else chunk)
-            await emit("end", stream)
+                await emit(Chunk(_with_content(chunk, text, chunk_id) if chunk.get("choices") else chunk))
+            await emit(Ended(stream))
             return True
     except StreamInterrupted:
         return False  # a second break: fall through to the real failure
@@ -99,7 +144,7 @@ async def _prefill(dispatcher: Any, job: Job, delivered: str, failed: str, chunk
         return False  # no prefill candidate, or it rejected the prefill: try regenerating
 
 
-async def _regenerate(dispatcher: Any, job: Job, delivered: str, failed: str, chunk_id: str | None,
+async def _regenerate(dispatcher: Streams, job: Job, delivered: str, failed: str, chunk_id: str | None,
                       emit: Emit) -> bool:
     """(b): regenerate elsewhere and pass on only what exactly extends the delivered text."""
     produced, sent = "", len(delivered)
@@ -110,19 +155,19 @@ async def _regenerate(dispatcher: Any, job: Job, delivered: str, failed: str, ch
                 if text is None:
                     return False
                 if not chunk.get("choices"):
-                    await emit("chunk", chunk)  # usage
+                    await emit(Chunk(chunk))  # usage
                     continue
                 produced += text
                 if not (produced.startswith(delivered) or delivered.startswith(produced)):
                     return False  # it says something else: splicing it on would be a lie
                 if len(produced) > sent:
-                    await emit("chunk", _with_content(chunk, produced[sent:], chunk_id))
+                    await emit(Chunk(_with_content(chunk, produced[sent:], chunk_id)))
                     sent = len(produced)
                 elif chunk["choices"][0].get("finish_reason"):
-                    await emit("chunk", _with_content(chunk, "", chunk_id))
+                    await emit(Chunk(_with_content(chunk, "", chunk_id)))
             if len(produced) < len(delivered):
                 return False
-            await emit("end", stream)
+            await emit(Ended(stream))
             return True
     except JobFailed:
         return False

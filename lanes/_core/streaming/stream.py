@@ -3,22 +3,19 @@
 Each read runs under `move_on_at(min(job deadline, now + idle_s))`; no cancel scope spans a yield,
 so the caller's own code between chunks is never cancelled by ours. A stream that stalls, is cut,
 or outlives the deadline after chunks were delivered raises `StreamInterrupted` — it never ends
-as if it had finished.
+as if it had finished. The attempt behind it settles when the stream ends, breaks or is closed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from lanes._core.errors import RetryableError, StreamInterrupted
-from lanes._core.job import Attempt, Candidate, Outcome, Route, cost_usd
+from lanes._core.job import Attempt, Candidate, Outcome, Route
+from lanes._core.routing.attempt import AttemptRun
 from lanes._core.upstream.client import ChunkReader
-
-if TYPE_CHECKING:
-    from lanes._core.routing.record import Walk
 
 
 async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:
@@ -26,7 +23,7 @@ async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:
     while True:
         chunks = await reader.receive()
         if chunks is None:
-            raise RetryableError("stream ended before its first chunk")
+            raise RetryableError("stream ended before its first chunk", category="stream_cut")
         if chunks:
             return chunks
 
@@ -34,49 +31,57 @@ async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:
 class ReplyStream:
     """Chunks from the lane that answered first, plus who that was. Iterate with `async for`."""
 
-    def __init__(
-        self,
-        *,
-        reader: ChunkReader,
-        buffered: list[dict[str, Any]],
-        candidate: Candidate,
-        provider: str,
-        route: Route,
-        walk: Walk,
-        started_at: float,
-        idle_s: float,
-        settle: Callable[[Outcome], None],
-    ) -> None:
-        self.candidate = candidate
-        self.provider = provider
-        self.route = route
+    def __init__(self, *, run: AttemptRun, reader: ChunkReader, buffered: list[dict[str, Any]]) -> None:
+        self._run = run
         self._reader = reader
         self._buffered = list(buffered)
-        self._walk = walk
-        self._started_at = started_at
-        self._idle_s = idle_s
-        self._settle = settle
+        self._idle_s = run.lane.config.idle_s
         self._outcome: Outcome | None = None
         self.delivered_text = ""  # content deltas handed to the caller so far
         self.delivered_tool_calls = False  # a tool-call delta was handed over (no safe resume)
         self.chunks_delivered = 0
 
-    deadline_at = property(lambda self: self._walk.deadline_at)
-    lane = property(lambda self: self.candidate.lane)
-    model = property(lambda self: self.candidate.model)
+    @property
+    def candidate(self) -> Candidate:
+        return self._run.candidate
+
+    @property
+    def provider(self) -> str:
+        return self._run.lane.provider.name
+
+    @property
+    def route(self) -> Route:
+        return self._run.route
+
+    @property
+    def request_id(self) -> str:
+        return self._run.record.id
+
+    @property
+    def deadline_at(self) -> float:
+        return self._run.record.deadline_at
+
+    @property
+    def lane(self) -> str:
+        return self.candidate.lane
+
+    @property
+    def model(self) -> str:
+        return self.candidate.model
 
     @property
     def attempts(self) -> tuple[Attempt, ...]:
         """Every attempt so far; this stream's own counts once it has ended."""
-        return tuple(self._walk.attempts)
+        return tuple(self._run.record.attempts)
 
     @property
     def attempt_count(self) -> int:
-        return len(self._walk.attempts) + (self._outcome is None)
+        return len(self._run.record.attempts) + (self._outcome is None)
 
     @property
     def usage(self) -> dict[str, Any] | None:
-        return self._reader.usage
+        usage = self._reader.usage
+        return dict(usage) if usage is not None else None
 
     @property
     def finish_reason(self) -> str | None:
@@ -88,7 +93,8 @@ class ReplyStream:
 
     @property
     def cost_usd(self) -> float:
-        return cost_usd(self.candidate, self._reader.usage)
+        """What the ledger settled for this stream (0 until it has ended; free and local cost 0)."""
+        return self._run.cost_usd
 
     def __aiter__(self) -> ReplyStream:
         return self
@@ -98,19 +104,19 @@ class ReplyStream:
             if self._outcome is not None:
                 raise StopAsyncIteration
             now = trio.current_time()
-            with trio.move_on_at(min(self._walk.deadline_at, now + self._idle_s)):
+            with trio.move_on_at(min(self.deadline_at, now + self._idle_s)):
                 try:
                     chunks = await self._reader.receive()
                 except RetryableError as exc:
-                    raise self._interrupted("fault", str(exc)) from exc
+                    raise self._interrupted("fault", str(exc), exc.category) from exc
                 if chunks is None:
                     self._finish("ok")
                     raise StopAsyncIteration
                 self._buffered.extend(chunks)
                 continue
-            if trio.current_time() >= self._walk.deadline_at:
-                raise self._interrupted("deadline", "the job's deadline passed mid-stream")
-            raise self._interrupted("fault", f"stream stalled: no bytes for {self._idle_s}s")
+            if trio.current_time() >= self.deadline_at:
+                raise self._interrupted("deadline", "the job's deadline passed mid-stream", "deadline")
+            raise self._interrupted("fault", f"stream stalled: no bytes for {self._idle_s:g}s", "stream_stall")
         chunk = self._buffered.pop(0)
         self._note(chunk)
         return chunk
@@ -118,7 +124,7 @@ class ReplyStream:
     def close(self) -> None:
         """Settle the attempt if the caller stopped reading early (counts against nobody)."""
         if self._outcome is None:
-            self._finish("abandoned")
+            self._finish("abandoned", "the caller stopped reading")
 
     def _note(self, chunk: dict[str, Any]) -> None:
         self.chunks_delivered += 1
@@ -129,15 +135,13 @@ class ReplyStream:
             if isinstance(delta, dict) and delta.get("tool_calls"):
                 self.delivered_tool_calls = True
 
-    def _finish(self, outcome: Outcome, detail: str = "") -> None:
+    def _finish(self, outcome: Outcome, detail: str = "", category: str = "") -> None:
         self._outcome = outcome
-        self._settle(outcome)
-        self._walk.record(self.candidate, outcome, self._started_at, status=200, detail=detail)
+        self._run.settle(outcome, status=200, detail=detail, category=category,
+                         usage=self._reader.usage if outcome == "ok" else None)
 
-    def _interrupted(self, outcome: Outcome, detail: str) -> StreamInterrupted:
-        self._finish(outcome, detail)
-        return StreamInterrupted(
-            f"{self.candidate.key}: {detail} after {self.chunks_delivered} chunk(s)",
-            attempts=self._walk.attempts,
-            skips=self._walk.skips,
-        )
+    def _interrupted(self, outcome: Outcome, detail: str, category: str) -> StreamInterrupted:
+        self._finish(outcome, detail, category)
+        record = self._run.record
+        return StreamInterrupted(f"{self.candidate.key}: {detail} after {self.chunks_delivered} chunk(s)",
+                                 attempts=record.attempts, skips=record.skips, request_id=record.id)

@@ -17,7 +17,7 @@ import httpx2
 import trio
 
 from lanes._core.upstream.responses import check_completion, classify_status, parse_body, redact
-from lanes._core.errors import RetryableError, UpstreamError
+from lanes._core.errors import FinalError, RetryableError, UpstreamError
 from lanes._core.upstream.sse import SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024
@@ -33,10 +33,33 @@ class Response:
     raw: bytes = b""  # the body's bytes exactly as the upstream sent them
 
 
+def _category(exc: httpx2.HTTPError) -> str:
+    """`connect` (refused, DNS, TLS, connect timeout) and `reset` are the provider's, not a model's."""
+    if isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout)):
+        return "connect"
+    if isinstance(exc, (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)):
+        return "reset"
+    return "transport"
+
+
 def _transport_error(exc: httpx2.HTTPError, secrets: Iterable[str]) -> RetryableError:
     kind = type(exc).__name__
     detail = redact(str(exc), secrets)[:200]
-    return RetryableError(f"{kind}: {detail}" if detail else kind)
+    return RetryableError(f"{kind}: {detail}" if detail else kind, category=_category(exc))
+
+
+def encode(body: Mapping[str, Any]) -> bytes:
+    """The request body as strict JSON; `FinalError` (400) for what JSON can not carry (NaN,
+    infinity, lone surrogates, objects): the request is at fault, so no other lane is tried."""
+    try:
+        return json.dumps(body, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode()
+    except (ValueError, TypeError, UnicodeEncodeError) as exc:
+        raise FinalError(f"the request can not be encoded as JSON ({type(exc).__name__}: {str(exc)[:80]})",
+                         status=400, code="invalid_request", category="unencodable") from exc
+
+
+def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {**headers, "Content-Type": "application/json"}
 
 
 class ChunkReader:
@@ -68,11 +91,11 @@ class ChunkReader:
             self._ended = True
             chunks = self._decode(self._decoder.close())
             if self.finish_reason is None and not self.saw_done:
-                raise RetryableError("stream cut: closed without a finish reason") from None
+                raise RetryableError("stream cut: closed without a finish reason", category="stream_cut") from None
             return chunks or None
         except httpx2.HTTPError as exc:
             self._ended = True
-            raise RetryableError(f"stream cut: {_transport_error(exc, self._secrets)}") from exc
+            raise RetryableError(f"stream cut: {_transport_error(exc, self._secrets)}", category="stream_cut") from exc
         return self._decode(self._decoder.feed(raw))
 
     def _decode(self, events: list[str]) -> list[dict[str, Any]]:
@@ -95,7 +118,7 @@ class ChunkReader:
             if "error" in chunk and not chunk.get("choices"):
                 self._ended = True
                 error = classify_status(502, self.headers, chunk, secrets=self._secrets)
-                raise RetryableError(f"error event in stream: {error}")
+                raise RetryableError(f"error event in stream: {error}", category="stream_error")
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("finish_reason"):
                     self.finish_reason = choice["finish_reason"]
@@ -116,7 +139,7 @@ class Upstream:
     ) -> Response:
         """POST a completion request; return the parsed 2xx body or raise an `UpstreamError`."""
         try:
-            response = await self._client.post(url, json=body, headers=dict(headers))
+            response = await self._client.post(url, content=encode(body), headers=_json_headers(headers))
         except httpx2.HTTPError as exc:
             raise _transport_error(exc, secrets) from exc
         lower = {k.lower(): v for k, v in response.headers.items()}
@@ -146,7 +169,7 @@ class Upstream:
         self, url: str, *, headers: Mapping[str, str], body: Mapping[str, Any], secrets: Iterable[str] = ()
     ) -> AsyncIterator[ChunkReader]:
         """Open an SSE completion stream; a non-2xx answer raises before anything is yielded."""
-        request = self._client.build_request("POST", url, json=body, headers=dict(headers))
+        request = self._client.build_request("POST", url, content=encode(body), headers=_json_headers(headers))
         try:
             response = await self._client.send(request, stream=True)
         except httpx2.HTTPError as exc:
@@ -158,7 +181,8 @@ class Upstream:
                 raise classify_status(response.status_code, lower, parse_body(raw), secrets=secrets)
             content_type = lower.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "text/event-stream":
-                raise RetryableError(f"malformed stream: content-type {content_type or 'missing'!r}")
+                raise RetryableError(f"malformed stream: content-type {content_type or 'missing'!r}",
+                                     category="malformed")
             yield ChunkReader(response, secrets)
         finally:
             with trio.CancelScope(shield=True):

@@ -10,6 +10,8 @@ Messages keep the upstream's own error message, shortened and scrubbed of anythi
 
 from __future__ import annotations
 
+# lanes: pure
+
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -101,18 +103,18 @@ def classify_status(
         return ContextLengthExceeded(detail, **kw)
     if status in FINAL_STATUSES:
         return FinalError(detail, **kw)
-    return RetryableError(detail, **kw)
+    return RetryableError(detail, category="server_error" if status >= 500 else "http_error", **kw)
 
 
 def check_completion(body: Any) -> Mapping[str, Any]:
     """A 2xx body that is a usable `chat.completion`, or `RetryableError` (garbage)."""
     if not isinstance(body, Mapping):
-        raise RetryableError("malformed response: not a JSON object")
+        raise RetryableError("malformed response: not a JSON object", category="malformed")
     if "error" in body and "choices" not in body:
         message, code = error_fields(body)
         short = redact(" ".join(message.split())[:MAX_MESSAGE])
-        raise RetryableError(f"error inside a 200 response: {code or ''} {short}".strip())
+        raise RetryableError(f"error inside a 200 response: {code or ''} {short}".strip(), category="error_in_200")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        raise RetryableError("malformed response: no choices")
+        raise RetryableError("malformed response: no choices", category="malformed")
     return body

@@ -1,0 +1,123 @@
+"""Everything a job's walk consults: the lanes and their candidates, the gate, the breakers, the
+ledger, consent, the ranking and the FreeTierManager — built once per dispatcher."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import trio
+
+from lanes._core.config import Config
+from lanes._core.errors import JobFailed, UnknownModel, UpstreamError
+from lanes._core.job import Candidate, Job
+from lanes._core.routing.breakers import LaneBreakers
+from lanes._core.routing.consent import Approvals, Consent
+from lanes._core.routing.gate import Gate
+from lanes._core.routing.ledger import Ledger
+from lanes._core.routing.probes import Probes
+from lanes._core.routing.ranking import Ranking
+from lanes._core.routing.record import JobRecord
+from lanes._core.state.store import Store
+from lanes._core.upstream.lane import OpenAICompatibleLane
+from lanes.freetier.manager import FreeTierManager, LaneTerms
+
+log = logging.getLogger("lanes")
+
+
+class Routing:
+    def __init__(self, *, config: Config, lanes: Mapping[str, OpenAICompatibleLane], store: Store,
+                 manager: FreeTierManager, now_wall: Callable[[], float], free_lane_on: bool) -> None:
+        self.config = config
+        self.policy = config.policy
+        self.lanes = dict(lanes)
+        self.manager = manager
+        self.now_wall = now_wall  # wall-clock epoch seconds, derived from trio's clock
+        self.store_shared = store.shared
+        self.nudge: Callable[[], None] = lambda: None  # run the state sync now (set when it starts)
+        self.breakers = {name: LaneBreakers(lane.config.breaker) for name, lane in self.lanes.items()}
+        self.probes = Probes(store, manager, now_wall, lambda: self.nudge())
+        self.gate = Gate(lanes=self.lanes, breakers=self.breakers, manager=manager, probes=self.probes,
+                         now_wall=now_wall, free_lane_on=free_lane_on)
+        self.ledger = Ledger(self.policy, manager, store, now_wall)
+        self.approvals = Approvals(store, now_wall)
+        self.consent = Consent(self.policy, self.approvals, self.seconds_to_next_free)
+        self.ranking = Ranking(config.scoring)
+        self.unreachable: dict[str, str] = {}  # lanes that accepted no connection at startup (until they answer)
+        self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
+        for lane in self.lanes.values():
+            self.register_prices(lane)
+
+    # -- candidates -------------------------------------------------------------------------------
+    def candidates(self) -> list[Candidate]:
+        """Every loaded candidate, in config order."""
+        return [c for lane in self.lanes.values() for c in lane.candidates]
+
+    def resolve(self, job: Job) -> list[Candidate]:
+        """The candidates for `job.model`: `auto`, an alias, `lane/model` or a bare model id."""
+        everything = self.candidates()
+        if job.model == "auto":
+            return everything
+        by_key = {c.key: c for c in everything}
+        if job.model in self.config.aliases:
+            return [by_key[k] for k in self.config.aliases[job.model] if k in by_key]
+        if job.model in by_key:
+            return [by_key[job.model]]
+        matching = [c for c in everything if c.model == job.model]
+        if not matching:
+            raise UnknownModel(f"model {job.model!r} is not 'auto', an alias or a configured model")
+        return matching
+
+    def candidate(self, key: str) -> Candidate | None:
+        return next((c for c in self.candidates() if c.key == key), None)
+
+    # -- catalogs ---------------------------------------------------------------------------------
+    def discovering(self) -> list[OpenAICompatibleLane]:
+        return [lane for lane in self.lanes.values() if lane.config.discover]
+
+    async def refresh_catalogs(self, until: float) -> bool:
+        """Fetch every discovering lane's catalog now (bounded by `until`); True if any answered."""
+        answered = []
+
+        async def one(lane: OpenAICompatibleLane) -> None:
+            try:
+                await lane.refresh_catalog()
+            except UpstreamError as exc:
+                log.info("lane %s: catalog refresh failed (%s)", lane.name, exc)
+                return
+            self.register_prices(lane)
+            answered.append(lane.name)
+
+        with trio.move_on_at(until):
+            async with trio.open_nursery() as nursery:
+                for lane in self.discovering():
+                    nursery.start_soon(one, lane)
+        return bool(answered)
+
+    def register_prices(self, lane: OpenAICompatibleLane) -> None:
+        prices = {m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0) for m in lane.models.values()}
+        self.manager.register(lane.name, LaneTerms(kind=lane.free_tier, conventions=lane.provider.conventions,
+                                                   prices=prices))
+
+    # -- when free capacity returns ------------------------------------------------------------------
+    def next_free(self, job: Job) -> tuple[float, str] | None:
+        """(wall-clock epoch, "lane/model") of the soonest moment one of the job's free candidates reopens."""
+        try:
+            free = [(c.lane, c.model) for c in self.resolve(job) if c.tier == "free"]
+        except UnknownModel:
+            return None
+        return self.manager.next_free_at(free, self.now_wall())
+
+    def seconds_to_next_free(self, job: Job) -> float | None:
+        nxt = self.next_free(job)
+        return None if nxt is None else max(0.0, nxt[0] - self.now_wall())
+
+    def backoff_wait(self, candidate: Candidate) -> float | None:
+        """Seconds until `candidate`'s backoff ends, or None when it is not backed off."""
+        now = self.now_wall()
+        backoff = self.manager.is_in_backoff(candidate.lane, candidate.model, now)
+        return None if backoff is None else backoff.until - now
+
+    def exhausted(self, record: JobRecord) -> JobFailed:
+        """The error for a job whose plan ran out, naming every candidate and why."""
+        return record.failed(now=trio.current_time(), next_free=self.next_free(record.job), now_wall=self.now_wall())

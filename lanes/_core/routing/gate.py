@@ -1,0 +1,113 @@
+"""The gate before every attempt: may this candidate be sent a request now?
+
+In order: the free lane's kill switch, the runtime kill switch, enough time left before the job's
+deadline, the canary's quarantine, the FreeTierManager (backoff, quota, credits), the single probe
+of a cold free candidate (others wait for its answer), and the breakers (the model's and the
+lane's). A candidate that fails any check is skipped with its reason recorded and nothing sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import attrs
+import trio
+
+from lanes._core.job import Candidate
+from lanes._core.routing.breakers import LaneBreakers, Pass
+from lanes._core.routing.probes import Probes
+from lanes._core.routing.record import JobRecord
+from lanes._core.upstream.lane import OpenAICompatibleLane
+from lanes.freetier.manager import FreeTierManager
+
+
+@attrs.frozen(kw_only=True)
+class Admission:
+    """What an admitted attempt holds until it settles: breaker permits, and the probe it carries."""
+
+    granted: Pass
+    probe: str | None  # the cold scope this attempt probes for everyone, if any
+
+
+class Gate:
+    def __init__(self, *, lanes: Mapping[str, OpenAICompatibleLane], breakers: Mapping[str, LaneBreakers],
+                 manager: FreeTierManager, probes: Probes, now_wall: Callable[[], float], free_lane_on: bool) -> None:
+        self._lanes = lanes
+        self._breakers = breakers
+        self._manager = manager
+        self._probes = probes
+        self._now_wall = now_wall
+        self.free_lane_on = free_lane_on
+        self.switched_off: set[str] = set()  # lanes switched off at runtime (kept in the state store)
+        self.quarantine: dict[str, str] = {}  # "lane/model" → why the canary took it out of routing
+        self.canary_probing = False  # the canary probes quarantined models so they can pass again
+
+    def switched(self, candidate: Candidate) -> str | None:
+        """Why a kill switch keeps `candidate` off, or None."""
+        if candidate.tier == "free" and not self.free_lane_on:
+            return "free lane off (FREE_LANE=off)"
+        if candidate.lane in self.switched_off:
+            return "lane switched off"
+        return None
+
+    def held_back(self, candidate: Candidate) -> str | None:
+        """Why the quarantine or the FreeTierManager holds `candidate` back now, or None."""
+        if candidate.tier == "local":
+            return None
+        now = self._now_wall()
+        if candidate.tier == "free":
+            if candidate.key in self.quarantine and not self.canary_probing:
+                return self.quarantine[candidate.key]
+            verdict = self._manager.classify(candidate.lane, candidate.model, now)
+            return None if verdict.free else verdict.reason
+        backoff = self._manager.is_in_backoff(candidate.lane, candidate.model, now)
+        return None if backoff is None else f"backoff ({backoff.reason}, {backoff.source})"
+
+    def refusal(self, candidate: Candidate) -> str | None:
+        """Why `candidate` can not be sent anything now — kill switch, hold-back or an open breaker —
+        or None when it could (the probe and the time left are a job's business, not checked here)."""
+        reason = self.switched(candidate) or self.held_back(candidate)
+        if reason is None and self._breakers[candidate.lane].is_open(candidate.model, trio.current_time()):
+            reason = self._breakers[candidate.lane].refusal(candidate.model, trio.current_time())
+        return reason
+
+    def free_now(self, candidate: Candidate) -> bool:
+        return self.refusal(candidate) is None
+
+    async def admit(self, candidate: Candidate, record: JobRecord) -> Admission | None:
+        """Breaker permits (and the probe scope held, if any) for one attempt, or None after recording
+        why `candidate` is skipped. Waits while another job probes a cold free candidate."""
+        lane = self._lanes[candidate.lane]
+        reason = self.switched(candidate)
+        if reason is not None:
+            record.skip(candidate, reason)
+            return None
+        probe = None
+        while True:
+            if record.deadline_at - trio.current_time() < max(lane.config.min_useful_s, 1e-9):
+                record.short_of_time = True
+                record.skip(candidate, "too little time left")
+                return None
+            reason = self.held_back(candidate)
+            if reason is not None:
+                if candidate.tier == "free":
+                    record.free_blocked.append(candidate)
+                record.skip(candidate, reason)
+                return None
+            if candidate.tier != "free" or not self._manager.needs_probe(candidate.lane, candidate.model):
+                break
+            scope = self._manager.scope(candidate.lane, candidate.model)
+            claimed = await self._probes.claim(scope, lane, record)
+            if claimed:
+                probe = scope
+                break
+            if claimed is None:
+                record.skip(candidate, "another job is probing it")
+                return None
+        breakers = self._breakers[candidate.lane]
+        granted = breakers.acquire(candidate.model, trio.current_time())
+        if granted is None:
+            self._probes.release(probe)
+            record.skip(candidate, breakers.refusal(candidate.model, trio.current_time()))
+            return None
+        return Admission(granted=granted, probe=probe)

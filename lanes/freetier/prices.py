@@ -1,0 +1,46 @@
+"""What an answer cost: the one price formula, and the usage it may be computed from. Pure.
+
+Prices are USD per million tokens. Usage comes from outside (an upstream's `usage` object), so it
+is believed only when it is sane: non-negative whole numbers of prompt and completion tokens, each
+at most `MAX_TOKENS`. Anything else — negative, fractional, strings, huge, or only `total_tokens` —
+is not usage, and the caller settles at its worst case instead.
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+
+from collections.abc import Mapping
+from typing import Any
+
+#: No single answer is billed for more tokens than this; a larger figure is garbage, not usage.
+MAX_TOKENS = 100_000_000
+
+
+def cost_usd(input_tokens: int, output_tokens: int, input_usd_per_mtok: float, output_usd_per_mtok: float) -> float:
+    """USD for `input_tokens` in and `output_tokens` out at the given prices per million tokens."""
+    return (input_tokens * input_usd_per_mtok + output_tokens * output_usd_per_mtok) / 1e6
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+        return None
+    return value
+
+
+def usage_tokens(usage: Any) -> tuple[int, int] | None:
+    """(prompt tokens, completion tokens) from an OpenAI `usage` object, or None when it is not sane."""
+    if not isinstance(usage, Mapping):
+        return None
+    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    if prompt is None or completion is None:
+        return None
+    return prompt, completion
+
+
+def usage_cost(usage: Any, input_usd_per_mtok: float | None, output_usd_per_mtok: float | None) -> float | None:
+    """What `usage` cost at these prices; None when the usage is not sane (or a price is unknown)."""
+    tokens = usage_tokens(usage)
+    if tokens is None or input_usd_per_mtok is None or output_usd_per_mtok is None:
+        return None
+    return cost_usd(tokens[0], tokens[1], input_usd_per_mtok, output_usd_per_mtok)
