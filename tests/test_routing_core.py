@@ -232,16 +232,19 @@ async def test_a_stream_abandoned_during_the_probe_releases_it(env, autojump_clo
 
 
 async def test_a_cancelled_job_releases_its_permit_and_probe(env, autojump_clock):
-    """A job cancelled from outside (its caller gone) while its attempt hangs releases everything."""
+    """A job cancelled from outside (its caller gone) while its attempt hangs releases everything,
+    and still leaves its audit row."""
     async with open_fake("a", models=("model-a",)) as a:
         a.script("model-a", hang(), answer())
         cfg = config(local_lane("a", a.base_url, models=["model-a"], breaker={"failures": 1}), policy=ALLOW)
         async with lanes.open_dispatcher(cfg, env=env) as d:
             with trio.move_on_after(2):
                 await d.complete(job(deadline_s=20))
-            stats = d.statistics().model("a/model-a")
+            snapshot = d.statistics()
+            stats = snapshot.model("a/model-a")
             reply = await d.complete(job())
     assert stats.breaker.state == "closed" and not stats.breaker.probe_in_flight
+    assert (snapshot.recent[0]["outcome"], snapshot.recent[0]["attempts"]) == ("abandoned", 1)  # still audited
     assert [a.outcome for a in reply.attempts] == ["ok"]
 
 

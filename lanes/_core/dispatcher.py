@@ -161,7 +161,10 @@ class Dispatcher:
         except JobFailed as exc:
             self._finish(record, record.attach(exc).code)
             raise
-        self._finish(record, "ok", served=reply.lane + "/" + reply.model, answer=reply.body.get("choices"),
+        except trio.Cancelled:
+            self._finish(record, "abandoned")  # the caller went away: audited, then cancelled as asked
+            raise
+        self._finish(record, "ok", served=f"{reply.lane}/{reply.model}", answer=reply.body.get("choices"),
                      usage=reply.usage)
         return reply
 
@@ -180,6 +183,9 @@ class Dispatcher:
                                     require_prefill=require_prefill)
             except JobFailed as exc:
                 self._finish(record, record.attach(exc).code)
+                raise
+            except trio.Cancelled:
+                self._finish(record, "abandoned")  # audited, then cancellation goes on untouched
                 raise
             try:
                 yield stream

@@ -15,7 +15,7 @@ PAGE = """<!doctype html>
 <h1>lanes</h1><div class="muted" id="summary">loading…</div>
 <h2>Pending approvals</h2><div id="approvals"><span class="none">none</span></div>
 <h2>Lanes</h2>
-<table><thead><tr><th>lane</th><th>kind</th><th>state</th><th>model</th><th>tier</th><th>free now</th>
+<table><thead><tr><th>lane</th><th>kind</th><th>lane breaker</th><th>model</th><th>tier</th><th>model breaker</th><th>free now</th>
 <th>backoff</th><th>remaining</th><th>used today</th></tr></thead><tbody id="lanes"></tbody></table>
 <h2>Recent jobs</h2>
 <table><thead><tr><th>when</th><th>route</th><th>lane</th><th>outcome</th><th>attempts</th><th>cost</th></tr></thead>
@@ -46,11 +46,12 @@ async function refresh(){
     for(const l of state.lanes){
       for(const m of l.models){
         const st = el('span', l.off?'off':l.breaker.state, (l.off||l.breaker.state!=='closed')?'bad':'ok');
-        lanes.appendChild(row([l.name, l.kind, st, m.model, m.tier, m.free_now?'yes':(m.reason||'no'),
+        const mb = el('span', m.breaker.state, m.breaker.state!=='closed'?'bad':'ok');
+        lanes.appendChild(row([l.name, l.kind, st, m.model, m.tier, mb, m.free_now?'yes':(m.reason||'no'),
           m.backoff_s?`${m.backoff_s.toFixed(1)} s (${m.backoff_reason})`:'', m.requests_remaining, m.used_today]));
       }
     }
-    for(const [name, why] of Object.entries(state.unavailable)) lanes.appendChild(row([name,'','unavailable','',why,'','','','']));
+    for(const [name, why] of Object.entries(state.unavailable)) lanes.appendChild(row([name,'','unavailable','','','',why,'','','']));
     const recent = document.getElementById('recent'); recent.replaceChildren();
     for(const j of state.recent){
       recent.appendChild(row([new Date(j.at*1000).toLocaleTimeString(), el('span', j.route||'—','pill'), j.lane, j.outcome, j.attempts, '$'+j.cost_usd.toFixed(6)]));
