@@ -16,8 +16,12 @@ import trio
 
 from lanes.testing import answer, hang, open_fake, rate_limited
 
-BEHAVIOURS = {"fast": answer, "ratelimit": lambda: rate_limited(retry_after=5), "hang": hang,
-              "slow": lambda: answer(chunk_delay_s=0.6)}
+BEHAVIOURS = {
+    "fast": answer,
+    "ratelimit": lambda: rate_limited(retry_after=5),
+    "hang": hang,
+    "slow": lambda: answer(chunk_delay_s=0.6),
+}
 
 
 async def main(port: int, behaviour: str, log: str | None) -> None:

@@ -72,7 +72,9 @@ def oracle(times: list[float]) -> int:
 
 
 async def simulate(times: list[float]) -> dict[str, Any]:
-    midnight = calendar.timegm(dt.date.today().timetuple())  # the simulated day starts at a UTC midnight
+    midnight = calendar.timegm(
+        dt.date.today().timetuple()
+    )  # the simulated day starts at a UTC midnight
     async with trio.open_nursery() as nursery:
         fakes = {}
         for name, rpm, rpd, style, _ in PROVIDERS:
@@ -80,13 +82,31 @@ async def simulate(times: list[float]) -> dict[str, Any]:
         paid = await nursery.start(_serve_fake, "paid", 0, 0, "paid", midnight)
         lane_tables = []
         for name, rpm, rpd, _, known in PROVIDERS:
-            kind = {"kind": "rate_limited", "rpm": rpm, "rpd": rpd} if known else {"kind": "rate_limited"}
-            lane_tables.append({"name": name, "module": "openai_compatible", "base_url": fakes[name].base_url,
-                                "api_key_env": "", "free_tier": kind, "models": [{"id": "m"}]})
+            kind = (
+                {"kind": "rate_limited", "rpm": rpm, "rpd": rpd}
+                if known
+                else {"kind": "rate_limited"}
+            )
+            lane_tables.append(
+                {
+                    "name": name,
+                    "module": "openai_compatible",
+                    "base_url": fakes[name].base_url,
+                    "api_key_env": "",
+                    "free_tier": kind,
+                    "models": [{"id": "m"}],
+                }
+            )
         lane_tables.append(paid_lane("paid", paid.base_url, ["m"]))
-        config = lanes.load_config({"lanes": lane_tables, "default_deadline_s": 20,
-                                    "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1000.0},
-                                    "scoring": {"explore_rate": 0.0}}, env={})
+        config = lanes.load_config(
+            {
+                "lanes": lane_tables,
+                "default_deadline_s": 20,
+                "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1000.0},
+                "scoring": {"explore_rate": 0.0},
+            },
+            env={},
+        )
         outcome = {"free": 0, "paid": 0, "failed": 0}
         async with lanes.open_dispatcher(config, env=KEYS) as d:
             d.wall_offset = midnight - trio.current_time()  # trio time 0 is the day's first second
@@ -94,7 +114,9 @@ async def simulate(times: list[float]) -> dict[str, Any]:
 
             async def job() -> None:
                 try:
-                    reply = await d.complete(lanes.Job(messages=[{"role": "user", "content": "hi"}]))
+                    reply = await d.complete(
+                        lanes.Job(messages=[{"role": "user", "content": "hi"}])
+                    )
                     outcome["paid" if reply.route == "paid_fallback" else "free"] += 1
                     outcome.setdefault("cost", 0.0)
                     outcome["cost"] += reply.cost_usd
@@ -107,14 +129,21 @@ async def simulate(times: list[float]) -> dict[str, Any]:
                     jobs.start_soon(job)
         exhausted_hits = sum(1 for f in fakes.values() for r in f.log if r.behaviour == "status")
         nursery.cancel_scope.cancel()
-    return {**outcome, "requests_to_exhausted_providers": exhausted_hits,
-            "upstream_requests": sum(len(f.log) for f in fakes.values())}
+    return {
+        **outcome,
+        "requests_to_exhausted_providers": exhausted_hits,
+        "upstream_requests": sum(len(f.log) for f in fakes.values()),
+    }
 
 
-async def _serve_fake(name: str, rpm: int, rpd: int, style: str, midnight: float, task_status=trio.TASK_STATUS_IGNORED):
+async def _serve_fake(
+    name: str, rpm: int, rpd: int, style: str, midnight: float, task_status=trio.TASK_STATUS_IGNORED
+):
     async with open_fake(name) as fake:
         fake.wall_offset = midnight - trio.current_time()
-        fake.script("m", quota(rpm, style=style, day_limit=rpd) if style != "paid" else quota(10**9))
+        fake.script(
+            "m", quota(rpm, style=style, day_limit=rpd) if style != "paid" else quota(10**9)
+        )
         task_status.started(fake)
         await trio.sleep_forever()
 
@@ -132,6 +161,12 @@ async def free_share(hours: float = 24.0) -> dict[str, Any]:
     result = await trio.to_thread.run_sync(run)
     best = oracle(times)
     total = len(times)
-    return {"hours": hours, "jobs": total, **result, "free_share": result["free"] / total,
-            "oracle_free": best, "oracle_free_share": best / total,
-            "share_of_oracle": result["free"] / best if best else 1.0}
+    return {
+        "hours": hours,
+        "jobs": total,
+        **result,
+        "free_share": result["free"] / total,
+        "oracle_free": best,
+        "oracle_free_share": best / total,
+        "share_of_oracle": result["free"] / best if best else 1.0,
+    }

@@ -20,7 +20,14 @@ class Sample:
     status: int
 
 
-async def one(http: httpx2.AsyncClient, url: str, *, stream: bool, headers: dict[str, str], body: dict[str, Any]) -> Sample:
+async def one(
+    http: httpx2.AsyncClient,
+    url: str,
+    *,
+    stream: bool,
+    headers: dict[str, str],
+    body: dict[str, Any],
+) -> Sample:
     start = trio.current_time()
     first = None
     payload = {**body, "stream": True} if stream else body
@@ -36,14 +43,25 @@ async def one(http: httpx2.AsyncClient, url: str, *, stream: bool, headers: dict
     return Sample(latency_s=end - start, ttfb_s=(first or end) - start, status=status)
 
 
-async def run_load(url: str, *, concurrency: int, total: int | None = None, duration_s: float | None = None,
-                   stream: bool = False, headers: dict[str, str] | None = None, body: dict[str, Any] | None = None,
-                   timeout_s: float = 60.0, warm_url: str | None = None) -> tuple[list[Sample], float]:
+async def run_load(
+    url: str,
+    *,
+    concurrency: int,
+    total: int | None = None,
+    duration_s: float | None = None,
+    stream: bool = False,
+    headers: dict[str, str] | None = None,
+    body: dict[str, Any] | None = None,
+    timeout_s: float = 60.0,
+    warm_url: str | None = None,
+) -> tuple[list[Sample], float]:
     """`total` requests (or as many as fit in `duration_s`) over `concurrency` connections;
     returns the samples and the wall time. With `warm_url`, every connection is opened (one GET
     there, all at once) before the clock starts, so connection setup is not measured."""
     samples: list[Sample] = []
-    limits = httpx2.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    limits = httpx2.Limits(
+        max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8
+    )
     async with httpx2.AsyncClient(limits=limits, timeout=timeout_s, trust_env=False) as http:
         if warm_url:
             async with trio.open_nursery() as nursery:
@@ -56,7 +74,9 @@ async def run_load(url: str, *, concurrency: int, total: int | None = None, dura
         async def worker() -> None:
             while remaining[0] > 0 and trio.current_time() < stop_at:
                 remaining[0] -= 1
-                samples.append(await one(http, url, stream=stream, headers=headers or {}, body=body or BODY))
+                samples.append(
+                    await one(http, url, stream=stream, headers=headers or {}, body=body or BODY)
+                )
 
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
@@ -82,7 +102,13 @@ def summary(samples: list[Sample], wall_s: float) -> dict[str, float]:
     ok = [s for s in samples if s.status == 200]
     lat = [s.latency_s for s in ok]
     ttfb = [s.ttfb_s for s in ok]
-    return {"requests": len(samples), "ok": len(ok), "rps": len(ok) / wall_s if wall_s else 0.0,
-            "p50_ms": percentile(lat, 50) * 1000, "p99_ms": percentile(lat, 99) * 1000,
-            "ttfb_p50_ms": percentile(ttfb, 50) * 1000, "ttfb_p99_ms": percentile(ttfb, 99) * 1000,
-            "mean_ms": statistics.fmean(lat) * 1000 if lat else float("nan")}
+    return {
+        "requests": len(samples),
+        "ok": len(ok),
+        "rps": len(ok) / wall_s if wall_s else 0.0,
+        "p50_ms": percentile(lat, 50) * 1000,
+        "p99_ms": percentile(lat, 99) * 1000,
+        "ttfb_p50_ms": percentile(ttfb, 50) * 1000,
+        "ttfb_p99_ms": percentile(ttfb, 99) * 1000,
+        "mean_ms": statistics.fmean(lat) * 1000 if lat else float("nan"),
+    }

@@ -30,27 +30,40 @@ def build(upstream: str, client: httpx2.AsyncClient):
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        request = client.build_request("POST", upstream + "/chat/completions", content=body,
-                                       headers={"content-type": "application/json"})
+        request = client.build_request(
+            "POST",
+            upstream + "/chat/completions",
+            content=body,
+            headers={"content-type": "application/json"},
+        )
         response = await client.send(request, stream=True)
         try:
-            headers = [(b"content-type", response.headers.get("content-type", "application/json").encode())]
-            await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+            headers = [
+                (b"content-type", response.headers.get("content-type", "application/json").encode())
+            ]
+            await send(
+                {"type": "http.response.start", "status": response.status_code, "headers": headers}
+            )
             async for chunk in response.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+
     return app
 
 
 async def main(port: int, upstream: str) -> None:
     limits = httpx2.Limits(max_connections=2048, max_keepalive_connections=256)
-    async with httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(None), trust_env=False) as client:
+    async with httpx2.AsyncClient(
+        limits=limits, timeout=httpx2.Timeout(None), trust_env=False
+    ) as client:
         config = Config()
         config.bind = [f"127.0.0.1:{port}"]
         config.accesslog = None
-        config.backlog = 4096  # as the sidecar: a burst of connects must not overflow the listen queue
+        config.backlog = (
+            4096  # as the sidecar: a burst of connects must not overflow the listen queue
+        )
         await serve(build(upstream, client), config)
 
 

@@ -21,7 +21,13 @@ LITELLM = ROOT / "bench" / ".venv-litellm" / "bin" / "litellm"
 
 
 class Peer:
-    def __init__(self, name: str, url: str, process: trio.Process | None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        process: trio.Process | None,
+        headers: dict[str, str] | None = None,
+    ):
         self.name, self.url, self.process, self.headers = name, url, process, headers or {}
         self.started_s: float | None = None
 
@@ -31,7 +37,11 @@ class Peer:
             return None
         pids = [self.process.pid]
         try:
-            children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+            children = (
+                Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+                .read_text()
+                .split()
+            )
             pids += [int(c) for c in children]
         except OSError:
             pass
@@ -46,8 +56,14 @@ class Peer:
         return total / 1024
 
 
-async def wait_http(url: str, within_s: float, *, path: str = "/health", headers: dict | None = None,
-                    ok: tuple[int, ...] = (200,)) -> float:
+async def wait_http(
+    url: str,
+    within_s: float,
+    *,
+    path: str = "/health",
+    headers: dict | None = None,
+    ok: tuple[int, ...] = (200,),
+) -> float:
     start = time.monotonic()  # wall-clock: startup is measured in real time
     async with httpx2.AsyncClient(trust_env=False) as http:
         while time.monotonic() - start < within_s:  # wall-clock: as above
@@ -61,10 +77,17 @@ async def wait_http(url: str, within_s: float, *, path: str = "/health", headers
 
 
 @asynccontextmanager
-async def spawn(command: list[str], log: Path, env: dict[str, str] | None = None) -> AsyncIterator[trio.Process]:
+async def spawn(
+    command: list[str], log: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[trio.Process]:
     with open(log, "wb") as out:
-        process = await trio.lowlevel.open_process(command, stdout=out, stderr=subprocess.STDOUT,
-                                                   env={**os.environ, **(env or {})}, cwd=str(ROOT))
+        process = await trio.lowlevel.open_process(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=str(ROOT),
+        )
         try:
             yield process
         finally:
@@ -75,26 +98,54 @@ async def spawn(command: list[str], log: Path, env: dict[str, str] | None = None
 async def fake_upstream(behaviour: str, workdir: Path) -> AsyncIterator[tuple[str, Path]]:
     port = free_port()
     log = workdir / f"fake-{behaviour}-{port}.json"
-    async with spawn([sys.executable, "-m", "bench.fake_upstream", str(port), behaviour, "--log", str(log)],
-                     workdir / f"fake-{port}.out"):
+    async with spawn(
+        [sys.executable, "-m", "bench.fake_upstream", str(port), behaviour, "--log", str(log)],
+        workdir / f"fake-{port}.out",
+    ):
         await wait_http(f"http://127.0.0.1:{port}", 15, path="/v1/models")
         yield f"http://127.0.0.1:{port}/v1", log
 
 
 @asynccontextmanager
-async def ours(upstream: str, workdir: Path, *, kind: str = "rate_limited", timeout_s: float = 30.0,
-               models: tuple[str, ...] = ("m",), extra: dict | None = None, state: str = ":memory:",
-               policy: dict | None = None, model_extra: dict | None = None) -> AsyncIterator[Peer]:
+async def ours(
+    upstream: str,
+    workdir: Path,
+    *,
+    kind: str = "rate_limited",
+    timeout_s: float = 30.0,
+    models: tuple[str, ...] = ("m",),
+    extra: dict | None = None,
+    state: str = ":memory:",
+    policy: dict | None = None,
+    model_extra: dict | None = None,
+) -> AsyncIterator[Peer]:
     port = free_port()
-    config = {"state": state, "local_state": ":memory:", "default_deadline_s": timeout_s,
-              "policy": policy or {"free_tier_fallback": "off"},
-              "lanes": [{"name": "up", "module": "openai_compatible", "base_url": upstream, "api_key_env": "",
-                         "free_tier": {"kind": kind}, "attempt_timeout_s": timeout_s, "first_token_s": timeout_s,
-                         "models": [{"id": m, **(model_extra or {})} for m in models], **(extra or {})}]}
+    config = {
+        "state": state,
+        "local_state": ":memory:",
+        "default_deadline_s": timeout_s,
+        "policy": policy or {"free_tier_fallback": "off"},
+        "lanes": [
+            {
+                "name": "up",
+                "module": "openai_compatible",
+                "base_url": upstream,
+                "api_key_env": "",
+                "free_tier": {"kind": kind},
+                "attempt_timeout_s": timeout_s,
+                "first_token_s": timeout_s,
+                "models": [{"id": m, **(model_extra or {})} for m in models],
+                **(extra or {}),
+            }
+        ],
+    }
     path = workdir / f"ours-{port}.toml"
     path.write_text(dump_toml({**config, "server": {"port": port}}))
     start = time.monotonic()  # wall-clock: startup is measured in real time
-    async with spawn([sys.executable, "-m", "lanes", "serve", "--config", str(path)], workdir / f"ours-{port}.log") as p:
+    async with spawn(
+        [sys.executable, "-m", "lanes", "serve", "--config", str(path)],
+        workdir / f"ours-{port}.log",
+    ) as p:
         await wait_http(f"http://127.0.0.1:{port}", 30, path="/ready", ok=(200, 503))
         peer = Peer("lanes", f"http://127.0.0.1:{port}/v1", p)
         peer.started_s = time.monotonic() - start  # wall-clock: as above
@@ -104,7 +155,10 @@ async def ours(upstream: str, workdir: Path, *, kind: str = "rate_limited", time
 @asynccontextmanager
 async def limit(upstream: str, workdir: Path) -> AsyncIterator[Peer]:
     port = free_port()
-    async with spawn([sys.executable, "-m", "bench.passthrough", str(port), upstream], workdir / f"limit-{port}.log") as p:
+    async with spawn(
+        [sys.executable, "-m", "bench.passthrough", str(port), upstream],
+        workdir / f"limit-{port}.log",
+    ) as p:
         await wait_http(f"http://127.0.0.1:{port}", 30, path="/", ok=(200, 400, 404, 405, 500))
         yield Peer("limit", f"http://127.0.0.1:{port}/v1", p)
 
@@ -114,8 +168,9 @@ def litellm_available() -> bool:
 
 
 @asynccontextmanager
-async def litellm(upstream: str, workdir: Path, *, timeout_s: float = 30.0,
-                  models: dict[str, float] | None = None) -> AsyncIterator[Peer]:
+async def litellm(
+    upstream: str, workdir: Path, *, timeout_s: float = 30.0, models: dict[str, float] | None = None
+) -> AsyncIterator[Peer]:
     """LiteLLM's proxy routing each model name (→ its timeout in seconds) to the same upstream."""
     port = free_port()
     key = "sk-bench-" + secrets.token_hex(8)
@@ -123,13 +178,22 @@ async def litellm(upstream: str, workdir: Path, *, timeout_s: float = 30.0,
     entries = "".join(
         f"  - model_name: {name}\n    litellm_params:\n      model: openai/{name}\n"
         f"      api_base: {upstream}\n      api_key: bench\n      timeout: {timeout}\n"
-        for name, timeout in (models or {"m": timeout_s}).items())
+        for name, timeout in (models or {"m": timeout_s}).items()
+    )
     config.write_text("model_list:\n" + entries + "litellm_settings:\n  drop_params: true\n")
-    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": key, "LITELLM_LOG": "ERROR",
-           "DISABLE_SCHEMA_UPDATE": "true", "NO_DOCS": "True"}
+    env = {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MASTER_KEY": key,
+        "LITELLM_LOG": "ERROR",
+        "DISABLE_SCHEMA_UPDATE": "true",
+        "NO_DOCS": "True",
+    }
     start = time.monotonic()  # wall-clock: startup is measured in real time
-    async with spawn([str(LITELLM), "--config", str(config), "--port", str(port), "--num_workers", "1"],
-                     workdir / f"litellm-{port}.log", env) as p:
+    async with spawn(
+        [str(LITELLM), "--config", str(config), "--port", str(port), "--num_workers", "1"],
+        workdir / f"litellm-{port}.log",
+        env,
+    ) as p:
         await wait_http(f"http://127.0.0.1:{port}", 120, path="/health/liveliness")
         peer = Peer("litellm", f"http://127.0.0.1:{port}/v1", p, {"Authorization": f"Bearer {key}"})
         peer.started_s = time.monotonic() - start  # wall-clock: as above
@@ -138,8 +202,16 @@ async def litellm(upstream: str, workdir: Path, *, timeout_s: float = 30.0,
 
 def version(name: str) -> str:
     if name == "litellm":
-        out = subprocess.run([str(LITELLM.parent / "python"), "-c", "import importlib.metadata as m;"
-                              "print(m.version('litellm'))"], capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                str(LITELLM.parent / "python"),
+                "-c",
+                "import importlib.metadata as m;print(m.version('litellm'))",
+            ],
+            capture_output=True,
+            text=True,
+        )
         return out.stdout.strip() or "?"
     import importlib.metadata as metadata
+
     return metadata.version(name)

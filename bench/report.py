@@ -31,9 +31,17 @@ def _chart(data: dict[str, Any], name: str) -> str | None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, kind in zip(axes, ("json", "sse")):
         values = [speed[p][f"{kind}_c64"]["rps"] for p in peers]
-        spread = [[speed[p][f"{kind}_c64"]["rps"] - speed[p][f"{kind}_c64"]["rps_min"] for p in peers],
-                  [speed[p][f"{kind}_c64"]["rps_max"] - speed[p][f"{kind}_c64"]["rps"] for p in peers]]
-        ax.bar(peers, values, yerr=spread, color=["#999", "#4a7", "#27c", "#c63"][: len(peers)], capsize=4)
+        spread = [
+            [speed[p][f"{kind}_c64"]["rps"] - speed[p][f"{kind}_c64"]["rps_min"] for p in peers],
+            [speed[p][f"{kind}_c64"]["rps_max"] - speed[p][f"{kind}_c64"]["rps"] for p in peers],
+        ]
+        ax.bar(
+            peers,
+            values,
+            yerr=spread,
+            color=["#999", "#4a7", "#27c", "#c63"][: len(peers)],
+            capsize=4,
+        )
         ax.set_title(f"{kind.upper()} throughput at 64 connections (req/s)")
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -51,39 +59,59 @@ def _shared(r: dict[str, Any] | None) -> list[str]:
     if "skipped" in r:
         return lines + [f"Skipped: {r['skipped']}.", ""]
     h = r["herd"]
-    lines += ["200 clients split evenly across several `lanes serve` processes (hosts, in effect), the upstream",
-              "answering 429 + Retry-After: 5; sharing one Redis (`state = \"redis://…\"`) against each keeping its",
-              "own state.", "",
-              "| state | sidecars | upstream requests in the 5 s window | in all | client statuses |", "|---|---|---|---|---|"]
-    lines += [f"| {'one Redis' if k.startswith('shared') else 'separate'} | {row['sidecars']} | "
-              f"{row['upstream_requests_in_window']} | {row['upstream_requests']} | {row['client_statuses']} |"
-              for k, row in h.items()]
+    lines += [
+        "200 clients split evenly across several `lanes serve` processes (hosts, in effect), the upstream",
+        'answering 429 + Retry-After: 5; sharing one Redis (`state = "redis://…"`) against each keeping its',
+        "own state.",
+        "",
+        "| state | sidecars | upstream requests in the 5 s window | in all | client statuses |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {'one Redis' if k.startswith('shared') else 'separate'} | {row['sidecars']} | "
+        f"{row['upstream_requests_in_window']} | {row['upstream_requests']} | {row['client_statuses']} |"
+        for k, row in h.items()
+    ]
     lat = r["latency"]
-    lines += ["", "Added latency per job of the Redis store: one sidecar with `state` in a SQLite file, then in Redis,",
-              f"{lat['reps']} interleaved repetitions of {lat['jobs_per_rep']} jobs each (medians; Redis minus SQLite within",
-              "each repetition). A free job makes no Redis round trip; a paid job waits for one reservation (a Lua script",
-              "run from a worker thread).", "",
-              "| path | concurrency | SQLite p50 / p99 (ms) | Redis p50 / p99 (ms) | added p50 / p99 (ms) |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Added latency per job of the Redis store: one sidecar with `state` in a SQLite file, then in Redis,",
+        f"{lat['reps']} interleaved repetitions of {lat['jobs_per_rep']} jobs each (medians; Redis minus SQLite within",
+        "each repetition). A free job makes no Redis round trip; a paid job waits for one reservation (a Lua script",
+        "run from a worker thread).",
+        "",
+        "| path | concurrency | SQLite p50 / p99 (ms) | Redis p50 / p99 (ms) | added p50 / p99 (ms) |",
+        "|---|---|---|---|---|",
+    ]
     for key in ("free_c1", "free_c8", "paid_c1", "paid_c8"):
         row = lat[key]
-        lines.append(f"| {key.split('_')[0]} | {key.split('_c')[1]} | {_fmt(row['sqlite']['p50_ms'])} / "
-                     f"{_fmt(row['sqlite']['p99_ms'])} | {_fmt(row['redis']['p50_ms'])} / {_fmt(row['redis']['p99_ms'])} | "
-                     f"{_fmt(row['added_p50_ms'])} / {_fmt(row['added_p99_ms'])} |")
+        lines.append(
+            f"| {key.split('_')[0]} | {key.split('_c')[1]} | {_fmt(row['sqlite']['p50_ms'])} / "
+            f"{_fmt(row['sqlite']['p99_ms'])} | {_fmt(row['redis']['p50_ms'])} / {_fmt(row['redis']['p99_ms'])} | "
+            f"{_fmt(row['added_p50_ms'])} / {_fmt(row['added_p99_ms'])} |"
+        )
     if "in_process" in r:
         ip = r["in_process"]
-        lines += ["", f"Without HTTP in the way (one dispatcher, jobs one at a time against an in-process fake, "
-                  f"{ip['reps']} × {ip['jobs_per_rep']} jobs, median of the per-repetition p50s): free "
-                  f"{_fmt(ip['free']['sqlite_p50_ms'], 2)} → {_fmt(ip['free']['redis_p50_ms'], 2)} ms "
-                  f"(added {_fmt(ip['free']['added_p50_ms'], 2)}), paid {_fmt(ip['paid']['sqlite_p50_ms'], 2)} → "
-                  f"{_fmt(ip['paid']['redis_p50_ms'], 2)} ms (added {_fmt(ip['paid']['added_p50_ms'], 2)})."]
+        lines += [
+            "",
+            f"Without HTTP in the way (one dispatcher, jobs one at a time against an in-process fake, "
+            f"{ip['reps']} × {ip['jobs_per_rep']} jobs, median of the per-repetition p50s): free "
+            f"{_fmt(ip['free']['sqlite_p50_ms'], 2)} → {_fmt(ip['free']['redis_p50_ms'], 2)} ms "
+            f"(added {_fmt(ip['free']['added_p50_ms'], 2)}), paid {_fmt(ip['paid']['sqlite_p50_ms'], 2)} → "
+            f"{_fmt(ip['paid']['redis_p50_ms'], 2)} ms (added {_fmt(ip['paid']['added_p50_ms'], 2)}).",
+        ]
     k, c = r["kill_switch"], r["store_calls"]
-    lines += ["", f"A kill switch thrown on one sidecar reached the other's `/v1/lanes` in {_fmt(k['p50_ms'])} ms "
-              f"(median of {k['samples']}, max {_fmt(k['max_ms'])} ms, polled every 2 ms).", "",
-              "The store calls a job can wait on, one thread, µs per call: "
-              f"paid reservation SQLite {_fmt(c['sqlite']['reserve_paid_us'], 0)}, Redis {_fmt(c['redis']['reserve_paid_us'], 0)}; "
-              f"probe lease Redis {_fmt(c['redis']['probe_lease_us'], 0)} (SQLite has none: one host); "
-              f"a trio → worker thread → trio hop {_fmt(c['thread_hop_us'], 0)}.", ""]
+    lines += [
+        "",
+        f"A kill switch thrown on one sidecar reached the other's `/v1/lanes` in {_fmt(k['p50_ms'])} ms "
+        f"(median of {k['samples']}, max {_fmt(k['max_ms'])} ms, polled every 2 ms).",
+        "",
+        "The store calls a job can wait on, one thread, µs per call: "
+        f"paid reservation SQLite {_fmt(c['sqlite']['reserve_paid_us'], 0)}, Redis {_fmt(c['redis']['reserve_paid_us'], 0)}; "
+        f"probe lease Redis {_fmt(c['redis']['probe_lease_us'], 0)} (SQLite has none: one host); "
+        f"a trio → worker thread → trio hop {_fmt(c['thread_hop_us'], 0)}.",
+        "",
+    ]
     return lines
 
 
@@ -96,7 +124,9 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         "# Benchmarks",
         "",
         f"One run on {data['date']}{' (quick)' if data['quick'] else ''}: {m['cpu']}, {m['cores']} cores, "
-        f"{m['memory_gib']} GiB, Python {m['python']}. Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".",
+        f"{m['memory_gib']} GiB, Python {m['python']}. Versions: "
+        + ", ".join(f"{k} {val}" for k, val in v.items())
+        + ".",
         f"Raw numbers: `{json_path.relative_to(ROOT)}`. Regenerate with `make bench` (or `make bench-quick`).",
         "",
         "Every peer runs against the same fake upstream on loopback, with the same load generator (trio + httpx2),",
@@ -112,63 +142,102 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     for peer, row in speed.items():
         if peer == "direct":
             continue
-        cells = [f"{_fmt(row[f'added_{k}_p50_ms'])} / {_fmt(row[f'added_{k}_p99_ms'])}"
-                 for k in ("json_c1", "json_c8", "sse_c1", "sse_c8")]
+        cells = [
+            f"{_fmt(row[f'added_{k}_p50_ms'])} / {_fmt(row[f'added_{k}_p99_ms'])}"
+            for k in ("json_c1", "json_c8", "sse_c1", "sse_c8")
+        ]
         lines.append(f"| {peer} | " + " | ".join(cells) + " |")
     lines += ["", "## Throughput at 64 connections", ""]
     if chart:
         lines += [f"![throughput]({chart})", ""]
-    lines += ["| peer | JSON req/s (min–max) | JSON p50 / p99 ms | SSE req/s (min–max) | SSE p50 / p99 ms |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "| peer | JSON req/s (min–max) | JSON p50 / p99 ms | SSE req/s (min–max) | SSE p50 / p99 ms |",
+        "|---|---|---|---|---|",
+    ]
     for peer, row in speed.items():
         j, s = row["json_c64"], row["sse_c64"]
-        lines.append(f"| {peer} | {_fmt(j['rps'], 0)} ({_fmt(j['rps_min'], 0)}–{_fmt(j['rps_max'], 0)}) | "
-                     f"{_fmt(j['p50_ms'])} / {_fmt(j['p99_ms'])} | {_fmt(s['rps'], 0)} ({_fmt(s['rps_min'], 0)}–"
-                     f"{_fmt(s['rps_max'], 0)}) | {_fmt(s['p50_ms'])} / {_fmt(s['p99_ms'])} |")
+        lines.append(
+            f"| {peer} | {_fmt(j['rps'], 0)} ({_fmt(j['rps_min'], 0)}–{_fmt(j['rps_max'], 0)}) | "
+            f"{_fmt(j['p50_ms'])} / {_fmt(j['p99_ms'])} | {_fmt(s['rps'], 0)} ({_fmt(s['rps_min'], 0)}–"
+            f"{_fmt(s['rps_max'], 0)}) | {_fmt(s['p50_ms'])} / {_fmt(s['p99_ms'])} |"
+        )
     ours = speed.get("lanes", {})
     ratios = []
     for other in ("limit", "litellm"):
         if other in speed and ours:
-            ratios.append(f"lanes / {other}: JSON {ours['json_c64']['rps'] / speed[other]['json_c64']['rps']:.2f}×, "
-                          f"SSE {ours['sse_c64']['rps'] / speed[other]['sse_c64']['rps']:.2f}×")
+            ratios.append(
+                f"lanes / {other}: JSON {ours['json_c64']['rps'] / speed[other]['json_c64']['rps']:.2f}×, "
+                f"SSE {ours['sse_c64']['rps'] / speed[other]['sse_c64']['rps']:.2f}×"
+            )
     lines += ["", "Ratios: " + "; ".join(ratios) + "." if ratios else "", ""]
-    lines += ["## Memory (RSS, MiB)", "", "| peer | idle | under load (c=64) | many SSE streams held |", "|---|---|---|---|"]
+    lines += [
+        "## Memory (RSS, MiB)",
+        "",
+        "| peer | idle | under load (c=64) | many SSE streams held |",
+        "|---|---|---|---|",
+    ]
     held = data.get("streams_held", {})
     for peer, row in speed.items():
         if peer == "direct":
             continue
         h = held.get(peer, {})
-        lines.append(f"| {peer} | {_fmt(row['idle_rss_mb'])} | {_fmt(row['load_rss_mb'])} | "
-                     f"{_fmt(h.get('rss_mb'))} ({h.get('ok', '—')}/{h.get('streams', '—')} streams) |")
-    lines += ["", "## Startup (process start to first answer; ours with every provider dead)", "",
-              "| peer | seconds |", "|---|---|"]
+        lines.append(
+            f"| {peer} | {_fmt(row['idle_rss_mb'])} | {_fmt(row['load_rss_mb'])} | "
+            f"{_fmt(h.get('rss_mb'))} ({h.get('ok', '—')}/{h.get('streams', '—')} streams) |"
+        )
+    lines += [
+        "",
+        "## Startup (process start to first answer; ours with every provider dead)",
+        "",
+        "| peer | seconds |",
+        "|---|---|",
+    ]
     lines += [f"| {p} | {_fmt(s, 2)} |" for p, s in data["startup"].items()]
-    lines += ["", "## Thundering herd: 200 clients, the upstream answering 429 + Retry-After: 5", "",
-              "| peer | upstream requests in the 5 s window | in all | client statuses |", "|---|---|---|---|"]
-    lines += [f"| {p} | {r['upstream_requests_in_window']} | {r['upstream_requests']} | {r['client_statuses']} |"
-              for p, r in data["herd"].items()]
-    lines += ["", "## Deadline precision: a hung upstream, concurrent jobs with a 2 s deadline", "",
-              "Connections are opened before the clock starts. Measured at the client: with many jobs at once the",
-              "figure includes the load generator's own queueing (one Python process sending them all on two shared",
-              "cores), so the single-job column is the deadline's own precision.", "",
-              "| peer | one job alone: p50 (ms) | concurrent jobs | answer time − deadline p50 / p99 / max (ms) | statuses |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {p} | {_fmt(r.get('alone_overshoot_p50_ms'))} | {r['jobs']} | {_fmt(r['overshoot_p50_ms'])} / "
-              f"{_fmt(r['overshoot_p99_ms'])} / {_fmt(r['overshoot_max_ms'])} | {r['statuses']} |"
-              for p, r in data["deadline"].items()]
+    lines += [
+        "",
+        "## Thundering herd: 200 clients, the upstream answering 429 + Retry-After: 5",
+        "",
+        "| peer | upstream requests in the 5 s window | in all | client statuses |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {p} | {r['upstream_requests_in_window']} | {r['upstream_requests']} | {r['client_statuses']} |"
+        for p, r in data["herd"].items()
+    ]
+    lines += [
+        "",
+        "## Deadline precision: a hung upstream, concurrent jobs with a 2 s deadline",
+        "",
+        "Connections are opened before the clock starts. Measured at the client: with many jobs at once the",
+        "figure includes the load generator's own queueing (one Python process sending them all on two shared",
+        "cores), so the single-job column is the deadline's own precision.",
+        "",
+        "| peer | one job alone: p50 (ms) | concurrent jobs | answer time − deadline p50 / p99 / max (ms) | statuses |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {p} | {_fmt(r.get('alone_overshoot_p50_ms'))} | {r['jobs']} | {_fmt(r['overshoot_p50_ms'])} / "
+        f"{_fmt(r['overshoot_p99_ms'])} / {_fmt(r['overshoot_max_ms'])} | {r['statuses']} |"
+        for p, r in data["deadline"].items()
+    ]
     lines += _shared(data.get("shared"))
     f = data["free_share"]
-    lines += ["", f"## Free share against an oracle ({f['hours']:g} simulated hours, virtual time)", "",
-              "Poisson arrivals with bursts over five free providers with known per-minute and per-day quotas —",
-              "reported in headers, only in 429 bodies, with epoch-ms resets, and one whose limits are not in our",
-              "config — and a paid fallback. The oracle is the exact maximum flow (jobs → minute → provider quota →",
-              "daily quota) computed by min-cut over the 2^5 provider cuts: it knows every quota and every arrival in",
-              "advance, so no router can serve more jobs free; it is an upper bound.", "",
-              "| jobs | served free | oracle | share of oracle | paid | paid spend | requests to exhausted providers |",
-              "|---|---|---|---|---|---|---|",
-              f"| {f['jobs']} | {f['free']} ({f['free_share']:.1%}) | {f['oracle_free']} ({f['oracle_free_share']:.1%}) | "
-              f"{f['share_of_oracle']:.1%} | {f['paid']} | ${f.get('cost', 0.0):.4f} | {f['requests_to_exhausted_providers']} |",
-              ""]
+    lines += [
+        "",
+        f"## Free share against an oracle ({f['hours']:g} simulated hours, virtual time)",
+        "",
+        "Poisson arrivals with bursts over five free providers with known per-minute and per-day quotas —",
+        "reported in headers, only in 429 bodies, with epoch-ms resets, and one whose limits are not in our",
+        "config — and a paid fallback. The oracle is the exact maximum flow (jobs → minute → provider quota →",
+        "daily quota) computed by min-cut over the 2^5 provider cuts: it knows every quota and every arrival in",
+        "advance, so no router can serve more jobs free; it is an upper bound.",
+        "",
+        "| jobs | served free | oracle | share of oracle | paid | paid spend | requests to exhausted providers |",
+        "|---|---|---|---|---|---|---|",
+        f"| {f['jobs']} | {f['free']} ({f['free_share']:.1%}) | {f['oracle_free']} ({f['oracle_free_share']:.1%}) | "
+        f"{f['share_of_oracle']:.1%} | {f['paid']} | ${f.get('cost', 0.0):.4f} | {f['requests_to_exhausted_providers']} |",
+        "",
+    ]
     path = DOCS / "benchmarks.md"
     path.write_text("\n".join(lines))
     return path

@@ -28,7 +28,12 @@ from lanes.testing.processes import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-MODELS = {"fast": 30.0, "slow": 30.0, "ratelimit": 30.0, "hang": 2.0}  # model → LiteLLM's timeout (s)
+MODELS = {
+    "fast": 30.0,
+    "slow": 30.0,
+    "ratelimit": 30.0,
+    "hang": 2.0,
+}  # model → LiteLLM's timeout (s)
 
 
 @asynccontextmanager
@@ -52,7 +57,10 @@ def names() -> list[str]:
 
 
 def body(model: str) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": "Benchmark: say the pangram."}]}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Benchmark: say the pangram."}],
+    }
 
 
 async def speed(p: peers.Peer, quick: bool) -> dict[str, Any]:
@@ -65,23 +73,41 @@ async def speed(p: peers.Peer, quick: bool) -> dict[str, Any]:
     for stream in (False, True):
         kind = "sse" if stream else "json"
         for conc in (1, 8):
-            samples, wall = await run_load(url, concurrency=conc, total=small, stream=stream, headers=p.headers,
-                                           body=body("fast"))
+            samples, wall = await run_load(
+                url,
+                concurrency=conc,
+                total=small,
+                stream=stream,
+                headers=p.headers,
+                body=body("fast"),
+            )
             row[f"{kind}_c{conc}"] = summary(samples, wall)
         runs = []
         for _ in range(reps):
             async with trio.open_nursery() as nursery:
+
                 async def sample_rss() -> None:
                     await trio.sleep(min(1.0, seconds / 2))
                     if (value := p.rss_mb()) is not None:
                         rss.append(value)
+
                 nursery.start_soon(sample_rss)
-                samples, wall = await run_load(url, concurrency=64, duration_s=seconds, stream=stream,
-                                               headers=p.headers, body=body("fast"))
+                samples, wall = await run_load(
+                    url,
+                    concurrency=64,
+                    duration_s=seconds,
+                    stream=stream,
+                    headers=p.headers,
+                    body=body("fast"),
+                )
             runs.append(summary(samples, wall))
         rps = [r["rps"] for r in runs]
-        row[f"{kind}_c64"] = {**runs[len(runs) // 2], "rps": statistics.median(rps), "rps_min": min(rps),
-                              "rps_max": max(rps)}
+        row[f"{kind}_c64"] = {
+            **runs[len(runs) // 2],
+            "rps": statistics.median(rps),
+            "rps_min": min(rps),
+            "rps_max": max(rps),
+        }
     row["load_rss_mb"] = max(rss, default=None)
     return row
 
@@ -91,12 +117,20 @@ async def streams_held(p: peers.Peer, quick: bool) -> dict[str, Any]:
     count = 200 if quick else 1000
     rss = []
     async with trio.open_nursery() as nursery:
+
         async def sample() -> None:
             await trio.sleep(3.0)
             rss.append(p.rss_mb())
+
         nursery.start_soon(sample)
-        samples, _ = await run_load(p.url + "/chat/completions", concurrency=count, total=count, stream=True,
-                                    headers=p.headers, body=body("slow"))
+        samples, _ = await run_load(
+            p.url + "/chat/completions",
+            concurrency=count,
+            total=count,
+            stream=True,
+            headers=p.headers,
+            body=body("slow"),
+        )
     return {"streams": count, "ok": sum(s.status == 200 for s in samples), "rss_mb": rss[0]}
 
 
@@ -108,26 +142,49 @@ async def upstream_log(upstream: str) -> list[tuple[str, float]]:
 async def herd(p: peers.Peer, upstream: str) -> dict[str, Any]:
     """200 concurrent clients, the upstream answering 429 + Retry-After: 5: requests it gets in the window."""
     before = len(await upstream_log(upstream))
-    samples, _ = await run_load(p.url + "/chat/completions", concurrency=200, total=200, headers=p.headers,
-                                body=body("ratelimit"))
-    times = [t for model, t in (await upstream_log(upstream))[before:] if model.endswith("ratelimit")]
+    samples, _ = await run_load(
+        p.url + "/chat/completions",
+        concurrency=200,
+        total=200,
+        headers=p.headers,
+        body=body("ratelimit"),
+    )
+    times = [
+        t for model, t in (await upstream_log(upstream))[before:] if model.endswith("ratelimit")
+    ]
     first = min(times, default=0.0)
-    return {"upstream_requests_in_window": sum(1 for t in times if t < first + 5.0),
-            "upstream_requests": len(times), "client_statuses": sorted({s.status for s in samples})}
+    return {
+        "upstream_requests_in_window": sum(1 for t in times if t < first + 5.0),
+        "upstream_requests": len(times),
+        "client_statuses": sorted({s.status for s in samples}),
+    }
 
 
 async def deadline(p: peers.Peer, quick: bool) -> dict[str, Any]:
     """A hung upstream, a 2 s deadline: one job alone, then many at once; (answer time − 2 s)."""
     count = 50 if quick else 200
     url, headers = p.url + "/chat/completions", {**p.headers, "X-Lanes-Deadline-Ms": "2000"}
-    alone, _ = await run_load(url, concurrency=1, total=3, headers=headers, body=body("hang"), warm_url=p.url + "/models")
-    samples, _ = await run_load(url, concurrency=count, total=count, headers=headers, body=body("hang"),
-                                timeout_s=60, warm_url=p.url + "/models")
+    alone, _ = await run_load(
+        url, concurrency=1, total=3, headers=headers, body=body("hang"), warm_url=p.url + "/models"
+    )
+    samples, _ = await run_load(
+        url,
+        concurrency=count,
+        total=count,
+        headers=headers,
+        body=body("hang"),
+        timeout_s=60,
+        warm_url=p.url + "/models",
+    )
     over = [(s.latency_s - 2.0) * 1000 for s in samples]
-    return {"jobs": count, "statuses": sorted({s.status for s in samples}),
-            "alone_overshoot_p50_ms": percentile([(s.latency_s - 2.0) * 1000 for s in alone], 50),
-            "overshoot_p50_ms": percentile(over, 50), "overshoot_p99_ms": percentile(over, 99),
-            "overshoot_max_ms": max(over)}
+    return {
+        "jobs": count,
+        "statuses": sorted({s.status for s in samples}),
+        "alone_overshoot_p50_ms": percentile([(s.latency_s - 2.0) * 1000 for s in alone], 50),
+        "overshoot_p50_ms": percentile(over, 50),
+        "overshoot_p99_ms": percentile(over, 99),
+        "overshoot_max_ms": max(over),
+    }
 
 
 async def startup_ours(workdir: Path) -> float:
@@ -137,12 +194,23 @@ async def startup_ours(workdir: Path) -> float:
 
 
 def machine() -> dict[str, Any]:
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            l.split(":", 1)[1].strip()
+            for l in Path("/proc/cpuinfo").read_text().splitlines()
+            if l.startswith("model name")
+        ),
+        platform.processor(),
+    )
     import os
-    return {"python": sys.version.split()[0], "cpu": cpu, "cores": os.cpu_count(),
-            "memory_gib": round(int(Path("/proc/meminfo").read_text().split()[1]) / 1024 / 1024, 1),
-            "platform": platform.platform()}
+
+    return {
+        "python": sys.version.split()[0],
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(Path("/proc/meminfo").read_text().split()[1]) / 1024 / 1024, 1),
+        "platform": platform.platform(),
+    }
 
 
 async def main(quick: bool) -> dict[str, Any]:
@@ -151,12 +219,22 @@ async def main(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lanes-bench-") as tmp:
         workdir = Path(tmp)
         result: dict[str, Any] = {
-            "date": dt.date.today().isoformat(), "quick": quick, "machine": machine(),
-            "versions": {"lanes": peers.version("lanes"), "hypercorn": peers.version("hypercorn"),
-                         "httpx2": peers.version("httpx2"), "trio": peers.version("trio"),
-                         **({"litellm": peers.version("litellm")} if peers.litellm_available() else {})},
-            "speed": {}, "streams_held": {}, "herd": {}, "deadline": {},
-            "startup": {"lanes": await startup_ours(workdir)}}
+            "date": dt.date.today().isoformat(),
+            "quick": quick,
+            "machine": machine(),
+            "versions": {
+                "lanes": peers.version("lanes"),
+                "hypercorn": peers.version("hypercorn"),
+                "httpx2": peers.version("httpx2"),
+                "trio": peers.version("trio"),
+                **({"litellm": peers.version("litellm")} if peers.litellm_available() else {}),
+            },
+            "speed": {},
+            "streams_held": {},
+            "herd": {},
+            "deadline": {},
+            "startup": {"lanes": await startup_ours(workdir)},
+        }
         async with peers.fake_upstream("all", workdir) as (upstream, _):
             for name in names():
                 print(f"bench: {name} …", file=sys.stderr, flush=True)
@@ -169,7 +247,9 @@ async def main(quick: bool) -> dict[str, Any]:
                     result["streams_held"][name] = await streams_held(p, quick)
                     if name in ("lanes", "litellm"):
                         result["herd"][name] = await herd(p, upstream)
-                        result["deadline"][name] = await deadline(p, quick)  # last: it leaves jobs hanging
+                        result["deadline"][name] = await deadline(
+                            p, quick
+                        )  # last: it leaves jobs hanging
         async with peers.fake_upstream("all", workdir) as (upstream, _):
             result["shared"] = await shared.measure(upstream, workdir, quick)
         added(result["speed"])
@@ -196,5 +276,6 @@ if __name__ == "__main__":
     out = ROOT / "bench" / "results" / f"{data['date']}{'-quick' if args.quick else ''}.json"
     out.write_text(json.dumps(data, indent=2))
     from bench.report import write_report
+
     write_report(data, out)
     print(f"bench: wrote {out.relative_to(ROOT)} and docs/benchmarks.md", file=sys.stderr)

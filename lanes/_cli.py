@@ -18,13 +18,17 @@ DEFAULT_URL = "http://127.0.0.1:4098"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lanes", description="free-tier-first LLM routing sidecar")
+    parser = argparse.ArgumentParser(
+        prog="lanes", description="free-tier-first LLM routing sidecar"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the sidecar")
     serve.add_argument("--config", default=None, help="TOML config (default config/lanes.toml)")
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--simulate", action="store_true", help="route to built-in simulated providers")
+    serve.add_argument(
+        "--simulate", action="store_true", help="route to built-in simulated providers"
+    )
     for name, text in (("status", "lanes, breakers, backoffs and spend of a running sidecar"),):
         p = sub.add_parser(name, help=text)
         p.add_argument("--url", default=DEFAULT_URL)
@@ -37,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     approvals = sub.add_parser("approvals", help="list, approve or deny paid fallbacks")
     approvals.add_argument("action", nargs="?", default="list", choices=["list", "approve", "deny"])
     approvals.add_argument("id", nargs="?")
-    approvals.add_argument("--for", dest="duration", default=None, help="approve for a duration, e.g. 1h")
+    approvals.add_argument(
+        "--for", dest="duration", default=None, help="approve for a duration, e.g. 1h"
+    )
     approvals.add_argument("--url", default=DEFAULT_URL)
     approvals.add_argument("--json", action="store_true")
     canary = sub.add_parser("canary", help="the quality canary: run, pin, report")
@@ -48,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     canary.add_argument("--model", action="append", default=[])
     canary.add_argument("--json", action="store_true")
     canary.add_argument("--md", default=None, help="also write the report as Markdown to this file")
-    drill = sub.add_parser("drill", help="break things on purpose and check that startup and fallback hold")
+    drill = sub.add_parser(
+        "drill", help="break things on purpose and check that startup and fallback hold"
+    )
     drill.add_argument("names", nargs="*", default=["all"])
     drill.add_argument("--list", action="store_true")
     drill.add_argument("--json", action="store_true")
@@ -76,17 +84,27 @@ def _status(args: argparse.Namespace) -> int:
     if code != 200:
         print(f"lanes: {args.url} answered {code}", file=sys.stderr)
         return 1
-    lines = [f"free lane {'on' if state['free_lane'] else 'OFF'}; paid today ${state['paid']['spent_today_usd']:.4f} "
-             f"of ${state['paid']['ceiling_usd']:.2f}; fallback {state['paid']['fallback']}; "
-             f"{state['approvals']} approval(s) pending"]
+    lines = [
+        f"free lane {'on' if state['free_lane'] else 'OFF'}; paid today ${state['paid']['spent_today_usd']:.4f} "
+        f"of ${state['paid']['ceiling_usd']:.2f}; fallback {state['paid']['fallback']}; "
+        f"{state['approvals']} approval(s) pending"
+    ]
     if "state" in state:
         store = state["state"]
-        lines.append(f"state {store['kind']} {store['where']}: {'up' if store['up'] else 'DOWN (paid fallback closed)'}")
+        lines.append(
+            f"state {store['kind']} {store['where']}: {'up' if store['up'] else 'DOWN (paid fallback closed)'}"
+        )
     for lane in state["lanes"]:
-        lines.append(f"{lane['name']:<14} {lane['kind']:<13} {'off' if lane['off'] else lane['breaker']['state']}")
+        lines.append(
+            f"{lane['name']:<14} {lane['kind']:<13} {'off' if lane['off'] else lane['breaker']['state']}"
+        )
         for m in lane["models"]:
-            extra = f" backoff {m['backoff_s']:.1f}s ({m['backoff_reason']})" if m["backoff_s"] else ""
-            lines.append(f"    {m['model']:<28} {m['tier']:<5} free now: {'yes' if m['free_now'] else 'no'}{extra}")
+            extra = (
+                f" backoff {m['backoff_s']:.1f}s ({m['backoff_reason']})" if m["backoff_s"] else ""
+            )
+            lines.append(
+                f"    {m['model']:<28} {m['tier']:<5} free now: {'yes' if m['free_now'] else 'no'}{extra}"
+            )
     for name, why in state["unavailable"].items():
         lines.append(f"{name:<14} unavailable: {why}")
     _print(args, state, "\n".join(lines))
@@ -96,7 +114,10 @@ def _status(args: argparse.Namespace) -> int:
 def _lane(args: argparse.Namespace) -> int:
     code, body = _call("POST", f"{args.url}/v1/lanes/{args.name}/{args.action}")
     if code != 200:
-        print(f"lanes: {body.get('error', {}).get('message', body) if isinstance(body, dict) else body}", file=sys.stderr)
+        print(
+            f"lanes: {body.get('error', {}).get('message', body) if isinstance(body, dict) else body}",
+            file=sys.stderr,
+        )
         return 1
     _print(args, body, f"lane {args.name}: {'off' if body['off'] else 'on'}")
     return 0
@@ -107,8 +128,13 @@ def _approvals(args: argparse.Namespace) -> int:
         code, body = _call("GET", f"{args.url}/v1/approvals")
         if code != 200:
             return 1
-        human = "\n".join(f"{a['id']}  client {a['client']} → {a['candidate']} (≤ ${a['estimated_cost_usd']:.4f})"
-                          for a in body["data"]) or "no pending approvals"
+        human = (
+            "\n".join(
+                f"{a['id']}  client {a['client']} → {a['candidate']} (≤ ${a['estimated_cost_usd']:.4f})"
+                for a in body["data"]
+            )
+            or "no pending approvals"
+        )
         _print(args, body, human)
         return 0
     if not args.id:
@@ -130,8 +156,11 @@ def _check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print(args, {"ok": False, "error": str(exc)}, str(exc))
         return 2
-    _print(args, {"ok": True, "lanes": [lane.name for lane in config.lanes]},
-           f"{args.path}: ok ({len(config.lanes)} lanes: {', '.join(lane.name for lane in config.lanes)})")
+    _print(
+        args,
+        {"ok": True, "lanes": [lane.name for lane in config.lanes]},
+        f"{args.path}: ok ({len(config.lanes)} lanes: {', '.join(lane.name for lane in config.lanes)})",
+    )
     return 0
 
 
@@ -154,17 +183,30 @@ def _drill(args: argparse.Namespace) -> int:
     names = list(DRILLS) if args.names in (["all"], []) else args.names
     unknown = [n for n in names if n not in DRILLS]
     if unknown:
-        print(f"lanes drill: no drill named {', '.join(unknown)}; see lanes drill --list", file=sys.stderr)
+        print(
+            f"lanes drill: no drill named {', '.join(unknown)}; see lanes drill --list",
+            file=sys.stderr,
+        )
         return 2
     logging.basicConfig(level=logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="lanes-drill-") as tmp:
         results = trio.run(run, names, Path(tmp))
     if args.json:
-        print(json.dumps([{"name": r.name, "ok": r.ok, "figure": r.figure, "detail": r.detail} for r in results],
-                         indent=2))
+        print(
+            json.dumps(
+                [
+                    {"name": r.name, "ok": r.ok, "figure": r.figure, "detail": r.detail}
+                    for r in results
+                ],
+                indent=2,
+            )
+        )
     else:
         for r in results:
-            print(f"{'PASS' if r.ok else 'FAIL'}  {r.name:<26} {r.figure}" + (f"  [{r.detail}]" if r.detail else ""))
+            print(
+                f"{'PASS' if r.ok else 'FAIL'}  {r.name:<26} {r.figure}"
+                + (f"  [{r.detail}]" if r.detail else "")
+            )
         print(f"{sum(r.ok for r in results)} passed, {sum(not r.ok for r in results)} failed")
     return 0 if all(r.ok for r in results) else 1
 
@@ -185,13 +227,22 @@ def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"serve": _serve, "status": _status, "lane": _lane, "approvals": _approvals,
-                "check-config": _check_config, "canary": _canary,
-                "drill": _drill}
+    handlers = {
+        "serve": _serve,
+        "status": _status,
+        "lane": _lane,
+        "approvals": _approvals,
+        "check-config": _check_config,
+        "canary": _canary,
+        "drill": _drill,
+    }
     try:
         return handlers[args.command](args)
     except httpx2.TransportError as exc:
-        print(f"lanes: can not reach the sidecar at {getattr(args, 'url', '?')} ({type(exc).__name__})", file=sys.stderr)
+        print(
+            f"lanes: can not reach the sidecar at {getattr(args, 'url', '?')} ({type(exc).__name__})",
+            file=sys.stderr,
+        )
         return 1
 
 

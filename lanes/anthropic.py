@@ -11,6 +11,8 @@ PROVIDER = Provider(
     free_tier=NoFreeTier(),
     prefill=True,
     models=(
-        Model(id="claude-haiku-4-5", context=200000, input_usd_per_mtok=1.0, output_usd_per_mtok=5.0),
+        Model(
+            id="claude-haiku-4-5", context=200000, input_usd_per_mtok=1.0, output_usd_per_mtok=5.0
+        ),
     ),
 )

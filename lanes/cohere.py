@@ -9,7 +9,5 @@ PROVIDER = Provider(
     base_url="https://api.cohere.ai/compatibility/v1",
     api_key_env="COHERE_API_KEY",
     free_tier=RateLimitedFree(rpm=20, rpmonth=1_000),
-    models=(
-        Model(id="command-r7b-12-2024", context=128000),
-    ),
+    models=(Model(id="command-r7b-12-2024", context=128000),),
 )

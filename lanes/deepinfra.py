@@ -9,6 +9,11 @@ PROVIDER = Provider(
     api_key_env="DEEPINFRA_API_KEY",
     free_tier=CreditBased(budget_usd=5.0, reset="monthly"),
     models=(
-        Model(id="meta-llama/Meta-Llama-3.1-8B-Instruct", context=131072, input_usd_per_mtok=0.03, output_usd_per_mtok=0.05),
+        Model(
+            id="meta-llama/Meta-Llama-3.1-8B-Instruct",
+            context=131072,
+            input_usd_per_mtok=0.03,
+            output_usd_per_mtok=0.05,
+        ),
     ),
 )

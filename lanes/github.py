@@ -9,7 +9,5 @@ PROVIDER = Provider(
     base_url="https://models.github.ai/inference",
     api_key_env="GITHUB_TOKEN",
     free_tier=RateLimitedFree(rpm=15, rpd=150),
-    models=(
-        Model(id="openai/gpt-4.1-mini", context=1047576),
-    ),
+    models=(Model(id="openai/gpt-4.1-mini", context=1047576),),
 )

@@ -9,6 +9,8 @@ PROVIDER = Provider(
     api_key_env="OPENAI_API_KEY",
     free_tier=NoFreeTier(),
     models=(
-        Model(id="gpt-4.1-mini", context=1_047_576, input_usd_per_mtok=0.40, output_usd_per_mtok=1.60),
+        Model(
+            id="gpt-4.1-mini", context=1_047_576, input_usd_per_mtok=0.40, output_usd_per_mtok=1.60
+        ),
     ),
 )

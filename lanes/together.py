@@ -10,7 +10,5 @@ PROVIDER = Provider(
     api_key_env="TOGETHER_API_KEY",
     free_tier=FreeModelsOnly(patterns=("*-Free",), rpm=3),
     catalog_style="per_mtok_prices",
-    models=(
-        Model(id="meta-llama/Llama-3.3-70B-Instruct-Turbo-Free", context=131072),
-    ),
+    models=(Model(id="meta-llama/Llama-3.3-70B-Instruct-Turbo-Free", context=131072),),
 )

@@ -12,7 +12,13 @@ from helpers import FREE_KEY, PAID_KEY
 settings.register_profile("lanes", derandomize=True, deadline=None, max_examples=200)
 settings.load_profile("lanes")
 
-FREE_LANE_OFF = os.environ.get("FREE_LANE", "").strip().lower() in {"off", "0", "false", "no", "disabled"}
+FREE_LANE_OFF = os.environ.get("FREE_LANE", "").strip().lower() in {
+    "off",
+    "0",
+    "false",
+    "no",
+    "disabled",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

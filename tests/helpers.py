@@ -8,7 +8,17 @@ from lanes import Config, load_config
 
 from lanes.testing.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
 
-__all__ = ["ENGINE_POLICY", "NO_EXPLORATION", "FREE_KEY", "PAID_KEY", "config", "free_lane", "lane", "local_lane", "paid_lane"]
+__all__ = [
+    "ENGINE_POLICY",
+    "NO_EXPLORATION",
+    "FREE_KEY",
+    "PAID_KEY",
+    "config",
+    "free_lane",
+    "lane",
+    "local_lane",
+    "paid_lane",
+]
 
 
 # The engine's tests exercise fallback itself, so they allow paid fallback under a roomy ceiling;

@@ -20,11 +20,28 @@ from lanes.freetier import kinds
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "lanes"
 MARKER = "# lanes: pure"
-IMPURE = {"trio", "httpx2", "httpx", "sqlite3", "sqlite_utils", "hypercorn", "starlette", "socket", "time", "redis"}
+IMPURE = {
+    "trio",
+    "httpx2",
+    "httpx",
+    "sqlite3",
+    "sqlite_utils",
+    "hypercorn",
+    "starlette",
+    "socket",
+    "time",
+    "redis",
+}
 LANE_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_"))
-SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py") if not p.parent.name.startswith("_"))
-SOURCES = [p for d in ("lanes", "tests", "bench") for p in (ROOT / d).rglob("*.py")
-           if ".venv" not in p.parts and not any(part.startswith(".venv") for part in p.parts)]
+SUBPACKAGES = sorted(
+    p.parent.name for p in PACKAGE.glob("*/__init__.py") if not p.parent.name.startswith("_")
+)
+SOURCES = [
+    p
+    for d in ("lanes", "tests", "bench")
+    for p in (ROOT / d).rglob("*.py")
+    if ".venv" not in p.parts and not any(part.startswith(".venv") for part in p.parts)
+]
 
 
 def pure_modules() -> list[str]:
@@ -44,11 +61,17 @@ def provider_names() -> set[str]:
     for path in PACKAGE.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Provider":
-                names |= {k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)}
+                names |= {
+                    k.value.value
+                    for k in node.keywords
+                    if k.arg == "name" and isinstance(k.value, ast.Constant)
+                }
     return names - {"openai", "openai_compatible"}
 
 
-PROVIDERS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, provider_names()))) + r")\b", re.IGNORECASE)
+PROVIDERS = re.compile(
+    r"\b(" + "|".join(sorted(map(re.escape, provider_names()))) + r")\b", re.IGNORECASE
+)
 
 
 def imports(path: Path) -> set[str]:
@@ -89,9 +112,17 @@ def closure(path: Path) -> set[str]:
 
 def test_the_pure_set_is_found_not_listed():
     """The pure set comes from the folder and the marker, and holds the core's known pure modules."""
-    assert {"lanes/_core/routing/breaker.py", "lanes/_core/routing/policy.py", "lanes/_core/routing/scoring.py",
-            "lanes/_core/upstream/catalog.py", "lanes/_core/upstream/sse.py", "lanes/freetier/headers.py",
-            "lanes/canary/score.py", "lanes/_core/job.py", "lanes/_core/errors.py"} <= set(PURE)
+    assert {
+        "lanes/_core/routing/breaker.py",
+        "lanes/_core/routing/policy.py",
+        "lanes/_core/routing/scoring.py",
+        "lanes/_core/upstream/catalog.py",
+        "lanes/_core/upstream/sse.py",
+        "lanes/freetier/headers.py",
+        "lanes/canary/score.py",
+        "lanes/_core/job.py",
+        "lanes/_core/errors.py",
+    } <= set(PURE)
 
 
 @pytest.mark.parametrize("path", PURE)
@@ -119,11 +150,15 @@ def code_text(path: Path) -> str:
         (node.body[0].lineno, node.body[0].col_offset)
         for node in ast.walk(tree)
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
     }
     out = []
     for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
-        if token.type == tokenize.NAME or (token.type == tokenize.STRING and token.start not in docstrings):
+        if token.type == tokenize.NAME or (
+            token.type == tokenize.STRING and token.start not in docstrings
+        ):
             out.append(token.string)
     return " ".join(out)
 
@@ -141,17 +176,28 @@ def test_lane_modules_import_only_the_public_api():
     offenders = []
     for name in LANE_MODULES:
         for node in ast.walk(ast.parse((PACKAGE / f"{name}.py").read_text())):
-            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            offenders += [f"{name} imports {m}" for m in modules
-                          if m.startswith("lanes.") or m.split(".")[0] in ("httpx2", "trio", "attrs", "sqlite3")]
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
+            offenders += [
+                f"{name} imports {m}"
+                for m in modules
+                if m.startswith("lanes.")
+                or m.split(".")[0] in ("httpx2", "trio", "attrs", "sqlite3")
+            ]
     assert offenders == []
 
 
 def test_lanes_never_imports_the_scripts_around_it():
     """Nothing in the package imports the top-level `drills`, `canary` or `bench`."""
-    offenders = [f"{p.relative_to(ROOT)} imports {name}" for p in PACKAGE.rglob("*.py") for name in imports(p)
-                 if name.split(".")[0] in ("drills", "canary", "bench")]
+    offenders = [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in PACKAGE.rglob("*.py")
+        for name in imports(p)
+        if name.split(".")[0] in ("drills", "canary", "bench")
+    ]
     assert offenders == []
 
 
@@ -188,8 +234,13 @@ def test_no_import_cycle():
 
 def test_the_dispatcher_stays_small():
     """The dispatcher holds state and two doors; the walk, the attempt and the gate live elsewhere."""
-    sizes = {p.name: len(p.read_text().splitlines()) for p in [PACKAGE / "_core" / "dispatcher.py",
-                                                                *(PACKAGE / "_core" / "routing").glob("*.py")]}
+    sizes = {
+        p.name: len(p.read_text().splitlines())
+        for p in [
+            PACKAGE / "_core" / "dispatcher.py",
+            *(PACKAGE / "_core" / "routing").glob("*.py"),
+        ]
+    }
     assert sizes["dispatcher.py"] <= 250
     assert {k: v for k, v in sizes.items() if v > 300} == {}
 
@@ -201,7 +252,11 @@ def test_the_error_tree_is_drawn_as_it_is():
     drawn = {}
     for line in (errors.__doc__ or "").splitlines():
         match = re.match(r"^([│ ]*)(?:[├└]── )?([A-Z][A-Za-z]+)\b", line)
-        if match and hasattr(errors, match.group(2)) and isinstance(getattr(errors, match.group(2)), type):
+        if (
+            match
+            and hasattr(errors, match.group(2))
+            and isinstance(getattr(errors, match.group(2)), type)
+        ):
             depth = len(match.group(1)) // 4 + (1 if "──" in line else 0)
             drawn[match.group(2)] = depth
     parents: dict[str, str] = {}
@@ -215,8 +270,13 @@ def test_the_error_tree_is_drawn_as_it_is():
         if stack:
             parents[match.group(2)] = stack[-1]
         stack.append(match.group(2))
-    bases = {name: {b.__name__ for b in cls.__bases__} for name, cls in vars(errors).items()
-             if isinstance(cls, type) and issubclass(cls, errors.LanesError) and cls is not errors.LanesError}
+    bases = {
+        name: {b.__name__ for b in cls.__bases__}
+        for name, cls in vars(errors).items()
+        if isinstance(cls, type)
+        and issubclass(cls, errors.LanesError)
+        and cls is not errors.LanesError
+    }
     assert set(parents) == set(bases) and set(drawn) == {*bases, "LanesError"}
     assert {name: parent for name, parent in parents.items() if parent not in bases[name]} == {}
 
@@ -225,14 +285,27 @@ def test_public_api_is_sorted_and_complete():
     """`lanes.__all__` is sorted, every name exists, and nothing public is left out."""
     assert lanes.__all__ == sorted(lanes.__all__)
     assert all(hasattr(lanes, name) for name in lanes.__all__)
-    public = {n for n in vars(lanes) if not n.startswith("_") and n not in LANE_MODULES
-              and n not in {*SUBPACKAGES, "annotations"}}
+    public = {
+        n
+        for n in vars(lanes)
+        if not n.startswith("_")
+        and n not in LANE_MODULES
+        and n not in {*SUBPACKAGES, "annotations"}
+    }
     assert public == set(lanes.__all__)
 
 
 def config_keys() -> set[str]:
-    classes = [Config, LaneConfig, ModelConfig, BreakerPolicy, PolicyConfig, ServerConfig, *kinds.KINDS.values(),
-               kinds.CustomEndpoint]
+    classes = [
+        Config,
+        LaneConfig,
+        ModelConfig,
+        BreakerPolicy,
+        PolicyConfig,
+        ServerConfig,
+        *kinds.KINDS.values(),
+        kinds.CustomEndpoint,
+    ]
     return {field.name for cls in classes for field in attrs.fields(cls)}
 
 

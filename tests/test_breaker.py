@@ -103,8 +103,15 @@ def test_jitter_only_lengthens_the_cooldown():
     assert 10 < b.statistics(0).reopen_at < 12
 
 
-@given(st.lists(st.tuples(st.sampled_from(["success", "fault", "neutral", "release"]),
-                          st.floats(min_value=0, max_value=5)), max_size=60))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["success", "fault", "neutral", "release"]),
+            st.floats(min_value=0, max_value=5),
+        ),
+        max_size=60,
+    )
+)
 def test_never_more_than_one_probe_and_never_stuck(events):
     """Whatever happens, at most one probe is out, and an open breaker always reopens in time."""
     b = breaker(failures=2, cooldown_s=3, cooldown_max_s=20)

@@ -28,44 +28,87 @@ def test_checks():
     assert run_checks(Checks(expect="391"), " 391. ")["expect"]
     assert not run_checks(Checks(expect="391"), "It is 391")["expect"]
     assert run_checks(Checks(contains=["red", "blue"]), "Red, green, BLUE") == {
-        "contains:red": True, "contains:blue": True, "no_refusal": True, "length": True}
+        "contains:red": True,
+        "contains:blue": True,
+        "no_refusal": True,
+        "length": True,
+    }
     assert run_checks(Checks(json_keys=["a"]), '```json\n{"a": 1}\n```')["json"]
     assert not run_checks(Checks(json_keys=["a"]), "{oops")["json"]
     call = {"function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
     assert run_checks(Checks(tool_call="get_weather"), "", [call])["tool_call"]
-    assert not run_checks(Checks(tool_call="get_weather"), "", [{"function": {"name": "get_weather", "arguments": "{"}}])["tool_call"]
+    assert not run_checks(
+        Checks(tool_call="get_weather"),
+        "",
+        [{"function": {"name": "get_weather", "arguments": "{"}}],
+    )["tool_call"]
     assert not run_checks(Checks(), "I cannot help with that.")["no_refusal"]
     assert not run_checks(Checks(max_len=5), "too long")["length"]
 
 
 def answers(texts: dict[str, str], **kw) -> list[Answer]:
-    return [Answer(prompt=p, status="ok", text=t, checks={"length": True}, **kw) for p, t in texts.items()]
+    return [
+        Answer(prompt=p, status="ok", text=t, checks={"length": True}, **kw)
+        for p, t in texts.items()
+    ]
 
 
 def test_scoring_verdicts():
     """Same answers → ok; reworded answers → drifted; a check that now fails → failed; nothing probed → skipped."""
     base = {a.prompt: a for a in answers({"p1": ANSWER, "p2": "391"})}
-    same = score_model("m", answers({"p1": ANSWER, "p2": "391"}), base, similarity_ok=0.85, drift_threshold=0.3)
-    reworded = score_model("m", answers({"p1": "Jackdaws love my big sphinx of quartz.", "p2": "three ninety one"}),
-                           base, similarity_ok=0.85, drift_threshold=0.3)
-    broken = [Answer(prompt="p1", status="ok", text=ANSWER, checks={"length": False}), *answers({"p2": "391"})]
-    skipped = score_model("m", [Answer(prompt="p1", status="skipped", reason="backoff")], base,
-                          similarity_ok=0.85, drift_threshold=0.3)
+    same = score_model(
+        "m", answers({"p1": ANSWER, "p2": "391"}), base, similarity_ok=0.85, drift_threshold=0.3
+    )
+    reworded = score_model(
+        "m",
+        answers({"p1": "Jackdaws love my big sphinx of quartz.", "p2": "three ninety one"}),
+        base,
+        similarity_ok=0.85,
+        drift_threshold=0.3,
+    )
+    broken = [
+        Answer(prompt="p1", status="ok", text=ANSWER, checks={"length": False}),
+        *answers({"p2": "391"}),
+    ]
+    skipped = score_model(
+        "m",
+        [Answer(prompt="p1", status="skipped", reason="backoff")],
+        base,
+        similarity_ok=0.85,
+        drift_threshold=0.3,
+    )
     assert (same.verdict, same.drift) == ("ok", 0.0)
     assert reworded.verdict == "drifted" and reworded.drift >= 0.3
-    assert score_model("m", broken, base, similarity_ok=0.85, drift_threshold=0.3).verdict == "failed"
+    assert (
+        score_model("m", broken, base, similarity_ok=0.85, drift_threshold=0.3).verdict == "failed"
+    )
     assert (skipped.verdict, skipped.reason) == ("skipped", "backoff")
-    fingerprint = score_model("m", answers({"p1": ANSWER, "p2": "391"}, fingerprint="fp_new"), base,
-                              similarity_ok=0.85, drift_threshold=0.3)
+    fingerprint = score_model(
+        "m",
+        answers({"p1": ANSWER, "p2": "391"}, fingerprint="fp_new"),
+        base,
+        similarity_ok=0.85,
+        drift_threshold=0.3,
+    )
     assert fingerprint.drift > 0 and "fingerprint" in fingerprint.reason
 
 
 # -- over fakes ----------------------------------------------------------------------------------
 
-PROMPTS = CanaryConfig(settings=Settings(concurrency=2, deadline_s=5), prompts=[
-    Prompt(id=f"p{i}", messages=[{"role": "user", "content": f"Say the pangram ({i})."}],
-           checks=Checks(contains=["quick brown fox"])) for i in range(10)])
-DRIFTED = "Sure! Here it is: the quick brown fox leaps over a sleepy dog, twice."  # same checks pass
+PROMPTS = CanaryConfig(
+    settings=Settings(concurrency=2, deadline_s=5),
+    prompts=[
+        Prompt(
+            id=f"p{i}",
+            messages=[{"role": "user", "content": f"Say the pangram ({i})."}],
+            checks=Checks(contains=["quick brown fox"]),
+        )
+        for i in range(10)
+    ],
+)
+DRIFTED = (
+    "Sure! Here it is: the quick brown fox leaps over a sleepy dog, twice."  # same checks pass
+)
 
 
 async def run_and_report(cfg, env):
@@ -78,11 +121,17 @@ async def test_stable_drifted_and_skipped_models(env, tmp_path, autojump_clock):
     """A stable model stays ok; a drifting one is flagged, exits 1 and is skipped by routing until
     re-pinned; a backed-off one is skipped with no request sent."""
     state = str(tmp_path / "canary.db")
-    async with open_fake("a", models=("stable",)) as a, open_fake("b", models=("drifty",)) as b, open_fake(
-        "c", models=("parked",)
-    ) as c:
-        cfg = config(free_lane("a", a.base_url, models=["stable"]), free_lane("b", b.base_url, models=["drifty"]),
-                     free_lane("c", c.base_url, models=["parked"]), state=state)
+    async with (
+        open_fake("a", models=("stable",)) as a,
+        open_fake("b", models=("drifty",)) as b,
+        open_fake("c", models=("parked",)) as c,
+    ):
+        cfg = config(
+            free_lane("a", a.base_url, models=["stable"]),
+            free_lane("b", b.base_url, models=["drifty"]),
+            free_lane("c", c.base_url, models=["parked"]),
+            state=state,
+        )
         first = await run_and_report(cfg, env)
         async with lanes.open_dispatcher(cfg, env=env) as d:
             pin(d.store)
@@ -90,29 +139,39 @@ async def test_stable_drifted_and_skipped_models(env, tmp_path, autojump_clock):
         c.script("parked", rate_limited(retry_after=3600))
         async with lanes.open_dispatcher(cfg, env=env) as d:
             with pytest.raises(lanes.FreeTierExhausted):
-                await d.complete(lanes.Job(messages=[{"role": "user", "content": "x"}], model="c/parked"))
+                await d.complete(
+                    lanes.Job(messages=[{"role": "user", "content": "x"}], model="c/parked")
+                )
         parked_before = len(c.requests())
         second = {r.key: r for r in await run_and_report(cfg, env)}
         async with lanes.open_dispatcher(cfg, env=env) as d:
             with pytest.raises(lanes.NoLaneAvailable) as caught:
-                await d.complete(lanes.Job(messages=[{"role": "user", "content": "x"}], model="b/drifty"))
+                await d.complete(
+                    lanes.Job(messages=[{"role": "user", "content": "x"}], model="b/drifty")
+                )
             pin(d.store, keys=["b/drifty"])
         async with lanes.open_dispatcher(cfg, env=env) as d:
-            repinned = await d.complete(lanes.Job(messages=[{"role": "user", "content": "x"}], model="b/drifty"))
+            repinned = await d.complete(
+                lanes.Job(messages=[{"role": "user", "content": "x"}], model="b/drifty")
+            )
     assert {r.verdict for r in first} == {"ok"}
     assert second["a/stable"].verdict == "ok"
     assert second["b/drifty"].verdict == "drifted" and exit_code(list(second.values())) == 1
     assert second["c/parked"].verdict == "skipped" and len(c.requests()) == parked_before
     assert "quarantined by the canary (drifted" in caught.value.skips[-1].reason
     assert repinned.lane == "b"
-    assert "b/drifty" in table(list(second.values())) and "| `b/drifty` | drifted |" in markdown(list(second.values()))
+    assert "b/drifty" in table(list(second.values())) and "| `b/drifty` | drifted |" in markdown(
+        list(second.values())
+    )
 
 
 async def test_probes_count_against_the_quota(env, tmp_path, autojump_clock):
     """Ten prompts against a model with rpd=6: six probes go out, the rest are skipped, not forced."""
     async with open_fake("a", models=("m",)) as a:
-        cfg = config(free_lane("a", a.base_url, models=["m"], free_tier={"kind": "rate_limited", "rpd": 6}),
-                     state=str(tmp_path / "q.db"))
+        cfg = config(
+            free_lane("a", a.base_url, models=["m"], free_tier={"kind": "rate_limited", "rpd": 6}),
+            state=str(tmp_path / "q.db"),
+        )
         async with lanes.open_dispatcher(cfg, env=env) as d:
             await run_canary(d, PROMPTS)
             rows = d.store.query("SELECT status, COUNT(*) FROM canary_answer GROUP BY status", ())
@@ -125,25 +184,47 @@ async def test_cli_exit_codes(tmp_path, env):
         (tmp_path / "lanes.toml").write_text(
             f'state = "{tmp_path / "c.db"}"\n[[lanes]]\nname = "a"\nmodule = "openai_compatible"\n'
             f'base_url = "{a.base_url}"\napi_key_env = ""\nfree_tier = {{ kind = "rate_limited" }}\n'
-            '[[lanes.models]]\nid = "m"\n')
+            '[[lanes.models]]\nid = "m"\n'
+        )
         (tmp_path / "canary.toml").write_text(
             '[[prompts]]\nid = "p"\nmessages = [{ role = "user", content = "pangram" }]\n'
-            'checks = { contains = ["quick brown fox"] }\n')
+            'checks = { contains = ["quick brown fox"] }\n'
+        )
 
         async def lanes_cli(*argv: str) -> subprocess.CompletedProcess:
-            return await trio.run_process([sys.executable, "-m", "lanes", "canary", *argv, "--config",
-                                           str(tmp_path / "lanes.toml"), "--canary", str(tmp_path / "canary.toml")],
-                                          check=False, capture_stdout=True, capture_stderr=True)
+            return await trio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "lanes",
+                    "canary",
+                    *argv,
+                    "--config",
+                    str(tmp_path / "lanes.toml"),
+                    "--canary",
+                    str(tmp_path / "canary.toml"),
+                ],
+                check=False,
+                capture_stdout=True,
+                capture_stderr=True,
+            )
 
         first = await lanes_cli("run")
         pinned = await lanes_cli("pin")
         a.script("m", answer(text=DRIFTED))
         drifted = await lanes_cli("run", "--json")
         again = await lanes_cli("report", "--md", str(tmp_path / "nightly.md"))
-        bad = await trio.run_process([sys.executable, "-m", "lanes", "canary", "fly"], check=False,
-                                     capture_stdout=True, capture_stderr=True)
+        bad = await trio.run_process(
+            [sys.executable, "-m", "lanes", "canary", "fly"],
+            check=False,
+            capture_stdout=True,
+            capture_stderr=True,
+        )
     assert first.returncode == 0, first.stderr.decode()
     assert b"pinned 1 model(s): a/m" in pinned.stdout
-    assert drifted.returncode == 1 and json.loads(drifted.stdout)["models"]["a/m"]["verdict"] == "drifted"
+    assert (
+        drifted.returncode == 1
+        and json.loads(drifted.stdout)["models"]["a/m"]["verdict"] == "drifted"
+    )
     assert again.returncode == 1 and "drifted" in (tmp_path / "nightly.md").read_text()
     assert bad.returncode == 2

@@ -14,69 +14,153 @@ import lanes
 from lanes.testing import open_fake, rate_limited, status
 from helpers import config, free_lane
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
-from lanes._core.routing.scoring import ScoringConfig, Stats, degraded_providers, reliability, score, wilson_lower
+from lanes._core.routing.scoring import (
+    ScoringConfig,
+    Stats,
+    degraded_providers,
+    reliability,
+    score,
+    wilson_lower,
+)
 from lanes.freetier.kinds import FreeModelsOnly, NoFreeTier, RateLimitedFree, tier_of
 
 # -- recorded-shape catalogs -----------------------------------------------------------------------
 
-PER_TOKEN = {"data": [
-    {"id": "meta-llama/llama-3.3-70b-instruct:free", "context_length": 131072,
-     "pricing": {"prompt": "0", "completion": "0"}, "supported_parameters": ["tools", "response_format"],
-     "architecture": {"input_modalities": ["text"]}},
-    {"id": "vendor/zero-priced", "context_length": 8192, "pricing": {"prompt": "0", "completion": "0"}},
-    {"id": "anthropic/claude-sonnet", "context_length": 200000,
-     "pricing": {"prompt": "0.000003", "completion": "0.000015"}, "architecture": {"input_modalities": ["text", "image"]}},
-    {"id": "vendor/unpriced"},
-    {"id": "vendor/odd:free", "pricing": {"prompt": "x"}},
-    {"no_id": True}, "junk",
-]}
-PER_MTOK = [{"id": "meta-llama/Llama-3.3-70B-Instruct-Turbo-Free", "type": "chat", "context_length": 131072,
-             "pricing": {"input": 0, "output": 0}},
-            {"id": "some/embedding", "type": "embedding"},
-            {"id": "meta-llama/Llama-3-8b-chat-hf", "type": "chat", "pricing": {"input": 0.2, "output": 0.2}}]
-OPENAI_STYLE = {"object": "list", "data": [{"id": "llama-3.1-8b-instant", "context_window": 131072}]}
+PER_TOKEN = {
+    "data": [
+        {
+            "id": "meta-llama/llama-3.3-70b-instruct:free",
+            "context_length": 131072,
+            "pricing": {"prompt": "0", "completion": "0"},
+            "supported_parameters": ["tools", "response_format"],
+            "architecture": {"input_modalities": ["text"]},
+        },
+        {
+            "id": "vendor/zero-priced",
+            "context_length": 8192,
+            "pricing": {"prompt": "0", "completion": "0"},
+        },
+        {
+            "id": "anthropic/claude-sonnet",
+            "context_length": 200000,
+            "pricing": {"prompt": "0.000003", "completion": "0.000015"},
+            "architecture": {"input_modalities": ["text", "image"]},
+        },
+        {"id": "vendor/unpriced"},
+        {"id": "vendor/odd:free", "pricing": {"prompt": "x"}},
+        {"no_id": True},
+        "junk",
+    ]
+}
+PER_MTOK = [
+    {
+        "id": "meta-llama/Llama-3.3-70B-Instruct-Turbo-Free",
+        "type": "chat",
+        "context_length": 131072,
+        "pricing": {"input": 0, "output": 0},
+    },
+    {"id": "some/embedding", "type": "embedding"},
+    {
+        "id": "meta-llama/Llama-3-8b-chat-hf",
+        "type": "chat",
+        "pricing": {"input": 0.2, "output": 0.2},
+    },
+]
+OPENAI_STYLE = {
+    "object": "list",
+    "data": [{"id": "llama-3.1-8b-instant", "context_window": 131072}],
+}
 PREFIXED = {"data": [{"id": "models/gemini-2.5-flash"}]}
 
 
 def test_normalise_each_shape():
     """Each shape reads into one record type; entries without an id, and non-chat entries, are skipped."""
     per_token = {r.id: r for r in normalise("per_token_prices", PER_TOKEN)}
-    assert set(per_token) == {"meta-llama/llama-3.3-70b-instruct:free", "vendor/zero-priced",
-                              "anthropic/claude-sonnet", "vendor/unpriced", "vendor/odd:free"}
+    assert set(per_token) == {
+        "meta-llama/llama-3.3-70b-instruct:free",
+        "vendor/zero-priced",
+        "anthropic/claude-sonnet",
+        "vendor/unpriced",
+        "vendor/odd:free",
+    }
     llama = per_token["meta-llama/llama-3.3-70b-instruct:free"]
-    assert (llama.context, llama.tools, llama.json_mode, llama.vision) == (131072, True, True, False)
+    assert (llama.context, llama.tools, llama.json_mode, llama.vision) == (
+        131072,
+        True,
+        True,
+        False,
+    )
     assert per_token["anthropic/claude-sonnet"].input_usd_per_mtok == pytest.approx(3.0)
     assert per_token["anthropic/claude-sonnet"].vision is True
     assert [r.id for r in normalise("per_mtok_prices", PER_MTOK)] == [
-        "meta-llama/Llama-3.3-70B-Instruct-Turbo-Free", "meta-llama/Llama-3-8b-chat-hf"]
+        "meta-llama/Llama-3.3-70B-Instruct-Turbo-Free",
+        "meta-llama/Llama-3-8b-chat-hf",
+    ]
     assert normalise("openai", OPENAI_STYLE)[0].context == 131072
     assert normalise("prefixed_ids", PREFIXED)[0].id == "gemini-2.5-flash"
 
 
-@pytest.mark.parametrize(("model", "kind", "expected_tier"), [
-    ("meta-llama/llama-3.3-70b-instruct:free", FreeModelsOnly(), "free"),  # :free suffix and zero price
-    ("vendor/zero-priced", FreeModelsOnly(), "free"),  # zero price on a paid provider, no suffix
-    ("anthropic/claude-sonnet", FreeModelsOnly(), "paid"),  # priced
-    ("vendor/unpriced", FreeModelsOnly(), "paid"),  # unknown price is not free
-    ("vendor/odd:free", FreeModelsOnly(), "free"),  # the kind covers the name, whatever the junk price
-    ("vendor/zero-priced", NoFreeTier(), "paid"),  # a provider with no free tier stays paid
-    ("vendor/unpriced", RateLimitedFree(), "free"),  # the kind covers the whole provider
-    ("anthropic/claude-sonnet", RateLimitedFree(), "paid"),  # a listed price says paid
-])
+@pytest.mark.parametrize(
+    ("model", "kind", "expected_tier"),
+    [
+        (
+            "meta-llama/llama-3.3-70b-instruct:free",
+            FreeModelsOnly(),
+            "free",
+        ),  # :free suffix and zero price
+        (
+            "vendor/zero-priced",
+            FreeModelsOnly(),
+            "free",
+        ),  # zero price on a paid provider, no suffix
+        ("anthropic/claude-sonnet", FreeModelsOnly(), "paid"),  # priced
+        ("vendor/unpriced", FreeModelsOnly(), "paid"),  # unknown price is not free
+        (
+            "vendor/odd:free",
+            FreeModelsOnly(),
+            "free",
+        ),  # the kind covers the name, whatever the junk price
+        ("vendor/zero-priced", NoFreeTier(), "paid"),  # a provider with no free tier stays paid
+        ("vendor/unpriced", RateLimitedFree(), "free"),  # the kind covers the whole provider
+        ("anthropic/claude-sonnet", RateLimitedFree(), "paid"),  # a listed price says paid
+    ],
+)
 def test_free_detection_table(model, kind, expected_tier):
     """Free only when the provider says so; an unknown price is not free."""
     record = {r.id: r for r in normalise("per_token_prices", PER_TOKEN)}[model]
     assert tier_of(kind, model, declared_free(record, kind)) == expected_tier
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-                           lambda c: st.lists(c, max_size=4) | st.dictionaries(
-                               st.sampled_from(["id", "data", "pricing", "prompt", "completion", "context_length",
-                                                "type", "supported_parameters", "architecture"]) | st.text(max_size=4),
-                               c, max_size=5), max_leaves=15)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda c: (
+        st.lists(c, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "id",
+                    "data",
+                    "pricing",
+                    "prompt",
+                    "completion",
+                    "context_length",
+                    "type",
+                    "supported_parameters",
+                    "architecture",
+                ]
+            )
+            | st.text(max_size=4),
+            c,
+            max_size=5,
+        )
+    ),
+    max_leaves=15,
+)
 
 
-@given(st.sampled_from(["openai", "per_token_prices", "per_mtok_prices", "prefixed_ids"]), json_values)
+@given(
+    st.sampled_from(["openai", "per_token_prices", "per_mtok_prices", "prefixed_ids"]), json_values
+)
 def test_normalise_never_raises(style, document):
     """Any document yields a list of records, never an exception."""
     assert all(isinstance(r, ModelRecord) for r in normalise(style, document))
@@ -111,18 +195,23 @@ def test_penalties_decay_by_half_life():
     stats.record("rate_limited", 0.0, now=1000.0)
     assert stats.penalty(1000.0, CONFIG) == pytest.approx(0.05)
     assert stats.penalty(1000.0 + CONFIG.half_life_s, CONFIG) == pytest.approx(0.025)
-    assert score(stats, now=1000.0 + 10 * CONFIG.half_life_s, config=CONFIG) > score(stats, now=1000.0, config=CONFIG)
+    assert score(stats, now=1000.0 + 10 * CONFIG.half_life_s, config=CONFIG) > score(
+        stats, now=1000.0, config=CONFIG
+    )
 
 
 def test_degraded_provider_multiplies_its_models_down():
     """A provider failing most of its recent outcomes is degraded and ranks lower."""
     from collections import deque
+
     recent = {"bad": deque([False] * 4 + [True], maxlen=20), "good": deque([True] * 5, maxlen=20)}
     assert degraded_providers(recent, CONFIG) == {"bad"}
     stats = Stats()
     for _ in range(10):
         stats.record("ok", 0.1, now=0.0)
-    assert score(stats, now=0.0, config=CONFIG, degraded=True) < score(stats, now=0.0, config=CONFIG)
+    assert score(stats, now=0.0, config=CONFIG, degraded=True) < score(
+        stats, now=0.0, config=CONFIG
+    )
 
 
 # -- over fakes ---------------------------------------------------------------------------------------
@@ -134,14 +223,19 @@ JOB = [{"role": "user", "content": "hi"}]
 async def test_exploration_rate_within_tolerance(env, autojump_clock):
     """With explore_rate 0.2 about a fifth of 500 jobs go to the runner-up, marked as explored."""
     async with open_fake("a", models=("m",)) as a, open_fake("b", models=("m",)) as b:
-        cfg = config(free_lane("a", a.base_url, ["m"]), free_lane("b", b.base_url, ["m"]),
-                     scoring={"explore_rate": 0.2})
+        cfg = config(
+            free_lane("a", a.base_url, ["m"]),
+            free_lane("b", b.base_url, ["m"]),
+            scoring={"explore_rate": 0.2},
+        )
         async with lanes.open_dispatcher(cfg, env=env) as d:
             d.routing.ranking.rng = random.Random(42)
             replies = [await d.complete(lanes.Job(messages=JOB)) for _ in range(500)]
     explored = sum(r.explored for r in replies)
     assert 70 <= explored <= 130, explored
-    assert all(r.lane == "b" for r in replies if r.explored) and d.routing.ranking.explored == explored
+    assert (
+        all(r.lane == "b" for r in replies if r.explored) and d.routing.ranking.explored == explored
+    )
 
 
 @pytest.mark.free_lane
@@ -153,7 +247,10 @@ async def test_a_404_refreshes_the_catalog_and_reroutes(env, autojump_clock):
         async with lanes.open_dispatcher(cfg, env=env) as d:
             await trio.sleep(1)  # the startup fetch
             assert [c.model for c in d.lanes["a"].candidates] == ["m1", "m2"]
-            a.script("m1", status(404, {"error": {"message": "model not found", "code": "model_not_found"}}))
+            a.script(
+                "m1",
+                status(404, {"error": {"message": "model not found", "code": "model_not_found"}}),
+            )
             a.catalog = [{"id": "m2"}]
             fetched = a.catalog_requests
             reply = await d.complete(lanes.Job(messages=JOB))
@@ -169,7 +266,9 @@ async def test_empty_pool_refreshes_once_before_giving_up(env, autojump_clock):
     async with open_fake("a", models=("m1", "m2")) as a:
         a.catalog = [{"id": "m1"}]
         a.script("m1", rate_limited(retry_after=600))
-        cfg = config({**free_lane("a", a.base_url, ["placeholder"], discover=True), "models": []}, policy={})
+        cfg = config(
+            {**free_lane("a", a.base_url, ["placeholder"], discover=True), "models": []}, policy={}
+        )
         async with lanes.open_dispatcher(cfg, env=env) as d:
             await trio.sleep(1)
             with pytest.raises(lanes.FreeTierExhausted):
@@ -189,9 +288,14 @@ async def test_sticky_conversation_stays_on_its_model(env, autojump_clock):
             for _ in range(30):  # b builds a better record through pinned jobs; a gets a penalty
                 await d.complete(lanes.Job(messages=JOB, model="b/m"))
             d.routing.ranking.note(d.lanes["a"].candidates[0], "fault", 1.0, d.now_wall())
-            second_turn = JOB + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "more"}]
+            second_turn = JOB + [
+                {"role": "assistant", "content": first.text},
+                {"role": "user", "content": "more"},
+            ]
             sticky = await d.complete(lanes.Job(messages=second_turn, client="c1"))
-            fresh = await d.complete(lanes.Job(messages=[{"role": "user", "content": "other"}], client="c1"))
+            fresh = await d.complete(
+                lanes.Job(messages=[{"role": "user", "content": "other"}], client="c1")
+            )
     assert first.lane == "a" and sticky.lane == "a" and fresh.lane == "b"
 
 
@@ -203,7 +307,9 @@ async def test_simulation_shows_discovered_models():
 
     async with open_simulation(flap=False) as fakes, trio.open_nursery() as nursery:
         cfg = lanes.load_config({**simulated_config(fakes), "server": {"port": 0}}, env={})
-        url = await nursery.start(lambda task_status: serve(cfg, env=SIM_KEYS, task_status=task_status))
+        url = await nursery.start(
+            lambda task_status: serve(cfg, env=SIM_KEYS, task_status=task_status)
+        )
         async with httpx2.AsyncClient(trust_env=False) as http:
             for _ in range(50):
                 models = {m["id"] for m in (await http.get(f"{url}/v1/models")).json()["data"]}

@@ -31,7 +31,9 @@ def test_shipped_configs_are_valid(path):
 
 def test_bad_url_names_the_key():
     """A malformed base URL names lanes[i].base_url, shows the value and the expected shape."""
-    message = error_of({"lanes": [{"name": "a"}, {"name": "b"}, {"name": "c", "base_url": "htp:/x"}]})
+    message = error_of(
+        {"lanes": [{"name": "a"}, {"name": "b"}, {"name": "c", "base_url": "htp:/x"}]}
+    )
     assert 'lanes[2].base_url: not a URL ("htp:/x"); expected https://host/path' in message
 
 
@@ -50,7 +52,10 @@ def test_wrong_types_name_the_key():
 def test_negative_limits_say_how_to_stop_tracking():
     """A negative quota names the key, the value and the fix."""
     message = error_of({"lanes": [{"name": "g", "free_tier": {"kind": "rate_limited", "rpm": -5}}]})
-    assert "lanes[0].free_tier.rpm: must be >= 0 (got -5); delete the key to stop tracking it" in message
+    assert (
+        "lanes[0].free_tier.rpm: must be >= 0 (got -5); delete the key to stop tracking it"
+        in message
+    )
 
 
 def test_unknown_free_tier_kind():
@@ -66,7 +71,9 @@ def test_duplicate_lane_names():
 
 def test_every_problem_is_reported_at_once():
     """Mistakes in several lanes are listed together, one per line; top-level keys too."""
-    message = error_of({"lanes": [{"name": "x", "idle_s": 0}, {"name": "y", "base_url": "ftp://h"}]})
+    message = error_of(
+        {"lanes": [{"name": "x", "idle_s": 0}, {"name": "y", "base_url": "ftp://h"}]}
+    )
     assert "lanes[0].idle_s: must be > 0 (got 0" in message
     assert "lanes[1].base_url: not a URL" in message
     assert "default_deadline_s: must be > 0 (got -1)" in error_of({"default_deadline_s": -1})
@@ -74,7 +81,10 @@ def test_every_problem_is_reported_at_once():
 
 def test_env_interpolation():
     """${NAME} is replaced from the environment; a missing one names the key and the variable."""
-    config = load_config({"lanes": [{"name": "l", "base_url": "${LOCAL_URL}/v1"}]}, env={"LOCAL_URL": "http://127.0.0.1:9"})
+    config = load_config(
+        {"lanes": [{"name": "l", "base_url": "${LOCAL_URL}/v1"}]},
+        env={"LOCAL_URL": "http://127.0.0.1:9"},
+    )
     assert config.lanes[0].base_url == "http://127.0.0.1:9/v1"
     message = error_of({"lanes": [{"name": "l", "base_url": "${NOPE}"}]})
     assert "lanes[0].base_url: environment variable NOPE is not set" in message
@@ -82,11 +92,19 @@ def test_env_interpolation():
 
 def test_free_tier_kinds_structure():
     """Each kind comes back as its own class with its fields."""
-    config = load_config({"lanes": [
-        {"name": "a", "free_tier": {"kind": "rate_limited", "rpm": 30, "rpd": 14400}},
-        {"name": "b", "free_tier": {"kind": "credits", "budget_usd": 5, "reset": "monthly"}},
-        {"name": "c", "free_tier": {"kind": "free_models", "patterns": ["*:free"]}},
-    ]}, env={})
+    config = load_config(
+        {
+            "lanes": [
+                {"name": "a", "free_tier": {"kind": "rate_limited", "rpm": 30, "rpd": 14400}},
+                {
+                    "name": "b",
+                    "free_tier": {"kind": "credits", "budget_usd": 5, "reset": "monthly"},
+                },
+                {"name": "c", "free_tier": {"kind": "free_models", "patterns": ["*:free"]}},
+            ]
+        },
+        env={},
+    )
     a, b, c = (lane.free_tier for lane in config.lanes)
     assert a == RateLimitedFree(rpm=30, rpd=14400)
     assert isinstance(b, CreditBased) and b.reset == "monthly"
@@ -118,6 +136,10 @@ def test_state_is_a_file_or_a_redis_url():
     assert not load_config({"state": "~/lanes.db"}, env={}).shared_state
     assert load_config({"state": "redis://:${PW}@10.0.0.5:6380/2"}, env={"PW": "x"}).shared_state
     assert load_config({"state": "unix:///run/redis.sock"}, env={}).shared_state
-    assert 'state: unsupported URL scheme "http"; expected a SQLite file path or redis://host:port/db' in error_of(
-        {"state": "http://10.0.0.5:6379"})
-    assert "state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0" in error_of({"state": "redis:///0"})
+    assert (
+        'state: unsupported URL scheme "http"; expected a SQLite file path or redis://host:port/db'
+        in error_of({"state": "http://10.0.0.5:6379"})
+    )
+    assert "state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0" in error_of(
+        {"state": "redis:///0"}
+    )

@@ -20,9 +20,11 @@ def job(**kw) -> lanes.Job:
 
 @pytest.fixture
 async def fakes():
-    async with open_fake("free", models=("free-model",)) as free, open_fake(
-        "local", models=("local-model",)
-    ) as local, open_fake("paid", models=("paid-model",)) as paid:
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("local", models=("local-model",)) as local,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         yield free, local, paid
 
 
@@ -33,7 +35,11 @@ async def test_free_serves_first(fakes, env, autojump_clock):
     cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         reply = await dispatcher.complete(job(deadline_s=8))
-    assert (reply.lane, reply.route, reply.text) == ("free", "primary", "The quick brown fox jumps over the lazy dog.")
+    assert (reply.lane, reply.route, reply.text) == (
+        "free",
+        "primary",
+        "The quick brown fox jumps over the lazy dog.",
+    )
     assert reply.cost_usd == 0.0
     assert len(free.requests()) == 1 and paid.requests() == []
 
@@ -42,7 +48,9 @@ async def test_reply_body_is_the_upstreams_own(fakes, env, autojump_clock):
     """The body is passed through untouched: the upstream's reported model, fingerprint and usage."""
     _, local, _ = fakes
     local.script("local-model", answer(reported_model="llama3.2:3b-q4"))
-    async with lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as dispatcher:
+    async with lanes.open_dispatcher(
+        config(local_lane("local", local.base_url)), env=env
+    ) as dispatcher:
         reply = await dispatcher.complete(job(params={"temperature": 0, "seed": 7}))
     assert reply.body["model"] == "llama3.2:3b-q4"
     assert reply.body["system_fingerprint"] == "fp_fake"
@@ -52,15 +60,24 @@ async def test_reply_body_is_the_upstreams_own(fakes, env, autojump_clock):
 
 @pytest.mark.parametrize(
     "fault",
-    [pytest.param(hang(), id="hung"), pytest.param(reset(), id="reset"), pytest.param(status(503), id="503"),
-     pytest.param(status(500), id="500"), pytest.param(garbage(), id="garbage"),
-     pytest.param(rate_limited(retry_after=30), id="429")],
+    [
+        pytest.param(hang(), id="hung"),
+        pytest.param(reset(), id="reset"),
+        pytest.param(status(503), id="503"),
+        pytest.param(status(500), id="500"),
+        pytest.param(garbage(), id="garbage"),
+        pytest.param(rate_limited(retry_after=30), id="429"),
+    ],
 )
-async def test_failed_free_falls_back_to_paid_inside_the_deadline(fault, fakes, env, autojump_clock):
+async def test_failed_free_falls_back_to_paid_inside_the_deadline(
+    fault, fakes, env, autojump_clock
+):
     """Hung, reset, 5xx, garbage or 429 on the free lane: the paid lane serves before the deadline."""
     free, _, paid = fakes
     free.script("free-model", fault)
-    cfg = config(free_lane("free", free.base_url, attempt_timeout_s=3), paid_lane("paid", paid.base_url))
+    cfg = config(
+        free_lane("free", free.base_url, attempt_timeout_s=3), paid_lane("paid", paid.base_url)
+    )
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         start = trio.current_time()
         reply = await dispatcher.complete(job(deadline_s=8))
@@ -91,8 +108,10 @@ async def test_hung_lane_never_holds_a_job_past_its_deadline(fakes, env, autojum
     _, local, paid = fakes
     local.script("local-model", hang())
     paid.script("paid-model", hang())
-    cfg = config(local_lane("local", local.base_url, attempt_timeout_s=100),
-                 paid_lane("paid", paid.base_url, attempt_timeout_s=100))
+    cfg = config(
+        local_lane("local", local.base_url, attempt_timeout_s=100),
+        paid_lane("paid", paid.base_url, attempt_timeout_s=100),
+    )
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         start = trio.current_time()
         with pytest.raises(lanes.DeadlineExceeded) as caught:
@@ -107,7 +126,9 @@ async def test_absolute_deadline_is_honoured(fakes, env, autojump_clock):
     """A job carrying `deadline_at` on trio's clock is cut at that instant."""
     _, local, _ = fakes
     local.script("local-model", hang())
-    async with lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as dispatcher:
+    async with lanes.open_dispatcher(
+        config(local_lane("local", local.base_url)), env=env
+    ) as dispatcher:
         deadline = trio.current_time() + 1.25
         with pytest.raises(lanes.DeadlineExceeded):
             await dispatcher.complete(job(deadline_at=deadline))
@@ -117,7 +138,9 @@ async def test_absolute_deadline_is_honoured(fakes, env, autojump_clock):
 async def test_lane_given_less_than_min_useful_time_is_skipped(fakes, env, autojump_clock):
     """A lane whose minimum useful time exceeds what is left is skipped without a request."""
     _, local, paid = fakes
-    cfg = config(local_lane("local", local.base_url, min_useful_s=5), paid_lane("paid", paid.base_url))
+    cfg = config(
+        local_lane("local", local.base_url, min_useful_s=5), paid_lane("paid", paid.base_url)
+    )
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         reply = await dispatcher.complete(job(deadline_s=2))
     assert reply.lane == "paid" and local.requests() == []
@@ -141,7 +164,12 @@ async def test_final_errors_do_not_fall_back(code, fakes, env, autojump_clock):
 async def test_context_length_error_moves_on(fakes, env, autojump_clock):
     """A 400 saying the prompt does not fit is not final: another candidate is tried."""
     _, local, paid = fakes
-    body = {"error": {"message": "This model's maximum context length is 8192 tokens", "code": "context_length_exceeded"}}
+    body = {
+        "error": {
+            "message": "This model's maximum context length is 8192 tokens",
+            "code": "context_length_exceeded",
+        }
+    }
     local.script("local-model", status(400, body))
     cfg = config(local_lane("local", local.base_url), paid_lane("paid", paid.base_url))
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
@@ -155,7 +183,9 @@ async def test_breaker_opens_and_skips_without_sending(fakes, env, autojump_cloc
     _, local, paid = fakes
     local.script("local-model", status(503))
     breaker = {"failures": 3, "cooldown_s": 30, "jitter": 0}
-    cfg = config(local_lane("local", local.base_url, breaker=breaker), paid_lane("paid", paid.base_url))
+    cfg = config(
+        local_lane("local", local.base_url, breaker=breaker), paid_lane("paid", paid.base_url)
+    )
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         for _ in range(5):
             assert (await dispatcher.complete(job())).lane == "paid"
@@ -169,7 +199,9 @@ async def test_breaker_half_opens_and_closes_after_recovery(fakes, env, autojump
     _, local, paid = fakes
     local.script("local-model", status(503), status(503), answer())
     breaker = {"failures": 2, "cooldown_s": 30, "jitter": 0}
-    cfg = config(local_lane("local", local.base_url, breaker=breaker), paid_lane("paid", paid.base_url))
+    cfg = config(
+        local_lane("local", local.base_url, breaker=breaker), paid_lane("paid", paid.base_url)
+    )
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         await dispatcher.complete(job())
         await dispatcher.complete(job())
@@ -205,8 +237,11 @@ async def test_rate_limits_do_not_count_against_the_breaker(fakes, env, autojump
     """429 and 402 are free-tier business: ten of them leave the breaker closed."""
     _, local, paid = fakes
     local.script("local-model", rate_limited(retry_after=1), status(402))
-    cfg = config(local_lane("local", local.base_url, breaker={"failures": 2}), paid_lane("paid", paid.base_url),
-                 policy={**ENGINE_POLICY, "max_wait_s": 0})
+    cfg = config(
+        local_lane("local", local.base_url, breaker={"failures": 2}),
+        paid_lane("paid", paid.base_url),
+        policy={**ENGINE_POLICY, "max_wait_s": 0},
+    )
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         for _ in range(10):
             await dispatcher.complete(job())
@@ -226,17 +261,27 @@ async def test_every_lane_failing_is_no_lane_available(fakes, env, autojump_cloc
         with pytest.raises(lanes.NoLaneAvailable) as caught:
             await dispatcher.complete(job())
     assert [(a.lane, a.outcome, a.retry) for a in caught.value.attempts] == [
-        ("local", "fault", False), ("local", "fault", True), ("paid", "fault", False)]
+        ("local", "fault", False),
+        ("local", "fault", True),
+        ("paid", "fault", False),
+    ]
     assert len(paid.requests()) == 1
     message = str(caught.value)
-    assert "local/local-model: HTTP 502" in message and "paid/paid-model: ReadError" in message and "reset by peer" in message
+    assert (
+        "local/local-model: HTTP 502" in message
+        and "paid/paid-model: ReadError" in message
+        and "reset by peer" in message
+    )
 
 
 async def test_model_selection(fakes, env, autojump_clock):
     """`lane/model` pins one candidate, an alias walks its own list, an unknown model is refused."""
     _, local, paid = fakes
-    cfg = config(local_lane("local", local.base_url), paid_lane("paid", paid.base_url),
-                 aliases={"cheap": ["paid/paid-model", "local/local-model"]})
+    cfg = config(
+        local_lane("local", local.base_url),
+        paid_lane("paid", paid.base_url),
+        aliases={"cheap": ["paid/paid-model", "local/local-model"]},
+    )
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         assert (await dispatcher.complete(job(model="paid/paid-model"))).lane == "paid"
         assert (await dispatcher.complete(job(model="cheap"))).lane == "paid"
@@ -264,7 +309,9 @@ async def test_many_jobs_at_once(fakes, env, autojump_clock):
     _, local, _ = fakes
     local.script("local-model", answer(delay_s=0.5))
     replies = []
-    async with lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as dispatcher:
+    async with lanes.open_dispatcher(
+        config(local_lane("local", local.base_url)), env=env
+    ) as dispatcher:
 
         async def one() -> None:
             replies.append(await dispatcher.complete(job(deadline_s=5)))
@@ -279,7 +326,9 @@ async def test_many_jobs_at_once(fakes, env, autojump_clock):
 async def test_request_carries_key_and_params(fakes, env, autojump_clock):
     """The lane sends its key as a bearer token and the caller's params untouched."""
     _, _, paid = fakes
-    async with lanes.open_dispatcher(config(paid_lane("paid", paid.base_url)), env=env) as dispatcher:
+    async with lanes.open_dispatcher(
+        config(paid_lane("paid", paid.base_url)), env=env
+    ) as dispatcher:
         await dispatcher.complete(job(params={"temperature": 0.2, "tools": [{"type": "function"}]}))
     sent = paid.requests()[0]
     assert sent.authorization

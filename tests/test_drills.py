@@ -10,7 +10,12 @@ ABOUT_THE_FREE_LANE = {"rate-limit-storm", "credits-gone", "quality-drift", "cra
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.free_lane) if n in ABOUT_THE_FREE_LANE else n for n in DRILLS])
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.free_lane) if n in ABOUT_THE_FREE_LANE else n
+        for n in DRILLS
+    ],
+)
 async def test_drill(name, tmp_path):
     """The drill passes and reports a figure."""
     result = await DRILLS[name](tmp_path)

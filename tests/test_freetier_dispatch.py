@@ -24,7 +24,10 @@ def job(**kw) -> lanes.Job:
 
 async def test_herd_sends_one_request_per_backoff_window(env, autojump_clock):
     """200 concurrent jobs against a 429 + Retry-After: 5 fake: one request per window, no more."""
-    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         free.script("free-model", rate_limited(retry_after=5))
         cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
@@ -48,7 +51,9 @@ async def test_exhausted_free_capacity_says_when_it_reopens(env, autojump_clock)
     """With no paid lane, the herd gets FreeTierExhausted with the exact wait and the model's name."""
     async with open_fake("free", models=("free-model",)) as free:
         free.script("free-model", rate_limited(retry_after=20))
-        async with lanes.open_dispatcher(config(free_lane("free", free.base_url)), env=env) as dispatcher:
+        async with lanes.open_dispatcher(
+            config(free_lane("free", free.base_url)), env=env
+        ) as dispatcher:
             errors = []
 
             async def one() -> None:
@@ -68,9 +73,16 @@ async def test_exhausted_free_capacity_says_when_it_reopens(env, autojump_clock)
 
 async def test_remaining_zero_stops_requests_before_any_429(env, autojump_clock):
     """A 200 with `remaining: 0` parks the model: the next jobs go elsewhere until the reset."""
-    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
-        last = answer(headers={"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s"})
-        free.script("free-model", answer(headers={"x-ratelimit-remaining-requests": "1"}), last, answer())
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        last = answer(
+            headers={"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s"}
+        )
+        free.script(
+            "free-model", answer(headers={"x-ratelimit-remaining-requests": "1"}), last, answer()
+        )
         cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
             lanes_used = [(await dispatcher.complete(job())).lane for _ in range(5)]
@@ -84,9 +96,15 @@ async def test_remaining_zero_stops_requests_before_any_429(env, autojump_clock)
 async def test_counters_survive_a_restart(env, tmp_path, autojump_clock):
     """Usage counted before a restart still counts after it: rpm=3 holds across two openings."""
     state = str(tmp_path / "lanes.db")
-    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
-        cfg = config(free_lane("free", free.base_url, free_tier={"kind": "rate_limited", "rpd": 3}),
-                     paid_lane("paid", paid.base_url), state=state)
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        cfg = config(
+            free_lane("free", free.base_url, free_tier={"kind": "rate_limited", "rpd": 3}),
+            paid_lane("paid", paid.base_url),
+            state=state,
+        )
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
             first = [(await dispatcher.complete(job())).lane for _ in range(2)]
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
@@ -98,9 +116,14 @@ async def test_counters_survive_a_restart(env, tmp_path, autojump_clock):
 async def test_backoff_survives_in_the_shared_file(env, tmp_path, autojump_clock):
     """A backoff written by one dispatcher is honoured by another opening the same file."""
     state = str(tmp_path / "lanes.db")
-    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         free.script("free-model", rate_limited(retry_after=60), answer())
-        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url), state=state)
+        cfg = config(
+            free_lane("free", free.base_url), paid_lane("paid", paid.base_url), state=state
+        )
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
             assert (await dispatcher.complete(job())).lane == "paid"
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
@@ -128,12 +151,19 @@ async def test_two_processes_share_one_state_file(env, tmp_path):
     """Another process hits the 429; this process, already running, skips the model within a second."""
     state = str(tmp_path / "lanes.db")
     tests_dir = os.path.dirname(__file__)
-    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         free.script("free-model", rate_limited(retry_after=120))
-        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url), state=state)
+        cfg = config(
+            free_lane("free", free.base_url), paid_lane("paid", paid.base_url), state=state
+        )
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
             script = CHILD.format(tests=tests_dir, url=free.base_url, state=state)
-            result = await trio.run_process([sys.executable, "-c", script], capture_stdout=True, capture_stderr=True)
+            result = await trio.run_process(
+                [sys.executable, "-c", script], capture_stdout=True, capture_stderr=True
+            )
             assert result.stdout.decode().strip() == "backed off", result.stderr.decode()
             await trio.sleep(1.0)  # one sync interval and then some
             reply = await dispatcher.complete(job())
@@ -143,11 +173,20 @@ async def test_two_processes_share_one_state_file(env, tmp_path):
 
 async def test_provider_balance_beats_the_local_estimate(env, autojump_clock):
     """A credit lane whose estimate says spent is served again once its balance endpoint says otherwise."""
-    async with open_fake("credit", models=("free-model",)) as credit, open_fake("paid", models=("paid-model",)) as paid:
-        kind = {"kind": "credits", "budget_usd": 0.000001, "detection": "custom",
-                "endpoint": {"url": "{base_url}/key", "json_path": "data.limit_remaining"}}
+    async with (
+        open_fake("credit", models=("free-model",)) as credit,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        kind = {
+            "kind": "credits",
+            "budget_usd": 0.000001,
+            "detection": "custom",
+            "endpoint": {"url": "{base_url}/key", "json_path": "data.limit_remaining"},
+        }
         lane_table = free_lane("credit", credit.base_url, free_tier=kind, balance_poll_s=60)
-        lane_table["models"] = [{"id": "free-model", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0}]
+        lane_table["models"] = [
+            {"id": "free-model", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0}
+        ]
         cfg = config(lane_table, paid_lane("paid", paid.base_url))
         credit.balance = 0.0
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:

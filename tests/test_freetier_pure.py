@@ -22,18 +22,29 @@ def no_jitter() -> float:
 
 def test_ladders_without_headers():
     """No header: 1, 2, 4 … 60 s for rate limits; 5 min … 24 h for credits; capped at the top."""
-    rate = [backoff_for("rate_limited", EMPTY, step=i, now=NOW, random=no_jitter).until - NOW for i in range(9)]
-    credit = [backoff_for("credit_exhausted", EMPTY, step=i, now=NOW, random=no_jitter).until - NOW for i in range(6)]
+    rate = [
+        backoff_for("rate_limited", EMPTY, step=i, now=NOW, random=no_jitter).until - NOW
+        for i in range(9)
+    ]
+    credit = [
+        backoff_for("credit_exhausted", EMPTY, step=i, now=NOW, random=no_jitter).until - NOW
+        for i in range(6)
+    ]
     assert rate == [*RATE_LADDER_S, 60.0, 60.0]
     assert credit == [*CREDIT_LADDER_S, 86400.0]
 
 
 def test_retry_after_beats_reset_beats_ladder():
     """retry-after first, then the exhausted window's reset, then the ladder."""
-    reset_only = RateLimitSnapshot(windows=(Window(dimension="requests", remaining=0, reset_s=12.0),))
+    reset_only = RateLimitSnapshot(
+        windows=(Window(dimension="requests", remaining=0, reset_s=12.0),)
+    )
     both = RateLimitSnapshot(retry_after_s=3.0, windows=reset_only.windows)
     assert backoff_for("rate_limited", both, step=5, now=NOW, random=no_jitter).until == NOW + 3
-    assert backoff_for("rate_limited", reset_only, step=5, now=NOW, random=no_jitter).source == "reset header"
+    assert (
+        backoff_for("rate_limited", reset_only, step=5, now=NOW, random=no_jitter).source
+        == "reset header"
+    )
 
 
 def test_daily_quota_parks_until_the_window_resets():
@@ -91,16 +102,29 @@ def test_header_values_beat_local_counts():
     m = manager(RateLimitedFree(rpm=2))
     for _ in range(3):
         m.record_usage("g", "m", now=NOW)
-        m.update_from_headers("g", "m", {"x-ratelimit-remaining-requests-minute": "100",
-                                          "x-ratelimit-reset-requests-minute": "30"}, status=200, now=NOW)
+        m.update_from_headers(
+            "g",
+            "m",
+            {
+                "x-ratelimit-remaining-requests-minute": "100",
+                "x-ratelimit-reset-requests-minute": "30",
+            },
+            status=200,
+            now=NOW,
+        )
     assert m.classify("g", "m", NOW).free
 
 
 def test_remaining_zero_parks_before_any_429():
     """A 200 whose headers say remaining 0 parks the candidate until that window's reset."""
     m = manager(RateLimitedFree())
-    m.update_from_headers("g", "m", {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "7s"},
-                          status=200, now=NOW)
+    m.update_from_headers(
+        "g",
+        "m",
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "7s"},
+        status=200,
+        now=NOW,
+    )
     verdict = m.classify("g", "m", NOW)
     assert not verdict.free and verdict.free_again_at == NOW + 7
 
@@ -118,7 +142,10 @@ def test_account_wide_limits_park_every_model():
     m = manager(FreeModelsOnly())
     m.record_rate_limit_error("g", "a:free", "rate_limited", headers={"retry-after": "10"}, now=NOW)
     assert not m.classify("g", "b:free", NOW).free
-    assert m.classify("g", "b", NOW).kind == "not_free" and m.classify("g", "b", NOW).reason == "paid model"
+    assert (
+        m.classify("g", "b", NOW).kind == "not_free"
+        and m.classify("g", "b", NOW).reason == "paid model"
+    )
 
 
 def test_credit_exhaustion_takes_the_long_ladder():
@@ -136,7 +163,12 @@ def test_credit_exhaustion_takes_the_long_ladder():
 def test_credit_estimate_and_provider_balance():
     """Spend is estimated from usage × price; a balance from the provider wins over the estimate."""
     m = manager(CreditBased(budget_usd=1.0, reset="daily"))
-    m.record_usage("g", "m", now=NOW, usage={"prompt_tokens": 600_000, "completion_tokens": 400_000, "total_tokens": 1})
+    m.record_usage(
+        "g",
+        "m",
+        now=NOW,
+        usage={"prompt_tokens": 600_000, "completion_tokens": 400_000, "total_tokens": 1},
+    )
     assert m.credit_left("g", NOW) == pytest.approx(0.0)
     assert not m.classify("g", "m", NOW).free
     assert m.classify("g", "m", NOW).free_again_at == window_end("day", NOW)
@@ -170,4 +202,6 @@ def test_a_quiet_expiry_halves_the_step():
     for _ in range(4):
         now = m.record_rate_limit_error("g", "m", "rate_limited", now=now).until
     m.update_from_headers("g", "m", {}, status=200, now=now)
-    assert m.record_rate_limit_error("g", "m", "rate_limited", now=now).until - now == RATE_LADDER_S[2]
+    assert (
+        m.record_rate_limit_error("g", "m", "rate_limited", now=now).until - now == RATE_LADDER_S[2]
+    )

@@ -14,8 +14,16 @@ from lanes.testing import rate_limited
 from sidecar import open_sidecar
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def approve_in_browser(base: str, screenshot: str | None) -> str:
@@ -44,23 +52,32 @@ def approve_in_browser(base: str, screenshot: str | None) -> str:
 async def test_approve_a_held_request_from_the_page():
     """A job held for approval appears on the page; clicking Approve once lets it through."""
     if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed and could not be (make browser needs root and apt)")
-    pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency; reinstall with make install")
+        pytest.skip(
+            "Debian's chromium is not installed and could not be (make browser needs root and apt)"
+        )
+    pytest.importorskip(
+        "playwright.sync_api", reason="playwright is a test dependency; reinstall with make install"
+    )
     policy = {"free_tier_fallback": "ask", "approval_wait_s": 30}
-    async with open_sidecar(("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]),
-                            policy=policy) as (url, fakes):
+    async with open_sidecar(
+        ("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]), policy=policy
+    ) as (url, fakes):
         fakes["free"].script("free-model", rate_limited(retry_after=60))
         base = url[:-3]
         box = {}
 
         async def held() -> None:
             async with httpx2.AsyncClient(trust_env=False, timeout=40) as http:
-                box["response"] = await http.post(f"{url}/chat/completions",
-                                                  json={"messages": [{"role": "user", "content": "hi"}]})
+                box["response"] = await http.post(
+                    f"{url}/chat/completions",
+                    json={"messages": [{"role": "user", "content": "hi"}]},
+                )
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(held)
-            shown = await trio.to_thread.run_sync(approve_in_browser, base, os.environ.get("LANES_PAGE_SCREENSHOT"))
+            shown = await trio.to_thread.run_sync(
+                approve_in_browser, base, os.environ.get("LANES_PAGE_SCREENSHOT")
+            )
     response = box["response"]
     assert "paid/paid-model" in shown and "free/free-model" in shown
     assert response.status_code == 200 and response.headers["x-lanes-route"] == "paid_fallback"

@@ -8,7 +8,14 @@ from pathlib import Path
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from lanes._core.state.store import SQLiteStore
 
@@ -36,8 +43,15 @@ class Ledger(RuleBasedStateMachine):
     def reserve(self, which: int, amount: float) -> str:
         self.count += 1
         before = self.stores[0].paid_spent(DAY)
-        reservation = self.stores[which].reserve_paid(day=DAY, amount=amount, ceiling=CEILING, lane="p", model="m",
-                                                      job=f"j{self.count}", cohort=None)
+        reservation = self.stores[which].reserve_paid(
+            day=DAY,
+            amount=amount,
+            ceiling=CEILING,
+            lane="p",
+            model="m",
+            job=f"j{self.count}",
+            cohort=None,
+        )
         if reservation is None:
             assert before + amount > CEILING  # refused only when it would really cross
             return "refused"
@@ -58,4 +72,6 @@ class Ledger(RuleBasedStateMachine):
 
 
 TestLedger = Ledger.TestCase
-TestLedger.settings = settings(max_examples=40, stateful_step_count=25, deadline=None, derandomize=True)
+TestLedger.settings = settings(
+    max_examples=40, stateful_step_count=25, deadline=None, derandomize=True
+)

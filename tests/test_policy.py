@@ -6,7 +6,14 @@ import pytest
 
 from lanes import Job
 from lanes._core.job import Candidate
-from lanes._core.routing.policy import PolicyConfig, after_failure, make_plan, needs_of, request_class, worst_case_cost
+from lanes._core.routing.policy import (
+    PolicyConfig,
+    after_failure,
+    make_plan,
+    needs_of,
+    request_class,
+    worst_case_cost,
+)
 
 
 def job(content="hi", **kw) -> Job:
@@ -16,7 +23,14 @@ def job(content="hi", **kw) -> Job:
 LOCAL = Candidate(lane="ollama", model="l", tier="local", context=8192)
 FREE_A = Candidate(lane="groq", model="a", tier="free", context=131072, tools=True)
 FREE_B = Candidate(lane="cerebras", model="b", tier="free", context=8192, tools=False, zdr=True)
-PAID = Candidate(lane="openai", model="p", tier="paid", context=1_000_000, input_usd_per_mtok=1, output_usd_per_mtok=2)
+PAID = Candidate(
+    lane="openai",
+    model="p",
+    tier="paid",
+    context=1_000_000,
+    input_usd_per_mtok=1,
+    output_usd_per_mtok=2,
+)
 
 
 def keys(plan):
@@ -36,11 +50,14 @@ def test_class_preference_moves_a_free_model_up():
     assert plan.request_class == "coding" and keys(plan) == ["cerebras/b", "groq/a"]
 
 
-@pytest.mark.parametrize(("kw", "expected"), [
-    ({"params": {"tools": [{"type": "function"}]}}, "agentic"),
-    ({"request_class": "reasoning"}, "reasoning"),
-    ({}, "general"),
-])
+@pytest.mark.parametrize(
+    ("kw", "expected"),
+    [
+        ({"params": {"tools": [{"type": "function"}]}}, "agentic"),
+        ({"request_class": "reasoning"}, "reasoning"),
+        ({}, "general"),
+    ],
+)
 def test_request_class_heuristic(kw, expected):
     """Given class wins; tools → agentic; otherwise general."""
     assert request_class(job(**kw), 32000) == expected
@@ -55,20 +72,32 @@ def test_capability_filters_record_their_reason():
     tools = job(params={"tools": [{"type": "function"}]})
     plan = make_plan(tools, [FREE_A, FREE_B], PolicyConfig())
     assert keys(plan) == ["groq/a"] and plan.removed[0].reason == "no tool calling"
-    image = Job(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
+    image = Job(
+        messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    )
     assert needs_of(image).images
-    assert make_plan(image, [Candidate(lane="x", model="m", tier="free", vision=False)], PolicyConfig()).removed
+    assert make_plan(
+        image, [Candidate(lane="x", model="m", tier="free", vision=False)], PolicyConfig()
+    ).removed
     big = job("y" * 80_000)
     plan = make_plan(big, [LOCAL, FREE_A], PolicyConfig())
     assert keys(plan) == ["groq/a"] and plan.removed[0].reason.startswith("context 8192 <")
 
 
-@pytest.mark.parametrize(("privacy", "expected"), [
-    ("local", ["ollama/l"]), ("zdr", ["ollama/l", "cerebras/b"]), ("any", ["ollama/l", "groq/a", "cerebras/b", "openai/p"]),
-])
+@pytest.mark.parametrize(
+    ("privacy", "expected"),
+    [
+        ("local", ["ollama/l"]),
+        ("zdr", ["ollama/l", "cerebras/b"]),
+        ("any", ["ollama/l", "groq/a", "cerebras/b", "openai/p"]),
+    ],
+)
 def test_privacy(privacy, expected):
     """local: owned only; zdr: owned or zero-data-retention; any: everything."""
-    assert keys(make_plan(job(privacy=privacy), [LOCAL, FREE_A, FREE_B, PAID], PolicyConfig())) == expected
+    assert (
+        keys(make_plan(job(privacy=privacy), [LOCAL, FREE_A, FREE_B, PAID], PolicyConfig()))
+        == expected
+    )
 
 
 def test_free_tier_only_removes_paid():
@@ -80,22 +109,42 @@ def test_worst_case_cost_bounds_input_by_bytes_and_output_by_max_tokens():
     j = job("abcd", params={"max_tokens": 100})
     raw_bytes = len('[[{"role": "user", "content": "abcd"}], null]')
     assert worst_case_cost(PAID, j, 4096) == pytest.approx((raw_bytes * 1 + 100 * 2) / 1e6)
-    assert worst_case_cost(PAID, job(), 50) == pytest.approx((len('[[{"role": "user", "content": "hi"}], null]') + 100) / 1e6)
+    assert worst_case_cost(PAID, job(), 50) == pytest.approx(
+        (len('[[{"role": "user", "content": "hi"}], null]') + 100) / 1e6
+    )
     assert worst_case_cost(FREE_A, j, 10) is None
 
 
-@pytest.mark.parametrize(("outcome", "kw", "expected"), [
-    ("fault", {}, ("same", 0.0)),  # a blip is retried once
-    ("fault", {"retried": True}, ("next", 0.0)),  # a second fault moves on
-    ("fault", {"time_left_s": 0.5}, ("next", 0.0)),  # no time for a retry
-    ("rate_limited", {"wait_s": 2.0}, ("same", 2.0)),  # short wait, only paid left: wait it out
-    ("rate_limited", {"wait_s": 2.0, "alternatives_free": True}, ("next", 0.0)),  # another free one: go
-    ("rate_limited", {"wait_s": 9.0}, ("next", 0.0)),  # too long to wait
-    ("rate_limited", {"wait_s": 2.0, "time_left_s": 2.2}, ("next", 0.0)),  # the deadline would not allow
-    ("credit_exhausted", {"wait_s": 1.0}, ("next", 0.0)),
-    ("model_gone", {}, ("next", 0.0)),
-])
+@pytest.mark.parametrize(
+    ("outcome", "kw", "expected"),
+    [
+        ("fault", {}, ("same", 0.0)),  # a blip is retried once
+        ("fault", {"retried": True}, ("next", 0.0)),  # a second fault moves on
+        ("fault", {"time_left_s": 0.5}, ("next", 0.0)),  # no time for a retry
+        ("rate_limited", {"wait_s": 2.0}, ("same", 2.0)),  # short wait, only paid left: wait it out
+        (
+            "rate_limited",
+            {"wait_s": 2.0, "alternatives_free": True},
+            ("next", 0.0),
+        ),  # another free one: go
+        ("rate_limited", {"wait_s": 9.0}, ("next", 0.0)),  # too long to wait
+        (
+            "rate_limited",
+            {"wait_s": 2.0, "time_left_s": 2.2},
+            ("next", 0.0),
+        ),  # the deadline would not allow
+        ("credit_exhausted", {"wait_s": 1.0}, ("next", 0.0)),
+        ("model_gone", {}, ("next", 0.0)),
+    ],
+)
 def test_after_failure(outcome, kw, expected):
     """Retry discipline as a table."""
-    args = {"retried": False, "wait_s": None, "time_left_s": 10.0, "max_wait_s": 5.0, "alternatives_free": False, **kw}
+    args = {
+        "retried": False,
+        "wait_s": None,
+        "time_left_s": 10.0,
+        "max_wait_s": 5.0,
+        "alternatives_free": False,
+        **kw,
+    }
     assert after_failure(outcome, **args) == expected

@@ -24,15 +24,21 @@ def job(**kw) -> lanes.Job:
 
 @pytest.fixture
 async def trio_fakes():
-    async with open_fake("a", models=("free-a",)) as a, open_fake("b", models=("free-b",)) as b, open_fake(
-        "paid", models=("paid-model",)
-    ) as paid:
+    async with (
+        open_fake("a", models=("free-a",)) as a,
+        open_fake("b", models=("free-b",)) as b,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         yield a, b, paid
 
 
 def cfg(a, b, paid, **policy):
-    return config(free_lane("a", a.base_url, models=["free-a"]), free_lane("b", b.base_url, models=["free-b"]),
-                  paid_lane("paid", paid.base_url), policy=policy)
+    return config(
+        free_lane("a", a.base_url, models=["free-a"]),
+        free_lane("b", b.base_url, models=["free-b"]),
+        paid_lane("paid", paid.base_url),
+        policy=policy,
+    )
 
 
 def counts(*fakes):
@@ -40,6 +46,7 @@ def counts(*fakes):
 
 
 # -- seed 004's worked example -------------------------------------------------------------------
+
 
 @pytest.mark.free_lane
 async def test_outcome_one_primary_succeeds(trio_fakes, env, autojump_clock):
@@ -58,7 +65,12 @@ async def test_outcome_two_free_retry_succeeds(trio_fakes, env, autojump_clock):
     a.script("free-a", rate_limited(retry_after=30))
     async with lanes.open_dispatcher(cfg(a, b, paid, free_tier_fallback="allow"), env=env) as d:
         reply = await d.complete(job())
-    assert (reply.lane, reply.route, len(reply.attempts), reply.cost_usd) == ("b", "free_retry", 2, 0.0)
+    assert (reply.lane, reply.route, len(reply.attempts), reply.cost_usd) == (
+        "b",
+        "free_retry",
+        2,
+        0.0,
+    )
     assert counts(a, b, paid) == (1, 1, 0)
 
 
@@ -83,8 +95,9 @@ async def test_outcome_four_paid_ceiling_reached(trio_fakes, env, autojump_clock
     a, b, paid = trio_fakes
     a.script("free-a", rate_limited(retry_after=30))
     b.script("free-b", rate_limited(retry_after=30))
-    async with lanes.open_dispatcher(cfg(a, b, paid, free_tier_fallback="allow", paid_ceiling_usd_per_day=0.001),
-                                     env=env) as d:
+    async with lanes.open_dispatcher(
+        cfg(a, b, paid, free_tier_fallback="allow", paid_ceiling_usd_per_day=0.001), env=env
+    ) as d:
         with pytest.raises(lanes.PaidBudgetExhausted) as caught:
             await d.complete(job())
     assert http_status(caught.value) == 429 and caught.value.code == "paid_budget_exhausted"
@@ -92,6 +105,7 @@ async def test_outcome_four_paid_ceiling_reached(trio_fakes, env, autojump_clock
 
 
 # -- fallback modes ---------------------------------------------------------------------------
+
 
 async def free_gone(a, b):
     a.script("free-a", rate_limited(retry_after=30))
@@ -133,7 +147,10 @@ async def test_mode_ask_approve_once(trio_fakes, env, autojump_clock):
             await trio.sleep(1)
             [pending] = d.approvals.pending.values()
             assert (pending.client, pending.candidate) == ("alice", "paid/paid-model")
-            assert set(pending.exhausted) == {"a/free-a", "b/free-b"} and pending.estimated_cost_usd > 0
+            assert (
+                set(pending.exhausted) == {"a/free-a", "b/free-b"}
+                and pending.estimated_cost_usd > 0
+            )
             d.approvals.decide(pending.id, "once")
         assert box["reply"].route == "paid_fallback"
         with pytest.raises(lanes.FallbackNeedsApproval) as caught:
@@ -161,14 +178,22 @@ async def test_mode_ask_deny(trio_fakes, env, autojump_clock):
     assert len(errors) == 1 and paid.requests() == []
 
 
-async def test_mode_ask_time_grant_is_per_client_and_persisted(trio_fakes, env, tmp_path, autojump_clock):
+async def test_mode_ask_time_grant_is_per_client_and_persisted(
+    trio_fakes, env, tmp_path, autojump_clock
+):
     """Approving for an hour lets the client's later jobs through without asking — even after a
     restart — while another client is still asked."""
     a, b, paid = trio_fakes
     await free_gone(a, b)
     conf = cfg(a, b, paid, free_tier_fallback="ask")
-    conf = lanes.load_config({"lanes": [lane_table(l) for l in conf.lanes], "state": str(tmp_path / "s.db"),
-                              "policy": {"free_tier_fallback": "ask"}}, env={})
+    conf = lanes.load_config(
+        {
+            "lanes": [lane_table(l) for l in conf.lanes],
+            "state": str(tmp_path / "s.db"),
+            "policy": {"free_tier_fallback": "ask"},
+        },
+        env={},
+    )
     async with lanes.open_dispatcher(conf, env=env) as d:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(d.complete, job(client="carol"))
@@ -183,6 +208,7 @@ async def test_mode_ask_time_grant_is_per_client_and_persisted(trio_fakes, env, 
 
 def lane_table(lane):
     import cattrs
+
     return cattrs.Converter().unstructure(lane)
 
 
@@ -196,6 +222,7 @@ async def test_pinned_paid_model_needs_no_fallback_consent(trio_fakes, env, auto
 
 # -- the hard ceiling under a burst ---------------------------------------------------------------
 
+
 async def test_two_hundred_jobs_spend_exactly_the_ceiling(env, autojump_clock):
     """200 jobs forced into paid fallback with a ceiling worth 10: 10 served, the rest refused, and
     the money spent is exactly the ceiling, never a cent more."""
@@ -204,8 +231,13 @@ async def test_two_hundred_jobs_spend_exactly_the_ceiling(env, autojump_clock):
         price = 2.0  # USD per million output tokens; input free, so worst case == real cost
         per_job = completion_tokens * price / 1e6
         lane_cfg = paid_lane("paid", paid.base_url)
-        lane_cfg["models"] = [{"id": "paid-model", "input_usd_per_mtok": 0.0, "output_usd_per_mtok": price}]
-        conf = config(lane_cfg, policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": per_job * 10})
+        lane_cfg["models"] = [
+            {"id": "paid-model", "input_usd_per_mtok": 0.0, "output_usd_per_mtok": price}
+        ]
+        conf = config(
+            lane_cfg,
+            policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": per_job * 10},
+        )
         served, refused = [], []
         async with lanes.open_dispatcher(conf, env=env) as d:
 
@@ -224,13 +256,17 @@ async def test_two_hundred_jobs_spend_exactly_the_ceiling(env, autojump_clock):
     assert spent == pytest.approx(per_job * 10) and spent <= per_job * 10 + 1e-12
 
 
-async def test_ledger_that_can_not_be_written_fails_closed(trio_fakes, env, autojump_clock, monkeypatch):
+async def test_ledger_that_can_not_be_written_fails_closed(
+    trio_fakes, env, autojump_clock, monkeypatch
+):
     """If the store can not record the reservation, no paid attempt is made."""
     a, b, paid = trio_fakes
     await free_gone(a, b)
     async with lanes.open_dispatcher(cfg(a, b, paid, free_tier_fallback="allow"), env=env) as d:
+
         def broken(**kw):
             raise sqlite3.OperationalError("disk I/O error")
+
         monkeypatch.setattr(d.store, "reserve_paid", broken)
         with pytest.raises(lanes.PaidBudgetExhausted, match="can not be written"):
             await d.complete(job())
@@ -241,8 +277,11 @@ async def test_crash_before_settling_never_undercounts(env, tmp_path, autojump_c
     """A reservation never settled (the process died mid-attempt) stays counted in full."""
     async with open_fake("paid", models=("paid-model",)) as paid:
         paid.script("paid-model", hang())
-        conf = config(paid_lane("paid", paid.base_url), state=str(tmp_path / "s.db"),
-                      policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0})
+        conf = config(
+            paid_lane("paid", paid.base_url),
+            state=str(tmp_path / "s.db"),
+            policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0},
+        )
         async with lanes.open_dispatcher(conf, env=env) as d:
             with trio.move_on_after(1):  # the "crash": the job is abandoned mid-attempt
                 await d.complete(job(params={"max_tokens": 10}))
@@ -252,8 +291,11 @@ async def test_crash_before_settling_never_undercounts(env, tmp_path, autojump_c
 
 # -- retry discipline ---------------------------------------------------------------------------
 
+
 @pytest.mark.free_lane
-async def test_transient_fault_is_retried_once_on_the_same_candidate(trio_fakes, env, autojump_clock):
+async def test_transient_fault_is_retried_once_on_the_same_candidate(
+    trio_fakes, env, autojump_clock
+):
     """A 503 blip is retried on the same free model after a short pause, and it answers."""
     a, b, paid = trio_fakes
     a.script("free-a", status(503), answer())
@@ -268,10 +310,16 @@ async def test_transient_fault_is_retried_once_on_the_same_candidate(trio_fakes,
 @pytest.mark.free_lane
 async def test_short_429_is_waited_out_when_the_alternative_costs_money(env, autojump_clock):
     """Only a paid lane is left: a 429 asking for 2 s is waited out and the free model answers."""
-    async with open_fake("a", models=("free-a",)) as a, open_fake("paid", models=("paid-model",)) as paid:
+    async with (
+        open_fake("a", models=("free-a",)) as a,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         a.script("free-a", rate_limited(retry_after=2), answer())
-        conf = config(free_lane("a", a.base_url, models=["free-a"]), paid_lane("paid", paid.base_url),
-                      policy={"free_tier_fallback": "allow"})
+        conf = config(
+            free_lane("a", a.base_url, models=["free-a"]),
+            paid_lane("paid", paid.base_url),
+            policy={"free_tier_fallback": "allow"},
+        )
         async with lanes.open_dispatcher(conf, env=env) as d:
             start = trio.current_time()
             reply = await d.complete(job())
@@ -281,7 +329,9 @@ async def test_short_429_is_waited_out_when_the_alternative_costs_money(env, aut
 
 
 @pytest.mark.free_lane
-async def test_short_429_moves_on_when_another_free_candidate_exists(trio_fakes, env, autojump_clock):
+async def test_short_429_moves_on_when_another_free_candidate_exists(
+    trio_fakes, env, autojump_clock
+):
     a, b, paid = trio_fakes
     a.script("free-a", rate_limited(retry_after=2), answer())
     async with lanes.open_dispatcher(cfg(a, b, paid), env=env) as d:
@@ -294,10 +344,16 @@ async def test_short_429_moves_on_when_another_free_candidate_exists(trio_fakes,
 @pytest.mark.free_lane
 async def test_silent_candidate_is_not_tried_again(env, autojump_clock):
     """A hung local model is cut at its cap and not retried within the job."""
-    async with open_fake("local", models=("local-model",)) as local, open_fake("a", models=("free-a",)) as a:
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        open_fake("a", models=("free-a",)) as a,
+    ):
         local.script("local-model", hang())
-        conf = config(local_lane("local", local.base_url, attempt_timeout_s=2), free_lane("a", a.base_url, models=["free-a"]),
-                      policy={})
+        conf = config(
+            local_lane("local", local.base_url, attempt_timeout_s=2),
+            free_lane("a", a.base_url, models=["free-a"]),
+            policy={},
+        )
         async with lanes.open_dispatcher(conf, env=env) as d:
             reply = await d.complete(job(deadline_s=20))
     assert reply.lane == "a" and len(local.requests()) == 1
@@ -309,7 +365,9 @@ async def test_attempt_cap_per_job(trio_fakes, env, autojump_clock):
     a, b, paid = trio_fakes
     a.script("free-a", status(503))
     b.script("free-b", status(503))
-    async with lanes.open_dispatcher(cfg(a, b, paid, free_tier_fallback="allow", max_attempts=2), env=env) as d:
+    async with lanes.open_dispatcher(
+        cfg(a, b, paid, free_tier_fallback="allow", max_attempts=2), env=env
+    ) as d:
         with pytest.raises(lanes.NoLaneAvailable) as caught:
             await d.complete(job())
     assert len(caught.value.attempts) == 2 and counts(a, b, paid) == (2, 0, 0)
@@ -329,12 +387,18 @@ async def test_governor_changes_behaviour(trio_fakes, env, autojump_clock):
 
 async def test_private_job_is_never_rescued_by_a_hosted_lane(env, autojump_clock):
     """privacy=local: when the owned lane fails, the job fails — no hosted lane sees the prompt."""
-    async with open_fake("local", models=("local-model",)) as local, open_fake("a", models=("free-a",)) as a, open_fake(
-        "paid", models=("paid-model",)
-    ) as paid:
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        open_fake("a", models=("free-a",)) as a,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         local.script("local-model", status(503))
-        conf = config(local_lane("local", local.base_url), free_lane("a", a.base_url, models=["free-a"]),
-                      paid_lane("paid", paid.base_url), policy={"free_tier_fallback": "allow"})
+        conf = config(
+            local_lane("local", local.base_url),
+            free_lane("a", a.base_url, models=["free-a"]),
+            paid_lane("paid", paid.base_url),
+            policy={"free_tier_fallback": "allow"},
+        )
         async with lanes.open_dispatcher(conf, env=env) as d:
             with pytest.raises(lanes.NoLaneAvailable):
                 await d.complete(job(privacy="local"))
@@ -343,15 +407,23 @@ async def test_private_job_is_never_rescued_by_a_hosted_lane(env, autojump_clock
 
 # -- the audit ------------------------------------------------------------------------------------
 
+
 @pytest.mark.free_lane
-async def test_audit_of_a_burst_answers_seed_004s_questions(trio_fakes, env, tmp_path, autojump_clock):
+async def test_audit_of_a_burst_answers_seed_004s_questions(
+    trio_fakes, env, tmp_path, autojump_clock
+):
     """Forty jobs across cohorts with the primary failing now and then: every job is audited, no
     body is kept, and the queries give the expected figures."""
     a, b, paid = trio_fakes
     a.script("free-a", *([answer()] * 5 + [rate_limited(retry_after=1)]) * 6, answer())
     state = str(tmp_path / "audit.db")
-    conf = config(free_lane("a", a.base_url, models=["free-a"]), free_lane("b", b.base_url, models=["free-b"]),
-                  paid_lane("paid", paid.base_url), state=state, policy={"free_tier_fallback": "allow"})
+    conf = config(
+        free_lane("a", a.base_url, models=["free-a"]),
+        free_lane("b", b.base_url, models=["free-b"]),
+        paid_lane("paid", paid.base_url),
+        state=state,
+        policy={"free_tier_fallback": "allow"},
+    )
     async with lanes.open_dispatcher(conf, env=env) as d:
         for i in range(40):
             await d.complete(job(cohort="ads" if i % 2 else "organic", request_class="general"))
@@ -371,9 +443,13 @@ async def test_audit_of_a_burst_answers_seed_004s_questions(trio_fakes, env, tmp
     failed_primaries = len([r for r in a.requests() if r.behaviour == "status"])
     assert failed_primaries > 0
     assert primary["general"] == pytest.approx((40 - failed_primaries) / 40)
-    assert retry_rate == pytest.approx(failed_primaries / 40) and reasons == {"rate_limited": failed_primaries}
+    assert retry_rate == pytest.approx(failed_primaries / 40) and reasons == {
+        "rate_limited": failed_primaries
+    }
     assert paid_share["paid_jobs"] == 0 and paid_share["cost_usd"] == 0
     assert set(cohorts) == {"ads", "organic"} and sum(c["jobs"] for c in cohorts.values()) == 40
     assert per_success == pytest.approx(1 + failed_primaries / 40)
-    assert set(latency) == {"primary", "free_retry"} and errors == {"rate_limited": failed_primaries}
+    assert set(latency) == {"primary", "free_retry"} and errors == {
+        "rate_limited": failed_primaries
+    }
     assert "Plan my week" not in text

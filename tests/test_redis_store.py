@@ -43,7 +43,7 @@ def test_backoff_race_keeps_the_later_deadline_and_expires_on_its_own(redis_serv
     assert seen["groq/m"].until == pytest.approx(now + 8)
     ttl_ms = redis.Redis.from_url(redis_server.url).pttl("lanes:backoff:groq/*")
     assert 29_000 < ttl_ms <= 30_001  # the key expires by itself at the deadline
-    assert dict(a.backoffs(now + 9)) .keys() == {"groq/*"}  # past deadlines are not reported
+    assert dict(a.backoffs(now + 9)).keys() == {"groq/*"}  # past deadlines are not reported
 
 
 def test_usage_counters_add_up_across_hosts_and_expire_at_the_window_end(redis_server):
@@ -51,8 +51,10 @@ def test_usage_counters_add_up_across_hosts_and_expire_at_the_window_end(redis_s
     a, b = host(redis_server.url), host(redis_server.url)
     now = time.time()
     day, minute = window_id("day", now), window_id("minute", now)
-    a.add_usage([(("groq/*", "requests", "day", day), 3), (("groq/*", "requests", "minute", minute), 3)],
-                {("openrouter", day): 0.5})
+    a.add_usage(
+        [(("groq/*", "requests", "day", day), 3), (("groq/*", "requests", "minute", minute), 3)],
+        {("openrouter", day): 0.5},
+    )
     b.add_usage([(("groq/*", "requests", "day", day), 4)], {("openrouter", day): 0.25})
     totals = dict(a.usage_totals(now))
     assert totals[("groq/*", "requests", "day", day)] == 7
@@ -67,8 +69,16 @@ def test_a_host_that_never_called_a_provider_knows_its_last_headers(redis_server
     """A header snapshot written by one host is read by another."""
     a, b = host(redis_server.url), host(redis_server.url)
     window = Window(dimension="requests", window_s=60.0, limit=30, remaining=2, reset_s=12.0)
-    snapshot = RateLimitSnapshot(requests_remaining=2, requests_limit=30, tokens_remaining=None, tokens_limit=None,
-                                 reset_requests_s=12.0, reset_tokens_s=None, retry_after_s=None, windows=(window,))
+    snapshot = RateLimitSnapshot(
+        requests_remaining=2,
+        requests_limit=30,
+        tokens_remaining=None,
+        tokens_limit=None,
+        reset_requests_s=12.0,
+        reset_tokens_s=None,
+        retry_after_s=None,
+        windows=(window,),
+    )
     a.put_snapshots({"groq/*": (123.0, snapshot)})
     at, seen = b.snapshots()["groq/*"]
     assert (at, seen.requests_remaining, seen.windows) == (123.0, 2, (window,))
@@ -82,26 +92,43 @@ def test_paid_reservations_from_two_hosts_never_cross_the_ceiling(redis_server):
 
     def spend(store: RedisStore, name: str) -> None:
         for i in range(50):
-            reservation = store.reserve_paid(day=day, amount=0.01, ceiling=0.5, lane="paid", model="m",
-                                             job=f"{name}-{i}", cohort=None)
+            reservation = store.reserve_paid(
+                day=day,
+                amount=0.01,
+                ceiling=0.5,
+                lane="paid",
+                model="m",
+                job=f"{name}-{i}",
+                cohort=None,
+            )
             if reservation is not None:
                 won.append(reservation)
 
-    threads = [threading.Thread(target=spend, args=(s, f"t{i}")) for i, s in enumerate((a, b, a, b))]
+    threads = [
+        threading.Thread(target=spend, args=(s, f"t{i}")) for i, s in enumerate((a, b, a, b))
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(won) == 50
     ledger = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    assert sum(map(int, ledger.hvals(f"lanes:paid:{day}"))) == int(ledger.get(f"lanes:paid-total:{day}")) == 5 * 10**11
+    assert (
+        sum(map(int, ledger.hvals(f"lanes:paid:{day}")))
+        == int(ledger.get(f"lanes:paid-total:{day}"))
+        == 5 * 10**11
+    )
     assert {r.split("-")[0] for r in won} >= {f"{day}:t0", f"{day}:t1"}  # both hosts got some
     # settling to the real (lower) cost frees budget for everyone after the next flush
     for reservation in won[:10]:
-        a.settle_paid(reservation, 0.0) if reservation in a._own else b.settle_paid(reservation, 0.0)
+        a.settle_paid(reservation, 0.0) if reservation in a._own else b.settle_paid(
+            reservation, 0.0
+        )
     a.flush()
     b.flush()
-    assert b.reserve_paid(day=day, amount=0.05, ceiling=0.5, lane="paid", model="m", job="late", cohort=None)
+    assert b.reserve_paid(
+        day=day, amount=0.05, ceiling=0.5, lane="paid", model="m", job="late", cohort=None
+    )
     b.begin_sync(time.time())
     assert b.paid_spent(day) == pytest.approx(0.45)
 
@@ -123,12 +150,17 @@ def test_kill_switch_grants_and_probe_results_are_published(redis_server):
         if len(events) >= 3:
             break
     assert [(e["t"], e.get("lane"), e.get("scope"), e.get("ok")) for e in events] == [
-        ("grant", None, None, None), ("switch", "free", None, None), ("probe", None, "groq/*", True)]
+        ("grant", None, None, None),
+        ("switch", "free", None, None),
+        ("probe", None, "groq/*", True),
+    ]
     assert b.grant_until("ci") == pytest.approx(now + 3600)
     assert b.switches() == {"free"}
     assert b.probe_lease("groq/*", ttl_s=5.0) is True  # the lease was released
     b.put_backoffs({"groq/*": backoff(now + 30)})
-    assert a.probe_lease("groq/*", ttl_s=5.0).until == pytest.approx(now + 30)  # a closed door: no lease
+    assert a.probe_lease("groq/*", ttl_s=5.0).until == pytest.approx(
+        now + 30
+    )  # a closed door: no lease
     a.put_switch("free", False, now)
     a.flush()
     assert b.switches() == set()
@@ -153,7 +185,9 @@ def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
     """Redis gone: calls fail fast, reservations are refused until a full sync has pushed the ledger back."""
     store = host(redis_server.url)
     day = window_id("day", time.time())
-    before = store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="before", cohort=None)
+    before = store.reserve_paid(
+        day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="before", cohort=None
+    )
     assert before
     redis_server.kill()
     started = time.monotonic()  # wall-clock: a refused connection must not hang
@@ -162,14 +196,26 @@ def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
     assert time.monotonic() - started < 1.0  # wall-clock: as above
     assert not store.up
     with pytest.raises(StoreUnavailable):
-        store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="during", cohort=None)
+        store.reserve_paid(
+            day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="during", cohort=None
+        )
     store.settle_paid(before, 0.05)  # queued, never lost
     redis_server.start()  # no persistence: Redis forgot everything
     with pytest.raises(StoreUnavailable, match="not synchronised"):
-        store.reserve_paid(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="early", cohort=None)
+        store.reserve_paid(
+            day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="early", cohort=None
+        )
     assert store.begin_sync(time.time()) is True  # the loss is noticed
-    store.reseed(LocalView(usage=[(("g/*", "requests", "day", day), 5)], spend={}, backoffs={
-        "g/*": backoff(time.time() + 60)}, snapshots={}, switched_off=frozenset({"free"})), time.time())
+    store.reseed(
+        LocalView(
+            usage=[(("g/*", "requests", "day", day), 5)],
+            spend={},
+            backoffs={"g/*": backoff(time.time() + 60)},
+            snapshots={},
+            switched_off=frozenset({"free"}),
+        ),
+        time.time(),
+    )
     store.flush()
     assert store.up
     other = host(redis_server.url)
@@ -193,7 +239,9 @@ def test_a_host_forgets_its_own_reservations_after_two_days(redis_server):
     store = host(redis_server.url)
     today = window_id("day", time.time())
     for day in (today - 3, today - 1, today):
-        store.reserve_paid(day=day, amount=0.01, ceiling=1.0, lane="p", model="m", job=f"j{day}", cohort=None)
+        store.reserve_paid(
+            day=day, amount=0.01, ceiling=1.0, lane="p", model="m", job=f"j{day}", cohort=None
+        )
     store.begin_sync(time.time())
     assert sorted(day for day, _ in store._own.values()) == [today - 1, today]
 
@@ -202,11 +250,21 @@ def test_settling_a_large_reservation_keeps_the_total_exact(redis_server):
     """A reservation of 16 digits of pico-dollars settles to the exact integer total."""
     store = host(redis_server.url)
     day = window_id("day", time.time())
-    reservation = store.reserve_paid(day=day, amount=1234.567891234567, ceiling=5000.0, lane="p", model="m", job="big",
-                                     cohort=None)
+    reservation = store.reserve_paid(
+        day=day,
+        amount=1234.567891234567,
+        ceiling=5000.0,
+        lane="p",
+        model="m",
+        job="big",
+        cohort=None,
+    )
     store.settle_paid(reservation, 1.000000000001)
     store.flush()
-    assert int(redis.Redis.from_url(redis_server.url).get(f"lanes:paid-total:{day}")) == 1_000_000_000_001
+    assert (
+        int(redis.Redis.from_url(redis_server.url).get(f"lanes:paid-total:{day}"))
+        == 1_000_000_000_001
+    )
 
 
 def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(redis_server):
@@ -214,7 +272,12 @@ def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(red
     is always the exact sum of its entries, never over the ceiling, and whole again after a reseed."""
     from hypothesis import settings
     from hypothesis import strategies as st
-    from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+    from hypothesis.stateful import (
+        RuleBasedStateMachine,
+        invariant,
+        rule,
+        run_state_machine_as_test,
+    )
 
     from lanes._core.state.redis_scripts import pico
 
@@ -235,8 +298,15 @@ def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(red
         def reserve(self, which: int, amount: float) -> None:
             self.jobs += 1
             fits = sum(self.expected.values()) + pico(amount) <= round(ceiling * 1e12) + 1
-            reservation = self.hosts[which].reserve_paid(day=day, amount=amount, ceiling=ceiling, lane="p", model="m",
-                                                         job=f"j{self.jobs}", cohort=None)
+            reservation = self.hosts[which].reserve_paid(
+                day=day,
+                amount=amount,
+                ceiling=ceiling,
+                lane="p",
+                model="m",
+                job=f"j{self.jobs}",
+                cohort=None,
+            )
             assert (reservation is not None) == fits
             if reservation:
                 self.expected[reservation], self.owner[reservation] = pico(amount), which
@@ -257,11 +327,22 @@ def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(red
             for store in self.hosts:
                 with pytest.raises(StoreUnavailable):
                     store.up = False  # as a failed call would leave it
-                    store.reserve_paid(day=day, amount=0.01, ceiling=ceiling, lane="p", model="m", job="x",
-                                       cohort=None)
+                    store.reserve_paid(
+                        day=day,
+                        amount=0.01,
+                        ceiling=ceiling,
+                        lane="p",
+                        model="m",
+                        job="x",
+                        cohort=None,
+                    )
                 assert store.begin_sync(time.time())
-                store.reseed(LocalView(usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()),
-                             time.time())
+                store.reseed(
+                    LocalView(
+                        usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()
+                    ),
+                    time.time(),
+                )
                 store.flush()
 
         @invariant()
@@ -275,7 +356,9 @@ def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(red
             for store in self.hosts:
                 store.close()
 
-    run_state_machine_as_test(Ledger, settings=settings(max_examples=25, stateful_step_count=25, deadline=None))
+    run_state_machine_as_test(
+        Ledger, settings=settings(max_examples=25, stateful_step_count=25, deadline=None)
+    )
 
 
 def test_a_probe_lease_is_released_only_after_its_backoff_is_written(redis_server):
@@ -285,7 +368,9 @@ def test_a_probe_lease_is_released_only_after_its_backoff_is_written(redis_serve
     assert b.listen(0.05) == []
     now = time.time()
     assert a.probe_lease("groq/*", ttl_s=5.0) is True
-    a.probe_done("groq/*", ok=False, backoff=backoff(now + 20))  # the 429's backoff, not yet put by a sync
+    a.probe_done(
+        "groq/*", ok=False, backoff=backoff(now + 20)
+    )  # the 429's backoff, not yet put by a sync
     a.flush()
     closed = b.probe_lease("groq/*", ttl_s=5.0)
     events: list[dict] = []
@@ -294,7 +379,10 @@ def test_a_probe_lease_is_released_only_after_its_backoff_is_written(redis_serve
         if len(events) >= 2:
             break
     assert isinstance(closed, Backoff) and closed.until == pytest.approx(now + 20)
-    assert [e["t"] for e in events] == ["backoff", "probe"]  # in this order: waiters wake to a closed door
+    assert [e["t"] for e in events] == [
+        "backoff",
+        "probe",
+    ]  # in this order: waiters wake to a closed door
 
 
 def test_a_lost_state_is_reported_until_it_has_been_pushed_back(redis_server):
@@ -303,5 +391,8 @@ def test_a_lost_state_is_reported_until_it_has_been_pushed_back(redis_server):
     redis.Redis.from_url(redis_server.url).flushall()
     assert store.begin_sync(time.time()) is True
     assert store.begin_sync(time.time()) is True  # no reseed yet (say it failed): still due
-    store.reseed(LocalView(usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()), time.time())
+    store.reseed(
+        LocalView(usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()),
+        time.time(),
+    )
     assert store.begin_sync(time.time()) is False

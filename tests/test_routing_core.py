@@ -27,8 +27,12 @@ def job(**kw) -> lanes.Job:
 def pair_config(wall, c, *, models=("sick", "ok"), **top):
     """One free lane `wall` with two (or more) models, a paid lane `c`, and the alias `pair`."""
     top.setdefault("policy", ALLOW)
-    return config(free_lane("wall", wall.base_url, models=list(models)), paid_lane("c", c.base_url),
-                  aliases={"pair": [*(f"wall/{m}" for m in models[:2]), "c/paid-model"]}, **top)
+    return config(
+        free_lane("wall", wall.base_url, models=list(models)),
+        paid_lane("c", c.base_url),
+        aliases={"pair": [*(f"wall/{m}" for m in models[:2]), "c/paid-model"]},
+        **top,
+    )
 
 
 async def streamed_text(dispatcher: lanes.Dispatcher, job_: lanes.Job) -> tuple[str, list[Event]]:
@@ -39,8 +43,11 @@ async def streamed_text(dispatcher: lanes.Dispatcher, job_: lanes.Job) -> tuple[
         events.append(event)
 
     await relay(dispatcher, job_, emit)
-    text = "".join(c.data["choices"][0]["delta"].get("content") or ""
-                   for c in events if isinstance(c, Chunk) and c.data.get("choices"))
+    text = "".join(
+        c.data["choices"][0]["delta"].get("content") or ""
+        for c in events
+        if isinstance(c, Chunk) and c.data.get("choices")
+    )
     return text, events
 
 
@@ -49,7 +56,10 @@ async def streamed_text(dispatcher: lanes.Dispatcher, job_: lanes.Job) -> tuple[
 async def test_a_sick_free_model_is_rescued_by_its_sibling(fault, env, autojump_clock):
     """A persistent 503, a reset or a cut stream on model A is rescued by model B of the same lane,
     with no paid request; A's breaker opens, the lane's and B's stay closed."""
-    async with open_fake("wall", models=("sick", "ok")) as wall, open_fake("c", models=("paid-model",)) as c:
+    async with (
+        open_fake("wall", models=("sick", "ok")) as wall,
+        open_fake("c", models=("paid-model",)) as c,
+    ):
         wall.script("sick", FAULTS[fault]())
         async with lanes.open_dispatcher(pair_config(wall, c), env=env) as d:
             for _ in range(8):
@@ -72,12 +82,18 @@ async def test_a_sick_free_model_is_rescued_by_its_sibling(fault, env, autojump_
 async def test_the_same_candidate_retry_is_not_the_free_retry(env, autojump_clock):
     """A free primary that faults is retried once on itself, then the other free model serves:
     the retry did not use up the free retry, and nothing was paid."""
-    async with open_fake("wall", models=("sick", "ok")) as wall, open_fake("c", models=("paid-model",)) as c:
+    async with (
+        open_fake("wall", models=("sick", "ok")) as wall,
+        open_fake("c", models=("paid-model",)) as c,
+    ):
         wall.script("sick", status(503))
         async with lanes.open_dispatcher(pair_config(wall, c), env=env) as d:
             reply = await d.complete(job(model="pair"))
     assert [(a.model, a.route, a.retry) for a in reply.attempts] == [
-        ("sick", "primary", False), ("sick", "primary", True), ("ok", "free_retry", False)]
+        ("sick", "primary", False),
+        ("sick", "primary", True),
+        ("ok", "free_retry", False),
+    ]
     assert (reply.model, reply.route) == ("ok", "free_retry") and c.requests() == []
 
 
@@ -85,7 +101,10 @@ async def test_the_same_candidate_retry_is_not_the_free_retry(env, autojump_cloc
 async def test_paid_only_when_both_free_models_failed(env, autojump_clock):
     """With consent `allow`, the paid fallback is used only after both free models failed — once,
     with its own reservation, never retried on itself."""
-    async with open_fake("wall", models=("sick", "ok")) as wall, open_fake("c", models=("paid-model",)) as c:
+    async with (
+        open_fake("wall", models=("sick", "ok")) as wall,
+        open_fake("c", models=("paid-model",)) as c,
+    ):
         wall.script("sick", status(503))
         wall.script("ok", status(502))
         c.script("paid-model", reset(), answer())
@@ -96,7 +115,11 @@ async def test_paid_only_when_both_free_models_failed(env, autojump_clock):
             reply = await d.complete(job(model="pair"))  # the paid lane answers this time
             rows = d.store.query("SELECT COUNT(*), COUNT(DISTINCT id) FROM paid_ledger", ())
     assert [(a.model, a.retry) for a in caught.value.attempts] == [
-        ("sick", False), ("sick", True), ("ok", False), ("paid-model", False)]
+        ("sick", False),
+        ("sick", True),
+        ("ok", False),
+        ("paid-model", False),
+    ]
     assert len(c.requests()) == 2  # one per job: a paid fault is not retried on itself
     assert spent > 0  # the reset paid attempt may have been billed: its reservation stands
     assert reply.lane == "c" and reply.route == "paid_fallback"
@@ -106,9 +129,16 @@ async def test_paid_only_when_both_free_models_failed(env, autojump_clock):
 async def test_one_sick_model_does_not_slow_its_four_siblings(env, autojump_clock):
     """A lane of five models where one answers 500 forever keeps serving the other four at full rate."""
     models = ("m1", "m2", "m3", "m4", "m5")
-    async with open_fake("wall", models=models) as wall, open_fake("c", models=("paid-model",)) as c:
+    async with (
+        open_fake("wall", models=models) as wall,
+        open_fake("c", models=("paid-model",)) as c,
+    ):
         wall.script("m1", status(500))
-        cfg = config(local_lane("wall", wall.base_url, models=list(models)), paid_lane("c", c.base_url), policy=ALLOW)
+        cfg = config(
+            local_lane("wall", wall.base_url, models=list(models)),
+            paid_lane("c", c.base_url),
+            policy=ALLOW,
+        )
         async with lanes.open_dispatcher(cfg, env=env) as d:
             served, failed = 0, 0
             for _ in range(20):
@@ -122,9 +152,17 @@ async def test_one_sick_model_does_not_slow_its_four_siblings(env, autojump_cloc
             stats = d.statistics()
     assert (served, failed) == (80, 20)
     assert all(len(wall.requests(m)) == 20 for m in models[1:])
-    assert len(wall.requests("m1")) <= 8  # three faults open it; then one probe per cooldown at most
+    assert (
+        len(wall.requests("m1")) <= 8
+    )  # three faults open it; then one probe per cooldown at most
     assert stats.lane("wall").breaker.state == "closed"
-    assert [m.breaker.state for m in stats.lane("wall").models] == ["open", "closed", "closed", "closed", "closed"]
+    assert [m.breaker.state for m in stats.lane("wall").models] == [
+        "open",
+        "closed",
+        "closed",
+        "closed",
+        "closed",
+    ]
 
 
 @pytest.mark.parametrize("outage_s", [60, 66, 73, 80])
@@ -133,8 +171,12 @@ async def test_a_flapping_primary_is_served_again_within_30_s(outage_s, env, aut
     meanwhile, and traffic is back on the preferred lane within 30 s of its recovery (virtual time;
     outages of several lengths end at different phases of the breaker's cooldown schedule)."""
     async with open_fake("a", models=("model-a",)) as a, open_fake("b", models=("model-b",)) as b:
-        cfg = config(local_lane("a", a.base_url, models=["model-a"]), local_lane("b", b.base_url, models=["model-b"]),
-                     aliases={"pref": ["a/model-a", "b/model-b"]}, policy=ALLOW)
+        cfg = config(
+            local_lane("a", a.base_url, models=["model-a"]),
+            local_lane("b", b.base_url, models=["model-b"]),
+            aliases={"pref": ["a/model-a", "b/model-b"]},
+            policy=ALLOW,
+        )
         async with lanes.open_dispatcher(cfg, env=env) as d:
             start = trio.current_time()
             served: list[tuple[float, str]] = []
@@ -166,13 +208,21 @@ async def test_the_503_names_every_candidate_and_the_request_id_finds_the_audit_
 
     state = tmp_path / "state.db"
     lanes_ = (("wall", "free", ["sick", "ok"]), ("c", "paid", ["paid-model"]))
-    async with open_sidecar(*lanes_, policy={"free_tier_fallback": "off"}, state=str(state),
-                            aliases={"pair": ["wall/sick", "wall/ok", "c/paid-model"]}) as (url, fakes):
+    async with open_sidecar(
+        *lanes_,
+        policy={"free_tier_fallback": "off"},
+        state=str(state),
+        aliases={"pair": ["wall/sick", "wall/ok", "c/paid-model"]},
+    ) as (url, fakes):
         fakes["wall"].script("sick", status(503))
         fakes["wall"].script("ok", reset())
         async with httpx2.AsyncClient(trust_env=False) as http:
-            response = await http.post(f"{url}/chat/completions", json={"model": "pair", "messages": MESSAGES})
-            served = await http.post(f"{url}/chat/completions", json={"model": "c/paid-model", "messages": MESSAGES})
+            response = await http.post(
+                f"{url}/chat/completions", json={"model": "pair", "messages": MESSAGES}
+            )
+            served = await http.post(
+                f"{url}/chat/completions", json={"model": "c/paid-model", "messages": MESSAGES}
+            )
     assert response.status_code == 503
     error = response.json()["error"]
     assert error["code"] == "no_lane_available"
@@ -182,18 +232,25 @@ async def test_the_503_names_every_candidate_and_the_request_id_finds_the_audit_
     request_id = response.headers["x-lanes-request-id"]
     assert served.status_code == 200 and served.headers["x-lanes-request-id"] != request_id
     with sqlite3.connect(state) as db:
-        row = db.execute("SELECT outcome, attempts FROM audit WHERE job = ?", (request_id,)).fetchone()
-        ok_row = db.execute("SELECT outcome, lane FROM audit WHERE job = ?",
-                            (served.headers["x-lanes-request-id"],)).fetchone()
+        row = db.execute(
+            "SELECT outcome, attempts FROM audit WHERE job = ?", (request_id,)
+        ).fetchone()
+        ok_row = db.execute(
+            "SELECT outcome, lane FROM audit WHERE job = ?", (served.headers["x-lanes-request-id"],)
+        ).fetchone()
     assert row == ("no_lane_available", 3) and ok_row == ("ok", "c")
 
 
 # -- every permit back, on every way out -------------------------------------------------------------
 
+
 async def test_an_unencodable_request_releases_the_half_open_probe(env, autojump_clock):
     """A request JSON can not carry (NaN) fails as a clean 400-class rejection — and the half-open
     probe it held is given back, so the lane serves the next job."""
-    async with open_fake("a", models=("model-a",)) as a, open_fake("c", models=("paid-model",)) as c:
+    async with (
+        open_fake("a", models=("model-a",)) as a,
+        open_fake("c", models=("paid-model",)) as c,
+    ):
         a.script("model-a", status(503), answer())
         breaker = {"failures": 1, "cooldown_s": 10, "jitter": 0}
         cfg = config(local_lane("a", a.base_url, models=["model-a"], breaker=breaker), policy=ALLOW)
@@ -236,7 +293,9 @@ async def test_a_cancelled_job_releases_its_permit_and_probe(env, autojump_clock
     and still leaves its audit row."""
     async with open_fake("a", models=("model-a",)) as a:
         a.script("model-a", hang(), answer())
-        cfg = config(local_lane("a", a.base_url, models=["model-a"], breaker={"failures": 1}), policy=ALLOW)
+        cfg = config(
+            local_lane("a", a.base_url, models=["model-a"], breaker={"failures": 1}), policy=ALLOW
+        )
         async with lanes.open_dispatcher(cfg, env=env) as d:
             with trio.move_on_after(2):
                 await d.complete(job(deadline_s=20))
@@ -244,14 +303,20 @@ async def test_a_cancelled_job_releases_its_permit_and_probe(env, autojump_clock
             stats = snapshot.model("a/model-a")
             reply = await d.complete(job())
     assert stats.breaker.state == "closed" and not stats.breaker.probe_in_flight
-    assert (snapshot.recent[0]["outcome"], snapshot.recent[0]["attempts"]) == ("abandoned", 1)  # still audited
+    assert (snapshot.recent[0]["outcome"], snapshot.recent[0]["attempts"]) == (
+        "abandoned",
+        1,
+    )  # still audited
     assert [a.outcome for a in reply.attempts] == ["ok"]
 
 
 @pytest.mark.free_lane
 async def test_free_now_is_false_when_off_or_broken(env, autojump_clock):
     """`free_now` says no for a lane switched off and for a model whose breaker is open."""
-    async with open_fake("wall", models=("sick", "ok")) as wall, open_fake("c", models=("paid-model",)) as c:
+    async with (
+        open_fake("wall", models=("sick", "ok")) as wall,
+        open_fake("c", models=("paid-model",)) as c,
+    ):
         wall.script("sick", status(503))
         async with lanes.open_dispatcher(pair_config(wall, c), env=env) as d:
             for _ in range(2):

@@ -25,15 +25,23 @@ def test_systemd_units_parse_and_point_at_each_other():
     service, timer = unit("lanes-canary.service"), unit("lanes-canary.timer")
     assert service["Service"]["Type"] == "oneshot"
     assert "-m lanes canary run" in service["Service"]["ExecStart"]
-    assert timer["Timer"]["Unit"] == "lanes-canary.service" and timer["Install"]["WantedBy"] == "timers.target"
+    assert (
+        timer["Timer"]["Unit"] == "lanes-canary.service"
+        and timer["Install"]["WantedBy"] == "timers.target"
+    )
     assert re.fullmatch(r"\*-\*-\* \d\d:\d\d:\d\d UTC", timer["Timer"]["OnCalendar"])
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine"
+)
 def test_systemd_analyze_accepts_the_calendar():
     """Where systemd-analyze exists, it accepts the timer's calendar expression."""
     calendar = unit("lanes-canary.timer")["Timer"]["OnCalendar"]
-    assert subprocess.run(["systemd-analyze", "calendar", calendar], capture_output=True).returncode == 0
+    assert (
+        subprocess.run(["systemd-analyze", "calendar", calendar], capture_output=True).returncode
+        == 0
+    )
 
 
 def test_crontab_line():

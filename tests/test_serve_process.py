@@ -18,19 +18,35 @@ async def test_startup_with_dead_providers_and_graceful_shutdown(tmp_path):
     dead = free_port()
     async with open_fake("local", models=("local-model",)) as local:
         local.script("local-model", answer(delay_s=1.0))
-        config = {"state": ":memory:", "policy": {"free_tier_fallback": "allow"}, "lanes": [
-            {"name": "free", "module": "openai_compatible", "base_url": f"http://127.0.0.1:{dead}/v1",
-             "free_tier": {"kind": "rate_limited"}, "models": [{"id": "f"}]},
-            {"name": "local", "module": "ollama", "base_url": local.base_url, "models": [{"id": "local-model"}]},
-        ]}
+        config = {
+            "state": ":memory:",
+            "policy": {"free_tier_fallback": "allow"},
+            "lanes": [
+                {
+                    "name": "free",
+                    "module": "openai_compatible",
+                    "base_url": f"http://127.0.0.1:{dead}/v1",
+                    "free_tier": {"kind": "rate_limited"},
+                    "models": [{"id": "f"}],
+                },
+                {
+                    "name": "local",
+                    "module": "ollama",
+                    "base_url": local.base_url,
+                    "models": [{"id": "local-model"}],
+                },
+            ],
+        }
         async with open_sidecar_process(config, tmp_path) as sidecar:
             startup = sidecar.health_s
             box = {}
 
             async def in_flight() -> None:
                 async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
-                    box["r"] = await http.post(f"{sidecar.base}/v1/chat/completions",
-                                               json={"messages": [{"role": "user", "content": "hi"}]})
+                    box["r"] = await http.post(
+                        f"{sidecar.base}/v1/chat/completions",
+                        json={"messages": [{"role": "user", "content": "hi"}]},
+                    )
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(in_flight)
@@ -42,4 +58,6 @@ async def test_startup_with_dead_providers_and_graceful_shutdown(tmp_path):
     assert code == 0
     assert len(re.findall(r"lane free: provider unreachable at startup", log)) == 1, log
     assert "shutting down" in log
-    assert startup is not None and startup < 5.0  # generous for a cold interpreter; the bench measures the real figure
+    assert (
+        startup is not None and startup < 5.0
+    )  # generous for a cold interpreter; the bench measures the real figure

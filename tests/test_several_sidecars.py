@@ -29,19 +29,28 @@ OUTAGE = re.compile(r"state store: redis at .*serving on this host's view")
 
 
 def two_sidecars(tmp_path: Path, url: str, lanes: list[dict[str, Any]], policy: dict[str, Any]):
-    return open_sidecar_processes({"state": url, "policy": policy, "scoring": {"explore_rate": 0.0}, "lanes": lanes},
-                                  tmp_path, env=KEYS)
+    return open_sidecar_processes(
+        {"state": url, "policy": policy, "scoring": {"explore_rate": 0.0}, "lanes": lanes},
+        tmp_path,
+        env=KEYS,
+    )
 
 
 def client() -> httpx2.AsyncClient:
-    return httpx2.AsyncClient(trust_env=False, timeout=30, limits=httpx2.Limits(max_connections=250))
+    return httpx2.AsyncClient(
+        trust_env=False, timeout=30, limits=httpx2.Limits(max_connections=250)
+    )
 
 
 async def chat(http: httpx2.AsyncClient, sidecar: SidecarProcess, **body: Any) -> httpx2.Response:
-    return await http.post(f"{sidecar.base}/v1/chat/completions", json={"messages": MESSAGES, **body})
+    return await http.post(
+        f"{sidecar.base}/v1/chat/completions", json={"messages": MESSAGES, **body}
+    )
 
 
-async def burst(http: httpx2.AsyncClient, sidecars: list[SidecarProcess], n: int, **body: Any) -> list[httpx2.Response]:
+async def burst(
+    http: httpx2.AsyncClient, sidecars: list[SidecarProcess], n: int, **body: Any
+) -> list[httpx2.Response]:
     """`n` concurrent clients, split evenly across the sidecars."""
     responses: list[httpx2.Response] = []
 
@@ -61,27 +70,46 @@ async def test_200_clients_on_two_sidecars_knock_once_per_backoff_window(redis_s
     each burst may knock twice — but never twice in one window, across both hosts."""
     async with open_fake("free", models=("free-model",)) as free:
         free.script("free-model", rate_limited(retry_after=2))
-        async with two_sidecars(tmp_path, redis_server.url, [free_lane("free", free.base_url)],
-                                {"free_tier_fallback": "off"}) as sidecars, client() as http:
+        async with (
+            two_sidecars(
+                tmp_path,
+                redis_server.url,
+                [free_lane("free", free.base_url)],
+                {"free_tier_fallback": "off"},
+            ) as sidecars,
+            client() as http,
+        ):
             first = await burst(http, sidecars, 200)
             await trio.sleep(2.5)  # the window passes; both hosts may probe again
             second = await burst(http, sidecars, 200)
     times = [r.at for r in free.log]
     gaps = [later - earlier for earlier, later in zip(times, times[1:])]
     assert {r.status_code for r in first + second} == {429}
-    assert 2 <= len(times) <= 4  # 400 clients: one request per window in each burst, plus the one wait
+    assert (
+        2 <= len(times) <= 4
+    )  # 400 clients: one request per window in each burst, plus the one wait
     assert min(gaps) >= 2.0  # never two knocks within one Retry-After window, whichever host
 
 
 async def test_paid_fallbacks_from_two_sidecars_stay_under_one_ceiling(redis_server, tmp_path):
     """60 concurrent paid jobs over two hosts: one ceiling holds for both, and every reservation settles."""
-    worst = (len(json.dumps([MESSAGES, None]).encode()) * 1.0 + 50 * 2.0) / 1e6  # bytes × $1 + 50 tokens × $2
+    worst = (
+        len(json.dumps([MESSAGES, None]).encode()) * 1.0 + 50 * 2.0
+    ) / 1e6  # bytes × $1 + 50 tokens × $2
     ceiling = 10.5 * worst  # room for ten reservations, not eleven
     async with open_fake("paid", models=("paid-model",)) as paid:
-        paid.script("paid-model", answer(delay_s=1.0))  # every reservation is made before any settles
-        async with two_sidecars(tmp_path, redis_server.url, [paid_lane("paid", paid.base_url)],
-                                {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": ceiling}) as sidecars, \
-                client() as http:
+        paid.script(
+            "paid-model", answer(delay_s=1.0)
+        )  # every reservation is made before any settles
+        async with (
+            two_sidecars(
+                tmp_path,
+                redis_server.url,
+                [paid_lane("paid", paid.base_url)],
+                {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": ceiling},
+            ) as sidecars,
+            client() as http,
+        ):
             responses = await burst(http, sidecars, 60, model="paid/paid-model", max_tokens=50)
             await trio.sleep(1.0)  # the settlements reach Redis
     served = [r for r in responses if r.status_code == 200]
@@ -93,15 +121,26 @@ async def test_paid_fallbacks_from_two_sidecars_stay_under_one_ceiling(redis_ser
     ledger = redis.Redis.from_url(redis_server.url, decode_responses=True)
     spent = sum(int(ledger.get(key)) for key in ledger.keys("lanes:paid-total:*")) / 1e12
     assert 0 < spent <= ceiling + 1e-12
-    assert spent == pytest.approx(sum(float(r.headers["x-lanes-cost-usd"]) for r in served))  # all settled
+    assert spent == pytest.approx(
+        sum(float(r.headers["x-lanes-cost-usd"]) for r in served)
+    )  # all settled
 
 
 async def test_a_kill_switch_thrown_on_one_sidecar_holds_on_the_other(redis_server, tmp_path):
     """`lane off` on one host stops the other sending to that lane; `lane on` there reopens it on the first."""
-    async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
-        async with two_sidecars(tmp_path, redis_server.url,
-                                [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
-                                {"free_tier_fallback": "allow"}) as (a, b), client() as http:
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        async with (
+            two_sidecars(
+                tmp_path,
+                redis_server.url,
+                [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
+                {"free_tier_fallback": "allow"},
+            ) as (a, b),
+            client() as http,
+        ):
             assert (await chat(http, b)).headers["x-lanes-lane"] == "local"
             assert (await http.post(f"{a.base}/v1/lanes/local/off")).status_code == 200
             with trio.fail_after(5):
@@ -127,27 +166,43 @@ async def _off(http: httpx2.AsyncClient, sidecar: SidecarProcess, lane: str) -> 
 async def test_a_sidecar_starts_and_serves_with_redis_down(redis_server, tmp_path):
     """Redis down at startup: the sidecar serves, says so once, keeps paid closed until Redis answers."""
     redis_server.kill()
-    async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
-        config = {"state": redis_server.url, "local_state": str(tmp_path / "local.db"),
-                  "policy": {"free_tier_fallback": "allow"},
-                  "lanes": [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)]}
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        config = {
+            "state": redis_server.url,
+            "local_state": str(tmp_path / "local.db"),
+            "policy": {"free_tier_fallback": "allow"},
+            "lanes": [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
+        }
         async with open_sidecar_process(config, tmp_path, env=KEYS) as sidecar, client() as http:
             served = await chat(http, sidecar)
             refused = await chat(http, sidecar, model="paid/paid-model", max_tokens=20)
             down = (await http.get(f"{sidecar.base}/metrics")).text
-            status_down = await trio.run_process([sys.executable, "-m", "lanes", "status", "--url", sidecar.base],
-                                                 capture_stdout=True)
+            status_down = await trio.run_process(
+                [sys.executable, "-m", "lanes", "status", "--url", sidecar.base],
+                capture_stdout=True,
+            )
             redis_server.start()
             with trio.fail_after(15):
-                while (r := await chat(http, sidecar, model="paid/paid-model", max_tokens=20)).status_code != 200:
+                while (
+                    r := await chat(http, sidecar, model="paid/paid-model", max_tokens=20)
+                ).status_code != 200:
                     await trio.sleep(0.1)
             up = (await http.get(f"{sidecar.base}/metrics")).text
     assert (served.status_code, served.headers["x-lanes-lane"]) == (200, "local")
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "paid_budget_exhausted"
     assert r.headers["x-lanes-lane"] == "paid"
     assert len(OUTAGE.findall(sidecar.log())) == 1
-    assert 'lanes_state_store_up{kind="redis"} 0' in down and 'lanes_state_store_up{kind="redis"} 1' in up
-    assert f"state redis {redis_server.url}: DOWN (paid fallback closed)" in status_down.stdout.decode()
+    assert (
+        'lanes_state_store_up{kind="redis"} 0' in down
+        and 'lanes_state_store_up{kind="redis"} 1' in up
+    )
+    assert (
+        f"state redis {redis_server.url}: DOWN (paid fallback closed)"
+        in status_down.stdout.decode()
+    )
 
 
 async def test_an_approval_granted_on_one_host_holds_on_the_other(redis_server, env):
@@ -157,9 +212,19 @@ async def test_an_approval_granted_on_one_host_holds_on_the_other(redis_server, 
     from helpers import config
 
     async with open_fake("paid", models=("paid-model",)) as paid:
-        cfg = config(paid_lane("paid", paid.base_url), state=redis_server.url,
-                     policy={"free_tier_fallback": "ask", "approval_wait_s": 0.01, "paid_ceiling_usd_per_day": 1.0})
-        async with lanes.open_dispatcher(cfg, env=env) as one, lanes.open_dispatcher(cfg, env=env) as other:
+        cfg = config(
+            paid_lane("paid", paid.base_url),
+            state=redis_server.url,
+            policy={
+                "free_tier_fallback": "ask",
+                "approval_wait_s": 0.01,
+                "paid_ceiling_usd_per_day": 1.0,
+            },
+        )
+        async with (
+            lanes.open_dispatcher(cfg, env=env) as one,
+            lanes.open_dispatcher(cfg, env=env) as other,
+        ):
             with pytest.raises(lanes.FallbackNeedsApproval) as asked:
                 await one.complete(lanes.Job(messages=MESSAGES, client="nightly"))
             one.approvals.decide(asked.value.approval_id, 3600.0)

@@ -14,39 +14,63 @@ from lanes.testing import ANSWER, answer, garbage, hang, rate_limited, status
 from sidecar import CLIENT_KEY, open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Tell me the pangram, please."}]
-PREFILL = {"models": [{"id": "paid-model", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0, "prefill": True}]}
+PREFILL = {
+    "models": [
+        {"id": "paid-model", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0, "prefill": True}
+    ]
+}
 
 
 def client(url: str, **kw) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=url, api_key=kw.pop("api_key", "unused"), max_retries=kw.pop("max_retries", 0),
-                              **kw)
+    return openai.AsyncOpenAI(
+        base_url=url,
+        api_key=kw.pop("api_key", "unused"),
+        max_retries=kw.pop("max_retries", 0),
+        **kw,
+    )
 
 
 async def test_chat_with_the_openai_sdk():
     """A plain chat completion: the upstream's body, and who served it in X-Lanes-* headers."""
-    async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"])) as (url, fakes):
-        raw = await client(url).chat.completions.with_raw_response.create(model="auto", messages=MESSAGES)
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"])
+    ) as (url, fakes):
+        raw = await client(url).chat.completions.with_raw_response.create(
+            model="auto", messages=MESSAGES
+        )
         completion = raw.parse()
     assert completion.choices[0].message.content == ANSWER and completion.model == "local-model"
     assert raw.headers["x-lanes-lane"] == "local" and raw.headers["x-lanes-route"] == "local"
     assert raw.headers["x-lanes-attempts"] == "1" and raw.headers["x-lanes-cost-usd"] == "0.000000"
-    assert b'"model": "local-model"' in raw.http_response.content  # the upstream's own bytes, not re-encoded
+    assert (
+        b'"model": "local-model"' in raw.http_response.content
+    )  # the upstream's own bytes, not re-encoded
 
 
 async def test_stream_with_the_openai_sdk():
     """stream=True arrives as SSE chunks that the SDK reassembles into the whole answer."""
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
-        stream = await client(url).chat.completions.create(model="auto", messages=MESSAGES, stream=True)
+        stream = await client(url).chat.completions.create(
+            model="auto", messages=MESSAGES, stream=True
+        )
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text == ANSWER
 
 
 async def test_tools_pass_through():
     """tools, tool_choice and other params reach the upstream untouched."""
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    ]
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
-        await client(url).chat.completions.create(model="auto", messages=MESSAGES, tools=tools,
-                                                  tool_choice="auto", temperature=0.1, seed=3)
+        await client(url).chat.completions.create(
+            model="auto",
+            messages=MESSAGES,
+            tools=tools,
+            tool_choice="auto",
+            temperature=0.1,
+            seed=3,
+        )
     body = fakes["local"].requests()[0].body
     assert body["tools"] == tools and body["tool_choice"] == "auto" and body["seed"] == 3
 
@@ -54,8 +78,11 @@ async def test_tools_pass_through():
 async def post(url: str, body: bytes | dict, headers: dict | None = None) -> httpx2.Response:
     async with httpx2.AsyncClient(trust_env=False) as http:
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        return await http.post(f"{url}/chat/completions", content=content,
-                               headers={"content-type": "application/json", **(headers or {})})
+        return await http.post(
+            f"{url}/chat/completions",
+            content=content,
+            headers={"content-type": "application/json", **(headers or {})},
+        )
 
 
 def error_of(response: httpx2.Response) -> dict:
@@ -69,7 +96,9 @@ async def test_malformed_requests_name_the_field():
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
         bad_json = await post(url, b"{not json")
         no_messages = await post(url, {"model": "auto"})
-        bad_role = await post(url, {"messages": [{"role": "user", "content": "x"}, {"role": "wizard"}]})
+        bad_role = await post(
+            url, {"messages": [{"role": "user", "content": "x"}, {"role": "wizard"}]}
+        )
         bad_deadline = await post(url, {"messages": MESSAGES}, {"X-Lanes-Deadline-Ms": "soon"})
         unknown = await post(url, {"model": "gpt-9", "messages": MESSAGES})
     assert bad_json.status_code == 400 and error_of(bad_json)["code"] == "invalid_json"
@@ -85,10 +114,17 @@ async def test_client_keys_and_body_limit():
     server = {"clients": {"alice": "CLIENT_KEY"}, "max_body_bytes": 2000}
     async with open_sidecar(("local", "local", ["local-model"]), server=server) as (url, fakes):
         with pytest.raises(openai.AuthenticationError):
-            await client(url, api_key="wrong").chat.completions.create(model="auto", messages=MESSAGES)
-        ok = await client(url, api_key=CLIENT_KEY).chat.completions.create(model="auto", messages=MESSAGES)
-        big = await post(url, {"messages": [{"role": "user", "content": "x" * 5000}]},
-                         {"Authorization": f"Bearer {CLIENT_KEY}"})
+            await client(url, api_key="wrong").chat.completions.create(
+                model="auto", messages=MESSAGES
+            )
+        ok = await client(url, api_key=CLIENT_KEY).chat.completions.create(
+            model="auto", messages=MESSAGES
+        )
+        big = await post(
+            url,
+            {"messages": [{"role": "user", "content": "x" * 5000}]},
+            {"Authorization": f"Bearer {CLIENT_KEY}"},
+        )
     assert ok.choices[0].message.content == ANSWER
     assert big.status_code == 413 and error_of(big)["code"] == "body_too_large"
 
@@ -96,8 +132,11 @@ async def test_client_keys_and_body_limit():
 @pytest.mark.free_lane
 async def test_free_tier_exhausted_is_429_with_exact_retry_after():
     """Free capacity gone with fallback off: 429, Retry-After in whole seconds, the next eligible."""
-    async with open_sidecar(("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]),
-                            policy={"free_tier_fallback": "off"}) as (url, fakes):
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "off"},
+    ) as (url, fakes):
         fakes["free"].script("free-model", rate_limited(retry_after=7))
         response = await post(url, {"messages": MESSAGES})
     assert response.status_code == 429 and error_of(response)["code"] == "free_tier_exhausted"
@@ -109,10 +148,14 @@ async def test_free_tier_exhausted_is_429_with_exact_retry_after():
 @pytest.mark.free_lane
 async def test_the_sdk_honours_our_retry_after():
     """The OpenAI SDK's own retry waits for our Retry-After, then the reopened free model answers."""
-    async with open_sidecar(("free", "free", ["free-model"]), policy={"free_tier_fallback": "off"}) as (url, fakes):
+    async with open_sidecar(
+        ("free", "free", ["free-model"]), policy={"free_tier_fallback": "off"}
+    ) as (url, fakes):
         fakes["free"].script("free-model", rate_limited(retry_after=1), answer())
         start = trio.current_time()
-        completion = await client(url, max_retries=2).chat.completions.create(model="auto", messages=MESSAGES)
+        completion = await client(url, max_retries=2).chat.completions.create(
+            model="auto", messages=MESSAGES
+        )
         waited = trio.current_time() - start
     assert completion.choices[0].message.content == ANSWER
     assert waited >= 1.0 and len(fakes["free"].requests()) == 2
@@ -120,12 +163,17 @@ async def test_the_sdk_honours_our_retry_after():
 
 async def test_approval_required_and_paid_budget_errors():
     """ask with no decision in time: 429 approval_required with id and URL; a spent ceiling: 429."""
-    async with open_sidecar(("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]),
-                            policy={"free_tier_fallback": "ask", "approval_wait_s": 0.2}) as (url, fakes):
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "ask", "approval_wait_s": 0.2},
+    ) as (url, fakes):
         fakes["free"].script("free-model", rate_limited(retry_after=30))
         asked = await post(url, {"messages": MESSAGES})
-    async with open_sidecar(("paid", "paid", ["paid-model"]),
-                            policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.0}) as (url, fakes):
+    async with open_sidecar(
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.0},
+    ) as (url, fakes):
         broke = await post(url, {"messages": MESSAGES})
     assert asked.status_code == 429 and error_of(asked)["code"] == "approval_required"
     assert error_of(asked)["approval_id"].startswith("ap-") and "retry-after" in asked.headers
@@ -147,8 +195,13 @@ async def test_deadline_and_garbage_errors():
 
 
 async def test_final_upstream_error_keeps_its_status():
-    async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"])) as (url, fakes):
-        fakes["local"].script("local-model", status(400, {"error": {"message": "bad temperature", "code": "invalid_value"}}))
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"])
+    ) as (url, fakes):
+        fakes["local"].script(
+            "local-model",
+            status(400, {"error": {"message": "bad temperature", "code": "invalid_value"}}),
+        )
         response = await post(url, {"messages": MESSAGES})
     assert response.status_code == 400 and error_of(response)["code"] == "invalid_value"
     assert fakes["paid"].requests() == []
@@ -156,7 +209,9 @@ async def test_final_upstream_error_keeps_its_status():
 
 async def test_ops_endpoints():
     """/health, /ready, /v1/models, /v1/lanes, the runtime switch, /metrics."""
-    async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"])) as (url, fakes):
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"])
+    ) as (url, fakes):
         base = url[:-3]
         async with httpx2.AsyncClient(trust_env=False) as http:
             health = await http.get(f"{base}/health")
@@ -170,7 +225,9 @@ async def test_ops_endpoints():
     assert health.json() == {"status": "ok"} and ready.json()["ready"] is True
     assert [m["id"] for m in models["data"]] == ["auto", "local/local-model", "paid/paid-model"]
     assert off.json() == {"lane": "local", "off": True} and served.headers["x-lanes-lane"] == "paid"
-    assert [l["name"] for l in lanes["lanes"]] == ["local", "paid"] and lanes["recent"][0]["lane"] == "paid"
+    assert [l["name"] for l in lanes["lanes"]] == ["local", "paid"] and lanes["recent"][0][
+        "lane"
+    ] == "paid"
     assert 'lanes_requests_total{route="paid_fallback",lane="paid",outcome="ok"} 1' in metrics
     assert 'lanes_breaker_state{lane="local"} 0' in metrics and "lanes_paid_spend_usd" in metrics
     assert missing.status_code == 404
@@ -181,8 +238,9 @@ async def test_client_disconnect_cancels_the_upstream():
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
         fakes["local"].script("local-model", answer(chunk_delay_s=0.2))
         async with httpx2.AsyncClient(trust_env=False) as http:
-            async with http.stream("POST", f"{url}/chat/completions",
-                                   json={"messages": MESSAGES, "stream": True}) as response:
+            async with http.stream(
+                "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
+            ) as response:
                 async for _ in response.aiter_lines():
                     break
         await trio.sleep(0.5)
@@ -191,7 +249,9 @@ async def test_client_disconnect_cancels_the_upstream():
 
 async def sse_events(url: str, body: dict) -> list:
     async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
-        async with http.stream("POST", f"{url}/chat/completions", json={**body, "stream": True}) as response:
+        async with http.stream(
+            "POST", f"{url}/chat/completions", json={**body, "stream": True}
+        ) as response:
             return [line async for line in response.aiter_lines() if line]
 
 
@@ -212,19 +272,29 @@ def text_and_end(events: list[str]) -> tuple[str, str]:
 async def test_cut_stream_resumes_through_a_prefill_capable_fallback():
     """A stream cut after three chunks is resumed by prefill: the client sees the whole answer once."""
     from lanes.testing import stream_cut
-    async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)) as (url, fakes):
+
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)
+    ) as (url, fakes):
         fakes["local"].script("local-model", stream_cut(after=3))
         events = await sse_events(url, {"messages": MESSAGES})
         resumed = fakes["paid"].requests()[0].body["messages"][-1]
     text, end = text_and_end(events)
     assert (text, end) == (ANSWER, "done")
-    assert resumed["role"] == "assistant" and ANSWER.startswith(resumed["content"]) and resumed["content"]
+    assert (
+        resumed["role"] == "assistant"
+        and ANSWER.startswith(resumed["content"])
+        and resumed["content"]
+    )
 
 
 async def test_cut_stream_whose_fallback_rejects_prefill_is_regenerated_exactly():
     """The fallback refuses the prefill: it regenerates and only the exact extension is delivered."""
     from lanes.testing import stream_cut
-    async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)) as (url, fakes):
+
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)
+    ) as (url, fakes):
         fakes["local"].script("local-model", stream_cut(after=3))
         fakes["paid"].prefill = False
         events = await sse_events(url, {"messages": MESSAGES})
@@ -236,7 +306,10 @@ async def test_cut_stream_with_no_honest_recovery_ends_in_an_error_event():
     """When the regenerated answer differs, nothing is spliced on: an in-band error names the real
     failure (the cut), not the fallback's prefill refusal, and there is no [DONE]."""
     from lanes.testing import stream_cut
-    async with open_sidecar(("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)) as (url, fakes):
+
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], PREFILL)
+    ) as (url, fakes):
         fakes["local"].script("local-model", stream_cut(after=3))
         fakes["paid"].script("paid-model", answer(text="A completely different answer."))
         fakes["paid"].prefill = False
@@ -251,10 +324,17 @@ async def test_stream_faults_never_end_truncated_as_success(fault):
     """Slow first token → fallback; stalled → resumed elsewhere; malformed chunk skipped; no [DONE]
     finalised — in every case the client gets the whole answer and a clean end, or an error event."""
     from lanes.testing import malformed_chunk, no_done, stream_stall
-    behaviours = {"slow-first-token": answer(delay_s=3), "stalled": stream_stall(after=2),
-                  "malformed": malformed_chunk(after=2), "no-done": no_done()}
+
+    behaviours = {
+        "slow-first-token": answer(delay_s=3),
+        "stalled": stream_stall(after=2),
+        "malformed": malformed_chunk(after=2),
+        "no-done": no_done(),
+    }
     fast = {"first_token_s": 1.0, "idle_s": 1.0}
-    async with open_sidecar(("local", "local", ["local-model"], fast), ("paid", "paid", ["paid-model"])) as (url, fakes):
+    async with open_sidecar(
+        ("local", "local", ["local-model"], fast), ("paid", "paid", ["paid-model"])
+    ) as (url, fakes):
         fakes["local"].script("local-model", behaviours[fault])
         events = await sse_events(url, {"messages": MESSAGES})
     text, end = text_and_end(events)
@@ -264,23 +344,44 @@ async def test_stream_faults_never_end_truncated_as_success(fault):
 async def test_nothing_secret_reaches_logs_pages_metrics_or_errors(caplog):
     """Keys and prompt text appear in no log line, page, metric or error produced by a busy run."""
     from helpers import FREE_KEY, PAID_KEY
+
     caplog.set_level(logging.DEBUG)
     secret_prompt = "my-secret-prompt-7f3a9"
     messages = [{"role": "user", "content": secret_prompt}]
     seen = []
-    async with open_sidecar(("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]),
-                            server={"clients": {"alice": "CLIENT_KEY"}}) as (url, fakes):
-        fakes["free"].script("free-model", status(401, {"error": {"message": f"Invalid API key {FREE_KEY}"}}),
-                             rate_limited(retry_after=1), answer())
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        server={"clients": {"alice": "CLIENT_KEY"}},
+    ) as (url, fakes):
+        fakes["free"].script(
+            "free-model",
+            status(401, {"error": {"message": f"Invalid API key {FREE_KEY}"}}),
+            rate_limited(retry_after=1),
+            answer(),
+        )
         headers = {"Authorization": f"Bearer {CLIENT_KEY}"}
         base = url[:-3]
         async with httpx2.AsyncClient(trust_env=False) as http:
-            for body in ({"messages": messages}, {"messages": messages}, {"messages": messages, "stream": True},
-                         {"messages": messages, "model": "nope"}, b"{bad"):
+            for body in (
+                {"messages": messages},
+                {"messages": messages},
+                {"messages": messages, "stream": True},
+                {"messages": messages, "model": "nope"},
+                b"{bad",
+            ):
                 raw = body if isinstance(body, bytes) else json.dumps(body).encode()
                 r = await http.post(f"{url}/chat/completions", content=raw, headers=headers)
                 seen.append(r.text)
-            for path in ("/", "/metrics", "/v1/lanes", "/v1/models", "/v1/approvals", "/health", "/ready"):
+            for path in (
+                "/",
+                "/metrics",
+                "/v1/lanes",
+                "/v1/models",
+                "/v1/approvals",
+                "/health",
+                "/ready",
+            ):
                 seen.append((await http.get(base + path)).text)
     seen += [record.getMessage() for record in caplog.records]
     haystack = "\n".join(seen)

@@ -41,8 +41,13 @@ def test_oversized_event_is_dropped_and_counted():
     assert decoder.oversized == 1
 
 
-events = st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=["Cs"]),
-                          max_size=20), max_size=8)
+events = st.lists(
+    st.text(
+        alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=["Cs"]),
+        max_size=20,
+    ),
+    max_size=8,
+)
 
 
 @given(events, st.sampled_from(["\n", "\r\n", "\r"]), st.data())

@@ -6,7 +6,18 @@ import pytest
 import trio
 
 import lanes
-from lanes.testing import ANSWER, answer, garbage, hang, malformed_chunk, no_done, open_fake, status, stream_cut, stream_stall
+from lanes.testing import (
+    ANSWER,
+    answer,
+    garbage,
+    hang,
+    malformed_chunk,
+    no_done,
+    open_fake,
+    status,
+    stream_cut,
+    stream_stall,
+)
 from helpers import config, local_lane, paid_lane
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
@@ -18,12 +29,17 @@ def job(**kw) -> lanes.Job:
 
 @pytest.fixture
 async def pair():
-    async with open_fake("local", models=("local-model",)) as local, open_fake("paid", models=("paid-model",)) as paid:
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         yield local, paid
 
 
 def cfg(local, paid, **local_extra):
-    return config(local_lane("local", local.base_url, **local_extra), paid_lane("paid", paid.base_url))
+    return config(
+        local_lane("local", local.base_url, **local_extra), paid_lane("paid", paid.base_url)
+    )
 
 
 async def collect(dispatcher, j):
@@ -45,9 +61,13 @@ async def test_healthy_stream_delivers_every_chunk(pair, env, autojump_clock):
 
 @pytest.mark.parametrize(
     ("fault", "tries"),
-    [pytest.param(hang(), 1, id="hung"), pytest.param(status(503), 2, id="503"),
-     pytest.param(garbage(), 2, id="garbage"), pytest.param(stream_cut(after=0), 2, id="cut-before-first-chunk"),
-     pytest.param(answer(delay_s=5), 1, id="slow-first-token")],
+    [
+        pytest.param(hang(), 1, id="hung"),
+        pytest.param(status(503), 2, id="503"),
+        pytest.param(garbage(), 2, id="garbage"),
+        pytest.param(stream_cut(after=0), 2, id="cut-before-first-chunk"),
+        pytest.param(answer(delay_s=5), 1, id="slow-first-token"),
+    ],
 )
 async def test_stream_falls_back_before_the_first_chunk(fault, tries, pair, env, autojump_clock):
     """Any failure before the first chunk reaches the caller falls back to the next lane freely
@@ -62,7 +82,9 @@ async def test_stream_falls_back_before_the_first_chunk(fault, tries, pair, env,
     assert [a.outcome for a in stream.attempts] == ["fault"] * tries + ["ok"]
 
 
-@pytest.mark.parametrize("fault", [stream_cut(after=3), stream_cut(after=3, clean=True)], ids=["dropped", "ended"])
+@pytest.mark.parametrize(
+    "fault", [stream_cut(after=3), stream_cut(after=3, clean=True)], ids=["dropped", "ended"]
+)
 async def test_cut_stream_after_chunks_is_never_a_clean_end(fault, pair, env, autojump_clock):
     """A stream cut after chunks were delivered raises StreamInterrupted; it never ends quietly."""
     local, paid = pair
@@ -122,8 +144,12 @@ async def test_stream_without_done_is_finalised(pair, env, autojump_clock):
 async def test_usage_is_reported_when_asked(pair, env, autojump_clock):
     """With stream_options.include_usage the final usage chunk is passed on and costed."""
     local, paid = pair
-    async with lanes.open_dispatcher(config(paid_lane("paid", paid.base_url)), env=env) as dispatcher:
-        stream, chunks = await collect(dispatcher, job(params={"stream_options": {"include_usage": True}}))
+    async with lanes.open_dispatcher(
+        config(paid_lane("paid", paid.base_url)), env=env
+    ) as dispatcher:
+        stream, chunks = await collect(
+            dispatcher, job(params={"stream_options": {"include_usage": True}})
+        )
     assert chunks[-1]["usage"]["total_tokens"] > 0
     assert stream.cost_usd > 0
 

@@ -28,24 +28,45 @@ def test_job_validation():
 
 def test_body_passes_params_through_and_sets_the_model():
     """The upstream body carries the caller's params untouched, with the chosen model."""
-    job = lanes.Job(messages=[{"role": "user", "content": "x"}], params={"tools": [1], "model": "ignored", "n": 2})
+    job = lanes.Job(
+        messages=[{"role": "user", "content": "x"}],
+        params={"tools": [1], "model": "ignored", "n": 2},
+    )
     body = job.body("m", stream=True)
-    assert body == {"tools": [1], "n": 2, "model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    assert body == {
+        "tools": [1],
+        "n": 2,
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "stream": True,
+    }
 
 
 def test_routes_and_costs():
     """Local is `local`; the first free candidate is `primary` (its same-candidate retry too), another
     free one `free_retry`; paid is `paid_fallback`; a paid answer costs its usage at its prices."""
-    record = JobRecord(lanes.Job(messages=[{"role": "user", "content": "x"}]), deadline_at=10.0, started_at=0.0)
-    local, a, b = (Candidate(lane="l", model="m", tier="local"), Candidate(lane="a", model="m", tier="free"),
-                   Candidate(lane="b", model="m", tier="free"))
-    paid = Candidate(lane="p", model="m", tier="paid", input_usd_per_mtok=1.0, output_usd_per_mtok=2.0)
+    record = JobRecord(
+        lanes.Job(messages=[{"role": "user", "content": "x"}]), deadline_at=10.0, started_at=0.0
+    )
+    local, a, b = (
+        Candidate(lane="l", model="m", tier="local"),
+        Candidate(lane="a", model="m", tier="free"),
+        Candidate(lane="b", model="m", tier="free"),
+    )
+    paid = Candidate(
+        lane="p", model="m", tier="paid", input_usd_per_mtok=1.0, output_usd_per_mtok=2.0
+    )
     assert [record.route_for(local), record.route_for(a)] == ["local", "primary"]
     record.record(a, "fault", route="primary", duration_s=0.1)
-    assert [record.route_for(a), record.route_for(b), record.route_for(paid)] == ["primary", "free_retry",
-                                                                                    "paid_fallback"]
+    assert [record.route_for(a), record.route_for(b), record.route_for(paid)] == [
+        "primary",
+        "free_retry",
+        "paid_fallback",
+    ]
     usage = {"prompt_tokens": 1_000_000, "completion_tokens": 500_000}
-    assert usage_cost(usage, paid.input_usd_per_mtok, paid.output_usd_per_mtok) == pytest.approx(2.0)
+    assert usage_cost(usage, paid.input_usd_per_mtok, paid.output_usd_per_mtok) == pytest.approx(
+        2.0
+    )
     assert usage_cost({"prompt_tokens": "junk", "completion_tokens": 1}, 1.0, 2.0) is None
 
 
@@ -71,9 +92,11 @@ def test_complete_sync_serves_callers_outside_trio():
     thread.start()
     try:
         assert ready.wait(10)
-        reply = lanes.complete_sync(config(local_lane("local", box["url"])),
-                                    lanes.Job(messages=[{"role": "user", "content": "hi"}], deadline_s=10),
-                                    env={"PAID_API_KEY": PAID_KEY})
+        reply = lanes.complete_sync(
+            config(local_lane("local", box["url"])),
+            lanes.Job(messages=[{"role": "user", "content": "hi"}], deadline_s=10),
+            env={"PAID_API_KEY": PAID_KEY},
+        )
     finally:
         stop.set()
         thread.join(10)
@@ -83,14 +106,19 @@ def test_complete_sync_serves_callers_outside_trio():
 def test_complete_sync_refuses_an_absolute_deadline():
     """An absolute deadline from another trio run is meaningless here, so it is refused."""
     with pytest.raises(ValueError, match="deadline_s"):
-        lanes.complete_sync(config(), lanes.Job(messages=[{"role": "user", "content": "x"}], deadline_at=5.0))
+        lanes.complete_sync(
+            config(), lanes.Job(messages=[{"role": "user", "content": "x"}], deadline_at=5.0)
+        )
 
 
 def test_complete_sync_raises_the_job_failure_itself():
     """A failed job leaves complete_sync (and open_dispatcher) as the JobFailed subclass, never a group."""
     port = free_port()  # nothing listens there: every attempt is refused
     with pytest.raises(lanes.NoLaneAvailable) as caught:
-        lanes.complete_sync(config(local_lane("local", f"http://127.0.0.1:{port}/v1")),
-                            lanes.Job(messages=[{"role": "user", "content": "hi"}], deadline_s=10), env={})
+        lanes.complete_sync(
+            config(local_lane("local", f"http://127.0.0.1:{port}/v1")),
+            lanes.Job(messages=[{"role": "user", "content": "hi"}], deadline_s=10),
+            env={},
+        )
     assert type(caught.value) is lanes.NoLaneAvailable
     assert "local/local-model: ConnectError" in str(caught.value) and caught.value.request_id

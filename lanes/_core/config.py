@@ -63,7 +63,9 @@ class ModelConfig:
     tools: bool | None = None  # capabilities; None = not known (not filtered on)
     vision: bool | None = None
     json_mode: bool | None = None
-    prefill: bool | None = None  # continues a trailing assistant message; None = the lane module's default
+    prefill: bool | None = (
+        None  # continues a trailing assistant message; None = the lane module's default
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -81,9 +83,15 @@ class LaneConfig:
     first_token_s: float = attrs.field(default=10.0, validator=positive)
     idle_s: float = attrs.field(default=10.0, validator=positive)
     min_useful_s: float = attrs.field(default=0.25, validator=non_negative)
-    balance_poll_s: float = attrs.field(default=600.0, validator=positive)  # credits: how often to ask the balance
-    discover: bool = False  # fetch the provider's model list (in the background) and route to its free models
-    catalog_refresh_s: float = attrs.field(default=21_600.0, validator=positive)  # how often to fetch it again
+    balance_poll_s: float = attrs.field(
+        default=600.0, validator=positive
+    )  # credits: how often to ask the balance
+    discover: bool = (
+        False  # fetch the provider's model list (in the background) and route to its free models
+    )
+    catalog_refresh_s: float = attrs.field(
+        default=21_600.0, validator=positive
+    )  # how often to fetch it again
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
     headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
 
@@ -100,8 +108,12 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = attrs.field(default=4098, validator=non_negative)
     max_body_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=positive)
-    keepalive_s: float = attrs.field(default=5.0, validator=positive)  # SSE comment while a stream waits
-    clients: dict[str, str] = attrs.field(factory=dict)  # client name → env variable holding its key
+    keepalive_s: float = attrs.field(
+        default=5.0, validator=positive
+    )  # SSE comment while a stream waits
+    clients: dict[str, str] = attrs.field(
+        factory=dict
+    )  # client name → env variable holding its key
     shutdown_grace_s: float = attrs.field(default=30.0, validator=non_negative)
 
 
@@ -114,9 +126,15 @@ class Config:
     default_deadline_s: float = attrs.field(default=30.0, validator=positive)
     free_lane: bool = True  # FREE_LANE=off in the environment wins over this
     log_bodies: bool = False
-    log_jobs: bool = True  # one INFO line per job on the `lanes.jobs` logger (id, route, lane, outcome, ms)
-    state: str = attrs.field(default=":memory:")  # the SQLite file shared on this host, or redis://host:port/db
-    local_state: str = ":memory:"  # with a Redis `state`: the SQLite file for this host's audit and canary answers
+    log_jobs: bool = (
+        True  # one INFO line per job on the `lanes.jobs` logger (id, route, lane, outcome, ms)
+    )
+    state: str = attrs.field(
+        default=":memory:"
+    )  # the SQLite file shared on this host, or redis://host:port/db
+    local_state: str = (
+        ":memory:"  # with a Redis `state`: the SQLite file for this host's audit and canary answers
+    )
     policy: PolicyConfig = attrs.field(factory=PolicyConfig)
     server: ServerConfig = attrs.field(factory=ServerConfig)
     scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
@@ -125,8 +143,10 @@ class Config:
     def _state(self, attribute: attrs.Attribute, value: str) -> None:
         scheme, sep, rest = value.partition("://")
         if sep and scheme not in REDIS_SCHEMES:
-            raise ValueError(f'state: unsupported URL scheme "{scheme}"; expected a SQLite file path or '
-                             "redis://host:port/db")
+            raise ValueError(
+                f'state: unsupported URL scheme "{scheme}"; expected a SQLite file path or '
+                "redis://host:port/db"
+            )
         if sep and scheme != "unix" and not rest.split("/", 1)[0].rpartition("@")[2]:
             raise ValueError("state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0")
 
@@ -140,7 +160,9 @@ class Config:
         seen: set[str] = set()
         for i, lane in enumerate(value):
             if lane.name in seen:
-                raise ValueError(f'lanes[{i}].name: "{lane.name}" is used twice; lane names must be unique')
+                raise ValueError(
+                    f'lanes[{i}].name: "{lane.name}" is used twice; lane names must be unique'
+                )
             seen.add(lane.name)
 
     def free_lane_on(self, env: Mapping[str, str]) -> bool:
@@ -220,8 +242,13 @@ def _interpolate(value: Any, env: Mapping[str, str], path: str) -> Any:
     return value
 
 
-def structure(raw: Mapping[str, Any], cls: type[T], *, converter: cattrs.Converter | None = None,
-              what: str = "config") -> T:
+def structure(
+    raw: Mapping[str, Any],
+    cls: type[T],
+    *,
+    converter: cattrs.Converter | None = None,
+    what: str = "config",
+) -> T:
     """Structure `raw` into `cls`, refusing unknown keys; `ConfigError` lists every problem at once."""
     try:
         return (converter or _CONVERTER).structure(raw, cls)

@@ -135,7 +135,9 @@ class UpstreamRejected(JobFailed):
 
     code = "upstream_rejected"
 
-    def __init__(self, message: str, *, upstream_status: int, upstream_code: str | None = None, **kw: Any) -> None:
+    def __init__(
+        self, message: str, *, upstream_status: int, upstream_code: str | None = None, **kw: Any
+    ) -> None:
         super().__init__(message, **kw)
         self.upstream_status = upstream_status
         self.upstream_code = upstream_code

@@ -164,7 +164,9 @@ class Reply:
     cost_usd: float = 0.0
     usage: Mapping[str, Any] | None = None
     explored: bool = False  # served by a runner-up tried on purpose, so the ranking does not ossify
-    raw: bytes = attrs.field(default=b"", repr=False)  # the upstream's body bytes, for byte-exact relaying
+    raw: bytes = attrs.field(
+        default=b"", repr=False
+    )  # the upstream's body bytes, for byte-exact relaying
     request_id: str = ""  # the job's id: its audit row, and X-Lanes-Request-Id over HTTP
 
     @property
@@ -174,4 +176,3 @@ class Reply:
             return self.body["choices"][0]["message"].get("content") or ""
         except (KeyError, IndexError, TypeError, AttributeError):
             return ""
-

@@ -46,8 +46,14 @@ async def open_dispatcher(
     try:
         async with open_upstream() as upstream, trio.open_nursery() as nursery:
             manager = FreeTierManager()
-            dispatcher = Dispatcher(config=config, loaded=load_lanes(config, upstream=upstream, env=env), env=env,
-                                    store=store, manager=manager, wall_offset=wall_offset)
+            dispatcher = Dispatcher(
+                config=config,
+                loaded=load_lanes(config, upstream=upstream, env=env),
+                env=env,
+                store=store,
+                manager=manager,
+                wall_offset=wall_offset,
+            )
             sync = StateSync(manager, store, dispatcher)
             dispatcher.routing.nudge = sync.kick
             await sync.load(dispatcher.now_wall())
@@ -65,7 +71,9 @@ async def open_dispatcher(
             log.info("lanes ready: %s", ", ".join(dispatcher.routing.lanes) or "none")
             try:
                 yield dispatcher
-            except Exception as exc:  # re-raised below, outside the nursery, so it is not wrapped in a group
+            except (
+                Exception
+            ) as exc:  # re-raised below, outside the nursery, so it is not wrapped in a group
                 failure = exc
             finally:
                 nursery.cancel_scope.cancel()
@@ -84,7 +92,9 @@ def open_store(config: Config) -> Store:
     return SQLiteStore(config.state)
 
 
-async def _check_reachable(dispatcher: Dispatcher, lane: OpenAICompatibleLane, within_s: float = 2.0) -> None:
+async def _check_reachable(
+    dispatcher: Dispatcher, lane: OpenAICompatibleLane, within_s: float = 2.0
+) -> None:
     """At startup, in the background: one log line for a provider on an IP address or localhost
     that does not accept a connection. Hostnames are not looked up here (a lookup can hang and
     leaves the machine); the first request finds out. Startup never waits for this."""
@@ -101,13 +111,20 @@ async def _check_reachable(dispatcher: Dispatcher, lane: OpenAICompatibleLane, w
         except OSError as exc:
             reason = exc.strerror or str(exc)[:120] or type(exc).__name__
             dispatcher.routing.unreachable[lane.name] = f"unreachable at startup ({reason})"
-            log.warning("lane %s: provider unreachable at startup (%s); serving from the others until it answers",
-                        lane.name, reason)
+            log.warning(
+                "lane %s: provider unreachable at startup (%s); serving from the others until it answers",
+                lane.name,
+                reason,
+            )
             return
         await stream.aclose()
         return
-    dispatcher.routing.unreachable[lane.name] = f"accepted no connection within {within_s:g}s at startup"
-    log.warning("lane %s: provider accepted no connection within %gs at startup", lane.name, within_s)
+    dispatcher.routing.unreachable[lane.name] = (
+        f"accepted no connection within {within_s:g}s at startup"
+    )
+    log.warning(
+        "lane %s: provider accepted no connection within %gs at startup", lane.name, within_s
+    )
 
 
 async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
@@ -119,11 +136,20 @@ async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
             try:
                 listed = await lane.refresh_catalog()
             except UpstreamError as exc:
-                log.warning("lane %s: model list unavailable (%s); routing to configured models", lane.name, exc)
+                log.warning(
+                    "lane %s: model list unavailable (%s); routing to configured models",
+                    lane.name,
+                    exc,
+                )
             else:
                 dispatcher.routing.register_prices(lane)
                 if first:
-                    log.info("lane %s: %d models listed, %d routable", lane.name, listed, len(lane.candidates))
+                    log.info(
+                        "lane %s: %d models listed, %d routable",
+                        lane.name,
+                        listed,
+                        len(lane.candidates),
+                    )
                 first = False
         with trio.move_on_after(lane.config.catalog_refresh_s):
             await event.wait()
@@ -136,14 +162,22 @@ async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> N
             try:
                 remaining = await lane.fetch_balance()
             except UpstreamError as exc:
-                log.warning("lane %s: balance endpoint failed (%s); keeping the local estimate", lane.name, exc)
+                log.warning(
+                    "lane %s: balance endpoint failed (%s); keeping the local estimate",
+                    lane.name,
+                    exc,
+                )
             else:
                 if remaining is not None:
-                    dispatcher.routing.manager.set_balance(lane.name, remaining, now=dispatcher.now_wall())
+                    dispatcher.routing.manager.set_balance(
+                        lane.name, remaining, now=dispatcher.now_wall()
+                    )
         await trio.sleep(lane.config.balance_poll_s)
 
 
-def complete_sync(config: Config | str | os.PathLike[str], job: Job, *, env: Mapping[str, str] | None = None) -> Reply:
+def complete_sync(
+    config: Config | str | os.PathLike[str], job: Job, *, env: Mapping[str, str] | None = None
+) -> Reply:
     """`complete` for code that does not run trio: opens a dispatcher, serves one job, closes it.
 
     The job must carry `deadline_s` (or none, for the configured default): an absolute

@@ -23,7 +23,9 @@ class ModelStatistics:
     model: str
     key: str  # "lane/model"
     tier: str
-    free_now: bool  # could be sent a request now: not switched off, held back or behind an open breaker
+    free_now: (
+        bool  # could be sent a request now: not switched off, held back or behind an open breaker
+    )
     reason: str  # why not ("" when it could)
     breaker: BreakerStatistics
     backoff_s: float
@@ -77,8 +79,13 @@ class Statistics:
         return next(m for m in self.lane(lane).models if m.model == model)
 
 
-def snapshot(routing: Routing, *, store: Store, unavailable: Mapping[str, str],
-             recent: tuple[Mapping[str, Any], ...]) -> Statistics:
+def snapshot(
+    routing: Routing,
+    *,
+    store: Store,
+    unavailable: Mapping[str, str],
+    recent: tuple[Mapping[str, Any], ...],
+) -> Statistics:
     now, now_wall = trio.current_time(), routing.now_wall()
     manager, gate = routing.manager, routing.gate
     lanes = []
@@ -89,27 +96,62 @@ def snapshot(routing: Routing, *, store: Store, unavailable: Mapping[str, str],
             backoff = manager.is_in_backoff(c.lane, c.model, now_wall)
             reported = manager.snapshots.get(manager.scope(c.lane, c.model))
             reason = gate.refusal(c)
-            models.append(ModelStatistics(
-                model=c.model, key=c.key, tier=c.tier, free_now=reason is None, reason=reason or "",
-                breaker=breakers.model_statistics(c.model, now),
-                backoff_s=round(backoff.until - now_wall, 3) if backoff else 0.0,
-                backoff_reason=backoff.reason if backoff else None,
-                requests_remaining=reported[1].requests_remaining if reported else None,
-                tokens_remaining=reported[1].tokens_remaining if reported else None,
-                used_today=manager.usage.used(manager.scope(c.lane, c.model), "requests", "day", now_wall),
-                quarantined=gate.quarantine.get(c.key)))
+            models.append(
+                ModelStatistics(
+                    model=c.model,
+                    key=c.key,
+                    tier=c.tier,
+                    free_now=reason is None,
+                    reason=reason or "",
+                    breaker=breakers.model_statistics(c.model, now),
+                    backoff_s=round(backoff.until - now_wall, 3) if backoff else 0.0,
+                    backoff_reason=backoff.reason if backoff else None,
+                    requests_remaining=reported[1].requests_remaining if reported else None,
+                    tokens_remaining=reported[1].tokens_remaining if reported else None,
+                    used_today=manager.usage.used(
+                        manager.scope(c.lane, c.model), "requests", "day", now_wall
+                    ),
+                    quarantined=gate.quarantine.get(c.key),
+                )
+            )
         free_lane_off = not gate.free_lane_on and any(c.tier == "free" for c in lane.candidates)
-        lanes.append(LaneStatistics(
-            name=name, provider=lane.provider.name, kind=lane.free_tier.kind,
-            off=name in gate.switched_off or free_lane_off, breaker=breakers.lane.statistics(now),
-            models=tuple(models), unreachable=routing.unreachable.get(name),
-            credits_left_usd=manager.credit_left(name, now_wall) if isinstance(lane.free_tier, CreditBased) else None))
-    approvals = tuple({"id": a.id, "client": a.client, "exhausted": list(a.exhausted), "candidate": a.candidate,
-                       "estimated_cost_usd": a.estimated_cost_usd, "created_at": a.created_at}
-                      for a in routing.approvals.pending.values())
+        lanes.append(
+            LaneStatistics(
+                name=name,
+                provider=lane.provider.name,
+                kind=lane.free_tier.kind,
+                off=name in gate.switched_off or free_lane_off,
+                breaker=breakers.lane.statistics(now),
+                models=tuple(models),
+                unreachable=routing.unreachable.get(name),
+                credits_left_usd=manager.credit_left(name, now_wall)
+                if isinstance(lane.free_tier, CreditBased)
+                else None,
+            )
+        )
+    approvals = tuple(
+        {
+            "id": a.id,
+            "client": a.client,
+            "exhausted": list(a.exhausted),
+            "candidate": a.candidate,
+            "estimated_cost_usd": a.estimated_cost_usd,
+            "created_at": a.created_at,
+        }
+        for a in routing.approvals.pending.values()
+    )
     return Statistics(
-        at=now_wall, free_lane=gate.free_lane_on, lanes=tuple(lanes), unavailable=dict(unavailable),
-        paid_spent_today_usd=routing.ledger.spent_today(), paid_ceiling_usd=routing.policy.paid_ceiling_usd_per_day,
-        fallback=routing.policy.free_tier_fallback, approvals=approvals, recent=recent,
-        quarantined=dict(gate.quarantine), store=StoreStatistics(kind=store.kind, where=store.where, up=store.up),
-        explored=routing.ranking.explored, explored_served=routing.ranking.explored_ok)
+        at=now_wall,
+        free_lane=gate.free_lane_on,
+        lanes=tuple(lanes),
+        unavailable=dict(unavailable),
+        paid_spent_today_usd=routing.ledger.spent_today(),
+        paid_ceiling_usd=routing.policy.paid_ceiling_usd_per_day,
+        fallback=routing.policy.free_tier_fallback,
+        approvals=approvals,
+        recent=recent,
+        quarantined=dict(gate.quarantine),
+        store=StoreStatistics(kind=store.kind, where=store.where, up=store.up),
+        explored=routing.ranking.explored,
+        explored_served=routing.ranking.explored_ok,
+    )

@@ -20,7 +20,9 @@ def at_least(minimum: float, *, hint: str = "") -> Validator:
         if value is None:
             return
         if isinstance(value, float) and not math.isfinite(value) or not value >= minimum:
-            raise ValueError(f"{attribute.name}: must be >= {minimum:g} (got {_shown(value)}){hint}")
+            raise ValueError(
+                f"{attribute.name}: must be >= {minimum:g} (got {_shown(value)}){hint}"
+            )
 
     return check
 

@@ -32,7 +32,13 @@ PRIVACY = {"any", "zdr", "local"}
 
 
 class BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str = "invalid_request"):
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        status: int = 400,
+        code: str = "invalid_request",
+    ):
         super().__init__(message)
         self.param, self.status, self.code = param, status, code
 
@@ -52,10 +58,15 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
         if not isinstance(message, dict):
             raise BadRequest(f"messages[{i}] must be an object", f"messages[{i}]")
         if message.get("role") not in ROLES:
-            raise BadRequest(f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}", f"messages[{i}].role")
+            raise BadRequest(
+                f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}",
+                f"messages[{i}].role",
+            )
         content = message.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise BadRequest(f"messages[{i}].content must be a string or an array", f"messages[{i}].content")
+            raise BadRequest(
+                f"messages[{i}].content must be a string or an array", f"messages[{i}].content"
+            )
     model = body.get("model", "auto")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' must be a non-empty string", "model")
@@ -66,36 +77,54 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
     deadline_s = None
     if (raw_deadline := headers.get("x-lanes-deadline-ms")) is not None:
         if not raw_deadline.isdigit() or not 0 < int(raw_deadline) <= 3_600_000:
-            raise BadRequest("X-Lanes-Deadline-Ms must be whole milliseconds in 1..3600000", "X-Lanes-Deadline-Ms")
+            raise BadRequest(
+                "X-Lanes-Deadline-Ms must be whole milliseconds in 1..3600000",
+                "X-Lanes-Deadline-Ms",
+            )
         deadline_s = int(raw_deadline) / 1000
     privacy = headers.get("x-lanes-privacy", "any").strip().lower()
     if privacy not in PRIVACY:
         raise BadRequest("X-Lanes-Privacy must be any, zdr or local", "X-Lanes-Privacy")
-    job = Job(messages=messages, params=params, model=model, deadline_s=deadline_s, client=client,
-              cohort=headers.get("x-lanes-cohort") or None, request_class=headers.get("x-lanes-class") or None,
-              privacy=privacy)
+    job = Job(
+        messages=messages,
+        params=params,
+        model=model,
+        deadline_s=deadline_s,
+        client=client,
+        cohort=headers.get("x-lanes-cohort") or None,
+        request_class=headers.get("x-lanes-class") or None,
+        privacy=privacy,
+    )
     return job, stream
 
 
 def reply_headers(reply: Reply) -> dict[str, str]:
     explored = {"X-Lanes-Explored": "1"} if reply.explored else {}
-    return explored | {"X-Lanes-Request-Id": reply.request_id, "X-Lanes-Lane": reply.lane, "X-Lanes-Provider": reply.provider, "X-Lanes-Model": reply.model,
-            "X-Lanes-Route": reply.route, "X-Lanes-Attempts": str(len(reply.attempts)),
-            "X-Lanes-Cost-Usd": f"{reply.cost_usd:.6f}"}
+    return explored | {
+        "X-Lanes-Request-Id": reply.request_id,
+        "X-Lanes-Lane": reply.lane,
+        "X-Lanes-Provider": reply.provider,
+        "X-Lanes-Model": reply.model,
+        "X-Lanes-Route": reply.route,
+        "X-Lanes-Attempts": str(len(reply.attempts)),
+        "X-Lanes-Cost-Usd": f"{reply.cost_usd:.6f}",
+    }
 
 
 def parse_decision(value: Any) -> str | float:
-    """"once", "deny", seconds, or a duration such as "1h" / "30m" (seconds returned)."""
+    """ "once", "deny", seconds, or a duration such as "1h" / "30m" (seconds returned)."""
     if value in ("once", "deny"):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)
     if isinstance(value, str) and (seconds := go_duration(value)) and seconds > 0:
         return seconds
-    raise BadRequest("'decision' must be \"once\", \"deny\" or a duration such as \"1h\"", "decision")
+    raise BadRequest('\'decision\' must be "once", "deny" or a duration such as "1h"', "decision")
 
 
-def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metrics | None = None) -> Starlette:
+def build_app(
+    dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metrics | None = None
+) -> Starlette:
     """The sidecar's app over an open dispatcher."""
     server = dispatcher.config.server
     keys = {env[var]: name for name, var in server.clients.items() if env.get(var)}
@@ -117,12 +146,18 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > server.max_body_bytes:
-            raise BadRequest(f"the body is over {server.max_body_bytes} bytes", status=413, code="body_too_large")
+            raise BadRequest(
+                f"the body is over {server.max_body_bytes} bytes", status=413, code="body_too_large"
+            )
         parts, size = [], 0
         async for part in request.stream():
             size += len(part)
             if size > server.max_body_bytes:
-                raise BadRequest(f"the body is over {server.max_body_bytes} bytes", status=413, code="body_too_large")
+                raise BadRequest(
+                    f"the body is over {server.max_body_bytes} bytes",
+                    status=413,
+                    code="body_too_large",
+                )
             parts.append(part)
         return b"".join(parts)
 
@@ -136,19 +171,32 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
             return error_response(exc.status, str(exc), exc.code, param=exc.param)
         except JobFailed as exc:
             status, body, headers = job_failed(exc)
-            return JSONResponse(body, status_code=status, headers=headers | {"X-Lanes-Request-Id": job_id})
+            return JSONResponse(
+                body, status_code=status, headers=headers | {"X-Lanes-Request-Id": job_id}
+            )
         if stream:
             return SSERelay(dispatcher, job, keepalive_s=server.keepalive_s, metrics=metrics)
         started = trio.current_time()
         try:
             reply = await dispatcher.complete(job)
         except JobFailed as exc:
-            metrics.job(route="none", lane="none", outcome=exc.code, latency_s=trio.current_time() - started,
-                        attempts=exc.attempts)
+            metrics.job(
+                route="none",
+                lane="none",
+                outcome=exc.code,
+                latency_s=trio.current_time() - started,
+                attempts=exc.attempts,
+            )
             status, body, headers = job_failed(exc)
             return JSONResponse(body, status_code=status, headers=headers)
-        metrics.job(route=reply.route, lane=reply.lane, outcome="ok", latency_s=trio.current_time() - started,
-                    attempts=reply.attempts, cost=reply.cost_usd)
+        metrics.job(
+            route=reply.route,
+            lane=reply.lane,
+            outcome="ok",
+            latency_s=trio.current_time() - started,
+            attempts=reply.attempts,
+            cost=reply.cost_usd,
+        )
         if reply.raw:  # the upstream's own bytes, not a re-encoding of them
             return Response(reply.raw, media_type="application/json", headers=reply_headers(reply))
         return JSONResponse(dict(reply.body), headers=reply_headers(reply))
@@ -158,7 +206,9 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
 
     async def is_ready(request: Request) -> Response:
         serving = ready(dispatcher.statistics())
-        return JSONResponse({"ready": bool(serving), "lanes": serving}, status_code=200 if serving else 503)
+        return JSONResponse(
+            {"ready": bool(serving), "lanes": serving}, status_code=200 if serving else 503
+        )
 
     async def models(request: Request) -> Response:
         return JSONResponse(models_list(dispatcher, dispatcher.statistics()))
@@ -197,7 +247,9 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
         return JSONResponse({"id": approval.id, "decision": approval.decision})
 
     async def prometheus(request: Request) -> Response:
-        return PlainTextResponse(metrics.render(dispatcher.statistics()), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            metrics.render(dispatcher.statistics()), media_type="text/plain; version=0.0.4"
+        )
 
     async def page(request: Request) -> Response:
         return HTMLResponse(PAGE)
@@ -206,16 +258,22 @@ def build_app(dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metric
         return error_response(404, f"no route {request.url.path}", "not_found")
 
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
-        return error_response(405, f"{request.method} is not allowed on {request.url.path}", "method_not_allowed")
+        return error_response(
+            405, f"{request.method} is not allowed on {request.url.path}", "method_not_allowed"
+        )
 
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/health", health), Route("/ready", is_ready), Route("/v1/models", models),
-        Route("/v1/lanes", lanes_view), Route("/v1/lanes/{name}/{action:str}", switch, methods=["POST"]),
-        Route("/v1/approvals", approvals), Route("/v1/approvals/{approval_id}", decide, methods=["POST"]),
-        Route("/metrics", prometheus), Route("/", page),
+        Route("/health", health),
+        Route("/ready", is_ready),
+        Route("/v1/models", models),
+        Route("/v1/lanes", lanes_view),
+        Route("/v1/lanes/{name}/{action:str}", switch, methods=["POST"]),
+        Route("/v1/approvals", approvals),
+        Route("/v1/approvals/{approval_id}", decide, methods=["POST"]),
+        Route("/metrics", prometheus),
+        Route("/", page),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.metrics = metrics
     return app
-

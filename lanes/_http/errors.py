@@ -20,8 +20,17 @@ from lanes._core.errors import (
     UpstreamRejected,
 )
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-         413: "invalid_request_error", 429: "rate_limit_error", 502: "api_error", 503: "api_error", 504: "timeout_error"}
+TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "api_error",
+    504: "timeout_error",
+}
 
 
 #: The HTTP status of each way a job can fail; the most specific class wins (see `http_status`).
@@ -44,21 +53,42 @@ def http_status(exc: JobFailed) -> int:
     return next(status for cls, status in STATUSES if isinstance(exc, cls))
 
 
-def error_body(status: int, message: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": TYPES.get(status, "api_error"), "code": code, "param": param}}
+def error_body(
+    status: int, message: str, code: str | None, param: str | None = None
+) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": TYPES.get(status, "api_error"),
+            "code": code,
+            "param": param,
+        }
+    }
 
 
-def error_response(status: int, message: str, code: str | None, *, param: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, code, param), status_code=status, headers=headers)
+def error_response(
+    status: int,
+    message: str,
+    code: str | None,
+    *,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        error_body(status, message, code, param), status_code=status, headers=headers
+    )
 
 
 def retry_after(seconds: float | None) -> str:
     """Whole seconds, rounded up, never 0."""
-    return str(max(1, math.ceil(seconds))) if seconds is not None and math.isfinite(seconds) else "1"
+    return (
+        str(max(1, math.ceil(seconds))) if seconds is not None and math.isfinite(seconds) else "1"
+    )
 
 
-def job_failed(exc: JobFailed, *, approvals_url: str = "/") -> tuple[int, dict[str, Any], dict[str, str]]:
+def job_failed(
+    exc: JobFailed, *, approvals_url: str = "/"
+) -> tuple[int, dict[str, Any], dict[str, str]]:
     """(status, body, headers) for a job that ended without an answer."""
     status, code, headers = http_status(exc), exc.code, {"X-Lanes-Attempts": str(len(exc.attempts))}
     if exc.request_id:
@@ -72,10 +102,16 @@ def job_failed(exc: JobFailed, *, approvals_url: str = "/") -> tuple[int, dict[s
     elif isinstance(exc, FallbackNeedsApproval):
         headers["Retry-After"] = retry_after(exc.retry_after_s)
         headers["X-Lanes-Approval"] = exc.approval_id
-        message = f"{message}; approve it at {approvals_url} or POST /v1/approvals/{exc.approval_id}"
+        message = (
+            f"{message}; approve it at {approvals_url} or POST /v1/approvals/{exc.approval_id}"
+        )
     elif isinstance(exc, UpstreamRejected):
         code = exc.upstream_code or code
-    elif type(exc) is NoLaneAvailable and exc.attempts and all(a.category == "malformed" for a in exc.attempts):
+    elif (
+        type(exc) is NoLaneAvailable
+        and exc.attempts
+        and all(a.category == "malformed" for a in exc.attempts)
+    ):
         status, code = 502, "bad_upstream_response"
     body = error_body(status, message, code)
     if isinstance(exc, FallbackNeedsApproval):

@@ -35,9 +35,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-async def serve(config: Config | str | os.PathLike[str] | None, *, host: str | None = None, port: int | None = None,
-                simulate: bool = False, env: Mapping[str, str] | None = None,
-                task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def serve(
+    config: Config | str | os.PathLike[str] | None,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    simulate: bool = False,
+    env: Mapping[str, str] | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL."""
     env = dict(os.environ if env is None else env)
     async with AsyncExitStack() as stack:
@@ -46,18 +52,29 @@ async def serve(config: Config | str | os.PathLike[str] | None, *, host: str | N
 
             fakes = await stack.enter_async_context(open_simulation())
             base = read_config(config, env=env) if config else None
-            config = load_config(simulated_config(fakes, state=base.state if base else ":memory:",
-                                                     local_state=base.local_state if base else ":memory:"), env=env)
+            config = load_config(
+                simulated_config(
+                    fakes,
+                    state=base.state if base else ":memory:",
+                    local_state=base.local_state if base else ":memory:",
+                ),
+                env=env,
+            )
             env = {**SIM_KEYS, **env}
-            log.warning("simulated providers on 127.0.0.1: %s",
-                        ", ".join(f"{n}={f.port}" for n, f in fakes.items()))
+            log.warning(
+                "simulated providers on 127.0.0.1: %s",
+                ", ".join(f"{n}={f.port}" for n, f in fakes.items()),
+            )
         elif not isinstance(config, Config):
             config = read_config(config or "config/lanes.toml", env=env)
         host = host or config.server.host
         port = config.server.port if port is None else port
         if not is_loopback(host) and not config.server.clients:
-            raise ConfigError(f"server.host: refusing to bind {host} with no client keys; configure "
-                              "[server.clients] or bind 127.0.0.1", key="server.host")
+            raise ConfigError(
+                f"server.host: refusing to bind {host} with no client keys; configure "
+                "[server.clients] or bind 127.0.0.1",
+                key="server.host",
+            )
         dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
         app = build_app(dispatcher, env=env)
         hc = HypercornConfig()
@@ -66,17 +83,23 @@ async def serve(config: Config | str | os.PathLike[str] | None, *, host: str | N
         hc.accesslog = None
         hc.errorlog = logging.getLogger("lanes.http")
         hc.keep_alive_timeout = 75
-        hc.backlog = 4096  # hypercorn's default of 100 drops connects in a burst (seen: +1 s SYN retries)
+        hc.backlog = (
+            4096  # hypercorn's default of 100 drops connects in a burst (seen: +1 s SYN retries)
+        )
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_signals, shutdown)
 
             async def run_server(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-                await hypercorn_serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+                await hypercorn_serve(
+                    app, hc, shutdown_trigger=shutdown.wait, task_status=task_status
+                )
 
             binds = await nursery.start(run_server)
             url = binds[0] if binds else f"http://{host}:{port}"
-            log.warning("lanes serving on %s (lanes: %s)", url, ", ".join(dispatcher.lanes) or "none")
+            log.warning(
+                "lanes serving on %s (lanes: %s)", url, ", ".join(dispatcher.lanes) or "none"
+            )
             task_status.started(url)
             await shutdown.wait()
             nursery.cancel_scope.deadline = trio.current_time() + config.server.shutdown_grace_s + 1

@@ -13,47 +13,91 @@ from lanes._core.statistics import Statistics
 def ready(stats: Statistics) -> list[str]:
     """The lanes that could serve a job now: some candidate passes every gate, and the provider did
     not refuse connections at startup (or has answered since)."""
-    return sorted({lane.name for lane in stats.lanes if lane.unreachable is None
-                   and any(m.free_now for m in lane.models)})
+    return sorted(
+        {
+            lane.name
+            for lane in stats.lanes
+            if lane.unreachable is None and any(m.free_now for m in lane.models)
+        }
+    )
 
 
 def models_list(dispatcher: Dispatcher, stats: Statistics) -> dict[str, Any]:
-    data: list[dict[str, Any]] = [{"id": "auto", "object": "model", "owned_by": "lanes", "tier": "auto"}]
-    data += [{"id": alias, "object": "model", "owned_by": "lanes", "tier": "alias", "candidates": keys}
-             for alias, keys in dispatcher.config.aliases.items()]
+    data: list[dict[str, Any]] = [
+        {"id": "auto", "object": "model", "owned_by": "lanes", "tier": "auto"}
+    ]
+    data += [
+        {"id": alias, "object": "model", "owned_by": "lanes", "tier": "alias", "candidates": keys}
+        for alias, keys in dispatcher.config.aliases.items()
+    ]
     for lane in stats.lanes:
         context = {c.model: c.context for c in dispatcher.lanes[lane.name].candidates}
         for m in lane.models:
-            data.append({"id": m.key, "object": "model", "owned_by": lane.provider, "tier": m.tier,
-                         "context_length": context.get(m.model), "free_now": m.tier != "paid" and m.free_now,
-                         "free_reason": m.reason})
+            data.append(
+                {
+                    "id": m.key,
+                    "object": "model",
+                    "owned_by": lane.provider,
+                    "tier": m.tier,
+                    "context_length": context.get(m.model),
+                    "free_now": m.tier != "paid" and m.free_now,
+                    "free_reason": m.reason,
+                }
+            )
     return {"object": "list", "data": data}
 
 
 def breaker_view(stats: BreakerStatistics, now: float) -> dict[str, Any]:
-    return {"state": stats.state, "consecutive_faults": stats.consecutive_faults,
-            "reopen_in_s": round(stats.reopen_at - now, 3) if stats.reopen_at else None,
-            "open_for_s": round(now - stats.opened_at, 3) if stats.opened_at is not None else None}
+    return {
+        "state": stats.state,
+        "consecutive_faults": stats.consecutive_faults,
+        "reopen_in_s": round(stats.reopen_at - now, 3) if stats.reopen_at else None,
+        "open_for_s": round(now - stats.opened_at, 3) if stats.opened_at is not None else None,
+    }
 
 
 def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
     """`/v1/lanes`: `now` is trio's clock, for breaker times."""
     lanes = []
     for lane in stats.lanes:
-        models = [{"model": m.model, "tier": m.tier, "free_now": m.tier != "paid" and m.free_now,
-                   "available": m.free_now, "reason": m.reason, "breaker": breaker_view(m.breaker, now),
-                   "backoff_s": m.backoff_s, "backoff_reason": m.backoff_reason,
-                   "requests_remaining": m.requests_remaining, "tokens_remaining": m.tokens_remaining,
-                   "used_today": m.used_today, "quarantined": m.quarantined} for m in lane.models]
-        lanes.append({"name": lane.name, "provider": lane.provider, "kind": lane.kind, "off": lane.off,
-                      "breaker": breaker_view(lane.breaker, now), "credits_left_usd": lane.credits_left_usd,
-                      "models": models, "unreachable": lane.unreachable})
+        models = [
+            {
+                "model": m.model,
+                "tier": m.tier,
+                "free_now": m.tier != "paid" and m.free_now,
+                "available": m.free_now,
+                "reason": m.reason,
+                "breaker": breaker_view(m.breaker, now),
+                "backoff_s": m.backoff_s,
+                "backoff_reason": m.backoff_reason,
+                "requests_remaining": m.requests_remaining,
+                "tokens_remaining": m.tokens_remaining,
+                "used_today": m.used_today,
+                "quarantined": m.quarantined,
+            }
+            for m in lane.models
+        ]
+        lanes.append(
+            {
+                "name": lane.name,
+                "provider": lane.provider,
+                "kind": lane.kind,
+                "off": lane.off,
+                "breaker": breaker_view(lane.breaker, now),
+                "credits_left_usd": lane.credits_left_usd,
+                "models": models,
+                "unreachable": lane.unreachable,
+            }
+        )
     return {
         "free_lane": stats.free_lane,
         "lanes": lanes,
         "unavailable": dict(stats.unavailable),
-        "paid": {"spent_today_usd": stats.paid_spent_today_usd, "ceiling_usd": stats.paid_ceiling_usd,
-                 "fallback": stats.fallback},
+        "paid": {
+            "spent_today_usd": stats.paid_spent_today_usd,
+            "ceiling_usd": stats.paid_ceiling_usd,
+            "fallback": stats.fallback,
+        },
         "approvals": len(stats.approvals),
         "recent": [dict(r) for r in stats.recent],
         "canary": {"quarantined": dict(stats.quarantined)},

@@ -23,8 +23,11 @@ from lanes._core.streaming.stream import ReplyStream
 from lanes._http.errors import error_body, job_failed
 from lanes._http.metrics import Metrics
 
-SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-               (b"x-accel-buffering", b"no")]
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 def _event(payload: Any) -> bytes:
@@ -32,8 +35,15 @@ def _event(payload: Any) -> bytes:
 
 
 class SSERelay:
-    def __init__(self, dispatcher: Dispatcher, job: Job, *, keepalive_s: float, metrics: Metrics) -> None:
-        self.dispatcher, self.job, self.keepalive_s, self.metrics = dispatcher, job, keepalive_s, metrics
+    def __init__(
+        self, dispatcher: Dispatcher, job: Job, *, keepalive_s: float, metrics: Metrics
+    ) -> None:
+        self.dispatcher, self.job, self.keepalive_s, self.metrics = (
+            dispatcher,
+            job,
+            keepalive_s,
+            metrics,
+        )
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         to_writer, from_producer = trio.open_memory_channel[Event](64)
@@ -57,7 +67,9 @@ class SSERelay:
             await self._write(from_producer, send, started)
             nursery.cancel_scope.cancel()
 
-    async def _write(self, items: trio.MemoryReceiveChannel[Event], send: Any, started: float) -> None:
+    async def _write(
+        self, items: trio.MemoryReceiveChannel[Event], send: Any, started: float
+    ) -> None:
         try:
             first = await items.receive()
         except trio.EndOfChannel:
@@ -69,29 +81,49 @@ class SSERelay:
         stream: ReplyStream = first.stream
         headers = SSE_HEADERS + [
             (b"x-lanes-request-id", stream.request_id.encode()),
-            (b"x-lanes-lane", stream.lane.encode()), (b"x-lanes-provider", stream.provider.encode()),
-            (b"x-lanes-model", stream.model.encode()), (b"x-lanes-route", stream.route.encode()),
-            (b"x-lanes-attempts", str(stream.attempt_count).encode())]
+            (b"x-lanes-lane", stream.lane.encode()),
+            (b"x-lanes-provider", stream.provider.encode()),
+            (b"x-lanes-model", stream.model.encode()),
+            (b"x-lanes-route", stream.route.encode()),
+            (b"x-lanes-attempts", str(stream.attempt_count).encode()),
+        ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         last: ReplyStream = stream
         outcome = "ok"
         async for event in _with_keepalive(items, self.keepalive_s):
             if event is None:
-                await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+                await send(
+                    {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
+                )
             elif isinstance(event, Chunk):
-                await send({"type": "http.response.body", "body": _event(event.data), "more_body": True})
+                await send(
+                    {"type": "http.response.body", "body": _event(event.data), "more_body": True}
+                )
             elif isinstance(event, Ended):
                 last = event.stream
-                note = f": lanes lane={last.lane} route={last.route} cost_usd={last.cost_usd:.6f}\n\n"
-                await send({"type": "http.response.body", "body": note.encode() + b"data: [DONE]\n\n",
-                            "more_body": True})
+                note = (
+                    f": lanes lane={last.lane} route={last.route} cost_usd={last.cost_usd:.6f}\n\n"
+                )
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": note.encode() + b"data: [DONE]\n\n",
+                        "more_body": True,
+                    }
+                )
             elif isinstance(event, Broken):
                 outcome = "stream_interrupted"
                 body = error_body(502, str(event.error), "stream_interrupted")
                 await send({"type": "http.response.body", "body": _event(body), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        self.metrics.job(route=last.route, lane=last.lane, outcome=outcome, latency_s=trio.current_time() - started,
-                         attempts=last.attempts, cost=last.cost_usd)
+        self.metrics.job(
+            route=last.route,
+            lane=last.lane,
+            outcome=outcome,
+            latency_s=trio.current_time() - started,
+            attempts=last.attempts,
+            cost=last.cost_usd,
+        )
 
     async def _error_response(self, send: Any, exc: JobFailed, started: float) -> None:
         status, body, headers = job_failed(exc)
@@ -100,15 +132,24 @@ class SSERelay:
         head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": status, "headers": head})
         await send({"type": "http.response.body", "body": raw, "more_body": False})
-        self.metrics.job(route="none", lane="none", outcome=exc.code, latency_s=trio.current_time() - started,
-                         attempts=exc.attempts)
+        self.metrics.job(
+            route="none",
+            lane="none",
+            outcome=exc.code,
+            latency_s=trio.current_time() - started,
+            attempts=exc.attempts,
+        )
 
 
-async def _with_keepalive(items: trio.MemoryReceiveChannel[Event], keepalive_s: float) -> AsyncIterator[Event | None]:
+async def _with_keepalive(
+    items: trio.MemoryReceiveChannel[Event], keepalive_s: float
+) -> AsyncIterator[Event | None]:
     """The channel's events, with None after each `keepalive_s` of silence."""
     while True:
         event: Event | None = None
-        with trio.move_on_after(keepalive_s):  # never yield inside the scope: the caller's code runs there
+        with trio.move_on_after(
+            keepalive_s
+        ):  # never yield inside the scope: the caller's code runs there
             try:
                 event = await items.receive()
             except trio.EndOfChannel:

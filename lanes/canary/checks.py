@@ -11,7 +11,9 @@ from typing import Any
 
 from lanes.canary.prompts import Checks
 
-_REFUSAL = re.compile(r"\b(i can(?:'|no)t|i cannot|i'm unable|i am unable|as an ai\b|i won't)", re.IGNORECASE)
+_REFUSAL = re.compile(
+    r"\b(i can(?:'|no)t|i cannot|i'm unable|i am unable|as an ai\b|i won't)", re.IGNORECASE
+)
 
 
 def normalise(text: str) -> str:
@@ -20,7 +22,9 @@ def normalise(text: str) -> str:
     return text.strip("\"'`").rstrip(".").strip()
 
 
-def run_checks(checks: Checks, text: str, tool_calls: list[Mapping[str, Any]] | None = None) -> dict[str, bool]:
+def run_checks(
+    checks: Checks, text: str, tool_calls: list[Mapping[str, Any]] | None = None
+) -> dict[str, bool]:
     """Each configured check's result for an answer."""
     out: dict[str, bool] = {}
     norm = normalise(text)
@@ -30,7 +34,9 @@ def run_checks(checks: Checks, text: str, tool_calls: list[Mapping[str, Any]] | 
         out[f"contains:{needle}"] = normalise(needle) in norm
     if checks.json_keys:
         try:
-            parsed = json.loads(text.strip().removeprefix("```json").removeprefix("```").removesuffix("```"))
+            parsed = json.loads(
+                text.strip().removeprefix("```json").removeprefix("```").removesuffix("```")
+            )
             out["json"] = isinstance(parsed, dict) and all(k in parsed for k in checks.json_keys)
         except ValueError:
             out["json"] = False

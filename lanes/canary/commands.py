@@ -24,23 +24,36 @@ def main(args: argparse.Namespace) -> int:
         print(f"lanes canary: {exc}", file=sys.stderr)
         return 2
     if (config.local_state if config.shared_state else config.state) == ":memory:":
-        print("lanes canary: the canary keeps its answers in the state file; set `state` (or `local_state` with "
-              "a Redis `state`) in the config", file=sys.stderr)
+        print(
+            "lanes canary: the canary keeps its answers in the state file; set `state` (or `local_state` with "
+            "a Redis `state`) in the config",
+            file=sys.stderr,
+        )
         return 2
     if args.action == "run":
+
         def progress(done: int, total: int) -> None:
-            print(f"\rcanary: {done}/{total} probes", end="" if done < total else "\n", file=sys.stderr, flush=True)
+            print(
+                f"\rcanary: {done}/{total} probes",
+                end="" if done < total else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
 
         async def go() -> None:
             async with lanes.open_dispatcher(config) as dispatcher:
-                await run_canary(dispatcher, prompts, lanes_=args.lane, models=args.model, progress=progress)
+                await run_canary(
+                    dispatcher, prompts, lanes_=args.lane, models=args.model, progress=progress
+                )
 
         trio.run(go)
     store = open_store(config)
     try:
         if args.action == "pin":
             pinned = pin(store, keys=args.model)
-            print(f"pinned {len(pinned)} model(s): {', '.join(pinned) or 'none (run the canary first)'}")
+            print(
+                f"pinned {len(pinned)} model(s): {', '.join(pinned) or 'none (run the canary first)'}"
+            )
             return 0
         reports = report(store, prompts)
     finally:

@@ -10,7 +10,9 @@ from lanes.canary.score import ModelReport, summary
 
 
 def _when(at: float | None) -> str:
-    return dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if at else ""
+    return (
+        dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if at else ""
+    )
 
 
 def _first_change(r: ModelReport) -> str:
@@ -30,14 +32,21 @@ def table(reports: Sequence[ModelReport]) -> str:
 
 
 def as_json(reports: Sequence[ModelReport]) -> str:
-    return json.dumps({"models": summary(reports),
-                       "first_changes": {r.key: _first_change(r) for r in reports if _first_change(r)}}, indent=2)
+    return json.dumps(
+        {
+            "models": summary(reports),
+            "first_changes": {r.key: _first_change(r) for r in reports if _first_change(r)},
+        },
+        indent=2,
+    )
 
 
 def markdown(reports: Sequence[ModelReport]) -> str:
     rows = ["| model | verdict | drift | why | first change |", "|---|---|---|---|---|"]
     for r in reports:
-        rows.append(f"| `{r.key}` | {r.verdict} | {r.drift:.2f} | {r.reason} | {_first_change(r).replace('|', '/')} |")
+        rows.append(
+            f"| `{r.key}` | {r.verdict} | {r.drift:.2f} | {r.reason} | {_first_change(r).replace('|', '/')} |"
+        )
     return "# Canary report\n\n" + "\n".join(rows) + "\n"
 
 

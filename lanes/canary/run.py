@@ -21,9 +21,21 @@ from lanes.canary.prompts import CanaryConfig, Prompt
 from lanes.canary.score import Answer, ModelReport, score_model
 from lanes._core.job import Candidate, digest
 
-ANSWER_COLUMNS = {"run": int, "at": float, "key": str, "prompt": str, "status": str, "reason": str, "text": str,
-                  "sha256": str, "checks": str, "reported_model": str, "fingerprint": str, "latency_s": float,
-                  "tokens": int}
+ANSWER_COLUMNS = {
+    "run": int,
+    "at": float,
+    "key": str,
+    "prompt": str,
+    "status": str,
+    "reason": str,
+    "text": str,
+    "sha256": str,
+    "checks": str,
+    "reported_model": str,
+    "fingerprint": str,
+    "latency_s": float,
+    "tokens": int,
+}
 
 
 def ensure_tables(db: Any) -> None:
@@ -40,8 +52,13 @@ def _why_skip(dispatcher: lanes.Dispatcher, c: Candidate, min_quota_left: int) -
     return None
 
 
-async def _probe(dispatcher: lanes.Dispatcher, c: Candidate, prompt: Prompt, deadline_s: float,
-                 min_quota_left: int) -> Answer:
+async def _probe(
+    dispatcher: lanes.Dispatcher,
+    c: Candidate,
+    prompt: Prompt,
+    deadline_s: float,
+    min_quota_left: int,
+) -> Answer:
     at = dispatcher.now_wall()
     skip = _why_skip(dispatcher, c, min_quota_left)
     if skip is not None:
@@ -51,27 +68,54 @@ async def _probe(dispatcher: lanes.Dispatcher, c: Candidate, prompt: Prompt, dea
         params["seed"] = prompt.seed
     if prompt.tools:
         params["tools"] = prompt.tools
-    job = lanes.Job(messages=prompt.messages, params=params, model=c.key, deadline_s=deadline_s,
-                    client="canary", request_class="canary")
+    job = lanes.Job(
+        messages=prompt.messages,
+        params=params,
+        model=c.key,
+        deadline_s=deadline_s,
+        client="canary",
+        request_class="canary",
+    )
     try:
         reply = await dispatcher.complete(job)
     except lanes.JobFailed as exc:
-        return Answer(prompt=prompt.id, status="error", reason=f"{exc.code}: {str(exc)[:160]}", at=at)
+        return Answer(
+            prompt=prompt.id, status="error", reason=f"{exc.code}: {str(exc)[:160]}", at=at
+        )
     message = reply.body["choices"][0].get("message") or {}
     text = message.get("content") or ""
     checks = run_checks(prompt.checks, text, message.get("tool_calls"))
-    return Answer(prompt=prompt.id, status="ok", text=text, checks=checks,
-                  reported_model=str(reply.body.get("model", "")),
-                  fingerprint=str(reply.body.get("system_fingerprint") or ""), at=at)
+    return Answer(
+        prompt=prompt.id,
+        status="ok",
+        text=text,
+        checks=checks,
+        reported_model=str(reply.body.get("model", "")),
+        fingerprint=str(reply.body.get("system_fingerprint") or ""),
+        at=at,
+    )
 
 
-def free_candidates(dispatcher: lanes.Dispatcher, lanes_: Sequence[str] = (), models: Sequence[str] = ()) -> list[Candidate]:
-    return [c for c in dispatcher.candidates() if c.tier == "free"
-            and (not lanes_ or c.lane in lanes_) and (not models or c.model in models or c.key in models)]
+def free_candidates(
+    dispatcher: lanes.Dispatcher, lanes_: Sequence[str] = (), models: Sequence[str] = ()
+) -> list[Candidate]:
+    return [
+        c
+        for c in dispatcher.candidates()
+        if c.tier == "free"
+        and (not lanes_ or c.lane in lanes_)
+        and (not models or c.model in models or c.key in models)
+    ]
 
 
-async def run_canary(dispatcher: lanes.Dispatcher, config: CanaryConfig, *, lanes_: Sequence[str] = (),
-                     models: Sequence[str] = (), progress: Callable[[int, int], None] | None = None) -> int:
+async def run_canary(
+    dispatcher: lanes.Dispatcher,
+    config: CanaryConfig,
+    *,
+    lanes_: Sequence[str] = (),
+    models: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
     """Probe every selected free model with every prompt; store the answers; return the run id."""
     db = dispatcher.store.db
     ensure_tables(db)
@@ -86,7 +130,9 @@ async def run_canary(dispatcher: lanes.Dispatcher, config: CanaryConfig, *, lane
         nonlocal done
         async with limiter:
             started = trio.current_time()
-            answer = await _probe(dispatcher, c, prompt, settings.deadline_s, settings.min_quota_left)
+            answer = await _probe(
+                dispatcher, c, prompt, settings.deadline_s, settings.min_quota_left
+            )
             rows.append(_row(run, c.key, answer, trio.current_time() - started))
         done += 1
         if progress:
@@ -101,17 +147,34 @@ async def run_canary(dispatcher: lanes.Dispatcher, config: CanaryConfig, *, lane
 
 
 def _row(run: int, key: str, answer: Answer, latency_s: float) -> dict[str, Any]:
-    return {"run": run, "at": answer.at, "key": key, "prompt": answer.prompt, "status": answer.status,
-            "reason": answer.reason, "text": answer.text, "sha256": digest(answer.text)[0] if answer.text else "",
-            "checks": json.dumps(dict(answer.checks)), "reported_model": answer.reported_model,
-            "fingerprint": answer.fingerprint, "latency_s": latency_s if answer.status != "skipped" else 0.0,
-            "tokens": 0}
+    return {
+        "run": run,
+        "at": answer.at,
+        "key": key,
+        "prompt": answer.prompt,
+        "status": answer.status,
+        "reason": answer.reason,
+        "text": answer.text,
+        "sha256": digest(answer.text)[0] if answer.text else "",
+        "checks": json.dumps(dict(answer.checks)),
+        "reported_model": answer.reported_model,
+        "fingerprint": answer.fingerprint,
+        "latency_s": latency_s if answer.status != "skipped" else 0.0,
+        "tokens": 0,
+    }
 
 
 def _answer(row: dict[str, Any]) -> Answer:
-    return Answer(prompt=row["prompt"], status=row["status"], text=row["text"], checks=json.loads(row["checks"]),
-                  reported_model=row["reported_model"], fingerprint=row["fingerprint"], at=row["at"],
-                  reason=row["reason"])
+    return Answer(
+        prompt=row["prompt"],
+        status=row["status"],
+        text=row["text"],
+        checks=json.loads(row["checks"]),
+        reported_model=row["reported_model"],
+        fingerprint=row["fingerprint"],
+        at=row["at"],
+        reason=row["reason"],
+    )
 
 
 def latest_run(db: Any) -> int | None:
@@ -126,8 +189,11 @@ def pin(store: Any, *, keys: Sequence[str] = ()) -> list[str]:
     run = latest_run(db)
     if run is None:
         return []
-    rows = [r for r in db["canary_answer"].rows_where("run = ? AND status = 'ok'", [run])
-            if not keys or r["key"] in keys]
+    rows = [
+        r
+        for r in db["canary_answer"].rows_where("run = ? AND status = 'ok'", [run])
+        if not keys or r["key"] in keys
+    ]
     pinned = sorted({r["key"] for r in rows})
     for key in pinned:
         db["canary_baseline"].delete_where("key = ?", [key])
@@ -149,8 +215,16 @@ def report(store: Any, config: CanaryConfig) -> list[ModelReport]:
     for row in db["canary_answer"].rows_where("run = ?", [run]):
         now.setdefault(row["key"], []).append(_answer(row))
     s = config.settings
-    reports = [score_model(key, answers, baseline.get(key, {}), similarity_ok=s.similarity_ok,
-                           drift_threshold=s.drift_threshold) for key, answers in sorted(now.items())]
+    reports = [
+        score_model(
+            key,
+            answers,
+            baseline.get(key, {}),
+            similarity_ok=s.similarity_ok,
+            drift_threshold=s.drift_threshold,
+        )
+        for key, answers in sorted(now.items())
+    ]
     for r in reports:
         if r.verdict in ("drifted", "failed") and s.quarantine:
             store.set_quarantine(r.key, r.verdict, r.reason, at=run / 1000)

@@ -66,16 +66,28 @@ def similarity(a: str, b: str) -> float:
 def diff_prompt(now: Answer, then: Answer) -> PromptDiff:
     regressed = any(then.checks.get(k) and not v for k, v in now.checks.items())
     return PromptDiff(
-        prompt=now.prompt, checks_now=sum(now.checks.values()), checks_then=sum(then.checks.values()),
+        prompt=now.prompt,
+        checks_now=sum(now.checks.values()),
+        checks_then=sum(then.checks.values()),
         regressed=regressed or (then.status == "ok" and now.status != "ok"),
-        exact=now.text == then.text, similarity=similarity(now.text, then.text),
+        exact=now.text == then.text,
+        similarity=similarity(now.text, then.text),
         length_change=(len(now.text) - len(then.text)) / max(len(then.text), 1),
-        model_changed=(now.reported_model, now.fingerprint) != (then.reported_model, then.fingerprint),
-        excerpt_then=then.text[:120], excerpt_now=now.text[:120])
+        model_changed=(now.reported_model, now.fingerprint)
+        != (then.reported_model, then.fingerprint),
+        excerpt_then=then.text[:120],
+        excerpt_now=now.text[:120],
+    )
 
 
-def score_model(key: str, now: Sequence[Answer], baseline: Mapping[str, Answer], *, similarity_ok: float,
-                drift_threshold: float) -> ModelReport:
+def score_model(
+    key: str,
+    now: Sequence[Answer],
+    baseline: Mapping[str, Answer],
+    *,
+    similarity_ok: float,
+    drift_threshold: float,
+) -> ModelReport:
     """The verdict for one model from its latest answers and its pinned ones."""
     answered = [a for a in now if a.status != "skipped"]
     if not answered:
@@ -91,16 +103,30 @@ def score_model(key: str, now: Sequence[Answer], baseline: Mapping[str, Answer],
     per_prompt = [
         (0.0 if d.exact else 1.0 if d.similarity < similarity_ok else 1.0 - d.similarity)
         + (0.25 if d.model_changed else 0.0)
-        for d in diffs]
+        for d in diffs
+    ]
     drift = min(1.0, sum(per_prompt) / len(per_prompt))
     first = min((a.at for a, d in zip(answered, diffs) if not d.exact), default=None)
     if any(d.regressed for d in diffs):
-        return ModelReport(key=key, verdict="failed", drift=max(drift, drift_threshold), diffs=diffs,
-                           reason="checks that passed at pin time fail now", changed_at=first)
+        return ModelReport(
+            key=key,
+            verdict="failed",
+            drift=max(drift, drift_threshold),
+            diffs=diffs,
+            reason="checks that passed at pin time fail now",
+            changed_at=first,
+        )
     verdict: Verdict = "drifted" if drift >= drift_threshold else "ok"
-    reason = f"drift {drift:.2f}" + (" (reported model or fingerprint changed)" if any(d.model_changed for d in diffs) else "")
-    return ModelReport(key=key, verdict=verdict, drift=drift, diffs=diffs, reason=reason, changed_at=first)
+    reason = f"drift {drift:.2f}" + (
+        " (reported model or fingerprint changed)" if any(d.model_changed for d in diffs) else ""
+    )
+    return ModelReport(
+        key=key, verdict=verdict, drift=drift, diffs=diffs, reason=reason, changed_at=first
+    )
 
 
 def summary(reports: Sequence[ModelReport]) -> dict[str, Any]:
-    return {r.key: {"verdict": r.verdict, "drift": round(r.drift, 3), "reason": r.reason} for r in reports}
+    return {
+        r.key: {"verdict": r.verdict, "drift": round(r.drift, 3), "reason": r.reason}
+        for r in reports
+    }

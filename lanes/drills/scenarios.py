@@ -21,7 +21,16 @@ import redis
 import trio
 
 from lanes.testing import (
-    ANSWER, answer, hang, malformed_chunk, no_done, open_fake, rate_limited, status, stream_cut, stream_stall,
+    ANSWER,
+    answer,
+    hang,
+    malformed_chunk,
+    no_done,
+    open_fake,
+    rate_limited,
+    status,
+    stream_cut,
+    stream_stall,
 )
 from lanes.testing.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane
 from lanes.testing.processes import open_sidecar_process, open_sidecar_processes
@@ -46,6 +55,7 @@ def drill(name: str) -> Callable[[Drill], Drill]:
     def register(fn: Drill) -> Drill:
         DRILLS[name] = fn
         return fn
+
     return register
 
 
@@ -55,27 +65,53 @@ async def chat(http: httpx2.AsyncClient, url: str, **body) -> httpx2.Response:
 
 def check(name: str, figure: str, **conditions: bool) -> Result:
     failed = [k for k, v in conditions.items() if not v]
-    return Result(name=name, ok=not failed, figure=figure, detail=("failed: " + ", ".join(failed)) if failed else "")
+    return Result(
+        name=name,
+        ok=not failed,
+        figure=figure,
+        detail=("failed: " + ", ".join(failed)) if failed else "",
+    )
 
 
 @drill("free-off")
 async def free_off(workdir: Path) -> Result:
     """FREE_LANE=off: the sidecar starts, serves from local and paid, and sends nothing to the free fake."""
-    async with open_fake("free", models=("free-model",)) as free, open_fake("local", models=("local-model",)) as local, \
-            open_fake("paid", models=("paid-model",)) as paid:
-        config = {"state": ":memory:", "policy": {"free_tier_fallback": "allow"},
-                  "lanes": [free_lane("free", free.base_url), local_lane("local", local.base_url),
-                            paid_lane("paid", paid.base_url)]}
-        async with open_sidecar_process(config, workdir, env={**KEYS, "FREE_LANE": "off"}) as sidecar, \
-                httpx2.AsyncClient(trust_env=False, timeout=20) as http:
-            served = [(await chat(http, sidecar.base + "/v1")).headers.get("x-lanes-lane") for _ in range(5)]
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("local", models=("local-model",)) as local,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        config = {
+            "state": ":memory:",
+            "policy": {"free_tier_fallback": "allow"},
+            "lanes": [
+                free_lane("free", free.base_url),
+                local_lane("local", local.base_url),
+                paid_lane("paid", paid.base_url),
+            ],
+        }
+        async with (
+            open_sidecar_process(config, workdir, env={**KEYS, "FREE_LANE": "off"}) as sidecar,
+            httpx2.AsyncClient(trust_env=False, timeout=20) as http,
+        ):
+            served = [
+                (await chat(http, sidecar.base + "/v1")).headers.get("x-lanes-lane")
+                for _ in range(5)
+            ]
             await local.refuse()
-            served += [(await chat(http, sidecar.base + "/v1")).headers.get("x-lanes-lane") for _ in range(5)]
+            served += [
+                (await chat(http, sidecar.base + "/v1")).headers.get("x-lanes-lane")
+                for _ in range(5)
+            ]
             log = sidecar.log()
-    return check("free-off", f"{len(free.log)} requests to the free fake; served {served.count('local')} local, "
-                 f"{served.count('paid')} paid", nothing_to_free=not free.log,
-                 served_all=served.count("local") == 5 and served.count("paid") == 5,
-                 one_line="free lane off (FREE_LANE=off)" in log)
+    return check(
+        "free-off",
+        f"{len(free.log)} requests to the free fake; served {served.count('local')} local, "
+        f"{served.count('paid')} paid",
+        nothing_to_free=not free.log,
+        served_all=served.count("local") == 5 and served.count("paid") == 5,
+        one_line="free lane off (FREE_LANE=off)" in log,
+    )
 
 
 @drill("lane-deleted")
@@ -84,51 +120,93 @@ async def lane_deleted(workdir: Path) -> Result:
     import lanes as package
 
     copy = workdir / "pkg"
-    shutil.copytree(Path(package.__file__).parent, copy / "lanes", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(package.__file__).parent, copy / "lanes", ignore=shutil.ignore_patterns("__pycache__")
+    )
     (copy / "lanes" / "groq.py").unlink()
-    async with open_fake("groq", models=("llama",)) as groq, open_fake("local", models=("local-model",)) as local:
-        config = {"state": ":memory:", "lanes": [
-            {"name": "groq", "base_url": groq.base_url, "api_key_env": "FREE_API_KEY", "models": [{"id": "llama"}]},
-            local_lane("local", local.base_url)]}
-        async with open_sidecar_process(config, workdir, env=KEYS, pythonpath=str(copy)) as sidecar, \
-                httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+    async with (
+        open_fake("groq", models=("llama",)) as groq,
+        open_fake("local", models=("local-model",)) as local,
+    ):
+        config = {
+            "state": ":memory:",
+            "lanes": [
+                {
+                    "name": "groq",
+                    "base_url": groq.base_url,
+                    "api_key_env": "FREE_API_KEY",
+                    "models": [{"id": "llama"}],
+                },
+                local_lane("local", local.base_url),
+            ],
+        }
+        async with (
+            open_sidecar_process(config, workdir, env=KEYS, pythonpath=str(copy)) as sidecar,
+            httpx2.AsyncClient(trust_env=False, timeout=20) as http,
+        ):
             response = await chat(http, sidecar.base + "/v1")
             log = sidecar.log()
     lines = [l for l in log.splitlines() if "groq" in l and "not found" in l]
-    return check("lane-deleted", f"{len(lines)} log line about the deleted lane; served by "
-                 f"{response.headers.get('x-lanes-lane')}", one_line=len(lines) == 1,
-                 says_which="module lanes.groq not found — skipped" in log, serves=response.status_code == 200)
+    return check(
+        "lane-deleted",
+        f"{len(lines)} log line about the deleted lane; served by "
+        f"{response.headers.get('x-lanes-lane')}",
+        one_line=len(lines) == 1,
+        says_which="module lanes.groq not found — skipped" in log,
+        serves=response.status_code == 200,
+    )
 
 
 @drill("provider-refused-at-start")
 async def refused_at_start(workdir: Path) -> Result:
     """Every free provider refuses at startup: /health fast, /ready through the others, one line each."""
-    async with open_fake("a", models=("m",)) as a, open_fake("b", models=("m",)) as b, \
-            open_fake("local", models=("local-model",)) as local:
+    async with (
+        open_fake("a", models=("m",)) as a,
+        open_fake("b", models=("m",)) as b,
+        open_fake("local", models=("local-model",)) as local,
+    ):
         await a.refuse()
         await b.refuse()
-        config = {"state": ":memory:", "lanes": [free_lane("a", a.base_url, ["m"]), free_lane("b", b.base_url, ["m"]),
-                                                 local_lane("local", local.base_url)]}
-        async with open_sidecar_process(config, workdir, env=KEYS) as sidecar, \
-                httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+        config = {
+            "state": ":memory:",
+            "lanes": [
+                free_lane("a", a.base_url, ["m"]),
+                free_lane("b", b.base_url, ["m"]),
+                local_lane("local", local.base_url),
+            ],
+        }
+        async with (
+            open_sidecar_process(config, workdir, env=KEYS) as sidecar,
+            httpx2.AsyncClient(trust_env=False, timeout=20) as http,
+        ):
             ready = await http.get(sidecar.base + "/ready")
             served = await chat(http, sidecar.base + "/v1")
             await trio.sleep(0.5)
             log = sidecar.log()
             alive = sidecar.process.returncode is None
-    dead_lines = {name: len(re.findall(rf"lane {name}: provider unreachable at startup", log)) for name in "ab"}
-    return check("provider-refused-at-start", f"/health in {sidecar.health_s * 1000:.0f} ms after spawn (interpreter "
-                 f"start included); lines per dead provider {dead_lines}",
-                 ready=ready.status_code == 200 and ready.json()["lanes"] == ["local"],
-                 one_line_each=dead_lines == {"a": 1, "b": 1}, serves=served.status_code == 200, alive=alive,
-                 health_under_a_few_seconds=sidecar.health_s < 5.0)
+    dead_lines = {
+        name: len(re.findall(rf"lane {name}: provider unreachable at startup", log))
+        for name in "ab"
+    }
+    return check(
+        "provider-refused-at-start",
+        f"/health in {sidecar.health_s * 1000:.0f} ms after spawn (interpreter "
+        f"start included); lines per dead provider {dead_lines}",
+        ready=ready.status_code == 200 and ready.json()["lanes"] == ["local"],
+        one_line_each=dead_lines == {"a": 1, "b": 1},
+        serves=served.status_code == 200,
+        alive=alive,
+        health_under_a_few_seconds=sidecar.health_s < 5.0,
+    )
 
 
 @drill("provider-hung")
 async def provider_hung(workdir: Path) -> Result:
     """A provider accepts and never answers: every job still answers within its deadline plus 0.5 s."""
-    async with open_sidecar(("free", "free", ["free-model"], {"attempt_timeout_s": 1.0}),
-                            ("local", "local", ["local-model"])) as (url, fakes):
+    async with open_sidecar(
+        ("free", "free", ["free-model"], {"attempt_timeout_s": 1.0}),
+        ("local", "local", ["local-model"]),
+    ) as (url, fakes):
         fakes["free"].script("free-model", hang())
         fakes["local"].script("local-model", hang())
         overshoots, statuses = [], []
@@ -136,8 +214,11 @@ async def provider_hung(workdir: Path) -> Result:
 
             async def one(deadline_ms: int) -> None:
                 start = trio.current_time()
-                response = await http.post(f"{url}/chat/completions", json={"messages": MESSAGES},
-                                            headers={"X-Lanes-Deadline-Ms": str(deadline_ms)})
+                response = await http.post(
+                    f"{url}/chat/completions",
+                    json={"messages": MESSAGES},
+                    headers={"X-Lanes-Deadline-Ms": str(deadline_ms)},
+                )
                 overshoots.append(trio.current_time() - start - deadline_ms / 1000)
                 statuses.append(response.status_code)
 
@@ -147,18 +228,23 @@ async def provider_hung(workdir: Path) -> Result:
     worst = max(overshoots)
     overshoots.sort()
     median = overshoots[len(overshoots) // 2]
-    return check("provider-hung", f"40 jobs: finish after deadline median {median * 1000:+.0f} ms, worst "
-                 f"{worst * 1000:+.0f} ms (HTTP round trip included); statuses {sorted(set(statuses))}",
-                 within_margin=worst <= 0.5, all_answered=len(statuses) == 40,
-                 all_504=set(statuses) == {504})
+    return check(
+        "provider-hung",
+        f"40 jobs: finish after deadline median {median * 1000:+.0f} ms, worst "
+        f"{worst * 1000:+.0f} ms (HTTP round trip included); statuses {sorted(set(statuses))}",
+        within_margin=worst <= 0.5,
+        all_answered=len(statuses) == 40,
+        all_504=set(statuses) == {504},
+    )
 
 
 @drill("provider-reboot")
 async def provider_reboot(workdir: Path) -> Result:
     """A provider goes down mid-traffic and comes back: others serve meanwhile; traffic returns."""
     breaker = {"failures": 2, "cooldown_s": 0.5, "jitter": 0}
-    async with open_sidecar(("local", "local", ["local-model"], {"breaker": breaker}),
-                            ("paid", "paid", ["paid-model"])) as (url, fakes):
+    async with open_sidecar(
+        ("local", "local", ["local-model"], {"breaker": breaker}), ("paid", "paid", ["paid-model"])
+    ) as (url, fakes):
         lanes_seen: list[str] = []
         async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
             for phase, count in (("up", 5), ("down", 10), ("back", 10)):
@@ -169,25 +255,34 @@ async def provider_reboot(workdir: Path) -> Result:
                     await trio.sleep(0.6)
                 for _ in range(count):
                     response = await chat(http, url)
-                    lanes_seen.append(f"{phase}:{response.headers.get('x-lanes-lane')}:{response.status_code}")
+                    lanes_seen.append(
+                        f"{phase}:{response.headers.get('x-lanes-lane')}:{response.status_code}"
+                    )
                     await trio.sleep(0.05)
     down = [s for s in lanes_seen if s.startswith("down")]
     back = [s for s in lanes_seen if s.startswith("back")]
-    return check("provider-reboot", f"outage: {sum(':paid:200' in s for s in down)}/10 served by paid; after: "
-                 f"{sum(':local:200' in s for s in back)}/10 back on local",
-                 served_meanwhile=all(":200" in s for s in down),
-                 returned=sum(":local:200" in s for s in back) >= 8)
+    return check(
+        "provider-reboot",
+        f"outage: {sum(':paid:200' in s for s in down)}/10 served by paid; after: "
+        f"{sum(':local:200' in s for s in back)}/10 back on local",
+        served_meanwhile=all(":200" in s for s in down),
+        returned=sum(":local:200" in s for s in back) >= 8,
+    )
 
 
 @drill("rate-limit-storm")
 async def rate_limit_storm(workdir: Path) -> Result:
     """200 concurrent clients, a free provider answering 429 + Retry-After: one attempt per window."""
-    async with open_sidecar(("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]),
-                            policy={"free_tier_fallback": "off"}) as (url, fakes):
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "off"},
+    ) as (url, fakes):
         fakes["free"].script("free-model", rate_limited(retry_after=5))
         statuses, retry_afters = [], set()
-        async with httpx2.AsyncClient(trust_env=False, timeout=30,
-                                      limits=httpx2.Limits(max_connections=250)) as http:
+        async with httpx2.AsyncClient(
+            trust_env=False, timeout=30, limits=httpx2.Limits(max_connections=250)
+        ) as http:
 
             async def one() -> None:
                 response = await chat(http, url)
@@ -200,10 +295,15 @@ async def rate_limit_storm(workdir: Path) -> Result:
         times = [r.at for r in fakes["free"].log]
     in_window = sum(1 for t in times if t < times[0] + 5.0)
     exact = all(a is not None and 1 <= int(a) <= 6 for a in retry_afters)
-    return check("rate-limit-storm", f"{in_window} upstream attempt(s) in the 5 s window for 200 clients "
-                 f"({len(times)} in all); Retry-After {sorted(retry_afters)}",
-                 one_attempt=in_window == 1, all_429=set(statuses) == {429}, exact=exact,
-                 nothing_paid=not fakes["paid"].log)
+    return check(
+        "rate-limit-storm",
+        f"{in_window} upstream attempt(s) in the 5 s window for 200 clients "
+        f"({len(times)} in all); Retry-After {sorted(retry_afters)}",
+        one_attempt=in_window == 1,
+        all_429=set(statuses) == {429},
+        exact=exact,
+        nothing_paid=not fakes["paid"].log,
+    )
 
 
 @drill("credits-gone")
@@ -211,21 +311,33 @@ async def credits_gone(workdir: Path) -> Result:
     """A credit-based provider answers 402: the long backoff holds, no retry storm, the ceiling holds."""
     credit = {"free_tier": {"kind": "credits", "budget_usd": 5}}
     ceiling = 0.0002
-    async with open_sidecar(("credit", "free", ["credit-model"], credit), ("paid", "paid", ["paid-model"]),
-                            policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": ceiling}) as (url, fakes):
-        fakes["credit"].script("credit-model", status(402, {"error": {"message": "Insufficient credits"}}))
+    async with open_sidecar(
+        ("credit", "free", ["credit-model"], credit),
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": ceiling},
+    ) as (url, fakes):
+        fakes["credit"].script(
+            "credit-model", status(402, {"error": {"message": "Insufficient credits"}})
+        )
         statuses = []
         async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
             for _ in range(30):
                 statuses.append((await chat(http, url, max_tokens=20)).status_code)
             lanes_state = (await http.get(f"{url}/lanes")).json()
-    backoff = next(m["backoff_s"] for l in lanes_state["lanes"] if l["name"] == "credit" for m in l["models"])
+    backoff = next(
+        m["backoff_s"] for l in lanes_state["lanes"] if l["name"] == "credit" for m in l["models"]
+    )
     spent = lanes_state["paid"]["spent_today_usd"]
-    return check("credits-gone", f"{len(fakes['credit'].log)} request(s) to the 402 provider for 30 jobs; backoff "
-                 f"{backoff:.0f} s; paid ${spent:.6f} of ${ceiling}; {statuses.count(200)} served, "
-                 f"{statuses.count(429)} refused at the ceiling",
-                 no_storm=len(fakes["credit"].log) == 1, long_backoff=backoff >= 300,
-                 ceiling_holds=spent <= ceiling + 1e-12, refused_beyond=statuses.count(429) > 0)
+    return check(
+        "credits-gone",
+        f"{len(fakes['credit'].log)} request(s) to the 402 provider for 30 jobs; backoff "
+        f"{backoff:.0f} s; paid ${spent:.6f} of ${ceiling}; {statuses.count(200)} served, "
+        f"{statuses.count(429)} refused at the ceiling",
+        no_storm=len(fakes["credit"].log) == 1,
+        long_backoff=backoff >= 300,
+        ceiling_holds=spent <= ceiling + 1e-12,
+        refused_beyond=statuses.count(429) > 0,
+    )
 
 
 @drill("quality-drift")
@@ -235,12 +347,31 @@ async def quality_drift(workdir: Path) -> Result:
     from lanes.canary.prompts import CanaryConfig, Checks, Prompt
     from lanes.canary.run import pin, report, run_canary
 
-    prompts = CanaryConfig(prompts=[Prompt(id=f"p{i}", messages=[{"role": "user", "content": f"pangram {i}"}],
-                                           checks=Checks(contains=["quick brown fox"])) for i in range(10)])
-    async with open_fake("free", models=("m",)) as free, open_fake("paid", models=("paid-model",)) as paid:
-        config = lanes.load_config({"state": str(workdir / "drift.db"), "policy": {"free_tier_fallback": "allow"},
-                                    "lanes": [free_lane("free", free.base_url, ["m"]), paid_lane("paid", paid.base_url)]},
-                                   env={})
+    prompts = CanaryConfig(
+        prompts=[
+            Prompt(
+                id=f"p{i}",
+                messages=[{"role": "user", "content": f"pangram {i}"}],
+                checks=Checks(contains=["quick brown fox"]),
+            )
+            for i in range(10)
+        ]
+    )
+    async with (
+        open_fake("free", models=("m",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        config = lanes.load_config(
+            {
+                "state": str(workdir / "drift.db"),
+                "policy": {"free_tier_fallback": "allow"},
+                "lanes": [
+                    free_lane("free", free.base_url, ["m"]),
+                    paid_lane("paid", paid.base_url),
+                ],
+            },
+            env={},
+        )
         async with lanes.open_dispatcher(config, env=KEYS) as d:
             await run_canary(d, prompts)
             pin(d.store)
@@ -253,42 +384,66 @@ async def quality_drift(workdir: Path) -> Result:
             reply = await d.complete(lanes.Job(messages=MESSAGES, model="auto"))
             skipped = next((s.reason for s in reply.skips if s.lane == "free"), "")
             sent = len(free.log) - before
-    return check("quality-drift", f"verdict {verdict.get('free/m')}; next job served by {reply.lane}, {sent} sent to it",
-                 flagged=verdict.get("free/m") == "drifted", skipped="quarantined by the canary" in skipped,
-                 nothing_sent=sent == 0)
+    return check(
+        "quality-drift",
+        f"verdict {verdict.get('free/m')}; next job served by {reply.lane}, {sent} sent to it",
+        flagged=verdict.get("free/m") == "drifted",
+        skipped="quarantined by the canary" in skipped,
+        nothing_sent=sent == 0,
+    )
 
 
 @drill("crash")
 async def crash(workdir: Path) -> Result:
     """SIGKILL the sidecar mid-traffic and restart it: counts and paid spend intact, service resumes."""
-    async with open_fake("free", models=("free-model",)) as free, open_fake("paid", models=("paid-model",)) as paid:
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
         paid.script("paid-model", answer(delay_s=0.3))
-        config = {"state": str(workdir / "crash.db"),
-                  "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0},
-                  "lanes": [free_lane("free", free.base_url, free_tier={"kind": "rate_limited", "rpd": 8}),
-                            paid_lane("paid", paid.base_url)]}
+        config = {
+            "state": str(workdir / "crash.db"),
+            "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0},
+            "lanes": [
+                free_lane("free", free.base_url, free_tier={"kind": "rate_limited", "rpd": 8}),
+                paid_lane("paid", paid.base_url),
+            ],
+        }
         async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
             async with open_sidecar_process(config, workdir, env=KEYS) as first:
                 for _ in range(6):
                     await chat(http, first.base + "/v1")
                 await trio.sleep(0.7)  # a sync interval: the counts reach the file
-                async with trio.open_nursery() as nursery:  # paid jobs in flight when the process dies
+                async with (
+                    trio.open_nursery() as nursery
+                ):  # paid jobs in flight when the process dies
                     for _ in range(4):
-                        nursery.start_soon(_ignore_errors, chat(http, first.base + "/v1", model="paid/paid-model",
-                                                               max_tokens=50))
+                        nursery.start_soon(
+                            _ignore_errors,
+                            chat(http, first.base + "/v1", model="paid/paid-model", max_tokens=50),
+                        )
                     await trio.sleep(0.1)
                     first.process.send_signal(signal.SIGKILL)
                 await first.process.wait()
-            in_flight_reserved = 4 * (len(json.dumps([MESSAGES, None]).encode()) * 1.0 + 50 * 2.0) / 1e6
+            in_flight_reserved = (
+                4 * (len(json.dumps([MESSAGES, None]).encode()) * 1.0 + 50 * 2.0) / 1e6
+            )
             async with open_sidecar_process(config, workdir, env=KEYS) as second:
                 state = (await http.get(second.base + "/v1/lanes")).json()
-                more = [(await chat(http, second.base + "/v1")).headers.get("x-lanes-lane") for _ in range(3)]
+                more = [
+                    (await chat(http, second.base + "/v1")).headers.get("x-lanes-lane")
+                    for _ in range(3)
+                ]
     used = next(m["used_today"] for l in state["lanes"] if l["name"] == "free" for m in l["models"])
     spent = state["paid"]["spent_today_usd"]
-    return check("crash", f"after SIGKILL: free used_today {used}/6 kept, paid ledger ${spent:.6f} "
-                 f"(≥ ${in_flight_reserved:.6f} reserved in flight); then served {more}",
-                 counts_kept=used >= 6, spend_not_undercounted=spent >= in_flight_reserved - 1e-12,
-                 resumes=more[:2] == ["free", "free"] and more[2] == "paid")
+    return check(
+        "crash",
+        f"after SIGKILL: free used_today {used}/6 kept, paid ledger ${spent:.6f} "
+        f"(≥ ${in_flight_reserved:.6f} reserved in flight); then served {more}",
+        counts_kept=used >= 6,
+        spend_not_undercounted=spent >= in_flight_reserved - 1e-12,
+        resumes=more[:2] == ["free", "free"] and more[2] == "paid",
+    )
 
 
 @drill("shared-state-lost")
@@ -297,18 +452,28 @@ async def shared_state_lost(workdir: Path) -> Result:
     paid stays closed while the ledger is away, each logs one line, and the ledger is pushed back."""
     if redis_server_path() is None:
         required = os.environ.get("LANES_REQUIRE_REDIS") == "1"
-        return Result(name="shared-state-lost", ok=not required, figure="skipped: redis-server is not installed "
-                      "(make redis)")
+        return Result(
+            name="shared-state-lost",
+            ok=not required,
+            figure="skipped: redis-server is not installed (make redis)",
+        )
     server = RedisServer(workdir / "redis").start()
     paid_job = {"model": "paid/paid-model", "max_tokens": 20}
     try:
-        async with open_fake("local", models=("local-model",)) as local, \
-                open_fake("paid", models=("paid-model",)) as paid:
-            config = {"state": server.url, "scoring": {"explore_rate": 0.0},
-                      "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0},
-                      "lanes": [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)]}
-            async with open_sidecar_processes(config, workdir, env=KEYS) as sidecars, \
-                    httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+        async with (
+            open_fake("local", models=("local-model",)) as local,
+            open_fake("paid", models=("paid-model",)) as paid,
+        ):
+            config = {
+                "state": server.url,
+                "scoring": {"explore_rate": 0.0},
+                "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0},
+                "lanes": [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
+            }
+            async with (
+                open_sidecar_processes(config, workdir, env=KEYS) as sidecars,
+                httpx2.AsyncClient(trust_env=False, timeout=20) as http,
+            ):
                 urls = [s.base + "/v1" for s in sidecars]
                 before = [(await chat(http, u, **paid_job)).status_code for u in urls]
                 statuses: list[int] = []
@@ -326,7 +491,10 @@ async def shared_state_lost(workdir: Path) -> Result:
                     await trio.sleep(0.3)
                     server.kill()
                     await trio.sleep(1.5)  # both notice at their next sync
-                    during = [(await chat(http, u, **paid_job)).json().get("error", {}).get("code") for u in urls]
+                    during = [
+                        (await chat(http, u, **paid_job)).json().get("error", {}).get("code")
+                        for u in urls
+                    ]
                     paid_before_restart = len(paid.log)
                     server.start()  # no persistence: an empty Redis
                     back_at = time.monotonic()  # wall-clock: recovery is measured in real time
@@ -342,15 +510,22 @@ async def shared_state_lost(workdir: Path) -> Result:
             entries = sum(ledger.hlen(key) for key in ledger.keys("lanes:paid:*"))
     finally:
         server.stop()
-    outage_lines = [len(re.findall(r"state store: redis at .*serving on this host's view", log)) for log in logs]
-    return check("shared-state-lost",
-                 f"Redis down ~1.5 s: {statuses.count(200)}/{len(statuses)} local jobs served; paid refused "
-                 f"{during.count('paid_budget_exhausted')}/2 meanwhile, 0 sent; reopened "
-                 f"{', '.join(f'{t:.2f}' for t in reopened_s)} s after Redis returned; "
-                 f"{entries} ledger entries (2 pushed back); outage log lines {outage_lines}",
-                 before=before == [200, 200], kept_serving=bool(statuses) and set(statuses) == {200},
-                 paid_closed=during == ["paid_budget_exhausted"] * 2 and paid_before_restart == 2,
-                 reopened=len(reopened_s) == 2, ledger_pushed_back=entries == 4, one_line=outage_lines == [1, 1])
+    outage_lines = [
+        len(re.findall(r"state store: redis at .*serving on this host's view", log)) for log in logs
+    ]
+    return check(
+        "shared-state-lost",
+        f"Redis down ~1.5 s: {statuses.count(200)}/{len(statuses)} local jobs served; paid refused "
+        f"{during.count('paid_budget_exhausted')}/2 meanwhile, 0 sent; reopened "
+        f"{', '.join(f'{t:.2f}' for t in reopened_s)} s after Redis returned; "
+        f"{entries} ledger entries (2 pushed back); outage log lines {outage_lines}",
+        before=before == [200, 200],
+        kept_serving=bool(statuses) and set(statuses) == {200},
+        paid_closed=during == ["paid_budget_exhausted"] * 2 and paid_before_restart == 2,
+        reopened=len(reopened_s) == 2,
+        ledger_pushed_back=entries == 4,
+        one_line=outage_lines == [1, 1],
+    )
 
 
 async def _ignore_errors(call: Awaitable) -> None:
@@ -375,7 +550,9 @@ async def stream_faults(workdir: Path) -> Result:
         "no-done": (no_done(), other, "whole"),
     }
     outcomes: dict[str, str] = {}
-    async with open_sidecar(("local", "local", ["local-model"], fast), ("paid", "paid", ["paid-model"])) as (url, fakes):
+    async with open_sidecar(
+        ("local", "local", ["local-model"], fast), ("paid", "paid", ["paid-model"])
+    ) as (url, fakes):
         async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
             for name, (fault, fallback, _) in cases.items():
                 fakes["local"].script("local-model", fault)
@@ -383,13 +560,20 @@ async def stream_faults(workdir: Path) -> Result:
                 outcomes[name] = await _stream_outcome(http, url)
     lies = [n for n, o in outcomes.items() if o == "truncated-done"]
     wrong = [n for n, (_, _, expected) in cases.items() if outcomes[n] != expected]
-    return check("stream-faults", f"{len(outcomes)} faulty streams, {len(lies)} truncated answers ended as success: "
-                 + ", ".join(f"{k}={v}" for k, v in outcomes.items()), no_lies=not lies, as_expected=not wrong)
+    return check(
+        "stream-faults",
+        f"{len(outcomes)} faulty streams, {len(lies)} truncated answers ended as success: "
+        + ", ".join(f"{k}={v}" for k, v in outcomes.items()),
+        no_lies=not lies,
+        as_expected=not wrong,
+    )
 
 
 async def _stream_outcome(http: httpx2.AsyncClient, url: str) -> str:
     text, done, error = "", False, False
-    async with http.stream("POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}) as response:
+    async with http.stream(
+        "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
+    ) as response:
         async for line in response.aiter_lines():
             if line == "data: [DONE]":
                 done = True
@@ -415,7 +599,15 @@ async def run(names: list[str], workdir: Path) -> list[Result]:
         try:
             with trio.fail_after(120):
                 result = await DRILLS[name](folder)
-        except Exception as exc:  # a drill that blows up is a failed drill, reported, not a crashed runner
-            result = Result(name=name, ok=False, figure="crashed", detail=f"{type(exc).__name__}: {exc}"[:300])
-        results.append(attrs.evolve(result, detail=(result.detail + f" ({time.monotonic() - start:.1f}s)").strip()))  # wall-clock: as above
+        except (
+            Exception
+        ) as exc:  # a drill that blows up is a failed drill, reported, not a crashed runner
+            result = Result(
+                name=name, ok=False, figure="crashed", detail=f"{type(exc).__name__}: {exc}"[:300]
+            )
+        results.append(
+            attrs.evolve(
+                result, detail=(result.detail + f" ({time.monotonic() - start:.1f}s)").strip()
+            )
+        )  # wall-clock: as above
     return results

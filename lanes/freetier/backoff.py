@@ -22,8 +22,12 @@ Reason = Literal["rate_limited", "credit_exhausted", "model_gone", "quota_exhaus
 RATE_LADDER_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 CREDIT_LADDER_S = (300.0, 900.0, 3600.0, 21600.0, 86400.0)
 GONE_LADDER_S = (1800.0, 3600.0)
-LADDERS = {"rate_limited": RATE_LADDER_S, "quota_exhausted": RATE_LADDER_S,
-           "credit_exhausted": CREDIT_LADDER_S, "model_gone": GONE_LADDER_S}
+LADDERS = {
+    "rate_limited": RATE_LADDER_S,
+    "quota_exhausted": RATE_LADDER_S,
+    "credit_exhausted": CREDIT_LADDER_S,
+    "model_gone": GONE_LADDER_S,
+}
 DAY_S = 86400.0
 
 

@@ -31,7 +31,14 @@ from typing import Any, Literal
 import attrs
 
 Dimension = Literal["requests", "tokens", "input_tokens", "output_tokens"]
-WINDOWS_S = {"second": 1.0, "minute": 60.0, "min": 60.0, "hour": 3600.0, "day": 86400.0, "month": 2592000.0}
+WINDOWS_S = {
+    "second": 1.0,
+    "minute": 60.0,
+    "min": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "month": 2592000.0,
+}
 
 
 @attrs.frozen(kw_only=True)
@@ -57,7 +64,9 @@ class RateLimitSnapshot:
     reset_tokens_s: float | None = None
     retry_after_s: float | None = None
     windows: tuple[Window, ...] = ()
-    exhausted_window_s: float | None = None  # the body named the exhausted quota's window (per day...)
+    exhausted_window_s: float | None = (
+        None  # the body named the exhausted quota's window (per day...)
+    )
 
     @property
     def empty(self) -> bool:
@@ -138,10 +147,21 @@ def seconds_until(value: Any, now_wall: float, *, epoch_by_magnitude: bool = Tru
 _OPENAI = re.compile(
     r"^x-ratelimit-(limit|remaining|reset)-(requests|request|req|tokens|token)(?:-(second|minute|min|hour|day|month))?$"
 )
-_MISTRAL_ORDER = re.compile(r"^x-ratelimit-(limit|remaining|reset)-(tokens|req|requests)-(minute|hour|day|month)$")
-_ANTHROPIC = re.compile(r"^anthropic-ratelimit-(requests|tokens|input-tokens|output-tokens)-(limit|remaining|reset)$")
-_DIMENSIONS = {"requests": "requests", "request": "requests", "req": "requests", "tokens": "tokens",
-               "token": "tokens", "input-tokens": "input_tokens", "output-tokens": "output_tokens"}
+_MISTRAL_ORDER = re.compile(
+    r"^x-ratelimit-(limit|remaining|reset)-(tokens|req|requests)-(minute|hour|day|month)$"
+)
+_ANTHROPIC = re.compile(
+    r"^anthropic-ratelimit-(requests|tokens|input-tokens|output-tokens)-(limit|remaining|reset)$"
+)
+_DIMENSIONS = {
+    "requests": "requests",
+    "request": "requests",
+    "req": "requests",
+    "tokens": "tokens",
+    "token": "tokens",
+    "input-tokens": "input_tokens",
+    "output-tokens": "output_tokens",
+}
 
 
 class _Builder:
@@ -151,8 +171,14 @@ class _Builder:
         self.now_wall = now_wall
         self.slots: dict[tuple[str, float | None], dict[str, float | None]] = {}
 
-    def put(self, dimension: str, window_s: float | None, field: str, raw: Any, *, epoch: bool = True) -> None:
-        value = seconds_until(raw, self.now_wall, epoch_by_magnitude=epoch) if field == "reset" else number(raw)
+    def put(
+        self, dimension: str, window_s: float | None, field: str, raw: Any, *, epoch: bool = True
+    ) -> None:
+        value = (
+            seconds_until(raw, self.now_wall, epoch_by_magnitude=epoch)
+            if field == "reset"
+            else number(raw)
+        )
         slot = self.slots.setdefault((dimension, window_s), {})
         if value is not None or field not in slot:
             slot[field] = value
@@ -162,12 +188,23 @@ class _Builder:
         for (dimension, window_s), fields in self.slots.items():
             if all(v is None for v in fields.values()):
                 continue
-            out.append(Window(dimension=dimension, window_s=window_s, limit=fields.get("limit"),
-                              remaining=fields.get("remaining"), reset_s=fields.get("reset")))
-        return tuple(sorted(out, key=lambda w: (w.dimension, w.window_s is None, w.window_s or 0.0)))
+            out.append(
+                Window(
+                    dimension=dimension,
+                    window_s=window_s,
+                    limit=fields.get("limit"),
+                    remaining=fields.get("remaining"),
+                    reset_s=fields.get("reset"),
+                )
+            )
+        return tuple(
+            sorted(out, key=lambda w: (w.dimension, w.window_s is None, w.window_s or 0.0))
+        )
 
 
-def _read_headers(headers: Mapping[str, str], builder: _Builder, conventions: Mapping[str, float]) -> None:
+def _read_headers(
+    headers: Mapping[str, str], builder: _Builder, conventions: Mapping[str, float]
+) -> None:
     for name, value in headers.items():
         if match := _ANTHROPIC.match(name):
             builder.put(_DIMENSIONS[match.group(1)], None, match.group(2), value)
@@ -182,7 +219,11 @@ def _read_headers(headers: Mapping[str, str], builder: _Builder, conventions: Ma
             builder.put("requests", conventions.get("requests"), name.rsplit("-", 1)[1], value)
         elif name in ("x-tokenlimit-limit", "x-tokenlimit-remaining"):
             builder.put("tokens", conventions.get("tokens"), name.rsplit("-", 1)[1], value)
-        elif name in ("ratelimitbysize-limit", "ratelimitbysize-remaining", "ratelimitbysize-reset"):
+        elif name in (
+            "ratelimitbysize-limit",
+            "ratelimitbysize-remaining",
+            "ratelimitbysize-reset",
+        ):
             builder.put("tokens", 60.0, name.rsplit("-", 1)[1], value)
         elif name in ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"):
             builder.put("requests", None, name.rsplit("-", 1)[1], value, epoch=False)
@@ -264,7 +305,9 @@ def _prose_seconds(text: str) -> float | None:
     unit = re.match(r"(\d+(?:\.\d+)?)([a-z]+)", amount.lower())
     if not unit:
         return None
-    scale = next((s for prefix, s in _PROSE_UNITS.items() if unit.group(2).startswith(prefix)), None)
+    scale = next(
+        (s for prefix, s in _PROSE_UNITS.items() if unit.group(2).startswith(prefix)), None
+    )
     return float(unit.group(1)) * scale if scale else None
 
 
@@ -276,10 +319,17 @@ def _read_body(body: Any, now_wall: float) -> tuple[float | None, float | None, 
         if isinstance(node, Mapping):
             kind = str(node.get("@type", ""))
             if kind.endswith("RetryInfo") and retry is None:
-                retry = seconds_until(node.get("retryDelay", ""), now_wall, epoch_by_magnitude=False)
+                retry = seconds_until(
+                    node.get("retryDelay", ""), now_wall, epoch_by_magnitude=False
+                )
             quota_id = str(node.get("quotaId", "")) + " " + str(node.get("quotaMetric", ""))
             lowered = quota_id.lower()
-            for word, seconds in (("perday", 86400.0), ("perminute", 60.0), ("perhour", 3600.0), ("permonth", 2592000.0)):
+            for word, seconds in (
+                ("perday", 86400.0),
+                ("perminute", 60.0),
+                ("perhour", 3600.0),
+                ("permonth", 2592000.0),
+            ):
                 if word in lowered:
                     window = max(window or 0.0, seconds)
             meta = node.get("metadata")
@@ -292,8 +342,15 @@ def _read_body(body: Any, now_wall: float) -> tuple[float | None, float | None, 
 
 # -- the parser ----------------------------------------------------------------------------------
 
+
 def _normalise(headers: Any) -> dict[str, str]:
-    items = headers.items() if isinstance(headers, Mapping) else headers if isinstance(headers, (list, tuple)) else ()
+    items = (
+        headers.items()
+        if isinstance(headers, Mapping)
+        else headers
+        if isinstance(headers, (list, tuple))
+        else ()
+    )
     out: dict[str, str] = {}
     for item in items:
         try:
@@ -334,8 +391,9 @@ def parse_rate_limit(
         return RateLimitSnapshot()
 
 
-def _parse(headers: Any, status: int | None, body: Any, now_wall: float,
-           conventions: Mapping[str, float]) -> RateLimitSnapshot:
+def _parse(
+    headers: Any, status: int | None, body: Any, now_wall: float, conventions: Mapping[str, float]
+) -> RateLimitSnapshot:
     lower = _normalise(headers)
     retry_body, exhausted_window, embedded = (None, None, {})
     if body is not None and (status is None or status >= 400):

@@ -20,7 +20,9 @@ import attrs
 from lanes._core.validators import at_least
 
 
-_limit = attrs.field(default=None, validator=at_least(0, hint="; delete the key to stop tracking it"))
+_limit = attrs.field(
+    default=None, validator=at_least(0, hint="; delete the key to stop tracking it")
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -95,7 +97,9 @@ class NoFreeTier:
     kind: Literal["none"] = "none"
 
 
-FreeTierKind = AlwaysFreeLocal | Subscription | RateLimitedFree | CreditBased | FreeModelsOnly | NoFreeTier
+FreeTierKind = (
+    AlwaysFreeLocal | Subscription | RateLimitedFree | CreditBased | FreeModelsOnly | NoFreeTier
+)
 
 KINDS: dict[str, type] = {
     "local": AlwaysFreeLocal,
@@ -107,7 +111,9 @@ KINDS: dict[str, type] = {
 }
 
 
-def tier_of(kind: FreeTierKind, model: str, declared_free: bool | None) -> Literal["local", "free", "paid"]:
+def tier_of(
+    kind: FreeTierKind, model: str, declared_free: bool | None
+) -> Literal["local", "free", "paid"]:
     """The tier of one (lane, model): owned, borrowed-free or paid. Unknown price is not free.
 
     `declared_free` is the model's `free` flag from config or the catalog (None when not said).

@@ -22,14 +22,25 @@ import attrs
 from lanes.freetier.backoff import Backoff, Reason, backoff_for, relax
 from lanes.freetier.headers import RateLimitSnapshot, parse_rate_limit
 from lanes.freetier.kinds import (
-    AlwaysFreeLocal, CreditBased, FreeModelsOnly, FreeTierKind, NoFreeTier, Subscription,
+    AlwaysFreeLocal,
+    CreditBased,
+    FreeModelsOnly,
+    FreeTierKind,
+    NoFreeTier,
+    Subscription,
 )
 from lanes.freetier.prices import usage_cost
 from lanes.freetier.windows import UsageCounter, window_end, window_id
 
 VerdictKind = Literal["always_free", "free_within_limits", "not_free"]
-_LIMITS = (("rpm", "requests", "minute"), ("rpd", "requests", "day"), ("rpmonth", "requests", "month"),
-           ("tpm", "tokens", "minute"), ("tpd", "tokens", "day"), ("tpmonth", "tokens", "month"))
+_LIMITS = (
+    ("rpm", "requests", "minute"),
+    ("rpd", "requests", "day"),
+    ("rpmonth", "requests", "month"),
+    ("tpm", "tokens", "minute"),
+    ("tpd", "tokens", "day"),
+    ("tpmonth", "tokens", "month"),
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -50,14 +61,20 @@ class LaneTerms:
     """What the manager must know about one lane: its kind and how to read its headers."""
 
     kind: FreeTierKind
-    conventions: Mapping[str, float] = attrs.field(factory=dict)  # dimension → window_s for bare headers
-    prices: Mapping[str, tuple[float, float]] = attrs.field(factory=dict)  # model → USD/Mtok in, out
+    conventions: Mapping[str, float] = attrs.field(
+        factory=dict
+    )  # dimension → window_s for bare headers
+    prices: Mapping[str, tuple[float, float]] = attrs.field(
+        factory=dict
+    )  # model → USD/Mtok in, out
 
 
 class FreeTierManager:
     """Shared quota and backoff state. One per process; other processes share it through the store."""
 
-    def __init__(self, *, random: Callable[[], float] = _random.random, jitter: float = 0.1) -> None:
+    def __init__(
+        self, *, random: Callable[[], float] = _random.random, jitter: float = 0.1
+    ) -> None:
         self._random = random
         self._jitter = jitter
         self.terms: dict[str, LaneTerms] = {}
@@ -65,8 +82,12 @@ class FreeTierManager:
         self.snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}  # scope → (at, snapshot)
         self.usage = UsageCounter()
         self.spend: dict[tuple[str, int], float] = {}  # (lane, period id) → USD spent from credits
-        self.balances: dict[str, tuple[float, float, float]] = {}  # lane → (at, remaining USD, spend then)
-        self.confirmed: set[str] = set()  # scopes known to be serving: no single-flight probe needed
+        self.balances: dict[
+            str, tuple[float, float, float]
+        ] = {}  # lane → (at, remaining USD, spend then)
+        self.confirmed: set[str] = (
+            set()
+        )  # scopes known to be serving: no single-flight probe needed
         self._steps: dict[str, int] = {}
         self.pending_usage: list[tuple[tuple[str, str, str, int], int]] = []
         self.pending_spend: dict[tuple[str, int], float] = {}
@@ -88,7 +109,11 @@ class FreeTierManager:
     # -- before routing -----------------------------------------------------------------------------
     def is_in_backoff(self, lane: str, model: str, now: float) -> Backoff | None:
         """The backoff in force for this candidate (its own or its lane's), or None."""
-        found = [b for key in (f"{lane}/{model}", f"{lane}/*") if (b := self.backoffs.get(key)) and b.until > now]
+        found = [
+            b
+            for key in (f"{lane}/{model}", f"{lane}/*")
+            if (b := self.backoffs.get(key)) and b.until > now
+        ]
         return max(found, key=lambda b: b.until) if found else None
 
     def classify(self, lane: str, model: str, now: float) -> Verdict:
@@ -97,22 +122,33 @@ class FreeTierManager:
         kind = terms.kind if terms else NoFreeTier()
         if isinstance(kind, (AlwaysFreeLocal, Subscription)):
             return Verdict(kind="always_free")
-        if isinstance(kind, NoFreeTier) or (isinstance(kind, FreeModelsOnly) and not kind.covers(model)):
+        if isinstance(kind, NoFreeTier) or (
+            isinstance(kind, FreeModelsOnly) and not kind.covers(model)
+        ):
             return Verdict(kind="not_free", reason="paid model")
         backoff = self.is_in_backoff(lane, model, now)
         if backoff is not None:
-            return Verdict(kind="not_free", reason=f"backoff ({backoff.reason}, {backoff.source})",
-                           free_again_at=backoff.until)
+            return Verdict(
+                kind="not_free",
+                reason=f"backoff ({backoff.reason}, {backoff.source})",
+                free_again_at=backoff.until,
+            )
         over = self._over_local_limit(lane, model, kind, now)
         if over is not None:
             return over
         if isinstance(kind, CreditBased):
             left = self.credit_left(lane, now)
             if left is not None and left <= 0:
-                return Verdict(kind="not_free", reason="credits exhausted", free_again_at=self._period_end(kind, now))
+                return Verdict(
+                    kind="not_free",
+                    reason="credits exhausted",
+                    free_again_at=self._period_end(kind, now),
+                )
         return Verdict(kind="free_within_limits")
 
-    def _over_local_limit(self, lane: str, model: str, kind: FreeTierKind, now: float) -> Verdict | None:
+    def _over_local_limit(
+        self, lane: str, model: str, kind: FreeTierKind, now: float
+    ) -> Verdict | None:
         """Client-side counts against configured limits — only where no fresh header speaks."""
         scope = self.scope(lane, model)
         fresh = self._fresh_windows(scope, now)
@@ -121,8 +157,11 @@ class FreeTierManager:
             if not limit or (dimension, window) in fresh:
                 continue
             if self.usage.used(scope, dimension, window, now) >= limit:
-                return Verdict(kind="not_free", reason=f"{key}={limit} used up (counted here)",
-                               free_again_at=window_end(window, now))
+                return Verdict(
+                    kind="not_free",
+                    reason=f"{key}={limit} used up (counted here)",
+                    free_again_at=window_end(window, now),
+                )
         return None
 
     def _fresh_windows(self, scope: str, now: float) -> set[tuple[str, str]]:
@@ -131,8 +170,11 @@ class FreeTierManager:
         if entry is None:
             return set()
         at, snapshot = entry
-        return {(w.dimension, names[w.window_s]) for w in snapshot.windows
-                if w.window_s in names and w.remaining is not None and at + (w.reset_s or 60.0) > now}
+        return {
+            (w.dimension, names[w.window_s])
+            for w in snapshot.windows
+            if w.window_s in names and w.remaining is not None and at + (w.reset_s or 60.0) > now
+        }
 
     def needs_probe(self, lane: str, model: str) -> bool:
         """True while nothing proves the candidate serving: send one request, hold the others."""
@@ -142,12 +184,18 @@ class FreeTierManager:
         return self.scope(lane, model) not in self.confirmed
 
     # -- after a response ---------------------------------------------------------------------------
-    def update_from_headers(self, lane: str, model: str, headers: Any, *, status: int, now: float,
-                            body: Any = None) -> RateLimitSnapshot:
+    def update_from_headers(
+        self, lane: str, model: str, headers: Any, *, status: int, now: float, body: Any = None
+    ) -> RateLimitSnapshot:
         """Parse and keep what the provider reported; `remaining: 0` parks the scope until its reset."""
         terms = self.terms.get(lane)
-        snapshot = parse_rate_limit(headers, status=status, body=body, now_wall=now,
-                                    conventions=terms.conventions if terms else None)
+        snapshot = parse_rate_limit(
+            headers,
+            status=status,
+            body=body,
+            now_wall=now,
+            conventions=terms.conventions if terms else None,
+        )
         scope = self.scope(lane, model)
         if snapshot.windows:
             self.snapshots[scope] = self.changed_snapshots[scope] = (now, snapshot)
@@ -159,13 +207,23 @@ class FreeTierManager:
                 self._steps[scope] = relax(self._steps.get(scope, 0))
         return snapshot
 
-    def record_usage(self, lane: str, model: str, *, now: float, requests: int = 1, tokens: int = 0,
-                     usage: Mapping[str, Any] | None = None) -> None:
+    def record_usage(
+        self,
+        lane: str,
+        model: str,
+        *,
+        now: float,
+        requests: int = 1,
+        tokens: int = 0,
+        usage: Mapping[str, Any] | None = None,
+    ) -> None:
         """Count one request (and its tokens, and its credit cost) against every window."""
         if usage:
             total = usage.get("total_tokens")
             tokens = int(total) if isinstance(total, (int, float)) else tokens
-        self.pending_usage += self.usage.add(self.scope(lane, model), now, requests=requests, tokens=tokens)
+        self.pending_usage += self.usage.add(
+            self.scope(lane, model), now, requests=requests, tokens=tokens
+        )
         terms = self.terms.get(lane)
         if terms and isinstance(terms.kind, CreditBased) and usage:
             prices = terms.prices.get(model)
@@ -176,19 +234,34 @@ class FreeTierManager:
                 self.pending_spend[key] = self.pending_spend.get(key, 0.0) + cost
 
     # -- after an error -----------------------------------------------------------------------------
-    def record_rate_limit_error(self, lane: str, model: str, reason: Reason, *, headers: Any = None,
-                                status: int | None = None, body: Any = None, now: float) -> Backoff:
+    def record_rate_limit_error(
+        self,
+        lane: str,
+        model: str,
+        reason: Reason,
+        *,
+        headers: Any = None,
+        status: int | None = None,
+        body: Any = None,
+        now: float,
+    ) -> Backoff:
         """Enter (or extend) the coordinated backoff after a 429, 402 or model-gone answer."""
-        snapshot = self.update_from_headers(lane, model, headers or {}, status=status or 429, now=now, body=body)
+        snapshot = self.update_from_headers(
+            lane, model, headers or {}, status=status or 429, now=now, body=body
+        )
         scope = f"{lane}/{model}" if reason == "model_gone" else self.scope(lane, model)
         return self._enter(scope, reason, snapshot, now)
 
-    def _enter(self, scope: str, reason: Reason, snapshot: RateLimitSnapshot, now: float) -> Backoff:
+    def _enter(
+        self, scope: str, reason: Reason, snapshot: RateLimitSnapshot, now: float
+    ) -> Backoff:
         current = self.backoffs.get(scope)
         step = self._steps.get(scope, 0)
         if current is not None and now - current.until > 60.0:
             step = relax(step)  # it expired and stayed quiet: one burst must not climb for ever
-        proposed = backoff_for(reason, snapshot, step=step, now=now, random=self._random, jitter=self._jitter)
+        proposed = backoff_for(
+            reason, snapshot, step=step, now=now, random=self._random, jitter=self._jitter
+        )
         self._steps[scope] = proposed.step
         self.confirmed.discard(scope)
         if current is not None and current.until >= proposed.until:
@@ -198,10 +271,14 @@ class FreeTierManager:
 
     # -- credits ------------------------------------------------------------------------------------
     def _period_id(self, kind: CreditBased, now: float) -> int:
-        return {"daily": window_id("day", now), "monthly": window_id("month", now)}.get(kind.reset, 0)
+        return {"daily": window_id("day", now), "monthly": window_id("month", now)}.get(
+            kind.reset, 0
+        )
 
     def _period_end(self, kind: CreditBased, now: float) -> float | None:
-        return {"daily": window_end("day", now), "monthly": window_end("month", now)}.get(kind.reset)
+        return {"daily": window_end("day", now), "monthly": window_end("month", now)}.get(
+            kind.reset
+        )
 
     def credit_spent(self, lane: str, now: float) -> float:
         kind = self.terms[lane].kind
@@ -224,7 +301,9 @@ class FreeTierManager:
         self.balances[lane] = (now, remaining_usd, self.credit_spent(lane, now))
 
     # -- the soonest reopening ----------------------------------------------------------------------
-    def next_free_at(self, candidates: Iterable[tuple[str, str]], now: float) -> tuple[float, str] | None:
+    def next_free_at(
+        self, candidates: Iterable[tuple[str, str]], now: float
+    ) -> tuple[float, str] | None:
         """(epoch seconds, "lane/model") of the soonest moment a candidate now not free reopens."""
         soonest = None
         for lane, model in candidates:
@@ -237,8 +316,18 @@ class FreeTierManager:
     # -- sharing through a store --------------------------------------------------------------------
     def take_pending(self) -> tuple[list, dict, dict, dict]:
         """Hand over what changed since the last call (usage, spend, backoffs, snapshots) for the store."""
-        out = (self.pending_usage, self.pending_spend, self.changed_backoffs, self.changed_snapshots)
-        self.pending_usage, self.pending_spend, self.changed_backoffs, self.changed_snapshots = [], {}, {}, {}
+        out = (
+            self.pending_usage,
+            self.pending_spend,
+            self.changed_backoffs,
+            self.changed_snapshots,
+        )
+        self.pending_usage, self.pending_spend, self.changed_backoffs, self.changed_snapshots = (
+            [],
+            {},
+            {},
+            {},
+        )
         return out
 
     def merge_spend(self, totals: Mapping[tuple[str, int], float]) -> None:
@@ -259,4 +348,3 @@ class FreeTierManager:
             if current is None or backoff.until > current.until:
                 self.backoffs[scope] = backoff
                 self.confirmed.discard(scope)
-

@@ -17,7 +17,9 @@ from typing import Any
 MAX_TOKENS = 100_000_000
 
 
-def cost_usd(input_tokens: int, output_tokens: int, input_usd_per_mtok: float, output_usd_per_mtok: float) -> float:
+def cost_usd(
+    input_tokens: int, output_tokens: int, input_usd_per_mtok: float, output_usd_per_mtok: float
+) -> float:
     """USD for `input_tokens` in and `output_tokens` out at the given prices per million tokens."""
     return (input_tokens * input_usd_per_mtok + output_tokens * output_usd_per_mtok) / 1e6
 
@@ -38,7 +40,9 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
     return prompt, completion
 
 
-def usage_cost(usage: Any, input_usd_per_mtok: float | None, output_usd_per_mtok: float | None) -> float | None:
+def usage_cost(
+    usage: Any, input_usd_per_mtok: float | None, output_usd_per_mtok: float | None
+) -> float | None:
     """What `usage` cost at these prices; None when the usage is not sane (or a price is unknown)."""
     tokens = usage_tokens(usage)
     if tokens is None or input_usd_per_mtok is None or output_usd_per_mtok is None:

@@ -47,7 +47,9 @@ class UsageCounter:
     def __init__(self) -> None:
         self.counts: dict[Key, int] = {}
 
-    def add(self, scope: str, now: float, *, requests: int = 0, tokens: int = 0) -> list[tuple[Key, int]]:
+    def add(
+        self, scope: str, now: float, *, requests: int = 0, tokens: int = 0
+    ) -> list[tuple[Key, int]]:
         """Count usage at `now`; return the (key, delta) pairs written, for persistence."""
         written = []
         for dimension, amount in (("requests", requests), ("tokens", tokens)):

@@ -30,18 +30,43 @@ class Behaviour:
     style: str = "openai"  # quota: how limits are reported — openai, openrouter, gemini (body only)
 
 
-def answer(*, delay_s: float = 0.0, chunk_delay_s: float = 0.0, headers: Mapping[str, str] | None = None,
-           text: str = ANSWER, reported_model: str | None = None) -> Behaviour:
-    return Behaviour(kind="answer", delay_s=delay_s, chunk_delay_s=chunk_delay_s, headers=headers or {},
-                     text=text, reported_model=reported_model)
+def answer(
+    *,
+    delay_s: float = 0.0,
+    chunk_delay_s: float = 0.0,
+    headers: Mapping[str, str] | None = None,
+    text: str = ANSWER,
+    reported_model: str | None = None,
+) -> Behaviour:
+    return Behaviour(
+        kind="answer",
+        delay_s=delay_s,
+        chunk_delay_s=chunk_delay_s,
+        headers=headers or {},
+        text=text,
+        reported_model=reported_model,
+    )
 
 
-def quota(limit: int, *, window_s: float = 60.0, style: str = "openai", delay_s: float = 0.0,
-          day_limit: int = 0) -> Behaviour:
+def quota(
+    limit: int,
+    *,
+    window_s: float = 60.0,
+    style: str = "openai",
+    delay_s: float = 0.0,
+    day_limit: int = 0,
+) -> Behaviour:
     """Answer until `limit` requests in the current window, then 429 — reported the way `style`
     providers do: `openai` (x-ratelimit-*-requests, Go durations), `openrouter` (X-RateLimit-*, reset
     in epoch ms) or `gemini` (no headers; RetryInfo and QuotaFailure in the 429 body)."""
-    return Behaviour(kind="quota", limit=limit, window_s=window_s, style=style, delay_s=delay_s, day_limit=day_limit)
+    return Behaviour(
+        kind="quota",
+        limit=limit,
+        window_s=window_s,
+        style=style,
+        delay_s=delay_s,
+        day_limit=day_limit,
+    )
 
 
 def hang() -> Behaviour:
@@ -60,12 +85,17 @@ def status(code: int, body: Any = None, headers: Mapping[str, str] | None = None
     return Behaviour(kind="status", status=code, body=body, headers=headers or {})
 
 
-def rate_limited(*, retry_after: float | None = None, headers: Mapping[str, str] | None = None,
-                 body: Any = None) -> Behaviour:
+def rate_limited(
+    *, retry_after: float | None = None, headers: Mapping[str, str] | None = None, body: Any = None
+) -> Behaviour:
     merged = dict(headers or {})
     if retry_after is not None:
         merged["retry-after"] = f"{retry_after:g}"
-    return status(429, body or {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}, merged)
+    return status(
+        429,
+        body or {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
+        merged,
+    )
 
 
 def garbage() -> Behaviour:
@@ -96,15 +126,43 @@ def no_done() -> Behaviour:
 def quota_exceeded(b: Behaviour, reset_s: float, now_wall: float) -> Behaviour:
     """The 429 a `quota` behaviour answers once its window is used up, in its provider's style."""
     if b.style == "gemini":
-        body = [{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "You exceeded your current quota.",
-                           "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
-                               {"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},
-                               {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{int(reset_s) + 1}s"}]}}]
+        body = [
+            {
+                "error": {
+                    "code": 429,
+                    "status": "RESOURCE_EXHAUSTED",
+                    "message": "You exceeded your current quota.",
+                    "details": [
+                        {
+                            "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                            "violations": [
+                                {"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}
+                            ],
+                        },
+                        {
+                            "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                            "retryDelay": f"{int(reset_s) + 1}s",
+                        },
+                    ],
+                }
+            }
+        ]
         return status(429, body)
     if b.style == "openrouter":
-        return status(429, {"error": {"message": "Rate limit exceeded: free-models-per-min", "code": 429}},
-                      {"X-RateLimit-Limit": str(b.limit), "X-RateLimit-Remaining": "0",
-                       "X-RateLimit-Reset": str(int((now_wall + reset_s) * 1000))})
-    return rate_limited(retry_after=round(reset_s + 0.5), headers={
-        "x-ratelimit-limit-requests": str(b.limit), "x-ratelimit-remaining-requests": "0",
-        "x-ratelimit-reset-requests": f"{reset_s:.3f}s"})
+        return status(
+            429,
+            {"error": {"message": "Rate limit exceeded: free-models-per-min", "code": 429}},
+            {
+                "X-RateLimit-Limit": str(b.limit),
+                "X-RateLimit-Remaining": "0",
+                "X-RateLimit-Reset": str(int((now_wall + reset_s) * 1000)),
+            },
+        )
+    return rate_limited(
+        retry_after=round(reset_s + 0.5),
+        headers={
+            "x-ratelimit-limit-requests": str(b.limit),
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": f"{reset_s:.3f}s",
+        },
+    )

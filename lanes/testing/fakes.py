@@ -58,7 +58,9 @@ class FakeProvider:
         self._connections: set[trio.CancelScope] = set()
         self._windows: dict[str, tuple[int, int]] = {}  # model → (window index, requests in it)
         self.wall_offset = 0.0  # wall-clock epoch = trio clock + this (for epoch-style resets)
-        self.catalog: list[dict[str, Any]] | None = None  # what GET …/models lists (default: the scripted models)
+        self.catalog: list[dict[str, Any]] | None = (
+            None  # what GET …/models lists (default: the scripted models)
+        )
         self.catalog_requests = 0
         self.prefill = True  # continue a trailing assistant message (False: refuse it with a 400)
 
@@ -137,21 +139,40 @@ class FakeProvider:
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
             return
 
-    async def _respond(self, conn: h11.Connection, stream: trio.SocketStream, head: h11.Request,
-                       raw: bytes) -> bool:
+    async def _respond(
+        self, conn: h11.Connection, stream: trio.SocketStream, head: h11.Request, raw: bytes
+    ) -> bool:
         path = head.target.decode()
         headers = {k.decode().lower(): v.decode() for k, v in head.headers}
         if head.method == b"GET" and path.endswith("/_log"):
             await _send_json(conn, stream, 200, [[r.model, r.at] for r in self.log], {})
             return True
         if head.method == b"GET" and path.endswith("/key"):
-            self.log.append(Logged(at=trio.current_time(), model="", stream=False, behaviour="key", path=path,
-                                   authorization="authorization" in headers))
-            await _send_json(conn, stream, 200, {"data": {"limit_remaining": self.balance, "is_free_tier": True}}, {})
+            self.log.append(
+                Logged(
+                    at=trio.current_time(),
+                    model="",
+                    stream=False,
+                    behaviour="key",
+                    path=path,
+                    authorization="authorization" in headers,
+                )
+            )
+            await _send_json(
+                conn,
+                stream,
+                200,
+                {"data": {"limit_remaining": self.balance, "is_free_tier": True}},
+                {},
+            )
             return True
         if head.method == b"GET" and path.endswith("/models"):
             self.catalog_requests += 1
-            listed = self.catalog if self.catalog is not None else [{"id": m, "object": "model"} for m in self.models]
+            listed = (
+                self.catalog
+                if self.catalog is not None
+                else [{"id": m, "object": "model"} for m in self.models]
+            )
             body = {"object": "list", "data": listed}
             await _send_json(conn, stream, 200, body, {})
             return True
@@ -159,11 +180,22 @@ class FakeProvider:
             request = json.loads(raw)
             model, streamed = str(request.get("model", "")), bool(request.get("stream"))
         except (ValueError, AttributeError):
-            await _send_json(conn, stream, 400, {"error": {"message": "bad JSON", "code": "invalid_json"}}, {})
+            await _send_json(
+                conn, stream, 400, {"error": {"message": "bad JSON", "code": "invalid_json"}}, {}
+            )
             return True
         behaviour = self._next(model)
-        self.log.append(Logged(at=trio.current_time(), model=model, stream=streamed, behaviour=behaviour.kind,
-                               path=path, authorization="authorization" in headers, body=request))
+        self.log.append(
+            Logged(
+                at=trio.current_time(),
+                model=model,
+                stream=streamed,
+                behaviour=behaviour.kind,
+                path=path,
+                authorization="authorization" in headers,
+                body=request,
+            )
+        )
         if behaviour.delay_s:
             await trio.sleep(behaviour.delay_s)
         kind = behaviour.kind
@@ -180,19 +212,35 @@ class FakeProvider:
             return True
         reported = behaviour.reported_model or model
         messages = request.get("messages") or [{}]
-        if kind in ("answer", "malformed", "no_done") and isinstance(messages[-1], dict) \
-                and messages[-1].get("role") == "assistant":
+        if (
+            kind in ("answer", "malformed", "no_done")
+            and isinstance(messages[-1], dict)
+            and messages[-1].get("role") == "assistant"
+        ):
             prefix = str(messages[-1].get("content") or "")
             if not self.prefill:
-                await _send_json(conn, stream, 400, {"error": {
-                    "message": "assistant message prefill is not supported", "code": "invalid_request"}}, {})
+                await _send_json(
+                    conn,
+                    stream,
+                    400,
+                    {
+                        "error": {
+                            "message": "assistant message prefill is not supported",
+                            "code": "invalid_request",
+                        }
+                    },
+                    {},
+                )
                 return True
-            rest = behaviour.text[len(prefix):] if behaviour.text.startswith(prefix) else behaviour.text
+            rest = (
+                behaviour.text[len(prefix) :]
+                if behaviour.text.startswith(prefix)
+                else behaviour.text
+            )
             behaviour = attrs.evolve(behaviour, text=rest)
         if not streamed:
             return await _send_completion(conn, stream, behaviour, reported, request)
         return await _send_stream(conn, stream, behaviour, reported, request)
-
 
     def _quota(self, model: str, b: Behaviour) -> Behaviour:
         now = trio.current_time()
@@ -203,7 +251,9 @@ class FakeProvider:
         used_today = used_today if seen_day == day else 0
         reset_s = (index + 1) * b.window_s - now
         if b.day_limit and used_today >= b.day_limit:
-            return quota_exceeded(attrs.evolve(b, limit=b.day_limit), (day + 1) * 86400 - now, self.wall_offset + now)
+            return quota_exceeded(
+                attrs.evolve(b, limit=b.day_limit), (day + 1) * 86400 - now, self.wall_offset + now
+            )
         if used >= b.limit:
             return quota_exceeded(b, reset_s, self.wall_offset + now)
         used += 1
@@ -211,17 +261,25 @@ class FakeProvider:
         self._windows[model + "\x00day"] = (day, used_today + 1)
         remaining = b.limit - used
         if b.style == "openai":
-            headers = {"x-ratelimit-limit-requests": str(b.limit), "x-ratelimit-remaining-requests": str(remaining),
-                       "x-ratelimit-reset-requests": f"{reset_s:.3f}s"}
+            headers = {
+                "x-ratelimit-limit-requests": str(b.limit),
+                "x-ratelimit-remaining-requests": str(remaining),
+                "x-ratelimit-reset-requests": f"{reset_s:.3f}s",
+            }
         elif b.style == "openrouter":
-            headers = {"X-RateLimit-Limit": str(b.limit), "X-RateLimit-Remaining": str(remaining),
-                       "X-RateLimit-Reset": str(int((self.wall_offset + now + reset_s) * 1000))}
+            headers = {
+                "X-RateLimit-Limit": str(b.limit),
+                "X-RateLimit-Remaining": str(remaining),
+                "X-RateLimit-Reset": str(int((self.wall_offset + now + reset_s) * 1000)),
+            }
         else:
             headers = {}
         return answer(headers=headers)
 
 
-async def _receive_request(conn: h11.Connection, stream: trio.SocketStream) -> tuple[h11.Request, bytes] | None:
+async def _receive_request(
+    conn: h11.Connection, stream: trio.SocketStream
+) -> tuple[h11.Request, bytes] | None:
     head, body = None, b""
     while True:
         event = conn.next_event()
@@ -244,7 +302,11 @@ async def _receive_request(conn: h11.Connection, stream: trio.SocketStream) -> t
 def _usage(request: Mapping[str, Any], text: str) -> dict[str, int]:
     prompt = max(1, len(json.dumps(request.get("messages", []))) // 4)
     completion = max(1, len(text) // 4)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 async def _send(conn: h11.Connection, stream: trio.SocketStream, event: Any) -> None:
@@ -253,9 +315,18 @@ async def _send(conn: h11.Connection, stream: trio.SocketStream, event: Any) -> 
         await stream.send_all(data)
 
 
-async def _send_json(conn: h11.Connection, stream: trio.SocketStream, code: int, body: Any,
-                     headers: Mapping[str, str]) -> None:
-    raw = body if isinstance(body, bytes) else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
+async def _send_json(
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    code: int,
+    body: Any,
+    headers: Mapping[str, str],
+) -> None:
+    raw = (
+        body
+        if isinstance(body, bytes)
+        else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
+    )
     content_type = "application/json" if not isinstance(body, (str, bytes)) else "text/plain"
     head = [("content-type", content_type), ("content-length", str(len(raw)))]
     head += [(k, v) for k, v in headers.items()]
@@ -264,16 +335,29 @@ async def _send_json(conn: h11.Connection, stream: trio.SocketStream, code: int,
     await _send(conn, stream, h11.EndOfMessage())
 
 
-async def _send_completion(conn: h11.Connection, stream: trio.SocketStream, behaviour: Behaviour, model: str,
-                           request: Mapping[str, Any]) -> bool:
+async def _send_completion(
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    behaviour: Behaviour,
+    model: str,
+    request: Mapping[str, Any],
+) -> bool:
     if behaviour.kind == "garbage":
         await _send_json(conn, stream, 200, b"<html>502 Bad Gateway</html>", behaviour.headers)
         return True
     body = {
-        "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
         "system_fingerprint": "fp_fake",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": behaviour.text},
-                     "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": behaviour.text},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": _usage(request, behaviour.text),
     }
     if behaviour.kind in ("cut", "stall"):
@@ -289,9 +373,14 @@ async def _send_completion(conn: h11.Connection, stream: trio.SocketStream, beha
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
-    chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
-             "system_fingerprint": "fp_fake",
-             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    chunk = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": model,
+        "system_fingerprint": "fp_fake",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
@@ -305,8 +394,13 @@ def stream_events(text: str, model: str) -> list[bytes]:
     return events
 
 
-async def _send_stream(conn: h11.Connection, stream: trio.SocketStream, behaviour: Behaviour, model: str,
-                       request: Mapping[str, Any]) -> bool:
+async def _send_stream(
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    behaviour: Behaviour,
+    model: str,
+    request: Mapping[str, Any],
+) -> bool:
     head = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
     head += list(behaviour.headers.items())
     await _send(conn, stream, h11.Response(status_code=200, headers=head))
@@ -314,11 +408,17 @@ async def _send_stream(conn: h11.Connection, stream: trio.SocketStream, behaviou
     if behaviour.kind == "garbage":
         events = [b"data: {not json\n\n"] * 3
     if (request.get("stream_options") or {}).get("include_usage"):
-        usage = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
-                 "choices": [], "usage": _usage(request, behaviour.text)}
+        usage = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [],
+            "usage": _usage(request, behaviour.text),
+        }
         events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
     if behaviour.kind == "malformed":
-        events.insert(behaviour.after, b"data: {\"choices\": [tru\n\n")
+        events.insert(behaviour.after, b'data: {"choices": [tru\n\n')
     fault_at = behaviour.after if behaviour.kind in ("cut", "stall") else None
     for i, event in enumerate(events):
         if i == fault_at:
@@ -338,7 +438,9 @@ async def _send_stream(conn: h11.Connection, stream: trio.SocketStream, behaviou
 
 
 @asynccontextmanager
-async def open_fake(name: str = "fake", *, models: tuple[str, ...] = (), port: int = 0) -> AsyncIterator[FakeProvider]:
+async def open_fake(
+    name: str = "fake", *, models: tuple[str, ...] = (), port: int = 0
+) -> AsyncIterator[FakeProvider]:
     """Run a fake provider on 127.0.0.1 for the block's duration."""
     async with trio.open_nursery() as nursery:
         fake = FakeProvider(name, nursery, port)

@@ -33,7 +33,11 @@ def dump_toml(config: Mapping[str, Any]) -> str:
     for key, value in config.items():
         if key == "lanes":
             continue
-        if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()) or key in ("policy", "server"):
+        if (
+            isinstance(value, dict)
+            and any(isinstance(v, dict) for v in value.values())
+            or key in ("policy", "server")
+        ):
             tables.append((key, value))
         else:
             lines.append(f"{key} = {toml_value(value)}")
@@ -75,7 +79,9 @@ class SidecarProcess:
         async with httpx2.AsyncClient(trust_env=False) as http:
             while time.monotonic() - start < within_s:  # wall-clock: as above
                 if self.process.returncode is not None:
-                    raise RuntimeError(f"sidecar exited with {self.process.returncode}: {self.log()[-2000:]}")
+                    raise RuntimeError(
+                        f"sidecar exited with {self.process.returncode}: {self.log()[-2000:]}"
+                    )
                 try:
                     if (await http.get(f"{self.base}/health", timeout=0.25)).status_code == 200:
                         self.health_s = time.monotonic() - start  # wall-clock: as above
@@ -86,8 +92,14 @@ class SidecarProcess:
 
 
 @asynccontextmanager
-async def open_sidecar_process(config: Mapping[str, Any], workdir: Path, *, env: Mapping[str, str] | None = None,
-                               pythonpath: str | None = None, port: int | None = None) -> AsyncIterator[SidecarProcess]:
+async def open_sidecar_process(
+    config: Mapping[str, Any],
+    workdir: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    pythonpath: str | None = None,
+    port: int | None = None,
+) -> AsyncIterator[SidecarProcess]:
     """Write `config` as TOML, start `python -m lanes serve` on it, wait for /health, yield it.
 
     With `pythonpath` (a copy of the package) the child imports `lanes` from there only: a
@@ -105,8 +117,9 @@ async def open_sidecar_process(config: Mapping[str, Any], workdir: Path, *, env:
         command = [sys.executable, "-m", "lanes", "serve", "--config", str(path)]
         if pythonpath:
             command[1:3] = ["-c", _ONLY_THE_COPY]
-        process = await trio.lowlevel.open_process(command, stdout=log_file,
-            stderr=subprocess.STDOUT, env=child_env, cwd=str(workdir))
+        process = await trio.lowlevel.open_process(
+            command, stdout=log_file, stderr=subprocess.STDOUT, env=child_env, cwd=str(workdir)
+        )
         sidecar = SidecarProcess(process, f"http://127.0.0.1:{port}", log_path)
         try:
             await sidecar.wait_healthy()
@@ -116,8 +129,13 @@ async def open_sidecar_process(config: Mapping[str, Any], workdir: Path, *, env:
 
 
 @asynccontextmanager
-async def open_sidecar_processes(config: Mapping[str, Any], workdir: Path, *, count: int = 2,
-                                 env: Mapping[str, str] | None = None) -> AsyncIterator[list[SidecarProcess]]:
+async def open_sidecar_processes(
+    config: Mapping[str, Any],
+    workdir: Path,
+    *,
+    count: int = 2,
+    env: Mapping[str, str] | None = None,
+) -> AsyncIterator[list[SidecarProcess]]:
     """`count` sidecar processes on one config (say, a Redis `state`), each in its own directory with
     its own `local_state` — several hosts, on loopback."""
     async with AsyncExitStack() as stack:
@@ -125,8 +143,13 @@ async def open_sidecar_processes(config: Mapping[str, Any], workdir: Path, *, co
         for i in range(count):
             folder = workdir / f"host-{i}"
             folder.mkdir(parents=True, exist_ok=True)
-            sidecars.append(await stack.enter_async_context(open_sidecar_process(
-                {**config, "local_state": str(folder / "local.db")}, folder, env=env)))
+            sidecars.append(
+                await stack.enter_async_context(
+                    open_sidecar_process(
+                        {**config, "local_state": str(folder / "local.db")}, folder, env=env
+                    )
+                )
+            )
         yield sidecars
 
 

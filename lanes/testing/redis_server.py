@@ -35,16 +35,37 @@ class RedisServer:
     def start(self, within_s: float = 10.0) -> RedisServer:
         binary = redis_server_path()
         if binary is None:
-            raise RuntimeError("redis-server is not installed (apt-get install redis-server, or `make redis`)")
+            raise RuntimeError(
+                "redis-server is not installed (apt-get install redis-server, or `make redis`)"
+            )
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--logfile", str(self.log_path), "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--logfile",
+                str(self.log_path),
+                "--daemonize",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + within_s  # wall-clock: waiting for a real process
         while time.monotonic() < deadline:  # wall-clock: as above
             if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}: {self._log()[-500:]}")
+                raise RuntimeError(
+                    f"redis-server exited with {self.process.returncode}: {self._log()[-500:]}"
+                )
             if self.ping():
                 return self
             time.sleep(0.02)

@@ -19,53 +19,128 @@ import trio
 
 from lanes.testing import FakeProvider, answer, open_fake, quota
 
-SIM_KEYS = {"SIM_GROQ_KEY": "sim-groq-key", "SIM_GEMINI_KEY": "sim-gemini-key",
-            "SIM_OPENROUTER_KEY": "sim-openrouter-key", "SIM_PAID_KEY": "sim-paid-key"}
+SIM_KEYS = {
+    "SIM_GROQ_KEY": "sim-groq-key",
+    "SIM_GEMINI_KEY": "sim-gemini-key",
+    "SIM_OPENROUTER_KEY": "sim-openrouter-key",
+    "SIM_PAID_KEY": "sim-paid-key",
+}
 
 
 # An OpenRouter-shaped model list: prices per token as strings, parameters, modalities. Discovery
 # adds the free models the config does not name (mistral-7b:free) and leaves the paid ones out.
 OPENROUTER_CATALOG = [
-    {"id": "llama-3.3-70b:free", "context_length": 65536, "pricing": {"prompt": "0", "completion": "0"},
-     "supported_parameters": ["tools", "temperature"], "architecture": {"input_modalities": ["text"]}},
-    {"id": "qwen-coder:free", "context_length": 32768, "pricing": {"prompt": "0", "completion": "0"},
-     "supported_parameters": ["temperature"], "architecture": {"input_modalities": ["text"]}},
-    {"id": "mistral-7b:free", "context_length": 32768, "pricing": {"prompt": "0", "completion": "0"},
-     "supported_parameters": ["tools", "response_format"], "architecture": {"input_modalities": ["text"]}},
-    {"id": "claude-sim", "context_length": 200000, "pricing": {"prompt": "0.000003", "completion": "0.000015"},
-     "supported_parameters": ["tools"], "architecture": {"input_modalities": ["text", "image"]}},
+    {
+        "id": "llama-3.3-70b:free",
+        "context_length": 65536,
+        "pricing": {"prompt": "0", "completion": "0"},
+        "supported_parameters": ["tools", "temperature"],
+        "architecture": {"input_modalities": ["text"]},
+    },
+    {
+        "id": "qwen-coder:free",
+        "context_length": 32768,
+        "pricing": {"prompt": "0", "completion": "0"},
+        "supported_parameters": ["temperature"],
+        "architecture": {"input_modalities": ["text"]},
+    },
+    {
+        "id": "mistral-7b:free",
+        "context_length": 32768,
+        "pricing": {"prompt": "0", "completion": "0"},
+        "supported_parameters": ["tools", "response_format"],
+        "architecture": {"input_modalities": ["text"]},
+    },
+    {
+        "id": "claude-sim",
+        "context_length": 200000,
+        "pricing": {"prompt": "0.000003", "completion": "0.000015"},
+        "supported_parameters": ["tools"],
+        "architecture": {"input_modalities": ["text", "image"]},
+    },
     {"id": "gpt-unpriced", "context_length": 128000},
 ]
 
 
-def simulated_config(fakes: dict[str, FakeProvider], *, state: str = ":memory:", local_state: str = ":memory:",
-                     fallback: str = "ask") -> dict[str, Any]:
+def simulated_config(
+    fakes: dict[str, FakeProvider],
+    *,
+    state: str = ":memory:",
+    local_state: str = ":memory:",
+    fallback: str = "ask",
+) -> dict[str, Any]:
     """The TOML-shaped config for the simulated providers."""
     return {
         "default_deadline_s": 30,
         "state": state,
         "local_state": local_state,
-        "policy": {"free_tier_fallback": fallback, "paid_ceiling_usd_per_day": 0.05, "approval_wait_s": 25,
-                   "classes": {"coding": ["openrouter/qwen-coder:free"]}},
-        "aliases": {"fast": ["groq/llama-3.1-8b-instant", "gemini/gemini-flash", "paid/gpt-sim-mini"]},
+        "policy": {
+            "free_tier_fallback": fallback,
+            "paid_ceiling_usd_per_day": 0.05,
+            "approval_wait_s": 25,
+            "classes": {"coding": ["openrouter/qwen-coder:free"]},
+        },
+        "aliases": {
+            "fast": ["groq/llama-3.1-8b-instant", "gemini/gemini-flash", "paid/gpt-sim-mini"]
+        },
         "lanes": [
-            {"name": "local", "module": "ollama", "base_url": fakes["local"].base_url,
-             "models": [{"id": "llama3.2:3b", "context": 8192}], "breaker": {"failures": 2, "cooldown_s": 5}},
-            {"name": "groq", "module": "openai_compatible", "base_url": fakes["groq"].base_url,
-             "api_key_env": "SIM_GROQ_KEY", "free_tier": {"kind": "rate_limited", "rpm": 10},
-             "models": [{"id": "llama-3.1-8b-instant", "context": 131072, "tools": True}]},
-            {"name": "gemini", "module": "openai_compatible", "base_url": fakes["gemini"].base_url,
-             "api_key_env": "SIM_GEMINI_KEY", "free_tier": {"kind": "rate_limited", "rpm": 5},
-             "models": [{"id": "gemini-flash", "context": 1048576, "vision": True}]},
-            {"name": "openrouter", "module": "openrouter", "base_url": fakes["openrouter"].base_url,
-             "api_key_env": "SIM_OPENROUTER_KEY", "free_tier": {"kind": "free_models", "rpm": 8}, "discover": True,
-             "models": [{"id": "llama-3.3-70b:free", "context": 65536},
-                        {"id": "qwen-coder:free", "context": 32768},
-                        {"id": "claude-sim", "context": 200000, "input_usd_per_mtok": 3, "output_usd_per_mtok": 15}]},
-            {"name": "paid", "module": "openai_compatible", "base_url": fakes["paid"].base_url,
-             "api_key_env": "SIM_PAID_KEY", "free_tier": {"kind": "none"},
-             "models": [{"id": "gpt-sim-mini", "context": 1047576, "input_usd_per_mtok": 0.4,
-                         "output_usd_per_mtok": 1.6, "prefill": True}]},
+            {
+                "name": "local",
+                "module": "ollama",
+                "base_url": fakes["local"].base_url,
+                "models": [{"id": "llama3.2:3b", "context": 8192}],
+                "breaker": {"failures": 2, "cooldown_s": 5},
+            },
+            {
+                "name": "groq",
+                "module": "openai_compatible",
+                "base_url": fakes["groq"].base_url,
+                "api_key_env": "SIM_GROQ_KEY",
+                "free_tier": {"kind": "rate_limited", "rpm": 10},
+                "models": [{"id": "llama-3.1-8b-instant", "context": 131072, "tools": True}],
+            },
+            {
+                "name": "gemini",
+                "module": "openai_compatible",
+                "base_url": fakes["gemini"].base_url,
+                "api_key_env": "SIM_GEMINI_KEY",
+                "free_tier": {"kind": "rate_limited", "rpm": 5},
+                "models": [{"id": "gemini-flash", "context": 1048576, "vision": True}],
+            },
+            {
+                "name": "openrouter",
+                "module": "openrouter",
+                "base_url": fakes["openrouter"].base_url,
+                "api_key_env": "SIM_OPENROUTER_KEY",
+                "free_tier": {"kind": "free_models", "rpm": 8},
+                "discover": True,
+                "models": [
+                    {"id": "llama-3.3-70b:free", "context": 65536},
+                    {"id": "qwen-coder:free", "context": 32768},
+                    {
+                        "id": "claude-sim",
+                        "context": 200000,
+                        "input_usd_per_mtok": 3,
+                        "output_usd_per_mtok": 15,
+                    },
+                ],
+            },
+            {
+                "name": "paid",
+                "module": "openai_compatible",
+                "base_url": fakes["paid"].base_url,
+                "api_key_env": "SIM_PAID_KEY",
+                "free_tier": {"kind": "none"},
+                "models": [
+                    {
+                        "id": "gpt-sim-mini",
+                        "context": 1047576,
+                        "input_usd_per_mtok": 0.4,
+                        "output_usd_per_mtok": 1.6,
+                        "prefill": True,
+                    }
+                ],
+            },
         ],
     }
 
@@ -85,7 +160,9 @@ async def open_simulation(*, flap: bool = True) -> AsyncIterator[dict[str, FakeP
         fakes = {}
         for name in ("local", "groq", "gemini", "openrouter", "paid"):
             fakes[name] = await stack.enter_async_context(open_fake(name))
-            fakes[name].wall_offset = time.time() - trio.current_time()  # wall-clock: epoch resets in headers
+            fakes[name].wall_offset = (
+                time.time() - trio.current_time()
+            )  # wall-clock: epoch resets in headers
         fakes["local"].script("llama3.2:3b", answer(delay_s=0.05))
         fakes["groq"].script("llama-3.1-8b-instant", quota(10, style="openai"))
         fakes["gemini"].script("gemini-flash", quota(5, style="gemini"))

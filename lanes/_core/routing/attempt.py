@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from lanes._core.errors import AttemptTimedOut, CreditExhausted, JobFailed, ModelGone, RateLimited, UpstreamError
+from lanes._core.errors import (
+    AttemptTimedOut,
+    CreditExhausted,
+    JobFailed,
+    ModelGone,
+    RateLimited,
+    UpstreamError,
+)
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Reply
 from lanes._core.routing.gate import Admission
 from lanes._core.routing.ledger import Reservation
@@ -38,15 +45,28 @@ if TYPE_CHECKING:
     from lanes._core.routing.context import Routing
 
 log = logging.getLogger("lanes")
-_SUCCESS: frozenset[str] = frozenset({"ok", "final", "context_length", "model_gone"})  # the upstream answered sanely
-_BACKOFF = {RateLimited: "rate_limited", CreditExhausted: "credit_exhausted", ModelGone: "model_gone"}
+_SUCCESS: frozenset[str] = frozenset(
+    {"ok", "final", "context_length", "model_gone"}
+)  # the upstream answered sanely
+_BACKOFF = {
+    RateLimited: "rate_limited",
+    CreditExhausted: "credit_exhausted",
+    ModelGone: "model_gone",
+}
 
 
 class AttemptRun:
     """One admitted attempt. `job` is the job as sent (a paid attempt always carries a token cap)."""
 
-    def __init__(self, routing: Routing, record: JobRecord, candidate: Candidate, admission: Admission, *,
-                 retry: bool) -> None:
+    def __init__(
+        self,
+        routing: Routing,
+        record: JobRecord,
+        candidate: Candidate,
+        admission: Admission,
+        *,
+        retry: bool,
+    ) -> None:
         self.routing = routing
         self.record = record
         self.candidate = candidate
@@ -66,11 +86,17 @@ class AttemptRun:
         Raises `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
         routing, candidate = self.routing, self.candidate
         routing.ledger.take_attempt()
-        routing.manager.record_usage(candidate.lane, candidate.model, now=routing.now_wall(), requests=1)
+        routing.manager.record_usage(
+            candidate.lane, candidate.model, now=routing.now_wall(), requests=1
+        )
         if candidate.tier == "paid":
-            if max_output_tokens(self.job.params) is None:  # so the reservation is a true worst case
-                self.job = attrs.evolve(self.job, params={**self.job.params,
-                                                          "max_tokens": routing.policy.paid_max_tokens})
+            if (
+                max_output_tokens(self.job.params) is None
+            ):  # so the reservation is a true worst case
+                self.job = attrs.evolve(
+                    self.job,
+                    params={**self.job.params, "max_tokens": routing.policy.paid_max_tokens},
+                )
             self.reservation = await routing.ledger.reserve(candidate, self.job)
         self.sent = True
         self.started = trio.current_time()
@@ -79,8 +105,13 @@ class AttemptRun:
         """The provider answered: it is reachable, and its rate-limit headers are news."""
         routing = self.routing
         routing.unreachable.pop(self.candidate.lane, None)
-        routing.manager.update_from_headers(self.candidate.lane, self.candidate.model, headers, status=status,
-                                            now=routing.now_wall())
+        routing.manager.update_from_headers(
+            self.candidate.lane,
+            self.candidate.model,
+            headers,
+            status=status,
+            now=routing.now_wall(),
+        )
 
     def reply(self, response: Response) -> Reply:
         """Settle a served non-streamed attempt and wrap the upstream's body."""
@@ -89,17 +120,31 @@ class AttemptRun:
         usage = usage if isinstance(usage, Mapping) else None
         attempt = self.settle("ok", status=response.status, usage=usage)
         record = self.record
-        return Reply(body=response.body, lane=self.candidate.lane, provider=self.lane.provider.name,
-                     model=self.candidate.model, route=attempt.route, attempts=tuple(record.attempts),
-                     skips=tuple(record.skips), cost_usd=attempt.cost_usd, usage=usage,
-                     explored=record.explored == self.candidate.key, raw=response.raw, request_id=record.id)
+        return Reply(
+            body=response.body,
+            lane=self.candidate.lane,
+            provider=self.lane.provider.name,
+            model=self.candidate.model,
+            route=attempt.route,
+            attempts=tuple(record.attempts),
+            skips=tuple(record.skips),
+            cost_usd=attempt.cost_usd,
+            usage=usage,
+            explored=record.explored == self.candidate.key,
+            raw=response.raw,
+            request_id=record.id,
+        )
 
     def timed_out(self, *, first_chunk: bool = False) -> AttemptTimedOut:
         """The error for the lane's own time cap running out (the caller raises it)."""
         config = self.lane.config
         if first_chunk:
-            return AttemptTimedOut(f"no first chunk within the lane's first_token_s={config.first_token_s:g}")
-        return AttemptTimedOut(f"no answer within the lane's attempt_timeout_s={config.attempt_timeout_s:g}")
+            return AttemptTimedOut(
+                f"no first chunk within the lane's first_token_s={config.first_token_s:g}"
+            )
+        return AttemptTimedOut(
+            f"no answer within the lane's attempt_timeout_s={config.attempt_timeout_s:g}"
+        )
 
     def fail(self, exc: UpstreamError) -> Attempt:
         """Settle an attempt that ended in an upstream error, by the error's class."""
@@ -108,28 +153,53 @@ class AttemptRun:
             outcome = "deadline"  # our own deadline, not the upstream's failure
         routing, candidate = self.routing, self.candidate
         reason = _BACKOFF.get(type(exc))
-        if isinstance(exc, ModelGone) and (event := routing.refresh_requested.get(candidate.lane)) is not None:
+        if (
+            isinstance(exc, ModelGone)
+            and (event := routing.refresh_requested.get(candidate.lane)) is not None
+        ):
             event.set()  # the model may have left the catalog: fetch it again now
         if reason is not None:
-            routing.manager.record_rate_limit_error(candidate.lane, candidate.model, reason,  # type: ignore[arg-type]
-                                                    headers=exc.headers, status=exc.status, body=exc.body,
-                                                    now=routing.now_wall())
+            routing.manager.record_rate_limit_error(
+                candidate.lane,
+                candidate.model,
+                reason,  # type: ignore[arg-type]
+                headers=exc.headers,
+                status=exc.status,
+                body=exc.body,
+                now=routing.now_wall(),
+            )
             if routing.store_shared and routing.manager.changed_backoffs:
                 routing.nudge()  # other hosts hear of it now, not at the next tick
         if outcome != "deadline":
             log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
-        return self.settle(outcome, status=exc.status, detail=str(exc), category=exc.category,
-                           connection=exc.connection, neutral=exc.category == "unencodable")
+        return self.settle(
+            outcome,
+            status=exc.status,
+            detail=str(exc),
+            category=exc.category,
+            connection=exc.connection,
+            neutral=exc.category == "unencodable",
+        )
 
-    def settle(self, outcome: Outcome, *, status: int | None = None, detail: str = "", category: str = "",
-               usage: Mapping[str, Any] | None = None, connection: bool = False, neutral: bool = False) -> Attempt:
+    def settle(
+        self,
+        outcome: Outcome,
+        *,
+        status: int | None = None,
+        detail: str = "",
+        category: str = "",
+        usage: Mapping[str, Any] | None = None,
+        connection: bool = False,
+        neutral: bool = False,
+    ) -> Attempt:
         """Close the attempt once: breakers, probe, ledger, ranking, free-tier usage, the record."""
         assert not self.settled, "an attempt settles once"
         self.settled = True
         routing, candidate, now = self.routing, self.candidate, trio.current_time()
         if usage is not None and outcome == "ok":
-            routing.manager.record_usage(candidate.lane, candidate.model, now=routing.now_wall(), requests=0,
-                                         usage=usage)
+            routing.manager.record_usage(
+                candidate.lane, candidate.model, now=routing.now_wall(), requests=0, usage=usage
+            )
         self._release(outcome, connection=connection, neutral=neutral)
         if self.reservation is not None:
             self.cost_usd = self._settled_cost(outcome, status, usage)
@@ -139,19 +209,34 @@ class AttemptRun:
             routing.ranking.note(candidate, outcome, now - self.started, routing.now_wall())
         if outcome == "ok":
             routing.ranking.remember(self.record.job, candidate.key, routing.now_wall())
-        return self.record.record(candidate, outcome, route=self.route, duration_s=now - self.started,
-                                  status=status, detail=detail, category=category, retry=self.retry,
-                                  cost_usd=self.cost_usd)
+        return self.record.record(
+            candidate,
+            outcome,
+            route=self.route,
+            duration_s=now - self.started,
+            status=status,
+            detail=detail,
+            category=category,
+            retry=self.retry,
+            cost_usd=self.cost_usd,
+        )
 
-    def _settled_cost(self, outcome: Outcome, status: int | None, usage: Mapping[str, Any] | None) -> float:
+    def _settled_cost(
+        self, outcome: Outcome, status: int | None, usage: Mapping[str, Any] | None
+    ) -> float:
         """What the ledger keeps for this paid attempt: the cost its sane usage reports; nothing for an
         error the upstream answered; otherwise (no usable usage, cut, cancelled) the whole reservation."""
         assert self.reservation is not None
         if outcome == "ok":
-            cost = usage_cost(usage, self.candidate.input_usd_per_mtok, self.candidate.output_usd_per_mtok)
+            cost = usage_cost(
+                usage, self.candidate.input_usd_per_mtok, self.candidate.output_usd_per_mtok
+            )
             if cost is None:
-                log.info("lane %s: %s reported no usable usage; settled at the reservation",
-                         self.candidate.lane, self.candidate.model)
+                log.info(
+                    "lane %s: %s reported no usable usage; settled at the reservation",
+                    self.candidate.lane,
+                    self.candidate.model,
+                )
                 return self.reservation.amount_usd
             return cost
         if status is not None and status >= 400:
@@ -182,13 +267,18 @@ class AttemptRun:
         if not self.sent:
             self._release("abandoned", connection=False)
             return
-        outcome: Outcome = "deadline" if trio.current_time() >= self.record.deadline_at else "abandoned"
-        self.settle(outcome, detail="cut by the job's deadline" if outcome == "deadline" else "abandoned")
+        outcome: Outcome = (
+            "deadline" if trio.current_time() >= self.record.deadline_at else "abandoned"
+        )
+        self.settle(
+            outcome, detail="cut by the job's deadline" if outcome == "deadline" else "abandoned"
+        )
 
 
 @asynccontextmanager
-async def open_attempt(routing: Routing, record: JobRecord, candidate: Candidate, *,
-                       retry: bool) -> AsyncIterator[AttemptRun | None]:
+async def open_attempt(
+    routing: Routing, record: JobRecord, candidate: Candidate, *, retry: bool
+) -> AsyncIterator[AttemptRun | None]:
     """Admit, budget and hold one attempt for the block; yields None when the gate skipped it."""
     admission = await routing.gate.admit(candidate, record)
     if admission is None:

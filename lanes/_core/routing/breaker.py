@@ -34,14 +34,22 @@ class BreakerPolicy:
     failures: int = attrs.field(default=3, validator=at_least(1))  # consecutive faults that open it
     ratio: float = attrs.field(default=0.5, validator=above(0))  # or this failure ratio ...
     window_s: float = attrs.field(default=60.0, validator=positive)  # ... over this window ...
-    min_calls: int = attrs.field(default=10, validator=at_least(1))  # ... once it holds this many calls
+    min_calls: int = attrs.field(
+        default=10, validator=at_least(1)
+    )  # ... once it holds this many calls
     cooldown_s: float = attrs.field(default=15.0, validator=non_negative)  # first open period
     # Cap for the growing open period (never below `cooldown_s`). Kept short so that traffic returns to a preferred candidate
     # within ~cooldown_max_s × (1 + jitter) of its recovery (22 s by default), one probe at a time.
     cooldown_max_s: float = attrs.field(default=20.0, validator=non_negative)
-    growth: float = attrs.field(default=2.0, validator=at_least(1))  # each reopening multiplies the cooldown
-    jitter: float = attrs.field(default=0.1, validator=non_negative)  # up to +10 % added to each cooldown
-    lane_models: int = attrs.field(default=3, validator=at_least(1))  # open models that darken the whole lane
+    growth: float = attrs.field(
+        default=2.0, validator=at_least(1)
+    )  # each reopening multiplies the cooldown
+    jitter: float = attrs.field(
+        default=0.1, validator=non_negative
+    )  # up to +10 % added to each cooldown
+    lane_models: int = attrs.field(
+        default=3, validator=at_least(1)
+    )  # open models that darken the whole lane
 
     @ratio.validator
     def _ratio(self, attribute: attrs.Attribute[float], value: float) -> None:

@@ -42,7 +42,9 @@ class LaneBreakerStatistics:
 class LaneBreakers:
     """The breakers of one lane. Not thread-safe; one trio run owns it."""
 
-    def __init__(self, policy: BreakerPolicy, *, random: Callable[[], float] = _random.random) -> None:
+    def __init__(
+        self, policy: BreakerPolicy, *, random: Callable[[], float] = _random.random
+    ) -> None:
         self.policy = policy
         self._random = random
         self.lane = Breaker(policy, random=random)
@@ -72,7 +74,9 @@ class LaneBreakers:
                 continue
             stats = breaker.statistics(now)
             if stats.state == "open":
-                since = f" (since {now - stats.opened_at:.0f} s)" if stats.opened_at is not None else ""
+                since = (
+                    f" (since {now - stats.opened_at:.0f} s)" if stats.opened_at is not None else ""
+                )
                 return f"{label} open{since}"
             if stats.state == "half_open" and stats.probe_in_flight:
                 return f"{label} half-open, its one probe is out"
@@ -81,15 +85,21 @@ class LaneBreakers:
     def is_open(self, model: str, now: float) -> bool:
         """True while `model` can not be sent anything (its breaker or the lane's is open)."""
         model_breaker = self.models.get(model)
-        return self.lane.state(now) == "open" or (model_breaker is not None and model_breaker.state(now) == "open")
+        return self.lane.state(now) == "open" or (
+            model_breaker is not None and model_breaker.state(now) == "open"
+        )
 
-    def record(self, granted: Pass, verdict: Verdict, now: float, *, connection: bool = False) -> None:
+    def record(
+        self, granted: Pass, verdict: Verdict, now: float, *, connection: bool = False
+    ) -> None:
         """Count the attempt `granted` allowed. `connection`: the fault was connection-level."""
         model_breaker = self.model(granted.model)
         model_breaker.record(granted.model_permit, verdict, now)
         lane_verdict: Verdict = verdict
         if verdict == "fault" and not connection and not granted.lane_permit.probe:
-            lane_verdict = "neutral"  # the provider answered: this model's trouble, not the provider's
+            lane_verdict = (
+                "neutral"  # the provider answered: this model's trouble, not the provider's
+            )
         self.lane.record(granted.lane_permit, lane_verdict, now)
         if verdict == "fault" and model_breaker.state(now) != "closed":
             sick = sum(1 for b in self.models.values() if b.state(now) != "closed")
@@ -107,5 +117,7 @@ class LaneBreakers:
         return breaker.statistics(now)
 
     def statistics(self, now: float) -> LaneBreakerStatistics:
-        return LaneBreakerStatistics(lane=self.lane.statistics(now),
-                                     models={m: b.statistics(now) for m, b in self.models.items()})
+        return LaneBreakerStatistics(
+            lane=self.lane.statistics(now),
+            models={m: b.statistics(now) for m, b in self.models.items()},
+        )

@@ -46,17 +46,27 @@ class Approvals:
         until = self._store.grant_until(client)
         return until is not None and until > self._now()
 
-    def open(self, *, client: str, exhausted: tuple[str, ...], candidate: str, cost: float) -> PendingApproval:
+    def open(
+        self, *, client: str, exhausted: tuple[str, ...], candidate: str, cost: float
+    ) -> PendingApproval:
         """The client's pending approval (created when there is none)."""
         for approval in self.pending.values():
             if approval.client == client:
                 return approval
-        approval = PendingApproval(id=f"ap-{secrets.token_hex(12)}", client=client, exhausted=exhausted, candidate=candidate,
-                                   estimated_cost_usd=cost, created_at=self._now())
+        approval = PendingApproval(
+            id=f"ap-{secrets.token_hex(12)}",
+            client=client,
+            exhausted=exhausted,
+            candidate=candidate,
+            estimated_cost_usd=cost,
+            created_at=self._now(),
+        )
         self.pending[approval.id] = approval
         return approval
 
-    def decide(self, approval_id: str, decision: Literal["once", "deny"] | float) -> PendingApproval:
+    def decide(
+        self, approval_id: str, decision: Literal["once", "deny"] | float
+    ) -> PendingApproval:
         """Decide: "once", "deny", or a duration in seconds that grants the client until then.
 
         Raises KeyError for an unknown (or already decided) approval id.
@@ -71,7 +81,9 @@ class Approvals:
             approval.decision = decision
         else:
             self.pending[approval_id] = approval
-            raise ValueError(f"decision must be 'once', 'deny' or a duration in seconds (got {decision!r})")
+            raise ValueError(
+                f"decision must be 'once', 'deny' or a duration in seconds (got {decision!r})"
+            )
         approval.event.set()
         return approval
 
@@ -79,8 +91,9 @@ class Approvals:
 class Consent:
     """Whether a job may fall back to a paid candidate: `free_tier_fallback` off, ask or allow."""
 
-    def __init__(self, policy: PolicyConfig, approvals: Approvals,
-                 next_free_s: Callable[[Job], float | None]) -> None:
+    def __init__(
+        self, policy: PolicyConfig, approvals: Approvals, next_free_s: Callable[[Job], float | None]
+    ) -> None:
         self.policy = policy
         self.approvals = approvals
         self._next_free_s = next_free_s  # seconds until the job's soonest free candidate reopens
@@ -100,20 +113,37 @@ class Consent:
         if self.approvals.granted(client):
             record.approval = "granted"
             return True
-        exhausted = tuple(dict.fromkeys([*(c.key for c in record.free_blocked),
-                                         *(a.key for a in record.attempts if a.tier != "paid")]))
+        exhausted = tuple(
+            dict.fromkeys(
+                [
+                    *(c.key for c in record.free_blocked),
+                    *(a.key for a in record.attempts if a.tier != "paid"),
+                ]
+            )
+        )
         cost = worst_case_cost(candidate, record.job, self.policy.paid_max_tokens) or 0.0
-        approval = self.approvals.open(client=client, exhausted=exhausted, candidate=candidate.key, cost=cost)
+        approval = self.approvals.open(
+            client=client, exhausted=exhausted, candidate=candidate.key, cost=cost
+        )
         wait_s = self.policy.approval_wait_s
-        until = record.deadline_at if wait_s is None else min(record.deadline_at, trio.current_time() + wait_s)
+        until = (
+            record.deadline_at
+            if wait_s is None
+            else min(record.deadline_at, trio.current_time() + wait_s)
+        )
         with trio.move_on_at(until):
             await approval.event.wait()
         kw = {"attempts": record.attempts, "skips": record.skips, "request_id": record.id}
         if approval.decision is None:
             raise FallbackNeedsApproval(
-                f"paid fallback to {candidate.key} needs approval {approval.id}", approval_id=approval.id,
-                retry_after_s=max(1.0, self._next_free_s(record.job) or 30.0), **kw)
+                f"paid fallback to {candidate.key} needs approval {approval.id}",
+                approval_id=approval.id,
+                retry_after_s=max(1.0, self._next_free_s(record.job) or 30.0),
+                **kw,
+            )
         if approval.decision == "deny":
-            raise FallbackDenied(f"paid fallback to {candidate.key} was denied ({approval.id})", **kw)
+            raise FallbackDenied(
+                f"paid fallback to {candidate.key} was denied ({approval.id})", **kw
+            )
         record.approval = approval.decision
         return True

@@ -26,8 +26,16 @@ log = logging.getLogger("lanes")
 
 
 class Routing:
-    def __init__(self, *, config: Config, lanes: Mapping[str, OpenAICompatibleLane], store: Store,
-                 manager: FreeTierManager, now_wall: Callable[[], float], free_lane_on: bool) -> None:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        lanes: Mapping[str, OpenAICompatibleLane],
+        store: Store,
+        manager: FreeTierManager,
+        now_wall: Callable[[], float],
+        free_lane_on: bool,
+    ) -> None:
         self.config = config
         self.policy = config.policy
         self.lanes = dict(lanes)
@@ -35,15 +43,25 @@ class Routing:
         self.now_wall = now_wall  # wall-clock epoch seconds, derived from trio's clock
         self.store_shared = store.shared
         self.nudge: Callable[[], None] = lambda: None  # run the state sync now (set when it starts)
-        self.breakers = {name: LaneBreakers(lane.config.breaker) for name, lane in self.lanes.items()}
+        self.breakers = {
+            name: LaneBreakers(lane.config.breaker) for name, lane in self.lanes.items()
+        }
         self.probes = Probes(store, manager, now_wall, lambda: self.nudge())
-        self.gate = Gate(lanes=self.lanes, breakers=self.breakers, manager=manager, probes=self.probes,
-                         now_wall=now_wall, free_lane_on=free_lane_on)
+        self.gate = Gate(
+            lanes=self.lanes,
+            breakers=self.breakers,
+            manager=manager,
+            probes=self.probes,
+            now_wall=now_wall,
+            free_lane_on=free_lane_on,
+        )
         self.ledger = Ledger(self.policy, manager, store, now_wall)
         self.approvals = Approvals(store, now_wall)
         self.consent = Consent(self.policy, self.approvals, self.seconds_to_next_free)
         self.ranking = Ranking(config.scoring)
-        self.unreachable: dict[str, str] = {}  # lanes that accepted no connection at startup (until they answer)
+        self.unreachable: dict[
+            str, str
+        ] = {}  # lanes that accepted no connection at startup (until they answer)
         self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
         for lane in self.lanes.values():
             self.register_prices(lane)
@@ -95,9 +113,14 @@ class Routing:
         return bool(answered)
 
     def register_prices(self, lane: OpenAICompatibleLane) -> None:
-        prices = {m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0) for m in lane.models.values()}
-        self.manager.register(lane.name, LaneTerms(kind=lane.free_tier, conventions=lane.provider.conventions,
-                                                   prices=prices))
+        prices = {
+            m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0)
+            for m in lane.models.values()
+        }
+        self.manager.register(
+            lane.name,
+            LaneTerms(kind=lane.free_tier, conventions=lane.provider.conventions, prices=prices),
+        )
 
     # -- when free capacity returns ------------------------------------------------------------------
     def next_free(self, job: Job) -> tuple[float, str] | None:
@@ -120,4 +143,6 @@ class Routing:
 
     def exhausted(self, record: JobRecord) -> JobFailed:
         """The error for a job whose plan ran out, naming every candidate and why."""
-        return record.failed(now=trio.current_time(), next_free=self.next_free(record.job), now_wall=self.now_wall())
+        return record.failed(
+            now=trio.current_time(), next_free=self.next_free(record.job), now_wall=self.now_wall()
+        )

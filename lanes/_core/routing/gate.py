@@ -30,15 +30,25 @@ class Admission:
 
 
 class Gate:
-    def __init__(self, *, lanes: Mapping[str, OpenAICompatibleLane], breakers: Mapping[str, LaneBreakers],
-                 manager: FreeTierManager, probes: Probes, now_wall: Callable[[], float], free_lane_on: bool) -> None:
+    def __init__(
+        self,
+        *,
+        lanes: Mapping[str, OpenAICompatibleLane],
+        breakers: Mapping[str, LaneBreakers],
+        manager: FreeTierManager,
+        probes: Probes,
+        now_wall: Callable[[], float],
+        free_lane_on: bool,
+    ) -> None:
         self._lanes = lanes
         self._breakers = breakers
         self._manager = manager
         self._probes = probes
         self._now_wall = now_wall
         self.free_lane_on = free_lane_on
-        self.switched_off: set[str] = set()  # lanes switched off at runtime (kept in the state store)
+        self.switched_off: set[str] = (
+            set()
+        )  # lanes switched off at runtime (kept in the state store)
         self.quarantine: dict[str, str] = {}  # "lane/model" → why the canary took it out of routing
         self.canary_probing = False  # the canary probes quarantined models so they can pass again
 
@@ -67,7 +77,9 @@ class Gate:
         """Why `candidate` can not be sent anything now — kill switch, hold-back or an open breaker —
         or None when it could (the probe and the time left are a job's business, not checked here)."""
         reason = self.switched(candidate) or self.held_back(candidate)
-        if reason is None and self._breakers[candidate.lane].is_open(candidate.model, trio.current_time()):
+        if reason is None and self._breakers[candidate.lane].is_open(
+            candidate.model, trio.current_time()
+        ):
             reason = self._breakers[candidate.lane].refusal(candidate.model, trio.current_time())
         return reason
 
@@ -94,7 +106,9 @@ class Gate:
                     record.free_blocked.append(candidate)
                 record.skip(candidate, reason)
                 return None
-            if candidate.tier != "free" or not self._manager.needs_probe(candidate.lane, candidate.model):
+            if candidate.tier != "free" or not self._manager.needs_probe(
+                candidate.lane, candidate.model
+            ):
                 break
             scope = self._manager.scope(candidate.lane, candidate.model)
             claimed = await self._probes.claim(scope, lane, record)

@@ -35,8 +35,13 @@ class Reservation:
 
 
 class Ledger:
-    def __init__(self, policy: PolicyConfig, manager: FreeTierManager, store: Store,
-                 now_wall: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        policy: PolicyConfig,
+        manager: FreeTierManager,
+        store: Store,
+        now_wall: Callable[[], float],
+    ) -> None:
         self.policy = policy
         self._manager = manager
         self._store = store
@@ -46,30 +51,49 @@ class Ledger:
     def take_attempt(self) -> None:
         """Count one upstream attempt, or raise `GovernorExhausted` when a cap is reached."""
         now = self._now()
-        for cap, window in ((self.policy.attempts_per_minute, "minute"), (self.policy.attempts_per_day, "day")):
+        for cap, window in (
+            (self.policy.attempts_per_minute, "minute"),
+            (self.policy.attempts_per_day, "day"),
+        ):
             if cap and self._manager.usage.used(SCOPE, "requests", window, now) >= cap:
                 wait = window_end(window, now) - now
-                raise GovernorExhausted(f"attempt governor: {cap} attempts per {window} used; next in {wait:.0f}s",
-                                        retry_after_s=wait)
+                raise GovernorExhausted(
+                    f"attempt governor: {cap} attempts per {window} used; next in {wait:.0f}s",
+                    retry_after_s=wait,
+                )
         self._manager.pending_usage += self._manager.usage.add(SCOPE, now, requests=1)
 
     async def reserve(self, candidate: Candidate, job: Job) -> Reservation:
         """Reserve one paid attempt's worst case under today's ceiling, or raise `PaidBudgetExhausted`."""
         amount = worst_case_cost(candidate, job, self.policy.paid_max_tokens)
         if amount is None:
-            raise PaidBudgetExhausted(f"{candidate.key} has no known price, so it can not be held to the ceiling")
+            raise PaidBudgetExhausted(
+                f"{candidate.key} has no known price, so it can not be held to the ceiling"
+            )
         now = self._now()
         try:
             reservation = await call(
-                self._store, self._store.reserve_paid, day=window_id("day", now), amount=amount,
-                ceiling=self.policy.paid_ceiling_usd_per_day, lane=candidate.lane, model=candidate.model, job=job.id,
-                cohort=job.cohort)
+                self._store,
+                self._store.reserve_paid,
+                day=window_id("day", now),
+                amount=amount,
+                ceiling=self.policy.paid_ceiling_usd_per_day,
+                lane=candidate.lane,
+                model=candidate.model,
+                job=job.id,
+                cohort=job.cohort,
+            )
         except STORE_ERRORS as exc:
-            if not self._ledger_failing and not self._store.shared:  # a shared store's outage is logged by the sync
-                log.warning("paid ledger: can not record a reservation (%s); paid fallback closed", exc)
+            if (
+                not self._ledger_failing and not self._store.shared
+            ):  # a shared store's outage is logged by the sync
+                log.warning(
+                    "paid ledger: can not record a reservation (%s); paid fallback closed", exc
+                )
             self._ledger_failing = True
-            raise PaidBudgetExhausted("the paid ledger can not be written; paid fallback is closed",
-                                      retry_after_s=5.0) from exc
+            raise PaidBudgetExhausted(
+                "the paid ledger can not be written; paid fallback is closed", retry_after_s=5.0
+            ) from exc
         if self._ledger_failing and not self._store.shared:
             log.warning("paid ledger: writable again; paid fallback open")
         self._ledger_failing = False
@@ -77,7 +101,8 @@ class Ledger:
             wait = window_end("day", now) - now
             raise PaidBudgetExhausted(
                 f"paid ceiling ${self.policy.paid_ceiling_usd_per_day:.2f}/day would be crossed by ${amount:.6f}",
-                retry_after_s=wait)
+                retry_after_s=wait,
+            )
         return Reservation(id=reservation, amount_usd=amount)
 
     def settle(self, reservation: Reservation, cost: float) -> None:
@@ -85,7 +110,9 @@ class Ledger:
         try:
             self._store.settle_paid(reservation.id, max(cost, 0.0))
         except STORE_ERRORS as exc:  # the reservation stays counted in full: never an under-count
-            log.warning("paid ledger: can not settle a reservation (%s); it stays counted in full", exc)
+            log.warning(
+                "paid ledger: can not settle a reservation (%s); it stays counted in full", exc
+            )
 
     def spent_today(self) -> float:
         return self._store.paid_spent(window_id("day", self._now()))

@@ -30,19 +30,33 @@ class PolicyConfig:
 
     free_tier_fallback: FallbackMode = "off"  # when free capacity is gone: fail, ask, or pay
     free_tier_only: bool = False  # never use a paid candidate, even one asked for by name
-    free_attempts: int = attrs.field(default=2, validator=at_least(0))  # distinct free candidates: primary + free retry
-    paid_attempts: int = attrs.field(default=1, validator=at_least(0))  # paid requests, same-candidate retries included
-    transient_retries: int = attrs.field(default=1, validator=at_least(0))  # same-candidate retries per job
+    free_attempts: int = attrs.field(
+        default=2, validator=at_least(0)
+    )  # distinct free candidates: primary + free retry
+    paid_attempts: int = attrs.field(
+        default=1, validator=at_least(0)
+    )  # paid requests, same-candidate retries included
+    transient_retries: int = attrs.field(
+        default=1, validator=at_least(0)
+    )  # same-candidate retries per job
     max_attempts: int = attrs.field(default=4, validator=at_least(1))  # per job, retries included
     max_wait_s: float = attrs.field(default=5.0, validator=at_least(0))  # wait out a 429 this short
-    retry_pause_s: float = attrs.field(default=0.25, validator=at_least(0))  # before retrying a blip
-    classes: dict[str, list[str]] = attrs.field(factory=dict)  # request class → preferred "lane/model"
+    retry_pause_s: float = attrs.field(
+        default=0.25, validator=at_least(0)
+    )  # before retrying a blip
+    classes: dict[str, list[str]] = attrs.field(
+        factory=dict
+    )  # request class → preferred "lane/model"
     long_context_tokens: int = attrs.field(default=32_000, validator=at_least(1))
     attempts_per_minute: int | None = attrs.field(default=None, validator=at_least(1))
     attempts_per_day: int | None = attrs.field(default=None, validator=at_least(1))
     paid_ceiling_usd_per_day: float = attrs.field(default=1.0, validator=at_least(0))
-    paid_max_tokens: int = attrs.field(default=4096, validator=at_least(1))  # sent when a paid job sets none
-    approval_wait_s: float | None = attrs.field(default=None, validator=at_least(0))  # None: until the deadline
+    paid_max_tokens: int = attrs.field(
+        default=4096, validator=at_least(1)
+    )  # sent when a paid job sets none
+    approval_wait_s: float | None = attrs.field(
+        default=None, validator=at_least(0)
+    )  # None: until the deadline
     approval_default_s: float = attrs.field(default=3600.0, validator=at_least(0))
     privacy: Literal["any", "zdr", "local"] = "any"  # the default for jobs that say nothing
 
@@ -83,9 +97,16 @@ def needs_of(job: Job) -> Needs:
         for part in message["content"]
     )
     response_format = job.params.get("response_format")
-    json_mode = isinstance(response_format, Mapping) and response_format.get("type") in ("json_object", "json_schema")
-    return Needs(tools=bool(job.params.get("tools")), images=images, json_mode=json_mode,
-                 tokens=estimate_tokens(job) + (max_output_tokens(job.params) or 0))
+    json_mode = isinstance(response_format, Mapping) and response_format.get("type") in (
+        "json_object",
+        "json_schema",
+    )
+    return Needs(
+        tools=bool(job.params.get("tools")),
+        images=images,
+        json_mode=json_mode,
+        tokens=estimate_tokens(job) + (max_output_tokens(job.params) or 0),
+    )
 
 
 def request_class(job: Job, long_context_tokens: int) -> str:
@@ -127,8 +148,14 @@ class Plan:
     privacy: str
 
 
-def make_plan(job: Job, candidates: Sequence[Candidate], policy: PolicyConfig, *, keep_order: bool = False,
-              scores: Mapping[str, float] | None = None) -> Plan:
+def make_plan(
+    job: Job,
+    candidates: Sequence[Candidate],
+    policy: PolicyConfig,
+    *,
+    keep_order: bool = False,
+    scores: Mapping[str, float] | None = None,
+) -> Plan:
     """Order and filter the candidates for `job`: local, free (class-preferred first, then by
     `scores`, best first), paid.
 
@@ -153,10 +180,21 @@ def make_plan(job: Job, candidates: Sequence[Candidate], policy: PolicyConfig, *
     if keep_order:
         order = list(range(len(kept)))
     else:
-        order = sorted(range(len(kept)), key=lambda i: (tiers[kept[i].tier], rank.get(kept[i].key, len(rank)),
-                                                        -scores.get(kept[i].key, 0.0), i))
-    return Plan(candidates=tuple(kept[i] for i in order), removed=tuple(removed), request_class=klass,
-                privacy=privacy)
+        order = sorted(
+            range(len(kept)),
+            key=lambda i: (
+                tiers[kept[i].tier],
+                rank.get(kept[i].key, len(rank)),
+                -scores.get(kept[i].key, 0.0),
+                i,
+            ),
+        )
+    return Plan(
+        candidates=tuple(kept[i] for i in order),
+        removed=tuple(removed),
+        request_class=klass,
+        privacy=privacy,
+    )
 
 
 def fit(candidate: Candidate, needs: Needs) -> tuple[float, float]:
@@ -166,7 +204,11 @@ def fit(candidate: Candidate, needs: Needs) -> tuple[float, float]:
         context = 0.5
     else:
         context = 1.0 if candidate.context >= 4 * max(needs.tokens, 1) else 0.8
-    wanted = [(needs.tools, candidate.tools), (needs.images, candidate.vision), (needs.json_mode, candidate.json_mode)]
+    wanted = [
+        (needs.tools, candidate.tools),
+        (needs.images, candidate.vision),
+        (needs.json_mode, candidate.json_mode),
+    ]
     asked = [have for need, have in wanted if need]
     capability = 1.0 if not asked else sum(1.0 if have else 0.5 for have in asked) / len(asked)
     return context, capability
@@ -181,14 +223,23 @@ def worst_case_cost(candidate: Candidate, job: Job, default_max_tokens: int) -> 
     if candidate.input_usd_per_mtok is None or candidate.output_usd_per_mtok is None:
         return None
     output = max_output_tokens(job.params) or default_max_tokens
-    return cost_usd(input_bytes(job), output, candidate.input_usd_per_mtok, candidate.output_usd_per_mtok)
+    return cost_usd(
+        input_bytes(job), output, candidate.input_usd_per_mtok, candidate.output_usd_per_mtok
+    )
 
 
 RetryChoice = Literal["same", "next"]
 
 
-def after_failure(outcome: str, *, retried: bool, wait_s: float | None, time_left_s: float, max_wait_s: float,
-                  alternatives_free: bool) -> tuple[RetryChoice, float]:
+def after_failure(
+    outcome: str,
+    *,
+    retried: bool,
+    wait_s: float | None,
+    time_left_s: float,
+    max_wait_s: float,
+    alternatives_free: bool,
+) -> tuple[RetryChoice, float]:
     """What to do after a failed attempt: retry the same candidate after a pause, or move on.
 
     `retried`: the job's same-candidate allowance is used up. A transient fault is retried on the
@@ -199,7 +250,12 @@ def after_failure(outcome: str, *, retried: bool, wait_s: float | None, time_lef
         return "next", 0.0
     if outcome == "fault" and time_left_s > 1.0:
         return "same", 0.0
-    if (outcome == "rate_limited" and wait_s is not None and wait_s <= max_wait_s
-            and wait_s < time_left_s - 0.5 and not alternatives_free):
+    if (
+        outcome == "rate_limited"
+        and wait_s is not None
+        and wait_s <= max_wait_s
+        and wait_s < time_left_s - 0.5
+        and not alternatives_free
+    ):
         return "same", wait_s
     return "next", 0.0

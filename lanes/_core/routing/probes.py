@@ -17,14 +17,21 @@ from lanes.freetier.manager import FreeTierManager
 
 
 class Probes:
-    def __init__(self, store: Store, manager: FreeTierManager, now_wall: Callable[[], float],
-                 nudge: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        manager: FreeTierManager,
+        now_wall: Callable[[], float],
+        nudge: Callable[[], None],
+    ) -> None:
         self._store = store
         self._manager = manager
         self._now = now_wall
         self._nudge = nudge  # run the state sync now: the other hosts wait for this probe's answer
         self._local: dict[str, trio.Event] = {}  # scope → set when this process's probe answered
-        self.remote: dict[str, trio.Event] = {}  # scope → set when another host's probe answered (see Sharing)
+        self.remote: dict[
+            str, trio.Event
+        ] = {}  # scope → set when another host's probe answered (see Sharing)
 
     async def claim(self, scope: str, lane: OpenAICompatibleLane, record: JobRecord) -> bool | None:
         """True: this job probes `scope` (then `release` it). False: another probe answered meanwhile — look
@@ -36,10 +43,14 @@ class Probes:
             try:
                 leased = await self._lease(scope, lane, record)
             finally:
-                if not leased:  # another host probed it (look again with what it learned), or cancelled
+                if (
+                    not leased
+                ):  # another host probed it (look again with what it learned), or cancelled
                     self.release(scope)
             return leased
-        with trio.move_on_at(min(record.deadline_at, trio.current_time() + lane.config.first_token_s)):
+        with trio.move_on_at(
+            min(record.deadline_at, trio.current_time() + lane.config.first_token_s)
+        ):
             await event.wait()
             return False
         return None

@@ -10,7 +10,13 @@ from collections.abc import Callable, Sequence
 
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.policy import Needs, fit
-from lanes._core.routing.scoring import ScoringConfig, Stats, degraded_providers, pick_exploration, score
+from lanes._core.routing.scoring import (
+    ScoringConfig,
+    Stats,
+    degraded_providers,
+    pick_exploration,
+    score,
+)
 
 
 class Ranking:
@@ -34,8 +40,14 @@ class Ranking:
         out = {}
         for c in candidates:
             context, capability = fit(c, needs)
-            out[c.key] = score(self.stats.get(c.key), now=now, config=self.config, degraded=c.lane in degraded,
-                               context_fit=context, capability_fit=capability)
+            out[c.key] = score(
+                self.stats.get(c.key),
+                now=now,
+                config=self.config,
+                degraded=c.lane in degraded,
+                context_fit=context,
+                capability_fit=capability,
+            )
         return out
 
     @staticmethod
@@ -52,8 +64,14 @@ class Ranking:
                 self.sticky.pop(next(iter(self.sticky)))
             self.sticky[self.conversation(job)] = (key, now)
 
-    def front(self, ordered: Sequence[Candidate], job: Job, scores: dict[str, float], now: float,
-              healthy: Callable[[Candidate], bool]) -> tuple[list[Candidate], str | None, bool]:
+    def front(
+        self,
+        ordered: Sequence[Candidate],
+        job: Job,
+        scores: dict[str, float],
+        now: float,
+        healthy: Callable[[Candidate], bool],
+    ) -> tuple[list[Candidate], str | None, bool]:
         """The order to try: a multi-turn conversation's model first while healthy (sticky), else,
         for about `explore_rate` of jobs, a close runner-up or an under-sampled model first.
         Returns (order, explored key or None, sticky)."""
@@ -62,7 +80,9 @@ class Ranking:
         if not free:
             return ordered, None, False
         multi_turn = any(m.get("role") == "assistant" for m in job.messages)
-        remembered = self.sticky.get(self.conversation(job)) if self.config.sticky and multi_turn else None
+        remembered = (
+            self.sticky.get(self.conversation(job)) if self.config.sticky and multi_turn else None
+        )
         if remembered and now - remembered[1] <= self.config.sticky_ttl_s:
             chosen = next((c for c in free if c.key == remembered[0]), None)
             if chosen is not None:

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from lanes._core.errors import DeadlineExceeded, FreeTierExhausted, JobFailed, NoLaneAvailable, PaidBudgetExhausted
+from lanes._core.errors import (
+    DeadlineExceeded,
+    FreeTierExhausted,
+    JobFailed,
+    NoLaneAvailable,
+    PaidBudgetExhausted,
+)
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Route, Skip
 
 _SHORT = 120  # characters of an attempt's detail quoted in a failure's message
@@ -30,10 +36,14 @@ class JobRecord:
         self.free_blocked: list[Candidate] = []  # free candidates the free-tier manager held back
         self.request_class = "general"
         self.approval: str | None = None  # how paid fallback was consented to: allow, once, granted
-        self.budget_refusal: PaidBudgetExhausted | None = None  # the paid ceiling refused an attempt
+        self.budget_refusal: PaidBudgetExhausted | None = (
+            None  # the paid ceiling refused an attempt
+        )
         self.explored: str | None = None  # the runner-up this job was sent to on purpose
         self.sticky = False  # a multi-turn conversation kept on the model that served it
-        self.same_retries = 0  # same-candidate retries after a transient fault (their own allowance)
+        self.same_retries = (
+            0  # same-candidate retries after a transient fault (their own allowance)
+        )
 
     @property
     def id(self) -> str:
@@ -69,11 +79,25 @@ class JobRecord:
         self.consider(candidate)
         self.skips.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason or ""))
 
-    def record(self, candidate: Candidate, outcome: Outcome, *, route: Route, duration_s: float,
-               **details: Any) -> Attempt:
+    def record(
+        self,
+        candidate: Candidate,
+        outcome: Outcome,
+        *,
+        route: Route,
+        duration_s: float,
+        **details: Any,
+    ) -> Attempt:
         self.consider(candidate)
-        attempt = Attempt(lane=candidate.lane, model=candidate.model, tier=candidate.tier, outcome=outcome,
-                          route=route, duration_s=duration_s, **details)
+        attempt = Attempt(
+            lane=candidate.lane,
+            model=candidate.model,
+            tier=candidate.tier,
+            outcome=outcome,
+            route=route,
+            duration_s=duration_s,
+            **details,
+        )
         self.attempts.append(attempt)
         return attempt
 
@@ -95,23 +119,44 @@ class JobRecord:
                 why[attempt.key] = _describe(attempt)
         return "; ".join(f"{key}: {why[key]}" for key in self.considered if key in why)
 
-    def failed(self, *, now: float, next_free: tuple[float, str] | None = None,
-               now_wall: float = 0.0) -> JobFailed:
+    def failed(
+        self, *, now: float, next_free: tuple[float, str] | None = None, now_wall: float = 0.0
+    ) -> JobFailed:
         """The error for a walk that ran out of candidates, naming each and its reason."""
         kw: dict[str, Any] = {"attempts": self.attempts, "skips": self.skips, "request_id": self.id}
         reasons = self.reasons()
         tail = f" — {reasons}" if reasons else ""
-        if now >= self.deadline_at or self.short_of_time or any(a.outcome == "deadline" for a in self.attempts):
-            return DeadlineExceeded(f"the job's deadline passed before any lane answered{tail}", **kw)
+        if (
+            now >= self.deadline_at
+            or self.short_of_time
+            or any(a.outcome == "deadline" for a in self.attempts)
+        ):
+            return DeadlineExceeded(
+                f"the job's deadline passed before any lane answered{tail}", **kw
+            )
         if self.budget_refusal is not None:
             refusal = self.budget_refusal
-            return PaidBudgetExhausted(f"{refusal}{tail}", retry_after_s=refusal.retry_after_s, **kw)
-        if self.free_blocked or any(a.outcome in ("rate_limited", "credit_exhausted") for a in self.attempts):
+            return PaidBudgetExhausted(
+                f"{refusal}{tail}", retry_after_s=refusal.retry_after_s, **kw
+            )
+        if self.free_blocked or any(
+            a.outcome in ("rate_limited", "credit_exhausted") for a in self.attempts
+        ):
             retry = max(0.0, next_free[0] - now_wall) if next_free else None
-            when = f"; {next_free[1]} reopens in {retry:.1f}s" if next_free and retry is not None else ""
-            return FreeTierExhausted(f"free capacity is exhausted{when}{tail}", retry_after_s=retry,
-                                     next_eligible=next_free[1] if next_free else None, **kw)
-        return NoLaneAvailable(f"no lane could serve{tail}" if tail else "no lane could serve: no candidate", **kw)
+            when = (
+                f"; {next_free[1]} reopens in {retry:.1f}s"
+                if next_free and retry is not None
+                else ""
+            )
+            return FreeTierExhausted(
+                f"free capacity is exhausted{when}{tail}",
+                retry_after_s=retry,
+                next_eligible=next_free[1] if next_free else None,
+                **kw,
+            )
+        return NoLaneAvailable(
+            f"no lane could serve{tail}" if tail else "no lane could serve: no candidate", **kw
+        )
 
 
 def _describe(attempt: Attempt) -> str:

@@ -29,14 +29,23 @@ class ScoringConfig:
     prior: float = 0.5
     z: float = 1.96
     half_life_s: float = attrs.field(default=600.0, validator=at_least(1))
-    penalties: dict[str, float] = attrs.field(factory=lambda: {"rate_limited": 0.05, "fault": 0.1, "deadline": 0.05})
+    penalties: dict[str, float] = attrs.field(
+        factory=lambda: {"rate_limited": 0.05, "fault": 0.1, "deadline": 0.05}
+    )
     weights: dict[str, float] = attrs.field(
-        factory=lambda: {"reliability": 0.5, "latency": 0.2, "context": 0.1, "capability": 0.2})
+        factory=lambda: {"reliability": 0.5, "latency": 0.2, "context": 0.1, "capability": 0.2}
+    )
     latency_ref_s: float = attrs.field(default=2.0, validator=at_least(0.001))
-    degraded_ratio: float = 0.5  # a provider failing this share of its recent outcomes is degraded …
+    degraded_ratio: float = (
+        0.5  # a provider failing this share of its recent outcomes is degraded …
+    )
     degraded_multiplier: float = 0.5  # … and its models' reliability is multiplied by this
-    explore_rate: float = attrs.field(default=0.05, validator=at_least(0))  # share of jobs that explore
-    explore_gap: float = attrs.field(default=0.15, validator=at_least(0))  # how close a runner-up must be
+    explore_rate: float = attrs.field(
+        default=0.05, validator=at_least(0)
+    )  # share of jobs that explore
+    explore_gap: float = attrs.field(
+        default=0.15, validator=at_least(0)
+    )  # how close a runner-up must be
     sticky: bool = True  # keep a multi-turn conversation on the model that served it while healthy
     sticky_ttl_s: float = attrs.field(default=3600.0, validator=at_least(0))
 
@@ -79,41 +88,73 @@ class Stats:
             self.n += 1
             self.successes += outcome == "ok"
         if outcome == "ok":
-            self.latency_s = latency_s if self.latency_s is None else 0.8 * self.latency_s + 0.2 * latency_s
+            self.latency_s = (
+                latency_s if self.latency_s is None else 0.8 * self.latency_s + 0.2 * latency_s
+            )
         else:
             self.events.append((now, outcome))
 
     def penalty(self, now: float, config: ScoringConfig) -> float:
-        return sum(config.penalties.get(kind, 0.0) * 0.5 ** ((now - at) / config.half_life_s)
-                   for at, kind in self.events if now >= at)
+        return sum(
+            config.penalties.get(kind, 0.0) * 0.5 ** ((now - at) / config.half_life_s)
+            for at, kind in self.events
+            if now >= at
+        )
 
 
-def score(stats: Stats | None, *, now: float, config: ScoringConfig, degraded: bool = False,
-          context_fit: float = 1.0, capability_fit: float = 1.0) -> float:
+def score(
+    stats: Stats | None,
+    *,
+    now: float,
+    config: ScoringConfig,
+    degraded: bool = False,
+    context_fit: float = 1.0,
+    capability_fit: float = 1.0,
+) -> float:
     """The candidate's ranking score (higher is better)."""
     stats = stats or Stats()
     w = config.weights
-    rel = reliability(stats.successes, stats.n, config) * (config.degraded_multiplier if degraded else 1.0)
-    latency = 0.5 if stats.latency_s is None else 1.0 / (1.0 + stats.latency_s / config.latency_ref_s)
-    return (w.get("reliability", 0) * rel + w.get("latency", 0) * latency + w.get("context", 0) * context_fit
-            + w.get("capability", 0) * capability_fit - stats.penalty(now, config))
+    rel = reliability(stats.successes, stats.n, config) * (
+        config.degraded_multiplier if degraded else 1.0
+    )
+    latency = (
+        0.5 if stats.latency_s is None else 1.0 / (1.0 + stats.latency_s / config.latency_ref_s)
+    )
+    return (
+        w.get("reliability", 0) * rel
+        + w.get("latency", 0) * latency
+        + w.get("context", 0) * context_fit
+        + w.get("capability", 0) * capability_fit
+        - stats.penalty(now, config)
+    )
 
 
-def degraded_providers(recent: Mapping[str, deque[bool]], config: ScoringConfig, min_outcomes: int = 5) -> set[str]:
+def degraded_providers(
+    recent: Mapping[str, deque[bool]], config: ScoringConfig, min_outcomes: int = 5
+) -> set[str]:
     """Providers (lanes) whose recent outcomes fail at least `degraded_ratio` of the time."""
-    return {lane for lane, outcomes in recent.items()
-            if len(outcomes) >= min_outcomes and outcomes.count(False) / len(outcomes) >= config.degraded_ratio}
+    return {
+        lane
+        for lane, outcomes in recent.items()
+        if len(outcomes) >= min_outcomes
+        and outcomes.count(False) / len(outcomes) >= config.degraded_ratio
+    }
 
 
-def pick_exploration(ranked: list[tuple[str, float, int]], config: ScoringConfig, draw: float) -> str | None:
+def pick_exploration(
+    ranked: list[tuple[str, float, int]], config: ScoringConfig, draw: float
+) -> str | None:
     """Which candidate key to explore, if any: `ranked` is (key, score, samples), best first; `draw`
     a uniform number in [0, 1). A healthy runner-up within `explore_gap` of the leader, or an
     under-sampled one, is chosen for about `explore_rate` of jobs."""
     if len(ranked) < 2 or draw >= config.explore_rate:
         return None
     leader = ranked[0][1]
-    pool = [key for key, value, samples in ranked[1:]
-            if leader - value <= config.explore_gap or samples < config.min_samples]
+    pool = [
+        key
+        for key, value, samples in ranked[1:]
+        if leader - value <= config.explore_gap or samples < config.min_samples
+    ]
     if not pool:
         return None
     return pool[int(draw / config.explore_rate * len(pool)) % len(pool)]

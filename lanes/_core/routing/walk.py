@@ -25,7 +25,13 @@ from typing import TypeVar
 
 import trio
 
-from lanes._core.errors import AttemptTimedOut, FinalError, PaidBudgetExhausted, UpstreamError, UpstreamRejected
+from lanes._core.errors import (
+    AttemptTimedOut,
+    FinalError,
+    PaidBudgetExhausted,
+    UpstreamError,
+    UpstreamRejected,
+)
 from lanes._core.job import Candidate
 from lanes._core.routing.attempt import AttemptRun, open_attempt
 from lanes._core.routing.context import Routing
@@ -39,8 +45,15 @@ Call = Callable[[AttemptRun, AsyncExitStack], Awaitable[T]]
 _SKIPPED = object()
 
 
-async def walk(routing: Routing, record: JobRecord, call: Call[T], keep: AsyncExitStack, *,
-               exclude: frozenset[str] = frozenset(), require_prefill: bool = False) -> T:
+async def walk(
+    routing: Routing,
+    record: JobRecord,
+    call: Call[T],
+    keep: AsyncExitStack,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    require_prefill: bool = False,
+) -> T:
     """Walk the job's plan; return the result of the first attempt that succeeds.
 
     What the winning attempt holds (its settlement, a stream's response) moves into `keep`.
@@ -50,8 +63,11 @@ async def walk(routing: Routing, record: JobRecord, call: Call[T], keep: AsyncEx
     job = record.job
     tried: set[str] = set()
     for round_ in (0, 1):
-        candidates = [c for c in routing.resolve(job) if c.key not in exclude and (c.prefill or not require_prefill)
-                      and c.key not in tried]
+        candidates = [
+            c
+            for c in routing.resolve(job)
+            if c.key not in exclude and (c.prefill or not require_prefill) and c.key not in tried
+        ]
         remaining = _order(routing, record, candidates, first_round=round_ == 0)
         pinned = job.model in {c.key for c in candidates} and len(candidates) == 1
         result = await _walk_plan(routing, record, call, keep, remaining, pinned)
@@ -68,7 +84,9 @@ async def walk(routing: Routing, record: JobRecord, call: Call[T], keep: AsyncEx
     raise routing.exhausted(record)
 
 
-def _order(routing: Routing, record: JobRecord, candidates: list[Candidate], *, first_round: bool) -> list[Candidate]:
+def _order(
+    routing: Routing, record: JobRecord, candidates: list[Candidate], *, first_round: bool
+) -> list[Candidate]:
     """The plan for this round: filtered, tiers in order, free ones by class and score; then a
     multi-turn conversation's model, or (sometimes) an exploration, moved to the front."""
     job, now = record.job, routing.now_wall()
@@ -80,13 +98,21 @@ def _order(routing: Routing, record: JobRecord, candidates: list[Candidate], *, 
         record.request_class = plan.request_class
     if job.model != "auto":
         return list(plan.candidates)
-    ordered, explored, sticky = routing.ranking.front(plan.candidates, job, scores, now, routing.gate.free_now)
+    ordered, explored, sticky = routing.ranking.front(
+        plan.candidates, job, scores, now, routing.gate.free_now
+    )
     record.explored, record.sticky = explored, sticky
     return ordered
 
 
-async def _walk_plan(routing: Routing, record: JobRecord, call: Call[T], keep: AsyncExitStack,
-                     remaining: list[Candidate], pinned: bool) -> T | object:
+async def _walk_plan(
+    routing: Routing,
+    record: JobRecord,
+    call: Call[T],
+    keep: AsyncExitStack,
+    remaining: list[Candidate],
+    pinned: bool,
+) -> T | object:
     policy = routing.policy
     banned: set[str] = set()  # failed in a way that rules them out for the rest of this job
     context_floor = 0
@@ -96,8 +122,12 @@ async def _walk_plan(routing: Routing, record: JobRecord, call: Call[T], keep: A
         if reason:
             record.skip(candidate, reason)
             continue
-        if (candidate.tier == "paid" and not pinned and record.approval is None
-                and not await routing.consent.ask(record, candidate)):
+        if (
+            candidate.tier == "paid"
+            and not pinned
+            and record.approval is None
+            and not await routing.consent.ask(record, candidate)
+        ):
             continue
         retry = False
         while True:
@@ -108,9 +138,13 @@ async def _walk_plan(routing: Routing, record: JobRecord, call: Call[T], keep: A
                 record.skip(candidate, str(exc))
                 break
             except FinalError as exc:
-                raise record.attach(UpstreamRejected(
-                    f"{candidate.key} rejected the request: {exc}", upstream_status=exc.status or 400,
-                    upstream_code=exc.code)) from exc
+                raise record.attach(
+                    UpstreamRejected(
+                        f"{candidate.key} rejected the request: {exc}",
+                        upstream_status=exc.status or 400,
+                        upstream_code=exc.code,
+                    )
+                ) from exc
             except UpstreamError as exc:
                 if isinstance(exc, AttemptTimedOut) or record.attempts[-1].outcome == "deadline":
                     banned.add(candidate.key)  # silent: not again within this job
@@ -133,8 +167,15 @@ async def _walk_plan(routing: Routing, record: JobRecord, call: Call[T], keep: A
     return _SKIPPED
 
 
-async def _attempt(routing: Routing, record: JobRecord, candidate: Candidate, call: Call[T], keep: AsyncExitStack,
-                   *, retry: bool) -> T | object:
+async def _attempt(
+    routing: Routing,
+    record: JobRecord,
+    candidate: Candidate,
+    call: Call[T],
+    keep: AsyncExitStack,
+    *,
+    retry: bool,
+) -> T | object:
     """One attempt; what it holds moves into `keep` when it succeeds. `_SKIPPED` when the gate said no."""
     async with AsyncExitStack() as stack:
         run = await stack.enter_async_context(open_attempt(routing, record, candidate, retry=retry))
@@ -145,8 +186,13 @@ async def _attempt(routing: Routing, record: JobRecord, candidate: Candidate, ca
         return result
 
 
-def _out_of_budget(record: JobRecord, candidate: Candidate, banned: set[str], context_floor: int,
-                   policy: PolicyConfig) -> str | None:
+def _out_of_budget(
+    record: JobRecord,
+    candidate: Candidate,
+    banned: set[str],
+    context_floor: int,
+    policy: PolicyConfig,
+) -> str | None:
     """Why this job may not send `candidate` anything more, or None."""
     if candidate.key in banned:
         return "already failed in this job"
@@ -154,23 +200,40 @@ def _out_of_budget(record: JobRecord, candidate: Candidate, banned: set[str], co
         return f"context not larger than {context_floor}"
     if len(record.attempts) >= policy.max_attempts:
         return f"attempt cap ({policy.max_attempts}) reached"
-    if candidate.tier == "free" and len(record.free_tried - {candidate.key}) >= policy.free_attempts:
+    if (
+        candidate.tier == "free"
+        and len(record.free_tried - {candidate.key}) >= policy.free_attempts
+    ):
         return f"free attempts ({policy.free_attempts}) used"
     if candidate.tier == "paid" and record.paid_attempts >= policy.paid_attempts:
         return f"paid attempts ({policy.paid_attempts}) used"
     return None
 
 
-def _retry_pause(routing: Routing, record: JobRecord, candidate: Candidate, exc: UpstreamError,
-                 remaining: list[Candidate], banned: set[str]) -> float | None:
+def _retry_pause(
+    routing: Routing,
+    record: JobRecord,
+    candidate: Candidate,
+    exc: UpstreamError,
+    remaining: list[Candidate],
+    banned: set[str],
+) -> float | None:
     """Seconds to pause before retrying `candidate` itself, or None to move on."""
     policy = routing.policy
     allowance_left = record.same_retries < policy.transient_retries and (
-        candidate.tier != "paid" or record.paid_attempts < policy.paid_attempts)
-    alternatives = any(c.tier != "paid" and routing.gate.free_now(c) for c in remaining if c.key not in banned)
-    choice, pause = after_failure(exc.outcome, retried=not allowance_left, wait_s=routing.backoff_wait(candidate),
-                                  time_left_s=record.deadline_at - trio.current_time(),
-                                  max_wait_s=policy.max_wait_s, alternatives_free=alternatives)
+        candidate.tier != "paid" or record.paid_attempts < policy.paid_attempts
+    )
+    alternatives = any(
+        c.tier != "paid" and routing.gate.free_now(c) for c in remaining if c.key not in banned
+    )
+    choice, pause = after_failure(
+        exc.outcome,
+        retried=not allowance_left,
+        wait_s=routing.backoff_wait(candidate),
+        time_left_s=record.deadline_at - trio.current_time(),
+        max_wait_s=policy.max_wait_s,
+        alternatives_free=alternatives,
+    )
     if choice == "next" or len(record.attempts) >= policy.max_attempts:
         return None
     return pause or policy.retry_pause_s * (1.0 + random.random())

@@ -19,32 +19,77 @@ Query = Callable[[str, tuple], list[tuple]]
 
 def attempt_log(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
     """Each attempt with the route state it stood for (local / primary / free_retry / paid_fallback)."""
-    return [{"lane": a.lane, "model": a.model, "tier": a.tier, "route": a.route, "outcome": a.outcome,
-             "status": a.status, "latency_s": round(a.duration_s, 6), "category": a.category, "retry": a.retry,
-             "cost_usd": a.cost_usd} for a in attempts]
+    return [
+        {
+            "lane": a.lane,
+            "model": a.model,
+            "tier": a.tier,
+            "route": a.route,
+            "outcome": a.outcome,
+            "status": a.status,
+            "latency_s": round(a.duration_s, 6),
+            "category": a.category,
+            "retry": a.retry,
+            "cost_usd": a.cost_usd,
+        }
+        for a in attempts
+    ]
 
 
-def audit_row(*, job: Job, at: float, request_class: str, outcome: str, route: str | None, lane: str | None,
-              model: str | None, attempts: Sequence[Attempt], latency_s: float, skips: Sequence[Any] = (),
-              answer: Any = None, usage: Mapping[str, Any] | None = None, cost_usd: float = 0.0, approval: str = "",
-              explored: bool = False, log_bodies: bool = False) -> dict[str, Any]:
+def audit_row(
+    *,
+    job: Job,
+    at: float,
+    request_class: str,
+    outcome: str,
+    route: str | None,
+    lane: str | None,
+    model: str | None,
+    attempts: Sequence[Attempt],
+    latency_s: float,
+    skips: Sequence[Any] = (),
+    answer: Any = None,
+    usage: Mapping[str, Any] | None = None,
+    cost_usd: float = 0.0,
+    approval: str = "",
+    explored: bool = False,
+    log_bodies: bool = False,
+) -> dict[str, Any]:
     request_sha, request_bytes = job.fingerprint()
     answer_sha, answer_bytes = digest(answer) if answer is not None else ("", 0)
     counted = usage_tokens(usage)
     return {
-        "job": job.id, "at": at, "client": job.client, "cohort": job.cohort or "", "class": request_class,
-        "route": route or "", "outcome": outcome, "lane": lane or "", "model": model or "",
-        "request_sha256": request_sha, "request_bytes": request_bytes,
-        "answer_sha256": answer_sha, "answer_bytes": answer_bytes,
-        "attempts": len(attempts), "attempt_log": json.dumps(attempt_log(attempts)),
-        "skip_log": json.dumps([{"lane": s.lane, "model": s.model, "reason": s.reason} for s in skips]),
-        "latency_s": latency_s, "tokens": sum(counted) if counted else 0, "cost_usd": cost_usd,
-        "approval": approval, "explored": int(explored),
-        "body": json.dumps({"messages": list(job.messages), "answer": answer}) if log_bodies else "",
+        "job": job.id,
+        "at": at,
+        "client": job.client,
+        "cohort": job.cohort or "",
+        "class": request_class,
+        "route": route or "",
+        "outcome": outcome,
+        "lane": lane or "",
+        "model": model or "",
+        "request_sha256": request_sha,
+        "request_bytes": request_bytes,
+        "answer_sha256": answer_sha,
+        "answer_bytes": answer_bytes,
+        "attempts": len(attempts),
+        "attempt_log": json.dumps(attempt_log(attempts)),
+        "skip_log": json.dumps(
+            [{"lane": s.lane, "model": s.model, "reason": s.reason} for s in skips]
+        ),
+        "latency_s": latency_s,
+        "tokens": sum(counted) if counted else 0,
+        "cost_usd": cost_usd,
+        "approval": approval,
+        "explored": int(explored),
+        "body": json.dumps({"messages": list(job.messages), "answer": answer})
+        if log_bodies
+        else "",
     }
 
 
 # -- seed 004's measures -------------------------------------------------------------------------
+
 
 def primary_success_by_class(query: Query) -> dict[str, float]:
     """Share of jobs per class answered by their free primary (first attempt, free, ok)."""
@@ -76,9 +121,15 @@ def free_retry_rate_and_reasons(query: Query) -> tuple[float, dict[str, int]]:
 
 def paid_fallback(query: Query) -> dict[str, float]:
     """How often jobs ended on the paid fallback, and what it cost."""
-    (jobs, paid, cost), = query(
-        "SELECT COUNT(*), SUM(route = 'paid_fallback'), COALESCE(SUM(cost_usd), 0) FROM audit", ())
-    return {"jobs": jobs, "paid_jobs": paid or 0, "paid_share": (paid or 0) / jobs if jobs else 0.0, "cost_usd": cost}
+    ((jobs, paid, cost),) = query(
+        "SELECT COUNT(*), SUM(route = 'paid_fallback'), COALESCE(SUM(cost_usd), 0) FROM audit", ()
+    )
+    return {
+        "jobs": jobs,
+        "paid_jobs": paid or 0,
+        "paid_share": (paid or 0) / jobs if jobs else 0.0,
+        "cost_usd": cost,
+    }
 
 
 def latency_per_state(query: Query) -> dict[str, float]:
@@ -103,12 +154,18 @@ def error_categories(query: Query) -> dict[str, int]:
 
 
 def attempts_per_success(query: Query) -> float:
-    (value,), = query("SELECT AVG(attempts) FROM audit WHERE outcome = 'ok'", ())
+    ((value,),) = query("SELECT AVG(attempts) FROM audit WHERE outcome = 'ok'", ())
     return value or 0.0
 
 
 def by_cohort(query: Query) -> dict[str, dict[str, float]]:
     """Per cohort: jobs, paid jobs and paid cost — cost attributed to the job's own cohort."""
-    rows = query("SELECT cohort, COUNT(*), SUM(route = 'paid_fallback'), COALESCE(SUM(cost_usd), 0) "
-                 "FROM audit GROUP BY cohort", ())
-    return {cohort: {"jobs": n, "paid_jobs": paid or 0, "cost_usd": cost} for cohort, n, paid, cost in rows}
+    rows = query(
+        "SELECT cohort, COUNT(*), SUM(route = 'paid_fallback'), COALESCE(SUM(cost_usd), 0) "
+        "FROM audit GROUP BY cohort",
+        (),
+    )
+    return {
+        cohort: {"jobs": n, "paid_jobs": paid or 0, "cost_usd": cost}
+        for cohort, n, paid, cost in rows
+    }

@@ -38,9 +38,26 @@ from urllib.parse import urlsplit
 import redis
 import trio
 
-from lanes._core.state.redis_scripts import BACKOFF, LEASE, MAX, PICO, RELEASE, RESERVE, RESTORE, SETTLE, pico
+from lanes._core.state.redis_scripts import (
+    BACKOFF,
+    LEASE,
+    MAX,
+    PICO,
+    RELEASE,
+    RESERVE,
+    RESTORE,
+    SETTLE,
+    pico,
+)
 from lanes._core.state.store import (
-    LocalView, SQLiteStore, StoreUnavailable, UsageKey, _snapshot_data, _snapshot_from, backoff_fields, backoff_from,
+    LocalView,
+    SQLiteStore,
+    StoreUnavailable,
+    UsageKey,
+    _snapshot_data,
+    _snapshot_from,
+    backoff_fields,
+    backoff_from,
 )
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot
@@ -48,6 +65,7 @@ from lanes.freetier.windows import WINDOWS, end_of, window_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 SEP = "\x1f"  # between the parts of a hash field (scopes contain "/" and ":")
+
 
 def _guarded(fn: F) -> F:
     """Redis errors become `StoreUnavailable` (and mark the store down until a full sync succeeds)."""
@@ -58,7 +76,9 @@ def _guarded(fn: F) -> F:
             return fn(self, *args, **kwargs)
         except (redis.RedisError, OSError) as exc:
             self.up = False
-            raise StoreUnavailable(f"redis at {self.where}: {type(exc).__name__}: {str(exc)[:160]}") from exc
+            raise StoreUnavailable(
+                f"redis at {self.where}: {type(exc).__name__}: {str(exc)[:160]}"
+            ) from exc
 
     return wrapper  # type: ignore[return-value]
 
@@ -75,8 +95,16 @@ class RedisStore:
     kind = "redis"
     shared = True
 
-    def __init__(self, url: str, *, local: SQLiteStore, prefix: str = "lanes:", threads: int = 8,
-                 connect_timeout_s: float = 0.5, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        local: SQLiteStore,
+        prefix: str = "lanes:",
+        threads: int = 8,
+        connect_timeout_s: float = 0.5,
+        timeout_s: float = 2.0,
+    ) -> None:
         self.where = redacted(url)
         self.local = local
         self.up = False  # until the first full sync: no paid reservation before the ledger is known
@@ -84,9 +112,14 @@ class RedisStore:
         self.limiter = trio.CapacityLimiter(threads)
         self.listen_limiter = trio.CapacityLimiter(1)
         # a blocking pool: a call beyond the connections waits for one rather than failing as "Redis down"
-        pool = redis.BlockingConnectionPool.from_url(url, max_connections=threads + 4, timeout=timeout_s,
-                                                     socket_connect_timeout=connect_timeout_s,
-                                                     socket_timeout=timeout_s, decode_responses=True)
+        pool = redis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=threads + 4,
+            timeout=timeout_s,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=timeout_s,
+            decode_responses=True,
+        )
         self._redis = redis.Redis(connection_pool=pool)
         self._p = prefix
         self.channel = f"{prefix}events"
@@ -132,7 +165,9 @@ class RedisStore:
 
     # -- usage and spend ---------------------------------------------------------------------
     @_guarded
-    def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None:
+    def add_usage(
+        self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]
+    ) -> None:
         if not rows and not spend:
             return
         pipe = self._redis.pipeline(transaction=False)
@@ -179,9 +214,19 @@ class RedisStore:
         for scope, b in backoffs.items():
             value = json.dumps(backoff_fields(b))
             message = self._publish_message("backoff", scope=scope, **backoff_fields(b))
-            self._backoff(keys=[self._k("backoff", scope), self._k("backoff-index")],
-                          args=[scope, repr(b.until), str(int(b.until * 1000) + 1), value, self.channel, message,
-                                repr(floor)], client=pipe)
+            self._backoff(
+                keys=[self._k("backoff", scope), self._k("backoff-index")],
+                args=[
+                    scope,
+                    repr(b.until),
+                    str(int(b.until * 1000) + 1),
+                    value,
+                    self.channel,
+                    message,
+                    repr(floor),
+                ],
+                client=pipe,
+            )
 
     @_guarded
     def backoffs(self, now: float) -> list[tuple[str, Backoff]]:
@@ -203,8 +248,13 @@ class RedisStore:
     @_guarded
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None:
         if snapshots:
-            self._redis.hset(self._k("snapshot"), mapping={
-                scope: json.dumps({"at": at, **_snapshot_data(snap)}) for scope, (at, snap) in snapshots.items()})
+            self._redis.hset(
+                self._k("snapshot"),
+                mapping={
+                    scope: json.dumps({"at": at, **_snapshot_data(snap)})
+                    for scope, (at, snap) in snapshots.items()
+                },
+            )
 
     @_guarded
     def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]:
@@ -219,15 +269,35 @@ class RedisStore:
 
     # -- the paid ledger ------------------------------------------------------------------------
     @_guarded
-    def reserve_paid(self, *, day: int, amount: float, ceiling: float, lane: str, model: str, job: str,
-                     cohort: str | None) -> str | None:
+    def reserve_paid(
+        self,
+        *,
+        day: int,
+        amount: float,
+        ceiling: float,
+        lane: str,
+        model: str,
+        job: str,
+        cohort: str | None,
+    ) -> str | None:
         """Reserve `amount` of day `day`'s paid budget in one script across every host; None if it would
         cross `ceiling`. Refused (StoreUnavailable) while the ledger is not known to be whole."""
         if not self.up:
-            raise StoreUnavailable(f"redis at {self.where}: the shared paid ledger is not synchronised yet")
-        reservation = f"{day}:{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
-        granted, total = self._reserve(keys=self._ledger(day), args=[
-            reservation, pico(amount), round(ceiling * PICO), int(end_of("day", day)) + 86400])
+            raise StoreUnavailable(
+                f"redis at {self.where}: the shared paid ledger is not synchronised yet"
+            )
+        reservation = (
+            f"{day}:{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
+        )
+        granted, total = self._reserve(
+            keys=self._ledger(day),
+            args=[
+                reservation,
+                pico(amount),
+                round(ceiling * PICO),
+                int(end_of("day", day)) + 86400,
+            ],
+        )
         with self._lock:
             self._spent[day] = int(total) / PICO
             if not granted:
@@ -295,7 +365,9 @@ class RedisStore:
                 continue
         return out
 
-    def set_quarantine(self, key: str, verdict: str | None, reason: str = "", at: float = 0.0) -> None:
+    def set_quarantine(
+        self, key: str, verdict: str | None, reason: str = "", at: float = 0.0
+    ) -> None:
         """Write now when Redis answers; otherwise at the next sync that reaches it."""
         self.local.set_quarantine(key, verdict, reason, at)
         with self._lock:
@@ -315,7 +387,11 @@ class RedisStore:
                 if verdict is None:
                     pipe.hdel(self._k("quarantine"), key)
                 else:
-                    pipe.hset(self._k("quarantine"), key, json.dumps({"verdict": verdict, "reason": reason, "at": at}))
+                    pipe.hset(
+                        self._k("quarantine"),
+                        key,
+                        json.dumps({"verdict": verdict, "reason": reason, "at": at}),
+                    )
             pipe.execute()
         except Exception:  # put the writes back, then report
             with self._lock:
@@ -327,8 +403,10 @@ class RedisStore:
     def probe_lease(self, scope: str, ttl_s: float) -> bool | Backoff:
         """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`):
         True when taken, False when another host holds it, the scope's backoff when one is in force."""
-        outcome, value = self._lease(keys=[self._k("probe", scope), self._k("backoff", scope)],
-                                     args=[self.host, max(1, int(ttl_s * 1000))])
+        outcome, value = self._lease(
+            keys=[self._k("probe", scope), self._k("backoff", scope)],
+            args=[self.host, max(1, int(ttl_s * 1000))],
+        )
         if outcome == 2:
             data = json.loads(value)
             return backoff_from(data)
@@ -365,7 +443,9 @@ class RedisStore:
         self._epoch = epoch
         with self._lock:
             self._spent = {day: int(total or 0) / PICO}
-            if any(d < day - 1 for d, _ in self._own.values()):  # only today's and yesterday's can need pushing back
+            if any(
+                d < day - 1 for d, _ in self._own.values()
+            ):  # only today's and yesterday's can need pushing back
                 self._own = {r: (d, amount) for r, (d, amount) in self._own.items() if d >= day - 1}
             merged = {client: float(until) for client, until in grants.items()}
             for client, until in self._grant_writes.items():
@@ -380,28 +460,50 @@ class RedisStore:
         pipe = self._redis.pipeline(transaction=False)
         by_window: dict[tuple[str, int], list[str]] = {}
         for (scope, dimension, window, index), count in view.usage:
-            by_window.setdefault((window, index), []).extend([f"{scope}{SEP}{dimension}", str(count)])
+            by_window.setdefault((window, index), []).extend(
+                [f"{scope}{SEP}{dimension}", str(count)]
+            )
         for (window, index), pairs in by_window.items():
-            self._max(keys=[self._k("usage", window, index)], args=[int(end_of(window, index)) + 60, *pairs],
-                      client=pipe)
+            self._max(
+                keys=[self._k("usage", window, index)],
+                args=[int(end_of(window, index)) + 60, *pairs],
+                client=pipe,
+            )
         if view.spend:
-            self._max(keys=[self._k("spend")], args=[0, *[v for (lane, period), usd in view.spend.items()
-                                                          for v in (f"{lane}{SEP}{period}", repr(usd))]], client=pipe)
+            self._max(
+                keys=[self._k("spend")],
+                args=[
+                    0,
+                    *[
+                        v
+                        for (lane, period), usd in view.spend.items()
+                        for v in (f"{lane}{SEP}{period}", repr(usd))
+                    ],
+                ],
+                client=pipe,
+            )
         pipe.execute()
         self.put_backoffs({s: b for s, b in view.backoffs.items() if b.until > now}, now)
         self.put_snapshots(view.snapshots)
         pipe = self._redis.pipeline(transaction=False)
         with self._lock:
             for reservation, (day, amount) in self._own.items():
-                self._restore(keys=self._ledger(day), args=[reservation, pico(amount), int(end_of("day", day)) + 86400],
-                              client=pipe)
+                self._restore(
+                    keys=self._ledger(day),
+                    args=[reservation, pico(amount), int(end_of("day", day)) + 86400],
+                    client=pipe,
+                )
             for client, until in self._grants.items():
                 if until > now:
                     self._grant_writes.setdefault(client, until)
             for lane in view.switched_off:
                 self._switch_writes.setdefault(lane, (True, now))
             for key, reason in self._quarantine.items():
-                pipe.hsetnx(self._k("quarantine"), key, json.dumps({"verdict": "restored", "reason": reason, "at": now}))
+                pipe.hsetnx(
+                    self._k("quarantine"),
+                    key,
+                    json.dumps({"verdict": "restored", "reason": reason, "at": now}),
+                )
         pipe.execute()
         self._reseed_due = False
 
@@ -421,7 +523,9 @@ class RedisStore:
                 self._settle(keys=self._ledger(day), args=[reservation, pico(cost)], client=pipe)
             for client, until in grants.items():
                 pipe.hset(self._k("grant"), client, repr(until))
-                pipe.publish(self.channel, self._publish_message("grant", client=client, until=until))
+                pipe.publish(
+                    self.channel, self._publish_message("grant", client=client, until=until)
+                )
             for lane, (off, at) in switches.items():
                 if off:
                     pipe.hset(self._k("switch"), lane, repr(at))
@@ -431,9 +535,15 @@ class RedisStore:
             for scope, ok, backoff in releases:
                 if backoff is not None:
                     self._queue_backoffs(pipe, {scope: backoff}, None)
-                self._release(keys=[self._k("probe", scope)],
-                              args=[self.host, self.channel, self._publish_message("probe", scope=scope, ok=ok)],
-                              client=pipe)
+                self._release(
+                    keys=[self._k("probe", scope)],
+                    args=[
+                        self.host,
+                        self.channel,
+                        self._publish_message("probe", scope=scope, ok=ok),
+                    ],
+                    client=pipe,
+                )
             pipe.execute()
         except Exception:  # put the writes back, then report
             with self._lock:
@@ -466,8 +576,9 @@ class RedisStore:
                 if isinstance(event, dict) and event.get("from") != self.host:
                     if event.get("t") == "grant":
                         with self._lock:
-                            self._grants[event["client"]] = max(float(event["until"]),
-                                                                self._grants.get(event["client"], 0.0))
+                            self._grants[event["client"]] = max(
+                                float(event["until"]), self._grants.get(event["client"], 0.0)
+                            )
                     events.append(event)
                 message = self._pubsub.get_message(timeout=0.0)
             return events

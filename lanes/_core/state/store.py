@@ -77,7 +77,9 @@ async def call(store: Store, fn: Callable[..., T], *args: Any, **kwargs: Any) ->
     by the store's limiter for a networked one (Redis), so the event loop never waits on a socket."""
     if store.limiter is None:
         return fn(*args, **kwargs)
-    return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=store.limiter)
+    return await trio.to_thread.run_sync(
+        functools.partial(fn, *args, **kwargs), limiter=store.limiter
+    )
 
 
 class Store(Protocol):
@@ -90,22 +92,35 @@ class Store(Protocol):
     up: bool  # reachable (and, for a shared ledger, resynchronised) at the last try
     where: str  # the file, or the Redis URL without its password
 
-    def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None: ...
+    def add_usage(
+        self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]
+    ) -> None: ...
     def usage_totals(self, now: float) -> list[tuple[UsageKey, int]]: ...
     def spend_totals(self) -> dict[tuple[str, int], float]: ...
     def put_backoffs(self, backoffs: dict[str, Backoff], now: float | None = None) -> None: ...
     def backoffs(self, now: float) -> list[tuple[str, Backoff]]: ...
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None: ...
     def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]: ...
-    def reserve_paid(self, *, day: int, amount: float, ceiling: float, lane: str, model: str, job: str,
-                     cohort: str | None) -> str | None: ...
+    def reserve_paid(
+        self,
+        *,
+        day: int,
+        amount: float,
+        ceiling: float,
+        lane: str,
+        model: str,
+        job: str,
+        cohort: str | None,
+    ) -> str | None: ...
     def settle_paid(self, reservation: str, cost: float) -> None: ...
     def paid_spent(self, day: int) -> float: ...
     def put_grant(self, client: str, until: float) -> None: ...
     def grant_until(self, client: str) -> float | None: ...
     def add_audit(self, rows: list[dict[str, Any]]) -> None: ...
     def quarantined(self) -> dict[str, str]: ...
-    def set_quarantine(self, key: str, verdict: str | None, reason: str = "", at: float = 0.0) -> None: ...
+    def set_quarantine(
+        self, key: str, verdict: str | None, reason: str = "", at: float = 0.0
+    ) -> None: ...
     def put_switch(self, lane: str, off: bool, at: float) -> None: ...
     def switches(self) -> set[str]: ...
     def probe_lease(self, scope: str, ttl_s: float) -> bool | Backoff: ...
@@ -129,7 +144,9 @@ class SQLiteStore:
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             path = str(Path(path).expanduser())
-        self._conn = sqlite3.connect(path, check_same_thread=False, timeout=0.25, isolation_level=None)
+        self._conn = sqlite3.connect(
+            path, check_same_thread=False, timeout=0.25, isolation_level=None
+        )
         self._lock = threading.Lock()
         self._db: Any = None
         if path != ":memory:":
@@ -150,16 +167,20 @@ class SQLiteStore:
             self._db = sqlite_utils.Database(self._conn)
         return self._db
 
-    def add_usage(self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]) -> None:
+    def add_usage(
+        self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]
+    ) -> None:
         with self._lock, self._conn:
             self._conn.executemany(
                 "INSERT INTO usage (scope, dimension, window, window_id, count) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (scope, dimension, window, window_id) DO UPDATE SET count = count + excluded.count",
-                [(*key, delta) for key, delta in rows])
+                [(*key, delta) for key, delta in rows],
+            )
             self._conn.executemany(
                 "INSERT INTO spend (lane, period, usd) VALUES (?, ?, ?) "
                 "ON CONFLICT (lane, period) DO UPDATE SET usd = usd + excluded.usd",
-                [(lane, period, usd) for (lane, period), usd in spend.items()])
+                [(lane, period, usd) for (lane, period), usd in spend.items()],
+            )
 
     def usage_totals(self, now: float) -> list[tuple[UsageKey, int]]:
         current = [(w, window_id(w, now)) for w in WINDOWS]
@@ -167,12 +188,16 @@ class SQLiteStore:
         args = [v for pair in current for v in pair]
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT scope, dimension, window, window_id, count FROM usage WHERE {clause}", args).fetchall()
+                f"SELECT scope, dimension, window, window_id, count FROM usage WHERE {clause}", args
+            ).fetchall()
         return [((s, d, w, i), c) for s, d, w, i, c in rows]
 
     def spend_totals(self) -> dict[tuple[str, int], float]:
         with self._lock:
-            return {(lane, period): usd for lane, period, usd in self._conn.execute("SELECT lane, period, usd FROM spend")}
+            return {
+                (lane, period): usd
+                for lane, period, usd in self._conn.execute("SELECT lane, period, usd FROM spend")
+            }
 
     def put_backoffs(self, backoffs: dict[str, Backoff], now: float | None = None) -> None:
         """Write backoffs, keeping the later deadline when another process wrote one too."""
@@ -181,20 +206,28 @@ class SQLiteStore:
                 "INSERT INTO backoff (scope, until, step, reason, source) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (scope) DO UPDATE SET until = excluded.until, step = excluded.step, "
                 "reason = excluded.reason, source = excluded.source WHERE excluded.until > backoff.until",
-                [(scope, b.until, b.step, b.reason, b.source) for scope, b in backoffs.items()])
+                [(scope, b.until, b.step, b.reason, b.source) for scope, b in backoffs.items()],
+            )
 
     def backoffs(self, now: float) -> list[tuple[str, Backoff]]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT scope, until, step, reason, source FROM backoff WHERE until > ?", (now,)).fetchall()
-        return [(scope, Backoff(until=until, step=step, reason=reason, source=source))
-                for scope, until, step, reason, source in rows]
+                "SELECT scope, until, step, reason, source FROM backoff WHERE until > ?", (now,)
+            ).fetchall()
+        return [
+            (scope, Backoff(until=until, step=step, reason=reason, source=source))
+            for scope, until, step, reason, source in rows
+        ]
 
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None:
         with self._lock, self._conn:
             self._conn.executemany(
                 "INSERT OR REPLACE INTO snapshot (scope, at, data) VALUES (?, ?, ?)",
-                [(scope, at, json.dumps(_snapshot_data(snap))) for scope, (at, snap) in snapshots.items()])
+                [
+                    (scope, at, json.dumps(_snapshot_data(snap)))
+                    for scope, (at, snap) in snapshots.items()
+                ],
+            )
 
     def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]:
         with self._lock:
@@ -207,8 +240,17 @@ class SQLiteStore:
                 continue  # a row we can not read is skipped, never fatal
         return out
 
-    def reserve_paid(self, *, day: int, amount: float, ceiling: float, lane: str, model: str, job: str,
-                     cohort: str | None) -> str | None:
+    def reserve_paid(
+        self,
+        *,
+        day: int,
+        amount: float,
+        ceiling: float,
+        lane: str,
+        model: str,
+        job: str,
+        cohort: str | None,
+    ) -> str | None:
         """Reserve `amount` USD of today's paid budget, atomically across processes; None if it would
         cross `ceiling`. Unsettled reservations count in full, so a crash never under-counts."""
         reservation = f"{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
@@ -221,7 +263,9 @@ class SQLiteStore:
                     return None
                 self._conn.execute(
                     "INSERT OR REPLACE INTO paid_ledger (id, day, reserved, settled, lane, model, job, cohort) "
-                    "VALUES (?, ?, ?, NULL, ?, ?, ?, ?)", (reservation, day, amount, lane, model, job, cohort))
+                    "VALUES (?, ?, ?, NULL, ?, ?, ?, ?)",
+                    (reservation, day, amount, lane, model, job, cohort),
+                )
                 self._conn.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
@@ -232,7 +276,9 @@ class SQLiteStore:
     def settle_paid(self, reservation: str, cost: float) -> None:
         """Replace a reservation by what the attempt really cost, as reported by its usage."""
         with self._lock, self._conn:
-            self._conn.execute("UPDATE paid_ledger SET settled = ? WHERE id = ?", (cost, reservation))
+            self._conn.execute(
+                "UPDATE paid_ledger SET settled = ? WHERE id = ?", (cost, reservation)
+            )
 
     def paid_spent(self, day: int) -> float:
         with self._lock:
@@ -241,43 +287,61 @@ class SQLiteStore:
     def _spent(self, day: int) -> float:
         """Reserved-or-settled USD of `day` (unsettled reservations count in full). Hold the lock."""
         (spent,) = self._conn.execute(
-            "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?", (day,)).fetchone()
+            "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?",
+            (day,),
+        ).fetchone()
         return float(spent)
 
     def put_grant(self, client: str, until: float) -> None:
         with self._lock, self._conn:
-            self._conn.execute("INSERT OR REPLACE INTO \"grant\" (client, until) VALUES (?, ?)", (client, until))
+            self._conn.execute(
+                'INSERT OR REPLACE INTO "grant" (client, until) VALUES (?, ?)', (client, until)
+            )
 
     def grant_until(self, client: str) -> float | None:
         with self._lock:
-            row = self._conn.execute("SELECT until FROM \"grant\" WHERE client = ?", (client,)).fetchone()
+            row = self._conn.execute(
+                'SELECT until FROM "grant" WHERE client = ?', (client,)
+            ).fetchone()
         return row[0] if row else None
 
     def add_audit(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             with self._lock:
-                self.db["audit"].insert_all(rows, replace=True, alter=True)  # older files gain new columns
+                self.db["audit"].insert_all(
+                    rows, replace=True, alter=True
+                )  # older files gain new columns
 
     def quarantined(self) -> dict[str, str]:
         """Candidates ("lane/model") the canary took out of routing, with the reason."""
         with self._lock:
-            return {key: f"quarantined by the canary ({verdict}: {reason})"
-                    for key, verdict, reason in self._conn.execute("SELECT key, verdict, reason FROM quarantine")}
+            return {
+                key: f"quarantined by the canary ({verdict}: {reason})"
+                for key, verdict, reason in self._conn.execute(
+                    "SELECT key, verdict, reason FROM quarantine"
+                )
+            }
 
-    def set_quarantine(self, key: str, verdict: str | None, reason: str = "", at: float = 0.0) -> None:
+    def set_quarantine(
+        self, key: str, verdict: str | None, reason: str = "", at: float = 0.0
+    ) -> None:
         """Quarantine `key` with a verdict, or release it (verdict None)."""
         with self._lock, self._conn:
             if verdict is None:
                 self._conn.execute("DELETE FROM quarantine WHERE key = ?", (key,))
             else:
-                self._conn.execute("INSERT OR REPLACE INTO quarantine (key, verdict, reason, at) VALUES (?, ?, ?, ?)",
-                                   (key, verdict, reason, at))
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO quarantine (key, verdict, reason, at) VALUES (?, ?, ?, ?)",
+                    (key, verdict, reason, at),
+                )
 
     def put_switch(self, lane: str, off: bool, at: float) -> None:
         """The runtime kill switch, obeyed by every process sharing the file."""
         with self._lock, self._conn:
             if off:
-                self._conn.execute("INSERT OR REPLACE INTO switch (lane, at) VALUES (?, ?)", (lane, at))
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO switch (lane, at) VALUES (?, ?)", (lane, at)
+                )
             else:
                 self._conn.execute("DELETE FROM switch WHERE lane = ?", (lane,))
 
@@ -322,17 +386,28 @@ def backoff_from(data: dict[str, Any]) -> Backoff:
 
 
 def _snapshot_data(snapshot: RateLimitSnapshot) -> dict[str, Any]:
-    return {"windows": [[w.dimension, w.window_s, w.limit, w.remaining, w.reset_s] for w in snapshot.windows],
-            "retry_after_s": snapshot.retry_after_s}
+    return {
+        "windows": [
+            [w.dimension, w.window_s, w.limit, w.remaining, w.reset_s] for w in snapshot.windows
+        ],
+        "retry_after_s": snapshot.retry_after_s,
+    }
 
 
 def _snapshot_from(data: dict[str, Any]) -> RateLimitSnapshot:
-    windows = tuple(Window(dimension=d, window_s=ws, limit=lim, remaining=rem, reset_s=rs)
-                    for d, ws, lim, rem, rs in data["windows"])
+    windows = tuple(
+        Window(dimension=d, window_s=ws, limit=lim, remaining=rem, reset_s=rs)
+        for d, ws, lim, rem, rs in data["windows"]
+    )
     requests = next((w for w in windows if w.dimension == "requests"), None)
     tokens = next((w for w in windows if w.dimension == "tokens"), None)
     return RateLimitSnapshot(
-        requests_remaining=requests.remaining if requests else None, requests_limit=requests.limit if requests else None,
-        tokens_remaining=tokens.remaining if tokens else None, tokens_limit=tokens.limit if tokens else None,
-        reset_requests_s=requests.reset_s if requests else None, reset_tokens_s=tokens.reset_s if tokens else None,
-        retry_after_s=data.get("retry_after_s"), windows=windows)
+        requests_remaining=requests.remaining if requests else None,
+        requests_limit=requests.limit if requests else None,
+        tokens_remaining=tokens.remaining if tokens else None,
+        tokens_limit=tokens.limit if tokens else None,
+        reset_requests_s=requests.reset_s if requests else None,
+        reset_tokens_s=tokens.reset_s if tokens else None,
+        retry_after_s=data.get("retry_after_s"),
+        windows=windows,
+    )

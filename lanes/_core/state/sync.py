@@ -41,7 +41,9 @@ class StateSync:
         self.store = store
         self.peer = peer
         self._last_switches: set[str] = set()
-        self._synced = False  # until the first successful sync (switches found then were kept, not thrown now)
+        self._synced = (
+            False  # until the first successful sync (switches found then were kept, not thrown now)
+        )
         self._failing = False
         self._kick = trio.Event()
 
@@ -58,9 +60,13 @@ class StateSync:
         await self.sync(now)
 
     def _view(self) -> LocalView:
-        return LocalView(usage=list(self.manager.usage.counts.items()), spend=dict(self.manager.spend),
-                         backoffs=dict(self.manager.backoffs), snapshots=dict(self.manager.snapshots),
-                         switched_off=self.peer.switches())
+        return LocalView(
+            usage=list(self.manager.usage.counts.items()),
+            spend=dict(self.manager.spend),
+            backoffs=dict(self.manager.backoffs),
+            snapshots=dict(self.manager.snapshots),
+            switched_off=self.peer.switches(),
+        )
 
     async def sync(self, now: float) -> None:
         try:
@@ -84,8 +90,13 @@ class StateSync:
             self.store.put_backoffs(backoffs, now)
             self.store.put_snapshots(snapshots)
             self.store.flush()
-            return (self.store.usage_totals(now), self.store.spend_totals(), self.store.backoffs(now),
-                    self.store.quarantined(), self.store.switches())
+            return (
+                self.store.usage_totals(now),
+                self.store.spend_totals(),
+                self.store.backoffs(now),
+                self.store.quarantined(),
+                self.store.switches(),
+            )
 
         try:
             totals, spends, others, quarantined, switches = await call(self.store, work)
@@ -99,8 +110,11 @@ class StateSync:
             self._failed(exc)
             return
         if self._failing or reseeded:
-            log.warning("state store: %s%s", "reachable again" if self._failing else "empty at first contact",
-                        "; this host's view pushed back" if reseeded else "")
+            log.warning(
+                "state store: %s%s",
+                "reachable again" if self._failing else "empty at first contact",
+                "; this host's view pushed back" if reseeded else "",
+            )
         self._failing = False
         self.manager.usage.merge(totals)
         self.manager.merge_spend(spends)
@@ -119,19 +133,30 @@ class StateSync:
         """One log line per failure streak."""
         if not self._failing:
             if self.store.shared:
-                log.warning("state store: %s; serving on this host's view, paid fallback closed until the "
-                            "shared ledger is back (retrying in the background)", exc)
+                log.warning(
+                    "state store: %s; serving on this host's view, paid fallback closed until the "
+                    "shared ledger is back (retrying in the background)",
+                    exc,
+                )
             else:
-                log.warning("state store: write failed (%s); counting in memory until it recovers", exc)
+                log.warning(
+                    "state store: write failed (%s); counting in memory until it recovers", exc
+                )
         self._failing = True
 
     def _switch(self, lane: str, off: bool, *, first: bool = False) -> None:
         if not self.peer.apply_switch(lane, off):
             return
         if off and first:
-            log.warning("lane %s: switched off in the shared state (lanes lane on %s to undo)", lane, lane)
+            log.warning(
+                "lane %s: switched off in the shared state (lanes lane on %s to undo)", lane, lane
+            )
         else:
-            log.warning("lane %s: switched %s by another process sharing the state", lane, "off" if off else "on")
+            log.warning(
+                "lane %s: switched %s by another process sharing the state",
+                lane,
+                "off" if off else "on",
+            )
 
     def _take_quarantine(self, current: dict[str, str]) -> None:
         known = self.peer.quarantine()
@@ -171,8 +196,12 @@ class StateSync:
         """For a shared store: apply other hosts' changes as they are published (retrying while it is down)."""
         while True:
             try:
-                events = await trio.to_thread.run_sync(self.store.listen, 0.5, limiter=self.store.listen_limiter,
-                                                       abandon_on_cancel=True)
+                events = await trio.to_thread.run_sync(
+                    self.store.listen,
+                    0.5,
+                    limiter=self.store.listen_limiter,
+                    abandon_on_cancel=True,
+                )
             except STORE_ERRORS:
                 await trio.sleep(1.0)  # the sync logs the outage and notices the return
                 continue

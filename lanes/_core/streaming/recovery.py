@@ -65,8 +65,9 @@ Emit = Callable[[Event], Awaitable[None]]
 class Streams(Protocol):
     """The dispatcher's streaming door, as recovery needs it."""
 
-    def open_stream(self, job: Job, *, exclude: frozenset[str] = ...,
-                    require_prefill: bool = ...) -> AbstractAsyncContextManager[ReplyStream]: ...
+    def open_stream(
+        self, job: Job, *, exclude: frozenset[str] = ..., require_prefill: bool = ...
+    ) -> AbstractAsyncContextManager[ReplyStream]: ...
 
 
 def _content(chunk: Mapping[str, Any]) -> str | None:
@@ -81,7 +82,12 @@ def _content(chunk: Mapping[str, Any]) -> str | None:
 
 
 def _with_content(chunk: dict[str, Any], text: str, chunk_id: str | None) -> dict[str, Any]:
-    out = {**chunk, "choices": [{**chunk["choices"][0], "delta": {**chunk["choices"][0]["delta"], "content": text}}]}
+    out = {
+        **chunk,
+        "choices": [
+            {**chunk["choices"][0], "delta": {**chunk["choices"][0]["delta"], "content": text}}
+        ],
+    }
     if chunk_id:
         out["id"] = chunk_id
     return out
@@ -98,7 +104,12 @@ async def relay(dispatcher: Streams, job: Job, emit: Emit) -> None:
                     chunk_id = chunk_id or chunk.get("id")
                     await emit(Chunk(chunk))
             except StreamInterrupted as exc:
-                broken, delivered, tools, failed = exc, stream.delivered_text, stream.delivered_tool_calls, stream.candidate.key
+                broken, delivered, tools, failed = (
+                    exc,
+                    stream.delivered_text,
+                    stream.delivered_tool_calls,
+                    stream.candidate.key,
+                )
                 deadline_at = stream.deadline_at
             else:
                 await emit(Ended(stream))
@@ -120,22 +131,30 @@ async def relay(dispatcher: Streams, job: Job, emit: Emit) -> None:
 
     if await _prefill(dispatcher, resumed, delivered, failed, chunk_id, counted):
         return
-    if not sent["any"] and await _regenerate(dispatcher, resumed, delivered, failed, chunk_id, counted):
+    if not sent["any"] and await _regenerate(
+        dispatcher, resumed, delivered, failed, chunk_id, counted
+    ):
         return
     await emit(Broken(broken))
 
 
-async def _prefill(dispatcher: Streams, job: Job, delivered: str, failed: str, chunk_id: str | None, emit: Emit) -> bool:
+async def _prefill(
+    dispatcher: Streams, job: Job, delivered: str, failed: str, chunk_id: str | None, emit: Emit
+) -> bool:
     """(a): continue the delivered text on a prefill-capable candidate. False when none could."""
     messages = [*job.messages, {"role": "assistant", "content": delivered}]
     prefilled = attrs.evolve(job, messages=messages)
     try:
-        async with dispatcher.open_stream(prefilled, exclude=frozenset({failed}), require_prefill=True) as stream:
+        async with dispatcher.open_stream(
+            prefilled, exclude=frozenset({failed}), require_prefill=True
+        ) as stream:
             async for chunk in stream:
                 text = _content(chunk)
                 if text is None:
                     continue
-                await emit(Chunk(_with_content(chunk, text, chunk_id) if chunk.get("choices") else chunk))
+                await emit(
+                    Chunk(_with_content(chunk, text, chunk_id) if chunk.get("choices") else chunk)
+                )
             await emit(Ended(stream))
             return True
     except StreamInterrupted:
@@ -144,8 +163,9 @@ async def _prefill(dispatcher: Streams, job: Job, delivered: str, failed: str, c
         return False  # no prefill candidate, or it rejected the prefill: try regenerating
 
 
-async def _regenerate(dispatcher: Streams, job: Job, delivered: str, failed: str, chunk_id: str | None,
-                      emit: Emit) -> bool:
+async def _regenerate(
+    dispatcher: Streams, job: Job, delivered: str, failed: str, chunk_id: str | None, emit: Emit
+) -> bool:
     """(b): regenerate elsewhere and pass on only what exactly extends the delivered text."""
     produced, sent = "", len(delivered)
     try:

@@ -31,7 +31,9 @@ async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:
 class ReplyStream:
     """Chunks from the lane that answered first, plus who that was. Iterate with `async for`."""
 
-    def __init__(self, *, run: AttemptRun, reader: ChunkReader, buffered: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, *, run: AttemptRun, reader: ChunkReader, buffered: list[dict[str, Any]]
+    ) -> None:
         self._run = run
         self._reader = reader
         self._buffered = list(buffered)
@@ -115,8 +117,12 @@ class ReplyStream:
                 self._buffered.extend(chunks)
                 continue
             if trio.current_time() >= self.deadline_at:
-                raise self._interrupted("deadline", "the job's deadline passed mid-stream", "deadline")
-            raise self._interrupted("fault", f"stream stalled: no bytes for {self._idle_s:g}s", "stream_stall")
+                raise self._interrupted(
+                    "deadline", "the job's deadline passed mid-stream", "deadline"
+                )
+            raise self._interrupted(
+                "fault", f"stream stalled: no bytes for {self._idle_s:g}s", "stream_stall"
+            )
         chunk = self._buffered.pop(0)
         self._note(chunk)
         return chunk
@@ -137,11 +143,20 @@ class ReplyStream:
 
     def _finish(self, outcome: Outcome, detail: str = "", category: str = "") -> None:
         self._outcome = outcome
-        self._run.settle(outcome, status=200, detail=detail, category=category,
-                         usage=self._reader.usage if outcome == "ok" else None)
+        self._run.settle(
+            outcome,
+            status=200,
+            detail=detail,
+            category=category,
+            usage=self._reader.usage if outcome == "ok" else None,
+        )
 
     def _interrupted(self, outcome: Outcome, detail: str, category: str) -> StreamInterrupted:
         self._finish(outcome, detail, category)
         record = self._run.record
-        return StreamInterrupted(f"{self.candidate.key}: {detail} after {self.chunks_delivered} chunk(s)",
-                                 attempts=record.attempts, skips=record.skips, request_id=record.id)
+        return StreamInterrupted(
+            f"{self.candidate.key}: {detail} after {self.chunks_delivered} chunk(s)",
+            attempts=record.attempts,
+            skips=record.skips,
+            request_id=record.id,
+        )

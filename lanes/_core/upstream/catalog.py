@@ -51,8 +51,11 @@ def _entries(document: Any) -> list[Mapping[str, Any]]:
     items = document.get("data") if isinstance(document, Mapping) else document
     if isinstance(items, Mapping):
         items = items.get("models")
-    return [i for i in items if isinstance(i, Mapping) and isinstance(i.get("id"), str) and i["id"]] \
-        if isinstance(items, list) else []
+    return (
+        [i for i in items if isinstance(i, Mapping) and isinstance(i.get("id"), str) and i["id"]]
+        if isinstance(items, list)
+        else []
+    )
 
 
 def normalise(style: str, document: Any) -> list[ModelRecord]:
@@ -71,27 +74,37 @@ def normalise(style: str, document: Any) -> list[ModelRecord]:
 
 def _record(style: str, item: Mapping[str, Any]) -> ModelRecord:
     model_id = item["id"]
-    context = _int(item.get("context_length") or item.get("context_window") or item.get("max_context_length")
-                   or (item.get("top_provider") or {}).get("context_length"))
+    context = _int(
+        item.get("context_length")
+        or item.get("context_window")
+        or item.get("max_context_length")
+        or (item.get("top_provider") or {}).get("context_length")
+    )
     if style == "per_token_prices":
         pricing = item.get("pricing") or {}
         per_token_in, per_token_out = _num(pricing.get("prompt")), _num(pricing.get("completion"))
         parameters = set(item.get("supported_parameters") or [])
         modalities = set((item.get("architecture") or {}).get("input_modalities") or [])
         return ModelRecord(
-            id=model_id, context=context,
+            id=model_id,
+            context=context,
             input_usd_per_mtok=None if per_token_in is None else per_token_in * 1e6,
             output_usd_per_mtok=None if per_token_out is None else per_token_out * 1e6,
             tools="tools" in parameters if parameters else None,
             vision="image" in modalities if modalities else None,
             json_mode="response_format" in parameters if parameters else None,
-            reasoning="reasoning" in parameters if parameters else None)
+            reasoning="reasoning" in parameters if parameters else None,
+        )
     if style == "per_mtok_prices":
         if item.get("type") not in (None, "chat"):
             raise ValueError("not a chat model")
         pricing = item.get("pricing") or {}
-        return ModelRecord(id=model_id, context=context, input_usd_per_mtok=_num(pricing.get("input")),
-                           output_usd_per_mtok=_num(pricing.get("output")))
+        return ModelRecord(
+            id=model_id,
+            context=context,
+            input_usd_per_mtok=_num(pricing.get("input")),
+            output_usd_per_mtok=_num(pricing.get("output")),
+        )
     if style == "prefixed_ids":
         return ModelRecord(id=model_id.removeprefix("models/"), context=context)
     return ModelRecord(id=model_id, context=context)
@@ -101,7 +114,9 @@ def declared_free(record: ModelRecord, kind: FreeTierKind) -> bool | None:
     """What the catalog says about a model's price, for `tier_of`: True free, False paid, None
     "the kind decides" (a kind covering the whole provider, or a name the kind's patterns cover)."""
     if isinstance(kind, NoFreeTier):
-        return False  # a provider with no free tier: its price list does not make a model ours to use
+        return (
+            False  # a provider with no free tier: its price list does not make a model ours to use
+        )
     if record.zero_priced:
         return True
     if isinstance(kind, FreeModelsOnly):

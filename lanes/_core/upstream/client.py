@@ -54,8 +54,12 @@ def encode(body: Mapping[str, Any]) -> bytes:
     try:
         return json.dumps(body, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode()
     except (ValueError, TypeError, UnicodeEncodeError) as exc:
-        raise FinalError(f"the request can not be encoded as JSON ({type(exc).__name__}: {str(exc)[:80]})",
-                         status=400, code="invalid_request", category="unencodable") from exc
+        raise FinalError(
+            f"the request can not be encoded as JSON ({type(exc).__name__}: {str(exc)[:80]})",
+            status=400,
+            code="invalid_request",
+            category="unencodable",
+        ) from exc
 
 
 def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -91,11 +95,15 @@ class ChunkReader:
             self._ended = True
             chunks = self._decode(self._decoder.close())
             if self.finish_reason is None and not self.saw_done:
-                raise RetryableError("stream cut: closed without a finish reason", category="stream_cut") from None
+                raise RetryableError(
+                    "stream cut: closed without a finish reason", category="stream_cut"
+                ) from None
             return chunks or None
         except httpx2.HTTPError as exc:
             self._ended = True
-            raise RetryableError(f"stream cut: {_transport_error(exc, self._secrets)}", category="stream_cut") from exc
+            raise RetryableError(
+                f"stream cut: {_transport_error(exc, self._secrets)}", category="stream_cut"
+            ) from exc
         return self._decode(self._decoder.feed(raw))
 
     def _decode(self, events: list[str]) -> list[dict[str, Any]]:
@@ -135,11 +143,18 @@ class Upstream:
         self._client = client
 
     async def post_json(
-        self, url: str, *, headers: Mapping[str, str], body: Mapping[str, Any], secrets: Iterable[str] = ()
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: Mapping[str, Any],
+        secrets: Iterable[str] = (),
     ) -> Response:
         """POST a completion request; return the parsed 2xx body or raise an `UpstreamError`."""
         try:
-            response = await self._client.post(url, content=encode(body), headers=_json_headers(headers))
+            response = await self._client.post(
+                url, content=encode(body), headers=_json_headers(headers)
+            )
         except httpx2.HTTPError as exc:
             raise _transport_error(exc, secrets) from exc
         lower = {k.lower(): v for k, v in response.headers.items()}
@@ -151,9 +166,13 @@ class Upstream:
         except UpstreamError as exc:
             exc.status, exc.headers = response.status_code, lower
             raise
-        return Response(status=response.status_code, headers=lower, body=completion, raw=response.content)
+        return Response(
+            status=response.status_code, headers=lower, body=completion, raw=response.content
+        )
 
-    async def get_json(self, url: str, *, headers: Mapping[str, str], secrets: Iterable[str] = ()) -> Any:
+    async def get_json(
+        self, url: str, *, headers: Mapping[str, str], secrets: Iterable[str] = ()
+    ) -> Any:
         """GET a JSON document (a balance or catalog endpoint); raise an `UpstreamError` otherwise."""
         try:
             response = await self._client.get(url, headers=dict(headers))
@@ -166,10 +185,17 @@ class Upstream:
 
     @asynccontextmanager
     async def open_stream(
-        self, url: str, *, headers: Mapping[str, str], body: Mapping[str, Any], secrets: Iterable[str] = ()
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: Mapping[str, Any],
+        secrets: Iterable[str] = (),
     ) -> AsyncIterator[ChunkReader]:
         """Open an SSE completion stream; a non-2xx answer raises before anything is yielded."""
-        request = self._client.build_request("POST", url, content=encode(body), headers=_json_headers(headers))
+        request = self._client.build_request(
+            "POST", url, content=encode(body), headers=_json_headers(headers)
+        )
         try:
             response = await self._client.send(request, stream=True)
         except httpx2.HTTPError as exc:
@@ -181,8 +207,10 @@ class Upstream:
                 raise classify_status(response.status_code, lower, parse_body(raw), secrets=secrets)
             content_type = lower.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "text/event-stream":
-                raise RetryableError(f"malformed stream: content-type {content_type or 'missing'!r}",
-                                     category="malformed")
+                raise RetryableError(
+                    f"malformed stream: content-type {content_type or 'missing'!r}",
+                    category="malformed",
+                )
             yield ChunkReader(response, secrets)
         finally:
             with trio.CancelScope(shield=True):

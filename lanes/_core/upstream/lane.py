@@ -32,10 +32,16 @@ class Provider:
     models: tuple[ModelConfig, ...] = ()
     headers: Mapping[str, str] = attrs.field(factory=dict)
     prefill: bool = False  # accepts a trailing assistant message and continues it
-    conventions: Mapping[str, float] = attrs.field(factory=dict)  # unsuffixed header windows, e.g. requests → 86400
-    balance: CustomEndpoint | None = None  # where `detection = "provider_api"` reads the balance ({base_url} allowed)
+    conventions: Mapping[str, float] = attrs.field(
+        factory=dict
+    )  # unsuffixed header windows, e.g. requests → 86400
+    balance: CustomEndpoint | None = (
+        None  # where `detection = "provider_api"` reads the balance ({base_url} allowed)
+    )
     catalog_path: str = "/models"  # GET {base_url}{catalog_path} lists the models
-    catalog_style: str = "openai"  # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
+    catalog_style: str = (
+        "openai"  # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
+    )
 
 
 @attrs.frozen(repr=False)
@@ -80,10 +86,16 @@ class OpenAICompatibleLane:
         for record in self.catalog:
             if record.id in known:
                 continue
-            model = ModelConfig(id=record.id, free=declared_free(record, self.free_tier), context=record.context,
-                                input_usd_per_mtok=record.input_usd_per_mtok,
-                                output_usd_per_mtok=record.output_usd_per_mtok, tools=record.tools,
-                                vision=record.vision, json_mode=record.json_mode)
+            model = ModelConfig(
+                id=record.id,
+                free=declared_free(record, self.free_tier),
+                context=record.context,
+                input_usd_per_mtok=record.input_usd_per_mtok,
+                output_usd_per_mtok=record.output_usd_per_mtok,
+                tools=record.tools,
+                vision=record.vision,
+                json_mode=record.json_mode,
+            )
             if tier_of(self.free_tier, model.id, model.free) != "paid":
                 models.append(model)
         self.models: dict[str, ModelConfig] = {m.id: m for m in models}
@@ -95,7 +107,9 @@ class OpenAICompatibleLane:
         Returns how many models it listed. Raises `UpstreamError` when the list can not be had.
         """
         url = f"{self.base_url}{self.provider.catalog_path}"
-        document = await self._upstream.get_json(url, headers=self.headers(stream=False), secrets=self.secrets)
+        document = await self._upstream.get_json(
+            url, headers=self.headers(stream=False), secrets=self.secrets
+        )
         self.catalog = tuple(normalise(self.provider.catalog_style, document))
         self._rebuild()
         return len(self.catalog)
@@ -154,11 +168,17 @@ class OpenAICompatibleLane:
         if endpoint is None:
             return None
         headers = {**self.headers(stream=False), **endpoint.headers}
-        document = await self._upstream.get_json(endpoint.url, headers=headers, secrets=self.secrets)
+        document = await self._upstream.get_json(
+            endpoint.url, headers=headers, secrets=self.secrets
+        )
         value: Any = document
         for part in endpoint.json_path.split("."):
             value = value.get(part) if isinstance(value, Mapping) else None
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return (
+            float(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else None
+        )
 
     @asynccontextmanager
     async def open_stream(self, job: Job, model: str) -> AsyncIterator[ChunkReader]:

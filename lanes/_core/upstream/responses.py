@@ -33,8 +33,12 @@ _CONTEXT = re.compile(
     r"|reduce the length|exceeds the model'?s? (max|context)",
     re.IGNORECASE,
 )
-_CREDIT = re.compile(r"insufficient[_ ]quota|\bcredits?\b|\bbalance\b|billing|payment", re.IGNORECASE)
-_MODEL_GONE = re.compile(r"model[_ ]not[_ ]found|no such model|model .{0,80} does not exist", re.IGNORECASE)
+_CREDIT = re.compile(
+    r"insufficient[_ ]quota|\bcredits?\b|\bbalance\b|billing|payment", re.IGNORECASE
+)
+_MODEL_GONE = re.compile(
+    r"model[_ ]not[_ ]found|no such model|model .{0,80} does not exist", re.IGNORECASE
+)
 # Key-shaped: a short lower-case prefix, '-' or '_', then 16+ characters including a digit or 20+
 # letters and digits (sk-..., gsk_..., and the like), but not error codes such as
 # rate_limit_exceeded; Google-style AIza... keys; anything after "Bearer".
@@ -113,7 +117,9 @@ def check_completion(body: Any) -> Mapping[str, Any]:
     if "error" in body and "choices" not in body:
         message, code = error_fields(body)
         short = redact(" ".join(message.split())[:MAX_MESSAGE])
-        raise RetryableError(f"error inside a 200 response: {code or ''} {short}".strip(), category="error_in_200")
+        raise RetryableError(
+            f"error inside a 200 response: {code or ''} {short}".strip(), category="error_in_200"
+        )
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         raise RetryableError("malformed response: no choices", category="malformed")
