@@ -10,7 +10,6 @@ dispatcher through the methods under "the state sync".
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -20,38 +19,51 @@ import trio
 from lanes._core.config import Config
 from lanes._core.errors import JobFailed
 from lanes._core.job import Candidate, Job, Reply
-from lanes._core.routing.attempt import AttemptRun
+from lanes._core.routing.calls import complete_call, stream_call
 from lanes._core.routing.context import Routing
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import walk
-from lanes._core.state.audit import audit_row
+from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, SQLiteStore, Store
 from lanes._core.statistics import Statistics, snapshot
-from lanes._core.streaming.stream import ReplyStream, first_chunks
+from lanes._core.streaming.stream import ReplyStream
 from lanes._core.upstream.loader import Loaded
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
-job_log = logging.getLogger("lanes.jobs")
 
 
 class Dispatcher:
     """Routes jobs over the loaded lanes. Build it with `open_dispatcher()`."""
 
-    def __init__(self, *, config: Config, loaded: Loaded, env: Mapping[str, str], store: Store | None = None,
-                 manager: FreeTierManager | None = None, wall_offset: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        loaded: Loaded,
+        env: Mapping[str, str],
+        store: Store | None = None,
+        manager: FreeTierManager | None = None,
+        wall_offset: float = 0.0,
+    ) -> None:
         self.config = config
         self.store = store or SQLiteStore(":memory:")
-        self._wall_offset = wall_offset  # wall-clock epoch = trio clock + this (taken once, at open)
-        self.routing = Routing(config=config, lanes={lane.name: lane for lane in loaded.lanes}, store=self.store,
-                               manager=manager or FreeTierManager(), now_wall=self.now_wall,
-                               free_lane_on=config.free_lane_on(env))
+        self._wall_offset = (
+            wall_offset  # wall-clock epoch = trio clock + this (taken once, at open)
+        )
+        self.routing = Routing(
+            config=config,
+            lanes={lane.name: lane for lane in loaded.lanes},
+            store=self.store,
+            manager=manager or FreeTierManager(),
+            now_wall=self.now_wall,
+            free_lane_on=config.free_lane_on(env),
+        )
         self.unavailable = dict(loaded.unavailable)
-        self._audit_rows: list[dict[str, Any]] = []  # flushed to the store by the state sync
-        self._recent: deque[dict[str, Any]] = deque(maxlen=50)  # the last jobs, for the status page
+        self.journal = Journal(self.routing, config=config, now_wall=self.now_wall)
 
     def now_wall(self) -> float:
-        """Wall-clock epoch seconds, derived from trio's clock (one clock; converted at the edge)."""
+        """Wall-clock epoch seconds, derived from trio's clock (one clock, converted at the edge)."""
         return trio.current_time() + self._wall_offset
 
     @property
@@ -77,7 +89,12 @@ class Dispatcher:
 
     def statistics(self) -> Statistics:
         """A frozen snapshot of lanes, breakers, quotas, spend, approvals and recent jobs."""
-        return snapshot(self.routing, store=self.store, unavailable=self.unavailable, recent=tuple(self._recent))
+        return snapshot(
+            self.routing,
+            store=self.store,
+            unavailable=self.unavailable,
+            recent=self.journal.recent(),
+        )
 
     def paid_spent_today(self) -> float:
         return self.routing.ledger.spent_today()
@@ -92,17 +109,23 @@ class Dispatcher:
 
     def _switch(self, name: str, off: bool) -> None:
         if name not in self.routing.lanes:
-            raise KeyError(f"no lane named {name!r}; lanes: {', '.join(self.routing.lanes) or 'none'}")
-        (self.routing.gate.switched_off.add if off else self.routing.gate.switched_off.discard)(name)
+            raise KeyError(
+                f"no lane named {name!r}; lanes: {', '.join(self.routing.lanes) or 'none'}"
+            )
+        (self.routing.gate.switched_off.add if off else self.routing.gate.switched_off.discard)(
+            name
+        )
         try:
             self.store.put_switch(name, off, self.now_wall())
         except STORE_ERRORS as exc:
-            log.warning("lane %s: the switch holds in this process only (state store: %s)", name, exc)
+            log.warning(
+                "lane %s: the switch holds in this process only (state store: %s)", name, exc
+            )
         self.routing.nudge()
         log.warning("lane %s: switched %s at runtime", name, "off" if off else "on")
 
     def canary_probing(self, on: bool) -> None:
-        """While on, quarantined models are routed too (the canary probes them so they can pass again)."""
+        """While on, quarantined models are routed too: the canary probes them so they may pass."""
         self.routing.gate.canary_probing = on
 
     def is_off(self, name: str) -> bool:
@@ -110,12 +133,11 @@ class Dispatcher:
 
     # -- the state sync ----------------------------------------------------------------------------
     def take_audit_rows(self) -> list[dict[str, Any]]:
-        rows, self._audit_rows = self._audit_rows, []
-        return rows
+        return self.journal.take_rows()
 
     def return_audit_rows(self, rows: list[dict[str, Any]]) -> None:
         """Rows the store could not take: kept, oldest first, for the next sync."""
-        self._audit_rows[:0] = rows
+        self.journal.return_rows(rows)
 
     def switches(self) -> frozenset[str]:
         return frozenset(self.routing.gate.switched_off)
@@ -145,7 +167,11 @@ class Dispatcher:
     # -- the doors ---------------------------------------------------------------------------------
     def _record(self, job: Job) -> JobRecord:
         now = trio.current_time()
-        return JobRecord(job, deadline_at=job.resolve_deadline(now, self.config.default_deadline_s), started_at=now)
+        return JobRecord(
+            job,
+            deadline_at=job.resolve_deadline(now, self.config.default_deadline_s),
+            started_at=now,
+        )
 
     async def complete(self, job: Job) -> Reply:
         """Serve `job` by the free-first policy, inside its deadline.
@@ -157,20 +183,26 @@ class Dispatcher:
         record = self._record(job)
         try:
             async with AsyncExitStack() as keep:
-                reply = await walk(self.routing, record, _complete, keep)
+                reply = await walk(self.routing, record, complete_call, keep)
         except JobFailed as exc:
-            self._finish(record, record.attach(exc).code)
+            self.journal.finish(record, record.attach(exc).code)
             raise
         except trio.Cancelled:
-            self._finish(record, "abandoned")  # the caller went away: audited, then cancelled as asked
+            self.journal.finish(record, "abandoned")  # the caller went away: audited all the same
             raise
-        self._finish(record, "ok", served=f"{reply.lane}/{reply.model}", answer=reply.body.get("choices"),
-                     usage=reply.usage)
+        self.journal.finish(
+            record,
+            "ok",
+            served=f"{reply.lane}/{reply.model}",
+            answer=reply.body.get("choices"),
+            usage=reply.usage,
+        )
         return reply
 
     @asynccontextmanager
-    async def open_stream(self, job: Job, *, exclude: frozenset[str] = frozenset(),
-                          require_prefill: bool = False) -> AsyncIterator[ReplyStream]:
+    async def open_stream(
+        self, job: Job, *, exclude: frozenset[str] = frozenset(), require_prefill: bool = False
+    ) -> AsyncIterator[ReplyStream]:
         """Stream `job`: fall back freely until the first chunk, then yield a `ReplyStream`.
 
         Raises what `complete` raises before the first chunk; `StreamInterrupted` while iterating.
@@ -179,66 +211,31 @@ class Dispatcher:
         record = self._record(job)
         async with AsyncExitStack() as keep:
             try:
-                stream = await walk(self.routing, record, _stream, keep, exclude=exclude,
-                                    require_prefill=require_prefill)
+                stream = await walk(
+                    self.routing,
+                    record,
+                    stream_call,
+                    keep,
+                    exclude=exclude,
+                    require_prefill=require_prefill,
+                )
             except JobFailed as exc:
-                self._finish(record, record.attach(exc).code)
+                self.journal.finish(record, record.attach(exc).code)
                 raise
             except trio.Cancelled:
-                self._finish(record, "abandoned")  # audited, then cancellation goes on untouched
+                self.journal.finish(
+                    record, "abandoned"
+                )  # audited, then cancellation goes on untouched
                 raise
             try:
                 yield stream
             finally:
                 stream.close()
                 outcome = stream.attempts[-1].outcome if stream.attempts else "abandoned"
-                self._finish(record, outcome, served=stream.candidate.key, answer=stream.delivered_text,
-                             usage=stream.usage)
-
-    def _finish(self, record: JobRecord, outcome: str, *, served: str | None = None, answer: Any = None,
-                usage: Mapping[str, Any] | None = None) -> None:
-        """One audit row, one entry in the recent list and one log line per job."""
-        job, now_wall = record.job, self.now_wall()
-        last = record.attempts[-1] if record.attempts else None
-        served_key = served or (last.key if last else None)
-        candidate = self.routing.candidate(served_key) if served_key else None
-        route = next((a.route for a in reversed(record.attempts) if a.key == served_key), None) if served_key else None
-        latency_s = trio.current_time() - record.started_at
-        cost = sum(a.cost_usd for a in record.attempts)
-        self._recent.appendleft({"id": job.id, "at": now_wall, "route": route or "", "outcome": outcome,
-                                 "lane": candidate.lane if candidate else "", "model": candidate.model if candidate else "",
-                                 "client": job.client, "cohort": job.cohort or "", "latency_s": round(latency_s, 4),
-                                 "attempts": len(record.attempts), "cost_usd": cost})
-        explored = candidate is not None and record.explored == candidate.key
-        self._audit_rows.append(audit_row(
-            job=job, at=now_wall, request_class=record.request_class, outcome=outcome, route=route,
-            lane=candidate.lane if candidate else None, model=candidate.model if candidate else None,
-            attempts=record.attempts, skips=record.skips, latency_s=latency_s, answer=answer, usage=usage,
-            cost_usd=cost, approval=record.approval or "", log_bodies=self.config.log_bodies, explored=explored))
-        if explored and outcome == "ok":
-            self.routing.ranking.explored_ok += 1
-        if self.config.log_jobs:
-            job_log.info("job %s model=%s route=%s served=%s attempts=%d outcome=%s %.0f ms", job.id, job.model,
-                         route or "-", served_key if outcome == "ok" else "-", len(record.attempts), outcome,
-                         latency_s * 1000)
-
-
-async def _complete(run: AttemptRun, stack: AsyncExitStack) -> Reply:
-    """The non-streamed door's call: one request under min(deadline, now + attempt_timeout_s)."""
-    cap = run.lane.config.attempt_timeout_s
-    with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
-        response = await run.lane.complete(run.job, run.candidate.model)
-        return run.reply(response)
-    raise run.timed_out()
-
-
-async def _stream(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:
-    """The streamed door's call: open the stream and wait for its first chunk under
-    min(deadline, now + first_token_s); the response stays open in `stack` with the stream."""
-    cap = run.lane.config.first_token_s
-    with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
-        reader = await stack.enter_async_context(run.lane.open_stream(run.job, run.candidate.model))
-        buffered = await first_chunks(reader)
-        run.answered(200, reader.headers)
-        return ReplyStream(run=run, reader=reader, buffered=buffered)
-    raise run.timed_out(first_chunk=True)
+                self.journal.finish(
+                    record,
+                    outcome,
+                    served=stream.candidate.key,
+                    answer=stream.delivered_text,
+                    usage=stream.usage,
+                )

@@ -1,0 +1,33 @@
+"""What each door does with an admitted attempt: send it under the lane's own cap, within the job's
+deadline, and hand back what the caller receives."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import trio
+
+from lanes._core.job import Reply
+from lanes._core.routing.attempt import AttemptRun
+from lanes._core.streaming.stream import ReplyStream, first_chunks
+
+
+async def complete_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
+    """One non-streamed request under min(deadline, start + attempt_timeout_s)."""
+    cap = run.lane.config.attempt_timeout_s
+    with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
+        response = await run.lane.complete(run.job, run.candidate.model)
+        return run.reply(response)
+    raise run.timed_out()
+
+
+async def stream_call(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:
+    """Open the stream and wait for its first chunk under min(deadline, start + first_token_s);
+    the upstream response stays open in `stack`, with the stream."""
+    cap = run.lane.config.first_token_s
+    with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
+        reader = await stack.enter_async_context(run.lane.open_stream(run.job, run.candidate.model))
+        buffered = await first_chunks(reader)
+        run.answered(200, reader.headers)
+        return ReplyStream(run=run, reader=reader, buffered=buffered)
+    raise run.timed_out(first_chunk=True)

@@ -1,0 +1,108 @@
+"""What every job leaves behind: one audit row (flushed by the state sync), one entry in the list
+of recent jobs (for the status page), and one log line on `lanes.jobs` — never a body."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from lanes._core.config import Config
+from lanes._core.routing.context import Routing
+from lanes._core.routing.record import JobRecord
+from lanes._core.state.audit import audit_row
+
+job_log = logging.getLogger("lanes.jobs")
+
+
+class Journal:
+    def __init__(
+        self, routing: Routing, *, config: Config, now_wall: Callable[[], float], recent: int = 50
+    ) -> None:
+        self._routing = routing
+        self._config = config
+        self._now_wall = now_wall
+        self._rows: list[dict[str, Any]] = []  # audit rows waiting for the state sync
+        self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
+
+    def take_rows(self) -> list[dict[str, Any]]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def return_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Rows the store could not take: kept, oldest first, for the next sync."""
+        self._rows[:0] = rows
+
+    def recent(self) -> tuple[Mapping[str, Any], ...]:
+        return tuple(self._recent)
+
+    def finish(
+        self,
+        record: JobRecord,
+        outcome: str,
+        *,
+        served: str | None = None,
+        answer: Any = None,
+        usage: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write what `record`'s job leaves behind. `served` is the "lane/model" that answered."""
+        job, now_wall = record.job, self._now_wall()
+        last = record.attempts[-1] if record.attempts else None
+        served_key = served or (last.key if last else None)
+        candidate = self._routing.candidate(served_key) if served_key else None
+        route = next((a.route for a in reversed(record.attempts) if a.key == served_key), None)
+        latency_s = trio.current_time() - record.started_at
+        cost = sum(a.cost_usd for a in record.attempts)
+        lane, model = (candidate.lane, candidate.model) if candidate else ("", "")
+        self._recent.appendleft(
+            {
+                "id": job.id,
+                "at": now_wall,
+                "route": route or "",
+                "outcome": outcome,
+                "lane": lane,
+                "model": model,
+                "client": job.client,
+                "cohort": job.cohort or "",
+                "latency_s": round(latency_s, 4),
+                "attempts": len(record.attempts),
+                "cost_usd": cost,
+            }
+        )
+        explored = candidate is not None and record.explored == candidate.key
+        self._rows.append(
+            audit_row(
+                job=job,
+                at=now_wall,
+                request_class=record.request_class,
+                outcome=outcome,
+                route=route,
+                lane=lane or None,
+                model=model or None,
+                attempts=record.attempts,
+                skips=record.skips,
+                latency_s=latency_s,
+                answer=answer,
+                usage=usage,
+                cost_usd=cost,
+                approval=record.approval or "",
+                log_bodies=self._config.log_bodies,
+                explored=explored,
+            )
+        )
+        if explored and outcome == "ok":
+            self._routing.ranking.explored_ok += 1
+        if self._config.log_jobs:
+            job_log.info(
+                "job %s model=%s route=%s served=%s attempts=%d outcome=%s %.0f ms",
+                job.id,
+                job.model,
+                route or "-",
+                served_key if outcome == "ok" else "-",
+                len(record.attempts),
+                outcome,
+                latency_s * 1000,
+            )
