@@ -3,7 +3,6 @@ headers with RFC 3339 resets. Prices in USD per million tokens, 2026-11."""
 
 from lanes import Model, NoFreeTier, Provider
 
-
 PROVIDER = Provider(
     name="anthropic",
     base_url="https://api.anthropic.com/v1",

@@ -3,7 +3,6 @@ float seconds; a 429 may carry only retry-after. Defaults as of 2026-11."""
 
 from lanes import Model, Provider, RateLimitedFree
 
-
 PROVIDER = Provider(
     name="cerebras",
     base_url="https://api.cerebras.ai/v1",

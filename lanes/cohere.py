@@ -3,7 +3,6 @@ no limit headers on 429, so local counting matters here. As of 2026-11."""
 
 from lanes import Model, Provider, RateLimitedFree
 
-
 PROVIDER = Provider(
     name="cohere",
     base_url="https://api.cohere.ai/compatibility/v1",

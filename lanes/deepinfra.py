@@ -2,7 +2,6 @@
 
 from lanes import CreditBased, Model, Provider
 
-
 PROVIDER = Provider(
     name="deepinfra",
     base_url="https://api.deepinfra.com/v1/openai",

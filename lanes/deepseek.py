@@ -3,7 +3,6 @@ with blank lines and SSE comments. Prices in USD per million tokens, 2026-11."""
 
 from lanes import Model, NoFreeTier, Provider
 
-
 PROVIDER = Provider(
     name="deepseek",
     base_url="https://api.deepseek.com/v1",

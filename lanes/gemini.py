@@ -4,7 +4,6 @@ Defaults as of 2026-11 (Flash; Pro has fewer requests per day)."""
 
 from lanes import Model, Provider, RateLimitedFree
 
-
 PROVIDER = Provider(
     name="gemini",
     base_url="https://generativelanguage.googleapis.com/v1beta/openai",

@@ -3,7 +3,6 @@ x-ratelimit-type and x-ratelimit-renewalperiod-requests headers. As of 2026-11."
 
 from lanes import Model, Provider, RateLimitedFree
 
-
 PROVIDER = Provider(
     name="github",
     base_url="https://models.github.ai/inference",

@@ -5,7 +5,6 @@ Its `x-ratelimit-*-requests` headers count per day and `*-tokens` per minute.
 
 from lanes import Model, Provider, RateLimitedFree
 
-
 PROVIDER = Provider(
     name="groq",
     base_url="https://api.groq.com/openai/v1",

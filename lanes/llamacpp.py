@@ -2,7 +2,6 @@
 
 from lanes import AlwaysFreeLocal, Provider
 
-
 PROVIDER = Provider(
     name="llamacpp",
     base_url="http://127.0.0.1:8080/v1",

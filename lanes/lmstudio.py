@@ -2,7 +2,6 @@
 
 from lanes import AlwaysFreeLocal, Provider
 
-
 PROVIDER = Provider(
     name="lmstudio",
     base_url="http://127.0.0.1:1234/v1",

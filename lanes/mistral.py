@@ -3,7 +3,6 @@ x-ratelimit-*-tokens-{minute,month} and -req-minute headers, no retry-after on 4
 
 from lanes import Model, Provider, RateLimitedFree
 
-
 PROVIDER = Provider(
     name="mistral",
     base_url="https://api.mistral.ai/v1",

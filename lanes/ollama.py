@@ -2,7 +2,6 @@
 
 from lanes import AlwaysFreeLocal, Model, Provider
 
-
 PROVIDER = Provider(
     name="ollama",
     base_url="http://127.0.0.1:11434/v1",

@@ -2,7 +2,6 @@
 
 from lanes import Model, NoFreeTier, Provider
 
-
 PROVIDER = Provider(
     name="openai",
     base_url="https://api.openai.com/v1",

@@ -3,7 +3,6 @@ until config says otherwise (`[lanes.free_tier] kind = "local"` for a self-hoste
 
 from lanes import NoFreeTier, Provider
 
-
 PROVIDER = Provider(
     name="openai_compatible",
     base_url="http://127.0.0.1:8000/v1",

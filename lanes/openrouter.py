@@ -9,7 +9,6 @@ from typing import Any
 
 from lanes import CustomEndpoint, FreeModelsOnly, Job, Model, OpenAICompatibleLane, Provider
 
-
 PROVIDER = Provider(
     name="openrouter",
     base_url="https://openrouter.ai/api/v1",

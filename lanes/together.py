@@ -3,7 +3,6 @@ x-tokenlimit-* headers. As of 2026-11."""
 
 from lanes import FreeModelsOnly, Model, Provider
 
-
 PROVIDER = Provider(
     name="together",
     base_url="https://api.together.xyz/v1",

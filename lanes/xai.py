@@ -3,7 +3,6 @@ plain-text body. As of 2026-11."""
 
 from lanes import CreditBased, Model, Provider
 
-
 PROVIDER = Provider(
     name="xai",
     base_url="https://api.x.ai/v1",

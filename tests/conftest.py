@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+
 import pytest
 from hypothesis import settings
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from lanes import Config, load_config
-
 from lanes.testing.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
 
 __all__ = [

@@ -12,8 +12,8 @@ import attrs
 import pytest
 
 import lanes
-from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.config import Config, LaneConfig, ModelConfig, ServerConfig
+from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.routing.policy import PolicyConfig
 from lanes.freetier import kinds
 

@@ -10,13 +10,13 @@ import pytest
 import trio
 
 import lanes
+from helpers import config, free_lane
 from lanes.canary.checks import run_checks
 from lanes.canary.prompts import CanaryConfig, Checks, Prompt, Settings
 from lanes.canary.report import exit_code, markdown, table
 from lanes.canary.run import pin, report, run_canary
 from lanes.canary.score import Answer, score_model
 from lanes.testing import ANSWER, answer, open_fake, rate_limited
-from helpers import config, free_lane
 
 pytestmark = pytest.mark.free_lane  # the canary probes the free lanes
 

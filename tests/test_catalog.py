@@ -11,9 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lanes
-from lanes.testing import open_fake, rate_limited, status
 from helpers import config, free_lane
-from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.routing.scoring import (
     ScoringConfig,
     Stats,
@@ -22,7 +20,9 @@ from lanes._core.routing.scoring import (
     score,
     wilson_lower,
 )
+from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes.freetier.kinds import FreeModelsOnly, NoFreeTier, RateLimitedFree, tier_of
+from lanes.testing import open_fake, rate_limited, status
 
 # -- recorded-shape catalogs -----------------------------------------------------------------------
 
@@ -302,8 +302,8 @@ async def test_sticky_conversation_stays_on_its_model(env, autojump_clock):
 async def test_simulation_shows_discovered_models():
     """`lanes serve --simulate`: the OpenRouter-like lane's discovered free model is routable and listed;
     its paid and unpriced models are not."""
-    from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
     from lanes._http.server import serve
+    from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
 
     async with open_simulation(flap=False) as fakes, trio.open_nursery() as nursery:
         cfg = lanes.load_config({**simulated_config(fakes), "server": {"port": 0}}, env={})

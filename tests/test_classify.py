@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes._core.upstream.responses import check_completion, classify_status, redact
 from lanes._core.errors import (
     ContextLengthExceeded,
     CreditExhausted,
@@ -15,6 +14,7 @@ from lanes._core.errors import (
     RateLimited,
     RetryableError,
 )
+from lanes._core.upstream.responses import check_completion, classify_status, redact
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import trio
+from conftest import FREE_LANE_OFF
 
 import lanes
+from helpers import ENGINE_POLICY, config, free_lane, local_lane, paid_lane
 from lanes._http.errors import http_status
 from lanes.testing import answer, garbage, hang, open_fake, rate_limited, reset, status
-from conftest import FREE_LANE_OFF
-from helpers import ENGINE_POLICY, config, free_lane, local_lane, paid_lane
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
 

@@ -10,9 +10,9 @@ import pytest
 import trio
 
 import lanes
+from helpers import config, free_lane, paid_lane
 from lanes._http.errors import http_status
 from lanes.testing import answer, open_fake, rate_limited
-from helpers import config, free_lane, paid_lane
 
 JOB = [{"role": "user", "content": "hi"}]
 pytestmark = pytest.mark.free_lane

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import lanes
-from lanes.testing import open_fake
 from helpers import config, free_lane, local_lane, paid_lane
+from lanes.testing import open_fake
 
 JOB = [{"role": "user", "content": "hi"}]
 

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 import lanes
-from lanes.testing import open_fake
 from helpers import config, local_lane, paid_lane
+from lanes.testing import open_fake
 
 
 async def test_missing_module_is_one_log_line_and_the_rest_serve(env, caplog_lanes, autojump_clock):

@@ -9,11 +9,10 @@ import pytest
 import trio
 
 import lanes
+from helpers import config, free_lane, local_lane, paid_lane
+from lanes._core.state import audit
 from lanes._http.errors import http_status
 from lanes.testing import ANSWER, answer, hang, open_fake, rate_limited, status
-from lanes._core.state import audit
-from helpers import config, free_lane, local_lane, paid_lane
-
 
 JOB = [{"role": "user", "content": "Plan my week."}]
 
@@ -194,11 +193,10 @@ async def test_mode_ask_time_grant_is_per_client_and_persisted(
         },
         env={},
     )
-    async with lanes.open_dispatcher(conf, env=env) as d:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(d.complete, job(client="carol"))
-            await trio.sleep(1)
-            d.approvals.decide(next(iter(d.approvals.pending)), 3600.0)
+    async with lanes.open_dispatcher(conf, env=env) as d, trio.open_nursery() as nursery:
+        nursery.start_soon(d.complete, job(client="carol"))
+        await trio.sleep(1)
+        d.approvals.decide(next(iter(d.approvals.pending)), 3600.0)
     async with lanes.open_dispatcher(conf, env=env) as d:
         reply = await d.complete(job(client="carol", deadline_s=2))
         with pytest.raises(lanes.FallbackNeedsApproval):

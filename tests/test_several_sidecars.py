@@ -131,29 +131,27 @@ async def test_a_kill_switch_thrown_on_one_sidecar_holds_on_the_other(redis_serv
     async with (
         open_fake("local", models=("local-model",)) as local,
         open_fake("paid", models=("paid-model",)) as paid,
+        two_sidecars(
+            tmp_path,
+            redis_server.url,
+            [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
+            {"free_tier_fallback": "allow"},
+        ) as (a, b),
+        client() as http,
     ):
-        async with (
-            two_sidecars(
-                tmp_path,
-                redis_server.url,
-                [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
-                {"free_tier_fallback": "allow"},
-            ) as (a, b),
-            client() as http,
-        ):
-            assert (await chat(http, b)).headers["x-lanes-lane"] == "local"
-            assert (await http.post(f"{a.base}/v1/lanes/local/off")).status_code == 200
-            with trio.fail_after(5):
-                while not await _off(http, b, "local"):
-                    await trio.sleep(0.01)
-            before = len(local.log)
-            served_by = (await chat(http, b)).headers["x-lanes-lane"]
-            sent = len(local.log) - before
-            assert (await http.post(f"{b.base}/v1/lanes/local/on")).status_code == 200
-            with trio.fail_after(5):
-                while await _off(http, a, "local"):
-                    await trio.sleep(0.01)
-            back = (await chat(http, a)).headers["x-lanes-lane"]
+        assert (await chat(http, b)).headers["x-lanes-lane"] == "local"
+        assert (await http.post(f"{a.base}/v1/lanes/local/off")).status_code == 200
+        with trio.fail_after(5):
+            while not await _off(http, b, "local"):
+                await trio.sleep(0.01)
+        before = len(local.log)
+        served_by = (await chat(http, b)).headers["x-lanes-lane"]
+        sent = len(local.log) - before
+        assert (await http.post(f"{b.base}/v1/lanes/local/on")).status_code == 200
+        with trio.fail_after(5):
+            while await _off(http, a, "local"):
+                await trio.sleep(0.01)
+        back = (await chat(http, a)).headers["x-lanes-lane"]
     assert (served_by, sent, back) == ("paid", 0, "local")
     assert "lane local: switched off by another process sharing the state" in b.log()
 

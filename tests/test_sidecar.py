@@ -237,22 +237,24 @@ async def test_client_disconnect_cancels_the_upstream():
     """A client that goes away mid-stream stops the upstream at once: the fake sees its socket close."""
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
         fakes["local"].script("local-model", answer(chunk_delay_s=0.2))
-        async with httpx2.AsyncClient(trust_env=False) as http:
-            async with http.stream(
+        async with (
+            httpx2.AsyncClient(trust_env=False) as http,
+            http.stream(
                 "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
-            ) as response:
-                async for _ in response.aiter_lines():
-                    break
+            ) as response,
+        ):
+            async for _ in response.aiter_lines():
+                break
         await trio.sleep(0.5)
         assert fakes["local"].open_connections() == 0
 
 
 async def sse_events(url: str, body: dict) -> list:
-    async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
-        async with http.stream(
-            "POST", f"{url}/chat/completions", json={**body, "stream": True}
-        ) as response:
-            return [line async for line in response.aiter_lines() if line]
+    async with (
+        httpx2.AsyncClient(trust_env=False, timeout=30) as http,
+        http.stream("POST", f"{url}/chat/completions", json={**body, "stream": True}) as response,
+    ):
+        return [line async for line in response.aiter_lines() if line]
 
 
 def text_and_end(events: list[str]) -> tuple[str, str]:

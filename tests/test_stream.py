@@ -6,6 +6,7 @@ import pytest
 import trio
 
 import lanes
+from helpers import config, local_lane, paid_lane
 from lanes.testing import (
     ANSWER,
     answer,
@@ -18,7 +19,6 @@ from lanes.testing import (
     stream_cut,
     stream_stall,
 )
-from helpers import config, local_lane, paid_lane
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
 

@@ -8,12 +8,12 @@ import pytest
 import trio
 
 import lanes
-from lanes.testing import open_fake
-from lanes.testing.processes import free_port
 from helpers import PAID_KEY, config, local_lane
 from lanes._core.job import Candidate
 from lanes._core.routing.record import JobRecord
 from lanes.freetier.prices import usage_cost
+from lanes.testing import open_fake
+from lanes.testing.processes import free_port
 
 
 def test_job_validation():

@@ -22,11 +22,11 @@ import cattrs
 from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.v import transform_error
 
-from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.errors import ConfigError
-from lanes._core.validators import non_negative, positive
+from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.scoring import ScoringConfig
+from lanes._core.validators import non_negative, positive
 from lanes.freetier.kinds import KINDS, FreeTierKind
 
 T = TypeVar("T")

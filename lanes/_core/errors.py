@@ -35,7 +35,6 @@ and the reports count: `connect`, `reset`, `timeout`, `server_error`, `malformed
 from __future__ import annotations
 
 # lanes: pure
-
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 

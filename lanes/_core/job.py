@@ -8,7 +8,6 @@ when the job enters.
 from __future__ import annotations
 
 # lanes: pure
-
 import hashlib
 import json
 import uuid

@@ -17,11 +17,11 @@ from lanes._core.config import Config, read_config
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import UpstreamError
 from lanes._core.job import Job, Reply
+from lanes._core.state.store import SQLiteStore, Store
+from lanes._core.state.sync import StateSync
+from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
-from lanes._core.state.sync import StateSync
-from lanes._core.state.store import SQLiteStore, Store
-from lanes._core.upstream.client import open_upstream
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from lanes._core.statistics import Statistics
 from lanes._core.job import Attempt
+from lanes._core.statistics import Statistics
 
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 STATES = {"closed": 0, "half_open": 1, "open": 2}

@@ -19,8 +19,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from lanes._core.config import Config, load_config, read_config
-from lanes._core.open import open_dispatcher
 from lanes._core.errors import ConfigError
+from lanes._core.open import open_dispatcher
 from lanes._http.app import build_app
 
 log = logging.getLogger("lanes")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 # lanes: pure
-
 import json
 import re
 from collections.abc import Mapping

@@ -9,11 +9,11 @@ from pathlib import Path
 import trio
 
 import lanes
+from lanes._core.errors import ConfigError
+from lanes._core.open import open_store
 from lanes.canary import report as fmt
 from lanes.canary.prompts import read_canary
 from lanes.canary.run import pin, report, run_canary
-from lanes._core.errors import ConfigError
-from lanes._core.open import open_store
 
 
 def main(args: argparse.Namespace) -> int:

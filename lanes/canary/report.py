@@ -10,9 +10,7 @@ from lanes.canary.score import ModelReport, summary
 
 
 def _when(at: float | None) -> str:
-    return (
-        dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if at else ""
-    )
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if at else ""
 
 
 def _first_change(r: ModelReport) -> str:

@@ -16,10 +16,10 @@ from typing import Any
 import trio
 
 import lanes
+from lanes._core.job import Candidate, digest
 from lanes.canary.checks import run_checks
 from lanes.canary.prompts import CanaryConfig, Prompt
 from lanes.canary.score import Answer, ModelReport, score_model
-from lanes._core.job import Candidate, digest
 
 ANSWER_COLUMNS = {
     "run": int,

@@ -9,7 +9,6 @@ or nothing answered) or `skipped` (not probed: backed off, low quota, breaker op
 from __future__ import annotations
 
 # lanes: pure
-
 import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal

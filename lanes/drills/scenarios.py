@@ -550,14 +550,16 @@ async def stream_faults(workdir: Path) -> Result:
         "no-done": (no_done(), other, "whole"),
     }
     outcomes: dict[str, str] = {}
-    async with open_sidecar(
-        ("local", "local", ["local-model"], fast), ("paid", "paid", ["paid-model"])
-    ) as (url, fakes):
-        async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
-            for name, (fault, fallback, _) in cases.items():
-                fakes["local"].script("local-model", fault)
-                fakes["paid"].script("paid-model", fallback)
-                outcomes[name] = await _stream_outcome(http, url)
+    async with (
+        open_sidecar(
+            ("local", "local", ["local-model"], fast), ("paid", "paid", ["paid-model"])
+        ) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False, timeout=20) as http,
+    ):
+        for name, (fault, fallback, _) in cases.items():
+            fakes["local"].script("local-model", fault)
+            fakes["paid"].script("paid-model", fallback)
+            outcomes[name] = await _stream_outcome(http, url)
     lies = [n for n, o in outcomes.items() if o == "truncated-done"]
     wrong = [n for n, (_, _, expected) in cases.items() if outcomes[n] != expected]
     return check(

@@ -24,7 +24,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
@@ -115,7 +115,7 @@ def _date(text: str) -> datetime | None:
             return None
     if parsed is None:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def seconds_until(value: Any, now_wall: float, *, epoch_by_magnitude: bool = True) -> float | None:

@@ -19,7 +19,6 @@ import attrs
 
 from lanes._core.validators import at_least
 
-
 _limit = attrs.field(
     default=None, validator=at_least(0, hint="; delete the key to stop tracking it")
 )

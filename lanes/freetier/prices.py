@@ -9,7 +9,6 @@ is not usage, and the caller settles at its worst case instead.
 from __future__ import annotations
 
 # lanes: pure
-
 from collections.abc import Mapping
 from typing import Any
 

@@ -6,7 +6,7 @@ Times are wall-clock epoch seconds (quota windows are calendar facts: a day ends
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 WindowName = Literal["minute", "day", "month"]
@@ -19,7 +19,7 @@ def window_id(window: WindowName, now: float) -> int:
         return int(now // 60)
     if window == "day":
         return int(now // 86400)
-    moment = datetime.fromtimestamp(now, tz=timezone.utc)
+    moment = datetime.fromtimestamp(now, tz=UTC)
     return moment.year * 12 + moment.month - 1
 
 
@@ -35,7 +35,7 @@ def end_of(window: WindowName, index: int) -> float:
     if window == "day":
         return (index + 1) * 86400.0
     index += 1
-    return datetime(index // 12, index % 12 + 1, 1, tzinfo=timezone.utc).timestamp()
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC).timestamp()
 
 
 Key = tuple[str, str, WindowName, int]  # (scope, dimension, window, window id)

@@ -26,7 +26,7 @@ import attrs
 import h11
 import trio
 
-from lanes.testing.behaviours import ANSWER, Behaviour, answer, quota_exceeded
+from lanes.testing.behaviours import Behaviour, answer, quota_exceeded
 
 
 @attrs.frozen(kw_only=True)

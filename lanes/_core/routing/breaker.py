@@ -13,7 +13,6 @@ cut by it is `release`d, so the breaker never sticks half-open.
 from __future__ import annotations
 
 # lanes: pure
-
 import random as _random
 from collections import deque
 from collections.abc import Callable

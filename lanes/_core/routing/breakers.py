@@ -15,7 +15,6 @@ any model whose own breaker allows it, and that probe's fault of any kind reopen
 from __future__ import annotations
 
 # lanes: pure
-
 import random as _random
 from collections.abc import Callable
 

@@ -10,7 +10,6 @@ backoff, quota) is checked by the dispatcher just before each attempt.
 from __future__ import annotations
 
 # lanes: pure
-
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import trio
 
-from lanes._core.upstream.lane import OpenAICompatibleLane
-from lanes._core.state.store import STORE_ERRORS, Store, call
 from lanes._core.routing.record import JobRecord
+from lanes._core.state.store import STORE_ERRORS, Store, call
+from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.manager import FreeTierManager
 
 

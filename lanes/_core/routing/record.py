@@ -7,7 +7,6 @@ trio's clock and passed in.
 from __future__ import annotations
 
 # lanes: pure
-
 from typing import Any
 
 from lanes._core.errors import (

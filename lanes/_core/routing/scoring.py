@@ -11,7 +11,6 @@ its models' reliability is multiplied down.
 from __future__ import annotations
 
 # lanes: pure
-
 import math
 from collections import deque
 from collections.abc import Mapping

@@ -6,7 +6,6 @@ queries seed 004 asks for, run over it.
 from __future__ import annotations
 
 # lanes: pure
-
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any

@@ -8,7 +8,6 @@ unknown price is not free. Entries that can not be read are skipped; the functio
 from __future__ import annotations
 
 # lanes: pure
-
 import math
 from collections.abc import Mapping
 from typing import Any

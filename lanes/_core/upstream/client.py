@@ -16,8 +16,8 @@ import attrs
 import httpx2
 import trio
 
-from lanes._core.upstream.responses import check_completion, classify_status, parse_body, redact
 from lanes._core.errors import FinalError, RetryableError, UpstreamError
+from lanes._core.upstream.responses import check_completion, classify_status, parse_body, redact
 from lanes._core.upstream.sse import SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024

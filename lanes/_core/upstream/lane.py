@@ -14,9 +14,9 @@ from typing import Any
 
 import attrs
 
-from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.config import LaneConfig, ModelConfig
 from lanes._core.job import Candidate, Job
+from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import attrs
 
 from lanes._core.config import Config, LaneConfig
-from lanes._core.upstream.lane import OpenAICompatibleLane, Provider, Secret
 from lanes._core.upstream.client import Upstream
+from lanes._core.upstream.lane import OpenAICompatibleLane, Provider, Secret
 
 log = logging.getLogger("lanes")
 

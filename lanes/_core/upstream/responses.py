@@ -11,7 +11,6 @@ Messages keep the upstream's own error message, shortened and scrubbed of anythi
 from __future__ import annotations
 
 # lanes: pure
-
 import json
 import re
 from collections.abc import Iterable, Mapping

@@ -8,7 +8,6 @@ by bytes sees them. Lines may end in LF, CRLF or CR; a UTF-8 character may be sp
 from __future__ import annotations
 
 # lanes: pure
-
 import codecs
 import re
 
