@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run demo test drill bench bench-quick browser redis clean
+.PHONY: install run demo test lint drill bench bench-quick browser redis clean
 
 install: $(STAMP)
 
@@ -34,6 +34,20 @@ redis:
 	  command -v apt-get >/dev/null 2>&1 && (apt-get install -y -q redis-server >/dev/null 2>&1 || \
 	  (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q redis-server >/dev/null 2>&1)) || \
 	  echo "redis-server not installed: the shared-state tests will skip"; }
+
+# ruff (lint and format) and mypy: strict on lanes/, lighter on the tests and benchmarks.
+LINT_STAMP := $(VENV)/.lint-installed
+MYPY_LIGHT := --allow-untyped-defs --allow-incomplete-defs --allow-untyped-calls \
+              --allow-untyped-decorators --no-warn-return-any --check-untyped-defs
+$(LINT_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,lint]'
+	touch $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy $(MYPY_LIGHT) tests bench
 
 # pytest's exit code 5 means "no tests collected"; anything else non-zero is a failure.
 test: install browser redis

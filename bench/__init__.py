@@ -1,1 +1,1 @@
-"""Benchmarks: ours next to the physical limit, direct, and LiteLLM, measured as ratios in one run."""
+"""Benchmarks: ours next to the physical limit, direct, and LiteLLM, as ratios from one run."""

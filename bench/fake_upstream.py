@@ -3,7 +3,8 @@
 BEHAVIOUR: `fast` (answers at once), `ratelimit` (429 + Retry-After: 5 every time), `hang` (never
 answers), `slow` (streams a chunk every 0.6 s, to hold many streams open), or `all`: each of those
 for the model of the same name (so one upstream, and one peer process, serves every measure).
-`GET /v1/_log` returns every request so far as `[model, arrival time]`. Prints `ready` when listening; logs each request's arrival time to `--log` on exit.
+`GET /v1/_log` returns every request so far as `[model, arrival time]`. Prints `ready` when
+listening; logs each request's arrival time to `--log` on exit.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ async def main(port: int, behaviour: str, log: str | None) -> None:
             async for _ in signals:
                 break
         if log:
-            with open(log, "w") as f:
-                json.dump([r.at for r in fake.log], f)
+            await trio.Path(log).write_text(json.dumps([r.at for r in fake.log]))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def arrivals(hours: float, seed: int = 11) -> list[float]:
         if t >= horizon:
             break
         times.append(t)
-    for k in range(max(1, int(6 * hours / 24))):
+    for _ in range(max(1, int(6 * hours / 24))):
         start = rng.uniform(0, horizon - 300)
         s = start
         while s < start + 300:
@@ -64,8 +64,10 @@ def oracle(times: list[float]) -> int:
     days = {int(t // 86400) for t in times}
     best = None
     for cut in itertools.product((False, True), repeat=len(PROVIDERS)):
-        cost = sum(day * len(days) for (_, _, day, _, _), c in zip(PROVIDERS, cut) if c)
-        open_rpm = sum(rpm for (_, rpm, _, _, _), c in zip(PROVIDERS, cut) if not c)
+        cost = sum(
+            day * len(days) for (_, _, day, _, _), c in zip(PROVIDERS, cut, strict=True) if c
+        )
+        open_rpm = sum(rpm for (_, rpm, _, _, _), c in zip(PROVIDERS, cut, strict=True) if not c)
         cost += sum(min(n, open_rpm) for n in per_minute.values())
         best = cost if best is None else min(best, cost)
     return best or 0
@@ -107,9 +109,9 @@ async def simulate(times: list[float]) -> dict[str, Any]:
             },
             env={},
         )
-        outcome = {"free": 0, "paid": 0, "failed": 0}
-        async with lanes.open_dispatcher(config, env=KEYS) as d:
-            d.wall_offset = midnight - trio.current_time()  # trio time 0 is the day's first second
+        outcome: dict[str, float] = {"free": 0, "paid": 0, "failed": 0}  # counts, and "cost"
+        # trio time 0 is the day's first second
+        async with lanes.open_dispatcher(config, env=KEYS, epoch_now=midnight) as d:
             start = trio.current_time()
 
             async def job() -> None:

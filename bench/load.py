@@ -3,6 +3,7 @@ time to first byte per request (seconds, this process's monotonic trio clock).""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from typing import Any
 
@@ -85,10 +86,8 @@ async def run_load(
 
 
 async def _get(http: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> None:
-    try:
+    with contextlib.suppress(httpx2.HTTPError):
         await http.get(url, headers=headers)
-    except httpx2.HTTPError:
-        pass
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,4 +1,4 @@
-"""Start and stop the processes a benchmark compares: the fake upstream, ours, the limit, LiteLLM."""
+"""Start and stop the processes a benchmark compares: fake upstream, ours, the limit, LiteLLM."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import trio
@@ -61,7 +62,7 @@ async def wait_http(
     within_s: float,
     *,
     path: str = "/health",
-    headers: dict | None = None,
+    headers: dict[str, str] | None = None,
     ok: tuple[int, ...] = (200,),
 ) -> float:
     start = time.monotonic()  # wall-clock: startup is measured in real time
@@ -80,7 +81,7 @@ async def wait_http(
 async def spawn(
     command: list[str], log: Path, env: dict[str, str] | None = None
 ) -> AsyncIterator[trio.Process]:
-    with open(log, "wb") as out:
+    with open(log, "wb") as out:  # noqa: ASYNC230  small local log; the child needs a real fd
         process = await trio.lowlevel.open_process(
             command,
             stdout=out,
@@ -114,10 +115,10 @@ async def ours(
     kind: str = "rate_limited",
     timeout_s: float = 30.0,
     models: tuple[str, ...] = ("m",),
-    extra: dict | None = None,
+    extra: dict[str, Any] | None = None,
     state: str = ":memory:",
-    policy: dict | None = None,
-    model_extra: dict | None = None,
+    policy: dict[str, Any] | None = None,
+    model_extra: dict[str, Any] | None = None,
 ) -> AsyncIterator[Peer]:
     port = free_port()
     config = {

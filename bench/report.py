@@ -20,16 +20,18 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def _chart(data: dict[str, Any], name: str) -> str | None:
     try:
-        import matplotlib
+        # matplotlib is the optional `bench` extra, absent from the test venv (no chart then):
+        # `unused-ignore` keeps these quiet where it is installed (it ships its own types).
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return None
     speed = data["speed"]
     peers = list(speed)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for ax, kind in zip(axes, ("json", "sse")):
+    for ax, kind in zip(axes, ("json", "sse"), strict=True):
         values = [speed[p][f"{kind}_c64"]["rps"] for p in peers]
         spread = [
             [speed[p][f"{kind}_c64"]["rps"] - speed[p][f"{kind}_c64"]["rps_min"] for p in peers],
@@ -52,7 +54,8 @@ def _chart(data: dict[str, Any], name: str) -> str | None:
 
 
 def _shared(r: dict[str, Any] | None) -> list[str]:
-    """Several sidecars on one Redis: the cross-host herd, the added latency, the kill switch, the store calls."""
+    """Several sidecars on one Redis: the cross-host herd, the added latency, the kill switch, the
+    store calls."""
     if not r:
         return []
     lines = ["", "## Several sidecars on one Redis", ""]
@@ -60,8 +63,14 @@ def _shared(r: dict[str, Any] | None) -> list[str]:
         return lines + [f"Skipped: {r['skipped']}.", ""]
     h = r["herd"]
     lines += [
-        "200 clients split evenly across several `lanes serve` processes (hosts, in effect), the upstream",
-        'answering 429 + Retry-After: 5; sharing one Redis (`state = "redis://…"`) against each keeping its',
+        (
+            "200 clients split evenly across several `lanes serve` processes (hosts, in effect), "
+            "the upstream"
+        ),
+        (
+            'answering 429 + Retry-After: 5; sharing one Redis (`state = "redis://…"`) against '
+            "each keeping its"
+        ),
         "own state.",
         "",
         "| state | sidecars | upstream requests in the 5 s window | in all | client statuses |",
@@ -69,45 +78,64 @@ def _shared(r: dict[str, Any] | None) -> list[str]:
     ]
     lines += [
         f"| {'one Redis' if k.startswith('shared') else 'separate'} | {row['sidecars']} | "
-        f"{row['upstream_requests_in_window']} | {row['upstream_requests']} | {row['client_statuses']} |"
+        f"{row['upstream_requests_in_window']} | {row['upstream_requests']} | "
+        f"{row['client_statuses']} |"
         for k, row in h.items()
     ]
     lat = r["latency"]
     lines += [
         "",
-        "Added latency per job of the Redis store: one sidecar with `state` in a SQLite file, then in Redis,",
-        f"{lat['reps']} interleaved repetitions of {lat['jobs_per_rep']} jobs each (medians; Redis minus SQLite within",
-        "each repetition). A free job makes no Redis round trip; a paid job waits for one reservation (a Lua script",
+        (
+            "Added latency per job of the Redis store: one sidecar with `state` in a SQLite file, "
+            "then in Redis,"
+        ),
+        (
+            f"{lat['reps']} interleaved repetitions of {lat['jobs_per_rep']} jobs each (medians; "
+            "Redis minus SQLite within"
+        ),
+        (
+            "each repetition). A free job makes no Redis round trip; a paid job waits for one "
+            "reservation (a Lua script"
+        ),
         "run from a worker thread).",
         "",
-        "| path | concurrency | SQLite p50 / p99 (ms) | Redis p50 / p99 (ms) | added p50 / p99 (ms) |",
+        (
+            "| path | concurrency | SQLite p50 / p99 (ms) | Redis p50 / p99 (ms) | added p50 / "
+            "p99 (ms) |"
+        ),
         "|---|---|---|---|---|",
     ]
     for key in ("free_c1", "free_c8", "paid_c1", "paid_c8"):
         row = lat[key]
         lines.append(
             f"| {key.split('_')[0]} | {key.split('_c')[1]} | {_fmt(row['sqlite']['p50_ms'])} / "
-            f"{_fmt(row['sqlite']['p99_ms'])} | {_fmt(row['redis']['p50_ms'])} / {_fmt(row['redis']['p99_ms'])} | "
+            f"{_fmt(row['sqlite']['p99_ms'])} | {_fmt(row['redis']['p50_ms'])} / "
+            f"{_fmt(row['redis']['p99_ms'])} | "
             f"{_fmt(row['added_p50_ms'])} / {_fmt(row['added_p99_ms'])} |"
         )
     if "in_process" in r:
         ip = r["in_process"]
         lines += [
             "",
-            f"Without HTTP in the way (one dispatcher, jobs one at a time against an in-process fake, "
+            "Without HTTP in the way (one dispatcher, jobs one at a time against an "
+            "in-process fake, "
             f"{ip['reps']} × {ip['jobs_per_rep']} jobs, median of the per-repetition p50s): free "
             f"{_fmt(ip['free']['sqlite_p50_ms'], 2)} → {_fmt(ip['free']['redis_p50_ms'], 2)} ms "
-            f"(added {_fmt(ip['free']['added_p50_ms'], 2)}), paid {_fmt(ip['paid']['sqlite_p50_ms'], 2)} → "
-            f"{_fmt(ip['paid']['redis_p50_ms'], 2)} ms (added {_fmt(ip['paid']['added_p50_ms'], 2)}).",
+            f"(added {_fmt(ip['free']['added_p50_ms'], 2)}), paid "
+            f"{_fmt(ip['paid']['sqlite_p50_ms'], 2)} → "
+            f"{_fmt(ip['paid']['redis_p50_ms'], 2)} ms (added "
+            f"{_fmt(ip['paid']['added_p50_ms'], 2)}).",
         ]
     k, c = r["kill_switch"], r["store_calls"]
     lines += [
         "",
-        f"A kill switch thrown on one sidecar reached the other's `/v1/lanes` in {_fmt(k['p50_ms'])} ms "
+        "A kill switch thrown on one sidecar reached the other's `/v1/lanes` in "
+        f"{_fmt(k['p50_ms'])} ms "
         f"(median of {k['samples']}, max {_fmt(k['max_ms'])} ms, polled every 2 ms).",
         "",
         "The store calls a job can wait on, one thread, µs per call: "
-        f"paid reservation SQLite {_fmt(c['sqlite']['reserve_paid_us'], 0)}, Redis {_fmt(c['redis']['reserve_paid_us'], 0)}; "
+        f"paid reservation SQLite {_fmt(c['sqlite']['reserve_paid_us'], 0)}, Redis "
+        f"{_fmt(c['redis']['reserve_paid_us'], 0)}; "
         f"probe lease Redis {_fmt(c['redis']['probe_lease_us'], 0)} (SQLite has none: one host); "
         f"a trio → worker thread → trio hop {_fmt(c['thread_hop_us'], 0)}.",
         "",
@@ -123,15 +151,28 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     lines = [
         "# Benchmarks",
         "",
-        f"One run on {data['date']}{' (quick)' if data['quick'] else ''}: {m['cpu']}, {m['cores']} cores, "
+        f"One run on {data['date']}{' (quick)' if data['quick'] else ''}: {m['cpu']}, "
+        f"{m['cores']} cores, "
         f"{m['memory_gib']} GiB, Python {m['python']}. Versions: "
         + ", ".join(f"{k} {val}" for k, val in v.items())
         + ".",
-        f"Raw numbers: `{json_path.relative_to(ROOT)}`. Regenerate with `make bench` (or `make bench-quick`).",
+        (
+            f"Raw numbers: `{json_path.relative_to(ROOT)}`. Regenerate with `make bench` (or "
+            "`make bench-quick`)."
+        ),
         "",
-        "Every peer runs against the same fake upstream on loopback, with the same load generator (trio + httpx2),",
-        "on the same shared 2-core machine as the load and the upstream — so compare the **ratios**, not the absolute",
-        "figures. `direct` is the client straight to the upstream; `limit` is a bare pass-through proxy on our own",
+        (
+            "Every peer runs against the same fake upstream on loopback, with the same load "
+            "generator (trio + httpx2),"
+        ),
+        (
+            "on the same shared 2-core machine as the load and the upstream — so compare the "
+            "**ratios**, not the absolute"
+        ),
+        (
+            "figures. `direct` is the client straight to the upstream; `limit` is a bare "
+            "pass-through proxy on our own"
+        ),
         "stack (hypercorn trio worker + httpx2, no routing): what this stack could do at best.",
         "",
         "## Added latency (p50 / p99, ms, over direct)",
@@ -151,14 +192,18 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     if chart:
         lines += [f"![throughput]({chart})", ""]
     lines += [
-        "| peer | JSON req/s (min–max) | JSON p50 / p99 ms | SSE req/s (min–max) | SSE p50 / p99 ms |",
+        (
+            "| peer | JSON req/s (min–max) | JSON p50 / p99 ms | SSE req/s (min–max) | SSE p50 / "
+            "p99 ms |"
+        ),
         "|---|---|---|---|---|",
     ]
     for peer, row in speed.items():
         j, s = row["json_c64"], row["sse_c64"]
         lines.append(
             f"| {peer} | {_fmt(j['rps'], 0)} ({_fmt(j['rps_min'], 0)}–{_fmt(j['rps_max'], 0)}) | "
-            f"{_fmt(j['p50_ms'])} / {_fmt(j['p99_ms'])} | {_fmt(s['rps'], 0)} ({_fmt(s['rps_min'], 0)}–"
+            f"{_fmt(j['p50_ms'])} / {_fmt(j['p99_ms'])} | {_fmt(s['rps'], 0)} "
+            f"({_fmt(s['rps_min'], 0)}–"
             f"{_fmt(s['rps_max'], 0)}) | {_fmt(s['p50_ms'])} / {_fmt(s['p99_ms'])} |"
         )
     ours = speed.get("lanes", {})
@@ -166,7 +211,8 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     for other in ("limit", "litellm"):
         if other in speed and ours:
             ratios.append(
-                f"lanes / {other}: JSON {ours['json_c64']['rps'] / speed[other]['json_c64']['rps']:.2f}×, "
+                f"lanes / {other}: JSON "
+                f"{ours['json_c64']['rps'] / speed[other]['json_c64']['rps']:.2f}×, "
                 f"SSE {ours['sse_c64']['rps'] / speed[other]['sse_c64']['rps']:.2f}×"
             )
     lines += ["", "Ratios: " + "; ".join(ratios) + "." if ratios else "", ""]
@@ -201,22 +247,33 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         "|---|---|---|---|",
     ]
     lines += [
-        f"| {p} | {r['upstream_requests_in_window']} | {r['upstream_requests']} | {r['client_statuses']} |"
+        f"| {p} | {r['upstream_requests_in_window']} | {r['upstream_requests']} | "
+        f"{r['client_statuses']} |"
         for p, r in data["herd"].items()
     ]
     lines += [
         "",
         "## Deadline precision: a hung upstream, concurrent jobs with a 2 s deadline",
         "",
-        "Connections are opened before the clock starts. Measured at the client: with many jobs at once the",
-        "figure includes the load generator's own queueing (one Python process sending them all on two shared",
+        (
+            "Connections are opened before the clock starts. Measured at the client: with many "
+            "jobs at once the"
+        ),
+        (
+            "figure includes the load generator's own queueing (one Python process sending them "
+            "all on two shared"
+        ),
         "cores), so the single-job column is the deadline's own precision.",
         "",
-        "| peer | one job alone: p50 (ms) | concurrent jobs | answer time − deadline p50 / p99 / max (ms) | statuses |",
+        (
+            "| peer | one job alone: p50 (ms) | concurrent jobs | answer time − deadline p50 / "
+            "p99 / max (ms) | statuses |"
+        ),
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {p} | {_fmt(r.get('alone_overshoot_p50_ms'))} | {r['jobs']} | {_fmt(r['overshoot_p50_ms'])} / "
+        f"| {p} | {_fmt(r.get('alone_overshoot_p50_ms'))} | {r['jobs']} | "
+        f"{_fmt(r['overshoot_p50_ms'])} / "
         f"{_fmt(r['overshoot_p99_ms'])} / {_fmt(r['overshoot_max_ms'])} | {r['statuses']} |"
         for p, r in data["deadline"].items()
     ]
@@ -226,16 +283,33 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         "",
         f"## Free share against an oracle ({f['hours']:g} simulated hours, virtual time)",
         "",
-        "Poisson arrivals with bursts over five free providers with known per-minute and per-day quotas —",
-        "reported in headers, only in 429 bodies, with epoch-ms resets, and one whose limits are not in our",
-        "config — and a paid fallback. The oracle is the exact maximum flow (jobs → minute → provider quota →",
-        "daily quota) computed by min-cut over the 2^5 provider cuts: it knows every quota and every arrival in",
+        (
+            "Poisson arrivals with bursts over five free providers with known per-minute and "
+            "per-day quotas —"
+        ),
+        (
+            "reported in headers, only in 429 bodies, with epoch-ms resets, and one whose limits "
+            "are not in our"
+        ),
+        (
+            "config — and a paid fallback. The oracle is the exact maximum flow (jobs → minute → "
+            "provider quota →"
+        ),
+        (
+            "daily quota) computed by min-cut over the 2^5 provider cuts: it knows every quota "
+            "and every arrival in"
+        ),
         "advance, so no router can serve more jobs free; it is an upper bound.",
         "",
-        "| jobs | served free | oracle | share of oracle | paid | paid spend | requests to exhausted providers |",
+        (
+            "| jobs | served free | oracle | share of oracle | paid | paid spend | requests to "
+            "exhausted providers |"
+        ),
         "|---|---|---|---|---|---|---|",
-        f"| {f['jobs']} | {f['free']} ({f['free_share']:.1%}) | {f['oracle_free']} ({f['oracle_free_share']:.1%}) | "
-        f"{f['share_of_oracle']:.1%} | {f['paid']} | ${f.get('cost', 0.0):.4f} | {f['requests_to_exhausted_providers']} |",
+        f"| {f['jobs']} | {f['free']} ({f['free_share']:.1%}) | {f['oracle_free']} "
+        f"({f['oracle_free_share']:.1%}) | "
+        f"{f['share_of_oracle']:.1%} | {f['paid']} | ${f.get('cost', 0.0):.4f} | "
+        f"{f['requests_to_exhausted_providers']} |",
         "",
     ]
     path = DOCS / "benchmarks.md"

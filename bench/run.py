@@ -1,7 +1,9 @@
-"""`make bench` / `make bench-quick`: every measure, every peer, one run; JSON and docs/benchmarks.md.
+"""`make bench` / `make bench-quick`: every measure, every peer, one run; JSON and
+docs/benchmarks.md.
 
 Peers: `direct` (the client straight to the fake upstream), `limit` (a bare pass-through proxy on
-our stack), `lanes`, and `litellm` (the LiteLLM proxy in its own virtualenv, offline) when installed.
+our stack), `lanes`, and `litellm` (the LiteLLM proxy in its own virtualenv, offline) when
+installed.
 All against one fake upstream on loopback; one load generator; warm-up, then repetitions.
 """
 
@@ -64,7 +66,7 @@ def body(model: str) -> dict[str, Any]:
 
 
 async def speed(p: peers.Peer, quick: bool) -> dict[str, Any]:
-    """Latency at concurrency 1 and 8, throughput at 64 (repetitions), memory idle and under load."""
+    """Latency at concurrency 1 and 8, throughput at 64 (repeated), memory idle and under load."""
     reps, small, seconds = (1, 60, 3.0) if quick else (3, 300, 8.0)
     url = p.url + "/chat/completions"
     await run_load(url, concurrency=8, total=50, headers=p.headers, body=body("fast"))  # warm-up
@@ -140,7 +142,8 @@ async def upstream_log(upstream: str) -> list[tuple[str, float]]:
 
 
 async def herd(p: peers.Peer, upstream: str) -> dict[str, Any]:
-    """200 concurrent clients, the upstream answering 429 + Retry-After: 5: requests it gets in the window."""
+    """200 concurrent clients, the upstream answering 429 + Retry-After: 5: requests it gets in the
+    window."""
     before = len(await upstream_log(upstream))
     samples, _ = await run_load(
         p.url + "/chat/completions",
@@ -190,15 +193,16 @@ async def deadline(p: peers.Peer, quick: bool) -> dict[str, Any]:
 async def startup_ours(workdir: Path) -> float:
     """Process start to the first answer from /ready with every provider dead."""
     async with peers.ours(f"http://127.0.0.1:{free_port()}/v1", workdir) as p:
+        assert p.started_s is not None  # peers.ours() times the startup before it yields
         return p.started_s
 
 
 def machine() -> dict[str, Any]:
     cpu = next(
         (
-            l.split(":", 1)[1].strip()
-            for l in Path("/proc/cpuinfo").read_text().splitlines()
-            if l.startswith("model name")
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
         ),
         platform.processor(),
     )

@@ -35,8 +35,8 @@ def body(model: str) -> dict[str, Any]:
 async def herd(
     upstream: str, workdir: Path, redis_url: str | None, sidecars: int = 2
 ) -> dict[str, Any]:
-    """200 clients split across `sidecars` processes against 429 + Retry-After: 5 — sharing one Redis,
-    or (redis_url None) each with its own state, as separate hosts would without it."""
+    """200 clients split across `sidecars` processes against 429 + Retry-After: 5 — sharing one
+    Redis, or (redis_url None) each with its own state, as separate hosts would without it."""
     async with AsyncExitStack() as stack:
         procs = [
             await stack.enter_async_context(
@@ -74,9 +74,10 @@ async def herd(
 
 
 async def latency(upstream: str, workdir: Path, redis_url: str, quick: bool) -> dict[str, Any]:
-    """p50/p99 per job through one sidecar with its state in SQLite, then in Redis — a free lane (no Redis
-    round trip on the hot path) and a paid lane (a reservation per job, in a worker thread). Interleaved
-    repetitions; the added latency is Redis minus SQLite within each repetition."""
+    """p50/p99 per job through one sidecar with its state in SQLite, then in Redis — a free lane
+    (no Redis round trip on the hot path) and a paid lane (a reservation per job, in a worker
+    thread). Interleaved repetitions; the added latency is Redis minus SQLite within each
+    repetition."""
     reps, total = (2, 150) if quick else (5, 400)
     sqlite_path = str(workdir / "bench-state.db")
     runs: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -124,18 +125,21 @@ async def latency(upstream: str, workdir: Path, redis_url: str, quick: bool) -> 
                 "jobs": sum(v["jobs"] for v in values),
             }
         row["added_p50_ms"] = statistics.median(
-            r["p50_ms"] - s["p50_ms"] for r, s in zip(by_store["redis"], by_store["sqlite"])
+            r["p50_ms"] - s["p50_ms"]
+            for r, s in zip(by_store["redis"], by_store["sqlite"], strict=True)
         )
         row["added_p99_ms"] = statistics.median(
-            r["p99_ms"] - s["p99_ms"] for r, s in zip(by_store["redis"], by_store["sqlite"])
+            r["p99_ms"] - s["p99_ms"]
+            for r, s in zip(by_store["redis"], by_store["sqlite"], strict=True)
         )
         out[key] = row
     return out
 
 
 async def in_process(redis_url: str, workdir: Path, quick: bool) -> dict[str, Any]:
-    """The same comparison without HTTP in the way: one dispatcher in this process, jobs one at a time
-    against an in-process fake (free lane, then paid lane), SQLite file against Redis, interleaved."""
+    """The same comparison without HTTP in the way: one dispatcher in this process, jobs one at a
+    time against an in-process fake (free lane, then paid lane), SQLite file against Redis,
+    interleaved."""
     import lanes
     from lanes.testing import open_fake
     from lanes.testing.configs import KEYS, free_lane, paid_lane
@@ -201,7 +205,8 @@ async def in_process(redis_url: str, workdir: Path, quick: bool) -> dict[str, An
 async def kill_switch(
     upstream: str, workdir: Path, redis_url: str, tries: int = 5
 ) -> dict[str, Any]:
-    """`POST /v1/lanes/up/off` on one sidecar → the other's `/v1/lanes` says off: milliseconds, polled every 2 ms."""
+    """`POST /v1/lanes/up/off` on one sidecar → the other's `/v1/lanes` says off: milliseconds,
+    polled every 2 ms."""
     async with (
         peers.ours(upstream, workdir, models=("fast",), state=redis_url) as a,
         peers.ours(upstream, workdir, models=("fast",), state=redis_url) as b,
@@ -223,8 +228,8 @@ async def kill_switch(
 
 
 def store_calls(redis_url: str, workdir: Path, n: int = 2000) -> dict[str, Any]:
-    """The two calls that can wait on the store during a job — a paid reservation and a probe lease —
-    timed directly (µs per call, one thread), SQLite file against Redis on loopback."""
+    """The two calls that can wait on the store during a job — a paid reservation and a probe
+    lease — timed directly (µs per call, one thread), SQLite file against Redis on loopback."""
     from lanes._core.state.redis_store import RedisStore
     from lanes._core.state.store import SQLiteStore
 

@@ -1,4 +1,5 @@
-"""The `lanes` command. Exit 0 when all is well, 1 when a check failed, 2 for bad usage or config."""
+"""The `lanes` command. Exit 0 when all is well, 1 when a check failed, 2 for bad usage or
+config."""
 
 from __future__ import annotations
 
@@ -85,25 +86,29 @@ def _status(args: argparse.Namespace) -> int:
         print(f"lanes: {args.url} answered {code}", file=sys.stderr)
         return 1
     lines = [
-        f"free lane {'on' if state['free_lane'] else 'OFF'}; paid today ${state['paid']['spent_today_usd']:.4f} "
+        f"free lane {'on' if state['free_lane'] else 'OFF'}; "
+        f"paid today ${state['paid']['spent_today_usd']:.4f} "
         f"of ${state['paid']['ceiling_usd']:.2f}; fallback {state['paid']['fallback']}; "
         f"{state['approvals']} approval(s) pending"
     ]
     if "state" in state:
         store = state["state"]
         lines.append(
-            f"state {store['kind']} {store['where']}: {'up' if store['up'] else 'DOWN (paid fallback closed)'}"
+            f"state {store['kind']} {store['where']}: "
+            f"{'up' if store['up'] else 'DOWN (paid fallback closed)'}"
         )
     for lane in state["lanes"]:
         lines.append(
-            f"{lane['name']:<14} {lane['kind']:<13} {'off' if lane['off'] else lane['breaker']['state']}"
+            f"{lane['name']:<14} {lane['kind']:<13} "
+            f"{'off' if lane['off'] else lane['breaker']['state']}"
         )
         for m in lane["models"]:
             extra = (
                 f" backoff {m['backoff_s']:.1f}s ({m['backoff_reason']})" if m["backoff_s"] else ""
             )
             lines.append(
-                f"    {m['model']:<28} {m['tier']:<5} free now: {'yes' if m['free_now'] else 'no'}{extra}"
+                f"    {m['model']:<28} {m['tier']:<5} "
+                f"free now: {'yes' if m['free_now'] else 'no'}{extra}"
             )
     for name, why in state["unavailable"].items():
         lines.append(f"{name:<14} unavailable: {why}")
@@ -114,10 +119,8 @@ def _status(args: argparse.Namespace) -> int:
 def _lane(args: argparse.Namespace) -> int:
     code, body = _call("POST", f"{args.url}/v1/lanes/{args.name}/{args.action}")
     if code != 200:
-        print(
-            f"lanes: {body.get('error', {}).get('message', body) if isinstance(body, dict) else body}",
-            file=sys.stderr,
-        )
+        message = body.get("error", {}).get("message", body) if isinstance(body, dict) else body
+        print(f"lanes: {message}", file=sys.stderr)
         return 1
     _print(args, body, f"lane {args.name}: {'off' if body['off'] else 'on'}")
     return 0
@@ -130,7 +133,8 @@ def _approvals(args: argparse.Namespace) -> int:
             return 1
         human = (
             "\n".join(
-                f"{a['id']}  client {a['client']} → {a['candidate']} (≤ ${a['estimated_cost_usd']:.4f})"
+                f"{a['id']}  client {a['client']} → {a['candidate']} "
+                f"(≤ ${a['estimated_cost_usd']:.4f})"
                 for a in body["data"]
             )
             or "no pending approvals"
@@ -159,7 +163,8 @@ def _check_config(args: argparse.Namespace) -> int:
     _print(
         args,
         {"ok": True, "lanes": [lane.name for lane in config.lanes]},
-        f"{args.path}: ok ({len(config.lanes)} lanes: {', '.join(lane.name for lane in config.lanes)})",
+        f"{args.path}: ok ({len(config.lanes)} lanes: "
+        f"{', '.join(lane.name for lane in config.lanes)})",
     )
     return 0
 
@@ -240,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[args.command](args)
     except httpx2.TransportError as exc:
         print(
-            f"lanes: can not reach the sidecar at {getattr(args, 'url', '?')} ({type(exc).__name__})",
+            f"lanes: can not reach the sidecar at {getattr(args, 'url', '?')} "
+            f"({type(exc).__name__})",
             file=sys.stderr,
         )
         return 1

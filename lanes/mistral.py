@@ -1,5 +1,6 @@
 """Mistral: about one request a second, 500k tokens a minute and 1B a month on the free tier;
-x-ratelimit-*-tokens-{minute,month} and -req-minute headers, no retry-after on 429. As of 2026-11."""
+x-ratelimit-*-tokens-{minute,month} and -req-minute headers, no retry-after on 429. As of
+2026-11."""
 
 from lanes import Model, Provider, RateLimitedFree
 

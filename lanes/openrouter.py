@@ -1,6 +1,7 @@
-"""OpenRouter: free models end in `:free` (20 a minute, 50 a day — 1,000 once 10 credits were bought;
-account-wide, resetting at UTC midnight); X-RateLimit-Reset in epoch milliseconds; `GET /key` reports
-the balance; a negative balance answers 402 even on free models. Defaults as of 2026-11.
+"""OpenRouter: free models end in `:free` (20 a minute, 50 a day — 1,000 once 10 credits were
+bought; account-wide, resetting at UTC midnight); X-RateLimit-Reset in epoch milliseconds;
+`GET /key` reports the balance; a negative balance answers 402 even on free models. Defaults as of
+2026-11.
 
 Quirk: a job that needs zero data retention asks OpenRouter's router for it in the body.
 """

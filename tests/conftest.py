@@ -35,7 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def redis_server(tmp_path):
     """A real redis-server on a free loopback port (Debian's package), stopped after the test.
 
-    Missing binary: the test skips — unless LANES_REQUIRE_REDIS=1 (as `.ci/run` sets), where it fails."""
+    Missing binary: the test skips — unless LANES_REQUIRE_REDIS=1 (as `.ci/run` sets), where it
+    fails."""
     from lanes.testing.redis_server import RedisServer, redis_server_path
 
     if redis_server_path() is None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lanes import Config, load_config
+from lanes import Config, Dispatcher, load_config
+from lanes._core.state.store import SQLiteStore
 from lanes.testing.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "lane",
     "local_lane",
     "paid_lane",
+    "sqlite_store",
 ]
 
 
@@ -31,3 +33,11 @@ def config(*lanes: dict[str, Any], **top: Any) -> Config:
     top.setdefault("policy", ENGINE_POLICY)
     top.setdefault("scoring", NO_EXPLORATION)
     return load_config({"lanes": list(lanes), **top}, env={})
+
+
+def sqlite_store(dispatcher: Dispatcher) -> SQLiteStore:
+    """The dispatcher's store, for a test whose config keeps state in SQLite and reads its tables
+    with `query()` (which the `Store` protocol does not declare)."""
+    store = dispatcher.store
+    assert isinstance(store, SQLiteStore), f"this test expects SQLite state, not {store.kind}"
+    return store

@@ -1,4 +1,4 @@
-"""A running sidecar over fake providers, for integration tests (it lives in lanes.testing.configs)."""
+"""A running sidecar over fake providers, for integration tests (lives in lanes.testing.configs)."""
 
 from lanes.testing.configs import CLIENT_KEY, open_sidecar
 

@@ -55,8 +55,8 @@ PURE = pure_modules()
 
 
 def provider_names() -> set[str]:
-    """What the lane modules call their providers (`Provider(name=...)`), and the modules' own names.
-    `openai` names the wire protocol the engine speaks, so the engine may say it."""
+    """What the lane modules call their providers (`Provider(name=...)`), and the modules'
+    own names. `openai` names the wire protocol the engine speaks, so the engine may say it."""
     names = set(LANE_MODULES)
     for path in PACKAGE.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -64,7 +64,9 @@ def provider_names() -> set[str]:
                 names |= {
                     k.value.value
                     for k in node.keywords
-                    if k.arg == "name" and isinstance(k.value, ast.Constant)
+                    if k.arg == "name"
+                    and isinstance(k.value, ast.Constant)
+                    and isinstance(k.value.value, str)
                 }
     return names - {"openai", "openai_compatible"}
 
@@ -111,7 +113,7 @@ def closure(path: Path) -> set[str]:
 
 
 def test_the_pure_set_is_found_not_listed():
-    """The pure set comes from the folder and the marker, and holds the core's known pure modules."""
+    """The pure set comes from the folder and the marker and holds the core's known pure modules."""
     assert {
         "lanes/_core/routing/breaker.py",
         "lanes/_core/routing/policy.py",
@@ -172,7 +174,7 @@ def test_the_engine_names_no_provider():
 
 
 def test_lane_modules_import_only_the_public_api():
-    """A lane module imports `lanes` (the lane-author API) and the standard library, nothing private."""
+    """A lane module imports `lanes` (the lane-author API) and the stdlib, nothing private."""
     offenders = []
     for name in LANE_MODULES:
         for node in ast.walk(ast.parse((PACKAGE / f"{name}.py").read_text())):
@@ -233,7 +235,7 @@ def test_no_import_cycle():
 
 
 def test_the_dispatcher_stays_small():
-    """The dispatcher holds state and two doors; the walk, the attempt and the gate live elsewhere."""
+    """The dispatcher holds state and two doors; the walk, attempt and gate live elsewhere."""
     sizes = {
         p.name: len(p.read_text().splitlines())
         for p in [
@@ -322,5 +324,6 @@ def test_readme_documents_every_cli_command():
 
     parser = _parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert commands is not None  # the subparsers' action lists the subcommands
     readme = (ROOT / "README.md").read_text()
     assert sorted(c for c in commands if f"lanes {c}" not in readme) == []

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane
+from helpers import config, free_lane, sqlite_store
 from lanes.canary.checks import run_checks
 from lanes.canary.prompts import CanaryConfig, Checks, Prompt, Settings
 from lanes.canary.report import exit_code, markdown, table
@@ -54,7 +54,7 @@ def answers(texts: dict[str, str], **kw) -> list[Answer]:
 
 
 def test_scoring_verdicts():
-    """Same answers → ok; reworded answers → drifted; a check that now fails → failed; nothing probed → skipped."""
+    """Same answers → ok; reworded → drifted; a check now fails → failed; none probed → skipped."""
     base = {a.prompt: a for a in answers({"p1": ANSWER, "p2": "391"})}
     same = score_model(
         "m", answers({"p1": ANSWER, "p2": "391"}), base, similarity_ok=0.85, drift_threshold=0.3
@@ -166,7 +166,7 @@ async def test_stable_drifted_and_skipped_models(env, tmp_path, autojump_clock):
 
 
 async def test_probes_count_against_the_quota(env, tmp_path, autojump_clock):
-    """Ten prompts against a model with rpd=6: six probes go out, the rest are skipped, not forced."""
+    """Ten prompts against a model with rpd=6: six probes go out, the rest skipped, not forced."""
     async with open_fake("a", models=("m",)) as a:
         cfg = config(
             free_lane("a", a.base_url, models=["m"], free_tier={"kind": "rate_limited", "rpd": 6}),
@@ -174,7 +174,9 @@ async def test_probes_count_against_the_quota(env, tmp_path, autojump_clock):
         )
         async with lanes.open_dispatcher(cfg, env=env) as d:
             await run_canary(d, PROMPTS)
-            rows = d.store.query("SELECT status, COUNT(*) FROM canary_answer GROUP BY status", ())
+            rows = sqlite_store(d).query(
+                "SELECT status, COUNT(*) FROM canary_answer GROUP BY status", ()
+            )
     assert dict(rows) == {"ok": 6, "skipped": 4} and len(a.requests()) == 6
 
 
@@ -183,7 +185,8 @@ async def test_cli_exit_codes(tmp_path, env):
     async with open_fake("a", models=("m",)) as a:
         (tmp_path / "lanes.toml").write_text(
             f'state = "{tmp_path / "c.db"}"\n[[lanes]]\nname = "a"\nmodule = "openai_compatible"\n'
-            f'base_url = "{a.base_url}"\napi_key_env = ""\nfree_tier = {{ kind = "rate_limited" }}\n'
+            f'base_url = "{a.base_url}"\napi_key_env = ""\n'
+            'free_tier = { kind = "rate_limited" }\n'
             '[[lanes.models]]\nid = "m"\n'
         )
         (tmp_path / "canary.toml").write_text(
@@ -191,7 +194,7 @@ async def test_cli_exit_codes(tmp_path, env):
             'checks = { contains = ["quick brown fox"] }\n'
         )
 
-        async def lanes_cli(*argv: str) -> subprocess.CompletedProcess:
+        async def lanes_cli(*argv: str) -> subprocess.CompletedProcess[bytes]:
             return await trio.run_process(
                 [
                     sys.executable,

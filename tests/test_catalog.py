@@ -74,7 +74,7 @@ PREFIXED = {"data": [{"id": "models/gemini-2.5-flash"}]}
 
 
 def test_normalise_each_shape():
-    """Each shape reads into one record type; entries without an id, and non-chat entries, are skipped."""
+    """Each shape reads into one record type; entries without an id, or not chat, are skipped."""
     per_token = {r.id: r for r in normalise("per_token_prices", PER_TOKEN)}
     assert set(per_token) == {
         "meta-llama/llama-3.3-70b-instruct:free",
@@ -166,7 +166,7 @@ def test_normalise_never_raises(style, document):
     assert all(isinstance(r, ModelRecord) for r in normalise(style, document))
 
 
-# -- reliability and penalties -----------------------------------------------------------------------
+# -- reliability and penalties ---------------------------------------------------------------------
 
 CONFIG = ScoringConfig()
 
@@ -178,7 +178,7 @@ def test_one_for_one_can_not_outrank_two_hundred_for_two_hundred_and_five():
 
 @given(st.integers(0, 300), st.integers(1, 300))
 def test_reliability_is_bounded_and_monotone(successes, n):
-    """In [0, 1]; one more success never lowers it; from min_samples on it is below the observed rate."""
+    """In [0, 1]; one more success never lowers it; from min_samples on, below the observed rate."""
     successes = min(successes, n)
     value = reliability(successes, n, CONFIG)
     assert 0.0 <= value <= 1.0
@@ -214,7 +214,7 @@ def test_degraded_provider_multiplies_its_models_down():
     )
 
 
-# -- over fakes ---------------------------------------------------------------------------------------
+# -- over fakes ------------------------------------------------------------------------------------
 
 JOB = [{"role": "user", "content": "hi"}]
 
@@ -240,7 +240,7 @@ async def test_exploration_rate_within_tolerance(env, autojump_clock):
 
 @pytest.mark.free_lane
 async def test_a_404_refreshes_the_catalog_and_reroutes(env, autojump_clock):
-    """The model vanishes (404): the job moves on at once, and the lane's model list is fetched again."""
+    """The model vanishes (404): the job moves on at once and the lane's model list is refetched."""
     async with open_fake("a", models=("m1", "m2")) as a:
         a.catalog = [{"id": "m1"}, {"id": "m2"}]
         cfg = config({**free_lane("a", a.base_url, ["placeholder"], discover=True), "models": []})
@@ -280,7 +280,7 @@ async def test_empty_pool_refreshes_once_before_giving_up(env, autojump_clock):
 
 @pytest.mark.free_lane
 async def test_sticky_conversation_stays_on_its_model(env, autojump_clock):
-    """The second turn of a conversation stays on the model of the first, though another now ranks higher."""
+    """A conversation's second turn stays on the first's model, though another now ranks higher."""
     async with open_fake("a", models=("m",)) as a, open_fake("b", models=("m",)) as b:
         cfg = config(free_lane("a", a.base_url, ["m"]), free_lane("b", b.base_url, ["m"]))
         async with lanes.open_dispatcher(cfg, env=env) as d:
@@ -300,8 +300,8 @@ async def test_sticky_conversation_stays_on_its_model(env, autojump_clock):
 
 
 async def test_simulation_shows_discovered_models():
-    """`lanes serve --simulate`: the OpenRouter-like lane's discovered free model is routable and listed;
-    its paid and unpriced models are not."""
+    """`lanes serve --simulate`: the OpenRouter-like lane's discovered free model is routable and
+    listed; its paid and unpriced models are not."""
     from lanes._http.server import serve
     from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
 
@@ -320,5 +320,5 @@ async def test_simulation_shows_discovered_models():
         nursery.cancel_scope.cancel()
     assert "openrouter/mistral-7b:free" in models
     assert "openrouter/gpt-unpriced" not in models
-    openrouter = next(l for l in page["lanes"] if l["name"] == "openrouter")
+    openrouter = next(lane for lane in page["lanes"] if lane["name"] == "openrouter")
     assert "mistral-7b:free" in [m["model"] for m in openrouter["models"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from lanes.freetier.kinds import CreditBased, FreeModelsOnly, RateLimitedFree
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def error_of(source: dict, env: dict | None = None) -> str:
+def error_of(source: dict[str, Any], env: dict[str, str] | None = None) -> str:
     with pytest.raises(ConfigError) as caught:
         load_config(source, env=env or {})
     return str(caught.value)
@@ -132,7 +133,7 @@ def test_free_lane_switch():
 
 
 def test_state_is_a_file_or_a_redis_url():
-    """`state` takes a SQLite path or a Redis URL; anything else names the key and the expected shape."""
+    """`state` takes a SQLite path or a Redis URL; anything else names the key and expected form."""
     assert not load_config({"state": "~/lanes.db"}, env={}).shared_state
     assert load_config({"state": "redis://:${PW}@10.0.0.5:6380/2"}, env={"PW": "x"}).shared_state
     assert load_config({"state": "unix:///run/redis.sock"}, env={}).shared_state

@@ -45,7 +45,7 @@ async def test_free_serves_first(fakes, env, autojump_clock):
 
 
 async def test_reply_body_is_the_upstreams_own(fakes, env, autojump_clock):
-    """The body is passed through untouched: the upstream's reported model, fingerprint and usage."""
+    """The body passes through untouched: the upstream's reported model, fingerprint and usage."""
     _, local, _ = fakes
     local.script("local-model", answer(reported_model="llama3.2:3b-q4"))
     async with lanes.open_dispatcher(
@@ -55,6 +55,7 @@ async def test_reply_body_is_the_upstreams_own(fakes, env, autojump_clock):
     assert reply.body["model"] == "llama3.2:3b-q4"
     assert reply.body["system_fingerprint"] == "fp_fake"
     assert reply.model == "local-model" and reply.route == "local"
+    assert reply.usage is not None
     assert reply.usage["total_tokens"] == reply.body["usage"]["total_tokens"]
 
 
@@ -72,7 +73,7 @@ async def test_reply_body_is_the_upstreams_own(fakes, env, autojump_clock):
 async def test_failed_free_falls_back_to_paid_inside_the_deadline(
     fault, fakes, env, autojump_clock
 ):
-    """Hung, reset, 5xx, garbage or 429 on the free lane: the paid lane serves before the deadline."""
+    """Hung, reset, 5xx, garbage or 429 on the free lane: the paid lane serves before deadline."""
     free, _, paid = fakes
     free.script("free-model", fault)
     cfg = config(

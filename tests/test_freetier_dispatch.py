@@ -1,4 +1,4 @@
-"""The FreeTierManager inside the dispatcher, over loopback fakes: herds, parking, restarts, sharing."""
+"""The FreeTierManager in the dispatcher, over loopback fakes: herds, parking, restarts, sharing."""
 
 from __future__ import annotations
 
@@ -36,19 +36,19 @@ async def test_herd_sends_one_request_per_backoff_window(env, autojump_clock):
             async def one() -> None:
                 served.append((await dispatcher.complete(job(deadline_s=10))).lane)
 
-            for wave in range(3):  # three waves, each inside a different backoff window
+            for _ in range(3):  # three waves, each inside a different backoff window
                 async with trio.open_nursery() as nursery:
                     for _ in range(200):
                         nursery.start_soon(one)
                 await trio.sleep(6)
     times = [r.at for r in free.requests()]
     assert len(times) == 3, times  # one per window, across 600 jobs
-    assert all(b - a >= 5 for a, b in zip(times, times[1:]))
+    assert all(b - a >= 5 for a, b in zip(times, times[1:], strict=False))
     assert served.count("paid") == 600
 
 
 async def test_exhausted_free_capacity_says_when_it_reopens(env, autojump_clock):
-    """With no paid lane, the herd gets FreeTierExhausted with the exact wait and the model's name."""
+    """No paid lane: the herd gets FreeTierExhausted with the exact wait and the model's name."""
     async with open_fake("free", models=("free-model",)) as free:
         free.script("free-model", rate_limited(retry_after=20))
         async with lanes.open_dispatcher(
@@ -67,7 +67,7 @@ async def test_exhausted_free_capacity_says_when_it_reopens(env, autojump_clock)
                     nursery.start_soon(one)
     assert len(errors) == 50 and len(free.requests()) == 1
     assert all(e.next_eligible == "free/free-model" for e in errors)
-    assert all(20 <= e.retry_after_s <= 22.1 for e in errors)
+    assert all(e.retry_after_s is not None and 20 <= e.retry_after_s <= 22.1 for e in errors)
     assert all(http_status(e) == 429 and e.code == "free_tier_exhausted" for e in errors)
 
 
@@ -148,7 +148,7 @@ CHILD = textwrap.dedent("""
 
 
 async def test_two_processes_share_one_state_file(env, tmp_path):
-    """Another process hits the 429; this process, already running, skips the model within a second."""
+    """Another process hits the 429; this one, already running, skips the model within a second."""
     state = str(tmp_path / "lanes.db")
     tests_dir = os.path.dirname(__file__)
     async with (
@@ -172,7 +172,7 @@ async def test_two_processes_share_one_state_file(env, tmp_path):
 
 
 async def test_provider_balance_beats_the_local_estimate(env, autojump_clock):
-    """A credit lane whose estimate says spent is served again once its balance endpoint says otherwise."""
+    """A credit lane estimated spent is served again once its balance endpoint says otherwise."""
     async with (
         open_fake("credit", models=("free-model",)) as credit,
         open_fake("paid", models=("paid-model",)) as paid,

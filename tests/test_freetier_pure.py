@@ -134,7 +134,8 @@ def test_a_new_backoff_never_shortens_a_longer_one():
     m = manager(RateLimitedFree())
     m.record_rate_limit_error("g", "m", "rate_limited", headers={"retry-after": "100"}, now=NOW)
     m.record_rate_limit_error("g", "m", "rate_limited", headers={"retry-after": "2"}, now=NOW + 1)
-    assert m.is_in_backoff("g", "m", NOW + 50).until == NOW + 100
+    backoff = m.is_in_backoff("g", "m", NOW + 50)
+    assert backoff is not None and backoff.until == NOW + 100
 
 
 def test_account_wide_limits_park_every_model():

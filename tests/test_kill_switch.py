@@ -39,7 +39,7 @@ async def test_free_lane_off_sends_nothing_to_free(env, caplog_lanes, autojump_c
 
 
 async def test_free_lane_on_by_default(env, autojump_clock):
-    """Without the switch, a free lane placed first is used (unless this run is the kill-switch run)."""
+    """Without the switch, a free lane placed first is used (unless this is the kill-switch run)."""
     async with open_fake("free", models=("free-model",)) as free:
         cfg = config(free_lane("free", free.base_url))
         async with lanes.open_dispatcher(cfg, env={**env, "FREE_LANE": "on"}) as dispatcher:

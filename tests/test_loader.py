@@ -29,7 +29,7 @@ async def test_missing_module_is_one_log_line_and_the_rest_serve(env, caplog_lan
 
 
 async def test_missing_key_switches_the_lane_off(env, caplog_lanes, autojump_clock):
-    """A lane whose key variable is unset is off, with one line naming the variable (not a value)."""
+    """A lane whose key variable is unset is off, with one line naming the variable (no value)."""
     async with (
         open_fake("paid", models=("paid-model",)) as paid,
         open_fake("local", models=("local-model",)) as local,
@@ -57,8 +57,12 @@ async def test_broken_and_empty_modules_are_skipped(
         from lanes._core.upstream.lane import Provider
         from lanes.freetier.kinds import AlwaysFreeLocal
         from lanes._core.config import ModelConfig
-        PROVIDER = Provider(name="mine", base_url="http://127.0.0.1:1/v1", free_tier=AlwaysFreeLocal(),
-                            models=(ModelConfig(id="m"),))
+        PROVIDER = Provider(
+            name="mine",
+            base_url="http://127.0.0.1:1/v1",
+            free_tier=AlwaysFreeLocal(),
+            models=(ModelConfig(id="m"),),
+        )
     """)
     )
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -51,7 +51,7 @@ def approve_in_browser(base: str, screenshot: str | None) -> str:
 @pytest.mark.free_lane
 async def test_approve_a_held_request_from_the_page():
     """A job held for approval appears on the page; clicking Approve once lets it through."""
-    if not os.path.exists(CHROMIUM):
+    if not await trio.Path(CHROMIUM).exists():
         pytest.skip(
             "Debian's chromium is not installed and could not be (make browser needs root and apt)"
         )

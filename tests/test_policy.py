@@ -1,4 +1,4 @@
-"""The policy's pure parts: needs, classes, the plan's order and filters, worst cases, retry choices."""
+"""The policy's pure parts: needs, classes, the plan's order and filters, worst cases, retries."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane, local_lane, paid_lane
+from helpers import config, free_lane, local_lane, paid_lane, sqlite_store
 from lanes._core.state import audit
 from lanes._http.errors import http_status
 from lanes.testing import ANSWER, answer, hang, open_fake, rate_limited, status
@@ -90,7 +90,7 @@ async def test_outcome_three_paid_fallback_succeeds(trio_fakes, env, autojump_cl
 
 @pytest.mark.free_lane
 async def test_outcome_four_paid_ceiling_reached(trio_fakes, env, autojump_clock):
-    """With the paid breaker's budget spent, the router fails in a controlled way and buys nothing."""
+    """Paid breaker's budget spent: the router fails in a controlled way and buys nothing."""
     a, b, paid = trio_fakes
     a.script("free-a", rate_limited(retry_after=30))
     b.script("free-b", rate_limited(retry_after=30))
@@ -119,7 +119,8 @@ async def test_mode_off_fails_with_the_exact_wait(trio_fakes, env, autojump_cloc
     async with lanes.open_dispatcher(cfg(a, b, paid), env=env) as d:
         with pytest.raises(lanes.FreeTierExhausted) as caught:
             await d.complete(job())
-    assert caught.value.next_eligible == "a/free-a" and 29 <= caught.value.retry_after_s <= 33.05
+    wait = caught.value.retry_after_s
+    assert caught.value.next_eligible == "a/free-a" and wait is not None and 29 <= wait <= 33.05
     assert counts(a, b, paid) == (1, 1, 0)
 
 
@@ -161,19 +162,21 @@ async def test_mode_ask_approve_once(trio_fakes, env, autojump_clock):
 async def test_mode_ask_deny(trio_fakes, env, autojump_clock):
     a, b, paid = trio_fakes
     await free_gone(a, b)
-    async with lanes.open_dispatcher(cfg(a, b, paid, free_tier_fallback="ask"), env=env) as d:
-        async with trio.open_nursery() as nursery:
-            errors = []
+    async with (
+        lanes.open_dispatcher(cfg(a, b, paid, free_tier_fallback="ask"), env=env) as d,
+        trio.open_nursery() as nursery,
+    ):
+        errors = []
 
-            async def run() -> None:
-                try:
-                    await d.complete(job(client="bob"))
-                except lanes.FallbackDenied as exc:
-                    errors.append(exc)
+        async def run() -> None:
+            try:
+                await d.complete(job(client="bob"))
+            except lanes.FallbackDenied as exc:
+                errors.append(exc)
 
-            nursery.start_soon(run)
-            await trio.sleep(1)
-            d.approvals.decide(next(iter(d.approvals.pending)), "deny")
+        nursery.start_soon(run)
+        await trio.sleep(1)
+        d.approvals.decide(next(iter(d.approvals.pending)), "deny")
     assert len(errors) == 1 and paid.requests() == []
 
 
@@ -187,7 +190,7 @@ async def test_mode_ask_time_grant_is_per_client_and_persisted(
     conf = cfg(a, b, paid, free_tier_fallback="ask")
     conf = lanes.load_config(
         {
-            "lanes": [lane_table(l) for l in conf.lanes],
+            "lanes": [lane_table(lane) for lane in conf.lanes],
             "state": str(tmp_path / "s.db"),
             "policy": {"free_tier_fallback": "ask"},
         },
@@ -380,7 +383,8 @@ async def test_governor_changes_behaviour(trio_fakes, env, autojump_clock):
             await d.complete(job())
         with pytest.raises(lanes.GovernorExhausted) as caught:
             await d.complete(job())
-    assert 0 < caught.value.retry_after_s <= 60 and counts(a, b, paid) == (3, 0, 0)
+    wait = caught.value.retry_after_s
+    assert wait is not None and 0 < wait <= 60 and counts(a, b, paid) == (3, 0, 0)
 
 
 async def test_private_job_is_never_rescued_by_a_hosted_lane(env, autojump_clock):
@@ -426,7 +430,7 @@ async def test_audit_of_a_burst_answers_seed_004s_questions(
         for i in range(40):
             await d.complete(job(cohort="ads" if i % 2 else "organic", request_class="general"))
             await trio.sleep(2)
-        query = d.store.query
+        query = sqlite_store(d).query
         await trio.sleep(1)  # one sync: the audit rows reach the store
         rows = query("SELECT COUNT(*), SUM(body != ''), SUM(request_bytes > 0) FROM audit", ())
         primary = audit.primary_success_by_class(query)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
 
 from lanes._core.state.redis_store import RedisStore, redacted
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
-from lanes.freetier.backoff import Backoff
+from lanes.freetier.backoff import Backoff, Reason
 from lanes.freetier.headers import RateLimitSnapshot, Window
 from lanes.freetier.windows import end_of, window_id
 
@@ -26,7 +27,13 @@ def host(url: str) -> RedisStore:
     return store
 
 
-def backoff(until: float, reason: str = "rate_limited") -> Backoff:
+def is_up(store: RedisStore) -> bool:
+    """Read `store.up` afresh: a bare `assert not store.up` would leave mypy sure it stays False
+    across the calls that bring the store back up."""
+    return store.up
+
+
+def backoff(until: float, reason: Reason = "rate_limited") -> Backoff:
     return Backoff(until=until, step=1, reason=reason, source="retry-after")
 
 
@@ -85,7 +92,7 @@ def test_a_host_that_never_called_a_provider_knows_its_last_headers(redis_server
 
 
 def test_paid_reservations_from_two_hosts_never_cross_the_ceiling(redis_server):
-    """Four threads on two hosts race 200 reservations of $0.01 under a $0.50 ceiling: exactly 50 win."""
+    """4 threads on 2 hosts race 200 $0.01 reservations under a $0.50 ceiling: exactly 50 win."""
     a, b = host(redis_server.url), host(redis_server.url)
     day = window_id("day", time.time())
     won: list[str] = []
@@ -113,11 +120,9 @@ def test_paid_reservations_from_two_hosts_never_cross_the_ceiling(redis_server):
         t.join()
     assert len(won) == 50
     ledger = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    assert (
-        sum(map(int, ledger.hvals(f"lanes:paid:{day}")))
-        == int(ledger.get(f"lanes:paid-total:{day}"))
-        == 5 * 10**11
-    )
+    total = ledger.get(f"lanes:paid-total:{day}")
+    assert total is not None  # the ledger's total key exists once anything was reserved
+    assert sum(map(int, ledger.hvals(f"lanes:paid:{day}"))) == int(total) == 5 * 10**11
     assert {r.split("-")[0] for r in won} >= {f"{day}:t0", f"{day}:t1"}  # both hosts got some
     # settling to the real (lower) cost frees budget for everyone after the next flush
     for reservation in won[:10]:
@@ -134,7 +139,7 @@ def test_paid_reservations_from_two_hosts_never_cross_the_ceiling(redis_server):
 
 
 def test_kill_switch_grants_and_probe_results_are_published(redis_server):
-    """Switches, grants and probe results reach the other host as published events, and a lease is exclusive."""
+    """Switches, grants, probe results reach the other host as events, and a lease is exclusive."""
     a, b = host(redis_server.url), host(redis_server.url)
     assert b.listen(0.05) == []  # subscribed
     now = time.time()
@@ -158,16 +163,15 @@ def test_kill_switch_grants_and_probe_results_are_published(redis_server):
     assert b.switches() == {"free"}
     assert b.probe_lease("groq/*", ttl_s=5.0) is True  # the lease was released
     b.put_backoffs({"groq/*": backoff(now + 30)})
-    assert a.probe_lease("groq/*", ttl_s=5.0).until == pytest.approx(
-        now + 30
-    )  # a closed door: no lease
+    lease = a.probe_lease("groq/*", ttl_s=5.0)
+    assert isinstance(lease, Backoff) and lease.until == pytest.approx(now + 30)  # a closed door
     a.put_switch("free", False, now)
     a.flush()
     assert b.switches() == set()
 
 
 def test_quarantine_is_shared_and_kept_while_redis_is_down(redis_server, tmp_path):
-    """The canary's quarantine is shared; while Redis is down the last view stands and new verdicts wait."""
+    """The canary's quarantine is shared; with Redis down the last view stands, verdicts wait."""
     a, b = host(redis_server.url), host(redis_server.url)
     a.set_quarantine("free/m", "drifted", "3 of 10 answers moved", at=1.0)
     assert "drifted" in b.quarantined()["free/m"]
@@ -182,7 +186,7 @@ def test_quarantine_is_shared_and_kept_while_redis_is_down(redis_server, tmp_pat
 
 
 def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
-    """Redis gone: calls fail fast, reservations are refused until a full sync has pushed the ledger back."""
+    """Redis gone: calls fail fast; reservations refused until a full sync puts the ledger back."""
     store = host(redis_server.url)
     day = window_id("day", time.time())
     before = store.reserve_paid(
@@ -217,7 +221,7 @@ def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
         time.time(),
     )
     store.flush()
-    assert store.up
+    assert is_up(store)
     other = host(redis_server.url)
     assert other.paid_spent(day) == pytest.approx(0.05)  # our reservation is back, settled
     assert dict(other.usage_totals(time.time()))[("g/*", "requests", "day", day)] == 5
@@ -259,17 +263,18 @@ def test_settling_a_large_reservation_keeps_the_total_exact(redis_server):
         job="big",
         cohort=None,
     )
+    assert reservation is not None  # well under the ceiling
     store.settle_paid(reservation, 1.000000000001)
     store.flush()
-    assert (
-        int(redis.Redis.from_url(redis_server.url).get(f"lanes:paid-total:{day}"))
-        == 1_000_000_000_001
-    )
+    total = redis.Redis.from_url(redis_server.url).get(f"lanes:paid-total:{day}")
+    assert total is not None
+    assert int(total) == 1_000_000_000_001
 
 
 def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(redis_server):
-    """Reservations, settlements and a Redis that forgets everything, on two hosts: the ledger's total
-    is always the exact sum of its entries, never over the ceiling, and whole again after a reseed."""
+    """Reservations, settlements and a Redis that forgets everything, on two hosts: the ledger's
+    total is always the exact sum of its entries, never over the ceiling, and whole again after a
+    reseed."""
     from hypothesis import settings
     from hypothesis import strategies as st
     from hypothesis.stateful import (
@@ -373,7 +378,7 @@ def test_a_probe_lease_is_released_only_after_its_backoff_is_written(redis_serve
     )  # the 429's backoff, not yet put by a sync
     a.flush()
     closed = b.probe_lease("groq/*", ttl_s=5.0)
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     for _ in range(20):
         events += b.listen(0.1)
         if len(events) >= 2:

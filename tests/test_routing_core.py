@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane, local_lane, paid_lane
+from helpers import config, free_lane, local_lane, paid_lane, sqlite_store
 from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, relay
 from lanes.testing import ANSWER, answer, hang, open_fake, reset, status, stream_cut
 from sidecar import open_sidecar
@@ -113,7 +113,7 @@ async def test_paid_only_when_both_free_models_failed(env, autojump_clock):
                 await d.complete(job(model="pair"))
             spent = d.paid_spent_today()
             reply = await d.complete(job(model="pair"))  # the paid lane answers this time
-            rows = d.store.query("SELECT COUNT(*), COUNT(DISTINCT id) FROM paid_ledger", ())
+            rows = sqlite_store(d).query("SELECT COUNT(*), COUNT(DISTINCT id) FROM paid_ledger", ())
     assert [(a.model, a.retry) for a in caught.value.attempts] == [
         ("sick", False),
         ("sick", True),
@@ -127,7 +127,7 @@ async def test_paid_only_when_both_free_models_failed(env, autojump_clock):
 
 
 async def test_one_sick_model_does_not_slow_its_four_siblings(env, autojump_clock):
-    """A lane of five models where one answers 500 forever keeps serving the other four at full rate."""
+    """A five-model lane where one answers 500 forever keeps serving the other four at full rate."""
     models = ("m1", "m2", "m3", "m4", "m5")
     async with (
         open_fake("wall", models=models) as wall,
@@ -241,7 +241,7 @@ async def test_the_503_names_every_candidate_and_the_request_id_finds_the_audit_
     assert row == ("no_lane_available", 3) and ok_row == ("ok", "c")
 
 
-# -- every permit back, on every way out -------------------------------------------------------------
+# -- every permit back, on every way out -----------------------------------------------------------
 
 
 async def test_an_unencodable_request_releases_the_half_open_probe(env, autojump_clock):
@@ -249,7 +249,7 @@ async def test_an_unencodable_request_releases_the_half_open_probe(env, autojump
     probe it held is given back, so the lane serves the next job."""
     async with (
         open_fake("a", models=("model-a",)) as a,
-        open_fake("c", models=("paid-model",)) as c,
+        open_fake("c", models=("paid-model",)),
     ):
         a.script("model-a", status(503), answer())
         breaker = {"failures": 1, "cooldown_s": 10, "jitter": 0}

@@ -13,9 +13,15 @@ import pytest
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
+class CaseSensitiveParser(configparser.ConfigParser):
+    """systemd keys are case-sensitive (`ExecStart`, `WantedBy`): keep option names as written."""
+
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr
+
+
 def unit(name: str) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(strict=True, interpolation=None)
-    parser.optionxform = str
+    parser = CaseSensitiveParser(strict=True, interpolation=None)
     parser.read_string((DOCS / "systemd" / name).read_text())
     return parser
 
@@ -47,8 +53,10 @@ def test_systemd_analyze_accepts_the_calendar():
 def test_crontab_line():
     """The documented crontab line has five valid time fields and runs the canary."""
     text = (DOCS / "canary.md").read_text()
-    line = next(l for l in text.splitlines() if re.match(r"^[\d*]", l) and "lanes canary run" in l)
+    line = next(
+        ln for ln in text.splitlines() if re.match(r"^[\d*]", ln) and "lanes canary run" in ln
+    )
     fields = line.split()[:5]
     ranges = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
-    for field, (low, high) in zip(fields, ranges):
+    for field, (low, high) in zip(fields, ranges, strict=True):
         assert field == "*" or low <= int(field) <= high, field

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import httpx2
 import openai
 import pytest
 import trio
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 from lanes.testing import ANSWER, answer, garbage, hang, rate_limited, status
 from sidecar import CLIENT_KEY, open_sidecar
 
-MESSAGES = [{"role": "user", "content": "Tell me the pangram, please."}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Tell me the pangram, please."}
+]
 PREFILL = {
     "models": [
         {"id": "paid-model", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0, "prefill": True}
@@ -59,7 +63,7 @@ async def test_stream_with_the_openai_sdk():
 
 async def test_tools_pass_through():
     """tools, tool_choice and other params reach the upstream untouched."""
-    tools = [
+    tools: list[ChatCompletionToolParam] = [
         {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     ]
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
@@ -75,7 +79,9 @@ async def test_tools_pass_through():
     assert body["tools"] == tools and body["tool_choice"] == "auto" and body["seed"] == 3
 
 
-async def post(url: str, body: bytes | dict, headers: dict | None = None) -> httpx2.Response:
+async def post(
+    url: str, body: bytes | dict[str, Any], headers: dict[str, str] | None = None
+) -> httpx2.Response:
     async with httpx2.AsyncClient(trust_env=False) as http:
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
         return await http.post(
@@ -85,7 +91,7 @@ async def post(url: str, body: bytes | dict, headers: dict | None = None) -> htt
         )
 
 
-def error_of(response: httpx2.Response) -> dict:
+def error_of(response: httpx2.Response) -> dict[str, Any]:
     body = response.json()
     assert set(body["error"]) >= {"message", "type", "code", "param"}
     return body["error"]
@@ -131,7 +137,7 @@ async def test_client_keys_and_body_limit():
 
 @pytest.mark.free_lane
 async def test_free_tier_exhausted_is_429_with_exact_retry_after():
-    """Free capacity gone with fallback off: 429, Retry-After in whole seconds, the next eligible."""
+    """Free capacity gone, fallback off: 429, Retry-After in whole seconds, the next eligible."""
     async with open_sidecar(
         ("free", "free", ["free-model"]),
         ("paid", "paid", ["paid-model"]),
@@ -147,7 +153,7 @@ async def test_free_tier_exhausted_is_429_with_exact_retry_after():
 
 @pytest.mark.free_lane
 async def test_the_sdk_honours_our_retry_after():
-    """The OpenAI SDK's own retry waits for our Retry-After, then the reopened free model answers."""
+    """The OpenAI SDK's retry waits for our Retry-After, then the reopened free model answers."""
     async with open_sidecar(
         ("free", "free", ["free-model"]), policy={"free_tier_fallback": "off"}
     ) as (url, fakes):
@@ -225,16 +231,16 @@ async def test_ops_endpoints():
     assert health.json() == {"status": "ok"} and ready.json()["ready"] is True
     assert [m["id"] for m in models["data"]] == ["auto", "local/local-model", "paid/paid-model"]
     assert off.json() == {"lane": "local", "off": True} and served.headers["x-lanes-lane"] == "paid"
-    assert [l["name"] for l in lanes["lanes"]] == ["local", "paid"] and lanes["recent"][0][
-        "lane"
-    ] == "paid"
+    assert [entry["name"] for entry in lanes["lanes"]] == ["local", "paid"] and (
+        lanes["recent"][0]["lane"] == "paid"
+    )
     assert 'lanes_requests_total{route="paid_fallback",lane="paid",outcome="ok"} 1' in metrics
     assert 'lanes_breaker_state{lane="local"} 0' in metrics and "lanes_paid_spend_usd" in metrics
     assert missing.status_code == 404
 
 
 async def test_client_disconnect_cancels_the_upstream():
-    """A client that goes away mid-stream stops the upstream at once: the fake sees its socket close."""
+    """A client gone mid-stream stops the upstream at once: the fake sees its socket close."""
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
         fakes["local"].script("local-model", answer(chunk_delay_s=0.2))
         async with (
@@ -249,7 +255,7 @@ async def test_client_disconnect_cancels_the_upstream():
         assert fakes["local"].open_connections() == 0
 
 
-async def sse_events(url: str, body: dict) -> list:
+async def sse_events(url: str, body: dict[str, Any]) -> list[str]:
     async with (
         httpx2.AsyncClient(trust_env=False, timeout=30) as http,
         http.stream("POST", f"{url}/chat/completions", json={**body, "stream": True}) as response,
@@ -272,7 +278,7 @@ def text_and_end(events: list[str]) -> tuple[str, str]:
 
 
 async def test_cut_stream_resumes_through_a_prefill_capable_fallback():
-    """A stream cut after three chunks is resumed by prefill: the client sees the whole answer once."""
+    """A stream cut after three chunks resumes by prefill: the client sees the whole answer once."""
     from lanes.testing import stream_cut
 
     async with open_sidecar(
@@ -291,7 +297,7 @@ async def test_cut_stream_resumes_through_a_prefill_capable_fallback():
 
 
 async def test_cut_stream_whose_fallback_rejects_prefill_is_regenerated_exactly():
-    """The fallback refuses the prefill: it regenerates and only the exact extension is delivered."""
+    """The fallback refuses the prefill: it regenerates; only the exact extension is delivered."""
     from lanes.testing import stream_cut
 
     async with open_sidecar(
@@ -323,8 +329,9 @@ async def test_cut_stream_with_no_honest_recovery_ends_in_an_error_event():
 
 @pytest.mark.parametrize("fault", ["slow-first-token", "stalled", "malformed", "no-done"])
 async def test_stream_faults_never_end_truncated_as_success(fault):
-    """Slow first token → fallback; stalled → resumed elsewhere; malformed chunk skipped; no [DONE]
-    finalised — in every case the client gets the whole answer and a clean end, or an error event."""
+    """Slow first token → fallback; stalled → resumed elsewhere; malformed chunk skipped; no
+    [DONE] finalised — in every case the client gets the whole answer and a clean end, or an error
+    event."""
     from lanes.testing import malformed_chunk, no_done, stream_stall
 
     behaviours = {

@@ -55,7 +55,7 @@ def test_any_split_gives_the_same_events(payloads, eol, data):
     """Splitting the byte stream anywhere never changes the decoded events."""
     raw = "".join(f"data: {p}{eol}{eol}" for p in payloads).encode()
     cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
-    parts = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)])]
+    parts = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
     assert decode_all(parts) == payloads  # only the one space after "data:" is eaten
 
 

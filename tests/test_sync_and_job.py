@@ -9,6 +9,7 @@ import trio
 
 import lanes
 from helpers import PAID_KEY, config, local_lane
+from lanes._core.clocks import TrioTime
 from lanes._core.job import Candidate
 from lanes._core.routing.record import JobRecord
 from lanes.freetier.prices import usage_cost
@@ -43,10 +44,13 @@ def test_body_passes_params_through_and_sets_the_model():
 
 
 def test_routes_and_costs():
-    """Local is `local`; the first free candidate is `primary` (its same-candidate retry too), another
-    free one `free_retry`; paid is `paid_fallback`; a paid answer costs its usage at its prices."""
+    """Local is `local`; the first free candidate is `primary` (its same-candidate retry too),
+    another free one `free_retry`; paid is `paid_fallback`; a paid answer costs its usage at its
+    prices."""
     record = JobRecord(
-        lanes.Job(messages=[{"role": "user", "content": "x"}]), deadline_at=10.0, started_at=0.0
+        lanes.Job(messages=[{"role": "user", "content": "x"}]),
+        deadline_at=TrioTime(10.0),
+        started_at=TrioTime(0.0),
     )
     local, a, b = (
         Candidate(lane="l", model="m", tier="local"),
@@ -85,7 +89,7 @@ def test_complete_sync_serves_callers_outside_trio():
         async with open_fake("local", models=("local-model",)) as fake:
             box["url"] = fake.base_url
             ready.set()
-            while not stop.is_set():
+            while not stop.is_set():  # noqa: ASYNC110  a threading.Event set from another thread
                 await trio.sleep(0.01)
 
     thread = threading.Thread(target=trio.run, args=(serve,))
@@ -112,7 +116,7 @@ def test_complete_sync_refuses_an_absolute_deadline():
 
 
 def test_complete_sync_raises_the_job_failure_itself():
-    """A failed job leaves complete_sync (and open_dispatcher) as the JobFailed subclass, never a group."""
+    """A failed job leaves complete_sync (and open_dispatcher) as a JobFailed subclass, no group."""
     port = free_port()  # nothing listens there: every attempt is refused
     with pytest.raises(lanes.NoLaneAvailable) as caught:
         lanes.complete_sync(

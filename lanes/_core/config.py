@@ -37,12 +37,12 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 _OFF = {"off", "0", "false", "no", "disabled"}
 
 
-def _url(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+def _url(instance: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
     if value is not None and not _URL.match(value):
         raise ValueError(f'{attribute.name}: not a URL ("{value}"); expected https://host/path')
 
 
-def _name(instance: object, attribute: attrs.Attribute, value: str) -> None:
+def _name(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not _NAME.match(value):
         raise ValueError(
             f'{attribute.name}: "{value}" is not a valid name; use lower-case letters, digits, '
@@ -140,7 +140,7 @@ class Config:
     scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
 
     @state.validator
-    def _state(self, attribute: attrs.Attribute, value: str) -> None:
+    def _state(self, attribute: attrs.Attribute[str], value: str) -> None:
         scheme, sep, rest = value.partition("://")
         if sep and scheme not in REDIS_SCHEMES:
             raise ValueError(
@@ -156,7 +156,9 @@ class Config:
         return self.state.partition("://")[0] in REDIS_SCHEMES
 
     @lanes.validator
-    def _unique(self, attribute: attrs.Attribute, value: list[LaneConfig]) -> None:
+    def _unique(
+        self, attribute: attrs.Attribute[list[LaneConfig]], value: list[LaneConfig]
+    ) -> None:
         seen: set[str] = set()
         for i, lane in enumerate(value):
             if lane.name in seen:
@@ -166,7 +168,8 @@ class Config:
             seen.add(lane.name)
 
     def free_lane_on(self, env: Mapping[str, str]) -> bool:
-        """The kill switch: FREE_LANE=off (or 0/false/no) in `env` switches borrowed capacity off."""
+        """The kill switch: FREE_LANE=off (or 0/false/no) in `env` switches borrowed capacity
+        off."""
         flag = env.get("FREE_LANE")
         if flag is not None and flag.strip().lower() in _OFF:
             return False
@@ -182,7 +185,8 @@ def _converter() -> cattrs.Converter:
         cls = KINDS.get(value["kind"])
         if cls is None:
             raise ValueError(
-                f'free_tier.kind: "{value["kind"]}" is not a kind; expected one of {", ".join(KINDS)}'
+                f'free_tier.kind: "{value["kind"]}" is not a kind; '
+                f"expected one of {', '.join(KINDS)}"
             )
         return converter.structure(value, cls)
 
@@ -249,7 +253,8 @@ def structure(
     converter: cattrs.Converter | None = None,
     what: str = "config",
 ) -> T:
-    """Structure `raw` into `cls`, refusing unknown keys; `ConfigError` lists every problem at once."""
+    """Structure `raw` into `cls`, refusing unknown keys; `ConfigError` lists every problem at
+    once."""
     try:
         return (converter or _CONVERTER).structure(raw, cls)
     except Exception as exc:  # cattrs wraps every problem; we re-raise them as one ConfigError

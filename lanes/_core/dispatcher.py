@@ -16,10 +16,12 @@ from typing import Any
 
 import trio
 
+from lanes._core.clocks import EpochTime, TrioTime
 from lanes._core.config import Config
 from lanes._core.errors import JobFailed
 from lanes._core.job import Candidate, Job, Reply
 from lanes._core.routing.calls import complete_call, stream_call
+from lanes._core.routing.consent import Approvals
 from lanes._core.routing.context import Routing
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import walk
@@ -27,6 +29,7 @@ from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, SQLiteStore, Store
 from lanes._core.statistics import Statistics, snapshot
 from lanes._core.streaming.stream import ReplyStream
+from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import Loaded
 from lanes.freetier.manager import FreeTierManager
 
@@ -62,16 +65,17 @@ class Dispatcher:
         self.unavailable = dict(loaded.unavailable)
         self.journal = Journal(self.routing, config=config, now_wall=self.now_wall)
 
-    def now_wall(self) -> float:
-        """Wall-clock epoch seconds, derived from trio's clock (one clock, converted at the edge)."""
-        return trio.current_time() + self._wall_offset
+    def now_wall(self) -> EpochTime:
+        """Wall-clock epoch seconds, derived from trio's clock (one clock, converted at the
+        edge)."""
+        return EpochTime(trio.current_time() + self._wall_offset)
 
     @property
-    def lanes(self) -> Mapping[str, Any]:
+    def lanes(self) -> Mapping[str, OpenAICompatibleLane]:
         return self.routing.lanes
 
     @property
-    def approvals(self) -> Any:
+    def approvals(self) -> Approvals:
         """Pending paid-fallback approvals: `approvals.decide(id, "once" | "deny" | seconds)`."""
         return self.routing.approvals
 
@@ -166,7 +170,7 @@ class Dispatcher:
 
     # -- the doors ---------------------------------------------------------------------------------
     def _record(self, job: Job) -> JobRecord:
-        now = trio.current_time()
+        now = TrioTime(trio.current_time())
         return JobRecord(
             job,
             deadline_at=job.resolve_deadline(now, self.config.default_deadline_s),

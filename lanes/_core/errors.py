@@ -6,7 +6,8 @@ LanesError
 ├── JobFailed                     a job ended without an answer: .attempts, .skips, .request_id
 │   ├── DeadlineExceeded          the job's deadline passed
 │   ├── NoLaneAvailable           every candidate was skipped or failed; the message says why, each
-│   │   └── FreeTierExhausted     free capacity is backed off or used up: .next_eligible (also a RetryLater)
+│   │   └── FreeTierExhausted     free capacity is backed off or used up: .next_eligible
+│   │                             (also a RetryLater)
 │   ├── RetryLater                refused for now: .retry_after_s
 │   │   ├── PaidBudgetExhausted   a paid attempt would cross today's paid ceiling
 │   │   ├── FallbackNeedsApproval paid fallback awaits a decision: .approval_id
@@ -174,7 +175,8 @@ class UpstreamError(LanesError):
 
     @property
     def connection(self) -> bool:
-        """A connection-level fault (refused, reset, DNS, TLS): evidence about the whole provider."""
+        """A connection-level fault (refused, reset, DNS, TLS): evidence about the whole
+        provider."""
         return self.category in CONNECTION_CATEGORIES
 
 

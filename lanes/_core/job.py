@@ -11,16 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
+
+from lanes._core.clocks import TrioTime
 
 Tier = Literal["local", "free", "paid"]
 Route = Literal["local", "primary", "free_retry", "paid_fallback"]
 Privacy = Literal["any", "zdr", "local"]
 
-#: How an attempt ended. `ok` served; `skipped_*` never sent a byte. The breaker counts only `fault`.
+#: How an attempt ended. `ok` served; `skipped_*` never sent a byte. The breaker counts only
+#: `fault`.
 Outcome = Literal[
     "ok",
     "fault",  # refused, reset, 5xx, 408/425, garbage, truncated, lane's own time cap
@@ -32,6 +35,10 @@ Outcome = Literal[
     "deadline",  # the job's own deadline fired: never the upstream's fault
     "abandoned",  # the caller stopped reading a stream early
 ]
+
+
+def _as_messages(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(value)
 
 
 def _new_id() -> str:
@@ -48,7 +55,7 @@ class Job:
     moment the dispatcher receives the job.
     """
 
-    messages: tuple[Mapping[str, Any], ...] = attrs.field(converter=tuple)
+    messages: tuple[Mapping[str, Any], ...] = attrs.field(converter=_as_messages)
     params: Mapping[str, Any] = attrs.field(factory=dict)
     model: str = "auto"
     deadline_s: float | None = attrs.field(default=None)
@@ -60,7 +67,9 @@ class Job:
     id: str = attrs.field(factory=_new_id)
 
     @messages.validator
-    def _check_messages(self, attribute: attrs.Attribute, value: tuple) -> None:
+    def _check_messages(
+        self, attribute: attrs.Attribute[tuple[Mapping[str, Any], ...]], value: tuple[Any, ...]
+    ) -> None:
         if not value:
             raise ValueError("messages: must hold at least one message")
         for i, message in enumerate(value):
@@ -68,15 +77,18 @@ class Job:
                 raise ValueError(f"messages[{i}]: expected an object with a 'role'")
 
     @deadline_s.validator
-    def _check_deadline_s(self, attribute: attrs.Attribute, value: float | None) -> None:
+    def _check_deadline_s(
+        self, attribute: attrs.Attribute[float | None], value: float | None
+    ) -> None:
         if value is not None and not value > 0:
             raise ValueError(f"deadline_s must be > 0 seconds (got {value!r})")
 
-    def resolve_deadline(self, now: float, default_s: float) -> float:
-        """The absolute deadline on trio's clock: `deadline_at`, else `now + deadline_s or default_s`."""
+    def resolve_deadline(self, now: TrioTime, default_s: float) -> TrioTime:
+        """The absolute deadline on trio's clock: `deadline_at`, else
+        `now + deadline_s or default_s`."""
         if self.deadline_at is not None:
-            return self.deadline_at
-        return now + (self.deadline_s if self.deadline_s is not None else default_s)
+            return TrioTime(self.deadline_at)
+        return TrioTime(now + (self.deadline_s if self.deadline_s is not None else default_s))
 
     def body(self, model: str, *, stream: bool = False) -> dict[str, Any]:
         """The upstream request body: the caller's params, its messages, the chosen model."""

@@ -29,18 +29,26 @@ log = logging.getLogger("lanes")
 
 @asynccontextmanager
 async def open_dispatcher(
-    config: Config | str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+    config: Config | str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    epoch_now: float | None = None,
 ) -> AsyncIterator[Dispatcher]:
     """Open a dispatcher over the lanes in `config` (a `Config` or a TOML path), under trio.
 
     Owns the shared HTTP pool, the lanes and their breakers for the block's duration. `env`
-    (default `os.environ`) supplies API keys and the `FREE_LANE` kill switch.
+    (default `os.environ`) supplies API keys and the `FREE_LANE` kill switch. `epoch_now` (for
+    simulations under a virtual clock) is the wall-clock epoch second that trio's clock reads
+    now; by default the real one.
     Raises `ConfigError` for a bad config; a lane that can not load is one log line, never an error.
     """
     env = os.environ if env is None else env
     if not isinstance(config, Config):
         config = read_config(config, env=env)
-    wall_offset = time.time() - trio.current_time()  # wall-clock: the one conversion to epoch time
+    wall_now = (
+        time.time() if epoch_now is None else epoch_now
+    )  # wall-clock: the one conversion to epoch
+    wall_offset = wall_now - trio.current_time()
     store = open_store(config)
     failure: Exception | None = None  # the caller's own error, raised as itself (never as a group)
     try:
@@ -112,7 +120,8 @@ async def _check_reachable(
             reason = exc.strerror or str(exc)[:120] or type(exc).__name__
             dispatcher.routing.unreachable[lane.name] = f"unreachable at startup ({reason})"
             log.warning(
-                "lane %s: provider unreachable at startup (%s); serving from the others until it answers",
+                "lane %s: provider unreachable at startup (%s); "
+                "serving from the others until it answers",
                 lane.name,
                 reason,
             )
@@ -156,7 +165,8 @@ async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
 
 
 async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
-    """Ask a credit lane's balance endpoint now and every `balance_poll_s`; its figure beats the estimate."""
+    """Ask a credit lane's balance endpoint now and every `balance_poll_s`; its figure beats the
+    estimate."""
     while True:
         with trio.move_on_after(min(30.0, lane.config.balance_poll_s)):
             try:

@@ -1,4 +1,5 @@
-"""attrs validators shared by every config class: each error names the key, the rule and the value."""
+"""attrs validators shared by every config class: each error names the key, the rule and the
+value."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import trio
 from starlette.applications import Starlette
@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
-from lanes._core.job import Job, Reply
+from lanes._core.job import Job, Privacy, Reply
 from lanes._http.errors import error_response, job_failed
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE
@@ -28,7 +28,7 @@ from lanes._http.streaming import SSERelay
 from lanes.freetier.headers import go_duration
 
 ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
-PRIVACY = {"any", "zdr", "local"}
+PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
 
 
 class BadRequest(Exception):
@@ -93,7 +93,7 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
         client=client,
         cohort=headers.get("x-lanes-cohort") or None,
         request_class=headers.get("x-lanes-class") or None,
-        privacy=privacy,
+        privacy=PRIVACY[privacy],
     )
     return job, stream
 
@@ -111,10 +111,12 @@ def reply_headers(reply: Reply) -> dict[str, str]:
     }
 
 
-def parse_decision(value: Any) -> str | float:
+def parse_decision(value: Any) -> Literal["once", "deny"] | float:
     """ "once", "deny", seconds, or a duration such as "1h" / "30m" (seconds returned)."""
-    if value in ("once", "deny"):
-        return value
+    if value == "once":
+        return "once"
+    if value == "deny":
+        return "deny"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)
     if isinstance(value, str) and (seconds := go_duration(value)) and seconds > 0:
@@ -161,7 +163,7 @@ def build_app(
             parts.append(part)
         return b"".join(parts)
 
-    async def chat(request: Request) -> Response:
+    async def chat(request: Request) -> Response | SSERelay:
         try:
             client = client_of(request)
             job, stream = parse_job(await read_body(request), request.headers, client)

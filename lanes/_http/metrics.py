@@ -1,4 +1,5 @@
-"""Prometheus text exposition: counters kept as jobs pass, gauges read from the dispatcher at scrape."""
+"""Prometheus text exposition: counters kept as jobs pass, gauges read from the dispatcher at
+scrape."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ class Metrics:
         self.requests: Counter[tuple[str, str, str]] = Counter()
         self.attempts: Counter[tuple[str, str]] = Counter()
         self.latency: dict[str, list[int]] = {}
-        self.latency_sum: Counter[str] = Counter()
+        self.latency_sum: dict[str, float] = {}
         self.cost = 0.0
 
     def job(
@@ -46,7 +47,7 @@ class Metrics:
             if latency_s <= bound:
                 buckets[i] += 1
         buckets[-1] += 1
-        self.latency_sum[route] += latency_s
+        self.latency_sum[route] = self.latency_sum.get(route, 0.0) + latency_s
         self.cost += cost
 
     def render(self, stats: Statistics) -> str:
@@ -55,23 +56,23 @@ class Metrics:
             "# TYPE lanes_requests_total counter",
         ]
         out += [
-            f"lanes_requests_total{_labels(route=r, lane=l, outcome=o)} {n}"
-            for (r, l, o), n in self.requests.items()
+            f"lanes_requests_total{_labels(route=r, lane=lane, outcome=o)} {n}"
+            for (r, lane, o), n in self.requests.items()
         ]
         out += [
             "# HELP lanes_attempts_total Upstream attempts, by lane and outcome.",
             "# TYPE lanes_attempts_total counter",
         ]
         out += [
-            f"lanes_attempts_total{_labels(lane=l, outcome=o)} {n}"
-            for (l, o), n in self.attempts.items()
+            f"lanes_attempts_total{_labels(lane=lane, outcome=o)} {n}"
+            for (lane, o), n in self.attempts.items()
         ]
         out += [
             "# HELP lanes_job_seconds Job latency by route.",
             "# TYPE lanes_job_seconds histogram",
         ]
         for route, buckets in self.latency.items():
-            for bound, n in zip((*map(str, BUCKETS), "+Inf"), buckets):
+            for bound, n in zip((*map(str, BUCKETS), "+Inf"), buckets, strict=True):
                 out.append(f"lanes_job_seconds_bucket{_labels(route=route, le=bound)} {n}")
             out.append(f"lanes_job_seconds_sum{_labels(route=route)} {self.latency_sum[route]:.6f}")
             out.append(f"lanes_job_seconds_count{_labels(route=route)} {buckets[-1]}")
@@ -88,7 +89,8 @@ class Metrics:
             "# TYPE lanes_model_breaker_state gauge",
         ]
         out += [
-            f"lanes_model_breaker_state{_labels(lane=lane.name, model=m.model)} {STATES[m.breaker.state]}"
+            f"lanes_model_breaker_state{_labels(lane=lane.name, model=m.model)} "
+            f"{STATES[m.breaker.state]}"
             for lane in stats.lanes
             for m in lane.models
         ]
@@ -97,7 +99,8 @@ class Metrics:
             "# TYPE lanes_backoff_seconds gauge",
         ]
         out += [
-            f"lanes_backoff_seconds{_labels(lane=lane.name, model=m.model)} {max(0.0, m.backoff_s):.3f}"
+            f"lanes_backoff_seconds{_labels(lane=lane.name, model=m.model)} "
+            f"{max(0.0, m.backoff_s):.3f}"
             for lane in stats.lanes
             for m in lane.models
         ]
@@ -106,7 +109,8 @@ class Metrics:
             "# TYPE lanes_quota_remaining gauge",
         ]
         out += [
-            f"lanes_quota_remaining{_labels(lane=lane.name, model=m.model)} {m.requests_remaining:g}"
+            f"lanes_quota_remaining{_labels(lane=lane.name, model=m.model)} "
+            f"{m.requests_remaining:g}"
             for lane in stats.lanes
             for m in lane.models
             if m.requests_remaining is not None
@@ -121,7 +125,8 @@ class Metrics:
             "# HELP lanes_explored_served_total Explored jobs the runner-up served.",
             "# TYPE lanes_explored_served_total counter",
             f"lanes_explored_served_total {stats.explored_served}",
-            "# HELP lanes_state_store_up 1 while the state store answers (Redis: and the paid ledger is synchronised).",
+            "# HELP lanes_state_store_up 1 while the state store answers "
+            "(Redis: and the paid ledger is synchronised).",
             "# TYPE lanes_state_store_up gauge",
             f"lanes_state_store_up{_labels(kind=stats.store.kind)} {int(stats.store.up)}",
             "# HELP lanes_approvals_pending Paid fallbacks waiting for a decision.",

@@ -1,12 +1,15 @@
 """The status and approvals page: one self-contained HTML file, no build step, no CDN."""
 
+# A backslash at the end of a line continues it: Python drops the backslash and the newline, so the
+# page served is exactly the joined line.
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>lanes</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
  body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#222;background:#fafafa}
  h1{font-size:1.3rem;margin:0 0 .2rem} h2{font-size:1.05rem;margin:1.4rem 0 .4rem}
- table{border-collapse:collapse;width:100%;background:#fff} td,th{border:1px solid #ddd;padding:.3rem .5rem;text-align:left}
+ table{border-collapse:collapse;width:100%;background:#fff} \
+td,th{border:1px solid #ddd;padding:.3rem .5rem;text-align:left}
  th{background:#f0f0f0} .ok{color:#176f2c} .bad{color:#a11} .muted{color:#777}
  button{margin-right:.4rem;padding:.25rem .7rem;cursor:pointer} #approvals .none{color:#777}
  .pill{display:inline-block;padding:0 .4rem;border-radius:.6rem;background:#eee;font-size:.85em}
@@ -15,29 +18,43 @@ PAGE = """<!doctype html>
 <h1>lanes</h1><div class="muted" id="summary">loading…</div>
 <h2>Pending approvals</h2><div id="approvals"><span class="none">none</span></div>
 <h2>Lanes</h2>
-<table><thead><tr><th>lane</th><th>kind</th><th>lane breaker</th><th>model</th><th>tier</th><th>model breaker</th><th>free now</th>
+<table><thead><tr><th>lane</th><th>kind</th><th>lane breaker</th><th>model</th><th>tier</th>\
+<th>model breaker</th><th>free now</th>
 <th>backoff</th><th>remaining</th><th>used today</th></tr></thead><tbody id="lanes"></tbody></table>
 <h2>Recent jobs</h2>
-<table><thead><tr><th>when</th><th>route</th><th>lane</th><th>outcome</th><th>attempts</th><th>cost</th></tr></thead>
+<table><thead><tr><th>when</th><th>route</th><th>lane</th><th>outcome</th><th>attempts</th>\
+<th>cost</th></tr></thead>
 <tbody id="recent"></tbody></table>
 <script>
-function el(tag, text, cls){const e=document.createElement(tag); if(text!==undefined) e.textContent=String(text); if(cls) e.className=cls; return e;}
-function row(cells){const tr=el('tr'); for(const c of cells){const td=el('td'); if(c instanceof Node) td.appendChild(c); else td.textContent=c===null||c===undefined?'—':String(c); tr.appendChild(td);} return tr;}
+function el(tag, text, cls){const e=document.createElement(tag); \
+if(text!==undefined) e.textContent=String(text); if(cls) e.className=cls; return e;}
+function row(cells){const tr=el('tr'); for(const c of cells){const td=el('td'); \
+if(c instanceof Node) td.appendChild(c); \
+else td.textContent=c===null||c===undefined?'—':String(c); \
+tr.appendChild(td);} return tr;}
 async function decide(id, decision){
-  await fetch('/v1/approvals/'+encodeURIComponent(id), {method:'POST', headers:{'content-type':'application/json'}, body:JSON.stringify({decision})});
+  await fetch('/v1/approvals/'+encodeURIComponent(id), {method:'POST', \
+headers:{'content-type':'application/json'}, body:JSON.stringify({decision})});
   refresh();
 }
 async function refresh(){
   try{
-    const [state, approvals] = await Promise.all([fetch('/v1/lanes').then(r=>r.json()), fetch('/v1/approvals').then(r=>r.json())]);
+    const [state, approvals] = await Promise.all([fetch('/v1/lanes').then(r=>r.json()), \
+fetch('/v1/approvals').then(r=>r.json())]);
     const paid = state.paid;
-    document.getElementById('summary').textContent = `free lane ${state.free_lane?'on':'OFF'} · paid today $${paid.spent_today_usd.toFixed(6)} of $${paid.ceiling_usd.toFixed(2)} · fallback ${paid.fallback}` + (state.state && !state.state.up ? ` · state ${state.state.kind} DOWN: paid closed` : '');
+    document.getElementById('summary').textContent = `free lane ${state.free_lane?'on':'OFF'} · \
+paid today $${paid.spent_today_usd.toFixed(6)} of $${paid.ceiling_usd.toFixed(2)} · \
+fallback ${paid.fallback}` + \
+(state.state && !state.state.up ? ` · state ${state.state.kind} DOWN: paid closed` : '');
     const box = document.getElementById('approvals'); box.replaceChildren();
     if(!approvals.data.length){ box.appendChild(el('span','none','none')); }
     for(const a of approvals.data){
       const d = el('div'); d.className='approval'; d.dataset.id=a.id;
-      d.appendChild(el('span', `${a.id}: client ${a.client} → ${a.candidate} (≤ $${a.estimated_cost_usd.toFixed(4)}); free exhausted: ${a.exhausted.join(', ')||'—'} `));
-      for(const [label, decision] of [['Approve once','once'],['Approve 1 h','1h'],['Deny','deny']]){
+      d.appendChild(el('span', `${a.id}: client ${a.client} → ${a.candidate} \
+(≤ $${a.estimated_cost_usd.toFixed(4)}); \
+free exhausted: ${a.exhausted.join(', ')||'—'} `));
+      for(const [label, decision] of [['Approve once','once'],\
+['Approve 1 h','1h'],['Deny','deny']]){
         const b = el('button', label); b.onclick = () => decide(a.id, decision); d.appendChild(b);
       }
       box.appendChild(d);
@@ -45,16 +62,22 @@ async function refresh(){
     const lanes = document.getElementById('lanes'); lanes.replaceChildren();
     for(const l of state.lanes){
       for(const m of l.models){
-        const st = el('span', l.off?'off':l.breaker.state, (l.off||l.breaker.state!=='closed')?'bad':'ok');
+        const st = el('span', l.off?'off':l.breaker.state, \
+(l.off||l.breaker.state!=='closed')?'bad':'ok');
         const mb = el('span', m.breaker.state, m.breaker.state!=='closed'?'bad':'ok');
-        lanes.appendChild(row([l.name, l.kind, st, m.model, m.tier, mb, m.free_now?'yes':(m.reason||'no'),
-          m.backoff_s?`${m.backoff_s.toFixed(1)} s (${m.backoff_reason})`:'', m.requests_remaining, m.used_today]));
+        lanes.appendChild(row([l.name, l.kind, st, m.model, m.tier, mb, \
+m.free_now?'yes':(m.reason||'no'),
+          m.backoff_s?`${m.backoff_s.toFixed(1)} s (${m.backoff_reason})`:'', \
+m.requests_remaining, m.used_today]));
       }
     }
-    for(const [name, why] of Object.entries(state.unavailable)) lanes.appendChild(row([name,'','unavailable','','','',why,'','','']));
+    for(const [name, why] of Object.entries(state.unavailable)) \
+lanes.appendChild(row([name,'','unavailable','','','',why,'','','']));
     const recent = document.getElementById('recent'); recent.replaceChildren();
     for(const j of state.recent){
-      recent.appendChild(row([new Date(j.at*1000).toLocaleTimeString(), el('span', j.route||'—','pill'), j.lane, j.outcome, j.attempts, '$'+j.cost_usd.toFixed(6)]));
+      recent.appendChild(row([new Date(j.at*1000).toLocaleTimeString(), \
+el('span', j.route||'—','pill'), \
+j.lane, j.outcome, j.attempts, '$'+j.cost_usd.toFixed(6)]));
     }
   }catch(e){ document.getElementById('summary').textContent = 'sidecar unreachable'; }
 }

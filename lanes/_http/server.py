@@ -51,7 +51,11 @@ async def serve(
             from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
 
             fakes = await stack.enter_async_context(open_simulation())
-            base = read_config(config, env=env) if config else None
+            base: Config | None = None
+            if isinstance(config, Config):
+                base = config
+            elif config:
+                base = read_config(config, env=env)
             config = load_config(
                 simulated_config(
                     fakes,
@@ -92,7 +96,10 @@ async def serve(
 
             async def run_server(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 await hypercorn_serve(
-                    app, hc, shutdown_trigger=shutdown.wait, task_status=task_status
+                    app,  # type: ignore[arg-type]  # an ASGI app; hypercorn's scope types are narrower than Starlette's
+                    hc,
+                    shutdown_trigger=shutdown.wait,
+                    task_status=task_status,
                 )
 
             binds = await nursery.start(run_server)

@@ -45,7 +45,7 @@ class SSERelay:
             metrics,
         )
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         to_writer, from_producer = trio.open_memory_channel[Event](64)
         started = trio.current_time()
 

@@ -1,4 +1,5 @@
-"""`lanes canary run|pin|report`: exit 0 when nothing drifted, 1 when something did, 2 on bad usage."""
+"""`lanes canary run|pin|report`: exit 0 when nothing drifted, 1 when something did, 2 on bad
+usage."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if (config.local_state if config.shared_state else config.state) == ":memory:":
         print(
-            "lanes canary: the canary keeps its answers in the state file; set `state` (or `local_state` with "
-            "a Redis `state`) in the config",
+            "lanes canary: the canary keeps its answers in the state file; "
+            "set `state` (or `local_state` with a Redis `state`) in the config",
             file=sys.stderr,
         )
         return 2
@@ -52,7 +53,8 @@ def main(args: argparse.Namespace) -> int:
         if args.action == "pin":
             pinned = pin(store, keys=args.model)
             print(
-                f"pinned {len(pinned)} model(s): {', '.join(pinned) or 'none (run the canary first)'}"
+                f"pinned {len(pinned)} model(s): "
+                f"{', '.join(pinned) or 'none (run the canary first)'}"
             )
             return 0
         reports = report(store, prompts)

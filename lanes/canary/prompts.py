@@ -1,4 +1,5 @@
-"""The canary's prompt set and settings, from `config/canary.toml` (cattrs, unknown keys refused)."""
+"""The canary's prompt set and settings, from `config/canary.toml` (cattrs, unknown keys
+refused)."""
 
 from __future__ import annotations
 

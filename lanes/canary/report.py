@@ -43,7 +43,8 @@ def markdown(reports: Sequence[ModelReport]) -> str:
     rows = ["| model | verdict | drift | why | first change |", "|---|---|---|---|---|"]
     for r in reports:
         rows.append(
-            f"| `{r.key}` | {r.verdict} | {r.drift:.2f} | {r.reason} | {_first_change(r).replace('|', '/')} |"
+            f"| `{r.key}` | {r.verdict} | {r.drift:.2f} | {r.reason} "
+            f"| {_first_change(r).replace('|', '/')} |"
         )
     return "# Canary report\n\n" + "\n".join(rows) + "\n"
 

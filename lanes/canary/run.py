@@ -203,7 +203,8 @@ def pin(store: Any, *, keys: Sequence[str] = ()) -> list[str]:
 
 
 def report(store: Any, config: CanaryConfig) -> list[ModelReport]:
-    """Verdicts for the latest run against the baseline; quarantine (or release) models accordingly."""
+    """Verdicts for the latest run against the baseline; quarantine (or release) models
+    accordingly."""
     db = store.db
     run = latest_run(db)
     if run is None:

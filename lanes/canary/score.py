@@ -105,7 +105,7 @@ def score_model(
         for d in diffs
     ]
     drift = min(1.0, sum(per_prompt) / len(per_prompt))
-    first = min((a.at for a, d in zip(answered, diffs) if not d.exact), default=None)
+    first = min((a.at for a, d in zip(answered, diffs, strict=False) if not d.exact), default=None)
     if any(d.regressed for d in diffs):
         return ModelReport(
             key=key,

@@ -82,7 +82,8 @@ async def main() -> None:
                     print(f"job {n:2}: failed — {exc}")
                     continue
                 print(
-                    f"job {n:2}: {reply.lane:<5} route={reply.route:<13} attempts={len(reply.attempts)} "
+                    f"job {n:2}: {reply.lane:<5} route={reply.route:<13} "
+                    f"attempts={len(reply.attempts)} "
                     f"cost=${reply.cost_usd:.6f}  why: {why(reply)}"
                 )
             job = lanes.Job(messages=[{"role": "user", "content": "stream"}], deadline_s=8)
@@ -96,7 +97,8 @@ async def main() -> None:
                 )
             print(f"stream: {stream.lane} route={stream.route}: {text!r}")
         print(
-            f"\nrequests received — local: {len(local.log)}, free: {len(free.log)}, paid: {len(paid.log)}"
+            f"\nrequests received — local: {len(local.log)}, free: {len(free.log)}, "
+            f"paid: {len(paid.log)}"
         )
 
 

@@ -1,11 +1,13 @@
 """The drills: pull the kill switch and break the providers on purpose, then measure what held.
 
-Each drill is `async def drill(workdir) -> Result`; `lanes drill` runs them and prints one line each,
-and the test suite runs each as a test. Everything is on 127.0.0.1; nothing reaches a real provider.
+Each drill is `async def drill(workdir) -> Result`; `lanes drill` runs them and prints one line
+each, and the test suite runs each as a test. Everything is on 127.0.0.1; nothing reaches a real
+provider.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,6 +16,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx2
@@ -51,6 +54,8 @@ Drill = Callable[[Path], Awaitable[Result]]
 DRILLS: dict[str, Drill] = {}
 
 
+# The first line of a drill's docstring is its summary in `lanes drill --list`: a long one is
+# continued with a backslash-newline (which Python drops), so that it stays one line at runtime.
 def drill(name: str) -> Callable[[Drill], Drill]:
     def register(fn: Drill) -> Drill:
         DRILLS[name] = fn
@@ -59,7 +64,7 @@ def drill(name: str) -> Callable[[Drill], Drill]:
     return register
 
 
-async def chat(http: httpx2.AsyncClient, url: str, **body) -> httpx2.Response:
+async def chat(http: httpx2.AsyncClient, url: str, **body: Any) -> httpx2.Response:
     return await http.post(f"{url}/chat/completions", json={"messages": MESSAGES, **body})
 
 
@@ -75,7 +80,8 @@ def check(name: str, figure: str, **conditions: bool) -> Result:
 
 @drill("free-off")
 async def free_off(workdir: Path) -> Result:
-    """FREE_LANE=off: the sidecar starts, serves from local and paid, and sends nothing to the free fake."""
+    """FREE_LANE=off: the sidecar starts, serves from local and paid, and sends nothing to the \
+free fake."""
     async with (
         open_fake("free", models=("free-model",)) as free,
         open_fake("local", models=("local-model",)) as local,
@@ -146,7 +152,7 @@ async def lane_deleted(workdir: Path) -> Result:
         ):
             response = await chat(http, sidecar.base + "/v1")
             log = sidecar.log()
-    lines = [l for l in log.splitlines() if "groq" in l and "not found" in l]
+    lines = [line for line in log.splitlines() if "groq" in line and "not found" in line]
     return check(
         "lane-deleted",
         f"{len(lines)} log line about the deleted lane; served by "
@@ -159,7 +165,8 @@ async def lane_deleted(workdir: Path) -> Result:
 
 @drill("provider-refused-at-start")
 async def refused_at_start(workdir: Path) -> Result:
-    """Every free provider refuses at startup: /health fast, /ready through the others, one line each."""
+    """Every free provider refuses at startup: /health fast, /ready through the others, one line \
+each."""
     async with (
         open_fake("a", models=("m",)) as a,
         open_fake("b", models=("m",)) as b,
@@ -202,7 +209,8 @@ async def refused_at_start(workdir: Path) -> Result:
 
 @drill("provider-hung")
 async def provider_hung(workdir: Path) -> Result:
-    """A provider accepts and never answers: every job still answers within its deadline plus 0.5 s."""
+    """A provider accepts and never answers: every job still answers within its deadline plus \
+0.5 s."""
     async with open_sidecar(
         ("free", "free", ["free-model"], {"attempt_timeout_s": 1.0}),
         ("local", "local", ["local-model"]),
@@ -272,7 +280,8 @@ async def provider_reboot(workdir: Path) -> Result:
 
 @drill("rate-limit-storm")
 async def rate_limit_storm(workdir: Path) -> Result:
-    """200 concurrent clients, a free provider answering 429 + Retry-After: one attempt per window."""
+    """200 concurrent clients, a free provider answering 429 + Retry-After: one attempt per \
+window."""
     async with open_sidecar(
         ("free", "free", ["free-model"]),
         ("paid", "paid", ["paid-model"]),
@@ -298,7 +307,7 @@ async def rate_limit_storm(workdir: Path) -> Result:
     return check(
         "rate-limit-storm",
         f"{in_window} upstream attempt(s) in the 5 s window for 200 clients "
-        f"({len(times)} in all); Retry-After {sorted(retry_afters)}",
+        f"({len(times)} in all); Retry-After {sorted(map(str, retry_afters))}",
         one_attempt=in_window == 1,
         all_429=set(statuses) == {429},
         exact=exact,
@@ -308,7 +317,8 @@ async def rate_limit_storm(workdir: Path) -> Result:
 
 @drill("credits-gone")
 async def credits_gone(workdir: Path) -> Result:
-    """A credit-based provider answers 402: the long backoff holds, no retry storm, the ceiling holds."""
+    """A credit-based provider answers 402: the long backoff holds, no retry storm, the ceiling \
+holds."""
     credit = {"free_tier": {"kind": "credits", "budget_usd": 5}}
     ceiling = 0.0002
     async with open_sidecar(
@@ -325,7 +335,10 @@ async def credits_gone(workdir: Path) -> Result:
                 statuses.append((await chat(http, url, max_tokens=20)).status_code)
             lanes_state = (await http.get(f"{url}/lanes")).json()
     backoff = next(
-        m["backoff_s"] for l in lanes_state["lanes"] if l["name"] == "credit" for m in l["models"]
+        m["backoff_s"]
+        for lane in lanes_state["lanes"]
+        if lane["name"] == "credit"
+        for m in lane["models"]
     )
     spent = lanes_state["paid"]["spent_today_usd"]
     return check(
@@ -395,7 +408,8 @@ async def quality_drift(workdir: Path) -> Result:
 
 @drill("crash")
 async def crash(workdir: Path) -> Result:
-    """SIGKILL the sidecar mid-traffic and restart it: counts and paid spend intact, service resumes."""
+    """SIGKILL the sidecar mid-traffic and restart it: counts and paid spend intact, service \
+resumes."""
     async with (
         open_fake("free", models=("free-model",)) as free,
         open_fake("paid", models=("paid-model",)) as paid,
@@ -422,7 +436,9 @@ async def crash(workdir: Path) -> Result:
                             _ignore_errors,
                             chat(http, first.base + "/v1", model="paid/paid-model", max_tokens=50),
                         )
-                    await trio.sleep(0.1)
+                    with trio.fail_after(10):  # all four reserved and sent: now they are in flight
+                        while len(paid.requests()) < 4:  # noqa: ASYNC110 - the fake logs, no event
+                            await trio.sleep(0.01)
                     first.process.send_signal(signal.SIGKILL)
                 await first.process.wait()
             in_flight_reserved = (
@@ -434,7 +450,9 @@ async def crash(workdir: Path) -> Result:
                     (await chat(http, second.base + "/v1")).headers.get("x-lanes-lane")
                     for _ in range(3)
                 ]
-    used = next(m["used_today"] for l in state["lanes"] if l["name"] == "free" for m in l["models"])
+    used = next(
+        m["used_today"] for lane in state["lanes"] if lane["name"] == "free" for m in lane["models"]
+    )
     spent = state["paid"]["spent_today_usd"]
     return check(
         "crash",
@@ -448,8 +466,10 @@ async def crash(workdir: Path) -> Result:
 
 @drill("shared-state-lost")
 async def shared_state_lost(workdir: Path) -> Result:
-    """Two sidecars on one Redis; Redis is SIGKILLed mid-traffic and restarted empty. Both keep serving,
-    paid stays closed while the ledger is away, each logs one line, and the ledger is pushed back."""
+    """Two sidecars on one Redis; Redis is SIGKILLed mid-traffic and restarted empty. Both keep \
+serving,
+    paid stays closed while the ledger is away, each logs one line, and the ledger is pushed
+    back."""
     if redis_server_path() is None:
         required = os.environ.get("LANES_REQUIRE_REDIS") == "1"
         return Result(
@@ -501,7 +521,7 @@ async def shared_state_lost(workdir: Path) -> Result:
                     reopened_s = []
                     with trio.move_on_after(15):
                         for u in urls:
-                            while (await chat(http, u, **paid_job)).status_code != 200:
+                            while (await chat(http, u, **paid_job)).status_code != 200:  # noqa: ASYNC110 - an HTTP poll, no event to wait on
                                 await trio.sleep(0.05)
                             reopened_s.append(time.monotonic() - back_at)  # wall-clock: as above
                     stop.set()
@@ -528,16 +548,15 @@ async def shared_state_lost(workdir: Path) -> Result:
     )
 
 
-async def _ignore_errors(call: Awaitable) -> None:
-    try:
+async def _ignore_errors(call: Awaitable[Any]) -> None:
+    with contextlib.suppress(httpx2.HTTPError):
         await call
-    except httpx2.HTTPError:
-        pass
 
 
 @drill("stream-faults")
 async def stream_faults(workdir: Path) -> Result:
-    """Cut, stalled, malformed and unterminated streams: never a truncated answer presented as success."""
+    """Cut, stalled, malformed and unterminated streams: never a truncated answer presented as \
+success."""
     fast = {"first_token_s": 1.0, "idle_s": 0.5, "breaker": {"failures": 100}}
     other = answer(text="Something else entirely, said differently.")
     cases = {  # (the first lane's fault, what the fallback answers, the honest outcome)

@@ -1,4 +1,5 @@
-"""The universal rate-limit parser: every provider's headers (and 429 bodies) into one snapshot. Pure.
+"""The universal rate-limit parser: every provider's headers (and 429 bodies) into one snapshot.
+Pure.
 
 `parse_rate_limit(headers, *, status, body=None, now_wall)` never raises, whatever it is given.
 Formats understood, case-insensitively:
@@ -54,7 +55,8 @@ class Window:
 
 @attrs.frozen(kw_only=True)
 class RateLimitSnapshot:
-    """What one response said about limits. Every field None when unknown; times in seconds from now."""
+    """What one response said about limits. Every field None when unknown; times in seconds from
+    now."""
 
     requests_remaining: float | None = None
     requests_limit: float | None = None
@@ -73,7 +75,7 @@ class RateLimitSnapshot:
         return self.retry_after_s is None and not self.windows and self.exhausted_window_s is None
 
 
-# -- scalar parsers: each returns None for anything it can not read ------------------------------------
+# -- scalar parsers: each returns None for anything it can not read --------------------------------
 
 _GO = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|ns)")
 _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -113,8 +115,6 @@ def _date(text: str) -> datetime | None:
             parsed = parsedate_to_datetime(text)
         except (TypeError, ValueError, IndexError):
             return None
-    if parsed is None:
-        return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
@@ -153,7 +153,7 @@ _MISTRAL_ORDER = re.compile(
 _ANTHROPIC = re.compile(
     r"^anthropic-ratelimit-(requests|tokens|input-tokens|output-tokens)-(limit|remaining|reset)$"
 )
-_DIMENSIONS = {
+_DIMENSIONS: dict[str, Dimension] = {
     "requests": "requests",
     "request": "requests",
     "req": "requests",
@@ -169,10 +169,16 @@ class _Builder:
 
     def __init__(self, now_wall: float) -> None:
         self.now_wall = now_wall
-        self.slots: dict[tuple[str, float | None], dict[str, float | None]] = {}
+        self.slots: dict[tuple[Dimension, float | None], dict[str, float | None]] = {}
 
     def put(
-        self, dimension: str, window_s: float | None, field: str, raw: Any, *, epoch: bool = True
+        self,
+        dimension: Dimension,
+        window_s: float | None,
+        field: str,
+        raw: Any,
+        *,
+        epoch: bool = True,
     ) -> None:
         value = (
             seconds_until(raw, self.now_wall, epoch_by_magnitude=epoch)
@@ -234,7 +240,8 @@ _PARAM = re.compile(r'([a-z]+)=("?)([^",;\s]*)\2')
 
 
 def _read_ietf(headers: Mapping[str, str], builder: _Builder) -> None:
-    """`RateLimit: limit=100, remaining=5, reset=30` or `RateLimit: "p";r=5;t=30` + `RateLimit-Policy: "p";q=100;w=60`."""
+    """`RateLimit: limit=100, remaining=5, reset=30` or `RateLimit: "p";r=5;t=30` +
+    `RateLimit-Policy: "p";q=100;w=60`."""
     field = headers.get("ratelimit")
     if not field:
         return
@@ -264,7 +271,8 @@ def _retry_after(headers: Mapping[str, str], now_wall: float) -> float | None:
 # -- bodies ---------------------------------------------------------------------------------------
 
 _PROSE = re.compile(
-    r"(?:try again|retry|wait)\s+(?:in|after)\s+((?:\d+(?:\.\d+)?\s*(?:h|ms|m|s|us)\s*)+|\d+(?:\.\d+)?\s*"
+    r"(?:try again|retry|wait)\s+(?:in|after)\s+"
+    r"((?:\d+(?:\.\d+)?\s*(?:h|ms|m|s|us)\s*)+|\d+(?:\.\d+)?\s*"
     r"(?:seconds?|secs?|minutes?|mins?|hours?))",
     re.IGNORECASE,
 )
@@ -395,7 +403,7 @@ def _parse(
     headers: Any, status: int | None, body: Any, now_wall: float, conventions: Mapping[str, float]
 ) -> RateLimitSnapshot:
     lower = _normalise(headers)
-    retry_body, exhausted_window, embedded = (None, None, {})
+    retry_body, exhausted_window, embedded = (None, None, dict[str, str]())
     if body is not None and (status is None or status >= 400):
         retry_body, exhausted_window, embedded = _read_body(body, now_wall)
     merged = {**embedded, **lower}  # real headers win over ones echoed in a body

@@ -13,11 +13,17 @@ rpd = 14400
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 from typing import Literal
 
 import attrs
 
 from lanes._core.validators import at_least
+
+
+def _as_patterns(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
 
 _limit = attrs.field(
     default=None, validator=at_least(0, hint="; delete the key to stop tracking it")
@@ -80,7 +86,7 @@ class FreeModelsOnly:
     """Some models are free (matched by glob patterns such as `*:free`), the rest are paid."""
 
     kind: Literal["free_models"] = "free_models"
-    patterns: tuple[str, ...] = attrs.field(default=("*:free",), converter=tuple)
+    patterns: tuple[str, ...] = attrs.field(default=("*:free",), converter=_as_patterns)
     rpm: int | None = _limit
     rpd: int | None = _limit
     account_wide: bool = True

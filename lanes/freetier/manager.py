@@ -30,10 +30,11 @@ from lanes.freetier.kinds import (
     Subscription,
 )
 from lanes.freetier.prices import usage_cost
-from lanes.freetier.windows import UsageCounter, window_end, window_id
+from lanes.freetier.windows import Key as UsageKey
+from lanes.freetier.windows import UsageCounter, WindowName, window_end, window_id
 
 VerdictKind = Literal["always_free", "free_within_limits", "not_free"]
-_LIMITS = (
+_LIMITS: tuple[tuple[str, str, WindowName], ...] = (
     ("rpm", "requests", "minute"),
     ("rpd", "requests", "day"),
     ("rpmonth", "requests", "month"),
@@ -70,7 +71,8 @@ class LaneTerms:
 
 
 class FreeTierManager:
-    """Shared quota and backoff state. One per process; other processes share it through the store."""
+    """Shared quota and backoff state. One per process; other processes share it through the
+    store."""
 
     def __init__(
         self, *, random: Callable[[], float] = _random.random, jitter: float = 0.1
@@ -89,7 +91,7 @@ class FreeTierManager:
             set()
         )  # scopes known to be serving: no single-flight probe needed
         self._steps: dict[str, int] = {}
-        self.pending_usage: list[tuple[tuple[str, str, str, int], int]] = []
+        self.pending_usage: list[tuple[UsageKey, int]] = []
         self.pending_spend: dict[tuple[str, int], float] = {}
         self.changed_backoffs: dict[str, Backoff] = {}
         self.changed_snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}
@@ -103,10 +105,11 @@ class FreeTierManager:
         return bool(getattr(kind, "account_wide", False))
 
     def scope(self, lane: str, model: str) -> str:
-        """Where limits are kept: per model, or per lane when the provider's limit is account-wide."""
+        """Where limits are kept: per model, or per lane when the provider's limit is
+        account-wide."""
         return f"{lane}/*" if self._account_wide(lane) else f"{lane}/{model}"
 
-    # -- before routing -----------------------------------------------------------------------------
+    # -- before routing ----------------------------------------------------------------------------
     def is_in_backoff(self, lane: str, model: str, now: float) -> Backoff | None:
         """The backoff in force for this candidate (its own or its lane's), or None."""
         found = [
@@ -117,7 +120,8 @@ class FreeTierManager:
         return max(found, key=lambda b: b.until) if found else None
 
     def classify(self, lane: str, model: str, now: float) -> Verdict:
-        """AlwaysFree (owned or subscribed), FreeWithinLimits, or NotFree with the reason and when."""
+        """AlwaysFree (owned or subscribed), FreeWithinLimits, or NotFree with the reason and
+        when."""
         terms = self.terms.get(lane)
         kind = terms.kind if terms else NoFreeTier()
         if isinstance(kind, (AlwaysFreeLocal, Subscription)):
@@ -183,11 +187,12 @@ class FreeTierManager:
             return False
         return self.scope(lane, model) not in self.confirmed
 
-    # -- after a response ---------------------------------------------------------------------------
+    # -- after a response --------------------------------------------------------------------------
     def update_from_headers(
         self, lane: str, model: str, headers: Any, *, status: int, now: float, body: Any = None
     ) -> RateLimitSnapshot:
-        """Parse and keep what the provider reported; `remaining: 0` parks the scope until its reset."""
+        """Parse and keep what the provider reported; `remaining: 0` parks the scope until its
+        reset."""
         terms = self.terms.get(lane)
         snapshot = parse_rate_limit(
             headers,
@@ -233,7 +238,7 @@ class FreeTierManager:
                 self.spend[key] = self.spend.get(key, 0.0) + cost
                 self.pending_spend[key] = self.pending_spend.get(key, 0.0) + cost
 
-    # -- after an error -----------------------------------------------------------------------------
+    # -- after an error ----------------------------------------------------------------------------
     def record_rate_limit_error(
         self,
         lane: str,
@@ -269,7 +274,7 @@ class FreeTierManager:
         self.backoffs[scope] = self.changed_backoffs[scope] = proposed
         return proposed
 
-    # -- credits ------------------------------------------------------------------------------------
+    # -- credits -----------------------------------------------------------------------------------
     def _period_id(self, kind: CreditBased, now: float) -> int:
         return {"daily": window_id("day", now), "monthly": window_id("month", now)}.get(
             kind.reset, 0
@@ -286,7 +291,8 @@ class FreeTierManager:
         return self.spend.get((lane, self._period_id(kind, now)), 0.0)
 
     def credit_left(self, lane: str, now: float) -> float | None:
-        """USD left: the provider's last reported balance less what was spent since, else the estimate."""
+        """USD left: the provider's last reported balance less what was spent since, else the
+        estimate."""
         kind = self.terms[lane].kind
         if not isinstance(kind, CreditBased):
             return None
@@ -300,7 +306,7 @@ class FreeTierManager:
         """The provider's own balance figure: it wins over the local estimate."""
         self.balances[lane] = (now, remaining_usd, self.credit_spent(lane, now))
 
-    # -- the soonest reopening ----------------------------------------------------------------------
+    # -- the soonest reopening ---------------------------------------------------------------------
     def next_free_at(
         self, candidates: Iterable[tuple[str, str]], now: float
     ) -> tuple[float, str] | None:
@@ -308,14 +314,25 @@ class FreeTierManager:
         soonest = None
         for lane, model in candidates:
             verdict = self.classify(lane, model, now)
-            if verdict.kind == "not_free" and verdict.free_again_at is not None:
-                if soonest is None or verdict.free_again_at < soonest[0]:
-                    soonest = (verdict.free_again_at, f"{lane}/{model}")
+            if (
+                verdict.kind == "not_free"
+                and verdict.free_again_at is not None
+                and (soonest is None or verdict.free_again_at < soonest[0])
+            ):
+                soonest = (verdict.free_again_at, f"{lane}/{model}")
         return soonest
 
-    # -- sharing through a store --------------------------------------------------------------------
-    def take_pending(self) -> tuple[list, dict, dict, dict]:
-        """Hand over what changed since the last call (usage, spend, backoffs, snapshots) for the store."""
+    # -- sharing through a store -------------------------------------------------------------------
+    def take_pending(
+        self,
+    ) -> tuple[
+        list[tuple[UsageKey, int]],
+        dict[tuple[str, int], float],
+        dict[str, Backoff],
+        dict[str, tuple[float, RateLimitSnapshot]],
+    ]:
+        """Hand over what changed since the last call (usage, spend, backoffs, snapshots) for the
+        store."""
         out = (
             self.pending_usage,
             self.pending_spend,

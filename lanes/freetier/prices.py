@@ -30,7 +30,8 @@ def _count(value: Any) -> int | None:
 
 
 def usage_tokens(usage: Any) -> tuple[int, int] | None:
-    """(prompt tokens, completion tokens) from an OpenAI `usage` object, or None when it is not sane."""
+    """(prompt tokens, completion tokens) from an OpenAI `usage` object, or None when it is not
+    sane."""
     if not isinstance(usage, Mapping):
         return None
     prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
@@ -42,7 +43,8 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
 def usage_cost(
     usage: Any, input_usd_per_mtok: float | None, output_usd_per_mtok: float | None
 ) -> float | None:
-    """What `usage` cost at these prices; None when the usage is not sane (or a price is unknown)."""
+    """What `usage` cost at these prices; None when the usage is not sane (or a price is
+    unknown)."""
     tokens = usage_tokens(usage)
     if tokens is None or input_usd_per_mtok is None or output_usd_per_mtok is None:
         return None

@@ -14,7 +14,8 @@ WINDOWS: tuple[WindowName, ...] = ("minute", "day", "month")
 
 
 def window_id(window: WindowName, now: float) -> int:
-    """The index of the window containing `now` (minutes and days since the epoch; months as y*12+m)."""
+    """The index of the window containing `now` (minutes and days since the epoch; months as
+    y*12+m)."""
     if window == "minute":
         return int(now // 60)
     if window == "day":
@@ -42,7 +43,8 @@ Key = tuple[str, str, WindowName, int]  # (scope, dimension, window, window id)
 
 
 class UsageCounter:
-    """Requests and tokens per scope (a `lane/model` or `lane/*`) and window; old windows dropped."""
+    """Requests and tokens per scope (a `lane/model` or `lane/*`) and window; old windows
+    dropped."""
 
     def __init__(self) -> None:
         self.counts: dict[Key, int] = {}

@@ -57,8 +57,8 @@ def quota(
     day_limit: int = 0,
 ) -> Behaviour:
     """Answer until `limit` requests in the current window, then 429 — reported the way `style`
-    providers do: `openai` (x-ratelimit-*-requests, Go durations), `openrouter` (X-RateLimit-*, reset
-    in epoch ms) or `gemini` (no headers; RetryInfo and QuotaFailure in the 429 body)."""
+    providers do: `openai` (x-ratelimit-*-requests, Go durations), `openrouter` (X-RateLimit-*,
+    reset in epoch ms) or `gemini` (no headers; RetryInfo and QuotaFailure in the 429 body)."""
     return Behaviour(
         kind="quota",
         limit=limit,

@@ -65,7 +65,7 @@ BUILDERS = {"local": local_lane, "free": free_lane, "paid": paid_lane}
 
 @asynccontextmanager
 async def open_sidecar(
-    *lanes: tuple,
+    *lanes: tuple[Any, ...],
     policy: dict[str, Any] | None = None,
     server: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,

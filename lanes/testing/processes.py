@@ -28,7 +28,8 @@ def toml_value(value: Any) -> str:
 
 
 def dump_toml(config: Mapping[str, Any]) -> str:
-    """TOML for a config mapping: scalars and inline tables at the top, then [table]s and [[lanes]]."""
+    """TOML for a config mapping: scalars and inline tables at the top, then [table]s and
+    [[lanes]]."""
     lines, tables = [], []
     for key, value in config.items():
         if key == "lanes":
@@ -55,7 +56,8 @@ def dump_toml(config: Mapping[str, Any]) -> str:
 
 _ONLY_THE_COPY = (
     "import runpy, sys; "
-    "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '').lower()]; "
+    "sys.meta_path[:] = [f for f in sys.meta_path "
+    "if 'editable' not in getattr(f, '__module__', '').lower()]; "
     "sys.argv[0] = 'lanes'; runpy.run_module('lanes', run_name='__main__', alter_sys=True)"
 )
 
@@ -63,13 +65,14 @@ _ONLY_THE_COPY = (
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class SidecarProcess:
     def __init__(self, process: trio.Process, base: str, log_path: Path) -> None:
         self.process, self.base, self.log_path = process, base, log_path
-        self.health_s: float | None = None
+        self.health_s = 0.0  # seconds from spawn to the first /health answer (0 until then)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -113,7 +116,8 @@ async def open_sidecar_process(
     child_env = {**os.environ, **(env or {})}
     if pythonpath:
         child_env["PYTHONPATH"] = pythonpath
-    with open(log_path, "wb") as log_file:
+    log_file = await trio.to_thread.run_sync(log_path.open, "wb")
+    with log_file:
         command = [sys.executable, "-m", "lanes", "serve", "--config", str(path)]
         if pythonpath:
             command[1:3] = ["-c", _ONLY_THE_COPY]
@@ -136,8 +140,8 @@ async def open_sidecar_processes(
     count: int = 2,
     env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[list[SidecarProcess]]:
-    """`count` sidecar processes on one config (say, a Redis `state`), each in its own directory with
-    its own `local_state` — several hosts, on loopback."""
+    """`count` sidecar processes on one config (say, a Redis `state`), each in its own directory
+    with its own `local_state` — several hosts, on loopback."""
     async with AsyncExitStack() as stack:
         sidecars = []
         for i in range(count):

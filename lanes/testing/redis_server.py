@@ -1,7 +1,8 @@
-"""A real `redis-server` on a free loopback port, for the tests, drills and benchmarks of the shared state.
+"""A real `redis-server` on a free loopback port, for the tests, drills and benchmarks of the shared
+state.
 
-Debian's package (`apt-get install redis-server`; `make redis` does it when run as root). Started with
-no persistence, so a kill and a restart is a Redis that forgot everything — the hardest case.
+Debian's package (`apt-get install redis-server`; `make redis` does it when run as root). Started
+with no persistence, so a kill and a restart is a Redis that forgot everything — the hardest case.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def redis_server_path() -> str | None:
 class RedisServer:
     def __init__(self, workdir: Path, port: int | None = None) -> None:
         self.workdir, self.port = workdir, port or free_port()
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"redis-{self.port}.log"
 
     @property

@@ -45,9 +45,8 @@ if TYPE_CHECKING:
     from lanes._core.routing.context import Routing
 
 log = logging.getLogger("lanes")
-_SUCCESS: frozenset[str] = frozenset(
-    {"ok", "final", "context_length", "model_gone"}
-)  # the upstream answered sanely
+# the upstream answered sanely
+_SUCCESS: frozenset[str] = frozenset({"ok", "final", "context_length", "model_gone"})
 _BACKOFF = {
     RateLimited: "rate_limited",
     CreditExhausted: "credit_exhausted",
@@ -56,7 +55,8 @@ _BACKOFF = {
 
 
 class AttemptRun:
-    """One admitted attempt. `job` is the job as sent (a paid attempt always carries a token cap)."""
+    """One admitted attempt. `job` is the job as sent (a paid attempt always carries a token
+    cap)."""
 
     def __init__(
         self,
@@ -90,9 +90,8 @@ class AttemptRun:
             candidate.lane, candidate.model, now=routing.now_wall(), requests=1
         )
         if candidate.tier == "paid":
-            if (
-                max_output_tokens(self.job.params) is None
-            ):  # so the reservation is a true worst case
+            # so the reservation is a true worst case
+            if max_output_tokens(self.job.params) is None:
                 self.job = attrs.evolve(
                     self.job,
                     params={**self.job.params, "max_tokens": routing.policy.paid_max_tokens},
@@ -224,8 +223,9 @@ class AttemptRun:
     def _settled_cost(
         self, outcome: Outcome, status: int | None, usage: Mapping[str, Any] | None
     ) -> float:
-        """What the ledger keeps for this paid attempt: the cost its sane usage reports; nothing for an
-        error the upstream answered; otherwise (no usable usage, cut, cancelled) the whole reservation."""
+        """What the ledger keeps for this paid attempt: the cost its sane usage reports; nothing for
+        an error the upstream answered; otherwise (no usable usage, cut, cancelled) the whole
+        reservation."""
         assert self.reservation is not None
         if outcome == "ok":
             cost = usage_cost(

@@ -37,8 +37,9 @@ class BreakerPolicy:
         default=10, validator=at_least(1)
     )  # ... once it holds this many calls
     cooldown_s: float = attrs.field(default=15.0, validator=non_negative)  # first open period
-    # Cap for the growing open period (never below `cooldown_s`). Kept short so that traffic returns to a preferred candidate
-    # within ~cooldown_max_s × (1 + jitter) of its recovery (22 s by default), one probe at a time.
+    # Cap for the growing open period (never below `cooldown_s`). Kept short so that traffic returns
+    # to a preferred candidate within ~cooldown_max_s × (1 + jitter) of its recovery (22 s by
+    # default), one probe at a time.
     cooldown_max_s: float = attrs.field(default=20.0, validator=non_negative)
     growth: float = attrs.field(
         default=2.0, validator=at_least(1)

@@ -106,7 +106,8 @@ class LaneBreakers:
                 self.lane.trip(now)
 
     def release(self, granted: Pass) -> None:
-        """Give both permits back: the attempt proved nothing (our deadline, a 429, a local error)."""
+        """Give both permits back: the attempt proved nothing (our deadline, a 429, a local
+        error)."""
         self.models[granted.model].release(granted.model_permit)
         self.lane.release(granted.lane_permit)
 

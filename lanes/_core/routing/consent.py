@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import trio
 
+from lanes._core.clocks import EpochTime
 from lanes._core.errors import FallbackDenied, FallbackNeedsApproval
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.policy import PolicyConfig, worst_case_cost
@@ -37,7 +38,7 @@ class PendingApproval:
 
 
 class Approvals:
-    def __init__(self, store: Store, now_wall: Callable[[], float]) -> None:
+    def __init__(self, store: Store, now_wall: Callable[[], EpochTime]) -> None:
         self._store = store
         self._now = now_wall
         self.pending: dict[str, PendingApproval] = {}
@@ -133,7 +134,11 @@ class Consent:
         )
         with trio.move_on_at(until):
             await approval.event.wait()
-        kw = {"attempts": record.attempts, "skips": record.skips, "request_id": record.id}
+        kw: dict[str, Any] = {
+            "attempts": record.attempts,
+            "skips": record.skips,
+            "request_id": record.id,
+        }
         if approval.decision is None:
             raise FallbackNeedsApproval(
                 f"paid fallback to {candidate.key} needs approval {approval.id}",

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
+from lanes._core.clocks import EpochTime
 from lanes._core.config import Config
 from lanes._core.errors import JobFailed, UnknownModel, UpstreamError
 from lanes._core.job import Candidate, Job
@@ -33,7 +34,7 @@ class Routing:
         lanes: Mapping[str, OpenAICompatibleLane],
         store: Store,
         manager: FreeTierManager,
-        now_wall: Callable[[], float],
+        now_wall: Callable[[], EpochTime],
         free_lane_on: bool,
     ) -> None:
         self.config = config
@@ -122,9 +123,10 @@ class Routing:
             LaneTerms(kind=lane.free_tier, conventions=lane.provider.conventions, prices=prices),
         )
 
-    # -- when free capacity returns ------------------------------------------------------------------
+    # -- when free capacity returns ---------------------------------------------------------------
     def next_free(self, job: Job) -> tuple[float, str] | None:
-        """(wall-clock epoch, "lane/model") of the soonest moment one of the job's free candidates reopens."""
+        """(wall-clock epoch, "lane/model") of the soonest moment one of the job's free candidates
+        reopens."""
         try:
             free = [(c.lane, c.model) for c in self.resolve(job) if c.tier == "free"]
         except UnknownModel:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 import attrs
 import trio
 
+from lanes._core.clocks import EpochTime
 from lanes._core.job import Candidate
 from lanes._core.routing.breakers import LaneBreakers, Pass
 from lanes._core.routing.probes import Probes
@@ -23,7 +24,8 @@ from lanes.freetier.manager import FreeTierManager
 
 @attrs.frozen(kw_only=True)
 class Admission:
-    """What an admitted attempt holds until it settles: breaker permits, and the probe it carries."""
+    """What an admitted attempt holds until it settles: breaker permits, and the probe it
+    carries."""
 
     granted: Pass
     probe: str | None  # the cold scope this attempt probes for everyone, if any
@@ -37,7 +39,7 @@ class Gate:
         breakers: Mapping[str, LaneBreakers],
         manager: FreeTierManager,
         probes: Probes,
-        now_wall: Callable[[], float],
+        now_wall: Callable[[], EpochTime],
         free_lane_on: bool,
     ) -> None:
         self._lanes = lanes
@@ -74,8 +76,9 @@ class Gate:
         return None if backoff is None else f"backoff ({backoff.reason}, {backoff.source})"
 
     def refusal(self, candidate: Candidate) -> str | None:
-        """Why `candidate` can not be sent anything now — kill switch, hold-back or an open breaker —
-        or None when it could (the probe and the time left are a job's business, not checked here)."""
+        """Why `candidate` can not be sent anything now — kill switch, hold-back or an open
+        breaker — or None when it could (the probe and the time left are a job's business, not
+        checked here)."""
         reason = self.switched(candidate) or self.held_back(candidate)
         if reason is None and self._breakers[candidate.lane].is_open(
             candidate.model, trio.current_time()
@@ -87,8 +90,9 @@ class Gate:
         return self.refusal(candidate) is None
 
     async def admit(self, candidate: Candidate, record: JobRecord) -> Admission | None:
-        """Breaker permits (and the probe scope held, if any) for one attempt, or None after recording
-        why `candidate` is skipped. Waits while another job probes a cold free candidate."""
+        """Breaker permits (and the probe scope held, if any) for one attempt, or None after
+        recording why `candidate` is skipped. Waits while another job probes a cold free
+        candidate."""
         lane = self._lanes[candidate.lane]
         reason = self.switched(candidate)
         if reason is not None:

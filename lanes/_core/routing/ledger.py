@@ -15,12 +15,13 @@ from collections.abc import Callable
 
 import attrs
 
+from lanes._core.clocks import EpochTime
 from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.policy import PolicyConfig, worst_case_cost
 from lanes._core.state.store import STORE_ERRORS, Store, call
 from lanes.freetier.manager import FreeTierManager
-from lanes.freetier.windows import window_end, window_id
+from lanes.freetier.windows import WindowName, window_end, window_id
 
 log = logging.getLogger("lanes")
 SCOPE = "governor"
@@ -40,7 +41,7 @@ class Ledger:
         policy: PolicyConfig,
         manager: FreeTierManager,
         store: Store,
-        now_wall: Callable[[], float],
+        now_wall: Callable[[], EpochTime],
     ) -> None:
         self.policy = policy
         self._manager = manager
@@ -51,10 +52,11 @@ class Ledger:
     def take_attempt(self) -> None:
         """Count one upstream attempt, or raise `GovernorExhausted` when a cap is reached."""
         now = self._now()
-        for cap, window in (
+        windows: tuple[tuple[int | None, WindowName], ...] = (
             (self.policy.attempts_per_minute, "minute"),
             (self.policy.attempts_per_day, "day"),
-        ):
+        )
+        for cap, window in windows:
             if cap and self._manager.usage.used(SCOPE, "requests", window, now) >= cap:
                 wait = window_end(window, now) - now
                 raise GovernorExhausted(
@@ -64,7 +66,8 @@ class Ledger:
         self._manager.pending_usage += self._manager.usage.add(SCOPE, now, requests=1)
 
     async def reserve(self, candidate: Candidate, job: Job) -> Reservation:
-        """Reserve one paid attempt's worst case under today's ceiling, or raise `PaidBudgetExhausted`."""
+        """Reserve one paid attempt's worst case under today's ceiling, or raise
+        `PaidBudgetExhausted`."""
         amount = worst_case_cost(candidate, job, self.policy.paid_max_tokens)
         if amount is None:
             raise PaidBudgetExhausted(
@@ -100,7 +103,8 @@ class Ledger:
         if reservation is None:
             wait = window_end("day", now) - now
             raise PaidBudgetExhausted(
-                f"paid ceiling ${self.policy.paid_ceiling_usd_per_day:.2f}/day would be crossed by ${amount:.6f}",
+                f"paid ceiling ${self.policy.paid_ceiling_usd_per_day:.2f}/day "
+                f"would be crossed by ${amount:.6f}",
                 retry_after_s=wait,
             )
         return Reservation(id=reservation, amount_usd=amount)

@@ -109,12 +109,13 @@ def needs_of(job: Job) -> Needs:
 
 
 def request_class(job: Job, long_context_tokens: int) -> str:
-    """The job's class: as given, else tools → agentic, code fences → coding, long → long_context."""
+    """The job's class: as given, else tools → agentic, code fences → coding,
+    long → long_context."""
     if job.request_class:
         return job.request_class
     if job.params.get("tools"):
         return "agentic"
-    text = " ".join(m.get("content") for m in job.messages if isinstance(m.get("content"), str))
+    text = " ".join(str(m["content"]) for m in job.messages if isinstance(m.get("content"), str))
     if "```" in text:
         return "coding"
     if estimate_tokens(job) >= long_context_tokens:

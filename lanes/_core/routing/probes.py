@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import trio
 
+from lanes._core.clocks import EpochTime
 from lanes._core.routing.record import JobRecord
 from lanes._core.state.store import STORE_ERRORS, Store, call
 from lanes._core.upstream.lane import OpenAICompatibleLane
@@ -21,7 +22,7 @@ class Probes:
         self,
         store: Store,
         manager: FreeTierManager,
-        now_wall: Callable[[], float],
+        now_wall: Callable[[], EpochTime],
         nudge: Callable[[], None],
     ) -> None:
         self._store = store
@@ -34,8 +35,9 @@ class Probes:
         ] = {}  # scope → set when another host's probe answered (see Sharing)
 
     async def claim(self, scope: str, lane: OpenAICompatibleLane, record: JobRecord) -> bool | None:
-        """True: this job probes `scope` (then `release` it). False: another probe answered meanwhile — look
-        again. None: it did not answer within the lane's `first_token_s` (or our deadline)."""
+        """True: this job probes `scope` (then `release` it). False: another probe answered
+        meanwhile — look again. None: it did not answer within the lane's `first_token_s` (or our
+        deadline)."""
         event = self._local.get(scope)
         if event is None:
             self._local[scope] = trio.Event()
@@ -56,9 +58,9 @@ class Probes:
         return None
 
     async def _lease(self, scope: str, lane: OpenAICompatibleLane, record: JobRecord) -> bool:
-        """With a store shared between hosts, only one host probes a cold scope: True when this one may.
-        Otherwise wait for the other host's answer (published), its lease to lapse, or our deadline.
-        A store that can not be reached fails open: the local single-flight decides."""
+        """With a store shared between hosts, only one host probes a cold scope: True when this one
+        may. Otherwise wait for the other host's answer (published), its lease to lapse, or our
+        deadline. A store that can not be reached fails open: the local single-flight decides."""
         if not self._store.shared or not self._store.up:
             return True
         ttl_s = max(lane.config.attempt_timeout_s, lane.config.first_token_s) + 1.0
@@ -82,8 +84,8 @@ class Probes:
             waiting.set()
 
     def release(self, scope: str | None) -> None:
-        """The probe of `scope` answered (or was abandoned): wake the local waiters; with a shared store,
-        hand the lease back together with the backoff it caused."""
+        """The probe of `scope` answered (or was abandoned): wake the local waiters; with a shared
+        store, hand the lease back together with the backoff it caused."""
         if scope is None or (event := self._local.pop(scope, None)) is None:
             return
         event.set()

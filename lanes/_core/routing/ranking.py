@@ -51,8 +51,9 @@ class Ranking:
         return out
 
     @staticmethod
-    def conversation(job: Job) -> str | None:
-        """A key for a multi-turn conversation: the client, the system prompt and the first user turn."""
+    def conversation(job: Job) -> str:
+        """A key for a multi-turn conversation: the client, the system prompt and the first user
+        turn."""
         system = next((m.get("content") for m in job.messages if m.get("role") == "system"), "")
         first = next((m.get("content") for m in job.messages if m.get("role") == "user"), "")
         raw = f"{job.client}\x00{system!r}\x00{first!r}".encode()

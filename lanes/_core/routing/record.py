@@ -9,6 +9,7 @@ from __future__ import annotations
 # lanes: pure
 from typing import Any
 
+from lanes._core.clocks import TrioTime
 from lanes._core.errors import (
     DeadlineExceeded,
     FreeTierExhausted,
@@ -24,7 +25,7 @@ _SHORT = 120  # characters of an attempt's detail quoted in a failure's message
 class JobRecord:
     """One job's progress through its candidates: what was sent, what was skipped, and when."""
 
-    def __init__(self, job: Job, *, deadline_at: float, started_at: float) -> None:
+    def __init__(self, job: Job, *, deadline_at: TrioTime, started_at: TrioTime) -> None:
         self.job = job
         self.deadline_at = deadline_at
         self.started_at = started_at

@@ -94,7 +94,7 @@ class Stats:
             self.events.append((now, outcome))
 
     def penalty(self, now: float, config: ScoringConfig) -> float:
-        return sum(
+        return math.fsum(
             config.penalties.get(kind, 0.0) * 0.5 ** ((now - at) / config.half_life_s)
             for at, kind in self.events
             if now >= at

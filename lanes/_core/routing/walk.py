@@ -13,7 +13,8 @@ each reserved under the daily paid ceiling. Budgets are counted honestly:
 - every attempt counts against `max_attempts` and the governors.
 
 A silent candidate is not tried again; a context-length error moves on to a larger context; a final
-error ends the walk at once. Each attempt itself — gate, budgets, call, settlement — is `attempt.py`.
+error ends the walk at once. Each attempt itself — gate, budgets, call, settlement — is
+`attempt.py`.
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ async def _attempt(
     *,
     retry: bool,
 ) -> T | object:
-    """One attempt; what it holds moves into `keep` when it succeeds. `_SKIPPED` when the gate said no."""
+    """One attempt; what it holds moves into `keep` when it succeeds. `_SKIPPED` when the gate said
+    no."""
     async with AsyncExitStack() as stack:
         run = await stack.enter_async_context(open_attempt(routing, record, candidate, retry=retry))
         if run is None:

@@ -13,11 +13,12 @@ from typing import Any
 from lanes._core.job import Attempt, Job, digest
 from lanes.freetier.prices import usage_tokens
 
-Query = Callable[[str, tuple], list[tuple]]
+Query = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
 
 
 def attempt_log(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
-    """Each attempt with the route state it stood for (local / primary / free_retry / paid_fallback)."""
+    """Each attempt with the route state it stood for (local / primary / free_retry /
+    paid_fallback)."""
     return [
         {
             "lane": a.lane,
@@ -108,7 +109,7 @@ def primary_success_by_class(query: Query) -> dict[str, float]:
 def free_retry_rate_and_reasons(query: Query) -> tuple[float, dict[str, int]]:
     """Share of jobs that needed a free retry, and why the primary failed."""
     rows = query("SELECT attempt_log FROM audit", ())
-    retried, reasons = 0, {}
+    retried, reasons = 0, dict[str, int]()
     for (raw,) in rows:
         log = json.loads(raw)
         free = [a for a in log if a["tier"] == "free"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from lanes._core.clocks import EpochTime
 from lanes._core.config import Config
 from lanes._core.routing.context import Routing
 from lanes._core.routing.record import JobRecord
@@ -20,7 +21,12 @@ job_log = logging.getLogger("lanes.jobs")
 
 class Journal:
     def __init__(
-        self, routing: Routing, *, config: Config, now_wall: Callable[[], float], recent: int = 50
+        self,
+        routing: Routing,
+        *,
+        config: Config,
+        now_wall: Callable[[], EpochTime],
+        recent: int = 50,
     ) -> None:
         self._routing = routing
         self._config = config

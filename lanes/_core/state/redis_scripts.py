@@ -1,6 +1,8 @@
-"""The Lua scripts the Redis store runs: each is one atomic step across every host sharing the server.
+"""The Lua scripts the Redis store runs: each is one atomic step across every host sharing the
+server.
 
-Keys and arguments are listed above each script. Amounts in the paid ledger are integer pico-dollars.
+Keys and arguments are listed above each script. Amounts in the paid ledger are integer
+pico-dollars.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ def pico(usd: float) -> int:
     return math.ceil(round(usd * PICO, 3))
 
 
-# KEYS: backoff key, deadline index. ARGV: scope, until (s), until (ms), value, channel, message, now.
+# KEYS: backoff key, deadline index.
+# ARGV: scope, until (s), until (ms), value, channel, message, now.
 BACKOFF = """
 local current = redis.call('GET', KEYS[1])
 if current then
@@ -53,13 +56,15 @@ return 1
 
 # KEYS: ledger, total. ARGV: reservation id, amount, expire at. Put back a reservation Redis forgot.
 RESTORE = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('INCRBY', KEYS[2], ARGV[2]) end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then \
+redis.call('INCRBY', KEYS[2], ARGV[2]) end
 redis.call('EXPIREAT', KEYS[1], ARGV[3])
 redis.call('EXPIREAT', KEYS[2], ARGV[3])
 return 1
 """
 
-# KEYS: a hash. ARGV: expire at (0: never), then field/value pairs; each field keeps the larger number.
+# KEYS: a hash. ARGV: expire at (0: never), then field/value pairs; each field keeps the larger
+# number.
 MAX = """
 for i = 2, #ARGV, 2 do
   local current = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')

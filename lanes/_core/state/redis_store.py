@@ -8,9 +8,9 @@ the same paid budget:
 - usage counters are hashes per window (`lanes:usage:<window>:<id>`, HINCRBY, expiring at the
   window's end — UTC minutes, days, months); credit spend is a hash of running totals;
 - the latest parsed header snapshot per scope, so a host that has not called a provider yet knows;
-- the paid ledger is a hash per UTC day with a running total (integer pico-dollars); reserving checks
-  the total against the ceiling and writes the reservation in **one Lua script**, so two hosts can
-  never together cross it;
+- the paid ledger is a hash per UTC day with a running total (integer pico-dollars); reserving
+  checks the total against the ceiling and writes the reservation in **one Lua script**, so two
+  hosts can never together cross it;
 - approvals (grants with their expiry), the runtime kill switch and the canary's quarantine;
 - a probe lease per cold scope (SET NX PX), so one host probes a closed door for all of them.
 
@@ -27,6 +27,7 @@ host's records, not coordination.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import threading
@@ -61,14 +62,15 @@ from lanes._core.state.store import (
 )
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot
-from lanes.freetier.windows import WINDOWS, end_of, window_id
+from lanes.freetier.windows import WINDOWS, WindowName, end_of, window_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 SEP = "\x1f"  # between the parts of a hash field (scopes contain "/" and ":")
 
 
 def _guarded(fn: F) -> F:
-    """Redis errors become `StoreUnavailable` (and mark the store down until a full sync succeeds)."""
+    """Redis errors become `StoreUnavailable` (and mark the store down until a full sync
+    succeeds)."""
 
     @functools.wraps(fn)
     def wrapper(self: RedisStore, *args: Any, **kwargs: Any) -> Any:
@@ -81,6 +83,11 @@ def _guarded(fn: F) -> F:
             ) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _text(value: object) -> str:
+    """A Redis reply as text (the client decodes responses already; this keeps the type honest)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def redacted(url: str) -> str:
@@ -111,7 +118,8 @@ class RedisStore:
         self.host = uuid.uuid4().hex[:12]  # this process, in leases and published messages
         self.limiter = trio.CapacityLimiter(threads)
         self.listen_limiter = trio.CapacityLimiter(1)
-        # a blocking pool: a call beyond the connections waits for one rather than failing as "Redis down"
+        # a blocking pool: a call beyond the connections waits for one rather than failing as
+        # "Redis down"
         pool = redis.BlockingConnectionPool.from_url(
             url,
             max_connections=threads + 4,
@@ -151,7 +159,7 @@ class RedisStore:
     def db(self) -> Any:
         return self.local.db
 
-    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self.local.query(sql, args)
 
     def add_audit(self, rows: list[dict[str, Any]]) -> None:
@@ -185,25 +193,26 @@ class RedisStore:
         pipe = self._redis.pipeline(transaction=False)
         for window, index in current:
             pipe.hgetall(self._k("usage", window, index))
-        out = []
-        for (window, index), fields in zip(current, pipe.execute()):
+        out: list[tuple[UsageKey, int]] = []
+        for (window, index), fields in zip(current, pipe.execute(), strict=True):
             for field, count in fields.items():
-                scope, _, dimension = field.rpartition(SEP)
+                scope, _, dimension = _text(field).rpartition(SEP)
                 out.append(((scope, dimension, window, index), int(count)))
         return out
 
     @_guarded
     def spend_totals(self) -> dict[tuple[str, int], float]:
-        out = {}
+        out: dict[tuple[str, int], float] = {}
         for field, usd in self._redis.hgetall(self._k("spend")).items():
-            lane, _, period = field.rpartition(SEP)
+            lane, _, period = _text(field).rpartition(SEP)
             out[(lane, int(period))] = float(usd)
         return out
 
     # -- backoffs and snapshots ---------------------------------------------------------------
     @_guarded
     def put_backoffs(self, backoffs: dict[str, Backoff], now: float | None = None) -> None:
-        """Write backoffs (each keeps the later deadline of ours and theirs) and publish the ones that won."""
+        """Write backoffs (each keeps the later deadline of ours and theirs) and publish the ones
+        that won."""
         if backoffs:
             pipe = self._redis.pipeline(transaction=False)
             self._queue_backoffs(pipe, backoffs, now)
@@ -230,12 +239,15 @@ class RedisStore:
 
     @_guarded
     def backoffs(self, now: float) -> list[tuple[str, Backoff]]:
-        scopes = self._redis.zrangebyscore(self._k("backoff-index"), f"({now!r}", "+inf")
+        scopes = [
+            _text(s)
+            for s in self._redis.zrangebyscore(self._k("backoff-index"), f"({now!r}", "+inf")
+        ]
         if not scopes:
             return []
         values = self._redis.mget([self._k("backoff", s) for s in scopes])
-        out = []
-        for scope, value in zip(scopes, values):
+        out: list[tuple[str, Backoff]] = []
+        for scope, value in zip(scopes, values, strict=True):
             if value is None:
                 continue  # expired between the two reads
             try:
@@ -258,11 +270,11 @@ class RedisStore:
 
     @_guarded
     def snapshots(self) -> dict[str, tuple[float, RateLimitSnapshot]]:
-        out = {}
+        out: dict[str, tuple[float, RateLimitSnapshot]] = {}
         for scope, value in self._redis.hgetall(self._k("snapshot")).items():
             try:
                 data = json.loads(value)
-                out[scope] = (float(data["at"]), _snapshot_from(data))
+                out[_text(scope)] = (float(data["at"]), _snapshot_from(data))
             except (ValueError, TypeError, KeyError):
                 continue
         return out
@@ -280,8 +292,9 @@ class RedisStore:
         job: str,
         cohort: str | None,
     ) -> str | None:
-        """Reserve `amount` of day `day`'s paid budget in one script across every host; None if it would
-        cross `ceiling`. Refused (StoreUnavailable) while the ledger is not known to be whole."""
+        """Reserve `amount` of day `day`'s paid budget in one script across every host; None if it
+        would cross `ceiling`. Refused (StoreUnavailable) while the ledger is not known to be
+        whole."""
         if not self.up:
             raise StoreUnavailable(
                 f"redis at {self.where}: the shared paid ledger is not synchronised yet"
@@ -309,7 +322,8 @@ class RedisStore:
         return [self._k("paid", day), self._k("paid-total", day)]
 
     def settle_paid(self, reservation: str, cost: float) -> None:
-        """Replace a reservation by its real cost at the next sync (it counts in full until then)."""
+        """Replace a reservation by its real cost at the next sync (it counts in full until
+        then)."""
         with self._lock:
             if reservation in self._own:
                 day, _ = self._own[reservation]
@@ -337,7 +351,7 @@ class RedisStore:
 
     @_guarded
     def switches(self) -> set[str]:
-        off = set(self._redis.hkeys(self._k("switch")))
+        off = {_text(lane) for lane in self._redis.hkeys(self._k("switch"))}
         with self._lock:  # changes made here since the last flush win over what Redis said
             for lane, (is_off, _) in self._switch_writes.items():
                 (off.add if is_off else off.discard)(lane)
@@ -356,11 +370,11 @@ class RedisStore:
 
     @_guarded
     def _read_quarantine(self) -> dict[str, str]:
-        out = {}
+        out: dict[str, str] = {}
         for key, value in self._redis.hgetall(self._k("quarantine")).items():
             try:
                 data = json.loads(value)
-                out[key] = f"quarantined by the canary ({data['verdict']}: {data['reason']})"
+                out[_text(key)] = f"quarantined by the canary ({data['verdict']}: {data['reason']})"
             except (ValueError, TypeError, KeyError):
                 continue
         return out
@@ -372,10 +386,8 @@ class RedisStore:
         self.local.set_quarantine(key, verdict, reason, at)
         with self._lock:
             self._quarantine_writes[key] = (verdict, reason, at)
-        try:
+        with contextlib.suppress(StoreUnavailable):  # kept, and written by the next flush
             self._flush_quarantine()
-        except StoreUnavailable:
-            pass  # kept, and written by the next flush
 
     @_guarded
     def _flush_quarantine(self) -> None:
@@ -402,7 +414,8 @@ class RedisStore:
     @_guarded
     def probe_lease(self, scope: str, ttl_s: float) -> bool | Backoff:
         """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`):
-        True when taken, False when another host holds it, the scope's backoff when one is in force."""
+        True when taken, False when another host holds it, the scope's backoff when one is in
+        force."""
         outcome, value = self._lease(
             keys=[self._k("probe", scope), self._k("backoff", scope)],
             args=[self.host, max(1, int(ttl_s * 1000))],
@@ -417,8 +430,8 @@ class RedisStore:
         return False
 
     def probe_done(self, scope: str, ok: bool, backoff: Backoff | None = None) -> None:
-        """Release the lease at the next flush — after writing the backoff the probe caused, in the same
-        pipeline, so no host can take the lease before the closed door is on record."""
+        """Release the lease at the next flush — after writing the backoff the probe caused, in the
+        same pipeline, so no host can take the lease before the closed door is on record."""
         with self._lock:
             if scope in self._leases:
                 self._leases.discard(scope)
@@ -427,9 +440,9 @@ class RedisStore:
     # -- the sync ---------------------------------------------------------------------------
     @_guarded
     def begin_sync(self, now: float) -> bool:
-        """Refresh the cached ledger and grants; True when Redis lost our shared state (a restart without
-        persistence, or a first contact with an empty Redis) and it has not been pushed back yet: the
-        caller then passes its view to `reseed` (asked again until a reseed succeeds)."""
+        """Refresh the cached ledger and grants; True when Redis lost our shared state (a restart
+        without persistence, or a first contact with an empty Redis) and it has not been pushed back
+        yet: the caller then passes its view to `reseed` (asked again until a reseed succeeds)."""
         day = window_id("day", now)
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(self._k("epoch"))
@@ -455,10 +468,10 @@ class RedisStore:
 
     @_guarded
     def reseed(self, view: LocalView, now: float) -> None:
-        """Push this host's view into a Redis that forgot it: counts and spend by maximum, backoffs by
-        the later deadline, our unexpired reservations, grants, kill switches and quarantines."""
+        """Push this host's view into a Redis that forgot it: counts and spend by maximum, backoffs
+        by the later deadline, our unexpired reservations, grants, kill switches and quarantines."""
         pipe = self._redis.pipeline(transaction=False)
-        by_window: dict[tuple[str, int], list[str]] = {}
+        by_window: dict[tuple[WindowName, int], list[str]] = {}
         for (scope, dimension, window, index), count in view.usage:
             by_window.setdefault((window, index), []).extend(
                 [f"{scope}{SEP}{dimension}", str(count)]
@@ -509,8 +522,9 @@ class RedisStore:
 
     @_guarded
     def flush(self) -> None:
-        """Write what this host queued (settlements, grants, kill switches, probe releases) and publish
-        it; on failure everything stays queued. Success marks the store up: the ledger is whole."""
+        """Write what this host queued (settlements, grants, kill switches, probe releases) and
+        publish it; on failure everything stays queued. Success marks the store up: the ledger is
+        whole."""
         with self._lock:
             settles, self._settles = self._settles, {}
             grants, self._grant_writes = self._grant_writes, {}
@@ -563,7 +577,7 @@ class RedisStore:
         applied to the cache here, the rest is returned for the dispatcher to apply."""
         try:
             if self._pubsub is None:
-                pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]  # redis-py leaves pubsub() unannotated
                 pubsub.subscribe(self.channel)
                 self._pubsub = pubsub
             events = []
@@ -589,16 +603,15 @@ class RedisStore:
     def _drop_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
-            try:
+            with contextlib.suppress(redis.RedisError, OSError):
                 pubsub.close()
-            except (redis.RedisError, OSError):
-                pass
 
     def close(self) -> None:
         self._drop_pubsub()
         try:
             self._redis.close()
-            self._redis.connection_pool.disconnect()  # a pool we passed in is not closed with the client
+            # a pool we passed in is not closed with the client
+            self._redis.connection_pool.disconnect()
         except (redis.RedisError, OSError):
             pass
         self.local.close()

@@ -4,10 +4,10 @@ paid ledger, approvals, the runtime kill switch and the canary's quarantine.
 `SQLiteStore` (here) shares them between the processes of one host; `RedisStore`
 (`redis_store.py`, selected by `state = "redis://…"`) between hosts.
 
-One SQLite file (WAL) per host is shared by every process that opens it — the sidecar and the
-jobs that import the dispatcher — so their backoffs and counts coordinate. Times are wall-clock
-epoch seconds. Each call is one short transaction (WAL, synchronous=NORMAL: durable across a process crash,
-no fsync per commit); usage and spend are flushed every half second, so a crash loses at most
+One SQLite file (WAL) per host is shared by every process that opens it — the sidecar and the jobs
+that import the dispatcher — so their backoffs and counts coordinate. Times are wall-clock epoch
+seconds. Each call is one short transaction (WAL, synchronous=NORMAL: durable across a process
+crash, no fsync per commit); usage and spend are flushed every half second, so a crash loses at most
 that much counting.
 """
 
@@ -28,22 +28,30 @@ import trio
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
 from lanes.freetier.windows import WINDOWS, window_id
+from lanes.freetier.windows import Key as UsageCounterKey
 
-UsageKey = tuple[str, str, str, int]
+UsageKey = UsageCounterKey  # (scope, dimension, window, window id)
 
+# A backslash at the end of a line joins it to the next (Python drops both): the SQL is unchanged.
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS usage (scope TEXT, dimension TEXT, window TEXT, window_id INTEGER, count INTEGER,
+CREATE TABLE IF NOT EXISTS usage (scope TEXT, dimension TEXT, window TEXT, window_id INTEGER, \
+count INTEGER,
     PRIMARY KEY (scope, dimension, window, window_id));
 CREATE TABLE IF NOT EXISTS spend (lane TEXT, period INTEGER, usd FLOAT, PRIMARY KEY (lane, period));
-CREATE TABLE IF NOT EXISTS backoff (scope TEXT PRIMARY KEY, until FLOAT, step INTEGER, reason TEXT, source TEXT);
+CREATE TABLE IF NOT EXISTS backoff (scope TEXT PRIMARY KEY, until FLOAT, step INTEGER, \
+reason TEXT, source TEXT);
 CREATE TABLE IF NOT EXISTS snapshot (scope TEXT PRIMARY KEY, at FLOAT, data TEXT);
-CREATE TABLE IF NOT EXISTS paid_ledger (id TEXT PRIMARY KEY, day INTEGER, reserved FLOAT, settled FLOAT, lane TEXT,
+CREATE TABLE IF NOT EXISTS paid_ledger (id TEXT PRIMARY KEY, day INTEGER, reserved FLOAT, \
+settled FLOAT, lane TEXT,
     model TEXT, job TEXT, cohort TEXT);
 CREATE INDEX IF NOT EXISTS idx_paid_ledger_day ON paid_ledger (day);
 CREATE TABLE IF NOT EXISTS "grant" (client TEXT PRIMARY KEY, until FLOAT);
-CREATE TABLE IF NOT EXISTS audit (job TEXT PRIMARY KEY, at FLOAT, client TEXT, cohort TEXT, class TEXT, route TEXT,
-    outcome TEXT, lane TEXT, model TEXT, request_sha256 TEXT, request_bytes INTEGER, answer_sha256 TEXT,
-    answer_bytes INTEGER, attempts INTEGER, attempt_log TEXT, skip_log TEXT, latency_s FLOAT, tokens INTEGER,
+CREATE TABLE IF NOT EXISTS audit (job TEXT PRIMARY KEY, at FLOAT, client TEXT, cohort TEXT, \
+class TEXT, route TEXT,
+    outcome TEXT, lane TEXT, model TEXT, request_sha256 TEXT, request_bytes INTEGER, \
+answer_sha256 TEXT,
+    answer_bytes INTEGER, attempts INTEGER, attempt_log TEXT, skip_log TEXT, latency_s FLOAT, \
+tokens INTEGER,
     cost_usd FLOAT, approval TEXT, explored INTEGER, body TEXT);
 CREATE INDEX IF NOT EXISTS idx_audit_at ON audit (at);
 CREATE TABLE IF NOT EXISTS quarantine (key TEXT PRIMARY KEY, verdict TEXT, reason TEXT, at FLOAT);
@@ -62,7 +70,8 @@ STORE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, StoreUnavailable)
 @attrs.frozen(kw_only=True)
 class LocalView:
     """What this process knows, pushed back into a shared store that lost its data (a Redis restart
-    without persistence): counters and spend by their maximum, backoffs keeping the later deadline."""
+    without persistence): counters and spend by their maximum, backoffs keeping the later
+    deadline."""
 
     usage: list[tuple[UsageKey, int]]
     spend: dict[tuple[str, int], float]
@@ -73,8 +82,9 @@ class LocalView:
 
 async def call(store: Store, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run one store call from trio: inline for a local store (SQLite: a short local transaction,
-    cheaper than a thread hop, and deterministic under the autojump clock), in a worker thread bounded
-    by the store's limiter for a networked one (Redis), so the event loop never waits on a socket."""
+    cheaper than a thread hop, and deterministic under the autojump clock), in a worker thread
+    bounded by the store's limiter for a networked one (Redis), so the event loop never waits on a
+    socket."""
     if store.limiter is None:
         return fn(*args, **kwargs)
     return await trio.to_thread.run_sync(
@@ -86,11 +96,24 @@ class Store(Protocol):
     """What the dispatcher needs from shared state. Reads on the hot path come from local caches;
     `call()` runs the rest (inline for SQLite, in a worker thread for Redis)."""
 
-    kind: str  # "sqlite" or "redis"
-    shared: bool  # shared between hosts: probes take a lease, changes are published
-    limiter: trio.CapacityLimiter | None  # None: calls run inline on the trio thread
-    up: bool  # reachable (and, for a shared ledger, resynchronised) at the last try
-    where: str  # the file, or the Redis URL without its password
+    @property
+    def kind(self) -> str: ...  # "sqlite" or "redis"
+    # shared between hosts: probes take a lease, changes are published
+    @property
+    def shared(self) -> bool: ...
+    # None: calls run inline on the trio thread
+    @property
+    def limiter(self) -> trio.CapacityLimiter | None: ...
+    # the thread that hears other hosts
+    @property
+    def listen_limiter(self) -> trio.CapacityLimiter | None: ...
+    # reachable (and, for a shared ledger, resynchronised) at the last try
+    @property
+    def up(self) -> bool: ...
+    @property
+    def where(self) -> str: ...  # the file, or the Redis URL without its password
+    @property
+    def db(self) -> Any: ...  # a sqlite-utils view of this host's file (audit, canary answers)
 
     def add_usage(
         self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]
@@ -125,6 +148,8 @@ class Store(Protocol):
     def switches(self) -> set[str]: ...
     def probe_lease(self, scope: str, ttl_s: float) -> bool | Backoff: ...
     def probe_done(self, scope: str, ok: bool, backoff: Backoff | None = None) -> None: ...
+    def listen(self, timeout_s: float) -> list[dict[str, Any]]: ...
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
     def begin_sync(self, now: float) -> bool: ...
     def reseed(self, view: LocalView, now: float) -> None: ...
     def flush(self) -> None: ...
@@ -136,7 +161,8 @@ class SQLiteStore:
 
     kind = "sqlite"
     shared = False
-    limiter = None
+    limiter: trio.CapacityLimiter | None = None
+    listen_limiter: trio.CapacityLimiter | None = None
     up = True
 
     def __init__(self, path: str) -> None:
@@ -172,8 +198,10 @@ class SQLiteStore:
     ) -> None:
         with self._lock, self._conn:
             self._conn.executemany(
-                "INSERT INTO usage (scope, dimension, window, window_id, count) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (scope, dimension, window, window_id) DO UPDATE SET count = count + excluded.count",
+                "INSERT INTO usage (scope, dimension, window, window_id, count) "
+                "VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (scope, dimension, window, window_id) "
+                "DO UPDATE SET count = count + excluded.count",
                 [(*key, delta) for key, delta in rows],
             )
             self._conn.executemany(
@@ -205,7 +233,8 @@ class SQLiteStore:
             self._conn.executemany(
                 "INSERT INTO backoff (scope, until, step, reason, source) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (scope) DO UPDATE SET until = excluded.until, step = excluded.step, "
-                "reason = excluded.reason, source = excluded.source WHERE excluded.until > backoff.until",
+                "reason = excluded.reason, source = excluded.source "
+                "WHERE excluded.until > backoff.until",
                 [(scope, b.until, b.step, b.reason, b.source) for scope, b in backoffs.items()],
             )
 
@@ -251,8 +280,9 @@ class SQLiteStore:
         job: str,
         cohort: str | None,
     ) -> str | None:
-        """Reserve `amount` USD of today's paid budget, atomically across processes; None if it would
-        cross `ceiling`. Unsettled reservations count in full, so a crash never under-counts."""
+        """Reserve `amount` USD of today's paid budget, atomically across processes; None if it
+        would cross `ceiling`. Unsettled reservations count in full, so a crash never
+        under-counts."""
         reservation = f"{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -262,7 +292,8 @@ class SQLiteStore:
                     self._conn.execute("ROLLBACK")
                     return None
                 self._conn.execute(
-                    "INSERT OR REPLACE INTO paid_ledger (id, day, reserved, settled, lane, model, job, cohort) "
+                    "INSERT OR REPLACE INTO paid_ledger "
+                    "(id, day, reserved, settled, lane, model, job, cohort) "
                     "VALUES (?, ?, ?, NULL, ?, ?, ?, ?)",
                     (reservation, day, amount, lane, model, job, cohort),
                 )
@@ -285,7 +316,8 @@ class SQLiteStore:
             return self._spent(day)
 
     def _spent(self, day: int) -> float:
-        """Reserved-or-settled USD of `day` (unsettled reservations count in full). Hold the lock."""
+        """Reserved-or-settled USD of `day` (unsettled reservations count in full). Hold the
+        lock."""
         (spent,) = self._conn.execute(
             "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?",
             (day,),
@@ -331,7 +363,8 @@ class SQLiteStore:
                 self._conn.execute("DELETE FROM quarantine WHERE key = ?", (key,))
             else:
                 self._conn.execute(
-                    "INSERT OR REPLACE INTO quarantine (key, verdict, reason, at) VALUES (?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO quarantine (key, verdict, reason, at) "
+                    "VALUES (?, ?, ?, ?)",
                     (key, verdict, reason, at),
                 )
 
@@ -357,6 +390,9 @@ class SQLiteStore:
     def probe_done(self, scope: str, ok: bool, backoff: Backoff | None = None) -> None:
         pass
 
+    def listen(self, timeout_s: float) -> list[dict[str, Any]]:
+        return []  # the processes sharing a file hear of each other at the next sync
+
     def begin_sync(self, now: float) -> bool:
         return False  # a file does not forget: nothing to push back
 
@@ -366,7 +402,7 @@ class SQLiteStore:
     def flush(self) -> None:
         pass
 
-    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._conn.execute(sql, args).fetchall()
 
@@ -381,7 +417,8 @@ def backoff_fields(backoff: Backoff) -> dict[str, Any]:
 
 
 def backoff_from(data: dict[str, Any]) -> Backoff:
-    """The inverse of `backoff_fields`; KeyError / TypeError / ValueError for a record we can not read."""
+    """The inverse of `backoff_fields`; KeyError / TypeError / ValueError for a record we can not
+    read."""
     return Backoff(until=float(data["u"]), step=int(data["s"]), reason=data["r"], source=data["o"])
 
 

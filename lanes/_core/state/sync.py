@@ -1,23 +1,25 @@
 """Keeps the dispatcher and the store in step: flush what changed, take what others wrote.
 
-Every half second (sooner when a backoff, a kill switch or a probe result must reach the other hosts)
-the pending counts, spend, backoffs, snapshots, audit rows and queued writes go to the store, and the
-totals other processes wrote come back into the local view that every routing decision reads. With
-SQLite the calls run inline (see `store.call`); with Redis they run in a worker thread, and a second
-task applies what other hosts publish as it arrives. A store that fails is one log line per failure
-streak: the rows wait for the next try, quotas and backoffs carry on from the local view, and the
-paid ledger stays closed (see `Governors.reserve`) until a sync succeeds again.
+Every half second (sooner when a backoff, a kill switch or a probe result must reach the other
+hosts) the pending counts, spend, backoffs, snapshots, audit rows and queued writes go to the store,
+and the totals other processes wrote come back into the local view that every routing decision
+reads. With SQLite the calls run inline (see `store.call`); with Redis they run in a worker thread,
+and a second task applies what other hosts publish as it arrives. A store that fails is one log line
+per failure streak: the rows wait for the next try, quotas and backoffs carry on from the local
+view, and the paid ledger stays closed (see `Governors.reserve`) until a sync succeeds again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import trio
 
-from lanes._core.state.store import STORE_ERRORS, LocalView, Store, backoff_from, call
+from lanes._core.state.store import STORE_ERRORS, LocalView, Store, UsageKey, backoff_from, call
+from lanes.freetier.backoff import Backoff
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
@@ -48,15 +50,14 @@ class StateSync:
         self._kick = trio.Event()
 
     def kick(self) -> None:
-        """Sync now rather than at the next tick (something other hosts should hear about changed)."""
+        """Sync now rather than at the next tick (something other hosts should hear about
+        changed)."""
         self._kick.set()
 
     async def load(self, now: float) -> None:
         """Take the persisted state at startup: header snapshots, then a full sync."""
-        try:
+        with contextlib.suppress(*STORE_ERRORS):  # the sync below says so, once
             self.manager.merge_snapshots(await call(self.store, self.store.snapshots))
-        except STORE_ERRORS:
-            pass  # the sync below says so, once
         await self.sync(now)
 
     def _view(self) -> LocalView:
@@ -79,7 +80,13 @@ class StateSync:
         view = self._view() if lost else None  # taken with the pending rows: it already holds them
         reseeded = False
 
-        def work():
+        def work() -> tuple[
+            list[tuple[UsageKey, int]],
+            dict[tuple[str, int], float],
+            list[tuple[str, Backoff]],
+            dict[str, str],
+            set[str],
+        ]:
             nonlocal reseeded
             if view is not None:
                 self.store.reseed(view, now)
@@ -181,7 +188,8 @@ class StateSync:
                 continue  # a message we can not read changes nothing
 
     async def run(self, wall_now: Callable[[], float], interval_s: float = 0.5) -> None:
-        """Sync every `interval_s` (or when kicked) until cancelled; a last sync runs shielded on the way out."""
+        """Sync every `interval_s` (or when kicked) until cancelled; a last sync runs shielded on
+        the way out."""
         try:
             while True:
                 with trio.move_on_after(interval_s):
@@ -193,7 +201,8 @@ class StateSync:
                 await self.sync(wall_now())
 
     async def listen(self) -> None:
-        """For a shared store: apply other hosts' changes as they are published (retrying while it is down)."""
+        """For a shared store: apply other hosts' changes as they are published (retrying while it
+        is down)."""
         while True:
             try:
                 events = await trio.to_thread.run_sync(

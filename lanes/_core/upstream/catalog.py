@@ -119,7 +119,7 @@ def declared_free(record: ModelRecord, kind: FreeTierKind) -> bool | None:
     if record.zero_priced:
         return True
     if isinstance(kind, FreeModelsOnly):
-        return True if kind.covers(record.id) else False  # unknown or non-zero price: not free
+        return bool(kind.covers(record.id))  # unknown or non-zero price: not free
     if record.input_usd_per_mtok or record.output_usd_per_mtok:
         return False
     return None

@@ -34,7 +34,8 @@ class Response:
 
 
 def _category(exc: httpx2.HTTPError) -> str:
-    """`connect` (refused, DNS, TLS, connect timeout) and `reset` are the provider's, not a model's."""
+    """`connect` (refused, DNS, TLS, connect timeout) and `reset` are the provider's, not a
+    model's."""
     if isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout)):
         return "connect"
     if isinstance(exc, (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)):
@@ -173,7 +174,8 @@ class Upstream:
     async def get_json(
         self, url: str, *, headers: Mapping[str, str], secrets: Iterable[str] = ()
     ) -> Any:
-        """GET a JSON document (a balance or catalog endpoint); raise an `UpstreamError` otherwise."""
+        """GET a JSON document (a balance or catalog endpoint); raise an `UpstreamError`
+        otherwise."""
         try:
             response = await self._client.get(url, headers=dict(headers))
         except httpx2.HTTPError as exc:

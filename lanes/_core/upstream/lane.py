@@ -1,4 +1,5 @@
-"""What a lane module declares (`Provider`) and the shared OpenAI-compatible lane that does the work.
+"""What a lane module declares (`Provider`) and the shared OpenAI-compatible lane that does the
+work.
 
 A lane module is a few lines: `PROVIDER = Provider(...)`, and optionally a `Lane` subclass of
 `OpenAICompatibleLane` for quirks (request rewriting, extra headers). Only the loader reads them.
@@ -153,7 +154,8 @@ class OpenAICompatibleLane:
         )
 
     def balance_endpoint(self) -> CustomEndpoint | None:
-        """Where to read the remaining credit, when the kind says the provider or an endpoint knows."""
+        """Where to read the remaining credit, when the kind says the provider or an endpoint
+        knows."""
         kind = self.free_tier
         if not isinstance(kind, CreditBased) or kind.detection == "local":
             return None

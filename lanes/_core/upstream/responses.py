@@ -1,7 +1,7 @@
 """Turn an upstream's HTTP answer into one class of the exception tree. Pure.
 
-Retryable: 408, 425, 5xx, unknown 4xx, garbage. Final (the walk stops, nothing falls back): 400, 401,
-403, 413, 422 — unless the body says the prompt did not fit, which is `ContextLengthExceeded`.
+Retryable: 408, 425, 5xx, unknown 4xx, garbage. Final (the walk stops, nothing falls back): 400,
+401, 403, 413, 422 — unless the body says the prompt did not fit, which is `ContextLengthExceeded`.
 429 is `RateLimited` unless the body says credits ran out; 402 is `CreditExhausted`; 404 and
 `model_not_found` are `ModelGone`.
 
