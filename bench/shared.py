@@ -217,7 +217,7 @@ async def kill_switch(
         for i in range(tries * 2):
             off = i % 2 == 0
             start = time.monotonic()  # wall-clock: propagation between two real processes
-            await http.post(f"{base_a}/v1/lanes/up/{'off' if off else 'on'}")
+            await http.post(f"{base_a}/v1/lanes/up/{'off' if off else 'on'}", json={})
             while True:
                 state = (await http.get(f"{base_b}/v1/lanes")).json()
                 if state["lanes"][0]["off"] == off:

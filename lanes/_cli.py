@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import time
 from typing import Any
 
 import httpx2
@@ -39,8 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     lane.add_argument("name")
     lane.add_argument("--url", default=DEFAULT_URL)
     lane.add_argument("--json", action="store_true")
-    approvals = sub.add_parser("approvals", help="list, approve or deny paid fallbacks")
-    approvals.add_argument("action", nargs="?", default="list", choices=["list", "approve", "deny"])
+    approvals = sub.add_parser(
+        "approvals", help="list, approve or deny paid fallbacks; list and revoke grants"
+    )
+    approvals.add_argument(
+        "action", nargs="?", default="list", choices=["list", "approve", "deny", "grants", "revoke"]
+    )
     approvals.add_argument("id", nargs="?")
     approvals.add_argument(
         "--for", dest="duration", default=None, help="approve for a duration, e.g. 1h"
@@ -68,8 +74,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    """One request to the sidecar: JSON for every action, and the key in `LANES_KEY`, if set (with
+    client keys configured, reading needs a client key and acting needs an admin key)."""
+    headers = {"content-type": "application/json"}
+    if key := os.environ.get("LANES_KEY", "").strip():
+        headers["authorization"] = f"Bearer {key}"
     with httpx2.Client(timeout=10.0, trust_env=False) as client:
-        response = client.request(method, url, json=body)
+        content = None if method == "GET" else json.dumps(body or {}).encode()
+        response = client.request(method, url, content=content, headers=headers)
     try:
         return response.status_code, response.json()
     except ValueError:
@@ -141,9 +153,18 @@ def _approvals(args: argparse.Namespace) -> int:
         )
         _print(args, body, human)
         return 0
+    if args.action == "grants":
+        return _grants(args)
     if not args.id:
-        print("lanes: approvals approve|deny needs an approval ID", file=sys.stderr)
+        print(f"lanes: approvals {args.action} needs an ID", file=sys.stderr)
         return 2
+    if args.action == "revoke":
+        code, body = _call("DELETE", f"{args.url}/v1/grants/{args.id}")
+        if code != 200:
+            print(f"lanes: {_error_message(body)}", file=sys.stderr)
+            return 1
+        _print(args, body, f"{args.id}: revoked")
+        return 0
     decision = "deny" if args.action == "deny" else (args.duration or "once")
     code, body = _call("POST", f"{args.url}/v1/approvals/{args.id}", {"decision": decision})
     if code != 200:
@@ -152,6 +173,26 @@ def _approvals(args: argparse.Namespace) -> int:
         return 2 if code == 400 else 1
     _print(args, body, f"{body['id']}: {body['decision']}")
     return 0
+
+
+def _grants(args: argparse.Namespace) -> int:
+    code, body = _call("GET", f"{args.url}/v1/grants")
+    if code != 200:
+        print(f"lanes: {_error_message(body)}", file=sys.stderr)
+        return 1
+    human = "\n".join(
+        f"{g['id']}  {g['kind']:<8} client {g['client']}"
+        + (f" → {g['candidate']}" if g["candidate"] else "")
+        + f" until {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(g['until']))}"
+        for g in body["data"]
+    )
+    _print(args, body, human or "no grants")
+    return 0
+
+
+def _error_message(body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message", body)) if isinstance(error, dict) else str(body)
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ PROVIDER = Provider(
     base_url="https://api.openai.com/v1",
     api_key_env="OPENAI_API_KEY",
     free_tier=NoFreeTier(),
+    output_cap="max_completion_tokens",  # its reasoning models refuse max_tokens
     models=(
         Model(
             id="gpt-4.1-mini", context=1_047_576, input_usd_per_mtok=0.40, output_usd_per_mtok=1.60

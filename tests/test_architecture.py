@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 import lanes
-from lanes._core.config import Config, LaneConfig, ModelConfig, ServerConfig
+from lanes._core.config import ClientConfig, Config, LaneConfig, ModelConfig, ServerConfig
 from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.routing.policy import PolicyConfig
 from lanes.freetier import kinds
@@ -305,6 +305,7 @@ def config_keys() -> set[str]:
         BreakerPolicy,
         PolicyConfig,
         ServerConfig,
+        ClientConfig,
         *kinds.KINDS.values(),
         kinds.CustomEndpoint,
     ]

@@ -145,13 +145,13 @@ async def test_mode_ask_approve_once(trio_fakes, env, autojump_clock):
 
             nursery.start_soon(run)
             await trio.sleep(1)
-            [pending] = d.approvals.pending.values()
+            [pending] = d.approvals.pending()
             assert (pending.client, pending.candidate) == ("alice", "paid/paid-model")
             assert (
                 set(pending.exhausted) == {"a/free-a", "b/free-b"}
                 and pending.estimated_cost_usd > 0
             )
-            d.approvals.decide(pending.id, "once")
+            await d.approvals.decide(pending.id, "once")
         assert box["reply"].route == "paid_fallback"
         with pytest.raises(lanes.FallbackNeedsApproval) as caught:
             await d.complete(job(client="alice", deadline_s=2))
@@ -176,7 +176,7 @@ async def test_mode_ask_deny(trio_fakes, env, autojump_clock):
 
         nursery.start_soon(run)
         await trio.sleep(1)
-        d.approvals.decide(next(iter(d.approvals.pending)), "deny")
+        await d.approvals.decide(d.approvals.pending()[0].id, "deny")
     assert len(errors) == 1 and paid.requests() == []
 
 
@@ -199,7 +199,7 @@ async def test_mode_ask_time_grant_is_per_client_and_persisted(
     async with lanes.open_dispatcher(conf, env=env) as d, trio.open_nursery() as nursery:
         nursery.start_soon(d.complete, job(client="carol"))
         await trio.sleep(1)
-        d.approvals.decide(next(iter(d.approvals.pending)), 3600.0)
+        await d.approvals.decide(d.approvals.pending()[0].id, 3600.0)
     async with lanes.open_dispatcher(conf, env=env) as d:
         reply = await d.complete(job(client="carol", deadline_s=2))
         with pytest.raises(lanes.FallbackNeedsApproval):

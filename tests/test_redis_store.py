@@ -146,7 +146,7 @@ def test_kill_switch_grants_and_probe_results_are_published(redis_server):
     assert a.probe_lease("groq/*", ttl_s=5.0) is True
     assert b.probe_lease("groq/*", ttl_s=5.0) is False  # one host probes for all
     a.put_switch("free", True, now)
-    a.put_grant("ci", now + 3600)
+    a.put_grant("ci", now + 3600, now)
     a.probe_done("groq/*", ok=True)
     a.flush()
     events = []

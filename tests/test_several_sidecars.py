@@ -10,7 +10,6 @@ away.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 import redis
 import trio
 
+from lanes._core.routing.spend import billed_bytes
 from lanes.testing import answer, open_fake, rate_limited
 from lanes.testing.configs import KEYS, free_lane, local_lane, paid_lane
 from lanes.testing.processes import SidecarProcess, open_sidecar_process, open_sidecar_processes
@@ -94,9 +94,8 @@ async def test_200_clients_on_two_sidecars_knock_once_per_backoff_window(redis_s
 
 async def test_paid_fallbacks_from_two_sidecars_stay_under_one_ceiling(redis_server, tmp_path):
     """60 concurrent paid jobs on two hosts: one ceiling holds for both, all reservations settle."""
-    worst = (
-        len(json.dumps([MESSAGES, None]).encode()) * 1.0 + 50 * 2.0
-    ) / 1e6  # bytes × $1 + 50 tokens × $2
+    sent = {"max_tokens": 50, "model": "paid-model", "messages": MESSAGES}  # the body as sent
+    worst = (billed_bytes(sent) * 1.0 + 50 * 2.0) / 1e6  # every byte a token × $1 + 50 tokens × $2
     ceiling = 10.5 * worst  # room for ten reservations, not eleven
     async with open_fake("paid", models=("paid-model",)) as paid:
         paid.script(
@@ -146,14 +145,14 @@ async def test_a_kill_switch_thrown_on_one_sidecar_holds_on_the_other(redis_serv
         client() as http,
     ):
         assert (await chat(http, b)).headers["x-lanes-lane"] == "local"
-        assert (await http.post(f"{a.base}/v1/lanes/local/off")).status_code == 200
+        assert (await http.post(f"{a.base}/v1/lanes/local/off", json={})).status_code == 200
         with trio.fail_after(5):
             while not await _off(http, b, "local"):  # noqa: ASYNC110  polls another process over HTTP
                 await trio.sleep(0.01)
         before = len(local.log)
         served_by = (await chat(http, b)).headers["x-lanes-lane"]
         sent = len(local.log) - before
-        assert (await http.post(f"{b.base}/v1/lanes/local/on")).status_code == 200
+        assert (await http.post(f"{b.base}/v1/lanes/local/on", json={})).status_code == 200
         with trio.fail_after(5):
             while await _off(http, a, "local"):  # noqa: ASYNC110  polls another process over HTTP
                 await trio.sleep(0.01)
@@ -231,7 +230,7 @@ async def test_an_approval_granted_on_one_host_holds_on_the_other(redis_server, 
         ):
             with pytest.raises(lanes.FallbackNeedsApproval) as asked:
                 await one.complete(lanes.Job(messages=MESSAGES, client="nightly"))
-            one.approvals.decide(asked.value.approval_id, 3600.0)
+            await one.approvals.decide(asked.value.approval_id, 3600.0)
             with trio.fail_after(5):
                 while not other.approvals.granted("nightly"):  # noqa: ASYNC110  the grant arrives via Redis, no event
                     await trio.sleep(0.01)

@@ -223,11 +223,11 @@ async def test_ops_endpoints():
             health = await http.get(f"{base}/health")
             ready = await http.get(f"{base}/ready")
             models = (await http.get(f"{url}/models")).json()
-            off = await http.post(f"{url}/lanes/local/off")
+            off = await http.post(f"{url}/lanes/local/off", json={})
             served = await post(url, {"messages": MESSAGES})
             lanes = (await http.get(f"{url}/lanes")).json()
             metrics = (await http.get(f"{base}/metrics")).text
-            missing = await http.post(f"{url}/lanes/nope/off")
+            missing = await http.post(f"{url}/lanes/nope/off", json={})
     assert health.json() == {"status": "ok"} and ready.json()["ready"] is True
     assert [m["id"] for m in models["data"]] == ["auto", "local/local-model", "paid/paid-model"]
     assert off.json() == {"lane": "local", "off": True} and served.headers["x-lanes-lane"] == "paid"

@@ -26,6 +26,7 @@ from lanes._core.errors import ConfigError
 from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.scoring import ScoringConfig
+from lanes._core.routing.spend import CAP_PARAMS
 from lanes._core.validators import non_negative, positive
 from lanes.freetier.kinds import KINDS, FreeTierKind
 
@@ -66,6 +67,7 @@ class ModelConfig:
     prefill: bool | None = (
         None  # continues a trailing assistant message; None = the lane module's default
     )
+    image_usd: float | None = attrs.field(default=None, validator=non_negative)  # per input image
 
 
 @attrs.frozen(kw_only=True)
@@ -94,11 +96,24 @@ class LaneConfig:
     )  # how often to fetch it again
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
     headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
+    # the output cap this provider honours (`max_tokens` or `max_completion_tokens`); unset: the
+    # lane module's. A paid attempt sends its cap there and only there.
+    output_cap: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(CAP_PARAMS))
+    )
 
     @property
     def module_path(self) -> str:
         module = self.module or self.name
         return module if "." in module else f"lanes.{module}"
+
+
+@attrs.frozen(kw_only=True)
+class ClientConfig:
+    """One client of the sidecar: `clients.NAME = "VAR"`, or a table `[server.clients.NAME]`."""
+
+    key_env: str  # the environment variable holding the client's key
+    admin: bool = False  # may switch lanes, decide approvals and revoke grants
 
 
 @attrs.frozen(kw_only=True)
@@ -111,9 +126,9 @@ class ServerConfig:
     keepalive_s: float = attrs.field(
         default=5.0, validator=positive
     )  # SSE comment while a stream waits
-    clients: dict[str, str] = attrs.field(
-        factory=dict
-    )  # client name → env variable holding its key
+    # client name → the env variable holding its key (or a table: key_env, admin)
+    clients: dict[str, ClientConfig] = attrs.field(factory=dict)
+    admin_key_env: str | None = None  # the env variable holding the admin key, if any
     shutdown_grace_s: float = attrs.field(default=30.0, validator=non_negative)
 
 
@@ -190,6 +205,12 @@ def _converter() -> cattrs.Converter:
             )
         return converter.structure(value, cls)
 
+    def structure_client(value: Any, _: Any) -> ClientConfig:
+        if isinstance(value, str):
+            return ClientConfig(key_env=value)
+        return converter.structure(value, ClientConfig)
+
+    converter.register_structure_hook(ClientConfig, structure_client)
     converter.register_structure_hook(FreeTierKind, structure_kind)
     converter.register_structure_hook(
         FreeTierKind | None, lambda value, _: None if value is None else structure_kind(value, None)

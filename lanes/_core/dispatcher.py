@@ -20,8 +20,8 @@ from lanes._core.clocks import EpochTime, TrioTime
 from lanes._core.config import Config
 from lanes._core.errors import JobFailed
 from lanes._core.job import Candidate, Job, Reply
+from lanes._core.routing.approvals import Approvals
 from lanes._core.routing.calls import complete_call, stream_call
-from lanes._core.routing.consent import Approvals
 from lanes._core.routing.context import Routing
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import walk

@@ -64,6 +64,7 @@ class Job:
     cohort: str | None = None
     request_class: str | None = None
     privacy: Privacy = "any"
+    approval: str | None = None  # the approval a retry carries (X-Lanes-Approval), if any
     id: str = attrs.field(factory=_new_id)
 
     @messages.validator
@@ -99,6 +100,10 @@ class Job:
             body["stream"] = True
         return body
 
+    def request_fingerprint(self) -> str:
+        """SHA-256 of what was asked — model, messages and params: a retry has the same one."""
+        return digest([self.model, list(self.messages), dict(self.params)])[0]
+
     def fingerprint(self) -> tuple[str, int]:
         """SHA-256 and byte count of the messages: what the audit keeps instead of the body."""
         return digest(list(self.messages))
@@ -106,7 +111,8 @@ class Job:
 
 def digest(value: Any) -> tuple[str, int]:
     """SHA-256 hex and byte length of a JSON value's canonical encoding."""
-    raw = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    raw = text.encode("utf-8", "surrogatepass")  # a lone surrogate from outside must not crash this
     return hashlib.sha256(raw).hexdigest(), len(raw)
 
 
@@ -125,6 +131,8 @@ class Candidate:
     vision: bool | None = None
     json_mode: bool | None = None
     prefill: bool = False  # continues a trailing assistant message (stream recovery can resume)
+    image_usd: float | None = None  # the most one input image costs (None: unknown)
+    cap_param: str = "max_tokens"  # the output cap the lane's dialect honours
 
     @property
     def key(self) -> str:

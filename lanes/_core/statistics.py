@@ -138,7 +138,7 @@ def snapshot(
             "estimated_cost_usd": a.estimated_cost_usd,
             "created_at": a.created_at,
         }
-        for a in routing.approvals.pending.values()
+        for a in routing.approvals.pending()
     )
     return Statistics(
         at=now_wall,

@@ -6,10 +6,8 @@ the offending field.
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Mapping
-from typing import Any, Literal
 
 import trio
 from starlette.applications import Starlette
@@ -20,12 +18,13 @@ from starlette.routing import Route
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
 from lanes._core.job import Job, Privacy, Reply
+from lanes._http.admin import Handler, admin_routes
 from lanes._http.errors import error_response, job_failed
+from lanes._http.guard import Guard, Refused
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE
-from lanes._http.state import lanes_state, models_list, ready
+from lanes._http.state import models_list, ready
 from lanes._http.streaming import SSERelay
-from lanes.freetier.headers import go_duration
 
 ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
@@ -93,6 +92,7 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
         client=client,
         cohort=headers.get("x-lanes-cohort") or None,
         request_class=headers.get("x-lanes-class") or None,
+        approval=headers.get("x-lanes-approval", "").strip()[:64] or None,
         privacy=PRIVACY[privacy],
     )
     return job, stream
@@ -111,39 +111,29 @@ def reply_headers(reply: Reply) -> dict[str, str]:
     }
 
 
-def parse_decision(value: Any) -> Literal["once", "deny"] | float:
-    """ "once", "deny", seconds, or a duration such as "1h" / "30m" (seconds returned)."""
-    if value == "once":
-        return "once"
-    if value == "deny":
-        return "deny"
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    if isinstance(value, str) and (seconds := go_duration(value)) and seconds > 0:
-        return seconds
-    raise BadRequest('\'decision\' must be "once", "deny" or a duration such as "1h"', "decision")
-
-
 def build_app(
-    dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metrics | None = None
+    dispatcher: Dispatcher,
+    *,
+    env: Mapping[str, str],
+    metrics: Metrics | None = None,
+    bind_host: str | None = None,
 ) -> Starlette:
     """The sidecar's app over an open dispatcher."""
     server = dispatcher.config.server
-    keys = {env[var]: name for name, var in server.clients.items() if env.get(var)}
+    guard = Guard(server, env, bind_host=bind_host or server.host)
     metrics = metrics or Metrics()
 
-    def client_of(request: Request) -> str:
-        if not keys:
-            return "anonymous"
-        auth = request.headers.get("authorization", "")
-        token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        found = None
-        for key, name in keys.items():  # compare with every key, in constant time
-            if hmac.compare_digest(token.encode(), key.encode()):
-                found = name
-        if found is None:
-            raise BadRequest("unknown client key", status=401, code="invalid_api_key")
-        return found
+    def open_route(handler: Handler) -> Handler:
+        """An endpoint any loopback caller may read (liveness, metrics, the page)."""
+
+        async def wrapped(request: Request) -> Response:
+            try:
+                guard.check_host(request)
+            except Refused as exc:
+                return error_response(exc.status, str(exc), exc.code)
+            return await handler(request)
+
+        return wrapped
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -165,12 +155,14 @@ def build_app(
 
     async def chat(request: Request) -> Response | SSERelay:
         try:
-            client = client_of(request)
+            client = guard.caller(request).client
             job, stream = parse_job(await read_body(request), request.headers, client)
             job_id = job.id
             dispatcher.resolve(job)  # an unknown model is a 404 before anything is sent
         except BadRequest as exc:
             return error_response(exc.status, str(exc), exc.code, param=exc.param)
+        except Refused as exc:
+            return error_response(exc.status, str(exc), exc.code)
         except JobFailed as exc:
             status, body, headers = job_failed(exc)
             return JSONResponse(
@@ -213,40 +205,11 @@ def build_app(
         )
 
     async def models(request: Request) -> Response:
+        try:
+            guard.caller(request)
+        except Refused as exc:
+            return error_response(exc.status, str(exc), exc.code)
         return JSONResponse(models_list(dispatcher, dispatcher.statistics()))
-
-    async def lanes_view(request: Request) -> Response:
-        return JSONResponse(lanes_state(dispatcher.statistics(), trio.current_time()))
-
-    async def switch(request: Request) -> Response:
-        name, action = request.path_params["name"], request.path_params["action"]
-        if action not in ("off", "on"):
-            return error_response(404, f"no route {request.url.path}", "not_found")
-        try:
-            dispatcher.lane_off(name) if action == "off" else dispatcher.lane_on(name)
-        except KeyError:
-            return error_response(404, f"no lane named {name!r}", "lane_not_found", param="name")
-        return JSONResponse({"lane": name, "off": dispatcher.is_off(name)})
-
-    async def approvals(request: Request) -> Response:
-        return JSONResponse({"data": [dict(a) for a in dispatcher.statistics().approvals]})
-
-    async def decide(request: Request) -> Response:
-        approval_id = request.path_params["approval_id"]
-        try:
-            raw = await read_body(request)
-            body = json.loads(raw or b"{}")
-            if not isinstance(body, dict):
-                raise BadRequest("the body must be a JSON object")
-            decision = parse_decision(body.get("decision"))
-            approval = dispatcher.approvals.decide(approval_id, decision)
-        except BadRequest as exc:
-            return error_response(exc.status, str(exc), exc.code, param=exc.param)
-        except ValueError:
-            return error_response(400, "the body is not valid JSON", "invalid_json")
-        except KeyError:
-            return error_response(404, f"no pending approval {approval_id!r}", "approval_not_found")
-        return JSONResponse({"id": approval.id, "decision": approval.decision})
 
     async def prometheus(request: Request) -> Response:
         return PlainTextResponse(
@@ -266,15 +229,12 @@ def build_app(
 
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/health", health),
-        Route("/ready", is_ready),
+        Route("/health", open_route(health)),
+        Route("/ready", open_route(is_ready)),
         Route("/v1/models", models),
-        Route("/v1/lanes", lanes_view),
-        Route("/v1/lanes/{name}/{action:str}", switch, methods=["POST"]),
-        Route("/v1/approvals", approvals),
-        Route("/v1/approvals/{approval_id}", decide, methods=["POST"]),
-        Route("/metrics", prometheus),
-        Route("/", page),
+        *admin_routes(dispatcher, guard, read_body),
+        Route("/metrics", open_route(prometheus)),
+        Route("/", open_route(page)),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.metrics = metrics

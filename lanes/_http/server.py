@@ -6,7 +6,6 @@ to `shutdown_grace_s`), then the dispatcher closes and flushes the state store.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import signal
@@ -22,17 +21,9 @@ from lanes._core.config import Config, load_config, read_config
 from lanes._core.errors import ConfigError
 from lanes._core.open import open_dispatcher
 from lanes._http.app import build_app
+from lanes._http.guard import is_loopback, resolved_keys
 
 log = logging.getLogger("lanes")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def serve(
@@ -73,14 +64,17 @@ async def serve(
             config = read_config(config or "config/lanes.toml", env=env)
         host = host or config.server.host
         port = config.server.port if port is None else port
-        if not is_loopback(host) and not config.server.clients:
+        if not is_loopback(host) and not resolved_keys(config.server, env):
+            variables = [c.key_env for c in config.server.clients.values()]
+            variables += [config.server.admin_key_env] if config.server.admin_key_env else []
+            named = f" ({', '.join(variables)} unset or empty)" if variables else ""
             raise ConfigError(
-                f"server.host: refusing to bind {host} with no client keys; configure "
-                "[server.clients] or bind 127.0.0.1",
+                f"server.host: refusing to bind {host} with no client key{named}; set a client "
+                "key in [server.clients] or bind 127.0.0.1",
                 key="server.host",
             )
         dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
-        app = build_app(dispatcher, env=env)
+        app = build_app(dispatcher, env=env, bind_host=host)
         hc = HypercornConfig()
         hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         hc.graceful_timeout = config.server.shutdown_grace_s

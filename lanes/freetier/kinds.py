@@ -121,13 +121,18 @@ def tier_of(
 ) -> Literal["local", "free", "paid"]:
     """The tier of one (lane, model): owned, borrowed-free or paid. Unknown price is not free.
 
-    `declared_free` is the model's `free` flag from config or the catalog (None when not said).
+    `declared_free` is the model's `free` flag from config or the catalog (None when not said). It
+    is honoured for every kind: `free = false` makes any model paid (it needs consent and the
+    ceiling), `free = true` makes a model of a `none` or `free_models` lane borrowed-free.
     """
+    if declared_free is False:
+        return "paid"
     if isinstance(kind, AlwaysFreeLocal):
         return "local"
+    if declared_free is True:
+        return "free"
     if isinstance(kind, NoFreeTier):
         return "paid"
     if isinstance(kind, FreeModelsOnly):
-        free = declared_free if declared_free is not None else kind.covers(model)
-        return "free" if free else "paid"
-    return "paid" if declared_free is False else "free"
+        return "free" if kind.covers(model) else "paid"
+    return "free"

@@ -68,6 +68,16 @@ class LaneTerms:
     prices: Mapping[str, tuple[float, float]] = attrs.field(
         factory=dict
     )  # model → USD/Mtok in, out
+    declared: Mapping[str, bool] = attrs.field(factory=dict)  # model → its `free` flag, where set
+
+    def is_free(self, model: str) -> bool:
+        """Is `model` borrowed-free (or owned) capacity? Its `free` flag first, then the kind."""
+        flag = self.declared.get(model)
+        if flag is not None:
+            return flag
+        if isinstance(self.kind, NoFreeTier):
+            return False
+        return not isinstance(self.kind, FreeModelsOnly) or self.kind.covers(model)
 
 
 class FreeTierManager:
@@ -100,36 +110,36 @@ class FreeTierManager:
         self.terms[lane] = terms
 
     # -- scopes ---------------------------------------------------------------------------------
-    def _account_wide(self, lane: str) -> bool:
-        kind = self.terms[lane].kind if lane in self.terms else None
-        return bool(getattr(kind, "account_wide", False))
+    def _account_wide(self, lane: str, model: str) -> bool:
+        """Does the lane's account-wide free quota cover `model`? Never a paid model's: a free
+        quota used up must not hold back what the account pays for."""
+        terms = self.terms.get(lane)
+        if terms is None or not getattr(terms.kind, "account_wide", False):
+            return False
+        return terms.is_free(model)
 
     def scope(self, lane: str, model: str) -> str:
-        """Where limits are kept: per model, or per lane when the provider's limit is
-        account-wide."""
-        return f"{lane}/*" if self._account_wide(lane) else f"{lane}/{model}"
+        """Where limits are kept: per model, or per lane when the provider's limit is account-wide
+        (for the models that limit covers)."""
+        return f"{lane}/*" if self._account_wide(lane, model) else f"{lane}/{model}"
 
     # -- before routing ----------------------------------------------------------------------------
     def is_in_backoff(self, lane: str, model: str, now: float) -> Backoff | None:
-        """The backoff in force for this candidate (its own or its lane's), or None."""
-        found = [
-            b
-            for key in (f"{lane}/{model}", f"{lane}/*")
-            if (b := self.backoffs.get(key)) and b.until > now
-        ]
+        """The backoff in force for this candidate (its own, or its lane's account-wide one when
+        that covers it), or None."""
+        keys = (f"{lane}/{model}", self.scope(lane, model))
+        found = [b for key in keys if (b := self.backoffs.get(key)) and b.until > now]
         return max(found, key=lambda b: b.until) if found else None
 
     def classify(self, lane: str, model: str, now: float) -> Verdict:
         """AlwaysFree (owned or subscribed), FreeWithinLimits, or NotFree with the reason and
         when."""
-        terms = self.terms.get(lane)
-        kind = terms.kind if terms else NoFreeTier()
+        terms = self.terms.get(lane) or LaneTerms(kind=NoFreeTier())
+        kind = terms.kind
+        if not terms.is_free(model):
+            return Verdict(kind="not_free", reason="paid model")
         if isinstance(kind, (AlwaysFreeLocal, Subscription)):
             return Verdict(kind="always_free")
-        if isinstance(kind, NoFreeTier) or (
-            isinstance(kind, FreeModelsOnly) and not kind.covers(model)
-        ):
-            return Verdict(kind="not_free", reason="paid model")
         backoff = self.is_in_backoff(lane, model, now)
         if backoff is not None:
             return Verdict(

@@ -28,6 +28,9 @@ class Behaviour:
     window_s: float = 60.0
     day_limit: int = 0  # quota: requests allowed per day as well (0: no daily limit)
     style: str = "openai"  # quota: how limits are reported — openai, openrouter, gemini (body only)
+    # answer: the `usage` reported instead of an honest count — a value, or a function of the
+    # request body (an upstream that bills the most it may, or one that reports garbage)
+    usage: Any = None
 
 
 def answer(
@@ -37,6 +40,7 @@ def answer(
     headers: Mapping[str, str] | None = None,
     text: str = ANSWER,
     reported_model: str | None = None,
+    usage: Any = None,
 ) -> Behaviour:
     return Behaviour(
         kind="answer",
@@ -45,6 +49,7 @@ def answer(
         headers=headers or {},
         text=text,
         reported_model=reported_model,
+        usage=usage,
     )
 
 

@@ -299,6 +299,14 @@ async def _receive_request(
             return None
 
 
+def _reported_usage(behaviour: Behaviour, request: Mapping[str, Any]) -> Any:
+    """What the fake says it billed: the behaviour's own `usage` (a value, or a function of the
+    request), else an honest count."""
+    if callable(behaviour.usage):
+        return behaviour.usage(request)
+    return behaviour.usage if behaviour.usage is not None else _usage(request, behaviour.text)
+
+
 def _usage(request: Mapping[str, Any], text: str) -> dict[str, int]:
     prompt = max(1, len(json.dumps(request.get("messages", []))) // 4)
     completion = max(1, len(text) // 4)
@@ -358,7 +366,7 @@ async def _send_completion(
                 "finish_reason": "stop",
             }
         ],
-        "usage": _usage(request, behaviour.text),
+        "usage": _reported_usage(behaviour, request),
     }
     if behaviour.kind in ("cut", "stall"):
         raw = json.dumps(body).encode()
@@ -414,7 +422,7 @@ async def _send_stream(
             "created": 0,
             "model": model,
             "choices": [],
-            "usage": _usage(request, behaviour.text),
+            "usage": _reported_usage(behaviour, request),
         }
         events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
     if behaviour.kind == "malformed":

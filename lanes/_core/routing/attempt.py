@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from lanes._core.errors import (
@@ -35,8 +34,8 @@ from lanes._core.errors import (
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Reply
 from lanes._core.routing.gate import Admission
 from lanes._core.routing.ledger import Reservation
-from lanes._core.routing.policy import max_output_tokens
 from lanes._core.routing.record import JobRecord
+from lanes._core.routing.spend import paid_request
 from lanes._core.upstream.client import Response
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.prices import usage_cost
@@ -89,13 +88,14 @@ class AttemptRun:
         routing.manager.record_usage(
             candidate.lane, candidate.model, now=routing.now_wall(), requests=1
         )
-        if candidate.tier == "paid":
-            # so the reservation is a true worst case
-            if max_output_tokens(self.job.params) is None:
-                self.job = attrs.evolve(
-                    self.job,
-                    params={**self.job.params, "max_tokens": routing.policy.paid_max_tokens},
-                )
+        if (
+            candidate.tier == "paid"
+        ):  # one cap, in the lane's dialect: the reservation is a true bound
+            self.job = paid_request(
+                self.job,
+                cap_param=candidate.cap_param,
+                paid_max_tokens=routing.policy.paid_max_tokens,
+            )
             self.reservation = await routing.ledger.reserve(candidate, self.job)
         self.sent = True
         self.started = trio.current_time()

@@ -9,7 +9,8 @@ import trio
 
 from lanes._core.job import Reply
 from lanes._core.routing.attempt import AttemptRun
-from lanes._core.streaming.stream import ReplyStream, first_chunks
+from lanes._core.streaming.stream import ReplyStream, first_chunks, with_usage
+from lanes.freetier.kinds import CreditBased
 
 
 async def complete_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
@@ -24,6 +25,8 @@ async def complete_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
 async def stream_call(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:
     """Open the stream and wait for its first chunk under min(deadline, start + first_token_s);
     the upstream response stays open in `stack`, with the stream."""
+    if run.candidate.tier == "paid" or isinstance(run.lane.free_tier, CreditBased):
+        run.job = with_usage(run.job)  # billed: settle from the upstream's own count
     cap = run.lane.config.first_token_s
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
         reader = await stack.enter_async_context(run.lane.open_stream(run.job, run.candidate.model))

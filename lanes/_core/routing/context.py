@@ -12,8 +12,9 @@ from lanes._core.clocks import EpochTime
 from lanes._core.config import Config
 from lanes._core.errors import JobFailed, UnknownModel, UpstreamError
 from lanes._core.job import Candidate, Job
+from lanes._core.routing.approvals import Approvals
 from lanes._core.routing.breakers import LaneBreakers
-from lanes._core.routing.consent import Approvals, Consent
+from lanes._core.routing.consent import Consent
 from lanes._core.routing.gate import Gate
 from lanes._core.routing.ledger import Ledger
 from lanes._core.routing.probes import Probes
@@ -57,7 +58,7 @@ class Routing:
             free_lane_on=free_lane_on,
         )
         self.ledger = Ledger(self.policy, manager, store, now_wall)
-        self.approvals = Approvals(store, now_wall)
+        self.approvals = Approvals(store, now_wall, once_ttl_s=self.policy.once_ttl_s)
         self.consent = Consent(self.policy, self.approvals, self.seconds_to_next_free)
         self.ranking = Ranking(config.scoring)
         self.unreachable: dict[
@@ -118,10 +119,14 @@ class Routing:
             m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0)
             for m in lane.models.values()
         }
-        self.manager.register(
-            lane.name,
-            LaneTerms(kind=lane.free_tier, conventions=lane.provider.conventions, prices=prices),
+        declared = {m.id: m.free for m in lane.models.values() if m.free is not None}
+        terms = LaneTerms(
+            kind=lane.free_tier,
+            conventions=lane.provider.conventions,
+            prices=prices,
+            declared=declared,
         )
+        self.manager.register(lane.name, terms)
 
     # -- when free capacity returns ---------------------------------------------------------------
     def next_free(self, job: Job) -> tuple[float, str] | None:

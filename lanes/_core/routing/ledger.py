@@ -18,7 +18,8 @@ import attrs
 from lanes._core.clocks import EpochTime
 from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
-from lanes._core.routing.policy import PolicyConfig, worst_case_cost
+from lanes._core.routing.policy import PolicyConfig
+from lanes._core.routing.spend import Unbounded, worst_case
 from lanes._core.state.store import STORE_ERRORS, Store, call
 from lanes.freetier.manager import FreeTierManager
 from lanes.freetier.windows import WindowName, window_end, window_id
@@ -66,12 +67,12 @@ class Ledger:
         self._manager.pending_usage += self._manager.usage.add(SCOPE, now, requests=1)
 
     async def reserve(self, candidate: Candidate, job: Job) -> Reservation:
-        """Reserve one paid attempt's worst case under today's ceiling, or raise
-        `PaidBudgetExhausted`."""
-        amount = worst_case_cost(candidate, job, self.policy.paid_max_tokens)
-        if amount is None:
+        """Reserve the worst case of one paid attempt (`job` as sent) under today's ceiling, or
+        raise `PaidBudgetExhausted`."""
+        amount = worst_case(candidate, job)
+        if isinstance(amount, Unbounded):  # the walk skips these before; never sent unbounded
             raise PaidBudgetExhausted(
-                f"{candidate.key} has no known price, so it can not be held to the ceiling"
+                f"{candidate.key}: {amount}; it can not be held to the ceiling"
             )
         now = self._now()
         try:
@@ -101,12 +102,7 @@ class Ledger:
             log.warning("paid ledger: writable again; paid fallback open")
         self._ledger_failing = False
         if reservation is None:
-            wait = window_end("day", now) - now
-            raise PaidBudgetExhausted(
-                f"paid ceiling ${self.policy.paid_ceiling_usd_per_day:.2f}/day "
-                f"would be crossed by ${amount:.6f}",
-                retry_after_s=wait,
-            )
+            raise self.refusal(amount)
         return Reservation(id=reservation, amount_usd=amount)
 
     def settle(self, reservation: Reservation, cost: float) -> None:
@@ -117,6 +113,20 @@ class Ledger:
             log.warning(
                 "paid ledger: can not settle a reservation (%s); it stays counted in full", exc
             )
+
+    def refusal(self, amount: float) -> PaidBudgetExhausted:
+        """The error for a paid attempt whose worst case (`amount` USD) would cross today's ceiling;
+        it says when the ceiling resets (UTC midnight)."""
+        now = self._now()
+        return PaidBudgetExhausted(
+            f"paid ceiling ${self.policy.paid_ceiling_usd_per_day:.2f}/day would be crossed by "
+            f"${amount:.6f}",
+            retry_after_s=window_end("day", now) - now,
+        )
+
+    def left_today(self) -> float:
+        """USD left under today's paid ceiling, as this process last knew it."""
+        return max(0.0, self.policy.paid_ceiling_usd_per_day - self.spent_today())
 
     def spent_today(self) -> float:
         return self._store.paid_spent(window_id("day", self._now()))

@@ -57,6 +57,12 @@ class PolicyConfig:
         default=None, validator=at_least(0)
     )  # None: until the deadline
     approval_default_s: float = attrs.field(default=3600.0, validator=at_least(0))
+    approval_min_s: float = attrs.field(
+        default=1.0, validator=at_least(0)
+    )  # less left: 504, no approval
+    once_ttl_s: float = attrs.field(
+        default=600.0, validator=at_least(0)
+    )  # an unused "once" awaits the retry
     privacy: Literal["any", "zdr", "local"] = "any"  # the default for jobs that say nothing
 
 

@@ -36,6 +36,7 @@ class JobRecord:
         self.free_blocked: list[Candidate] = []  # free candidates the free-tier manager held back
         self.request_class = "general"
         self.approval: str | None = None  # how paid fallback was consented to: allow, once, granted
+        self.approved: str | None = None  # the "lane/model" an "approve once" lets through
         self.budget_refusal: PaidBudgetExhausted | None = (
             None  # the paid ceiling refused an attempt
         )

@@ -38,6 +38,7 @@ from lanes._core.routing.attempt import AttemptRun, open_attempt
 from lanes._core.routing.context import Routing
 from lanes._core.routing.policy import PolicyConfig, after_failure, make_plan, needs_of
 from lanes._core.routing.record import JobRecord
+from lanes._core.routing.spend import Unbounded, paid_request, worst_case
 
 T = TypeVar("T")
 #: What a door does with an admitted attempt: send it, and return its result (`stack` holds what
@@ -123,13 +124,17 @@ async def _walk_plan(
         if reason:
             record.skip(candidate, reason)
             continue
-        if (
-            candidate.tier == "paid"
-            and not pinned
-            and record.approval is None
-            and not await routing.consent.ask(record, candidate)
-        ):
-            continue
+        if candidate.tier == "paid":
+            estimate = _paid_estimate(routing, record, candidate)
+            if estimate is None:
+                continue
+            min_time_s = max(
+                routing.lanes[candidate.lane].config.min_useful_s, policy.approval_min_s
+            )
+            if not pinned and not await routing.consent.ask(
+                record, candidate, estimate=estimate, min_time_s=min_time_s
+            ):
+                continue
         retry = False
         while True:
             try:
@@ -210,6 +215,24 @@ def _out_of_budget(
     if candidate.tier == "paid" and record.paid_attempts >= policy.paid_attempts:
         return f"paid attempts ({policy.paid_attempts}) used"
     return None
+
+
+def _paid_estimate(routing: Routing, record: JobRecord, candidate: Candidate) -> float | None:
+    """The worst case of a paid attempt on `candidate` (the request as it would be sent), or None
+    after recording why it may not be sent: no bound, or more than is left of today's ceiling."""
+    sent = paid_request(
+        record.job, cap_param=candidate.cap_param, paid_max_tokens=routing.policy.paid_max_tokens
+    )
+    estimate = worst_case(candidate, sent)
+    if isinstance(estimate, Unbounded):
+        record.skip(candidate, f"worst case can not be bounded: {estimate}")
+        return None
+    if estimate > routing.ledger.left_today() + 1e-12:
+        refusal = routing.ledger.refusal(estimate)
+        record.budget_refusal = refusal
+        record.skip(candidate, str(refusal))
+        return None
+    return estimate
 
 
 def _retry_pause(

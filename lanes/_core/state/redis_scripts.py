@@ -17,6 +17,24 @@ def pico(usd: float) -> int:
     return math.ceil(round(usd * PICO, 3))
 
 
+# An "approve once" is consumed by exactly one request across every host.
+# KEYS: the once hash. ARGV: client, candidate, fingerprint, approval id (or ""), now.
+# Returns the consumed id, or false.
+TAKE_ONCE = """
+local best = false
+local entries = redis.call('HGETALL', KEYS[1])
+for i = 1, #entries, 2 do
+  local ok, once = pcall(cjson.decode, entries[i + 1])
+  if ok and once['client'] == ARGV[1] and once['candidate'] == ARGV[2]
+      and tonumber(once['until']) > tonumber(ARGV[5]) then
+    if entries[i] == ARGV[4] then best = entries[i]; break end
+    if once['fingerprint'] == ARGV[3] and not best then best = entries[i] end
+  end
+end
+if best then redis.call('HDEL', KEYS[1], best) end
+return best
+"""
+
 # KEYS: backoff key, deadline index.
 # ARGV: scope, until (s), until (ms), value, channel, message, now.
 BACKOFF = """

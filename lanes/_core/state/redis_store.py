@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import attrs
 import redis
 import trio
 
@@ -48,10 +49,12 @@ from lanes._core.state.redis_scripts import (
     RESERVE,
     RESTORE,
     SETTLE,
+    TAKE_ONCE,
     pico,
 )
 from lanes._core.state.store import (
     LocalView,
+    OnceConsent,
     SQLiteStore,
     StoreUnavailable,
     UsageKey,
@@ -83,6 +86,12 @@ def _guarded(fn: F) -> F:
             ) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _grant(value: object) -> tuple[float, float]:
+    """A grant as kept in Redis: "until@at" (an older "until" alone reads as written at 0)."""
+    until, _, at = _text(value).partition("@")
+    return float(until), float(at or 0.0)
 
 
 def _text(value: object) -> str:
@@ -138,17 +147,18 @@ class RedisStore:
         self._max = self._redis.register_script(MAX)
         self._release = self._redis.register_script(RELEASE)
         self._lease = self._redis.register_script(LEASE)
+        self._take_once = self._redis.register_script(TAKE_ONCE)
         self._lock = threading.Lock()
         self._epoch: str | None = None
         self._reseed_due = False  # Redis forgot our state and we have not pushed our view back yet
         self._pubsub: Any = None
         # local caches, answered without a round trip
         self._spent: dict[int, float] = {}
-        self._grants: dict[str, float] = {}
+        self._grants: dict[str, tuple[float, float]] = {}  # client → (until, written at)
         self._quarantine: dict[str, str] = {}
         # this host's writes waiting for the next sync, and what it must push back after a data loss
         self._settles: dict[str, float] = {}
-        self._grant_writes: dict[str, float] = {}
+        self._grant_writes: dict[str, tuple[float, float]] = {}
         self._switch_writes: dict[str, tuple[bool, float]] = {}
         self._quarantine_writes: dict[str, tuple[str | None, str, float]] = {}
         self._releases: list[tuple[str, bool, Backoff | None]] = []
@@ -336,14 +346,49 @@ class RedisStore:
             return self._spent.get(day, 0.0)
 
     # -- approvals, the kill switch, the quarantine ------------------------------------------
-    def put_grant(self, client: str, until: float) -> None:
+    def put_grant(self, client: str, until: float, at: float) -> None:
+        """Grant `client` paid fallback until `until` (a past `until` revokes it). The write made
+        last (`at`, epoch seconds) wins on every host, so a revocation sticks."""
         with self._lock:
-            self._grants[client] = until
-            self._grant_writes[client] = until
+            self._grants[client] = self._grant_writes[client] = (until, at)
 
     def grant_until(self, client: str) -> float | None:
         with self._lock:
-            return self._grants.get(client)
+            grant = self._grants.get(client)
+        return None if grant is None else grant[0]
+
+    def grants(self, now: float) -> dict[str, float]:
+        with self._lock:
+            return {client: until for client, (until, _) in self._grants.items() if until > now}
+
+    @_guarded
+    def put_once(self, once: OnceConsent) -> None:
+        self._redis.hset(self._k("once"), once.id, json.dumps(attrs.asdict(once)))
+
+    @_guarded
+    def take_once(
+        self, *, client: str, candidate: str, fingerprint: str, approval: str | None, now: float
+    ) -> str | None:
+        taken = self._take_once(
+            keys=[self._k("once")], args=[client, candidate, fingerprint, approval or "", repr(now)]
+        )
+        return _text(taken) if taken else None
+
+    @_guarded
+    def onces(self, now: float) -> list[OnceConsent]:
+        out = []
+        for value in self._redis.hvals(self._k("once")):
+            try:
+                once = OnceConsent(**json.loads(value))
+            except (ValueError, TypeError):
+                continue  # a value we can not read is skipped, never fatal
+            if once.until > now:
+                out.append(once)
+        return out
+
+    @_guarded
+    def drop_once(self, once_id: str) -> bool:
+        return bool(self._redis.hdel(self._k("once"), once_id))
 
     def put_switch(self, lane: str, off: bool, at: float) -> None:
         with self._lock:
@@ -460,9 +505,10 @@ class RedisStore:
                 d < day - 1 for d, _ in self._own.values()
             ):  # only today's and yesterday's can need pushing back
                 self._own = {r: (d, amount) for r, (d, amount) in self._own.items() if d >= day - 1}
-            merged = {client: float(until) for client, until in grants.items()}
-            for client, until in self._grant_writes.items():
-                merged[client] = max(until, merged.get(client, 0.0))
+            merged = {_text(client): _grant(value) for client, value in grants.items()}
+            for client, written in self._grant_writes.items():  # our unflushed writes are newer
+                if written[1] >= merged.get(client, (0.0, 0.0))[1]:
+                    merged[client] = written
             self._grants = merged
         return self._reseed_due
 
@@ -506,9 +552,8 @@ class RedisStore:
                     args=[reservation, pico(amount), int(end_of("day", day)) + 86400],
                     client=pipe,
                 )
-            for client, until in self._grants.items():
-                if until > now:
-                    self._grant_writes.setdefault(client, until)
+            for client, grant in self._grants.items():
+                self._grant_writes.setdefault(client, grant)  # revocations too: they are newer
             for lane in view.switched_off:
                 self._switch_writes.setdefault(lane, (True, now))
             for key, reason in self._quarantine.items():
@@ -535,10 +580,10 @@ class RedisStore:
             for reservation, cost in settles.items():
                 day = reservation.split(":", 1)[0]
                 self._settle(keys=self._ledger(day), args=[reservation, pico(cost)], client=pipe)
-            for client, until in grants.items():
-                pipe.hset(self._k("grant"), client, repr(until))
+            for client, (until, at) in grants.items():
+                pipe.hset(self._k("grant"), client, f"{until!r}@{at!r}")
                 pipe.publish(
-                    self.channel, self._publish_message("grant", client=client, until=until)
+                    self.channel, self._publish_message("grant", client=client, until=until, at=at)
                 )
             for lane, (off, at) in switches.items():
                 if off:
@@ -589,10 +634,10 @@ class RedisStore:
                     event = None
                 if isinstance(event, dict) and event.get("from") != self.host:
                     if event.get("t") == "grant":
+                        heard = (float(event["until"]), float(event.get("at", 0.0)))
                         with self._lock:
-                            self._grants[event["client"]] = max(
-                                float(event["until"]), self._grants.get(event["client"], 0.0)
-                            )
+                            if heard[1] >= self._grants.get(event["client"], (0.0, 0.0))[1]:
+                                self._grants[event["client"]] = heard
                     events.append(event)
                 message = self._pubsub.get_message(timeout=0.0)
             return events

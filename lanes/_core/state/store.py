@@ -45,7 +45,9 @@ CREATE TABLE IF NOT EXISTS paid_ledger (id TEXT PRIMARY KEY, day INTEGER, reserv
 settled FLOAT, lane TEXT,
     model TEXT, job TEXT, cohort TEXT);
 CREATE INDEX IF NOT EXISTS idx_paid_ledger_day ON paid_ledger (day);
-CREATE TABLE IF NOT EXISTS "grant" (client TEXT PRIMARY KEY, until FLOAT);
+CREATE TABLE IF NOT EXISTS "grant" (client TEXT PRIMARY KEY, until FLOAT);\
+CREATE TABLE IF NOT EXISTS once_consent (id TEXT PRIMARY KEY, client TEXT, fingerprint TEXT, \
+    candidate TEXT, until FLOAT);
 CREATE TABLE IF NOT EXISTS audit (job TEXT PRIMARY KEY, at FLOAT, client TEXT, cohort TEXT, \
 class TEXT, route TEXT,
     outcome TEXT, lane TEXT, model TEXT, request_sha256 TEXT, request_bytes INTEGER, \
@@ -65,6 +67,19 @@ class StoreUnavailable(Exception):
 
 
 STORE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, StoreUnavailable)
+
+
+@attrs.frozen(kw_only=True)
+class OnceConsent:
+    """An "approve once" no waiting job used: it lets the client's next request for the same job
+    (same fingerprint, or carrying the approval id) use `candidate` once, until `until` (epoch
+    seconds)."""
+
+    id: str  # the approval's id
+    client: str
+    fingerprint: str
+    candidate: str  # the paid "lane/model" approved
+    until: float
 
 
 @attrs.frozen(kw_only=True)
@@ -137,8 +152,15 @@ class Store(Protocol):
     ) -> str | None: ...
     def settle_paid(self, reservation: str, cost: float) -> None: ...
     def paid_spent(self, day: int) -> float: ...
-    def put_grant(self, client: str, until: float) -> None: ...
+    def put_grant(self, client: str, until: float, at: float) -> None: ...
     def grant_until(self, client: str) -> float | None: ...
+    def grants(self, now: float) -> dict[str, float]: ...
+    def put_once(self, once: OnceConsent) -> None: ...
+    def take_once(
+        self, *, client: str, candidate: str, fingerprint: str, approval: str | None, now: float
+    ) -> str | None: ...
+    def onces(self, now: float) -> list[OnceConsent]: ...
+    def drop_once(self, once_id: str) -> bool: ...
     def add_audit(self, rows: list[dict[str, Any]]) -> None: ...
     def quarantined(self) -> dict[str, str]: ...
     def set_quarantine(
@@ -324,10 +346,66 @@ class SQLiteStore:
         ).fetchone()
         return float(spent)
 
-    def put_grant(self, client: str, until: float) -> None:
+    def put_grant(self, client: str, until: float, at: float) -> None:
+        """Grant `client` paid fallback until `until` (a past `until` revokes it); the last write
+        wins."""
         with self._lock, self._conn:
             self._conn.execute(
                 'INSERT OR REPLACE INTO "grant" (client, until) VALUES (?, ?)', (client, until)
+            )
+
+    def grants(self, now: float) -> dict[str, float]:
+        """Every client's grant in force at `now`: client → until."""
+        with self._lock:
+            rows = self._conn.execute('SELECT client, until FROM "grant" WHERE until > ?', (now,))
+            return {client: float(until) for client, until in rows}
+
+    def put_once(self, once: OnceConsent) -> None:
+        """Keep an "approve once" decision for the client's next matching request."""
+        with self._lock, self._conn:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO once_consent (id, client, fingerprint, candidate, until) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (once.id, once.client, once.fingerprint, once.candidate, once.until),
+            )
+
+    def take_once(
+        self, *, client: str, candidate: str, fingerprint: str, approval: str | None, now: float
+    ) -> str | None:
+        """Consume, atomically across processes, the client's "approve once" for `candidate` that
+        names this request (its approval id, else its fingerprint); its id, or None."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute(
+                    "SELECT id FROM once_consent WHERE client = ? AND candidate = ? AND until > ? "
+                    "AND (id = ? OR fingerprint = ?) ORDER BY id = ? DESC LIMIT 1",
+                    (client, candidate, now, approval or "", fingerprint, approval or ""),
+                ).fetchone()
+                if row is not None:
+                    self._conn.execute("DELETE FROM once_consent WHERE id = ?", (row[0],))
+                self._conn.execute("COMMIT")
+            finally:  # whatever happened, the transaction does not outlive the call
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+        return None if row is None else str(row[0])
+
+    def onces(self, now: float) -> list[OnceConsent]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, client, fingerprint, candidate, until FROM once_consent "
+                "WHERE until > ?",
+                (now,),
+            ).fetchall()
+        return [
+            OnceConsent(id=i, client=c, fingerprint=f, candidate=k, until=u)
+            for i, c, f, k, u in rows
+        ]
+
+    def drop_once(self, once_id: str) -> bool:
+        with self._lock, self._conn:
+            return (
+                self._conn.execute("DELETE FROM once_consent WHERE id = ?", (once_id,)).rowcount > 0
             )
 
     def grant_until(self, client: str) -> float | None:

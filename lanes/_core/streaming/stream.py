@@ -8,14 +8,34 @@ as if it had finished. The attempt behind it settles when the stream ends, break
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import trio
 
 from lanes._core.errors import RetryableError, StreamInterrupted
-from lanes._core.job import Attempt, Candidate, Outcome, Route
+from lanes._core.job import Attempt, Candidate, Job, Outcome, Route
 from lanes._core.routing.attempt import AttemptRun
 from lanes._core.upstream.client import ChunkReader
+
+
+def with_usage(job: Job) -> Job:
+    """`job` asking its upstream to report usage at the end of a stream (OpenAI's
+    `stream_options.include_usage`), whether or not the caller asked."""
+    options = job.params.get("stream_options")
+    options = dict(options) if isinstance(options, Mapping) else {}
+    if options.get("include_usage") is True:
+        return job
+    return attrs.evolve(
+        job, params={**job.params, "stream_options": {**options, "include_usage": True}}
+    )
+
+
+def wants_usage(job: Job) -> bool:
+    """Did the caller ask for the usage chunk at the end of its stream?"""
+    options = job.params.get("stream_options")
+    return isinstance(options, Mapping) and options.get("include_usage") is True
 
 
 async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:
@@ -38,6 +58,7 @@ class ReplyStream:
         self._reader = reader
         self._buffered = list(buffered)
         self._idle_s = run.lane.config.idle_s
+        self._pass_usage = wants_usage(run.record.job)  # the caller asked for the usage chunk
         self._outcome: Outcome | None = None
         self.delivered_text = ""  # content deltas handed to the caller so far
         self.delivered_tool_calls = False  # a tool-call delta was handed over (no safe resume)
@@ -124,6 +145,8 @@ class ReplyStream:
                 "fault", f"stream stalled: no bytes for {self._idle_s:g}s", "stream_stall"
             )
         chunk = self._buffered.pop(0)
+        if not self._pass_usage and not chunk.get("choices") and "usage" in chunk:
+            return await self.__anext__()  # asked for our ledger, not by the caller: not passed on
         self._note(chunk)
         return chunk
 

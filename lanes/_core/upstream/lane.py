@@ -17,6 +17,7 @@ import attrs
 
 from lanes._core.config import LaneConfig, ModelConfig
 from lanes._core.job import Candidate, Job
+from lanes._core.routing.spend import CAP_PARAMS
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
@@ -39,6 +40,9 @@ class Provider:
     balance: CustomEndpoint | None = (
         None  # where `detection = "provider_api"` reads the balance ({base_url} allowed)
     )
+    # The output cap the provider honours: `max_tokens`, or `max_completion_tokens` (OpenAI's
+    # newer models accept only that one). A paid attempt sends its cap there, and only there.
+    output_cap: str = attrs.field(default="max_tokens", validator=attrs.validators.in_(CAP_PARAMS))
     catalog_path: str = "/models"  # GET {base_url}{catalog_path} lists the models
     catalog_style: str = (
         "openai"  # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
@@ -128,6 +132,8 @@ class OpenAICompatibleLane:
             vision=model.vision,
             json_mode=model.json_mode,
             prefill=model.prefill if model.prefill is not None else self.provider.prefill,
+            image_usd=model.image_usd,
+            cap_param=self.config.output_cap or self.provider.output_cap,
         )
 
     @property

@@ -1,0 +1,193 @@
+"""Approvals of paid fallback: pending ones, the decisions on them, and what a decision leaves in
+the store — a client's grant (listed and revoked with `grants()` / `revoke()`) or an unused
+"approve once" kept for the client's retry. See `consent.py` for when a job asks.
+
+Approval ids are random (96 bits), so a page can not guess them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+import trio
+
+from lanes._core.clocks import EpochTime
+from lanes._core.job import Job
+from lanes._core.state.store import STORE_ERRORS, OnceConsent, Store, call
+
+Decision = Literal["once", "granted", "deny"]
+GRANT_PREFIX = "grant-"  # a grant's id is this and its client's name (one grant per client)
+
+
+@attrs.define(kw_only=True)
+class PendingApproval:
+    id: str
+    client: str
+    fingerprint: str  # the request it is for
+    exhausted: tuple[str, ...]  # the free candidates that were held back or failed
+    candidate: str  # the paid "lane/model" that will serve if approved
+    estimated_cost_usd: float  # its worst case, within what is left of today's ceiling
+    created_at: float  # wall-clock epoch seconds
+    expires_at: float  # trio clock: the last deadline of the jobs asking for it
+    waiting: int = 0  # jobs waiting on it now
+    event: trio.Event = attrs.field(factory=trio.Event)
+    decision: Decision | None = None
+
+
+class Approvals:
+    def __init__(
+        self, store: Store, now_wall: Callable[[], EpochTime], *, once_ttl_s: float
+    ) -> None:
+        self._store = store
+        self._now = now_wall
+        self._once_ttl_s = once_ttl_s  # how long an unused "approve once" is kept for the retry
+        self._pending: dict[str, PendingApproval] = {}
+
+    def pending(self) -> list[PendingApproval]:
+        """The approvals waiting for a decision (those whose jobs' deadlines passed are dropped)."""
+        now = trio.current_time()
+        for approval_id in [
+            a.id for a in self._pending.values() if a.expires_at <= now and not a.waiting
+        ]:
+            del self._pending[approval_id]
+        return list(self._pending.values())
+
+    def granted(self, client: str) -> bool:
+        until = self._store.grant_until(client)
+        return until is not None and until > self._now()
+
+    def open(
+        self,
+        *,
+        job: Job,
+        exhausted: tuple[str, ...],
+        candidate: str,
+        cost: float,
+        deadline_at: float,
+    ) -> PendingApproval:
+        """The pending approval this request asks for: the one its `X-Lanes-Approval` names, else
+        the client's one for the same request, else a new one."""
+        fingerprint = job.request_fingerprint()
+        pending = self.pending()
+        approval = next(
+            (a for a in pending if a.id == job.approval and a.client == job.client), None
+        )
+        approval = approval or next(
+            (a for a in pending if a.client == job.client and a.fingerprint == fingerprint), None
+        )
+        if approval is None:
+            approval = PendingApproval(
+                id=f"ap-{secrets.token_hex(12)}",
+                client=job.client,
+                fingerprint=fingerprint,
+                exhausted=exhausted,
+                candidate=candidate,
+                estimated_cost_usd=cost,
+                created_at=self._now(),
+                expires_at=deadline_at,
+            )
+            self._pending[approval.id] = approval
+        approval.expires_at = max(approval.expires_at, deadline_at)
+        return approval
+
+    async def take_once(self, job: Job, candidate: str) -> bool:
+        """Consume an "approve once" kept for this request and `candidate` (by approval id or
+        fingerprint); True when there was one. A store that can not answer means no."""
+        try:
+            taken = await call(
+                self._store,
+                self._store.take_once,
+                client=job.client,
+                candidate=candidate,
+                fingerprint=job.request_fingerprint(),
+                approval=job.approval,
+                now=self._now(),
+            )
+        except STORE_ERRORS:  # a store that can not answer consents to nothing
+            return False
+        return taken is not None
+
+    async def decide(
+        self, approval_id: str, decision: Literal["once", "deny"] | float
+    ) -> PendingApproval:
+        """Decide: "once", "deny", or a duration in seconds that grants the client until then.
+
+        Raises KeyError for an unknown (or already decided, or expired) approval id, ValueError for
+        a decision that is none of these.
+        """
+        approval = next((a for a in self.pending() if a.id == approval_id), None)
+        if approval is None:
+            raise KeyError(approval_id)
+        if isinstance(decision, int | float) and not isinstance(decision, bool):
+            if not 0 < decision <= 366 * 86400:
+                raise ValueError(
+                    f"an approval duration must be > 0 s and at most a year (got {decision})"
+                )
+            now = self._now()
+            await call(
+                self._store, self._store.put_grant, approval.client, now + float(decision), now
+            )
+            approval.decision = "granted"
+        elif decision in ("once", "deny"):
+            approval.decision = decision
+            if (
+                decision == "once" and not approval.waiting
+            ):  # the client will retry: keep it for then
+                await call(
+                    self._store,
+                    self._store.put_once,
+                    OnceConsent(
+                        id=approval.id,
+                        client=approval.client,
+                        fingerprint=approval.fingerprint,
+                        candidate=approval.candidate,
+                        until=self._now() + self._once_ttl_s,
+                    ),
+                )
+        else:
+            raise ValueError(
+                f"decision must be 'once', 'deny' or a duration in seconds (got {decision!r})"
+            )
+        del self._pending[approval.id]
+        approval.event.set()
+        return approval
+
+    async def grants(self) -> list[dict[str, Any]]:
+        """Every consent in force: client grants (`grant-<client>`) and unused "approve once"s."""
+        now = self._now()
+        out: list[dict[str, Any]] = [
+            {
+                "id": f"{GRANT_PREFIX}{client}",
+                "kind": "duration",
+                "client": client,
+                "until": until,
+                "candidate": None,
+            }
+            for client, until in sorted(self._store.grants(now).items())
+        ]
+        onces = await call(self._store, self._store.onces, now)
+        out += [
+            {
+                "id": o.id,
+                "kind": "once",
+                "client": o.client,
+                "until": o.until,
+                "candidate": o.candidate,
+            }
+            for o in sorted(onces, key=lambda o: o.until)
+        ]
+        return out
+
+    async def revoke(self, grant_id: str) -> bool:
+        """Revoke a grant (`grant-<client>`) or an unused "approve once"; False for no match."""
+        now = self._now()
+        if grant_id.startswith(GRANT_PREFIX):
+            client = grant_id.removeprefix(GRANT_PREFIX)
+            if client not in self._store.grants(now):
+                return False
+            await call(self._store, self._store.put_grant, client, 0.0, now)
+            return True
+        return bool(await call(self._store, self._store.drop_once, grant_id))

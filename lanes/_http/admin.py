@@ -1,0 +1,111 @@
+"""The operations endpoints: state views for any client, and the actions only an admin may take —
+the runtime kill switch, approval decisions, revoking grants (see `guard.py` for the rules)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import trio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from lanes._core.dispatcher import Dispatcher
+from lanes._core.state.store import STORE_ERRORS
+from lanes._http.errors import error_response
+from lanes._http.guard import Guard, Refused
+from lanes._http.state import lanes_state
+from lanes.freetier.headers import go_duration
+
+Handler = Callable[[Request], Awaitable[Response]]
+ReadBody = Callable[[Request], Awaitable[bytes]]
+
+
+def parse_decision(value: Any) -> Literal["once", "deny"] | float:
+    """ "once", "deny", seconds, or a duration such as "1h" / "30m" (seconds returned)."""
+    if value == "once":
+        return "once"
+    if value == "deny":
+        return "deny"
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    if isinstance(value, str) and (seconds := go_duration(value)) and seconds > 0:
+        return seconds
+    raise ValueError('\'decision\' must be "once", "deny" or a duration such as "1h"')
+
+
+def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> list[Route]:
+    def guarded(handler: Handler, *, admin: bool) -> Handler:
+        async def wrapped(request: Request) -> Response:
+            try:
+                guard.admin(request) if admin else guard.caller(request)
+                return await handler(request)
+            except Refused as exc:
+                return error_response(exc.status, str(exc), exc.code)
+
+        return wrapped
+
+    async def lanes_view(request: Request) -> Response:
+        return JSONResponse(lanes_state(dispatcher.statistics(), trio.current_time()))
+
+    async def switch(request: Request) -> Response:
+        name, action = request.path_params["name"], request.path_params["action"]
+        if action not in ("off", "on"):
+            return error_response(404, f"no route {request.url.path}", "not_found")
+        try:
+            dispatcher.lane_off(name) if action == "off" else dispatcher.lane_on(name)
+        except KeyError:
+            return error_response(404, f"no lane named {name!r}", "lane_not_found", param="name")
+        return JSONResponse({"lane": name, "off": dispatcher.is_off(name)})
+
+    async def approvals(request: Request) -> Response:
+        return JSONResponse({"data": [dict(a) for a in dispatcher.statistics().approvals]})
+
+    async def decide(request: Request) -> Response:
+        approval_id = request.path_params["approval_id"]
+        try:
+            body = json.loads(await read_body(request) or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            decision = parse_decision(body.get("decision"))
+        except ValueError as exc:
+            message = str(exc) if "decision" in str(exc) else "the body must be a JSON object"
+            return error_response(400, message, "invalid_request", param="decision")
+        try:
+            approval = await dispatcher.approvals.decide(approval_id, decision)
+        except KeyError:
+            return error_response(404, f"no pending approval {approval_id!r}", "approval_not_found")
+        except ValueError as exc:
+            return error_response(400, str(exc), "invalid_request", param="decision")
+        except STORE_ERRORS:
+            return error_response(
+                503, "the decision can not be kept: the state store is down", "state_store_down"
+            )
+        return JSONResponse({"id": approval.id, "decision": approval.decision})
+
+    async def grants(request: Request) -> Response:
+        try:
+            return JSONResponse({"data": await dispatcher.approvals.grants()})
+        except STORE_ERRORS:
+            return error_response(503, "the state store is down", "state_store_down")
+
+    async def revoke(request: Request) -> Response:
+        grant_id = request.path_params["grant_id"]
+        try:
+            revoked = await dispatcher.approvals.revoke(grant_id)
+        except STORE_ERRORS:
+            return error_response(503, "the state store is down", "state_store_down")
+        if not revoked:
+            return error_response(404, f"no grant {grant_id!r}", "grant_not_found")
+        return JSONResponse({"id": grant_id, "revoked": True})
+
+    return [
+        Route("/v1/lanes", guarded(lanes_view, admin=False)),
+        Route("/v1/lanes/{name}/{action:str}", guarded(switch, admin=True), methods=["POST"]),
+        Route("/v1/approvals", guarded(approvals, admin=False)),
+        Route("/v1/approvals/{approval_id}", guarded(decide, admin=True), methods=["POST"]),
+        Route("/v1/grants", guarded(grants, admin=False)),
+        Route("/v1/grants/{grant_id}", guarded(revoke, admin=True), methods=["DELETE"]),
+    ]

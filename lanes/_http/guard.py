@@ -1,0 +1,118 @@
+"""Who may do what over HTTP, and what a browser page can not forge.
+
+- **Keys.** With no client keys configured, only loopback callers reach the sidecar and they are one
+  anonymous client. With keys (`[server.clients]`, `admin_key_env`), every endpoint but `/health`,
+  `/ready`, `/metrics`, the page and its favicon needs a known key (`Authorization: Bearer`, or
+  `x-api-key`); state-changing ones — lane switches, approval decisions, grant revocations — need
+  an admin key (`admin_key_env`, or a client marked `admin = true`). Keys are compared in constant
+  time.
+- **No forgery.** A state-changing request must be `Content-Type: application/json` (a cross-site
+  form can not send that without a CORS preflight, which is never granted), and must not come from
+  another origin (`Origin`, `Sec-Fetch-Site`). On a loopback bind every request's `Host` must name
+  the loopback, so a DNS-rebinding page can not reach the sidecar under its own name.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import attrs
+from starlette.requests import Request
+
+from lanes._core.config import ServerConfig
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+class Refused(Exception):
+    """A request refused before it does anything: status, OpenAI error code, message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@attrs.frozen(kw_only=True)
+class Caller:
+    client: str
+    admin: bool
+
+
+def resolved_keys(server: ServerConfig, env: Mapping[str, str]) -> dict[str, Caller]:
+    """Key value → who it is, for every configured key whose variable holds a non-empty value."""
+    keys: dict[str, Caller] = {}
+    for name, client in server.clients.items():
+        if value := env.get(client.key_env, "").strip():
+            keys[value] = Caller(client=name, admin=client.admin)
+    if server.admin_key_env and (value := env.get(server.admin_key_env, "").strip()):
+        keys[value] = Caller(client="admin", admin=True)
+    return keys
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Guard:
+    def __init__(self, server: ServerConfig, env: Mapping[str, str], *, bind_host: str) -> None:
+        self._keys = resolved_keys(server, env)
+        self._loopback_only = is_loopback(bind_host)
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self._keys)
+
+    def caller(self, request: Request) -> Caller:
+        """Who sent `request`: the anonymous loopback client when no keys are configured."""
+        self.check_host(request)
+        if not self._keys:
+            return Caller(client="anonymous", admin=True)
+        auth = request.headers.get("authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        token = token or request.headers.get("x-api-key", "").strip()
+        found = None
+        for key, caller in self._keys.items():  # compare with every key, in constant time
+            if hmac.compare_digest(token.encode("utf-8", "replace"), key.encode()):
+                found = caller
+        if found is None:
+            raise Refused(401, "invalid_api_key", "unknown client key")
+        return found
+
+    def admin(self, request: Request) -> Caller:
+        """The caller of a state-changing request: an admin, sending JSON from no other origin."""
+        self.unforged(request)
+        caller = self.caller(request)
+        if not caller.admin:
+            raise Refused(403, "admin_key_required", "this action needs an admin key")
+        return caller
+
+    def unforged(self, request: Request) -> None:
+        """Refuse what a page of another origin could have sent."""
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json":
+            raise Refused(415, "json_required", "state-changing requests must be application/json")
+        if request.headers.get("sec-fetch-site", "") in ("cross-site", "same-site"):
+            raise Refused(403, "cross_origin", "cross-origin requests may not change anything")
+        origin = request.headers.get("origin")
+        if (
+            origin is not None
+            and urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower()
+        ):
+            raise Refused(403, "cross_origin", "cross-origin requests may not change anything")
+
+    def check_host(self, request: Request) -> None:
+        """On a loopback bind, refuse a `Host` that is not a loopback name (DNS rebinding)."""
+        if not self._loopback_only:
+            return
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if not is_loopback(name.lower()):
+            raise Refused(421, "misdirected_request", "this sidecar answers only to loopback names")

@@ -1,0 +1,220 @@
+"""Consent over HTTP, through a real sidecar on loopback: admin actions need a key and can not be
+forged from a page, approvals that work ("approve once" then retry), grants listed and revoked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx2
+import pytest
+import trio
+
+from lanes.testing import rate_limited
+from sidecar import CLIENT_KEY, open_sidecar
+
+MESSAGES = [{"role": "user", "content": "Please, the pangram."}]
+ADMIN_KEY = "lanes-admin-key-0123456789abcdef"
+KEYED = {"clients": {"alice": "CLIENT_KEY"}, "admin_key_env": "ADMIN_KEY"}
+ASK = {"free_tier_fallback": "ask", "paid_ceiling_usd_per_day": 1.0, "approval_wait_s": 1}
+LANES = (("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]))
+ALICE = {"authorization": f"Bearer {CLIENT_KEY}"}
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def free_gone(fakes) -> None:
+    fakes["free"].script("free-model", rate_limited(retry_after=600))
+
+
+async def held(http: httpx2.AsyncClient, url: str, headers: dict[str, str], **extra: str):
+    """A request that ends in 429 approval_required (the free lane is rate-limited)."""
+    return await http.post(
+        f"{url}/chat/completions", json={"messages": MESSAGES}, headers={**headers, **extra}
+    )
+
+
+@pytest.mark.free_lane
+async def test_admin_actions_can_not_be_forged():
+    """A cross-site form post, a request without the admin key and a guessed approval id all fail
+    and change nothing; the admin, sending JSON, can act."""
+    async with open_sidecar(*LANES, policy=ASK, server=KEYED, env={"ADMIN_KEY": ADMIN_KEY}) as (
+        url,
+        fakes,
+    ):
+        free_gone(fakes)
+        base = url.removesuffix("/v1")
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            first = await held(http, url, ALICE)
+            approval = first.json()["error"]["approval_id"]
+            attempts = {
+                "form post from a page": await http.post(
+                    f"{url}/approvals/{approval}",
+                    content=b"decision=once",
+                    headers={
+                        "content-type": "application/x-www-form-urlencoded",
+                        "origin": "https://evil.example",
+                        **ADMIN,
+                    },
+                ),
+                "text/plain post": await http.post(
+                    f"{url}/lanes/free/off",
+                    content=b'{"x": 1}',
+                    headers={"content-type": "text/plain", **ADMIN},
+                ),
+                "cross-origin JSON": await http.post(
+                    f"{url}/lanes/free/off",
+                    json={},
+                    headers={"origin": "https://evil.example", **ADMIN},
+                ),
+                "no key": await http.post(f"{url}/approvals/{approval}", json={"decision": "once"}),
+                "a client key, not admin": await http.post(
+                    f"{url}/approvals/{approval}", json={"decision": "once"}, headers=ALICE
+                ),
+                "a guessed id": await http.post(
+                    f"{url}/approvals/ap-1", json={"decision": "once"}, headers=ADMIN
+                ),
+                "DNS rebinding": await http.get(
+                    f"{url}/lanes", headers={"host": "rebind.example:80", **ALICE}
+                ),
+            }
+            pending = (await http.get(f"{url}/approvals", headers=ALICE)).json()["data"]
+            lanes_now = (await http.get(f"{url}/lanes", headers=ALICE)).json()["lanes"]
+            unkeyed_view = await http.get(f"{url}/lanes")
+            ok = await http.post(f"{url}/lanes/free/off", json={}, headers=ADMIN)
+            health = await http.get(f"{base}/health")
+    statuses = {name: r.status_code for name, r in attempts.items()}
+    assert statuses == {
+        "form post from a page": 415,
+        "text/plain post": 415,
+        "cross-origin JSON": 403,
+        "no key": 401,
+        "a client key, not admin": 403,
+        "a guessed id": 404,
+        "DNS rebinding": 421,
+    }
+    assert all("error" in r.json() for r in attempts.values())  # OpenAI-shaped, every one
+    assert [a["id"] for a in pending] == [approval] and len(approval) == 3 + 24  # 96 random bits
+    assert not any(lane["off"] for lane in lanes_now)
+    assert unkeyed_view.status_code == 401 and health.status_code == 200
+    assert ok.status_code == 200 and ok.json() == {"lane": "free", "off": True}
+    assert fakes["paid"].requests() == []
+
+
+@pytest.mark.free_lane
+@pytest.mark.parametrize("retry_carries_the_id", [False, True])
+async def test_approve_once_then_retry_is_served_by_paid_exactly_once(retry_carries_the_id):
+    """429 approval_required, then "approve once", then the client's retry: served by paid, once;
+    the next retry asks again. A retry carrying X-Lanes-Approval before the decision joins the same
+    approval instead of opening a new one."""
+    async with open_sidecar(*LANES, policy=ASK) as (url, fakes):
+        free_gone(fakes)
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            first = await held(http, url, {})
+            approval = first.json()["error"]["approval_id"]
+            if retry_carries_the_id:
+                again = await held(http, url, {}, **{"x-lanes-approval": approval})
+                assert again.json()["error"]["approval_id"] == approval
+            decided = await http.post(f"{url}/approvals/{approval}", json={"decision": "once"})
+            grants = (await http.get(f"{url}/grants")).json()["data"]
+            served = await held(http, url, {})
+            asked_again = await held(http, url, {})
+    assert first.status_code == 429 and first.headers["x-lanes-approval"] == approval
+    assert decided.json() == {"id": approval, "decision": "once"}
+    assert [(g["id"], g["kind"], g["candidate"]) for g in grants] == [
+        (approval, "once", "paid/paid-model")
+    ]
+    assert served.status_code == 200 and served.headers["x-lanes-route"] == "paid_fallback"
+    assert asked_again.status_code == 429 and asked_again.json()["error"]["approval_id"] != approval
+    assert len(fakes["paid"].requests()) == 1
+
+
+@pytest.mark.free_lane
+async def test_grants_are_listed_and_revoked_over_http_and_the_cli():
+    """An hour's grant shows in GET /v1/grants and `lanes approvals grants`, and `lanes approvals
+    revoke` ends it: the client is asked again."""
+    async with open_sidecar(*LANES, policy=ASK) as (url, fakes):
+        free_gone(fakes)
+        base = url.removesuffix("/v1")
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            approval = (await held(http, url, {})).json()["error"]["approval_id"]
+            await http.post(f"{url}/approvals/{approval}", json={"decision": "1h"})
+            granted = await held(http, url, {})
+            listed = (await http.get(f"{url}/grants")).json()["data"]
+
+            def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+                return subprocess.run(
+                    [sys.executable, "-m", "lanes", "approvals", *argv, "--url", base],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+
+            shown = await trio.to_thread.run_sync(cli, "grants")
+            revoked = await trio.to_thread.run_sync(cli, "revoke", "grant-anonymous")
+            again = await held(http, url, {})
+            after = (await http.get(f"{url}/grants")).json()["data"]
+            missing = await http.delete(
+                f"{url}/grants/grant-anonymous", headers={"content-type": "application/json"}
+            )
+    assert granted.status_code == 200 and granted.headers["x-lanes-route"] == "paid_fallback"
+    assert [(g["id"], g["kind"]) for g in listed] == [("grant-anonymous", "duration")]
+    assert shown.returncode == 0 and "grant-anonymous  duration client anonymous" in shown.stdout
+    assert revoked.returncode == 0 and "grant-anonymous: revoked" in revoked.stdout
+    assert again.status_code == 429 and after == [] and missing.status_code == 404
+
+
+@pytest.mark.free_lane
+async def test_an_approval_expires_with_its_job_and_a_short_deadline_is_a_504():
+    """A pending approval disappears when its job's deadline passes; a deadline too short to ask
+    is a 504 and leaves no approval behind."""
+    policy = {**ASK, "approval_wait_s": None}
+    async with open_sidecar(*LANES, policy=policy) as (url, fakes):
+        free_gone(fakes)
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            short = await held(http, url, {}, **{"x-lanes-deadline-ms": "300"})
+            after_short = (await http.get(f"{url}/approvals")).json()["data"]
+            waited = await held(http, url, {}, **{"x-lanes-deadline-ms": "1500"})
+            after_wait = (await http.get(f"{url}/approvals")).json()["data"]
+    assert short.status_code == 504 and short.json()["error"]["code"] == "deadline_exceeded"
+    assert after_short == []
+    assert waited.status_code == 429 and waited.json()["error"]["code"] == "approval_required"
+    assert after_wait == []  # its job's deadline passed with it
+
+
+@pytest.mark.free_lane
+async def test_the_approval_names_the_model_that_fits_and_that_model_serves():
+    """With two paid models, the first costing more than the ceiling has left, the approval asks
+    for the second, with an estimate within the ceiling, and the approved job runs on it."""
+    expensive = {
+        "models": [{"id": "big", "input_usd_per_mtok": 5000.0, "output_usd_per_mtok": 5000.0}]
+    }
+    cheap = {"models": [{"id": "small", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}]}
+    lanes_ = (
+        ("free", "free", ["free-model"]),
+        ("big", "paid", ["big"], expensive),
+        ("small", "paid", ["small"], cheap),
+    )
+    async with open_sidecar(*lanes_, policy={**ASK, "paid_ceiling_usd_per_day": 0.05}) as (
+        url,
+        fakes,
+    ):
+        free_gone(fakes)
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            first = await held(http, url, {})
+            [pending] = (await http.get(f"{url}/approvals")).json()["data"]
+            await http.post(f"{url}/approvals/{pending['id']}", json={"decision": "once"})
+            served = await held(http, url, {})
+    assert first.status_code == 429
+    assert pending["candidate"] == "small/small" and 0 < pending["estimated_cost_usd"] <= 0.05
+    assert served.status_code == 200 and served.headers["x-lanes-lane"] == "small"
+    assert fakes["big"].requests() == []
+
+
+async def test_a_public_bind_needs_a_key_that_resolves():
+    """Binding a non-loopback address with client-key variables unset is refused, naming them."""
+    from lanes import ConfigError, load_config
+    from lanes._http.server import serve
+
+    config = load_config({"server": {"clients": {"ci": "LANES_KEY_CI_UNSET"}}}, env={})
+    with pytest.raises(ConfigError, match="LANES_KEY_CI_UNSET unset or empty"):
+        await serve(config, host="0.0.0.0", port=0, env={"LANES_KEY_CI_UNSET": "  "})
