@@ -50,16 +50,16 @@ async def chat(http: httpx2.AsyncClient, sidecar: SidecarProcess, **body: Any) -
 
 
 async def burst(
-    http: httpx2.AsyncClient, sidecars: list[SidecarProcess], n: int, **body: Any
+    http: httpx2.AsyncClient, sidecars: list[SidecarProcess], count: int, **body: Any
 ) -> list[httpx2.Response]:
-    """`n` concurrent clients, split evenly across the sidecars."""
+    """`count` concurrent clients, split evenly across the sidecars."""
     responses: list[httpx2.Response] = []
 
     async def one(i: int) -> None:
         responses.append(await chat(http, sidecars[i % len(sidecars)], **body))
 
     async with trio.open_nursery() as nursery:
-        for i in range(n):
+        for i in range(count):
             nursery.start_soon(one, i)
     return responses
 
@@ -238,3 +238,35 @@ async def test_an_approval_granted_on_one_host_holds_on_the_other(redis_server, 
             with pytest.raises(lanes.FallbackNeedsApproval):  # another client still asks
                 await other.complete(lanes.Job(messages=MESSAGES, client="adhoc"))
     assert (reply.lane, len(paid.log)) == ("paid", 1)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+async def test_200_greedy_fallbacks_over_two_processes_never_overshoot(store, request, tmp_path):
+    """200 concurrent paid jobs asking n = 3, split over two sidecar processes sharing one state
+    (a SQLite file, or Redis), against an upstream that bills the most the sent caps allow: what it
+    bills stays under the one ceiling, and the shared ledger is never below it."""
+    from test_money import billed, greedy
+
+    state = str(tmp_path / "shared.db")
+    if store == "redis":
+        state = request.getfixturevalue("redis_server").url
+    ceiling = 0.01
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        paid.script("paid-model", answer(delay_s=1.0, usage=greedy()))
+        policy = {
+            "free_tier_fallback": "allow",
+            "paid_ceiling_usd_per_day": ceiling,
+            "paid_max_tokens": 40,
+        }
+        async with two_sidecars(
+            tmp_path, state, [paid_lane("paid", paid.base_url)], policy
+        ) as sidecars:
+            async with client() as http:
+                responses = await burst(http, sidecars, 200, model="paid/paid-model", n=3)
+                await trio.sleep(1.0)  # the settlements reach the store
+                views = [(await http.get(f"{s.base}/v1/lanes")).json() for s in sidecars]
+    served = [r for r in responses if r.status_code == 200]
+    bills = [billed(dict(r.body)) for r in paid.requests()]
+    assert len(served) == len(bills) and 0 < len(served) < 200
+    assert sum(bills) <= ceiling + 1e-12
+    assert all(v["paid"]["spent_today_usd"] >= sum(bills) - 1e-9 for v in views)
