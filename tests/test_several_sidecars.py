@@ -260,11 +260,10 @@ async def test_200_greedy_fallbacks_over_two_processes_never_overshoot(store, re
         }
         async with two_sidecars(
             tmp_path, state, [paid_lane("paid", paid.base_url)], policy
-        ) as sidecars:
-            async with client() as http:
-                responses = await burst(http, sidecars, 200, model="paid/paid-model", n=3)
-                await trio.sleep(1.0)  # the settlements reach the store
-                views = [(await http.get(f"{s.base}/v1/lanes")).json() for s in sidecars]
+        ) as sidecars, client() as http:
+            responses = await burst(http, sidecars, 200, model="paid/paid-model", n=3)
+            await trio.sleep(1.0)  # the settlements reach the store
+            views = [(await http.get(f"{s.base}/v1/lanes")).json() for s in sidecars]
     served = [r for r in responses if r.status_code == 200]
     bills = [billed(dict(r.body)) for r in paid.requests()]
     assert len(served) == len(bills) and 0 < len(served) < 200
