@@ -23,7 +23,7 @@ from typing import Any
 import httpx2
 import trio
 
-from bench import peers, shared
+from bench import audit_report, peers, shared
 from bench.load import percentile, run_load, summary
 from lanes.testing.processes import free_port
 
@@ -259,6 +259,10 @@ async def main(quick: bool) -> dict[str, Any]:
         added(result["speed"])
         print("bench: free share …", file=sys.stderr, flush=True)
         result["free_share"] = await free_share(hours=2.0 if quick else 24.0)
+        print("bench: lanes report over a large audit …", file=sys.stderr, flush=True)
+        result["audit_report"] = await trio.to_thread.run_sync(
+            audit_report.measure, 100_000 if quick else 1_000_000
+        )
     return result
 
 

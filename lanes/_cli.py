@@ -14,6 +14,7 @@ from typing import Any
 import httpx2
 import trio
 
+from lanes import _cli_reports
 from lanes._core.config import read_config
 from lanes._core.errors import ConfigError
 
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="check a config file")
     check.add_argument("path")
     check.add_argument("--json", action="store_true")
+    _cli_reports.add_parsers(sub, DEFAULT_URL)
     return parser
 
 
@@ -281,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         "check-config": _check_config,
         "canary": _canary,
         "drill": _drill,
+        "report": _cli_reports.run_report,
+        "explain": _cli_reports.run_explain,
     }
     try:
         return handlers[args.command](args)

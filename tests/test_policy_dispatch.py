@@ -10,7 +10,7 @@ import trio
 
 import lanes
 from helpers import config, free_lane, local_lane, paid_lane, sqlite_store
-from lanes._core.state import audit
+from lanes._core.state.report import report
 from lanes._http.errors import http_status
 from lanes.testing import ANSWER, answer, hang, open_fake, rate_limited, status
 
@@ -433,25 +433,23 @@ async def test_audit_of_a_burst_answers_seed_004s_questions(
         query = sqlite_store(d).query
         await trio.sleep(1)  # one sync: the audit rows reach the store
         rows = query("SELECT COUNT(*), SUM(body != ''), SUM(request_bytes > 0) FROM audit", ())
-        primary = audit.primary_success_by_class(query)
-        retry_rate, reasons = audit.free_retry_rate_and_reasons(query)
-        paid_share = audit.paid_fallback(query)
-        cohorts = audit.by_cohort(query)
-        per_success = audit.attempts_per_success(query)
-        latency = audit.latency_per_state(query)
-        errors = audit.error_categories(query)
+        by_class = report(query, since=0.0, by="class", ceiling_usd=1.0)
+        by_cohort = report(query, since=0.0, by="cohort", ceiling_usd=1.0)
         text = " ".join(str(v) for row in query("SELECT * FROM audit", ()) for v in row)
     assert rows == [(40, 0, 40)]
     failed_primaries = len([r for r in a.requests() if r.behaviour == "status"])
     assert failed_primaries > 0
-    assert primary["general"] == pytest.approx((40 - failed_primaries) / 40)
-    assert retry_rate == pytest.approx(failed_primaries / 40) and reasons == {
-        "rate_limited": failed_primaries
-    }
-    assert paid_share["paid_jobs"] == 0 and paid_share["cost_usd"] == 0
-    assert set(cohorts) == {"ads", "organic"} and sum(c["jobs"] for c in cohorts.values()) == 40
-    assert per_success == pytest.approx(1 + failed_primaries / 40)
-    assert set(latency) == {"primary", "free_retry"} and errors == {
-        "rate_limited": failed_primaries
-    }
+    [general] = by_class.groups
+    total = by_class.total
+    assert general.key == "general"
+    assert general.primary_free_success == pytest.approx((40 - failed_primaries) / 40)
+    assert total.free_retry_rate == pytest.approx(failed_primaries / 40)
+    assert total.free_retry_reasons == {"rate_limited": failed_primaries}
+    assert total.paid_jobs == 0 and total.paid_cost_usd == 0
+    cohorts = {g.key: g for g in by_cohort.groups}
+    assert set(cohorts) == {"ads", "organic"} and sum(c.jobs for c in cohorts.values()) == 40
+    assert total.attempts_per_answer == pytest.approx(1 + failed_primaries / 40)
+    assert set(total.latency_s_by_route) == {"primary", "free_retry"}
+    assert total.errors == {"rate_limited": failed_primaries}
+    assert total.requests == len(a.requests()) + len(b.requests())  # one row per upstream request
     assert "Plan my week" not in text

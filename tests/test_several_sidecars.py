@@ -258,9 +258,10 @@ async def test_200_greedy_fallbacks_over_two_processes_never_overshoot(store, re
             "paid_ceiling_usd_per_day": ceiling,
             "paid_max_tokens": 40,
         }
-        async with two_sidecars(
-            tmp_path, state, [paid_lane("paid", paid.base_url)], policy
-        ) as sidecars, client() as http:
+        async with (
+            two_sidecars(tmp_path, state, [paid_lane("paid", paid.base_url)], policy) as sidecars,
+            client() as http,
+        ):
             responses = await burst(http, sidecars, 200, model="paid/paid-model", n=3)
             await trio.sleep(1.0)  # the settlements reach the store
             views = [(await http.get(f"{s.base}/v1/lanes")).json() for s in sidecars]

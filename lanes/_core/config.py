@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 from cattrs.errors import ForbiddenExtraKeysError
+from cattrs.gen import make_dict_structure_fn
 from cattrs.v import transform_error
 
 from lanes._core.errors import ConfigError
@@ -27,7 +28,7 @@ from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.scoring import ScoringConfig
 from lanes._core.routing.spend import CAP_PARAMS
-from lanes._core.validators import non_negative, positive
+from lanes._core.validators import at_least, non_negative, positive
 from lanes.freetier.kinds import KINDS, FreeTierKind
 
 T = TypeVar("T")
@@ -88,9 +89,9 @@ class LaneConfig:
     balance_poll_s: float = attrs.field(
         default=600.0, validator=positive
     )  # credits: how often to ask the balance
-    discover: bool = (
-        False  # fetch the provider's model list (in the background) and route to its free models
-    )
+    # fetch the provider's model list (in the background) and route to its free models
+    discover: bool = False
+    byok: bool = False  # bring your own key: each client's request carries its provider key
     catalog_refresh_s: float = attrs.field(
         default=21_600.0, validator=positive
     )  # how often to fetch it again
@@ -114,6 +115,12 @@ class ClientConfig:
 
     key_env: str  # the environment variable holding the client's key
     admin: bool = False  # may switch lanes, decide approvals and revoke grants
+    cohort: str | None = None  # the cohort of its jobs when a request names none
+    # its own paid ceiling, inside the global one (None: only the global one)
+    paid_ceiling_usd_per_day: float | None = attrs.field(default=None, validator=non_negative)
+    # its own attempt governors, beside the global ones (None: none)
+    attempts_per_minute: int | None = attrs.field(default=None, validator=at_least(1))
+    attempts_per_day: int | None = attrs.field(default=None, validator=at_least(1))
 
 
 @attrs.frozen(kw_only=True)
@@ -141,6 +148,9 @@ class Config:
     default_deadline_s: float = attrs.field(default=30.0, validator=positive)
     free_lane: bool = True  # FREE_LANE=off in the environment wins over this
     log_bodies: bool = False
+    audit_days: float = attrs.field(
+        default=30.0, validator=non_negative
+    )  # 0: keep the audit forever
     log_jobs: bool = (
         True  # one INFO line per job on the `lanes.jobs` logger (id, route, lane, outcome, ms)
     )
@@ -205,10 +215,12 @@ def _converter() -> cattrs.Converter:
             )
         return converter.structure(value, cls)
 
+    client_table = make_dict_structure_fn(ClientConfig, converter, _cattrs_forbid_extra_keys=True)
+
     def structure_client(value: Any, _: Any) -> ClientConfig:
         if isinstance(value, str):
             return ClientConfig(key_env=value)
-        return converter.structure(value, ClientConfig)
+        return client_table(value, ClientConfig)
 
     converter.register_structure_hook(ClientConfig, structure_client)
     converter.register_structure_hook(FreeTierKind, structure_kind)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from lanes._core.clocks import EpochTime, TrioTime
@@ -171,11 +172,11 @@ class Dispatcher:
     # -- the doors ---------------------------------------------------------------------------------
     def _record(self, job: Job) -> JobRecord:
         now = TrioTime(trio.current_time())
-        return JobRecord(
-            job,
-            deadline_at=job.resolve_deadline(now, self.config.default_deadline_s),
-            started_at=now,
-        )
+        deadline_at = job.resolve_deadline(now, self.config.default_deadline_s)
+        own = self.config.server.clients.get(job.client)
+        if job.cohort is None and own is not None and own.cohort:  # the client's default cohort
+            job = attrs.evolve(job, cohort=own.cohort)
+        return JobRecord(job, deadline_at=deadline_at, started_at=now)
 
     async def complete(self, job: Job) -> Reply:
         """Serve `job` by the free-first policy, inside its deadline.

@@ -18,8 +18,8 @@ import attrs
 
 from lanes._core.clocks import TrioTime
 
-Tier = Literal["local", "free", "paid"]
-Route = Literal["local", "primary", "free_retry", "paid_fallback"]
+Tier = Literal["local", "byok", "free", "paid"]  # byok: the client's own provider key
+Route = Literal["local", "byok", "primary", "free_retry", "paid_fallback"]
 Privacy = Literal["any", "zdr", "local"]
 
 #: How an attempt ended. `ok` served; `skipped_*` never sent a byte. The breaker counts only
@@ -65,6 +65,9 @@ class Job:
     request_class: str | None = None
     privacy: Privacy = "any"
     approval: str | None = None  # the approval a retry carries (X-Lanes-Approval), if any
+    # provider keys the client brought, by bring-your-own-key lane: used for this job only, never
+    # sent anywhere else, stored, audited or printed
+    keys: Mapping[str, str] = attrs.field(factory=dict, repr=False)
     id: str = attrs.field(factory=_new_id)
 
     @messages.validator
@@ -154,6 +157,7 @@ class Attempt:
     category: str = ""  # the kind of fault (connect, reset, timeout, server_error, malformed, ...)
     retry: bool = False  # a same-candidate retry after a transient fault
     cost_usd: float = 0.0  # what the ledger settled for it (paid attempts)
+    tokens: int = 0  # prompt + completion tokens its (sane) usage reported
 
     @property
     def key(self) -> str:

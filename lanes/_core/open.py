@@ -17,7 +17,7 @@ from lanes._core.config import Config, read_config
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import UpstreamError
 from lanes._core.job import Job, Reply
-from lanes._core.state.store import SQLiteStore, Store
+from lanes._core.state.store import SQLiteStore, Store, call
 from lanes._core.state.sync import StateSync
 from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
@@ -74,6 +74,8 @@ async def open_dispatcher(
                     nursery.start_soon(_discover, dispatcher, lane)
                 if lane.balance_endpoint() is not None:
                     nursery.start_soon(_poll_balance, dispatcher, lane)
+            if config.audit_days:
+                nursery.start_soon(_keep_audit, dispatcher, config.audit_days)
             if not dispatcher.free_lane_on:
                 log.warning("free lane off (FREE_LANE=off): serving from local and paid lanes only")
             log.info("lanes ready: %s", ", ".join(dispatcher.routing.lanes) or "none")
@@ -183,6 +185,23 @@ async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> N
                         lane.name, remaining, now=dispatcher.now_wall()
                     )
         await trio.sleep(lane.config.balance_poll_s)
+
+
+async def _keep_audit(dispatcher: Dispatcher, days: float, every_s: float = 3600.0) -> None:
+    """Delete the audit of jobs older than `days`, now and every hour. It never dies: a failure is
+    one log line, and the next hour tries again."""
+    while True:
+        try:
+            before = dispatcher.now_wall() - days * 86400.0
+            removed = await call(dispatcher.store, dispatcher.store.prune_audit, before)
+        except Exception as exc:  # a background task must not take the sidecar down
+            log.warning(
+                "audit retention: can not delete old rows (%s); trying again in an hour", exc
+            )
+        else:
+            if removed:
+                log.info("audit retention: %d job(s) older than %g days deleted", removed, days)
+        await trio.sleep(every_s)
 
 
 def complete_sync(

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from lanes._core.dispatcher import Dispatcher
+from lanes._core.state.report import explain, parse_since, report
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.errors import error_response
 from lanes._http.guard import Guard, Refused
@@ -101,7 +102,33 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
             return error_response(404, f"no grant {grant_id!r}", "grant_not_found")
         return JSONResponse({"id": grant_id, "revoked": True})
 
+    async def report_view(request: Request) -> Response:
+        try:
+            since = parse_since(request.query_params.get("since", "1d"), dispatcher.now_wall())
+            by = request.query_params.get("by", "cohort")
+            body = report(
+                dispatcher.store.query,
+                since=since,
+                by=by,
+                ceiling_usd=dispatcher.config.policy.paid_ceiling_usd_per_day,
+            )
+        except ValueError as exc:
+            return error_response(400, str(exc), "invalid_request")
+        return JSONResponse(body.as_dict())
+
+    async def request_view(request: Request) -> Response:
+        story = explain(dispatcher.store.query, request.path_params["request_id"])
+        if story is None:
+            return error_response(
+                404,
+                "no such request in the audit (yet: it is written within a second)",
+                "request_not_found",
+            )
+        return JSONResponse(story)
+
     return [
+        Route("/v1/report", guarded(report_view, admin=False)),
+        Route("/v1/requests/{request_id}", guarded(request_view, admin=False)),
         Route("/v1/lanes", guarded(lanes_view, admin=False)),
         Route("/v1/lanes/{name}/{action:str}", guarded(switch, admin=True), methods=["POST"]),
         Route("/v1/approvals", guarded(approvals, admin=False)),

@@ -93,9 +93,26 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
         cohort=headers.get("x-lanes-cohort") or None,
         request_class=headers.get("x-lanes-class") or None,
         approval=headers.get("x-lanes-approval", "").strip()[:64] or None,
+        keys=byok_keys(headers),
         privacy=PRIVACY[privacy],
     )
     return job, stream
+
+
+BYOK_PREFIX = "x-lanes-key-"  # X-Lanes-Key-<lane>: the client's own key for a byok lane
+
+
+def byok_keys(headers: Mapping[str, str]) -> dict[str, str]:
+    """The provider keys a request brings for bring-your-own-key lanes (header X-Lanes-Key-<lane>).
+    Refused (400, naming the header, never the value) when one holds a control character."""
+    keys = {}
+    for name, value in headers.items():
+        if name.lower().startswith(BYOK_PREFIX):
+            lane, key = name.lower()[len(BYOK_PREFIX) :], value.strip()
+            if not key or len(key) > 1024 or not key.isprintable():
+                raise BadRequest(f"{name} must hold one printable key", name)
+            keys[lane] = key
+    return keys
 
 
 def reply_headers(reply: Reply) -> dict[str, str]:

@@ -38,7 +38,7 @@ from lanes._core.routing.record import JobRecord
 from lanes._core.routing.spend import paid_request
 from lanes._core.upstream.client import Response
 from lanes._core.upstream.lane import OpenAICompatibleLane
-from lanes.freetier.prices import usage_cost
+from lanes.freetier.prices import usage_cost, usage_tokens
 
 if TYPE_CHECKING:
     from lanes._core.routing.context import Routing
@@ -73,6 +73,8 @@ class AttemptRun:
         self.job: Job = record.job
         self.retry = retry
         self.route = record.route_for(candidate)
+        # shared quotas and backoffs: not for a client's own key (bring your own key)
+        self.quota = candidate.tier != "byok"
         self.started = trio.current_time()
         self.reservation: Reservation | None = None
         self.sent = False  # budgets taken, the request may have left: an attempt to record
@@ -84,18 +86,19 @@ class AttemptRun:
         """Count the attempt against the governors and the quota; reserve a paid one's worst case.
         Raises `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
         routing, candidate = self.routing, self.candidate
-        routing.ledger.take_attempt()
-        routing.manager.record_usage(
-            candidate.lane, candidate.model, now=routing.now_wall(), requests=1
-        )
-        if (
-            candidate.tier == "paid"
-        ):  # one cap, in the lane's dialect: the reservation is a true bound
+        routing.ledger.take_attempt(self.record.job.client)
+        if self.quota:
+            routing.manager.record_usage(
+                candidate.lane, candidate.model, now=routing.now_wall(), requests=1
+            )
+        if candidate.tier == "paid":  # one cap, in the lane's dialect: the reservation is a bound
             self.job = paid_request(
                 self.job,
                 cap_param=candidate.cap_param,
                 paid_max_tokens=routing.policy.paid_max_tokens,
             )
+            if self.record.paid_before is None:
+                self.record.paid_before = routing.ledger.spent_today()
             self.reservation = await routing.ledger.reserve(candidate, self.job)
         self.sent = True
         self.started = trio.current_time()
@@ -104,6 +107,8 @@ class AttemptRun:
         """The provider answered: it is reachable, and its rate-limit headers are news."""
         routing = self.routing
         routing.unreachable.pop(self.candidate.lane, None)
+        if not self.quota:
+            return
         routing.manager.update_from_headers(
             self.candidate.lane,
             self.candidate.model,
@@ -134,17 +139,6 @@ class AttemptRun:
             request_id=record.id,
         )
 
-    def timed_out(self, *, first_chunk: bool = False) -> AttemptTimedOut:
-        """The error for the lane's own time cap running out (the caller raises it)."""
-        config = self.lane.config
-        if first_chunk:
-            return AttemptTimedOut(
-                f"no first chunk within the lane's first_token_s={config.first_token_s:g}"
-            )
-        return AttemptTimedOut(
-            f"no answer within the lane's attempt_timeout_s={config.attempt_timeout_s:g}"
-        )
-
     def fail(self, exc: UpstreamError) -> Attempt:
         """Settle an attempt that ended in an upstream error, by the error's class."""
         outcome: Outcome = exc.outcome
@@ -157,7 +151,7 @@ class AttemptRun:
             and (event := routing.refresh_requested.get(candidate.lane)) is not None
         ):
             event.set()  # the model may have left the catalog: fetch it again now
-        if reason is not None:
+        if reason is not None and self.quota:
             routing.manager.record_rate_limit_error(
                 candidate.lane,
                 candidate.model,
@@ -195,7 +189,7 @@ class AttemptRun:
         assert not self.settled, "an attempt settles once"
         self.settled = True
         routing, candidate, now = self.routing, self.candidate, trio.current_time()
-        if usage is not None and outcome == "ok":
+        if usage is not None and outcome == "ok" and self.quota:
             routing.manager.record_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=0, usage=usage
             )
@@ -218,6 +212,7 @@ class AttemptRun:
             category=category,
             retry=self.retry,
             cost_usd=self.cost_usd,
+            tokens=sum(usage_tokens(usage) or ()) if outcome == "ok" else 0,
         )
 
     def _settled_cost(

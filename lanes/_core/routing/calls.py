@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack
 
 import trio
 
+from lanes._core.errors import AttemptTimedOut
 from lanes._core.job import Reply
 from lanes._core.routing.attempt import AttemptRun
 from lanes._core.streaming.stream import ReplyStream, first_chunks, with_usage
@@ -19,7 +20,7 @@ async def complete_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
         response = await run.lane.complete(run.job, run.candidate.model)
         return run.reply(response)
-    raise run.timed_out()
+    raise AttemptTimedOut(f"no answer within the lane's attempt_timeout_s={cap:g}")
 
 
 async def stream_call(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:
@@ -33,4 +34,4 @@ async def stream_call(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:
         buffered = await first_chunks(reader)
         run.answered(200, reader.headers)
         return ReplyStream(run=run, reader=reader, buffered=buffered)
-    raise run.timed_out(first_chunk=True)
+    raise AttemptTimedOut(f"no first chunk within the lane's first_token_s={cap:g}")

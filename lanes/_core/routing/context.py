@@ -57,7 +57,7 @@ class Routing:
             now_wall=now_wall,
             free_lane_on=free_lane_on,
         )
-        self.ledger = Ledger(self.policy, manager, store, now_wall)
+        self.ledger = Ledger(self.policy, manager, store, now_wall, clients=config.server.clients)
         self.approvals = Approvals(store, now_wall, once_ttl_s=self.policy.once_ttl_s)
         self.consent = Consent(self.policy, self.approvals, self.seconds_to_next_free)
         self.ranking = Ranking(config.scoring)

@@ -64,7 +64,7 @@ class Gate:
 
     def held_back(self, candidate: Candidate) -> str | None:
         """Why the quarantine or the FreeTierManager holds `candidate` back now, or None."""
-        if candidate.tier == "local":
+        if candidate.tier in ("local", "byok"):  # owned, or the client's own key: no shared quota
             return None
         now = self._now_wall()
         if candidate.tier == "free":

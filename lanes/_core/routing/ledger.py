@@ -11,11 +11,12 @@ paid attempt.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 
 from lanes._core.clocks import EpochTime
+from lanes._core.config import ClientConfig
 from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.policy import PolicyConfig
@@ -43,28 +44,39 @@ class Ledger:
         manager: FreeTierManager,
         store: Store,
         now_wall: Callable[[], EpochTime],
+        clients: Mapping[str, ClientConfig] | None = None,
     ) -> None:
         self.policy = policy
+        self._clients = dict(clients or {})  # clients' own ceilings and governors
         self._manager = manager
         self._store = store
         self._now = now_wall
         self._ledger_failing = False  # one log line per outage, not one per refused job
 
-    def take_attempt(self) -> None:
-        """Count one upstream attempt, or raise `GovernorExhausted` when a cap is reached."""
+    def take_attempt(self, client: str = "anonymous") -> None:
+        """Count one upstream attempt (globally, and for `client` when it has governors of its own),
+        or raise `GovernorExhausted` when a cap is reached."""
         now = self._now()
-        windows: tuple[tuple[int | None, WindowName], ...] = (
-            (self.policy.attempts_per_minute, "minute"),
-            (self.policy.attempts_per_day, "day"),
-        )
-        for cap, window in windows:
-            if cap and self._manager.usage.used(SCOPE, "requests", window, now) >= cap:
+        own = self._clients.get(client)
+        caps: list[tuple[str, str, int | None, WindowName]] = [
+            (SCOPE, "attempt governor", self.policy.attempts_per_minute, "minute"),
+            (SCOPE, "attempt governor", self.policy.attempts_per_day, "day"),
+        ]
+        if own is not None:
+            scope, who = f"{SCOPE}:{client}", f"client {client}'s attempt governor"
+            caps += [
+                (scope, who, own.attempts_per_minute, "minute"),
+                (scope, who, own.attempts_per_day, "day"),
+            ]
+        for scope, who, cap, window in caps:
+            if cap and self._manager.usage.used(scope, "requests", window, now) >= cap:
                 wait = window_end(window, now) - now
                 raise GovernorExhausted(
-                    f"attempt governor: {cap} attempts per {window} used; next in {wait:.0f}s",
+                    f"{who}: {cap} attempts per {window} used; next in {wait:.0f}s",
                     retry_after_s=wait,
                 )
-        self._manager.pending_usage += self._manager.usage.add(SCOPE, now, requests=1)
+        for scope in {scope for scope, _, cap, _ in caps if cap}:
+            self._manager.pending_usage += self._manager.usage.add(scope, now, requests=1)
 
     async def reserve(self, candidate: Candidate, job: Job) -> Reservation:
         """Reserve the worst case of one paid attempt (`job` as sent) under today's ceiling, or
@@ -86,6 +98,8 @@ class Ledger:
                 model=candidate.model,
                 job=job.id,
                 cohort=job.cohort,
+                client=job.client,
+                client_ceiling=self.client_ceiling(job.client),
             )
         except STORE_ERRORS as exc:
             if (
@@ -102,7 +116,7 @@ class Ledger:
             log.warning("paid ledger: writable again; paid fallback open")
         self._ledger_failing = False
         if reservation is None:
-            raise self.refusal(amount)
+            raise self.refusal(amount, job.client)
         return Reservation(id=reservation, amount_usd=amount)
 
     def settle(self, reservation: Reservation, cost: float) -> None:
@@ -114,18 +128,34 @@ class Ledger:
                 "paid ledger: can not settle a reservation (%s); it stays counted in full", exc
             )
 
-    def refusal(self, amount: float) -> PaidBudgetExhausted:
-        """The error for a paid attempt whose worst case (`amount` USD) would cross today's ceiling;
-        it says when the ceiling resets (UTC midnight)."""
+    def client_ceiling(self, client: str) -> float | None:
+        own = self._clients.get(client)
+        return None if own is None else own.paid_ceiling_usd_per_day
+
+    def refusal(self, amount: float, client: str = "anonymous") -> PaidBudgetExhausted:
+        """The error for a paid attempt whose worst case (`amount` USD) would cross today's ceiling
+        (or `client`'s own); it says when the ceilings reset (UTC midnight)."""
         now = self._now()
+        ceiling, whose = self.policy.paid_ceiling_usd_per_day, "paid ceiling"
+        own = self.client_ceiling(client)
+        if own is not None and self.left_today(client) < self._left_global():
+            ceiling, whose = own, f"client {client}'s paid ceiling"
         return PaidBudgetExhausted(
-            f"paid ceiling ${self.policy.paid_ceiling_usd_per_day:.2f}/day would be crossed by "
-            f"${amount:.6f}",
+            f"{whose} ${ceiling:.2f}/day would be crossed by ${amount:.6f}",
             retry_after_s=window_end("day", now) - now,
         )
 
-    def left_today(self) -> float:
-        """USD left under today's paid ceiling, as this process last knew it."""
+    def left_today(self, client: str = "anonymous") -> float:
+        """USD left under today's paid ceiling — and `client`'s own, when it has one — as this
+        process last knew it."""
+        left = self._left_global()
+        own = self.client_ceiling(client)
+        if own is not None:
+            spent = self._store.paid_spent(window_id("day", self._now()), client)
+            left = min(left, max(0.0, own - spent))
+        return left
+
+    def _left_global(self) -> float:
         return max(0.0, self.policy.paid_ceiling_usd_per_day - self.spent_today())
 
     def spent_today(self) -> float:

@@ -176,13 +176,15 @@ def make_plan(
     kept, removed = [], []
     for candidate in candidates:
         reason = unfit(candidate, needs, privacy)
+        if reason is None and candidate.tier == "byok" and candidate.lane not in job.keys:
+            reason = "bring-your-own-key lane: no key for it in the request"
         if reason is None and candidate.tier == "paid" and policy.free_tier_only:
             reason = "free_tier_only"
         if reason is None:
             kept.append(candidate)
         else:
             removed.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason))
-    tiers = {"local": 0, "free": 1, "paid": 2}
+    tiers = {"local": 0, "byok": 1, "free": 2, "paid": 3}
     if keep_order:
         order = list(range(len(kept)))
     else:

@@ -32,9 +32,14 @@ class JobRecord:
         self.attempts: list[Attempt] = []
         self.skips: list[Skip] = []
         self.considered: dict[str, None] = {}  # every candidate key the walk looked at, in order
+        self.plan: list[str] = []  # the candidates after the filters, in the order to try
         self.short_of_time = False
         self.free_blocked: list[Candidate] = []  # free candidates the free-tier manager held back
         self.request_class = "general"
+        self.privacy = "any"  # the privacy the job needs: its own, else the policy's default
+        self.paid_before: float | None = (
+            None  # today's paid spend (USD) before its first paid attempt
+        )
         self.approval: str | None = None  # how paid fallback was consented to: allow, once, granted
         self.approved: str | None = None  # the "lane/model" an "approve once" lets through
         self.budget_refusal: PaidBudgetExhausted | None = (
@@ -62,8 +67,8 @@ class JobRecord:
 
     def route_for(self, candidate: Candidate) -> Route:
         """The route state an attempt on `candidate` stands for now."""
-        if candidate.tier == "local":
-            return "local"
+        if candidate.tier in ("local", "byok"):
+            return candidate.tier
         if candidate.tier == "paid":
             return "paid_fallback"
         tried = self.free_tried

@@ -98,12 +98,13 @@ def _order(
         for removed in plan.removed:
             record.skip(removed)
         record.request_class = plan.request_class
-    if job.model != "auto":
-        return list(plan.candidates)
-    ordered, explored, sticky = routing.ranking.front(
-        plan.candidates, job, scores, now, routing.gate.free_now
-    )
-    record.explored, record.sticky = explored, sticky
+        record.privacy = plan.privacy
+    ordered = list(plan.candidates)
+    if job.model == "auto":
+        ordered, record.explored, record.sticky = routing.ranking.front(
+            plan.candidates, job, scores, now, routing.gate.free_now
+        )
+    record.plan += [c.key for c in ordered if c.key not in record.plan]
     return ordered
 
 
@@ -227,8 +228,8 @@ def _paid_estimate(routing: Routing, record: JobRecord, candidate: Candidate) ->
     if isinstance(estimate, Unbounded):
         record.skip(candidate, f"worst case can not be bounded: {estimate}")
         return None
-    if estimate > routing.ledger.left_today() + 1e-12:
-        refusal = routing.ledger.refusal(estimate)
+    if estimate > routing.ledger.left_today(record.job.client) + 1e-12:
+        refusal = routing.ledger.refusal(estimate, record.job.client)
         record.budget_refusal = refusal
         record.skip(candidate, str(refusal))
         return None

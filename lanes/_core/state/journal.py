@@ -97,6 +97,13 @@ class Journal:
                 approval=record.approval or "",
                 log_bodies=self._config.log_bodies,
                 explored=explored,
+                privacy=record.privacy,
+                served=candidate,
+                considered=record.plan,
+                paid_before=record.paid_before,
+                paid_after=None
+                if record.paid_before is None
+                else self._routing.ledger.spent_today(),
             )
         )
         if explored and outcome == "ok":

@@ -52,32 +52,52 @@ return 1
 
 # The ledger of a UTC day: a hash (reservation → amount) and its running total, both in integer
 # pico-dollars (amounts rounded up), so that a check is O(1) and exact however long the day.
-# KEYS: ledger, total. ARGV: reservation id, amount, ceiling, expire at. Returns {granted, total}.
+# A client with a ceiling of its own also has a ledger and total of its own, checked in the same
+# step: the client's ceiling holds inside the global one, across every host.
+# KEYS: ledger, total, client ledger, client total. ARGV: reservation id, amount, ceiling, expire
+# at, client ceiling (-1: none). Returns {granted, total, client total}.
 RESERVE = """
 local total = tonumber(redis.call('GET', KEYS[2]) or '0')
-if total + tonumber(ARGV[2]) > tonumber(ARGV[3]) + 1 then return {0, total} end
+local mine = tonumber(redis.call('GET', KEYS[4]) or '0')
+if total + tonumber(ARGV[2]) > tonumber(ARGV[3]) + 1 then return {0, total, mine} end
+local own = tonumber(ARGV[5])
+if own >= 0 and mine + tonumber(ARGV[2]) > own + 1 then return {0, total, mine} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 total = redis.call('INCRBY', KEYS[2], ARGV[2])
 redis.call('EXPIREAT', KEYS[1], ARGV[4])
 redis.call('EXPIREAT', KEYS[2], ARGV[4])
-return {1, total}
+if own >= 0 then
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+  mine = redis.call('INCRBY', KEYS[4], ARGV[2])
+  redis.call('EXPIREAT', KEYS[3], ARGV[4])
+  redis.call('EXPIREAT', KEYS[4], ARGV[4])
+end
+return {1, total, mine}
 """
 
-# KEYS: ledger, total. ARGV: reservation id, real cost. An unknown id is left alone.
+# KEYS: ledger, total, client ledger, client total. ARGV: reservation id, real cost. An unknown
+# id is left alone; the client's ledger follows when the reservation is in it.
 SETTLE = """
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-if not old then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('INCRBY', KEYS[2], tonumber(ARGV[2]) - tonumber(old))
+for i = 1, 3, 2 do
+  local old = redis.call('HGET', KEYS[i], ARGV[1])
+  if old then
+    redis.call('HSET', KEYS[i], ARGV[1], ARGV[2])
+    redis.call('INCRBY', KEYS[i + 1], tonumber(ARGV[2]) - tonumber(old))
+  end
+end
 return 1
 """
 
-# KEYS: ledger, total. ARGV: reservation id, amount, expire at. Put back a reservation Redis forgot.
+# KEYS: ledger, total, client ledger, client total. ARGV: reservation id, amount, expire at, 1 when
+# the reservation is in a client's ledger too. Put back a reservation Redis forgot.
 RESTORE = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then \
-redis.call('INCRBY', KEYS[2], ARGV[2]) end
-redis.call('EXPIREAT', KEYS[1], ARGV[3])
-redis.call('EXPIREAT', KEYS[2], ARGV[3])
+for i = 1, (ARGV[4] == '1' and 3 or 1), 2 do
+  if redis.call('HSETNX', KEYS[i], ARGV[1], ARGV[2]) == 1 then
+    redis.call('INCRBY', KEYS[i + 1], ARGV[2])
+  end
+  redis.call('EXPIREAT', KEYS[i], ARGV[3])
+  redis.call('EXPIREAT', KEYS[i + 1], ARGV[3])
+end
 return 1
 """
 

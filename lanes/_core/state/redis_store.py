@@ -154,6 +154,7 @@ class RedisStore:
         self._pubsub: Any = None
         # local caches, answered without a round trip
         self._spent: dict[int, float] = {}
+        self._client_spent: dict[tuple[int, str], float] = {}  # as of this host's last reservation
         self._grants: dict[str, tuple[float, float]] = {}  # client → (until, written at)
         self._quarantine: dict[str, str] = {}
         # this host's writes waiting for the next sync, and what it must push back after a data loss
@@ -174,6 +175,9 @@ class RedisStore:
 
     def add_audit(self, rows: list[dict[str, Any]]) -> None:
         self.local.add_audit(rows)
+
+    def prune_audit(self, before: float) -> int:
+        return self.local.prune_audit(before)
 
     def _k(self, *parts: object) -> str:
         return self._p + ":".join(str(p) for p in parts)
@@ -301,35 +305,52 @@ class RedisStore:
         model: str,
         job: str,
         cohort: str | None,
+        client: str | None = None,
+        client_ceiling: float | None = None,
     ) -> str | None:
         """Reserve `amount` of day `day`'s paid budget in one script across every host; None if it
-        would cross `ceiling`. Refused (StoreUnavailable) while the ledger is not known to be
-        whole."""
+        would cross `ceiling` (or, for a client with one, `client_ceiling`). Refused
+        (StoreUnavailable) while the ledger is not known to be whole."""
         if not self.up:
             raise StoreUnavailable(
                 f"redis at {self.where}: the shared paid ledger is not synchronised yet"
             )
-        reservation = (
-            f"{day}:{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
-        )
-        granted, total = self._reserve(
-            keys=self._ledger(day),
+        tag = client.encode().hex() if client_ceiling is not None and client else ""
+        # one per attempt, never merged; day and client tag first, so settling finds the ledgers
+        reservation = f"{day}:{tag}:{uuid.uuid4().hex}:{job}:{lane}/{model}"
+        granted, total, mine = self._reserve(
+            keys=self._ledger(day, tag),
             args=[
                 reservation,
                 pico(amount),
                 round(ceiling * PICO),
                 int(end_of("day", day)) + 86400,
+                round(client_ceiling * PICO) if tag and client_ceiling is not None else -1,
             ],
         )
         with self._lock:
             self._spent[day] = int(total) / PICO
+            if tag and client:
+                self._client_spent[(day, client)] = int(mine) / PICO
             if not granted:
                 return None
             self._own[reservation] = (day, amount)
         return reservation
 
-    def _ledger(self, day: int | str) -> list[str]:
-        return [self._k("paid", day), self._k("paid-total", day)]
+    def _ledger(self, day: int | str, tag: str = "") -> list[str]:
+        """The day's ledger and total, then the client's (tagged by its hex name; "" for none)."""
+        return [
+            self._k("paid", day),
+            self._k("paid-total", day),
+            self._k("paid-client", day, tag),
+            self._k("paid-client-total", day, tag),
+        ]
+
+    @staticmethod
+    def _parts(reservation: str) -> tuple[str, str]:
+        """(day, client tag) of a reservation id made here."""
+        day, tag, *_ = reservation.split(":", 2)
+        return day, tag
 
     def settle_paid(self, reservation: str, cost: float) -> None:
         """Replace a reservation by its real cost at the next sync (it counts in full until
@@ -340,9 +361,12 @@ class RedisStore:
                 self._own[reservation] = (day, cost)
             self._settles[reservation] = cost
 
-    def paid_spent(self, day: int) -> float:
-        """Today's spend as of the last sync or reservation (all hosts)."""
+    def paid_spent(self, day: int, client: str | None = None) -> float:
+        """Today's spend as of the last sync or reservation (all hosts); a client's own, when
+        named, as of this host's last reservation for it."""
         with self._lock:
+            if client is not None:
+                return self._client_spent.get((day, client), 0.0)
             return self._spent.get(day, 0.0)
 
     # -- approvals, the kill switch, the quarantine ------------------------------------------
@@ -547,9 +571,15 @@ class RedisStore:
         pipe = self._redis.pipeline(transaction=False)
         with self._lock:
             for reservation, (day, amount) in self._own.items():
+                tag = self._parts(reservation)[1]
                 self._restore(
-                    keys=self._ledger(day),
-                    args=[reservation, pico(amount), int(end_of("day", day)) + 86400],
+                    keys=self._ledger(day, tag),
+                    args=[
+                        reservation,
+                        pico(amount),
+                        int(end_of("day", day)) + 86400,
+                        "1" if tag else "0",
+                    ],
                     client=pipe,
                 )
             for client, grant in self._grants.items():
@@ -578,8 +608,11 @@ class RedisStore:
         try:
             pipe = self._redis.pipeline(transaction=False)
             for reservation, cost in settles.items():
-                day = reservation.split(":", 1)[0]
-                self._settle(keys=self._ledger(day), args=[reservation, pico(cost)], client=pipe)
+                self._settle(
+                    keys=self._ledger(*self._parts(reservation)),
+                    args=[reservation, pico(cost)],
+                    client=pipe,
+                )
             for client, (until, at) in grants.items():
                 pipe.hset(self._k("grant"), client, f"{until!r}@{at!r}")
                 pipe.publish(

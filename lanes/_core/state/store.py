@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
+from lanes._core.state import audit_tables
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
 from lanes.freetier.windows import WINDOWS, window_id
@@ -34,31 +35,25 @@ UsageKey = UsageCounterKey  # (scope, dimension, window, window id)
 
 # A backslash at the end of a line joins it to the next (Python drops both): the SQL is unchanged.
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS usage (scope TEXT, dimension TEXT, window TEXT, window_id INTEGER, \
-count INTEGER,
+CREATE TABLE IF NOT EXISTS usage (
+    scope TEXT, dimension TEXT, window TEXT, window_id INTEGER, count INTEGER,
     PRIMARY KEY (scope, dimension, window, window_id));
 CREATE TABLE IF NOT EXISTS spend (lane TEXT, period INTEGER, usd FLOAT, PRIMARY KEY (lane, period));
-CREATE TABLE IF NOT EXISTS backoff (scope TEXT PRIMARY KEY, until FLOAT, step INTEGER, \
-reason TEXT, source TEXT);
+CREATE TABLE IF NOT EXISTS backoff (
+    scope TEXT PRIMARY KEY, until FLOAT, step INTEGER, reason TEXT, source TEXT);
 CREATE TABLE IF NOT EXISTS snapshot (scope TEXT PRIMARY KEY, at FLOAT, data TEXT);
-CREATE TABLE IF NOT EXISTS paid_ledger (id TEXT PRIMARY KEY, day INTEGER, reserved FLOAT, \
-settled FLOAT, lane TEXT,
-    model TEXT, job TEXT, cohort TEXT);
+CREATE TABLE IF NOT EXISTS paid_ledger (
+    id TEXT PRIMARY KEY, day INTEGER, reserved FLOAT, settled FLOAT, lane TEXT, model TEXT,
+    job TEXT, cohort TEXT, client TEXT);
 CREATE INDEX IF NOT EXISTS idx_paid_ledger_day ON paid_ledger (day);
-CREATE TABLE IF NOT EXISTS "grant" (client TEXT PRIMARY KEY, until FLOAT);\
-CREATE TABLE IF NOT EXISTS once_consent (id TEXT PRIMARY KEY, client TEXT, fingerprint TEXT, \
-    candidate TEXT, until FLOAT);
-CREATE TABLE IF NOT EXISTS audit (job TEXT PRIMARY KEY, at FLOAT, client TEXT, cohort TEXT, \
-class TEXT, route TEXT,
-    outcome TEXT, lane TEXT, model TEXT, request_sha256 TEXT, request_bytes INTEGER, \
-answer_sha256 TEXT,
-    answer_bytes INTEGER, attempts INTEGER, attempt_log TEXT, skip_log TEXT, latency_s FLOAT, \
-tokens INTEGER,
-    cost_usd FLOAT, approval TEXT, explored INTEGER, body TEXT);
-CREATE INDEX IF NOT EXISTS idx_audit_at ON audit (at);
+CREATE TABLE IF NOT EXISTS "grant" (client TEXT PRIMARY KEY, until FLOAT);
+CREATE TABLE IF NOT EXISTS once_consent (
+    id TEXT PRIMARY KEY, client TEXT, fingerprint TEXT, candidate TEXT, until FLOAT);
 CREATE TABLE IF NOT EXISTS quarantine (key TEXT PRIMARY KEY, verdict TEXT, reason TEXT, at FLOAT);
 CREATE TABLE IF NOT EXISTS switch (lane TEXT PRIMARY KEY, at FLOAT);
 """
+#: Columns added since the first release of each table, for `_migrate`.
+_ADDED: dict[str, tuple[tuple[str, str], ...]] = {"paid_ledger": (("client", "TEXT"),)}
 T = TypeVar("T")
 
 
@@ -149,9 +144,11 @@ class Store(Protocol):
         model: str,
         job: str,
         cohort: str | None,
+        client: str | None = None,
+        client_ceiling: float | None = None,
     ) -> str | None: ...
     def settle_paid(self, reservation: str, cost: float) -> None: ...
-    def paid_spent(self, day: int) -> float: ...
+    def paid_spent(self, day: int, client: str | None = None) -> float: ...
     def put_grant(self, client: str, until: float, at: float) -> None: ...
     def grant_until(self, client: str) -> float | None: ...
     def grants(self, now: float) -> dict[str, float]: ...
@@ -162,6 +159,7 @@ class Store(Protocol):
     def onces(self, now: float) -> list[OnceConsent]: ...
     def drop_once(self, once_id: str) -> bool: ...
     def add_audit(self, rows: list[dict[str, Any]]) -> None: ...
+    def prune_audit(self, before: float) -> int: ...
     def quarantined(self) -> dict[str, str]: ...
     def set_quarantine(
         self, key: str, verdict: str | None, reason: str = "", at: float = 0.0
@@ -201,7 +199,20 @@ class SQLiteStore:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
         with self._conn:
-            self._conn.executescript(_SCHEMA)
+            self._conn.executescript(_SCHEMA + audit_tables.SCHEMA)
+            self._migrate()
+            audit_tables.migrate(self._conn)
+
+    def _migrate(self) -> None:
+        """Give a file made by an older version the columns this one writes and reads."""
+        for table, columns in _ADDED.items():
+            have = {row[1] for row in self._conn.execute(f'PRAGMA table_info("{table}")')}
+            for name, kind in columns:
+                if name not in have:
+                    self._conn.execute(f'ALTER TABLE "{table}" ADD COLUMN {name} {kind}')
+        self._conn.execute(
+            "CREATE INDEX IF NOT EXISTS idx_paid_ledger_client ON paid_ledger (day, client)"
+        )
 
     @property
     def db(self) -> Any:
@@ -301,23 +312,27 @@ class SQLiteStore:
         model: str,
         job: str,
         cohort: str | None,
+        client: str | None = None,
+        client_ceiling: float | None = None,
     ) -> str | None:
         """Reserve `amount` USD of today's paid budget, atomically across processes; None if it
-        would cross `ceiling`. Unsettled reservations count in full, so a crash never
-        under-counts."""
+        would cross `ceiling` — or, for a `client` with a ceiling of its own, `client_ceiling`.
+        Unsettled reservations count in full, so a crash never under-counts."""
         reservation = f"{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                spent = self._spent(day)
-                if spent + amount > ceiling + 1e-12:
+                over = self._spent(day) + amount > ceiling + 1e-12
+                if not over and client_ceiling is not None:
+                    over = self._spent(day, client) + amount > client_ceiling + 1e-12
+                if over:
                     self._conn.execute("ROLLBACK")
                     return None
                 self._conn.execute(
                     "INSERT OR REPLACE INTO paid_ledger "
-                    "(id, day, reserved, settled, lane, model, job, cohort) "
-                    "VALUES (?, ?, ?, NULL, ?, ?, ?, ?)",
-                    (reservation, day, amount, lane, model, job, cohort),
+                    "(id, day, reserved, settled, lane, model, job, cohort, client) "
+                    "VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?)",
+                    (reservation, day, amount, lane, model, job, cohort, client),
                 )
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -333,16 +348,19 @@ class SQLiteStore:
                 "UPDATE paid_ledger SET settled = ? WHERE id = ?", (cost, reservation)
             )
 
-    def paid_spent(self, day: int) -> float:
+    def paid_spent(self, day: int, client: str | None = None) -> float:
         with self._lock:
-            return self._spent(day)
+            return self._spent(day, client)
 
-    def _spent(self, day: int) -> float:
-        """Reserved-or-settled USD of `day` (unsettled reservations count in full). Hold the
-        lock."""
+    def _spent(self, day: int, client: str | None = None) -> float:
+        """Reserved-or-settled USD of `day` (unsettled reservations count in full), all clients'
+        or one's. Hold the lock."""
+        where, args = (
+            ("day = ?", (day,)) if client is None else ("day = ? AND client = ?", (day, client))
+        )
         (spent,) = self._conn.execute(
-            "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE day = ?",
-            (day,),
+            f"SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE {where}",
+            args,
         ).fetchone()
         return float(spent)
 
@@ -416,11 +434,16 @@ class SQLiteStore:
         return row[0] if row else None
 
     def add_audit(self, rows: list[dict[str, Any]]) -> None:
+        """Write audit rows (each with its `attempt_rows`): `audit`, `audit_attempt` and the hourly
+        roll-ups, in one transaction."""
         if rows:
             with self._lock:
-                self.db["audit"].insert_all(
-                    rows, replace=True, alter=True
-                )  # older files gain new columns
+                audit_tables.write(self._conn, rows)
+
+    def prune_audit(self, before: float) -> int:
+        """Delete the audit of jobs older than `before` (epoch seconds); how many jobs went."""
+        with self._lock:
+            return audit_tables.prune(self._conn, before)
 
     def quarantined(self) -> dict[str, str]:
         """Candidates ("lane/model") the canary took out of routing, with the reason."""

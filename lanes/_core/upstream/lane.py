@@ -123,7 +123,7 @@ class OpenAICompatibleLane:
         return Candidate(
             lane=self.name,
             model=model.id,
-            tier=tier_of(self.free_tier, model.id, model.free),
+            tier="byok" if self.config.byok else tier_of(self.free_tier, model.id, model.free),
             context=model.context,
             input_usd_per_mtok=model.input_usd_per_mtok,
             output_usd_per_mtok=model.output_usd_per_mtok,
@@ -140,11 +140,22 @@ class OpenAICompatibleLane:
     def secrets(self) -> tuple[str, ...]:
         return (self._api_key.value,) if self._api_key else ()
 
-    def headers(self, *, stream: bool) -> dict[str, str]:
+    def key_for(self, job: Job | None) -> str | None:
+        """The key a request uses: a bring-your-own-key lane's comes with the job, and only that
+        job's; any other lane's is the one its key variable held."""
+        if self.config.byok:
+            return job.keys.get(self.name) if job is not None else None
+        return self._api_key.value if self._api_key else None
+
+    def secrets_for(self, job: Job | None) -> tuple[str, ...]:
+        key = self.key_for(job)
+        return (key,) if key else ()
+
+    def headers(self, *, stream: bool, job: Job | None = None) -> dict[str, str]:
         headers = {**self.provider.headers, **self.config.headers}
         headers["Accept"] = "text/event-stream" if stream else "application/json"
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key.value}"
+        if key := self.key_for(job):
+            headers["Authorization"] = f"Bearer {key}"
         return headers
 
     def request_body(self, job: Job, model: str, *, stream: bool) -> dict[str, Any]:
@@ -154,9 +165,9 @@ class OpenAICompatibleLane:
     async def complete(self, job: Job, model: str) -> Response:
         return await self._upstream.post_json(
             f"{self.base_url}/chat/completions",
-            headers=self.headers(stream=False),
+            headers=self.headers(stream=False, job=job),
             body=self.request_body(job, model, stream=False),
-            secrets=self.secrets,
+            secrets=self.secrets_for(job),
         )
 
     def balance_endpoint(self) -> CustomEndpoint | None:
@@ -192,8 +203,8 @@ class OpenAICompatibleLane:
     async def open_stream(self, job: Job, model: str) -> AsyncIterator[ChunkReader]:
         async with self._upstream.open_stream(
             f"{self.base_url}/chat/completions",
-            headers=self.headers(stream=True),
+            headers=self.headers(stream=True, job=job),
             body=self.request_body(job, model, stream=True),
-            secrets=self.secrets,
+            secrets=self.secrets_for(job),
         ) as reader:
             yield reader

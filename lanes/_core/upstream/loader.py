@@ -58,7 +58,7 @@ def _load_one(
         return None, f"module {path} declares no PROVIDER — skipped"
     key_env = config.api_key_env if config.api_key_env is not None else provider.api_key_env
     api_key = None
-    if key_env:
+    if key_env and not config.byok:  # a bring-your-own-key lane's key comes with each request
         value = env.get(key_env, "")
         if not value:
             return None, f"{key_env} is not set — lane off"

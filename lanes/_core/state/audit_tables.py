@@ -1,0 +1,184 @@
+"""The audit's tables in the SQLite file: one row per job (`audit`), one per upstream request
+(`audit_attempt`), and two hourly roll-ups kept in step with them in the same transaction
+(`audit_jobs_hourly`, `audit_attempts_hourly`), so that `lanes report` reads a few thousand rows
+however many jobs the audit holds. Documented in docs/audit.md.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    job TEXT PRIMARY KEY, at FLOAT, client TEXT, cohort TEXT, class TEXT, route TEXT,
+    outcome TEXT, lane TEXT, model TEXT, request_sha256 TEXT, request_bytes INTEGER,
+    answer_sha256 TEXT, answer_bytes INTEGER, attempts INTEGER, attempt_log TEXT, skip_log TEXT,
+    latency_s FLOAT, tokens INTEGER, cost_usd FLOAT, approval TEXT, explored INTEGER, body TEXT,
+    tier TEXT, privacy TEXT, zdr INTEGER, free_attempts INTEGER, first_free_outcome TEXT,
+    plan TEXT, paid_before_usd FLOAT, paid_after_usd FLOAT);
+CREATE INDEX IF NOT EXISTS idx_audit_at ON audit (at);
+CREATE TABLE IF NOT EXISTS audit_attempt (
+    job TEXT, n INTEGER, at FLOAT, client TEXT, cohort TEXT, class TEXT, lane TEXT, model TEXT,
+    tier TEXT, route TEXT, outcome TEXT, category TEXT, status INTEGER, retry INTEGER,
+    latency_s FLOAT, tokens INTEGER, cost_usd FLOAT, PRIMARY KEY (job, n));
+CREATE INDEX IF NOT EXISTS idx_audit_attempt_at ON audit_attempt (at);
+CREATE TABLE IF NOT EXISTS audit_jobs_hourly (
+    hour INTEGER, dim TEXT, value TEXT, route TEXT, tier TEXT, outcome TEXT, privacy TEXT,
+    zdr INTEGER, first_free_outcome TEXT, retried INTEGER,
+    jobs INTEGER, attempts INTEGER, cost_usd FLOAT,
+    PRIMARY KEY (dim, hour, value, route, tier, outcome, privacy, zdr, first_free_outcome,
+                 retried));
+CREATE TABLE IF NOT EXISTS audit_attempts_hourly (
+    hour INTEGER, dim TEXT, value TEXT, route TEXT, outcome TEXT, category TEXT,
+    attempts INTEGER, latency_s FLOAT,
+    PRIMARY KEY (dim, hour, value, route, outcome, category));
+"""
+
+#: Columns added to `audit` since its first release: a file made by an older version gains them.
+ADDED = (
+    ("tier", "TEXT"),
+    ("privacy", "TEXT"),
+    ("zdr", "INTEGER"),
+    ("free_attempts", "INTEGER"),
+    ("first_free_outcome", "TEXT"),
+    ("plan", "TEXT"),
+    ("paid_before_usd", "FLOAT"),
+    ("paid_after_usd", "FLOAT"),
+)
+AUDIT_COLUMNS = (
+    "job",
+    "at",
+    "client",
+    "cohort",
+    "class",
+    "route",
+    "outcome",
+    "lane",
+    "model",
+    "request_sha256",
+    "request_bytes",
+    "answer_sha256",
+    "answer_bytes",
+    "attempts",
+    "attempt_log",
+    "skip_log",
+    "latency_s",
+    "tokens",
+    "cost_usd",
+    "approval",
+    "explored",
+    "body",
+    *(name for name, _ in ADDED),
+)
+ATTEMPT_COLUMNS = (
+    "job",
+    "n",
+    "at",
+    "client",
+    "cohort",
+    "class",
+    "lane",
+    "model",
+    "tier",
+    "route",
+    "outcome",
+    "category",
+    "status",
+    "retry",
+    "latency_s",
+    "tokens",
+    "cost_usd",
+)
+#: What a report can group by; each job (and attempt) is rolled up once per dimension, and once
+#: more under ("all", "all") for the totals.
+DIMENSIONS = ("cohort", "class", "lane", "model", "client")
+JOB_KEYS = ("route", "tier", "outcome", "privacy", "zdr", "first_free_outcome", "retried")
+ATTEMPT_KEYS = ("route", "outcome", "category")
+
+
+def _dimensions(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [("all", "all"), *((dim, str(row.get(dim) or "")) for dim in DIMENSIONS)]
+
+
+def _key(row: Mapping[str, Any], names: Iterable[str]) -> tuple[Any, ...]:
+    return tuple(row.get(name) or (0 if name in ("zdr", "retried") else "") for name in names)
+
+
+def write(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert audit rows (each with its `attempt_rows`) and fold them into the hourly roll-ups,
+    in one transaction."""
+    jobs = [{k: v for k, v in row.items() if k != "attempt_rows"} for row in rows]
+    attempts = [a for row in rows for a in row.get("attempt_rows", ())]
+    job_sums: Counter[tuple[Any, ...]] = Counter()
+    job_attempts: Counter[tuple[Any, ...]] = Counter()
+    job_cost: dict[tuple[Any, ...], float] = {}
+    for row in jobs:
+        facts = _key({**row, "retried": int((row.get("free_attempts") or 0) >= 2)}, JOB_KEYS)
+        for dim, value in _dimensions(row):
+            key = (int(row["at"] // 3600), dim, value, *facts)
+            job_sums[key] += 1
+            job_attempts[key] += int(row.get("attempts") or 0)
+            job_cost[key] = job_cost.get(key, 0.0) + float(row.get("cost_usd") or 0.0)
+    attempt_sums: Counter[tuple[Any, ...]] = Counter()
+    attempt_latency: dict[tuple[Any, ...], float] = {}
+    for a in attempts:
+        facts = _key(a, ATTEMPT_KEYS)
+        for dim, value in _dimensions(a):
+            key = (int(a["at"] // 3600), dim, value, *facts)
+            attempt_sums[key] += 1
+            attempt_latency[key] = attempt_latency.get(key, 0.0) + float(a.get("latency_s") or 0.0)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        _insert(conn, "audit", AUDIT_COLUMNS, jobs)
+        _insert(conn, "audit_attempt", ATTEMPT_COLUMNS, attempts)
+        conn.executemany(
+            f"INSERT INTO audit_jobs_hourly (hour, dim, value, {', '.join(JOB_KEYS)}, jobs, "
+            "attempts, cost_usd) "
+            f"VALUES ({', '.join('?' * (len(JOB_KEYS) + 6))}) ON CONFLICT DO UPDATE SET "
+            "jobs = jobs + excluded.jobs, attempts = attempts + excluded.attempts, "
+            "cost_usd = cost_usd + excluded.cost_usd",
+            [(*key, n, job_attempts[key], job_cost[key]) for key, n in job_sums.items()],
+        )
+        conn.executemany(
+            f"INSERT INTO audit_attempts_hourly (hour, dim, value, {', '.join(ATTEMPT_KEYS)}, "
+            "attempts, latency_s) "
+            f"VALUES ({', '.join('?' * (len(ATTEMPT_KEYS) + 5))}) ON CONFLICT DO UPDATE SET "
+            "attempts = attempts + excluded.attempts, latency_s = latency_s + excluded.latency_s",
+            [(*key, n, attempt_latency[key]) for key, n in attempt_sums.items()],
+        )
+        conn.execute("COMMIT")
+    finally:  # whatever happened, the transaction does not outlive the call
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+def _insert(
+    conn: sqlite3.Connection, table: str, columns: tuple[str, ...], rows: list[dict[str, Any]]
+) -> None:
+    if rows:
+        conn.executemany(
+            f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})",
+            [tuple(row.get(c) for c in columns) for row in rows],
+        )
+
+
+def prune(conn: sqlite3.Connection, before: float) -> int:
+    """Delete what the audit holds of jobs older than `before` (epoch seconds; the roll-ups by whole
+    hours); how many jobs went."""
+    with conn:
+        conn.execute("DELETE FROM audit_attempt WHERE at < ?", (before,))
+        conn.execute("DELETE FROM audit_jobs_hourly WHERE hour < ?", (int(before // 3600),))
+        conn.execute("DELETE FROM audit_attempts_hourly WHERE hour < ?", (int(before // 3600),))
+        return conn.execute("DELETE FROM audit WHERE at < ?", (before,)).rowcount
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Give an `audit` made by an older version the columns this one writes and reads."""
+    have = {row[1] for row in conn.execute('PRAGMA table_info("audit")')}
+    for name, kind in ADDED:
+        if name not in have:
+            conn.execute(f"ALTER TABLE audit ADD COLUMN {name} {kind}")

@@ -1,0 +1,306 @@
+"""Explain every cent: the cohort report adds up to the ledger and to the upstreams' own counts, the
+story of any request, clients' own budgets across processes, and bring-your-own-key lanes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+
+import lanes
+from bench.freeshare import arrivals
+from helpers import config, free_lane, paid_lane
+from lanes._core.state.report import explain, report
+from lanes._core.state.store import SQLiteStore
+from lanes.testing import answer, open_fake, quota, rate_limited, status
+from lanes.testing.configs import KEYS
+from lanes.testing.processes import dump_toml, open_sidecar_processes
+from sidecar import open_sidecar
+
+MESSAGES = [{"role": "user", "content": "Plan my week."}]
+COHORTS = ("ads", "organic", "partner")
+
+
+@pytest.mark.free_lane
+async def test_a_simulated_morning_adds_up(env, tmp_path, autojump_clock):
+    """The benchmark's traffic model over two free lanes with quotas and a paid fallback, in three
+    cohorts: the report's paid spend per cohort sums exactly to the ledger, and its attempt counts
+    to the requests the upstreams received."""
+    state = str(tmp_path / "day.db")
+    times = arrivals(0.5)[:300]
+    async with (
+        open_fake("a", models=("m",)) as a,
+        open_fake("b", models=("m",)) as b,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        a.script("m", quota(10), answer())
+        b.script("m", quota(5), answer())
+        cfg = config(
+            free_lane("a", a.base_url, models=["m"], free_tier={"kind": "rate_limited", "rpm": 10}),
+            free_lane("b", b.base_url, models=["m"], free_tier={"kind": "rate_limited", "rpm": 5}),
+            paid_lane("paid", paid.base_url),
+            state=state,
+            policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.02},
+        )
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            start = trio.current_time()
+
+            async def one(i: int, at: float) -> None:
+                await trio.sleep_until(start + at)
+                with contextlib.suppress(lanes.JobFailed):  # refused jobs are audited too
+                    await d.complete(
+                        lanes.Job(messages=MESSAGES, cohort=COHORTS[i % 3], deadline_s=20)
+                    )
+
+            async with trio.open_nursery() as nursery:
+                for i, at in enumerate(times):
+                    nursery.start_soon(one, i, at)
+            await trio.sleep(1)  # one sync: the audit reaches the file
+            query = d.store.query
+            by_cohort = report(query, since=0.0, by="cohort", ceiling_usd=0.02)
+            (ledger,) = query(
+                "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger"
+            )[0]
+    groups = {g.key: g for g in by_cohort.groups}
+    assert set(groups) == set(COHORTS) and by_cohort.total.jobs == len(times)
+    assert sum(g.paid_cost_usd for g in groups.values()) == pytest.approx(ledger, abs=1e-12)
+    assert ledger > 0 and by_cohort.total.paid_jobs > 0
+    sent = len(a.requests()) + len(b.requests()) + len(paid.requests())
+    assert sum(g.requests for g in groups.values()) == sent
+    share = by_cohort.total.free_share
+    assert share is not None and 0 < share < 1 and by_cohort.days[0].ceiling_usd == 0.02
+
+
+@pytest.mark.free_lane
+@pytest.mark.parametrize("outcome", [1, 2, 3])
+async def test_explain_tells_the_worked_examples_apart(outcome, env, tmp_path, autojump_clock):
+    """Seed 004's three outcomes — free primary, free retry, paid fallback — each read back from
+    the audit as its own story, with every attempt, its route state and its cost."""
+    state = str(tmp_path / "explain.db")
+    async with (
+        open_fake("a", models=("free-a",)) as a,
+        open_fake("b", models=("free-b",)) as b,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        if outcome >= 2:
+            a.script("free-a", rate_limited(retry_after=30))
+        if outcome == 3:
+            b.script("free-b", rate_limited(retry_after=30))
+        cfg = config(
+            free_lane("a", a.base_url, models=["free-a"]),
+            free_lane("b", b.base_url, models=["free-b"]),
+            paid_lane("paid", paid.base_url),
+            state=state,
+            policy={"free_tier_fallback": "allow"},
+        )
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            reply = await d.complete(lanes.Job(messages=MESSAGES, cohort="ads"))
+            await trio.sleep(1)
+            story = explain(d.store.query, reply.request_id)
+    assert story is not None
+    routes = [(s["route"], s["lane"], s["outcome"]) for s in story["attempt_list"]]
+    expected = {
+        1: [("primary", "a", "ok")],
+        2: [("primary", "a", "rate_limited"), ("free_retry", "b", "ok")],
+        3: [
+            ("primary", "a", "rate_limited"),
+            ("free_retry", "b", "rate_limited"),
+            ("paid_fallback", "paid", "ok"),
+        ],
+    }[outcome]
+    assert routes == expected
+    head = {
+        1: "answered by a/free-a on the primary route after 1 attempt(s), $0.000000",
+        2: "answered by b/free-b on the free_retry route after 2 attempt(s), $0.000000",
+        3: "answered by paid/paid-model on the paid_fallback route after 3 attempt(s), $",
+    }
+    assert story["summary"].startswith(head[outcome])
+    assert story["plan"] == ["a/free-a", "b/free-b", "paid/paid-model"]
+    if outcome == 3:
+        assert story["cost_usd"] == pytest.approx(reply.cost_usd) and story["cost_usd"] > 0
+        assert story["paid_after_usd"] - story["paid_before_usd"] == pytest.approx(reply.cost_usd)
+        assert "paid consent: allow" in story["summary"]
+    else:
+        assert story["paid_before_usd"] is None and story["cost_usd"] == 0
+    assert "Plan my week" not in json.dumps(story)  # hashes and sizes, never the body
+
+
+async def test_lanes_report_and_explain_read_the_state_file(env, tmp_path, autojump_clock):
+    """`lanes report --by cohort` and `lanes explain ID` read a config's state file, as text,
+    JSON and Markdown."""
+    state = tmp_path / "cli.db"
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        cfg = config(paid_lane("paid", paid.base_url), state=str(state))
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            reply = await d.complete(
+                lanes.Job(messages=MESSAGES, model="paid/paid-model", cohort="ads")
+            )
+            await trio.sleep(1)
+    path = tmp_path / "lanes.toml"
+    path.write_text(dump_toml({"state": str(state)}))
+    md = tmp_path / "report.md"
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "lanes", *argv, "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    text = await trio.to_thread.run_sync(cli, "report", "--since", "7d", "--md", str(md))
+    data = await trio.to_thread.run_sync(cli, "report", "--json", "--by", "model")
+    story = await trio.to_thread.run_sync(cli, "explain", reply.request_id)
+    missing = await trio.to_thread.run_sync(cli, "explain", "no-such-id")
+    assert (
+        text.returncode == 0 and "| ads | 1 | 1 |" in text.stdout and md.read_text() == text.stdout
+    )
+    assert json.loads(data.stdout)["groups"][0]["key"] == "paid-model"
+    assert story.returncode == 0 and reply.request_id in story.stdout
+    assert "attempt 1: paid_fallback paid/paid-model → ok" in story.stdout
+    assert missing.returncode == 1
+
+
+async def test_a_clients_budget_holds_across_two_processes(tmp_path):
+    """Alice's own ceiling ($0.01 a day) holds across two sidecar processes sharing one state file,
+    while Bob, without one, still gets paid fallback under the global ceiling."""
+    alice, bob = "alice-key-0123456789abcdef", "bob-key-0123456789abcdef"
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        paid.script("paid-model", answer(delay_s=0.2))
+        conf = {
+            "state": str(tmp_path / "clients.db"),
+            "policy": {
+                "free_tier_fallback": "allow",
+                "paid_ceiling_usd_per_day": 1.0,
+                "paid_max_tokens": 100,
+            },
+            "server": {
+                "clients": {
+                    "alice": {
+                        "key_env": "ALICE_KEY",
+                        "paid_ceiling_usd_per_day": 0.01,
+                        "cohort": "ads",
+                    },
+                    "bob": "BOB_KEY",
+                }
+            },
+            "lanes": [paid_lane("paid", paid.base_url)],
+        }
+        env = {**KEYS, "ALICE_KEY": alice, "BOB_KEY": bob}
+        async with (
+            open_sidecar_processes(conf, tmp_path, count=2, env=env) as sidecars,
+            httpx2.AsyncClient(trust_env=False, timeout=30) as http,
+        ):
+            statuses: dict[str, list[int]] = {"alice": [], "bob": []}
+
+            async def one(i: int, who: str, key: str) -> None:
+                r = await http.post(
+                    f"{sidecars[i % 2].base}/v1/chat/completions",
+                    json={"messages": MESSAGES, "model": "paid/paid-model"},
+                    headers={"authorization": f"Bearer {key}"},
+                )
+                statuses[who].append(r.status_code)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(60):
+                    nursery.start_soon(one, i, "alice", alice)
+            await trio.sleep(1.0)  # settlements reach the file
+            for i in range(4):
+                await one(i, "bob", bob)
+    worst = (
+        len(
+            json.dumps(
+                {"max_tokens": 100, "model": "paid-model", "messages": MESSAGES},
+                separators=(",", ":"),
+            ).encode()
+        )
+        + 100 * 2
+    ) / 1e6
+    assert 0 < statuses["alice"].count(200) <= int(0.01 / worst)
+    assert statuses["alice"].count(429) == 60 - statuses["alice"].count(200)
+    assert statuses["bob"] == [200, 200, 200, 200]
+    with sqlite3.connect(tmp_path / "clients.db") as db:
+        (alice_spent,) = db.execute(
+            "SELECT SUM(COALESCE(settled, reserved)) FROM paid_ledger WHERE client = 'alice'"
+        ).fetchone()
+        cohorts = dict(db.execute("SELECT client, cohort FROM audit GROUP BY client").fetchall())
+    assert alice_spent <= 0.01 + 1e-12 and cohorts == {"alice": "ads", "bob": ""}
+
+
+async def test_a_byok_key_is_used_once_and_never_shown(tmp_path, caplog):
+    """A bring-your-own-key lane uses the key the request carries, for that request only, outside
+    the shared quotas and ceiling; the key appears in no log, page, metric, error, audit row or
+    state file."""
+    caplog.set_level(logging.DEBUG)
+    key = "sk-byok-client-secret-7d41f09"
+    byok = {"byok": True, "free_tier": {"kind": "rate_limited", "rpm": 1}}
+    state = tmp_path / "byok.db"
+    async with open_sidecar(
+        ("mine", "free", ["own-model"], byok),
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "off"},
+        state=str(state),
+    ) as (url, fakes):
+        fakes["mine"].script(
+            "own-model", status(401, {"error": {"message": f"bad key {key}"}}), answer()
+        )
+        base, seen = url.removesuffix("/v1"), []
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            headers = {"x-lanes-key-mine": key}
+            refused = await http.post(
+                f"{url}/chat/completions", json={"messages": MESSAGES}, headers=headers
+            )
+            served = await http.post(
+                f"{url}/chat/completions", json={"messages": MESSAGES}, headers=headers
+            )
+            without = await http.post(f"{url}/chat/completions", json={"messages": MESSAGES})
+            await trio.sleep(1)
+            for path in (
+                "/",
+                "/metrics",
+                "/v1/lanes",
+                "/v1/models",
+                "/v1/approvals",
+                "/v1/grants",
+                "/v1/report",
+                f"/v1/requests/{served.headers['x-lanes-request-id']}",
+            ):
+                seen.append((await http.get(base + path)).text)
+            seen += [refused.text, served.text, without.text, json.dumps(dict(served.headers))]
+    seen += [r.getMessage() for r in caplog.records]
+    files = b"".join(p.read_bytes() for p in Path(tmp_path).glob("byok.db*"))  # noqa: ASYNC240 - the sidecar is closed: nothing else runs
+    assert refused.status_code == 401 and served.status_code == 200
+    assert served.headers["x-lanes-route"] == "byok" and served.headers["x-lanes-lane"] == "mine"
+    assert without.status_code == 503 and "no key for it in the request" in without.text
+    assert all(r.authorization for r in fakes["mine"].requests())  # the client's key was sent
+    assert key not in "\n".join(seen) and key.encode() not in files
+    assert fakes["paid"].requests() == []
+
+
+def test_audit_retention_deletes_old_jobs():
+    """Jobs older than `audit_days` are deleted, with their attempts; newer ones stay."""
+    store = SQLiteStore(":memory:")
+    rows = [
+        {"job": f"j{i}", "at": at, "attempt_rows": [{"job": f"j{i}", "n": 0, "at": at}]}
+        for i, at in enumerate((100.0, 200.0, 300.0))
+    ]
+    store.add_audit(rows)
+    assert store.prune_audit(250.0) == 2
+    assert store.query("SELECT job FROM audit") == [("j2",)]
+    assert store.query("SELECT job FROM audit_attempt") == [("j2",)]
+
+
+def test_the_report_groups_by_what_the_roll_ups_keep():
+    """`lanes report --by` offers exactly the dimensions the audit is rolled up by."""
+    from lanes._core.state.audit_tables import DIMENSIONS
+    from lanes._core.state.report import GROUPS
+
+    assert GROUPS == DIMENSIONS
