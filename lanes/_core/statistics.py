@@ -30,7 +30,7 @@ class ModelStatistics:
     breaker: BreakerStatistics
     backoff_s: float
     backoff_reason: str | None
-    requests_remaining: float | None  # as the provider last reported
+    requests_remaining: float | None  # as the provider last reported (None once its window reset)
     tokens_remaining: float | None
     used_today: int  # requests counted today (UTC), all processes sharing the state
     quarantined: str | None  # why the canary took it out of routing
@@ -94,7 +94,7 @@ def snapshot(
         models = []
         for c in lane.candidates:
             backoff = manager.is_in_backoff(c.lane, c.model, now_wall)
-            reported = manager.snapshots.get(manager.scope(c.lane, c.model))
+            requests_left, tokens_left = manager.reported(manager.scope(c.lane, c.model), now_wall)
             reason = gate.refusal(c)
             models.append(
                 ModelStatistics(
@@ -106,8 +106,8 @@ def snapshot(
                     breaker=breakers.model_statistics(c.model, now),
                     backoff_s=round(backoff.until - now_wall, 3) if backoff else 0.0,
                     backoff_reason=backoff.reason if backoff else None,
-                    requests_remaining=reported[1].requests_remaining if reported else None,
-                    tokens_remaining=reported[1].tokens_remaining if reported else None,
+                    requests_remaining=requests_left,
+                    tokens_remaining=tokens_left,
                     used_today=manager.usage.used(
                         manager.scope(c.lane, c.model), "requests", "day", now_wall
                     ),
