@@ -84,7 +84,9 @@ def runnable_copies(tmp_path: Path) -> list[Path]:
     return out
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine"
+)
 def test_systemd_analyze_verifies_the_units_and_rates_them_safe(tmp_path):
     """Where systemd-analyze exists: `verify` accepts all three units, the calendar parses, and
     `security --offline` rates both services OK (exposure below 2 of 10)."""
