@@ -14,7 +14,9 @@ import trio
 
 from lanes._core.routing.breaker import BreakerStatistics
 from lanes._core.routing.context import Routing
+from lanes._core.state.journal import Journal
 from lanes._core.state.store import Store
+from lanes._core.state.tally import TallyStatistics
 from lanes.freetier.kinds import CreditBased
 
 
@@ -70,6 +72,7 @@ class Statistics:
     store: StoreStatistics
     explored: int
     explored_served: int
+    tally: TallyStatistics  # jobs, attempts, latency, tokens and cost since this process started
 
     def lane(self, name: str) -> LaneStatistics:
         return next(lane for lane in self.lanes if lane.name == name)
@@ -84,7 +87,7 @@ def snapshot(
     *,
     store: Store,
     unavailable: Mapping[str, str],
-    recent: tuple[Mapping[str, Any], ...],
+    journal: Journal,
 ) -> Statistics:
     now, now_wall = trio.current_time(), routing.now_wall()
     manager, gate = routing.manager, routing.gate
@@ -149,9 +152,10 @@ def snapshot(
         paid_ceiling_usd=routing.policy.paid_ceiling_usd_per_day,
         fallback=routing.policy.free_tier_fallback,
         approvals=approvals,
-        recent=recent,
+        recent=journal.recent(),
         quarantined=dict(gate.quarantine),
         store=StoreStatistics(kind=store.kind, where=store.where, up=store.up),
         explored=routing.ranking.explored,
         explored_served=routing.ranking.explored_ok,
+        tally=journal.tally.statistics(),
     )

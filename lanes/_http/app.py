@@ -14,7 +14,7 @@ from typing import Any, Literal
 import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from lanes._core.dispatcher import Dispatcher
@@ -130,7 +130,7 @@ def build_app(
     """The sidecar's app over an open dispatcher."""
     server = dispatcher.config.server
     keys = {env[var]: name for name, var in server.clients.items() if env.get(var)}
-    metrics = metrics or Metrics()
+    metrics = metrics or Metrics(dispatcher.statistics)
 
     def client_of(request: Request) -> str:
         if not keys:
@@ -177,28 +177,12 @@ def build_app(
                 body, status_code=status, headers=headers | {"X-Lanes-Request-Id": job_id}
             )
         if stream:
-            return SSERelay(dispatcher, job, keepalive_s=server.keepalive_s, metrics=metrics)
-        started = trio.current_time()
+            return SSERelay(dispatcher, job, keepalive_s=server.keepalive_s)
         try:
             reply = await dispatcher.complete(job)
         except JobFailed as exc:
-            metrics.job(
-                route="none",
-                lane="none",
-                outcome=exc.code,
-                latency_s=trio.current_time() - started,
-                attempts=exc.attempts,
-            )
             status, body, headers = job_failed(exc)
             return JSONResponse(body, status_code=status, headers=headers)
-        metrics.job(
-            route=reply.route,
-            lane=reply.lane,
-            outcome="ok",
-            latency_s=trio.current_time() - started,
-            attempts=reply.attempts,
-            cost=reply.cost_usd,
-        )
         if reply.raw:  # the upstream's own bytes, not a re-encoding of them
             return Response(reply.raw, media_type="application/json", headers=reply_headers(reply))
         return JSONResponse(dict(reply.body), headers=reply_headers(reply))
@@ -249,9 +233,7 @@ def build_app(
         return JSONResponse({"id": approval.id, "decision": approval.decision})
 
     async def prometheus(request: Request) -> Response:
-        return PlainTextResponse(
-            metrics.render(dispatcher.statistics()), media_type="text/plain; version=0.0.4"
-        )
+        return Response(metrics.render(), media_type=metrics.content_type)
 
     async def page(request: Request) -> Response:
         return HTMLResponse(PAGE)
