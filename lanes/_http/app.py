@@ -238,6 +238,9 @@ def build_app(
     async def page(request: Request) -> Response:
         return HTMLResponse(PAGE)
 
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)  # the page's icon is inline; this keeps logs quiet
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(404, f"no route {request.url.path}", "not_found")
 
@@ -257,6 +260,7 @@ def build_app(
         Route("/v1/approvals/{approval_id}", decide, methods=["POST"]),
         Route("/metrics", prometheus),
         Route("/", page),
+        Route("/favicon.ico", favicon),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.metrics = metrics
