@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Any
 
 import httpx2
 import pytest
@@ -84,12 +85,12 @@ async def test_approve_a_held_request_from_the_page():
     assert len(fakes["paid"].requests()) == 1
 
 
-def drive_the_console(base: str, screenshot: str | None) -> dict:
+def drive_the_console(base: str, screenshot: str | None) -> dict[str, Any]:
     """Enter an admin key, switch a lane off and on from its row, read the recent jobs and the
     canary column; return what was seen and every request the page made."""
     from playwright.sync_api import sync_playwright
 
-    seen: dict = {"requests": []}
+    seen: dict[str, Any] = {"requests": []}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
