@@ -29,7 +29,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 def _counter(
-    name: str, doc: str, labels: tuple[str, ...], values: Mapping[Any, float]
+    name: str, doc: str, labels: tuple[str, ...], values: Mapping[Any, float] | Mapping[Any, int]
 ) -> CounterMetricFamily:
     family = CounterMetricFamily(name, doc, labels=list(labels))
     for key, value in sorted(values.items()):
@@ -62,30 +62,33 @@ class StatisticsCollector(Collector):
 
     def _totals(self, stats: Statistics) -> Iterator[Metric]:
         tally = stats.tally
-        yield _counter(
-            "lanes_requests",
-            "Jobs finished, by the route reached, the lane and model that served, and outcome.",
-            ("route", "lane", "model", "outcome"),
-            tally.jobs,
-        )
-        yield _counter(
-            "lanes_attempts",
-            "Upstream attempts, by lane, model, route state and outcome.",
-            ("lane", "model", "route", "outcome"),
-            tally.attempts,
-        )
-        yield _counter(
-            "lanes_tokens",
-            "Tokens of served jobs as the upstream reported them, by kind (prompt, completion).",
-            ("lane", "model", "route", "cohort", "kind"),
-            tally.tokens,
-        )
-        yield _counter(
-            "lanes_cost_usd",
-            "Paid spend settled, in US dollars, by lane, model, route state and cohort.",
-            ("lane", "model", "route", "cohort"),
-            tally.cost_usd,
-        )
+        for name, doc, labels, values in (
+            (
+                "lanes_requests",
+                "Jobs finished, by the route reached, the lane and model that served, and outcome.",
+                ("route", "lane", "model", "outcome"),
+                tally.jobs,
+            ),
+            (
+                "lanes_attempts",
+                "Upstream attempts, by lane, model, route state and outcome.",
+                ("lane", "model", "route", "outcome"),
+                tally.attempts,
+            ),
+            (
+                "lanes_tokens",
+                "Tokens of served jobs as reported upstream, by kind (prompt or completion).",
+                ("lane", "model", "route", "cohort", "kind"),
+                tally.tokens,
+            ),
+            (
+                "lanes_cost_usd",
+                "Paid spend settled, in US dollars, by lane, model, route state and cohort.",
+                ("lane", "model", "route", "cohort"),
+                tally.cost_usd,
+            ),
+        ):
+            yield _counter(name, doc, labels, values)
         yield _histogram(
             "lanes_job_duration_seconds",
             "Whole-job latency by the route reached (none: no lane served).",
