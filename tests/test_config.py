@@ -278,6 +278,9 @@ def test_a_typo_suggests_the_key_that_was_meant():
     assert "lanes.g.breaker.cooldown: unknown key; did you mean cooldown_s?" in error_of(
         {"lanes": [{"name": "g", "breaker": {"cooldown": 3}}]}
     )
+    assert "scoring.weights.relability: unknown key; did you mean reliability?" in error_of(
+        {"scoring": {"weights": {"relability": 0.5}}}
+    )
 
 
 def test_an_unknown_lane_module_is_refused_with_the_nearest_name(tmp_path, capsys):

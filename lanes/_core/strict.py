@@ -39,6 +39,7 @@ FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*")
 _LANE_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 _PATH = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]")
 
@@ -269,8 +270,8 @@ def messages(exc: Exception, raw: Any) -> list[str]:
         for message in text.split("\n"):
             segments = _segments(path)
             head, sep, rest = message.partition(": ")
-            if sep and _IDENT.fullmatch(head):  # a validator's words start with its field's name
-                segments.append(head)
+            if sep and _DOTTED.fullmatch(head):  # a validator's words start with its field's name
+                segments.extend(head.split("."))
                 message = rest
             key = key_of(segments, raw)
             out.append(f"{key}: {message}" if key else message)
