@@ -45,6 +45,7 @@ class ScoringConfig:
                 near = difflib.get_close_matches(key, known, n=1)
                 hint = f"did you mean {near[0]}?" if near else f"the keys are {', '.join(known)}"
                 raise ValueError(f"{attribute.name}.{key}: unknown key; {hint}")
+
     latency_ref_s: float = attrs.field(default=2.0, validator=at_least(0.001))
     degraded_ratio: float = (
         0.5  # a provider failing this share of its recent outcomes is degraded …
