@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The sidecar on simulated providers (no keys, no network): http://127.0.0.1:4098
+# (`make run PORT=4099` for another port)
+PORT ?= 4098
 run: install
-	$(PY) -m lanes serve --simulate
+	$(PY) -m lanes serve --simulate --port $(PORT)
 
 # The library demo: the dispatcher over fake providers, one line per job.
 demo: install

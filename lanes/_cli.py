@@ -1,37 +1,69 @@
-"""The `lanes` command. Exit 0 when all is well, 1 when a check failed, 2 for bad usage or
-config."""
+"""The `lanes` command.
+
+Exit codes: 0 all is well; 1 a check failed (the sidecar is unreachable or refused, a drill failed,
+the canary found drift, the sidecar could not listen on its address); 2 bad usage or bad config
+(an unknown flag, a config `check-config` refuses, a path that can not be written); 141 the
+reader of our output went away (`lanes status | head`), quietly, as other Unix tools do. Every
+failure a user can cause is one line on stderr, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
 import sys
 import time
-from typing import Any
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, NoReturn
 
 import httpx2
 import trio
 
 from lanes import _cli_reports
-from lanes._core.config import read_config
+from lanes._core.check import check_config
+from lanes._core.config import packaged
 from lanes._core.errors import ConfigError
 
 DEFAULT_URL = "http://127.0.0.1:4098"
+log = logging.getLogger("lanes")
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called: one line on stderr, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, exit 2 (argparse's default prints the whole usage first)."""
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    try:
+        return version("lanes")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="lanes", description="free-tier-first LLM routing sidecar"
-    )
+    parser = _Parser(prog="lanes", description="free-tier-first LLM routing sidecar")
+    parser.add_argument("--version", action="version", version=f"lanes {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the sidecar")
-    serve.add_argument("--config", default=None, help="TOML config (default config/lanes.toml)")
+    serve.add_argument(
+        "--config", default=None, help="TOML config (default: the one shipped with lanes)"
+    )
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument(
         "--simulate", action="store_true", help="route to built-in simulated providers"
+    )
+    serve.add_argument(
+        "--log-format", choices=["text", "json"], default="text", help="json: one object a line"
     )
     for name, text in (("status", "lanes, breakers, backoffs and spend of a running sidecar"),):
         p = sub.add_parser(name, help=text)
@@ -54,10 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     approvals.add_argument("--url", default=DEFAULT_URL)
     approvals.add_argument("--json", action="store_true")
-    canary = sub.add_parser("canary", help="the quality canary: run, pin, report")
-    canary.add_argument("action", choices=["run", "pin", "report"])
-    canary.add_argument("--config", default="config/lanes.toml")
-    canary.add_argument("--canary", default="config/canary.toml", help="the prompt set")
+    canary = sub.add_parser("canary", help="the quality canary: run, pin, report, release")
+    canary.add_argument("action", choices=["run", "pin", "report", "release"])
+    canary.add_argument("keys", nargs="*", metavar="MODEL", help='release: "lane/model"s')
+    canary.add_argument("--config", default=None, help="TOML config (default: the shipped one)")
+    canary.add_argument("--canary", default=None, help="the prompt set (default: the shipped one)")
     canary.add_argument("--lane", action="append", default=[])
     canary.add_argument("--model", action="append", default=[])
     canary.add_argument("--json", action="store_true")
@@ -72,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("path")
     check.add_argument("--json", action="store_true")
     _cli_reports.add_parsers(sub, DEFAULT_URL)
+    init = sub.add_parser("init", help="write a starter config for the keys in the environment")
+    init.add_argument("path", nargs="?", default="lanes.toml", help='where ("-" for stdout)')
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
     return parser
 
 
@@ -199,7 +235,7 @@ def _error_message(body: Any) -> str:
 
 def _check_config(args: argparse.Namespace) -> int:
     try:
-        config = read_config(args.path)
+        config = check_config(args.path, modules_required=True).config
     except ConfigError as exc:
         _print(args, {"ok": False, "error": str(exc)}, str(exc))
         return 2
@@ -259,22 +295,101 @@ def _drill(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+class JsonLines(logging.Formatter):
+    """`--log-format json`: one JSON object a line (time, level, logger, message)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(line, ensure_ascii=False)
+
+
+def _logging(log_format: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonLines()
+        if log_format == "json"
+        else logging.Formatter("%(asctime)s %(name)s: %(message)s")
+    )
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+
+
 def _serve(args: argparse.Namespace) -> int:
     from lanes._http.server import serve
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    try:
-        trio.run(lambda: serve(args.config, host=args.host, port=args.port, simulate=args.simulate))
-    except ConfigError as exc:
-        print(f"lanes: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        pass
+    _logging(args.log_format)
+    config = args.config or (None if args.simulate else packaged("lanes.toml"))
+    trio.run(lambda: serve(config, host=args.host, port=args.port, simulate=args.simulate))
     return 0
 
 
+def _init(args: argparse.Namespace) -> int:
+    from lanes._core.starter import starter_config
+
+    text, names = starter_config(os.environ, path=args.path)
+    if args.path == "-":
+        sys.stdout.write(text)
+        return 0
+    path = Path(args.path)
+    if path.exists() and not args.force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+    path.write_text(text, encoding="utf-8")
+    print(
+        f"wrote {path}: {len(names)} lanes ({', '.join(names) or 'none'}); "
+        f"check it with `lanes check-config {path}`, run it with `lanes serve --config {path}`"
+    )
+    return 0
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups; `exc` itself when it is no group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _one_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int] | None:
+    """What to say about a failure a user can cause, and the exit code; None for a bug."""
+    if isinstance(exc, ConfigError):
+        return str(exc), 2
+    if isinstance(exc, UsageError):
+        return str(exc), 2
+    if isinstance(exc, httpx2.TransportError):
+        url = getattr(args, "url", "?")
+        return f"can not reach the sidecar at {url} ({type(exc).__name__})", 1
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+        what = "is in use" if exc.errno == errno.EADDRINUSE else "is not an address of this host"
+        host, port = getattr(args, "host", None), getattr(args, "port", None)
+        where = f"{host or 'server.host'}:{port or 'server.port'}"
+        return f"can not listen on {where}: the address {what}; pick another with --port", 1
+    if isinstance(exc, OSError) and exc.errno == errno.EACCES and args.command == "serve":
+        return f"can not listen or write: permission denied ({exc.filename or exc})", 2
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"can not write {exc.filename}: {exc.strerror}", 2
+    if type(exc).__name__ == "OperationalError":  # sqlite3's, for a state file it can not open
+        return f"the state file can not be opened ({exc}); check `state` in the config", 2
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        return _run(_parser().parse_args(argv))
+    except BrokenPipeError:
+        # the reader went away (`lanes status | head`): stop quietly, and keep Python's own
+        # flush at exit from failing on the same closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     handlers = {
         "serve": _serve,
         "status": _status,
@@ -285,16 +400,18 @@ def main(argv: list[str] | None = None) -> int:
         "drill": _drill,
         "report": _cli_reports.run_report,
         "explain": _cli_reports.run_explain,
+        "init": _init,
     }
     try:
         return handlers[args.command](args)
-    except httpx2.TransportError as exc:
-        print(
-            f"lanes: can not reach the sidecar at {getattr(args, 'url', '?')} "
-            f"({type(exc).__name__})",
-            file=sys.stderr,
-        )
-        return 1
+    except BrokenPipeError:
+        raise
+    except (Exception, BaseExceptionGroup) as exc:
+        said = [one for leaf in _leaves(exc) if (one := _one_line(leaf, args)) is not None]
+        if not said:
+            raise  # a bug: the traceback is the report
+        print(f"lanes: {said[0][0]}", file=sys.stderr)
+        return said[0][1]
 
 
 if __name__ == "__main__":

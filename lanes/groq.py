@@ -1,4 +1,4 @@
-"""Groq: a rate-limited free tier (defaults as of 2026-11; see PROVIDERS.md in the README).
+"""Groq: a rate-limited free tier (defaults as of 2026-11; README, "Lanes shipped now", lists all).
 
 Its `x-ratelimit-*-requests` headers count per day and `*-tokens` per minute.
 """

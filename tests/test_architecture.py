@@ -328,3 +328,27 @@ def test_readme_documents_every_cli_command():
     assert commands is not None  # the subparsers' action lists the subcommands
     readme = (ROOT / "README.md").read_text()
     assert sorted(c for c in commands if f"lanes {c}" not in readme) == []
+
+
+def test_readme_tables_render():
+    """Every Markdown table in README and docs/ is one block: a header, its `|---|` separator,
+    then rows with as many cells — a blank line inside a table would split it, and the rows after
+    it would render as text."""
+    problems = []
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        lines = path.read_text().splitlines()
+        fenced = False
+        for i, line in enumerate(lines):
+            if line.startswith("```"):
+                fenced = not fenced
+            if fenced or not line.startswith("|"):
+                continue
+            cells = len(re.split(r"(?<!\\)\|", line.strip())) - 2
+            if i == 0 or not lines[i - 1].startswith("|"):  # a table starts here
+                header = cells
+                separator = lines[i + 1] if i + 1 < len(lines) else ""
+                if not re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", separator.strip()):
+                    problems.append(f"{path.name}:{i + 1}: a table row without a header above it")
+            elif cells != header:
+                problems.append(f"{path.name}:{i + 1}: {cells} cells, the header has {header}")
+    assert problems == []

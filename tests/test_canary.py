@@ -14,7 +14,7 @@ from helpers import config, free_lane, sqlite_store
 from lanes.canary.checks import run_checks
 from lanes.canary.prompts import CanaryConfig, Checks, Prompt, Settings
 from lanes.canary.report import exit_code, markdown, table
-from lanes.canary.run import pin, report, run_canary
+from lanes.canary.run import pin, release, report, run_canary
 from lanes.canary.score import Answer, score_model
 from lanes.testing import ANSWER, answer, open_fake, rate_limited
 
@@ -231,3 +231,101 @@ async def test_cli_exit_codes(tmp_path, env):
     )
     assert again.returncode == 1 and "drifted" in (tmp_path / "nightly.md").read_text()
     assert bad.returncode == 2
+
+
+# -- a canary that does not cry wolf ------------------------------------------------------------
+
+
+async def test_a_rate_limited_model_is_skipped_never_quarantined(env, tmp_path, autojump_clock):
+    """A run whose probes meet 429s marks the model skipped — never failed — and quarantines
+    nothing, so routing keeps using it."""
+    async with open_fake("a", models=("m",)) as a:
+        a.script("m", rate_limited(retry_after=600))
+        cfg = config(free_lane("a", a.base_url, models=["m"]), state=str(tmp_path / "s.db"))
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            await run_canary(d, PROMPTS)
+            reports = report(d.store, PROMPTS)
+            quarantined = d.store.quarantined()
+    assert [(r.key, r.verdict) for r in reports] == [("a/m", "skipped")]
+    assert quarantined == {} and len(a.requests()) >= 1
+
+
+async def test_a_snapshot_past_its_reset_is_not_believed(env, tmp_path, autojump_clock):
+    """ "0 left" reported a minute ago, with a 30 s reset, no longer skips the model's probes."""
+    headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s"}
+    async with open_fake("a", models=("m",)) as a:
+        a.script("m", answer(headers=headers), answer())
+        cfg = config(free_lane("a", a.base_url, models=["m"]), state=str(tmp_path / "s.db"))
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            await d.complete(lanes.Job(messages=[{"role": "user", "content": "x"}], model="a/m"))
+            assert d.statistics().model("a/m").requests_remaining == 0
+            await trio.sleep(61)
+            assert d.statistics().model("a/m").requests_remaining is None
+            await run_canary(d, PROMPTS)
+            statuses = sqlite_store(d).query("SELECT DISTINCT status FROM canary_answer", ())
+    assert statuses == [("ok",)]
+
+
+async def test_release_and_pin_release_and_report_only_reads(env, tmp_path, autojump_clock):
+    """`release` and `pin --model` take a model out of quarantine (pin even with nothing to pin);
+    `report` changes no quarantine."""
+    async with open_fake("a", models=("m",)) as a:
+        cfg = config(free_lane("a", a.base_url, models=["m"]), state=str(tmp_path / "s.db"))
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            store = d.store
+            store.set_quarantine("a/m", "drifted", "drift 0.9")
+            assert release(store, ["a/m", "a/other"]) == {"a/m": True, "a/other": False}
+            assert store.quarantined() == {}
+            store.set_quarantine("a/m", "failed", "checks fail")
+            assert pin(store, keys=["a/m"]) == [] and store.quarantined() == {}
+            a.script("m", answer(text="nothing like the baseline at all, not even close"))
+            await run_canary(d, PROMPTS)
+            pin(d.store)
+            a.script("m", answer(text=DRIFTED))
+            await run_canary(d, PROMPTS)
+            assert "a/m" in store.quarantined()  # the run quarantines
+            release(store, ["a/m"])
+            reports = report(store, PROMPTS)
+            assert reports[0].verdict == "drifted" and store.quarantined() == {}  # report reads
+
+
+async def test_a_quarantined_model_says_so_in_errors_and_state(env, tmp_path, autojump_clock):
+    """A job for a quarantined model fails naming the quarantine (not "free capacity is exhausted"),
+    and /v1/lanes marks the model quarantined."""
+    from lanes._http.state import lanes_state
+
+    async with open_fake("a", models=("m",)) as a:
+        cfg = config(free_lane("a", a.base_url, models=["m"]), state=str(tmp_path / "s.db"))
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            d.store.set_quarantine("a/m", "drifted", "drift 0.9")
+            d.apply_quarantine(d.store.quarantined())
+            with pytest.raises(lanes.JobFailed) as caught:
+                await d.complete(
+                    lanes.Job(messages=[{"role": "user", "content": "x"}], model="a/m")
+                )
+            state = lanes_state(d.statistics(), trio.current_time())
+    assert not isinstance(caught.value, lanes.FreeTierExhausted)
+    assert "a/m: quarantined by the canary (drifted: drift 0.9)" in str(caught.value)
+    assert state["lanes"][0]["models"][0]["quarantined"].startswith("quarantined by the canary")
+    assert len(a.requests()) == 0
+
+
+def test_progress_is_plain_lines_off_a_terminal():
+    """Progress rewrites one line on a terminal; elsewhere it prints plain lines, no \\r."""
+    import io
+
+    from lanes.canary.commands import progress_printer
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    plain, tty = io.StringIO(), Terminal()
+    for out in (plain, tty):
+        progress = progress_printer(out)
+        for done in range(1, 41):
+            progress(done, 40)
+    assert "\r" not in plain.getvalue() and plain.getvalue().splitlines() == [
+        f"canary: {n}/40 probes" for n in (10, 20, 30, 40)
+    ]
+    assert tty.getvalue().count("\r") == 40 and tty.getvalue().endswith("40/40 probes\n")

@@ -31,30 +31,31 @@ def test_shipped_configs_are_valid(path):
 
 
 def test_bad_url_names_the_key():
-    """A malformed base URL names lanes[i].base_url, shows the value and the expected shape."""
+    """A malformed base URL names lanes.NAME.base_url, shows the value and the expected shape."""
     message = error_of(
         {"lanes": [{"name": "a"}, {"name": "b"}, {"name": "c", "base_url": "htp:/x"}]}
     )
-    assert 'lanes[2].base_url: not a URL ("htp:/x"); expected https://host/path' in message
+    assert 'lanes.c.base_url: not a URL ("htp:/x"); expected https://host/path' in message
 
 
 def test_unknown_keys_are_refused():
-    """A misspelt key is refused with its path."""
+    """A misspelt key is refused with its path and the key that was meant."""
     message = error_of({"lanes": [{"name": "groq", "bsae_url": "https://x"}]})
-    assert "lanes[0]: unknown key(s) (bsae_url)" in message
+    assert "lanes.groq.bsae_url: unknown key; did you mean base_url?" in message
 
 
 def test_wrong_types_name_the_key():
-    """A string where a number belongs names the key and the expected type."""
+    """A string where a number belongs names the key (the model by its id) and the expected
+    type."""
     message = error_of({"lanes": [{"name": "g", "models": [{"id": "m", "context": "big"}]}]})
-    assert "lanes[0].models[0].context" in message and "int" in message
+    assert 'lanes.g.models["m"].context: "big"' in message and "int" in message
 
 
 def test_negative_limits_say_how_to_stop_tracking():
     """A negative quota names the key, the value and the fix."""
     message = error_of({"lanes": [{"name": "g", "free_tier": {"kind": "rate_limited", "rpm": -5}}]})
     assert (
-        "lanes[0].free_tier.rpm: must be >= 0 (got -5); delete the key to stop tracking it"
+        "lanes.g.free_tier.rpm: must be >= 0 (got -5); delete the key to stop tracking it"
         in message
     )
 
@@ -67,7 +68,9 @@ def test_unknown_free_tier_kind():
 
 def test_duplicate_lane_names():
     """Two lanes with one name are refused."""
-    assert 'lanes[1].name: "g" is used twice' in error_of({"lanes": [{"name": "g"}, {"name": "g"}]})
+    assert 'lanes.g.name: "g" is used twice (lanes 1 and 2' in error_of(
+        {"lanes": [{"name": "g"}, {"name": "g"}]}
+    )
 
 
 def test_every_problem_is_reported_at_once():
@@ -75,8 +78,8 @@ def test_every_problem_is_reported_at_once():
     message = error_of(
         {"lanes": [{"name": "x", "idle_s": 0}, {"name": "y", "base_url": "ftp://h"}]}
     )
-    assert "lanes[0].idle_s: must be > 0 (got 0" in message
-    assert "lanes[1].base_url: not a URL" in message
+    assert "lanes.x.idle_s: must be > 0 (got 0" in message
+    assert "lanes.y.base_url: not a URL" in message
     assert "default_deadline_s: must be > 0 (got -1)" in error_of({"default_deadline_s": -1})
 
 
@@ -88,7 +91,7 @@ def test_env_interpolation():
     )
     assert config.lanes[0].base_url == "http://127.0.0.1:9/v1"
     message = error_of({"lanes": [{"name": "l", "base_url": "${NOPE}"}]})
-    assert "lanes[0].base_url: environment variable NOPE is not set" in message
+    assert "lanes.l.base_url: environment variable NOPE is not set" in message
 
 
 def test_free_tier_kinds_structure():
@@ -144,3 +147,231 @@ def test_state_is_a_file_or_a_redis_url():
     assert "state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0" in error_of(
         {"state": "redis:///0"}
     )
+
+
+# -- strictness: values of their key's type, names resolved, messages a person can act on --------
+
+
+def check_cli(tmp_path: Path, text: str, capsys, env: dict[str, str] | None = None):
+    """Run `lanes check-config` in-process on `text`; its exit code and what it printed."""
+    from lanes._cli import main
+
+    path = tmp_path / "lanes.toml"
+    path.write_text(text)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        code = main(["check-config", str(path)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+LANE = '[[lanes]]\nname = "groq"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fix"),
+    [
+        (
+            LANE + '[[lanes.models]]\nid = "m"\nfree = "false"\n',
+            'lanes.groq.models["m"].free',
+            "false",
+        ),
+        ('log_bodies = "no"\n', "log_bodies", "false"),
+        (LANE + '[[lanes.models]]\nid = "m"\nzdr = "no"\n', 'lanes.groq.models["m"].zdr', "false"),
+        (LANE + 'enabled = "false"\n', "lanes.groq.enabled", "false"),
+        ('free_lane = "false"\n', "free_lane", "false"),
+        ('log_jobs = "yes"\n', "log_jobs", "true"),
+    ],
+)
+def test_booleans_written_as_strings_are_refused(tmp_path, capsys, text, key, fix):
+    """A quoted boolean (which Python reads as true) is refused by check-config with exit 2,
+    naming the key by lane name and saying to write it without quotes."""
+    code, said = check_cli(tmp_path, text, capsys)
+    assert code == 2, said
+    assert f"{key}: " in said and f"write {fix} without quotes" in said
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("0", False), ("false", False), ("No", False), ("OFF", False), ("1", True), ("Yes", True)],
+)
+def test_booleans_from_the_environment(value, expected):
+    """After ${ENV} substitution true/false/1/0/yes/no/on/off (any case) are booleans."""
+    config = load_config(
+        {"free_lane": "${FREE}", "lanes": [{"name": "g", "enabled": "${ON}"}]},
+        env={"FREE": value, "ON": value},
+    )
+    assert config.free_lane is expected and config.lanes[0].enabled is expected
+
+
+def test_other_environment_words_are_refused():
+    """Anything else from the environment is refused, naming the key and the accepted words."""
+    message = error_of({"free_lane": "${FREE}"}, env={"FREE": "maybe"})
+    assert 'free_lane: "maybe" (from the environment) is not a yes/no value' in message
+    assert "true or false" in message
+
+
+def test_numbers_only_as_numbers():
+    """A quoted number is refused with the fix; from the environment it is read as a number; an
+    int key refuses a fraction and a boolean."""
+    message = error_of({"lanes": [{"name": "groq", "attempt_timeout_s": "30"}]})
+    assert 'lanes.groq.attempt_timeout_s: "30" is text, not a number; write 30 without quotes' in (
+        message
+    )
+    config = load_config(
+        {"lanes": [{"name": "groq", "attempt_timeout_s": "${T}", "idle_s": 4}]}, env={"T": "7.5"}
+    )
+    assert config.lanes[0].attempt_timeout_s == 7.5 and config.lanes[0].idle_s == 4.0
+    assert "policy.free_attempts: 1.5 is not a whole number" in error_of(
+        {"policy": {"free_attempts": 1.5}}
+    )
+    assert "policy.max_attempts: true is not a whole number" in error_of(
+        {"policy": {"max_attempts": True}}
+    )
+    assert "server.host: 8 is not text; write it in quotes" in error_of({"server": {"host": 8}})
+
+
+def test_lists_and_choices_say_what_they_take():
+    """A string where a list belongs is not split into characters; a wrong choice lists the
+    choices and suggests the nearest."""
+    message = error_of({"aliases": {"fast": "groq/llama"}})
+    assert 'aliases.fast: "groq/llama" is not a list' in message
+    message = error_of({"policy": {"free_tier_fallback": "alow"}})
+    assert (
+        'policy.free_tier_fallback: "alow" is not a choice here; use one of "off", "ask", "allow"'
+        ' — did you mean "allow"?' in message
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"lanes": [{"name": "a"}, {"name": "b"}, {"name": "c"}, {"name": "d", "idle_s": "x"}]},
+        {"policy": {"free_tier_fallback": "maybe"}},
+        {"lanes": [{"name": "g", "free_tier": {"kind": "rate_limited", "rpm": "x"}}]},
+        {"lanes": [{"name": "g", "free_tier": {"kind": "gratis"}}]},
+        {"lanes": [{"name": "g", "free_tier": {"kind": "credits", "reset": "weekly"}}]},
+        {"lanes": [{"name": "g", "free_tier": "rate_limited"}]},
+    ],
+)
+def test_messages_show_no_python_internals(source):
+    """No index for a named lane, no Python conversion text, no doubled path segment."""
+    message = error_of(source)
+    for internal in (
+        "lanes[",
+        "could not convert",
+        "invalid literal",
+        "Literal",
+        "typing.",
+        "free_tier.free_tier",
+    ):
+        assert internal not in message, message
+
+
+def test_a_typo_suggests_the_key_that_was_meant():
+    """Unknown keys, top-level or nested, name the nearest known key."""
+    assert "polcy: unknown key; did you mean policy?" in error_of({"polcy": {}})
+    assert "policy.free_atempts: unknown key; did you mean free_attempts?" in error_of(
+        {"policy": {"free_atempts": 2}}
+    )
+    assert "lanes.g.breaker.cooldown: unknown key; did you mean cooldown_s?" in error_of(
+        {"lanes": [{"name": "g", "breaker": {"cooldown": 3}}]}
+    )
+    assert "scoring.weights.relability: unknown key; did you mean reliability?" in error_of(
+        {"scoring": {"weights": {"relability": 0.5}}}
+    )
+
+
+def test_an_unknown_lane_module_is_refused_with_the_nearest_name(tmp_path, capsys):
+    """check-config refuses `name = "cerebrass"` with exit 2 and suggests the module meant."""
+    code, said = check_cli(tmp_path, '[[lanes]]\nname = "cerebrass"\n', capsys)
+    assert code == 2
+    assert 'lanes.cerebrass.name: module lanes.cerebrass not found (did you mean "cerebras"?)' in (
+        said
+    )
+
+
+async def test_startup_skips_a_missing_module_with_one_line(caplog):
+    """At startup a missing lane module is one log line, never a refusal: lanes are deletable."""
+    from lanes import open_dispatcher
+
+    config = load_config(
+        {
+            "lanes": [
+                {"name": "cerebrass"},
+                {"name": "l", "module": "ollama", "models": [{"id": "m"}]},
+            ]
+        },
+        env={},
+    )
+    async with open_dispatcher(config, env={}) as dispatcher:
+        assert "not found" in dispatcher.unavailable["cerebrass"]
+        assert list(dispatcher.lanes) == ["l"]
+
+
+REFERENCES = (
+    '[[lanes]]\nname = "groq"\n[[lanes.models]]\nid = "llama-3.1-8b-instant"\n'
+    '[[lanes]]\nname = "ollama"\ndiscover = true\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            '[aliases]\nfast = ["groq/llama-3.1-8b-instant", "grok/x"]\n',
+            'aliases.fast[1]: "grok/x" names lane "grok", which this config does not declare; '
+            'did you mean "groq/x"?',
+        ),
+        (
+            '[aliases]\nfast = ["groq/llama-3.1-8b"]\n',
+            'aliases.fast[0]: "groq/llama-3.1-8b" names model "llama-3.1-8b", which lane groq '
+            'does not offer; did you mean "groq/llama-3.1-8b-instant"?',
+        ),
+        (
+            '[policy.classes]\ncoding = ["groq/nope"]\n',
+            'policy.classes.coding[0]: "groq/nope" names model "nope", which lane groq does '
+            "not offer",
+        ),
+        (
+            '[policy.classes]\ncoding = ["openai/gpt"]\n',
+            'policy.classes.coding[0]: "openai/gpt" names lane "openai", which this config does '
+            "not declare",
+        ),
+        ('[aliases]\nfast = ["groq"]\n', 'aliases.fast[0]: "groq" is not "lane/model"'),
+        ('[aliases]\nauto = ["groq/llama-3.1-8b-instant"]\n', 'aliases.auto: "auto" can not be'),
+    ],
+)
+async def test_references_are_resolved_by_check_and_startup(tmp_path, capsys, text, said):
+    """Aliases and request classes naming a lane or model that does not exist are refused by
+    check-config (exit 2) and by startup alike, with the nearest name."""
+    from lanes import open_dispatcher
+
+    code, printed = check_cli(
+        tmp_path, REFERENCES.replace("[[lanes]]", text + "[[lanes]]", 1), capsys
+    )
+    assert code == 2 and said in printed, printed
+    with pytest.raises(ConfigError, match="bad config") as caught:
+        async with open_dispatcher(tmp_path / "lanes.toml", env={"GROQ_API_KEY": "k"}):
+            pass
+    assert said in str(caught.value)
+
+
+def test_a_discovering_lane_takes_any_model(tmp_path, capsys):
+    """A lane that discovers its models can be named with a model the file does not list."""
+    text = '[aliases]\nlocal = ["ollama/llama3.2:3b"]\n' + REFERENCES
+    assert check_cli(tmp_path, text, capsys)[0] == 0
+
+
+def test_free_lane_switch_in_the_environment_is_checked(tmp_path, capsys):
+    """FREE_LANE must say on or off: anything else is refused, naming the variable."""
+    code, said = check_cli(tmp_path, "", capsys, env={"FREE_LANE": "nope"})
+    assert code == 2 and 'FREE_LANE (environment): "nope" is neither on nor off' in said
+
+
+def test_shipped_config_passes_the_strict_check(capsys):
+    """The shipped default config resolves every module and reference."""
+    from lanes._cli import main
+
+    assert main(["check-config", str(ROOT / "config" / "lanes.toml")]) == 0

@@ -234,8 +234,9 @@ async def test_ops_endpoints():
     assert [entry["name"] for entry in lanes["lanes"]] == ["local", "paid"] and (
         lanes["recent"][0]["lane"] == "paid"
     )
-    assert 'lanes_requests_total{route="paid_fallback",lane="paid",outcome="ok"} 1' in metrics
-    assert 'lanes_breaker_state{lane="local"} 0' in metrics and "lanes_paid_spend_usd" in metrics
+    served_paid = 'lane="paid",model="paid-model",outcome="ok",route="paid_fallback"'
+    assert f"lanes_requests_total{{{served_paid}}} 1.0" in metrics
+    assert 'lanes_breaker_state{lane="local"} 0.0' in metrics and "lanes_paid_spend_usd" in metrics
     assert missing.status_code == 404
 
 

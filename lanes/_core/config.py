@@ -1,10 +1,12 @@
 """The configuration model: attrs classes structured by cattrs from TOML, unknown keys refused.
 
-Every error names the key, the rule, the value and the fix, e.g.
-`lanes[2].base_url: not a URL ("htp:/x"); expected https://host/path`.
+Every error names the key (lanes by name), the rule, the value and the fix, e.g.
+`lanes.groq.base_url: not a URL ("htp:/x"); expected https://host/path`; values must be of their
+key's TOML type (`strict.py` says how they are read and how a problem is said).
 
 `${NAME}` in any string is replaced by the environment variable NAME; a missing one is an error
-naming the key. Secrets are never written in config: a lane names the *variable* that holds its key
+naming the key. A substituted value may stand for a boolean (`true/false/1/0/yes/no/on/off`) or a
+number. Secrets are never written in config: a lane names the *variable* that holds its key
 (`api_key_env`), and the loader switches a lane off (one log line) when that variable is unset.
 """
 
@@ -19,15 +21,14 @@ from typing import Any, TypeVar
 
 import attrs
 import cattrs
-from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn
-from cattrs.v import transform_error
 
 from lanes._core.errors import ConfigError
 from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.scoring import ScoringConfig
 from lanes._core.routing.spend import CAP_PARAMS
+from lanes._core.strict import FromEnv, Refused, key_of, messages, shown, strict_converter
 from lanes._core.validators import at_least, non_negative, positive
 from lanes.freetier.kinds import KINDS, FreeTierKind
 
@@ -37,6 +38,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 _OFF = {"off", "0", "false", "no", "disabled"}
+FLAG_WORDS = _OFF | {"on", "1", "true", "yes", "enabled"}
 
 
 def _url(instance: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
@@ -184,13 +186,15 @@ class Config:
     def _unique(
         self, attribute: attrs.Attribute[list[LaneConfig]], value: list[LaneConfig]
     ) -> None:
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         for i, lane in enumerate(value):
             if lane.name in seen:
                 raise ValueError(
-                    f'lanes[{i}].name: "{lane.name}" is used twice; lane names must be unique'
+                    f'lanes.{lane.name}.name: "{lane.name}" is used twice (lanes {seen[lane.name]}'
+                    f" and {i + 1} in the file); lane names must be unique: rename one, and give "
+                    f'it module = "{lane.module or lane.name}" to keep its module'
                 )
-            seen.add(lane.name)
+            seen[lane.name] = i + 1
 
     def free_lane_on(self, env: Mapping[str, str]) -> bool:
         """The kill switch: FREE_LANE=off (or 0/false/no) in `env` switches borrowed capacity
@@ -202,17 +206,15 @@ class Config:
 
 
 def _converter() -> cattrs.Converter:
-    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter = strict_converter()
+    kinds = ", ".join(f'"{k}"' for k in KINDS)
 
     def structure_kind(value: Any, _: Any) -> FreeTierKind:
         if not isinstance(value, Mapping) or "kind" not in value:
-            raise ValueError(f"free_tier: needs a kind, one of {', '.join(KINDS)}")
-        cls = KINDS.get(value["kind"])
+            raise Refused(f'needs a kind, as in {{ kind = "rate_limited" }}; kinds: {kinds}')
+        cls = KINDS.get(value["kind"]) if isinstance(value["kind"], str) else None
         if cls is None:
-            raise ValueError(
-                f'free_tier.kind: "{value["kind"]}" is not a kind; '
-                f"expected one of {', '.join(KINDS)}"
-            )
+            raise Refused(f"kind: {shown(value['kind'])} is not a kind; use one of {kinds}")
         return converter.structure(value, cls)
 
     client_table = make_dict_structure_fn(ClientConfig, converter, _cattrs_forbid_extra_keys=True)
@@ -233,49 +235,25 @@ def _converter() -> cattrs.Converter:
 _CONVERTER = _converter()
 
 
-def _format(exc: BaseException, type_: Any) -> str:
-    if isinstance(exc, ForbiddenExtraKeysError):
-        return f"unknown key(s) ({', '.join(sorted(exc.extra_fields))}); check the spelling"
-    if isinstance(exc, KeyError):
-        return "required key missing"
-    if isinstance(exc, ValueError) and ":" in str(exc):
-        return str(exc)  # our validators' own messages, which name the key
-    if type_ is not None:
-        name = getattr(type_, "__name__", None) or str(type_).replace("typing.", "")
-        return f"expected {name} ({exc})" if str(exc) else f"expected {name}"
-    return str(exc)
-
-
-def _messages(exc: Exception) -> list[str]:
-    out = []
-    for line in transform_error(exc, path="", format_exception=_format):
-        message, _, path = line.rpartition(" @ ")
-        path = path.lstrip(".")
-        head, sep, rest = message.partition(": ")
-        if sep and re.fullmatch(r"[a-z_.\[\]0-9]+", head) and path:
-            out.append(f"{path}.{head}: {rest}")
-        else:
-            out.append(f"{path}: {message}" if path else message)
-    return out
-
-
-def _interpolate(value: Any, env: Mapping[str, str], path: str) -> Any:
+def _interpolate(value: Any, env: Mapping[str, str], at: tuple[str | int, ...], root: Any) -> Any:
     if isinstance(value, str):
 
         def sub(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in env:
+                key = key_of(list(at), root)
                 raise ConfigError(
-                    f"{path}: environment variable {name} is not set; set it or remove ${{{name}}}",
-                    key=path,
+                    f"{key}: environment variable {name} is not set; set it or remove ${{{name}}}",
+                    key=key,
                 )
             return env[name]
 
-        return _ENV.sub(sub, value)
+        substituted = _ENV.sub(sub, value)
+        return FromEnv(substituted) if _ENV.search(value) else substituted
     if isinstance(value, dict):
-        return {k: _interpolate(v, env, f"{path}.{k}" if path else k) for k, v in value.items()}
+        return {k: _interpolate(v, env, (*at, k), root) for k, v in value.items()}
     if isinstance(value, list):
-        return [_interpolate(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_interpolate(v, env, (*at, i), root) for i, v in enumerate(value)]
     return value
 
 
@@ -291,8 +269,14 @@ def structure(
     try:
         return (converter or _CONVERTER).structure(raw, cls)
     except Exception as exc:  # cattrs wraps every problem; we re-raise them as one ConfigError
-        messages = _messages(exc)
-        raise ConfigError(f"bad {what}:\n  " + "\n  ".join(messages)) from exc
+        lines = messages(exc, raw)
+        first = lines[0].partition(":")[0] if lines else None
+        raise ConfigError(f"bad {what}:\n  " + "\n  ".join(lines), key=first) from exc
+
+
+def packaged(name: str) -> Path:
+    """A file shipped inside the package: `lanes.toml` (the default config), `canary.toml`."""
+    return Path(__file__).resolve().parent.parent / "config" / name
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -310,7 +294,7 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def load_config(source: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> Config:
     """Structure a parsed TOML mapping into `Config`. Raises `ConfigError` listing every problem."""
-    raw = _interpolate(dict(source), os.environ if env is None else env, "")
+    raw = _interpolate(dict(source), os.environ if env is None else env, (), source)
     return structure(raw, Config)
 
 

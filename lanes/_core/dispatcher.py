@@ -98,7 +98,7 @@ class Dispatcher:
             self.routing,
             store=self.store,
             unavailable=self.unavailable,
-            recent=self.journal.recent(),
+            journal=self.journal,
         )
 
     def paid_spent_today(self) -> float:

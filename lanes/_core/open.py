@@ -13,7 +13,8 @@ from contextlib import asynccontextmanager
 import httpx2
 import trio
 
-from lanes._core.config import Config, read_config
+from lanes._core.check import check_config
+from lanes._core.config import Config
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import UpstreamError
 from lanes._core.job import Job, Reply
@@ -43,8 +44,7 @@ async def open_dispatcher(
     Raises `ConfigError` for a bad config; a lane that can not load is one log line, never an error.
     """
     env = os.environ if env is None else env
-    if not isinstance(config, Config):
-        config = read_config(config, env=env)
+    config = check_config(config, env=env).config  # the check `lanes check-config` makes
     wall_now = (
         time.time() if epoch_now is None else epoch_now
     )  # wall-clock: the one conversion to epoch

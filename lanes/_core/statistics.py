@@ -14,7 +14,9 @@ import trio
 
 from lanes._core.routing.breaker import BreakerStatistics
 from lanes._core.routing.context import Routing
+from lanes._core.state.journal import Journal
 from lanes._core.state.store import Store
+from lanes._core.state.tally import TallyStatistics
 from lanes.freetier.kinds import CreditBased
 
 
@@ -30,7 +32,7 @@ class ModelStatistics:
     breaker: BreakerStatistics
     backoff_s: float
     backoff_reason: str | None
-    requests_remaining: float | None  # as the provider last reported
+    requests_remaining: float | None  # as the provider last reported (None once its window reset)
     tokens_remaining: float | None
     used_today: int  # requests counted today (UTC), all processes sharing the state
     quarantined: str | None  # why the canary took it out of routing
@@ -70,6 +72,7 @@ class Statistics:
     store: StoreStatistics
     explored: int
     explored_served: int
+    tally: TallyStatistics  # jobs, attempts, latency, tokens and cost since this process started
 
     def lane(self, name: str) -> LaneStatistics:
         return next(lane for lane in self.lanes if lane.name == name)
@@ -84,7 +87,7 @@ def snapshot(
     *,
     store: Store,
     unavailable: Mapping[str, str],
-    recent: tuple[Mapping[str, Any], ...],
+    journal: Journal,
 ) -> Statistics:
     now, now_wall = trio.current_time(), routing.now_wall()
     manager, gate = routing.manager, routing.gate
@@ -94,7 +97,7 @@ def snapshot(
         models = []
         for c in lane.candidates:
             backoff = manager.is_in_backoff(c.lane, c.model, now_wall)
-            reported = manager.snapshots.get(manager.scope(c.lane, c.model))
+            requests_left, tokens_left = manager.reported(manager.scope(c.lane, c.model), now_wall)
             reason = gate.refusal(c)
             models.append(
                 ModelStatistics(
@@ -106,8 +109,8 @@ def snapshot(
                     breaker=breakers.model_statistics(c.model, now),
                     backoff_s=round(backoff.until - now_wall, 3) if backoff else 0.0,
                     backoff_reason=backoff.reason if backoff else None,
-                    requests_remaining=reported[1].requests_remaining if reported else None,
-                    tokens_remaining=reported[1].tokens_remaining if reported else None,
+                    requests_remaining=requests_left,
+                    tokens_remaining=tokens_left,
                     used_today=manager.usage.used(
                         manager.scope(c.lane, c.model), "requests", "day", now_wall
                     ),
@@ -149,9 +152,10 @@ def snapshot(
         paid_ceiling_usd=routing.policy.paid_ceiling_usd_per_day,
         fallback=routing.policy.free_tier_fallback,
         approvals=approvals,
-        recent=recent,
+        recent=journal.recent(),
         quarantined=dict(gate.quarantine),
         store=StoreStatistics(kind=store.kind, where=store.where, up=store.up),
         explored=routing.ranking.explored,
         explored_served=routing.ranking.explored_ok,
+        tally=journal.tally.statistics(),
     )

@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from lanes._core.dispatcher import Dispatcher
@@ -138,7 +137,7 @@ def build_app(
     """The sidecar's app over an open dispatcher."""
     server = dispatcher.config.server
     guard = Guard(server, env, bind_host=bind_host or server.host)
-    metrics = metrics or Metrics()
+    metrics = metrics or Metrics(dispatcher.statistics)
 
     def open_route(handler: Handler) -> Handler:
         """An endpoint any loopback caller may read (liveness, metrics, the page)."""
@@ -186,28 +185,12 @@ def build_app(
                 body, status_code=status, headers=headers | {"X-Lanes-Request-Id": job_id}
             )
         if stream:
-            return SSERelay(dispatcher, job, keepalive_s=server.keepalive_s, metrics=metrics)
-        started = trio.current_time()
+            return SSERelay(dispatcher, job, keepalive_s=server.keepalive_s)
         try:
             reply = await dispatcher.complete(job)
         except JobFailed as exc:
-            metrics.job(
-                route="none",
-                lane="none",
-                outcome=exc.code,
-                latency_s=trio.current_time() - started,
-                attempts=exc.attempts,
-            )
             status, body, headers = job_failed(exc)
             return JSONResponse(body, status_code=status, headers=headers)
-        metrics.job(
-            route=reply.route,
-            lane=reply.lane,
-            outcome="ok",
-            latency_s=trio.current_time() - started,
-            attempts=reply.attempts,
-            cost=reply.cost_usd,
-        )
         if reply.raw:  # the upstream's own bytes, not a re-encoding of them
             return Response(reply.raw, media_type="application/json", headers=reply_headers(reply))
         return JSONResponse(dict(reply.body), headers=reply_headers(reply))
@@ -229,12 +212,13 @@ def build_app(
         return JSONResponse(models_list(dispatcher, dispatcher.statistics()))
 
     async def prometheus(request: Request) -> Response:
-        return PlainTextResponse(
-            metrics.render(dispatcher.statistics()), media_type="text/plain; version=0.0.4"
-        )
+        return Response(metrics.render(), media_type=metrics.content_type)
 
     async def page(request: Request) -> Response:
         return HTMLResponse(PAGE)
+
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)  # the page's icon is inline; this keeps logs quiet
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(404, f"no route {request.url.path}", "not_found")
@@ -252,6 +236,7 @@ def build_app(
         *admin_routes(dispatcher, guard, read_body),
         Route("/metrics", open_route(prometheus)),
         Route("/", open_route(page)),
+        Route("/favicon.ico", open_route(favicon)),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.metrics = metrics

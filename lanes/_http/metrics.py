@@ -1,136 +1,182 @@
-"""Prometheus text exposition: counters kept as jobs pass, gauges read from the dispatcher at
-scrape."""
+"""`GET /metrics`: Prometheus exposition by the reference client (`prometheus-client`).
+
+A registry of our own (never the process-global one) holds one custom collector that reads the
+dispatcher's frozen `statistics()` at each scrape — totals the journal keeps as jobs finish, and
+gauges of the state right now — so the client does the naming (`_total`, units), the family
+layout and the escaping of label values. Label sets are bounded: lanes and route states are
+configured, models and cohorts are capped by the tally.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
-from lanes._core.job import Attempt
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from lanes._core.state.tally import Histogram
 from lanes._core.statistics import Statistics
 
-BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 STATES = {"closed": 0, "half_open": 1, "open": 2}
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-def _labels(**kw: str) -> str:
-    inner = ",".join(
-        f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-        for k, v in kw.items()
-    )
-    return "{" + inner + "}"
+def _counter(
+    name: str, doc: str, labels: tuple[str, ...], values: Mapping[Any, float] | Mapping[Any, int]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=list(labels))
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family
+
+
+def _histogram(name: str, doc: str, label: str, values: Mapping[str, Histogram]) -> Metric:
+    family = HistogramMetricFamily(name, doc, labels=[label])
+    for key, histogram in sorted(values.items()):
+        family.add_metric([key], histogram.cumulative(), histogram.sum_s)
+    return family
+
+
+def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+class StatisticsCollector(Collector):
+    """Every family `/metrics` shows, read from one `statistics()` snapshot per scrape."""
+
+    def __init__(self, statistics: Callable[[], Statistics]) -> None:
+        self._statistics = statistics
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._statistics()
+        yield from self._totals(stats)
+        yield from self._lanes(stats)
+        yield from self._health(stats)
+
+    def _totals(self, stats: Statistics) -> Iterator[Metric]:
+        tally = stats.tally
+        for name, doc, labels, values in (
+            (
+                "lanes_requests",
+                "Jobs finished, by the route reached, the lane and model that served, and outcome.",
+                ("route", "lane", "model", "outcome"),
+                tally.jobs,
+            ),
+            (
+                "lanes_attempts",
+                "Upstream attempts, by lane, model, route state and outcome.",
+                ("lane", "model", "route", "outcome"),
+                tally.attempts,
+            ),
+            (
+                "lanes_tokens",
+                "Tokens of served jobs as reported upstream, by kind (prompt or completion).",
+                ("lane", "model", "route", "cohort", "kind"),
+                tally.tokens,
+            ),
+            (
+                "lanes_cost_usd",
+                "Paid spend settled, in US dollars, by lane, model, route state and cohort.",
+                ("lane", "model", "route", "cohort"),
+                tally.cost_usd,
+            ),
+        ):
+            yield _counter(name, doc, labels, values)
+        yield _histogram(
+            "lanes_job_duration_seconds",
+            "Whole-job latency by the route reached (none: no lane served).",
+            "route",
+            tally.job_latency,
+        )
+        yield _histogram(
+            "lanes_attempt_duration_seconds",
+            "One upstream attempt's latency by its route state.",
+            "route",
+            tally.attempt_latency,
+        )
+        explored = CounterMetricFamily(
+            "lanes_explored", "Jobs sent to a runner-up on purpose (exploration)."
+        )
+        explored.add_metric([], stats.explored)
+        yield explored
+        served = CounterMetricFamily("lanes_explored_served", "Explored jobs the runner-up served.")
+        served.add_metric([], stats.explored_served)
+        yield served
+
+    def _lanes(self, stats: Statistics) -> Iterator[Metric]:
+        lane_breaker = _gauge(
+            "lanes_breaker_state", "A lane's own breaker: 0 closed, 1 half-open, 2 open.", ("lane",)
+        )
+        lane_off = _gauge("lanes_lane_off", "1 while a lane is switched off.", ("lane",))
+        model_breaker = _gauge(
+            "lanes_model_breaker_state",
+            "A model's breaker: 0 closed, 1 half-open, 2 open.",
+            ("lane", "model"),
+        )
+        backoff = _gauge(
+            "lanes_backoff_seconds", "Seconds until a candidate's backoff ends.", ("lane", "model")
+        )
+        remaining = _gauge(
+            "lanes_quota_remaining_requests",
+            "Requests remaining as last reported, while its window has not reset.",
+            ("lane", "model"),
+        )
+        quarantined = _gauge(
+            "lanes_model_quarantined",
+            "1 while the canary keeps a model out of routing.",
+            ("lane", "model"),
+        )
+        for lane in stats.lanes:
+            lane_breaker.add_metric([lane.name], STATES[lane.breaker.state])
+            lane_off.add_metric([lane.name], int(lane.off))
+            for m in lane.models:
+                labels = [lane.name, m.model]
+                model_breaker.add_metric(labels, STATES[m.breaker.state])
+                backoff.add_metric(labels, max(0.0, m.backoff_s))
+                quarantined.add_metric(labels, int(m.quarantined is not None))
+                if m.requests_remaining is not None:
+                    remaining.add_metric(labels, m.requests_remaining)
+        yield from (lane_breaker, lane_off, model_breaker, backoff, remaining, quarantined)
+
+    def _health(self, stats: Statistics) -> Iterator[Metric]:
+        spend = _gauge("lanes_paid_spend_usd", "Paid spend today (UTC), reserved and settled.")
+        spend.add_metric([], stats.paid_spent_today_usd)
+        ceiling = _gauge("lanes_paid_ceiling_usd", "The paid ceiling per UTC day.")
+        ceiling.add_metric([], stats.paid_ceiling_usd)
+        free = _gauge("lanes_free_lane_on", "1 while borrowed-free capacity is switched on.")
+        free.add_metric([], int(stats.free_lane))
+        pending = _gauge("lanes_approvals_pending", "Paid fallbacks waiting for a decision.")
+        pending.add_metric([], len(stats.approvals))
+        store = _gauge(
+            "lanes_state_store_up",
+            "1 while the state store answers (Redis: and the paid ledger is synchronised).",
+            ("kind",),
+        )
+        store.add_metric([stats.store.kind], int(stats.store.up))
+        yield from (spend, ceiling, free, pending, store)
+        tasks = getattr(stats, "tasks", None)  # the background tasks, once statistics() has them
+        if isinstance(tasks, Mapping):
+            up = _gauge("lanes_background_task_up", "1 while a background task runs.", ("task",))
+            for name, task in sorted(tasks.items()):
+                up.add_metric([str(name)], int(bool(getattr(task, "up", task))))
+            yield up
 
 
 class Metrics:
-    def __init__(self) -> None:
-        self.requests: Counter[tuple[str, str, str]] = Counter()
-        self.attempts: Counter[tuple[str, str]] = Counter()
-        self.latency: dict[str, list[int]] = {}
-        self.latency_sum: dict[str, float] = {}
-        self.cost = 0.0
+    """The sidecar's registry: `render()` is one scrape in Prometheus' text format."""
 
-    def job(
-        self,
-        *,
-        route: str,
-        lane: str,
-        outcome: str,
-        latency_s: float,
-        attempts: Sequence[Attempt],
-        cost: float = 0.0,
-    ) -> None:
-        self.requests[(route, lane, outcome)] += 1
-        for a in attempts:
-            self.attempts[(a.lane, a.outcome)] += 1
-        buckets = self.latency.setdefault(route, [0] * (len(BUCKETS) + 1))
-        for i, bound in enumerate(BUCKETS):
-            if latency_s <= bound:
-                buckets[i] += 1
-        buckets[-1] += 1
-        self.latency_sum[route] = self.latency_sum.get(route, 0.0) + latency_s
-        self.cost += cost
+    content_type = CONTENT_TYPE
 
-    def render(self, stats: Statistics) -> str:
-        out = [
-            "# HELP lanes_requests_total Jobs served or failed, by route, lane and outcome.",
-            "# TYPE lanes_requests_total counter",
-        ]
-        out += [
-            f"lanes_requests_total{_labels(route=r, lane=lane, outcome=o)} {n}"
-            for (r, lane, o), n in self.requests.items()
-        ]
-        out += [
-            "# HELP lanes_attempts_total Upstream attempts, by lane and outcome.",
-            "# TYPE lanes_attempts_total counter",
-        ]
-        out += [
-            f"lanes_attempts_total{_labels(lane=lane, outcome=o)} {n}"
-            for (lane, o), n in self.attempts.items()
-        ]
-        out += [
-            "# HELP lanes_job_seconds Job latency by route.",
-            "# TYPE lanes_job_seconds histogram",
-        ]
-        for route, buckets in self.latency.items():
-            for bound, n in zip((*map(str, BUCKETS), "+Inf"), buckets, strict=True):
-                out.append(f"lanes_job_seconds_bucket{_labels(route=route, le=bound)} {n}")
-            out.append(f"lanes_job_seconds_sum{_labels(route=route)} {self.latency_sum[route]:.6f}")
-            out.append(f"lanes_job_seconds_count{_labels(route=route)} {buckets[-1]}")
-        out += [
-            "# HELP lanes_breaker_state A lane's own breaker: 0 closed, 1 half-open, 2 open.",
-            "# TYPE lanes_breaker_state gauge",
-        ]
-        out += [
-            f"lanes_breaker_state{_labels(lane=lane.name)} {STATES[lane.breaker.state]}"
-            for lane in stats.lanes
-        ]
-        out += [
-            "# HELP lanes_model_breaker_state A model's breaker: 0 closed, 1 half-open, 2 open.",
-            "# TYPE lanes_model_breaker_state gauge",
-        ]
-        out += [
-            f"lanes_model_breaker_state{_labels(lane=lane.name, model=m.model)} "
-            f"{STATES[m.breaker.state]}"
-            for lane in stats.lanes
-            for m in lane.models
-        ]
-        out += [
-            "# HELP lanes_backoff_seconds Seconds until a candidate's backoff ends.",
-            "# TYPE lanes_backoff_seconds gauge",
-        ]
-        out += [
-            f"lanes_backoff_seconds{_labels(lane=lane.name, model=m.model)} "
-            f"{max(0.0, m.backoff_s):.3f}"
-            for lane in stats.lanes
-            for m in lane.models
-        ]
-        out += [
-            "# HELP lanes_quota_remaining Requests remaining as last reported.",
-            "# TYPE lanes_quota_remaining gauge",
-        ]
-        out += [
-            f"lanes_quota_remaining{_labels(lane=lane.name, model=m.model)} "
-            f"{m.requests_remaining:g}"
-            for lane in stats.lanes
-            for m in lane.models
-            if m.requests_remaining is not None
-        ]
-        out += [
-            "# HELP lanes_paid_spend_usd Paid spend today (UTC), reserved and settled.",
-            "# TYPE lanes_paid_spend_usd gauge",
-            f"lanes_paid_spend_usd {stats.paid_spent_today_usd:.6f}",
-            "# HELP lanes_explored_total Jobs sent to a runner-up on purpose (exploration).",
-            "# TYPE lanes_explored_total counter",
-            f"lanes_explored_total {stats.explored}",
-            "# HELP lanes_explored_served_total Explored jobs the runner-up served.",
-            "# TYPE lanes_explored_served_total counter",
-            f"lanes_explored_served_total {stats.explored_served}",
-            "# HELP lanes_state_store_up 1 while the state store answers "
-            "(Redis: and the paid ledger is synchronised).",
-            "# TYPE lanes_state_store_up gauge",
-            f"lanes_state_store_up{_labels(kind=stats.store.kind)} {int(stats.store.up)}",
-            "# HELP lanes_approvals_pending Paid fallbacks waiting for a decision.",
-            "# TYPE lanes_approvals_pending gauge",
-            f"lanes_approvals_pending {len(stats.approvals)}",
-        ]
-        return "\n".join(out) + "\n"
+    def __init__(self, statistics: Callable[[], Statistics]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(StatisticsCollector(statistics))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -17,7 +17,8 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
-from lanes._core.config import Config, load_config, read_config
+from lanes._core.check import check_config
+from lanes._core.config import Config, ServerConfig, load_config, packaged
 from lanes._core.errors import ConfigError
 from lanes._core.open import open_dispatcher
 from lanes._http.app import build_app
@@ -37,16 +38,34 @@ async def serve(
 ) -> None:
     """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL."""
     env = dict(os.environ if env is None else env)
+    if not simulate and not isinstance(config, Config):
+        config = check_config(config or packaged("lanes.toml"), env=env).config
+    server = config.server if isinstance(config, Config) else ServerConfig()
+    host = host or server.host
+    port = server.port if port is None else port
+    if not is_loopback(host) and (simulate or not resolved_keys(server, env)):
+        variables = [c.key_env for c in server.clients.values()]
+        variables += [server.admin_key_env] if server.admin_key_env else []
+        named = f" ({', '.join(variables)} unset or empty)" if variables else ""
+        raise ConfigError(
+            f"server.host: refusing to bind {host} with no client keys{named}; "
+            + (
+                "--simulate serves loopback only"
+                if simulate
+                else "set a client key in [server.clients] or bind 127.0.0.1"
+            ),
+            key="server.host",
+        )
     async with AsyncExitStack() as stack:
         if simulate:
             from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
 
-            fakes = await stack.enter_async_context(open_simulation())
             base: Config | None = None
             if isinstance(config, Config):
                 base = config
             elif config:
-                base = read_config(config, env=env)
+                base = check_config(config, env=env).config
+            fakes = await stack.enter_async_context(open_simulation())
             config = load_config(
                 simulated_config(
                     fakes,
@@ -60,19 +79,7 @@ async def serve(
                 "simulated providers on 127.0.0.1: %s",
                 ", ".join(f"{n}={f.port}" for n, f in fakes.items()),
             )
-        elif not isinstance(config, Config):
-            config = read_config(config or "config/lanes.toml", env=env)
-        host = host or config.server.host
-        port = config.server.port if port is None else port
-        if not is_loopback(host) and not resolved_keys(config.server, env):
-            variables = [c.key_env for c in config.server.clients.values()]
-            variables += [config.server.admin_key_env] if config.server.admin_key_env else []
-            named = f" ({', '.join(variables)} unset or empty)" if variables else ""
-            raise ConfigError(
-                f"server.host: refusing to bind {host} with no client key{named}; set a client "
-                "key in [server.clients] or bind 127.0.0.1",
-                key="server.host",
-            )
+        assert isinstance(config, Config)
         dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
         app = build_app(dispatcher, env=env, bind_host=host)
         hc = HypercornConfig()
@@ -109,6 +116,6 @@ async def serve(
 async def _signals(shutdown: trio.Event) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
-            log.warning("lanes: shutting down (in-flight jobs may finish)")
+            log.warning("shutting down (in-flight jobs may finish)")
             shutdown.set()
             return

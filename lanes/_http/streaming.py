@@ -21,7 +21,6 @@ from lanes._core.job import Job
 from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
 from lanes._core.streaming.stream import ReplyStream
 from lanes._http.errors import error_body, job_failed
-from lanes._http.metrics import Metrics
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -35,19 +34,11 @@ def _event(payload: Any) -> bytes:
 
 
 class SSERelay:
-    def __init__(
-        self, dispatcher: Dispatcher, job: Job, *, keepalive_s: float, metrics: Metrics
-    ) -> None:
-        self.dispatcher, self.job, self.keepalive_s, self.metrics = (
-            dispatcher,
-            job,
-            keepalive_s,
-            metrics,
-        )
+    def __init__(self, dispatcher: Dispatcher, job: Job, *, keepalive_s: float) -> None:
+        self.dispatcher, self.job, self.keepalive_s = dispatcher, job, keepalive_s
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         to_writer, from_producer = trio.open_memory_channel[Event](64)
-        started = trio.current_time()
 
         async def emit(event: Event) -> None:
             await to_writer.send(event)
@@ -64,18 +55,16 @@ class SSERelay:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce)
             nursery.start_soon(watch, nursery.cancel_scope)
-            await self._write(from_producer, send, started)
+            await self._write(from_producer, send)
             nursery.cancel_scope.cancel()
 
-    async def _write(
-        self, items: trio.MemoryReceiveChannel[Event], send: Any, started: float
-    ) -> None:
+    async def _write(self, items: trio.MemoryReceiveChannel[Event], send: Any) -> None:
         try:
             first = await items.receive()
         except trio.EndOfChannel:
             return
         if isinstance(first, Failed):
-            await self._error_response(send, first.error, started)
+            await self._error_response(send, first.error)
             return
         assert isinstance(first, Started), "a stream starts with its first candidate"
         stream: ReplyStream = first.stream
@@ -88,8 +77,6 @@ class SSERelay:
             (b"x-lanes-attempts", str(stream.attempt_count).encode()),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        last: ReplyStream = stream
-        outcome = "ok"
         async for event in _with_keepalive(items, self.keepalive_s):
             if event is None:
                 await send(
@@ -112,33 +99,17 @@ class SSERelay:
                     }
                 )
             elif isinstance(event, Broken):
-                outcome = "stream_interrupted"
                 body = error_body(502, str(event.error), "stream_interrupted")
                 await send({"type": "http.response.body", "body": _event(body), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        self.metrics.job(
-            route=last.route,
-            lane=last.lane,
-            outcome=outcome,
-            latency_s=trio.current_time() - started,
-            attempts=last.attempts,
-            cost=last.cost_usd,
-        )
 
-    async def _error_response(self, send: Any, exc: JobFailed, started: float) -> None:
+    async def _error_response(self, send: Any, exc: JobFailed) -> None:
         status, body, headers = job_failed(exc)
         raw = json.dumps(body).encode()
         head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
         head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": status, "headers": head})
         await send({"type": "http.response.body", "body": raw, "more_body": False})
-        self.metrics.job(
-            route="none",
-            lane="none",
-            outcome=exc.code,
-            latency_s=trio.current_time() - started,
-            attempts=exc.attempts,
-        )
 
 
 async def _with_keepalive(

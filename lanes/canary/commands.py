@@ -1,26 +1,47 @@
-"""`lanes canary run|pin|report`: exit 0 when nothing drifted, 1 when something did, 2 on bad
-usage."""
+"""`lanes canary run|pin|report|release`: exit 0 when nothing drifted, 1 when something did, 2 on
+bad usage (a bad config, a path that can not be written)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 import trio
 
 import lanes
+from lanes._core.check import check_config
+from lanes._core.config import packaged
 from lanes._core.errors import ConfigError
 from lanes._core.open import open_store
 from lanes.canary import report as fmt
 from lanes.canary.prompts import read_canary
-from lanes.canary.run import pin, report, run_canary
+from lanes.canary.run import pin, release, report, run_canary
+
+
+def progress_printer(out: TextIO | None = None) -> Callable[[int, int], None]:
+    """Progress on a terminal (one line, rewritten); elsewhere a plain line at each quarter, so a
+    log file or a pipe never fills with carriage returns."""
+    stream = out or sys.stderr
+    tty = stream.isatty()
+
+    def progress(done: int, total: int) -> None:
+        if tty:
+            end = "" if done < total else "\n"
+            print(f"\rcanary: {done}/{total} probes", end=end, file=stream, flush=True)
+        elif done == total or done % max(1, total // 4) == 0:
+            print(f"canary: {done}/{total} probes", file=stream, flush=True)
+
+    return progress
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        config = lanes.read_config(args.config)
-        prompts = read_canary(args.canary)
+        config = check_config(args.config or packaged("lanes.toml")).config
+        prompts = read_canary(args.canary or packaged("canary.toml"))
     except ConfigError as exc:
         print(f"lanes canary: {exc}", file=sys.stderr)
         return 2
@@ -31,36 +52,47 @@ def main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.md and not os.access(Path(args.md).resolve().parent, os.W_OK):
+        print(
+            f"lanes canary: can not write {args.md}: its folder is missing or read-only",
+            file=sys.stderr,
+        )
+        return 2
+    models = [*args.keys, *args.model]
+    if args.action == "release" and not models:
+        print("lanes canary: release needs the models to release, e.g. lane/model", file=sys.stderr)
+        return 2
     if args.action == "run":
-
-        def progress(done: int, total: int) -> None:
-            print(
-                f"\rcanary: {done}/{total} probes",
-                end="" if done < total else "\n",
-                file=sys.stderr,
-                flush=True,
-            )
 
         async def go() -> None:
             async with lanes.open_dispatcher(config) as dispatcher:
                 await run_canary(
-                    dispatcher, prompts, lanes_=args.lane, models=args.model, progress=progress
+                    dispatcher,
+                    prompts,
+                    lanes_=args.lane,
+                    models=models,
+                    progress=progress_printer(),
                 )
 
         trio.run(go)
     store = open_store(config)
     try:
+        if args.action == "release":
+            for key, was in release(store, models).items():
+                print(f"{key}: released" if was else f"{key}: was not quarantined")
+            return 0
         if args.action == "pin":
-            pinned = pin(store, keys=args.model)
+            pinned = pin(store, keys=models)
             print(
                 f"pinned {len(pinned)} model(s): "
                 f"{', '.join(pinned) or 'none (run the canary first)'}"
+                + (f"; released {', '.join(models)}" if models else "")
             )
             return 0
         reports = report(store, prompts)
     finally:
         store.close()
-    print(fmt.as_json(reports) if args.json else fmt.table(reports))
     if args.md:
         Path(args.md).write_text(fmt.markdown(reports), encoding="utf-8")
+    print(fmt.as_json(reports) if args.json else fmt.table(reports))
     return fmt.exit_code(reports)

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import cattrs
 
 from lanes._core.config import read_toml, structure
 from lanes._core.errors import ConfigError
+from lanes._core.strict import strict_converter
 
 
 @attrs.frozen(kw_only=True)
@@ -60,7 +60,7 @@ class CanaryConfig:
     prompts: list[Prompt] = attrs.field(factory=list)
 
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
+_converter = strict_converter()
 
 
 def read_canary(path: str | Path) -> CanaryConfig:

@@ -1,18 +1,21 @@
 """Run the canary, pin a baseline, report drift — and feed the verdicts back into routing.
 
 Answers live in the same state file as everything else (tables `canary_answer`, `canary_baseline`);
-a `drifted` or `failed` verdict writes the model into `quarantine`, which every dispatcher sharing
-the file skips until the model passes again or is re-pinned. Probes go through the dispatcher like
-any job, so they count against the free quota — and they are skipped, never forced, when a model is
-backed off, its breaker is open or its reported quota is low.
+a run whose verdict for a model is `drifted` or `failed` writes the model into `quarantine`, which
+every dispatcher sharing the file skips until a run passes it, it is re-pinned, or it is released.
+`report` only reads. Probes go through the dispatcher like any job, so they count against the free
+quota — and they are skipped, never forced, when a model is backed off, its breaker is open or its
+reported quota is low. A probe refused for capacity (429, 402, a backoff) is *skipped* too: a
+rate limit says nothing about quality, so it never fails or quarantines a model.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
+import attrs
 import trio
 
 import lanes
@@ -52,6 +55,16 @@ def _why_skip(dispatcher: lanes.Dispatcher, c: Candidate, min_quota_left: int) -
     return None
 
 
+CAPACITY = frozenset({"rate_limited", "credit_exhausted"})
+
+
+def _capacity(exc: lanes.JobFailed) -> bool:
+    """The probe was refused for capacity (a 429, a 402, a backoff or quota), not for quality."""
+    if isinstance(exc, (lanes.FreeTierExhausted, lanes.GovernorExhausted)):
+        return True
+    return bool(exc.attempts) and all(a.outcome in CAPACITY for a in exc.attempts)
+
+
 async def _probe(
     dispatcher: lanes.Dispatcher,
     c: Candidate,
@@ -79,8 +92,9 @@ async def _probe(
     try:
         reply = await dispatcher.complete(job)
     except lanes.JobFailed as exc:
+        status: Literal["error", "skipped"] = "skipped" if _capacity(exc) else "error"
         return Answer(
-            prompt=prompt.id, status="error", reason=f"{exc.code}: {str(exc)[:160]}", at=at
+            prompt=prompt.id, status=status, reason=f"{exc.code}: {str(exc)[:160]}", at=at
         )
     message = reply.body["choices"][0].get("message") or {}
     text = message.get("content") or ""
@@ -143,6 +157,7 @@ async def run_canary(
             for prompt in config.prompts:
                 nursery.start_soon(one, c, prompt)
     db["canary_answer"].insert_all(rows, replace=True)
+    apply_verdicts(dispatcher.store, report(dispatcher.store, config), config)
     return run
 
 
@@ -184,8 +199,11 @@ def latest_run(db: Any) -> int | None:
 
 
 def pin(store: Any, *, keys: Sequence[str] = ()) -> list[str]:
-    """Record the latest run's answered prompts as each model's baseline; release its quarantine."""
+    """Record the latest run's answered prompts as each model's baseline; release its quarantine
+    (a model named in `keys` is released even when it has no answer to pin)."""
     db = store.db
+    for key in keys:
+        store.set_quarantine(key, None)
     run = latest_run(db)
     if run is None:
         return []
@@ -202,9 +220,26 @@ def pin(store: Any, *, keys: Sequence[str] = ()) -> list[str]:
     return pinned
 
 
+def release(store: Any, keys: Sequence[str]) -> dict[str, bool]:
+    """Take `keys` out of quarantine; for each, whether it was quarantined."""
+    quarantined = store.quarantined()
+    for key in keys:
+        store.set_quarantine(key, None)
+    return {key: key in quarantined for key in keys}
+
+
+def apply_verdicts(store: Any, reports: Sequence[ModelReport], config: CanaryConfig) -> None:
+    """Quarantine the models a run found drifted or failed; release those it found ok (a skipped
+    model keeps what it had)."""
+    for r in reports:
+        if r.verdict in ("drifted", "failed") and config.settings.quarantine:
+            store.set_quarantine(r.key, r.verdict, r.reason, at=r.at)
+        elif r.verdict == "ok":
+            store.set_quarantine(r.key, None)
+
+
 def report(store: Any, config: CanaryConfig) -> list[ModelReport]:
-    """Verdicts for the latest run against the baseline; quarantine (or release) models
-    accordingly."""
+    """Verdicts for the latest run against the baseline. Reads only."""
     db = store.db
     run = latest_run(db)
     if run is None:
@@ -226,9 +261,4 @@ def report(store: Any, config: CanaryConfig) -> list[ModelReport]:
         )
         for key, answers in sorted(now.items())
     ]
-    for r in reports:
-        if r.verdict in ("drifted", "failed") and s.quarantine:
-            store.set_quarantine(r.key, r.verdict, r.reason, at=run / 1000)
-        elif r.verdict == "ok":
-            store.set_quarantine(r.key, None)
-    return reports
+    return [attrs.evolve(r, at=run / 1000) for r in reports]

@@ -56,6 +56,7 @@ class ModelReport:
     diffs: tuple[PromptDiff, ...] = ()
     reason: str = ""
     changed_at: float | None = None
+    at: float = 0.0  # when the run was made (wall-clock epoch seconds)
 
 
 def similarity(a: str, b: str) -> float:

@@ -190,6 +190,22 @@ class FreeTierManager:
             if w.window_s in names and w.remaining is not None and at + (w.reset_s or 60.0) > now
         }
 
+    def reported(self, scope: str, now: float) -> tuple[float | None, float | None]:
+        """Requests and tokens remaining as last reported — None for a figure whose window has
+        reset since (a reset not given counts as a minute): an old "0 left" is not believed."""
+        entry = self.snapshots.get(scope)
+        if entry is None:
+            return None, None
+        at, snap = entry
+
+        def fresh(value: float | None, reset_s: float | None) -> float | None:
+            return value if value is not None and at + (reset_s or 60.0) > now else None
+
+        return (
+            fresh(snap.requests_remaining, snap.reset_requests_s),
+            fresh(snap.tokens_remaining, snap.reset_tokens_s),
+        )
+
     def needs_probe(self, lane: str, model: str) -> bool:
         """True while nothing proves the candidate serving: send one request, hold the others."""
         terms = self.terms.get(lane)

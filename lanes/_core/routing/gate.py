@@ -62,13 +62,17 @@ class Gate:
             return "lane switched off"
         return None
 
+    def quarantined(self, candidate: Candidate) -> bool:
+        """The canary took `candidate` out of routing (and is not probing it right now)."""
+        return candidate.key in self.quarantine and not self.canary_probing
+
     def held_back(self, candidate: Candidate) -> str | None:
         """Why the quarantine or the FreeTierManager holds `candidate` back now, or None."""
         if candidate.tier in ("local", "byok"):  # owned, or the client's own key: no shared quota
             return None
         now = self._now_wall()
         if candidate.tier == "free":
-            if candidate.key in self.quarantine and not self.canary_probing:
+            if self.quarantined(candidate):
                 return self.quarantine[candidate.key]
             verdict = self._manager.classify(candidate.lane, candidate.model, now)
             return None if verdict.free else verdict.reason
@@ -106,8 +110,8 @@ class Gate:
                 return None
             reason = self.held_back(candidate)
             if reason is not None:
-                if candidate.tier == "free":
-                    record.free_blocked.append(candidate)
+                if candidate.tier == "free" and not self.quarantined(candidate):
+                    record.free_blocked.append(candidate)  # a quarantine is no capacity wait
                 record.skip(candidate, reason)
                 return None
             if candidate.tier != "free" or not self._manager.needs_probe(

@@ -11,6 +11,7 @@ its models' reliability is multiplied down.
 from __future__ import annotations
 
 # lanes: pure
+import difflib
 import math
 from collections import deque
 from collections.abc import Mapping
@@ -34,6 +35,17 @@ class ScoringConfig:
     weights: dict[str, float] = attrs.field(
         factory=lambda: {"reliability": 0.5, "latency": 0.2, "context": 0.1, "capability": 0.2}
     )
+
+    @penalties.validator
+    @weights.validator
+    def _known(self, attribute: attrs.Attribute[dict[str, float]], value: dict[str, float]) -> None:
+        known = sorted(attribute.default.factory())  # type: ignore[union-attr]
+        for key in value:
+            if key not in known:
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean {near[0]}?" if near else f"the keys are {', '.join(known)}"
+                raise ValueError(f"{attribute.name}.{key}: unknown key; {hint}")
+
     latency_ref_s: float = attrs.field(default=2.0, validator=at_least(0.001))
     degraded_ratio: float = (
         0.5  # a provider failing this share of its recent outcomes is degraded …

@@ -1,5 +1,6 @@
 """What every job leaves behind: one audit row (flushed by the state sync), one entry in the list
-of recent jobs (for the status page), and one log line on `lanes.jobs` — never a body."""
+of recent jobs (for the status page), its share of the running totals (for `/metrics`), and one
+log line on `lanes.jobs` — never a body."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from lanes._core.config import Config
 from lanes._core.routing.context import Routing
 from lanes._core.routing.record import JobRecord
 from lanes._core.state.audit import audit_row
+from lanes._core.state.tally import Tally
 
 job_log = logging.getLogger("lanes.jobs")
 
@@ -33,6 +35,7 @@ class Journal:
         self._now_wall = now_wall
         self._rows: list[dict[str, Any]] = []  # audit rows waiting for the state sync
         self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
+        self.tally = Tally()  # the running totals /metrics shows
 
     def take_rows(self) -> list[dict[str, Any]]:
         rows, self._rows = self._rows, []
@@ -77,6 +80,16 @@ class Journal:
                 "attempts": len(record.attempts),
                 "cost_usd": cost,
             }
+        )
+        self.tally.job(
+            route=route,
+            lane=lane if outcome == "ok" else "",
+            model=model if outcome == "ok" else "",
+            outcome=outcome,
+            cohort=job.cohort,
+            latency_s=latency_s,
+            attempts=record.attempts,
+            usage=usage,
         )
         explored = candidate is not None and record.explored == candidate.key
         self._rows.append(

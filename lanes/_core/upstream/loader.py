@@ -6,9 +6,12 @@ config — costs one log line and is left out; the rest start. Startup never fai
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import logging
+import pkgutil
 from collections.abc import Mapping
+from types import ModuleType
 
 import attrs
 
@@ -39,23 +42,54 @@ def load_lanes(config: Config, *, upstream: Upstream, env: Mapping[str, str]) ->
     return Loaded(lanes=tuple(lanes), unavailable=unavailable)
 
 
-def _load_one(
-    config: LaneConfig, upstream: Upstream, env: Mapping[str, str]
-) -> tuple[OpenAICompatibleLane | None, str]:
-    if not config.enabled:
-        return None, "disabled in config — skipped"
+def shipped_lane_modules() -> list[str]:
+    """The names of the lane modules in the `lanes` package (those a config can name bare)."""
+    import lanes
+
+    return sorted(
+        m.name
+        for m in pkgutil.iter_modules(lanes.__path__)
+        if not m.ispkg and not m.name.startswith("_")
+    )
+
+
+def find_module(config: LaneConfig) -> tuple[ModuleType | None, str]:
+    """The lane's module, or None and why not (a missing module suggests the nearest name)."""
     path = config.module_path
     try:
         module = importlib.import_module(path)
     except ModuleNotFoundError as exc:
         if exc.name and (exc.name == path or path.startswith(exc.name + ".")):
-            return None, f"module {path} not found — skipped"
-        return None, f"module {path} failed to import ({type(exc).__name__}: {exc}) — skipped"
+            near = (
+                difflib.get_close_matches(path.removeprefix("lanes."), shipped_lane_modules(), 1)
+                if path.startswith("lanes.")
+                else []
+            )
+            hint = f' (did you mean "{near[0]}"?)' if near else ""
+            return None, f"module {path} not found{hint}"
+        return None, f"module {path} failed to import ({type(exc).__name__}: {exc})"
     except Exception as exc:  # a broken lane module must not stop startup: it is one log line
-        return None, f"module {path} failed to import ({type(exc).__name__}) — skipped"
-    provider = getattr(module, "PROVIDER", None)
-    if not isinstance(provider, Provider):
-        return None, f"module {path} declares no PROVIDER — skipped"
+        return None, f"module {path} failed to import ({type(exc).__name__})"
+    if not isinstance(getattr(module, "PROVIDER", None), Provider):
+        return None, f"module {path} declares no PROVIDER"
+    return module, ""
+
+
+def find_provider(config: LaneConfig) -> tuple[Provider | None, str]:
+    """The lane module's `Provider`, or None and why it can not be had."""
+    module, why = find_module(config)
+    return (module.PROVIDER, "") if module is not None else (None, why)
+
+
+def _load_one(
+    config: LaneConfig, upstream: Upstream, env: Mapping[str, str]
+) -> tuple[OpenAICompatibleLane | None, str]:
+    if not config.enabled:
+        return None, "disabled in config — skipped"
+    module, why = find_module(config)
+    if module is None:
+        return None, f"{why} — skipped"
+    provider = module.PROVIDER
     key_env = config.api_key_env if config.api_key_env is not None else provider.api_key_env
     api_key = None
     if key_env and not config.byok:  # a bring-your-own-key lane's key comes with each request

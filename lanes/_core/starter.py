@@ -1,0 +1,68 @@
+"""`lanes init`: a starter config for the lanes this machine can use.
+
+Owned local servers (no key needed) come first, then every shipped lane whose key variable is set
+in the environment — borrowed-free lanes before credit lanes before paid ones, as routing wants
+them. Only variable *names* are written: a key's value never leaves the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lanes._core.config import LaneConfig
+from lanes._core.upstream.lane import Provider
+from lanes._core.upstream.loader import find_provider, shipped_lane_modules
+
+_ORDER = {"local": 0, "subscription": 1, "rate_limited": 1, "free_models": 1, "credits": 2}
+_WHAT = {0: "owned local capacity", 1: "borrowed free capacity", 2: "credits", 3: "paid"}
+
+HEADER = """\
+# lanes — a starter config written by `lanes init`. Lanes are tried in the order written:
+# owned local capacity first, borrowed free capacity next, the paid fallback last.
+# Keys never go here: each lane reads its key from the environment variable named beside it.
+# Check it with `lanes check-config {path}`; every key is in README's configuration reference.
+
+state = "~/.local/state/lanes/lanes.db"   # usage, spend, backoffs: shared by this host
+
+[policy]
+free_tier_fallback = "off"        # off | ask | allow — paid fallback only with consent
+paid_ceiling_usd_per_day = 1.0    # the hard paid budget per UTC day
+"""
+
+
+def _usable(env: Mapping[str, str]) -> list[tuple[int, str, Provider]]:
+    found = []
+    for name in shipped_lane_modules():
+        provider, _ = find_provider(LaneConfig(name=name))
+        if provider is None or not provider.base_url.startswith("http"):
+            continue
+        if provider.api_key_env and not env.get(provider.api_key_env):
+            continue
+        kind = provider.free_tier.kind
+        if not provider.api_key_env and kind != "local":
+            continue  # a remote endpoint without a key variable needs a base_url of your own
+        found.append((_ORDER.get(kind, 3), name, provider))
+    return sorted(found, key=lambda item: item[0])
+
+
+def starter_config(env: Mapping[str, str], *, path: str = "lanes.toml") -> tuple[str, list[str]]:
+    """The starter config's text, and the lanes it names."""
+    lines = [HEADER.format(path=path)]
+    names, group = [], None
+    for order, name, provider in _usable(env):
+        if order != group:
+            lines.append(f"\n# {_WHAT[order]}")
+            group = order
+        lines.append("[[lanes]]")
+        note = (
+            f"key from ${provider.api_key_env}"
+            if provider.api_key_env
+            else f"a server on this machine ({provider.base_url})"
+        )
+        lines.append(f'name = "{name}"'.ljust(30) + f"# {note}")
+        if order == 0:
+            lines.append("discover = true               # take the models the server lists")
+            lines.append("attempt_timeout_s = 60        # a local model may be slow to load")
+        lines.append("")
+        names.append(name)
+    return "\n".join(lines).rstrip() + "\n", names

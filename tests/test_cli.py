@@ -1,0 +1,151 @@
+"""The `lanes` command as a user meets it: one line for every failure they can cause, the exit code
+README documents, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanes._cli import JsonLines, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lanes_cli(*argv: str, cwd: Path | None = None, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lanes", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        **kw,
+    )
+
+
+def one_line(text: str) -> str:
+    """The single line a failure prints, asserting it is one line and no traceback."""
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in text, text
+    return lines[0]
+
+
+def test_version():
+    """`lanes --version` names the installed version."""
+    done = lanes_cli("--version")
+    assert done.returncode == 0 and done.stdout.startswith("lanes 0.")
+
+
+def test_a_bad_flag_is_one_line_and_exit_2():
+    """An unknown flag or a missing argument: one line naming it, exit 2."""
+    done = lanes_cli("serve", "--bogus")
+    assert done.returncode == 2
+    assert one_line(done.stderr) == "lanes: unrecognized arguments: --bogus (see lanes --help)"
+    with pytest.raises(SystemExit) as caught:
+        main(["lane", "sideways", "x"])
+    assert caught.value.code == 2
+
+
+def test_simulate_refuses_a_public_bind_with_exit_2():
+    """`serve --simulate --host 0.0.0.0` is refused before anything starts: one line, exit 2."""
+    done = lanes_cli("serve", "--simulate", "--host", "0.0.0.0")
+    assert done.returncode == 2
+    assert "server.host: refusing to bind 0.0.0.0 with no client keys" in one_line(done.stderr)
+
+
+def test_a_port_in_use_is_one_line_and_exit_1():
+    """A port another process holds: one line saying so, exit 1; logs as JSON lines on request."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = lanes_cli("serve", "--simulate", "--port", str(port), "--log-format", "json")
+    assert done.returncode == 1, done.stderr
+    *logs, last = done.stderr.strip().splitlines()
+    assert last == (
+        f"lanes: can not listen on server.host:{port}: the address is in use; "
+        "pick another with --port"
+    )
+    assert logs and all(json.loads(line)["logger"].startswith("lanes") for line in logs)
+    assert "Traceback" not in done.stderr
+
+
+def test_unwritable_paths_are_one_line_and_exit_2(tmp_path):
+    """A path that can not be written — the canary's Markdown report, init's output — is one line
+    naming it, exit 2, and nothing else is changed."""
+    config = tmp_path / "lanes.toml"
+    config.write_text(f'state = "{tmp_path / "s.db"}"\n')
+    done = lanes_cli("canary", "report", "--config", str(config), "--md", "/no/dir/x.md")
+    assert done.returncode == 2 and "can not write /no/dir/x.md" in one_line(done.stderr)
+    done = lanes_cli("init", "/no/dir/lanes.toml")
+    assert done.returncode == 2
+    assert one_line(done.stderr) == (
+        "lanes: can not write /no/dir/lanes.toml: No such file or directory"
+    )
+
+
+def test_a_closed_pipe_ends_quietly():
+    """A reader that went away (`lanes … | head`): exit 141, no BrokenPipeError traceback."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "lanes", "init", "-"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == ""
+
+
+def test_an_unreachable_sidecar_is_one_line_and_exit_1():
+    """`lanes status` against nothing: one line naming the URL, exit 1."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    done = lanes_cli("status", "--url", f"http://127.0.0.1:{port}")
+    assert done.returncode == 1
+    assert one_line(done.stderr).startswith(
+        f"lanes: can not reach the sidecar at http://127.0.0.1:{port}"
+    )
+
+
+def test_json_log_lines():
+    """`--log-format json`: one JSON object a line with time, level, logger and message."""
+    import logging
+
+    record = logging.LogRecord("lanes", logging.WARNING, __file__, 1, "lane %s: off", ("g",), None)
+    line = json.loads(JsonLines().format(record))
+    assert line["level"] == "warning" and line["logger"] == "lanes"
+    assert line["message"] == "lane g: off" and line["time"]
+
+
+def test_init_writes_a_starter_config_for_the_keys_found(tmp_path):
+    """`lanes init` names the local lanes and the lanes whose keys are set — never a key's value —
+    and the file passes check-config; an existing file is kept unless --force."""
+    env = {"PATH": os.environ["PATH"], "GROQ_API_KEY": "sk-secret-1", "OPENAI_API_KEY": "sk-2"}
+    done = lanes_cli("init", "mine.toml", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "mine.toml").read_text()
+    assert 'name = "groq"' in text and 'name = "openai"' in text and 'name = "ollama"' in text
+    assert 'name = "gemini"' not in text and "sk-secret" not in text and "sk-2" not in text
+    assert text.index('"ollama"') < text.index('"groq"') < text.index('"openai"')
+    assert lanes_cli("check-config", str(tmp_path / "mine.toml"), env=env).returncode == 0
+    again = lanes_cli("init", "mine.toml", cwd=tmp_path, env=env)
+    assert again.returncode == 2 and "exists; pass --force" in one_line(again.stderr)
+
+
+def test_make_run_takes_a_port():
+    """`make run PORT=…` passes the port to `lanes serve`."""
+    done = subprocess.run(
+        ["make", "-n", "run", "PORT=4111"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert "lanes serve --simulate --port 4111" in done.stdout
