@@ -66,6 +66,7 @@ class ModelConfig:
     prefill: bool | None = (
         None  # continues a trailing assistant message; None = the lane module's default
     )
+    embedding: bool = False  # an embedding model: served on /v1/embeddings (and nowhere else)
 
 
 @attrs.frozen(kw_only=True)

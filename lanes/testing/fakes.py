@@ -26,6 +26,7 @@ import attrs
 import h11
 import trio
 
+from lanes.testing import answers
 from lanes.testing.behaviours import Behaviour, answer, quota_exceeded
 
 
@@ -238,8 +239,11 @@ class FakeProvider:
                 else behaviour.text
             )
             behaviour = attrs.evolve(behaviour, text=rest)
-        if not streamed:
-            return await _send_completion(conn, stream, behaviour, reported, request)
+        embeddings = path.rstrip("/").endswith("/embeddings")
+        if not streamed or embeddings:
+            return await _send_completion(
+                conn, stream, behaviour, reported, request, embeddings=embeddings
+            )
         return await _send_stream(conn, stream, behaviour, reported, request)
 
     def _quota(self, model: str, b: Behaviour) -> Behaviour:
@@ -299,16 +303,6 @@ async def _receive_request(
             return None
 
 
-def _usage(request: Mapping[str, Any], text: str) -> dict[str, int]:
-    prompt = max(1, len(json.dumps(request.get("messages", []))) // 4)
-    completion = max(1, len(text) // 4)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-
-
 async def _send(conn: h11.Connection, stream: trio.SocketStream, event: Any) -> None:
     data = conn.send(event)
     if data:
@@ -341,25 +335,17 @@ async def _send_completion(
     behaviour: Behaviour,
     model: str,
     request: Mapping[str, Any],
+    *,
+    embeddings: bool = False,
 ) -> bool:
     if behaviour.kind == "garbage":
         await _send_json(conn, stream, 200, b"<html>502 Bad Gateway</html>", behaviour.headers)
         return True
-    body = {
-        "id": "chatcmpl-fake",
-        "object": "chat.completion",
-        "created": 0,
-        "model": model,
-        "system_fingerprint": "fp_fake",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": behaviour.text},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": _usage(request, behaviour.text),
-    }
+    body = (
+        answers.embeddings(request, model)
+        if embeddings
+        else answers.completion(request, behaviour.text, model)
+    )
     if behaviour.kind in ("cut", "stall"):
         raw = json.dumps(body).encode()
         head = [("content-type", "application/json"), ("content-length", str(len(raw)))]
@@ -372,28 +358,6 @@ async def _send_completion(
     return True
 
 
-def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
-    chunk = {
-        "id": "chatcmpl-fake",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": model,
-        "system_fingerprint": "fp_fake",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
-
-
-def stream_events(text: str, model: str) -> list[bytes]:
-    """The SSE events of a healthy streamed answer: role, one chunk per word, finish."""
-    words = text.split(" ")
-    pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
-    events = [_chunk(model, {"role": "assistant", "content": ""})]
-    events += [_chunk(model, {"content": p}) for p in pieces]
-    events.append(_chunk(model, {}, finish="stop"))
-    return events
-
-
 async def _send_stream(
     conn: h11.Connection,
     stream: trio.SocketStream,
@@ -404,7 +368,8 @@ async def _send_stream(
     head = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
     head += list(behaviour.headers.items())
     await _send(conn, stream, h11.Response(status_code=200, headers=head))
-    events = stream_events(behaviour.text, model)
+    chunks = answers.chunks(request, behaviour.text, model)
+    events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
     if behaviour.kind == "garbage":
         events = [b"data: {not json\n\n"] * 3
     if (request.get("stream_options") or {}).get("include_usage"):
@@ -414,7 +379,7 @@ async def _send_stream(
             "created": 0,
             "model": model,
             "choices": [],
-            "usage": _usage(request, behaviour.text),
+            "usage": chunks[-1]["usage"],
         }
         events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
     if behaviour.kind == "malformed":

@@ -91,7 +91,7 @@ class AttemptRun:
         )
         if candidate.tier == "paid":
             # so the reservation is a true worst case
-            if max_output_tokens(self.job.params) is None:
+            if not self.job.embedding and max_output_tokens(self.job.params) is None:
                 self.job = attrs.evolve(
                     self.job,
                     params={**self.job.params, "max_tokens": routing.policy.paid_max_tokens},

@@ -1,5 +1,5 @@
-"""What each door does with an admitted attempt: send it under the lane's own cap, within the job's
-deadline, and hand back what the caller receives."""
+"""What each door does with an admitted attempt — a completion, an embedding, a stream: send it
+under the lane's own cap, within the job's deadline, and hand back what the caller receives."""
 
 from __future__ import annotations
 
@@ -17,6 +17,15 @@ async def complete_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
     cap = run.lane.config.attempt_timeout_s
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
         response = await run.lane.complete(run.job, run.candidate.model)
+        return run.reply(response)
+    raise run.timed_out()
+
+
+async def embed_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
+    """One embeddings request under min(deadline, start + attempt_timeout_s)."""
+    cap = run.lane.config.attempt_timeout_s
+    with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
+        response = await run.lane.embed(run.job, run.candidate.model)
         return run.reply(response)
     raise run.timed_out()
 

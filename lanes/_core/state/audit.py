@@ -82,7 +82,9 @@ def audit_row(
         "cost_usd": cost_usd,
         "approval": approval,
         "explored": int(explored),
-        "body": json.dumps({"messages": list(job.messages), "answer": answer})
+        "body": json.dumps(
+            {"input" if job.embedding else "messages": job.request(), "answer": answer}
+        )
         if log_bodies
         else "",
     }

@@ -19,6 +19,7 @@ from lanes._core.config import LaneConfig, ModelConfig
 from lanes._core.job import Candidate, Job
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
+from lanes._core.upstream.responses import check_embeddings
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
 
 
@@ -128,6 +129,7 @@ class OpenAICompatibleLane:
             vision=model.vision,
             json_mode=model.json_mode,
             prefill=model.prefill if model.prefill is not None else self.provider.prefill,
+            embedding=model.embedding,
         )
 
     @property
@@ -151,6 +153,17 @@ class OpenAICompatibleLane:
             headers=self.headers(stream=False),
             body=self.request_body(job, model, stream=False),
             secrets=self.secrets,
+        )
+
+    async def embed(self, job: Job, model: str) -> Response:
+        """POST an embedding job to `{base_url}/embeddings`; its body is the job's own, untouched
+        (`input`, `dimensions`, `encoding_format`, ...)."""
+        return await self._upstream.post_json(
+            f"{self.base_url}/embeddings",
+            headers=self.headers(stream=False),
+            body=job.body(model),
+            secrets=self.secrets,
+            check=check_embeddings,
         )
 
     def balance_endpoint(self) -> CustomEndpoint | None:
