@@ -20,7 +20,8 @@ from starlette.routing import Route
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
 from lanes._core.job import Job, Privacy, Reply
-from lanes._http.errors import error_response, job_failed
+from lanes._http.doors import Door, door_routes
+from lanes._http.errors import BadRequest, error_response, job_failed
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE
 from lanes._http.state import lanes_state, models_list, ready
@@ -29,18 +30,6 @@ from lanes.freetier.headers import go_duration
 
 ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
-
-
-class BadRequest(Exception):
-    def __init__(
-        self,
-        message: str,
-        param: str | None = None,
-        status: int = 400,
-        code: str = "invalid_request",
-    ):
-        super().__init__(message)
-        self.param, self.status, self.code = param, status, code
 
 
 def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job, bool]:
@@ -74,6 +63,13 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", "stream")
     params = {k: v for k, v in body.items() if k not in ("messages", "model", "stream")}
+    job = Job(messages=messages, params=params, model=model, client=client, **job_headers(headers))
+    return job, stream
+
+
+def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
+    """The `Job` fields our request headers set: deadline, cohort, class, privacy. Raises
+    BadRequest."""
     deadline_s = None
     if (raw_deadline := headers.get("x-lanes-deadline-ms")) is not None:
         if not raw_deadline.isdigit() or not 0 < int(raw_deadline) <= 3_600_000:
@@ -85,17 +81,12 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
     privacy = headers.get("x-lanes-privacy", "any").strip().lower()
     if privacy not in PRIVACY:
         raise BadRequest("X-Lanes-Privacy must be any, zdr or local", "X-Lanes-Privacy")
-    job = Job(
-        messages=messages,
-        params=params,
-        model=model,
-        deadline_s=deadline_s,
-        client=client,
-        cohort=headers.get("x-lanes-cohort") or None,
-        request_class=headers.get("x-lanes-class") or None,
-        privacy=PRIVACY[privacy],
-    )
-    return job, stream
+    return {
+        "deadline_s": deadline_s,
+        "cohort": headers.get("x-lanes-cohort") or None,
+        "request_class": headers.get("x-lanes-class") or None,
+        "privacy": PRIVACY[privacy],
+    }
 
 
 def reply_headers(reply: Reply) -> dict[str, str]:
@@ -276,6 +267,17 @@ def build_app(
         Route("/metrics", prometheus),
         Route("/", page),
     ]
+    routes += door_routes(  # the other APIs, translated onto the same jobs (see doors.py)
+        Door(
+            dispatcher=dispatcher,
+            metrics=metrics,
+            keepalive_s=server.keepalive_s,
+            client_of=client_of,
+            read_body=read_body,
+            job_headers=job_headers,
+            reply_headers=reply_headers,
+        )
+    )
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.metrics = metrics
     return app

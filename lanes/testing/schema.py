@@ -192,7 +192,7 @@ def _number(schema: Mapping[str, Any], *, integer: bool, nth: int) -> int | floa
     if step:
         k = math.ceil(base / step)
         tries += [j * step for j in (k + nth, k, k + 1, k - 1, k + 2, 0)]
-    tries += [base + nth, base, base + 1, base - 1, base + 0.5, base - 0.5, 0.0]
+    tries += [base + nth, base - nth, base, base + 1, base - 1, base + 0.5, base - 0.5, 0.0]
     if low is not None and high is not None:
         tries.append((low[0] + high[0]) / 2)
     tries = [math.ceil(t) if integer else t for t in tries]
