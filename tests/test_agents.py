@@ -4,14 +4,7 @@ against a real provider."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
 import anthropic
-import httpx2
 import openai
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
@@ -23,7 +16,6 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from lanes.testing import ANSWER
-from lanes.testing.processes import free_port
 
 
 class Joke(BaseModel):
@@ -36,38 +28,6 @@ class Joke(BaseModel):
 def get_weather(city: str) -> str:
     """The weather in a city."""
     return "sunny"
-
-
-@pytest.fixture(scope="module")
-def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`lanes serve --simulate` in a child process; its base URL (…/v1)."""
-    port = free_port()
-    log = Path(tmp_path_factory.mktemp("simulate")) / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lanes", "serve", "--simulate", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        start = time.monotonic()  # wall-clock: a real process starting
-        while True:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() - start < 20, f"no /health within 20 s: {log.read_text()}"
-            try:
-                if httpx2.get(f"{base}/health", timeout=0.5).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                time.sleep(0.05)
-        yield f"{base}/v1"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def chat_model(url: str) -> ChatOpenAI:
