@@ -32,14 +32,20 @@ ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
 
 
-def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job, bool]:
-    """A Job from an OpenAI chat-completions body and our request headers. Raises BadRequest."""
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object. Raises BadRequest."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise BadRequest("the request body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    return body
+
+
+def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job, bool]:
+    """A Job from an OpenAI chat-completions body and our request headers. Raises BadRequest."""
+    body = json_object(raw)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array", "messages")
@@ -274,6 +280,7 @@ def build_app(
             keepalive_s=server.keepalive_s,
             client_of=client_of,
             read_body=read_body,
+            json_object=json_object,
             job_headers=job_headers,
             reply_headers=reply_headers,
         )

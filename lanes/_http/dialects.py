@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from lanes._core.dialects import messages_api, responses_api
 from lanes._core.dialects.common import ChatRequest, sse_event
@@ -40,15 +39,9 @@ class API(Protocol):
         self, body: Mapping[str, Any], reply: Reply, job: Job, now: float
     ) -> dict[str, Any]: ...
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect: ...
-    def error(
-        self,
-        status: int,
-        message: str,
-        code: str | None,
-        *,
-        param: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> JSONResponse: ...
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]: ...
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
 
 
@@ -104,17 +97,10 @@ class ResponsesAPI:
             events, lambda error: events.fail("stream_interrupted", str(error)), job_failed
         )
 
-    def error(
-        self,
-        status: int,
-        message: str,
-        code: str | None,
-        *,
-        param: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> JSONResponse:
-        body = error_body(status, message, code, param)
-        return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        return error_body(status, message, code, param)
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
         return job_failed(exc)
@@ -152,18 +138,10 @@ class MessagesAPI:
             self.failed,
         )
 
-    def error(
-        self,
-        status: int,
-        message: str,
-        code: str | None,
-        *,
-        param: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> JSONResponse:
-        request_id = (headers or {}).get("X-Lanes-Request-Id")
-        body = messages_error_body(status, message, request_id)
-        return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        return messages_error_body(status, message)
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
         status, body, headers = job_failed(exc)

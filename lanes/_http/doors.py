@@ -13,7 +13,6 @@ the `X-Lanes-*` reply headers — it lends through `Door`, so there is one of ea
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
@@ -42,13 +41,15 @@ MAX_EMBEDDING_INPUTS = 2048
 @attrs.frozen(kw_only=True)
 class Door:
     """What the chat door lends the others: the dispatcher and metrics, the client-key check, the
-    bounded body read, the `Job` fields our request headers set, and the reply's headers."""
+    bounded body read and its JSON reading, the `Job` fields our request headers set, and the
+    reply's headers."""
 
     dispatcher: Dispatcher
     metrics: Metrics
     keepalive_s: float
     client_of: Callable[[Request], str]
     read_body: Callable[[Request], Awaitable[bytes]]
+    json_object: Callable[[bytes], dict[str, Any]]
     job_headers: Callable[[Mapping[str, str]], dict[str, Any]]
     reply_headers: Callable[[Reply], dict[str, str]]
 
@@ -64,20 +65,10 @@ def door_routes(door: Door) -> list[Route]:
     ]
 
 
-def _object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("the request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
-
-
 async def _read_job(door: Door, api: API, request: Request) -> tuple[dict[str, Any], Job, bool]:
     """(the body as sent, its chat-completion job, streamed?). Raises BadRequest or BadField."""
     client = door.client_of(request)
-    body = _object(await door.read_body(request))
+    body = door.json_object(await door.read_body(request))
     chat = api.to_chat(body)
     job = Job(
         messages=chat.messages,
@@ -97,14 +88,12 @@ async def translated(door: Door, api: API, request: Request) -> Response | SSERe
         body, job, stream = await _read_job(door, api, request)
         job_id = job.id
         door.dispatcher.resolve(job)  # an unknown model is a 404 before anything is sent
-    except BadRequest as exc:
-        return api.error(exc.status, str(exc), exc.code, param=exc.param)
-    except BadField as exc:
-        return api.error(400, str(exc), "invalid_request", param=exc.param)
+    except (BadRequest, BadField) as exc:
+        return _refused(api, exc)
     except JobFailed as exc:
-        status, _, headers = job_failed(exc)
-        headers["X-Lanes-Request-Id"] = exc.request_id or job_id or ""
-        return api.error(status, str(exc), exc.code, headers=headers)
+        exc.request_id = exc.request_id or job_id
+        status, failure, headers = api.failed(exc)
+        return JSONResponse(failure, status_code=status, headers=headers)
     now = door.dispatcher.now_wall()
     if stream:
         dialect = api.stream(body, job, now)
@@ -121,6 +110,14 @@ async def translated(door: Door, api: API, request: Request) -> Response | SSERe
         status, failure, headers = api.failed(exc)
         return JSONResponse(failure, status_code=status, headers=headers)
     return JSONResponse(api.answer(body, reply, job, now), headers=door.reply_headers(reply))
+
+
+def _refused(api: API, exc: BadRequest | BadField) -> JSONResponse:
+    """A request refused before routing, in `api`'s error shape."""
+    status, code = (
+        (exc.status, exc.code) if isinstance(exc, BadRequest) else (400, "invalid_request")
+    )
+    return JSONResponse(api.error_body(status, str(exc), code, exc.param), status_code=status)
 
 
 async def _measured(door: Door, serve: Callable[[Job], Awaitable[Reply]], job: Job) -> Reply:
@@ -154,12 +151,10 @@ async def count_tokens(door: Door, api: API, request: Request) -> Response:
     request = api.incoming(request)
     try:
         client = door.client_of(request)
-        body = _object(await door.read_body(request))
+        body = door.json_object(await door.read_body(request))
         chat = api.to_chat({"max_tokens": 1, **body})
-    except BadRequest as exc:
-        return api.error(exc.status, str(exc), exc.code, param=exc.param)
-    except BadField as exc:
-        return api.error(400, str(exc), "invalid_request", param=exc.param)
+    except (BadRequest, BadField) as exc:
+        return _refused(api, exc)
     job = Job(messages=chat.messages, params=chat.params, model=chat.model, client=client)
     return JSONResponse({"input_tokens": estimate_tokens(job)})
 
@@ -196,7 +191,7 @@ async def embeddings(door: Door, request: Request) -> Response:
     job_id = None
     try:
         client = door.client_of(request)
-        body = _object(await door.read_body(request))
+        body = door.json_object(await door.read_body(request))
         job = _embedding_job(body, client, door.job_headers(request.headers))
         job_id = job.id
         door.dispatcher.resolve(job)
@@ -204,9 +199,8 @@ async def embeddings(door: Door, request: Request) -> Response:
     except BadRequest as exc:
         return error_response(exc.status, str(exc), exc.code, param=exc.param)
     except JobFailed as exc:
+        exc.request_id = exc.request_id or job_id
         status, failure, headers = job_failed(exc)
-        if job_id is not None:
-            headers.setdefault("X-Lanes-Request-Id", job_id)
         return JSONResponse(failure, status_code=status, headers=headers)
     if reply.raw:  # the upstream's own bytes, not a re-encoding of them
         return Response(reply.raw, media_type="application/json", headers=door.reply_headers(reply))

@@ -5,6 +5,9 @@ writer turns what arrives into SSE, sends a keep-alive comment after `keepalive_
 a watcher cancels everything — the upstream request included — the moment the client goes away.
 Until the first chunk nothing is sent, so a failure before it is a proper HTTP error (429, 504…).
 A stream broken after chunks ends with an in-band error event and never with `[DONE]`.
+
+What the bytes look like is the API's own (`Dialect`): chat completions by default; the Responses
+and Messages APIs translate the same chunks into their events (`_http/dialects.py`).
 """
 
 from __future__ import annotations

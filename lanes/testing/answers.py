@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from lanes._core.routing.policy import max_output_tokens
 from lanes.testing.schema import instance
 
 #: The dimension of a simulated embedding when the request does not ask for one.
@@ -98,14 +99,6 @@ def _json_answer(request: Mapping[str, Any], text: str) -> str | None:
     return None
 
 
-def _cap(request: Mapping[str, Any]) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = request.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
 def _call_id(messages: Sequence[Any], name: str, index: int) -> str:
     seed = json.dumps([messages, name, index], sort_keys=True, default=str).encode()
     return "call_" + hashlib.sha256(seed).hexdigest()[:24]
@@ -118,7 +111,7 @@ def choices(request: Mapping[str, Any], text: str) -> list[Choice]:
     messages = messages if isinstance(messages, list) else []
     n = request.get("n", 1)
     n = min(n, MAX_CHOICES) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-    cap = _cap(request)
+    cap = max_output_tokens(request)
     tool = _tool_to_call(request, messages)
     out = []
     for index in range(n):

@@ -1,8 +1,9 @@
 """Fake OpenAI-compatible providers on 127.0.0.1 that fail on purpose, scripted per model name.
 
 A real HTTP/1.1 server (trio sockets + h11), so tests and drills exercise real sockets: refused
-connections, resets, hung sockets, cut chunked bodies. Every healthy answer is `ANSWER`, so a
-truncated answer is detectable. Every request is logged with its time on trio's clock.
+connections, resets, hung sockets, cut chunked bodies. Every healthy text answer is `ANSWER`, so a
+truncated answer is detectable; tools, `response_format`, `n`, `max_tokens` and `/embeddings` are
+answered as `answers.py` says. Every request is logged with its time on trio's clock.
 
 ```python
 async with open_fake("groq") as fake:  # answer, rate_limited, ... come from lanes.testing

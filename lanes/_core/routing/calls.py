@@ -3,29 +3,31 @@ under the lane's own cap, within the job's deadline, and hand back what the call
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import trio
 
-from lanes._core.job import Reply
+from lanes._core.job import Job, Reply
 from lanes._core.routing.attempt import AttemptRun
 from lanes._core.streaming.stream import ReplyStream, first_chunks
+from lanes._core.upstream.client import Response
 
 
 async def complete_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
     """One non-streamed request under min(deadline, start + attempt_timeout_s)."""
-    cap = run.lane.config.attempt_timeout_s
-    with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
-        response = await run.lane.complete(run.job, run.candidate.model)
-        return run.reply(response)
-    raise run.timed_out()
+    return await _request(run, run.lane.complete)
 
 
 async def embed_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
     """One embeddings request under min(deadline, start + attempt_timeout_s)."""
+    return await _request(run, run.lane.embed)
+
+
+async def _request(run: AttemptRun, send: Callable[[Job, str], Awaitable[Response]]) -> Reply:
     cap = run.lane.config.attempt_timeout_s
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
-        response = await run.lane.embed(run.job, run.candidate.model)
+        response = await send(run.job, run.candidate.model)
         return run.reply(response)
     raise run.timed_out()
 
