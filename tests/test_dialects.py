@@ -22,6 +22,9 @@ WEATHER_CHAT = {
     },
 }
 TEXT = st.text(st.characters(codec="utf-8"), min_size=1, max_size=40)
+JSON_TEXT = st.dictionaries(
+    st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3
+).map(json.dumps)
 
 
 # -- Responses: requests ---------------------------------------------------------------------------
@@ -217,6 +220,40 @@ def test_a_responses_stream_ends_as_the_whole_response(spec, split):
     message = whole["choices"][0]["message"]
     assert deltas == (message["content"] or "")
     assert arguments == "".join(c["function"]["arguments"] for c in message.get("tool_calls") or ())
+
+
+ASSISTANT_TURNS = st.one_of(
+    TEXT.map(lambda text: {"role": "assistant", "content": text}),
+    st.lists(
+        st.tuples(
+            st.from_regex(r"call_[a-z0-9]{4}", fullmatch=True),
+            st.sampled_from(["f", "g"]),
+            JSON_TEXT,
+        ),
+        min_size=1,
+        max_size=3,
+        unique_by=lambda call: call[0],
+    ).map(
+        lambda calls: {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                for i, n, a in calls
+            ],
+        }
+    ),
+)
+
+
+@given(ASSISTANT_TURNS)
+def test_a_responses_output_fed_back_is_the_same_turn(turn):
+    """A response's output items, sent back as the next request's input (as agents do), become the
+    very assistant message the upstream answered."""
+    completion_ = {"model": "m", "choices": [{"message": turn, "finish_reason": "stop"}]}
+    output = responses_api.response_of({}, completion_, response_id="r", created_at=0)["output"]
+    chat = responses_api.to_chat({"input": [{"role": "user", "content": "q"}, *output]})
+    assert chat.messages[1] == turn
 
 
 def test_a_truncated_answer_is_an_incomplete_response():

@@ -328,7 +328,8 @@ def _input(arguments: str) -> dict[str, Any]:
 
 
 def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) -> dict[str, Any]:
-    """The `message` for a chat completion (its `model`: the upstream's own, else `model`)."""
+    """The `message` for a chat completion. Its `model` is the one asked for (Claude clients
+    choose behaviour by that name; who served it is in `X-Lanes-Model`), as in a stream."""
     message, finish_reason = first_choice(completion)
     content: list[dict[str, Any]] = []
     text = text_of(message.get("content")) or text_of(message.get("refusal"))
@@ -340,12 +341,11 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
         )
     if not content:
         content.append({"type": "text", "text": ""})
-    reported = completion.get("model")
     return {
         "id": message_id,
         "type": "message",
         "role": "assistant",
-        "model": reported if isinstance(reported, str) and reported else model,
+        "model": model,
         "content": content,
         "stop_reason": STOP_REASONS.get(finish_reason or "stop", "end_turn"),
         "stop_sequence": None,
