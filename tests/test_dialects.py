@@ -172,7 +172,7 @@ REQUESTS = st.fixed_dictionaries(
     {
         "tools": st.booleans(),
         "cap": st.none() | st.integers(1, 20),
-        "text": TEXT,
+        "text": TEXT | st.just(""),
         "usage": st.booleans(),
     }
 )

@@ -461,22 +461,8 @@ class ResponseEvents:
     def _text_delta(self, delta: str) -> list[dict[str, Any]]:
         events = self._close_calls()
         if self._text is None:
-            index = len(self._output)
-            item_id = f"msg_{self._id}" if index == 0 else f"msg_{self._id}_{index}"
-            self._text = message_item(item_id, "", status="in_progress")
-            self._text["output_index"], self._text["_text"] = index, ""
-            self._output.append(self._text)
-            events.append(self._added(self._text))
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            events.append(
-                self._event(
-                    "response.content_part.added",
-                    item_id=item_id,
-                    output_index=index,
-                    content_index=0,
-                    part=part,
-                )
-            )
+            events += self._open_text()
+        assert self._text is not None
         self._text["_text"] += delta
         events.append(
             self._event(
@@ -489,6 +475,19 @@ class ResponseEvents:
             )
         )
         return events
+
+    def _open_text(self) -> list[dict[str, Any]]:
+        index = len(self._output)
+        item_id = f"msg_{self._id}" if index == 0 else f"msg_{self._id}_{index}"
+        self._text = message_item(item_id, "", status="in_progress")
+        self._text["output_index"], self._text["_text"] = index, ""
+        self._output.append(self._text)
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        where = {"item_id": item_id, "output_index": index, "content_index": 0}
+        return [
+            self._added(self._text),
+            self._event("response.content_part.added", **where, part=part),
+        ]
 
     def _call_delta(
         self, index: int, call_id: str | None, name: str | None, arguments: str
@@ -573,8 +572,10 @@ class ResponseEvents:
 
     def finish(self) -> list[dict[str, Any]]:
         """The answer is complete: close what is open, then `response.completed` (or
-        `response.incomplete` when the answer was cut at its token cap)."""
-        events = self._close_text() + self._close_calls()
+        `response.incomplete` when the answer was cut at its token cap). An empty answer is an
+        empty message, as in a whole response."""
+        events = self._open_text() if not self._output else []
+        events += self._close_text() + self._close_calls()
         response = _finish(self._response("completed"), self._reader.finish_reason)
         response["usage"] = usage_of(self._reader.usage)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
