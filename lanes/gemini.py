@@ -10,5 +10,8 @@ PROVIDER = Provider(
     api_key_env="GEMINI_API_KEY",
     free_tier=RateLimitedFree(rpm=10, rpd=250, tpm=250_000),
     catalog_style="prefixed_ids",
-    models=(Model(id="gemini-2.5-flash", context=1048576),),
+    models=(
+        Model(id="gemini-2.5-flash", context=1048576),
+        Model(id="gemini-embedding-001", context=2048, embedding=True),
+    ),
 )

@@ -9,5 +9,8 @@ PROVIDER = Provider(
     base_url="https://api.mistral.ai/v1",
     api_key_env="MISTRAL_API_KEY",
     free_tier=RateLimitedFree(rpm=60, tpm=500_000, tpmonth=1_000_000_000),
-    models=(Model(id="mistral-small-latest", context=131072),),
+    models=(
+        Model(id="mistral-small-latest", context=131072),
+        Model(id="mistral-embed", context=8192, embedding=True),
+    ),
 )

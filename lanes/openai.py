@@ -12,5 +12,6 @@ PROVIDER = Provider(
         Model(
             id="gpt-4.1-mini", context=1_047_576, input_usd_per_mtok=0.40, output_usd_per_mtok=1.60
         ),
+        Model(id="text-embedding-3-small", context=8191, input_usd_per_mtok=0.02, embedding=True),
     ),
 )

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
+import httpx2
 import pytest
 from hypothesis import settings
 
@@ -61,3 +67,37 @@ def env() -> dict[str, str]:
 def caplog_lanes(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.INFO, logger="lanes")
     return caplog
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`lanes serve --simulate` in a child process; its base URL (…/v1)."""
+    from lanes.testing.processes import free_port
+
+    port = free_port()
+    log = Path(tmp_path_factory.mktemp("simulate")) / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lanes", "serve", "--simulate", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        start = time.monotonic()  # wall-clock: a real process starting
+        while True:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() - start < 20, f"no /health within 20 s: {log.read_text()}"
+            try:
+                if httpx2.get(f"{base}/health", timeout=0.5).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                time.sleep(0.05)
+        yield f"{base}/v1"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

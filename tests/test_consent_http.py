@@ -3,6 +3,7 @@ forged from a page, approvals that work ("approve once" then retry), grants list
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -218,3 +219,45 @@ async def test_a_public_bind_needs_a_key_that_resolves():
     config = load_config({"server": {"clients": {"ci": "LANES_KEY_CI_UNSET"}}}, env={})
     with pytest.raises(ConfigError, match="LANES_KEY_CI_UNSET unset or empty"):
         await serve(config, host="0.0.0.0", port=0, env={"LANES_KEY_CI_UNSET": "  "})
+
+
+@pytest.mark.free_lane
+async def test_a_page_can_not_spend_through_any_door():
+    """With no keys (loopback, one anonymous client) a page of another origin still can not run a
+    job — chat, responses, messages or embeddings — by a form-typed body or a cross-origin fetch;
+    the same requests from a program (JSON, no Origin) are served."""
+    allow = {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0}
+    bodies = {
+        "/chat/completions": {"messages": MESSAGES},
+        "/responses": {"model": "auto", "input": "hi"},
+        "/messages": {"model": "auto", "max_tokens": 16, "messages": MESSAGES},
+    }
+    async with (
+        open_sidecar(("paid", "paid", ["paid-model"]), policy=allow) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False, timeout=10) as http,
+    ):
+        forged = []
+        for path, body in bodies.items():
+            raw = json.dumps(body).encode()
+            forged += [
+                await http.post(url + path, content=raw, headers={"content-type": kind})
+                for kind in ("text/plain", "application/x-www-form-urlencoded")
+            ]
+            forged.append(
+                await http.post(url + path, json=body, headers={"origin": "https://evil.example"})
+            )
+            forged.append(
+                await http.post(url + path, json=body, headers={"sec-fetch-site": "cross-site"})
+            )
+        forged.append(
+            await http.post(
+                f"{url}/embeddings",
+                content=b'{"model": "paid/paid-model", "input": "x"}',
+                headers={"content-type": "text/plain"},
+            )
+        )
+        assert fakes["paid"].requests() == []
+        served = [await http.post(url + path, json=body) for path, body in bodies.items()]
+    assert [r.status_code for r in forged] == [415, 415, 403, 403] * 3 + [415]
+    assert [r.status_code for r in served] == [200, 200, 200]
+    assert len(fakes["paid"].requests()) == 3

@@ -137,6 +137,18 @@ def test_the_reservation_covers_any_bill(request, dialect, image_usd, paid_max):
     assert reservation >= billed(body, dialect) + n * images * (image_usd or 0.0) - 1e-12
 
 
+@given(st.one_of(st.text(min_size=1), st.lists(st.text(min_size=1), min_size=1, max_size=8)))
+def test_an_embeddings_reservation_is_its_whole_body_at_the_input_price(value):
+    """An embedding has no output: its worst case is every byte it sends, at the input price —
+    at least its input tokens, however they are counted; no output price is needed."""
+    emb = Candidate(lane="p", model="e", tier="paid", input_usd_per_mtok=IN, embedding=True)
+    job = lanes.Job(input=value, params={"encoding_format": "float"})
+    body = job.body("e")
+    reserved = worst_case(emb, job)
+    assert reserved == pytest.approx(billed_bytes(body) * IN / 1e6)
+    assert billed_bytes(body) >= len(json.dumps(value, ensure_ascii=False).encode()) - 2
+
+
 def test_unbounded_requests_are_named():
     """Audio input, a silly `n` and unknown prices are refused for paid with the reason."""
     paid = Candidate(

@@ -12,7 +12,6 @@ from lanes._core.routing.policy import (
     make_plan,
     needs_of,
     request_class,
-    worst_case_cost,
 )
 
 
@@ -102,17 +101,6 @@ def test_privacy(privacy, expected):
 
 def test_free_tier_only_removes_paid():
     assert keys(make_plan(job(), [FREE_A, PAID], PolicyConfig(free_tier_only=True))) == ["groq/a"]
-
-
-def test_worst_case_cost_bounds_input_by_bytes_and_output_by_max_tokens():
-    """Input bytes × input price + max tokens × output price; unknown prices give None."""
-    j = job("abcd", params={"max_tokens": 100})
-    raw_bytes = len('[[{"role": "user", "content": "abcd"}], null]')
-    assert worst_case_cost(PAID, j, 4096) == pytest.approx((raw_bytes * 1 + 100 * 2) / 1e6)
-    assert worst_case_cost(PAID, job(), 50) == pytest.approx(
-        (len('[[{"role": "user", "content": "hi"}], null]') + 100) / 1e6
-    )
-    assert worst_case_cost(FREE_A, j, 10) is None
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,7 @@ class ModelConfig:
         None  # continues a trailing assistant message; None = the lane module's default
     )
     image_usd: float | None = attrs.field(default=None, validator=non_negative)  # per input image
+    embedding: bool = False  # an embedding model: served on /v1/embeddings (and nowhere else)
 
 
 @attrs.frozen(kw_only=True)

@@ -22,10 +22,10 @@ from lanes._core.config import Config
 from lanes._core.errors import JobFailed
 from lanes._core.job import Candidate, Job, Reply
 from lanes._core.routing.approvals import Approvals
-from lanes._core.routing.calls import complete_call, stream_call
+from lanes._core.routing.calls import complete_call, embed_call, stream_call
 from lanes._core.routing.context import Routing
 from lanes._core.routing.record import JobRecord
-from lanes._core.routing.walk import walk
+from lanes._core.routing.walk import Call, walk
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, SQLiteStore, Store
 from lanes._core.statistics import Statistics, snapshot
@@ -52,9 +52,7 @@ class Dispatcher:
     ) -> None:
         self.config = config
         self.store = store or SQLiteStore(":memory:")
-        self._wall_offset = (
-            wall_offset  # wall-clock epoch = trio clock + this (taken once, at open)
-        )
+        self._wall_offset = wall_offset  # wall-clock epoch = trio clock + this (taken at open)
         self.routing = Routing(
             config=config,
             lanes={lane.name: lane for lane in loaded.lanes},
@@ -65,10 +63,10 @@ class Dispatcher:
         )
         self.unavailable = dict(loaded.unavailable)
         self.journal = Journal(self.routing, config=config, now_wall=self.now_wall)
+        self.opened_at = self.now_wall()  # what the model list calls a configured model's `created`
 
     def now_wall(self) -> EpochTime:
-        """Wall-clock epoch seconds, derived from trio's clock (one clock, converted at the
-        edge)."""
+        """Wall-clock epoch seconds, derived from trio's clock (converted at the edge)."""
         return EpochTime(trio.current_time() + self._wall_offset)
 
     @property
@@ -117,9 +115,8 @@ class Dispatcher:
             raise KeyError(
                 f"no lane named {name!r}; lanes: {', '.join(self.routing.lanes) or 'none'}"
             )
-        (self.routing.gate.switched_off.add if off else self.routing.gate.switched_off.discard)(
-            name
-        )
+        switched_off = self.routing.gate.switched_off
+        (switched_off.add if off else switched_off.discard)(name)
         try:
             self.store.put_switch(name, off, self.now_wall())
         except STORE_ERRORS as exc:
@@ -170,7 +167,9 @@ class Dispatcher:
         self.routing.probes.remote_answered(scope)
 
     # -- the doors ---------------------------------------------------------------------------------
-    def _record(self, job: Job) -> JobRecord:
+    def _record(self, job: Job, *, embedding: bool = False) -> JobRecord:
+        if job.embedding != embedding:
+            raise ValueError("a job with input goes to embed(); one with messages, not there")
         now = TrioTime(trio.current_time())
         deadline_at = job.resolve_deadline(now, self.config.default_deadline_s)
         own = self.config.server.clients.get(job.client)
@@ -185,23 +184,29 @@ class Dispatcher:
         `PaidBudgetExhausted`, `FallbackNeedsApproval`, `FallbackDenied`, `GovernorExhausted` or
         `UnknownModel` — every one a `JobFailed` carrying the attempts made and the job's id.
         """
-        record = self._record(job)
+        return await self._serve(self._record(job), complete_call)
+
+    async def embed(self, job: Job) -> Reply:
+        """Embed `job.input` (a job built with `input=`) by the same policy, budgets and audit.
+
+        Only the model the job names is tried — on every lane that offers it, or over an alias's
+        candidates, which config declares the same model — never a different one. Raises what
+        `complete` raises; the reply's body is the upstream's embeddings `list`."""
+        return await self._serve(self._record(job, embedding=True), embed_call)
+
+    async def _serve(self, record: JobRecord, call: Call[Reply]) -> Reply:
         try:
             async with AsyncExitStack() as keep:
-                reply = await walk(self.routing, record, complete_call, keep)
+                reply = await walk(self.routing, record, call, keep)
         except JobFailed as exc:
             self.journal.finish(record, record.attach(exc).code)
             raise
         except trio.Cancelled:
             self.journal.finish(record, "abandoned")  # the caller went away: audited all the same
             raise
-        self.journal.finish(
-            record,
-            "ok",
-            served=f"{reply.lane}/{reply.model}",
-            answer=reply.body.get("choices"),
-            usage=reply.usage,
-        )
+        answer = reply.body.get("data" if record.job.embedding else "choices")
+        served = f"{reply.lane}/{reply.model}"
+        self.journal.finish(record, "ok", served=served, answer=answer, usage=reply.usage)
         return reply
 
     @asynccontextmanager
@@ -227,10 +232,8 @@ class Dispatcher:
             except JobFailed as exc:
                 self.journal.finish(record, record.attach(exc).code)
                 raise
-            except trio.Cancelled:
-                self.journal.finish(
-                    record, "abandoned"
-                )  # audited, then cancellation goes on untouched
+            except trio.Cancelled:  # audited, then cancellation goes on untouched
+                self.journal.finish(record, "abandoned")
                 raise
             try:
                 yield stream

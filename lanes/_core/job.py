@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -41,21 +41,50 @@ def _as_messages(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any],
     return tuple(value)
 
 
+#: What an embedding job embeds, as OpenAI's `input`: a string, a list of token ids, or a list of
+#: either.
+EmbeddingInput = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
+
+
+def _check_input(value: Any) -> None:
+    if isinstance(value, str):
+        if not value:
+            raise ValueError("input: must not be an empty string")
+        return
+    if not isinstance(value, Sequence) or not value:
+        raise ValueError("input: expected a string, a list of strings or a list of token ids")
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            if not item:
+                raise ValueError(f"input[{i}]: must not be an empty string")
+        elif not (
+            isinstance(item, Sequence)
+            and item
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in item)
+        ):
+            raise ValueError(f"input[{i}]: expected a string or a non-empty list of token ids")
+
+
 def _new_id() -> str:
     return uuid.uuid4().hex
 
 
 @attrs.frozen(kw_only=True)
 class Job:
-    """One chat completion to route.
+    """One chat completion — or, with `input` instead of `messages`, one embedding — to route.
 
     `messages` and `params` are OpenAI's, passed through untouched (tools, temperature, seed, ...).
+    `input` is what `dispatcher.embed()` embeds (OpenAI's embeddings `input`); such a job never
+    goes to a different model, only to the same model on another lane.
     `model` is `"auto"`, an alias from config, `"lane/model"` or a bare model id.
     The deadline is `deadline_at` (absolute, trio's clock) when given, else `deadline_s` from the
     moment the dispatcher receives the job.
     """
 
-    messages: tuple[Mapping[str, Any], ...] = attrs.field(converter=_as_messages)
+    messages: tuple[Mapping[str, Any], ...] = attrs.field(converter=_as_messages, default=())
+    input: EmbeddingInput | None = None
     params: Mapping[str, Any] = attrs.field(factory=dict)
     model: str = "auto"
     deadline_s: float | None = attrs.field(default=None)
@@ -74,8 +103,15 @@ class Job:
     def _check_messages(
         self, attribute: attrs.Attribute[tuple[Mapping[str, Any], ...]], value: tuple[Any, ...]
     ) -> None:
+        if self.input is not None:
+            if value:
+                raise ValueError("a job has messages (a chat) or input (an embedding), not both")
+            _check_input(self.input)
+            return
         if not value:
-            raise ValueError("messages: must hold at least one message")
+            raise ValueError(
+                "messages: must hold at least one message (or give input, for an embedding)"
+            )
         for i, message in enumerate(value):
             if not isinstance(message, Mapping) or "role" not in message:
                 raise ValueError(f"messages[{i}]: expected an object with a 'role'")
@@ -94,10 +130,19 @@ class Job:
             return TrioTime(self.deadline_at)
         return TrioTime(now + (self.deadline_s if self.deadline_s is not None else default_s))
 
+    @property
+    def embedding(self) -> bool:
+        """An embedding job (`input`), not a chat completion (`messages`)."""
+        return self.input is not None
+
     def body(self, model: str, *, stream: bool = False) -> dict[str, Any]:
-        """The upstream request body: the caller's params, its messages, the chosen model."""
-        body = {k: v for k, v in self.params.items() if k not in ("model", "messages", "stream")}
+        """The upstream request body: the caller's params, its messages (or input), the model."""
+        reserved = ("model", "messages", "stream", "input")
+        body = {k: v for k, v in self.params.items() if k not in reserved}
         body["model"] = model
+        if self.input is not None:
+            body["input"] = self.input if isinstance(self.input, str) else list(self.input)
+            return body
         body["messages"] = [dict(m) for m in self.messages]
         if stream:
             body["stream"] = True
@@ -107,9 +152,16 @@ class Job:
         """SHA-256 of what was asked — model, messages and params: a retry has the same one."""
         return digest([self.model, list(self.messages), dict(self.params)])[0]
 
+    def request(self) -> Any:
+        """What the job sends, as JSON values: its messages, or an embedding's input."""
+        if self.input is not None:
+            return self.input if isinstance(self.input, str) else list(self.input)
+        return list(self.messages)
+
     def fingerprint(self) -> tuple[str, int]:
-        """SHA-256 and byte count of the messages: what the audit keeps instead of the body."""
-        return digest(list(self.messages))
+        """SHA-256 and byte count of the messages (or input): what the audit keeps instead of the
+        body."""
+        return digest(self.request())
 
 
 def digest(value: Any) -> tuple[str, int]:
@@ -136,6 +188,7 @@ class Candidate:
     prefill: bool = False  # continues a trailing assistant message (stream recovery can resume)
     image_usd: float | None = None  # the most one input image costs (None: unknown)
     cap_param: str = "max_tokens"  # the output cap the lane's dialect honours
+    embedding: bool = False  # an embedding model: serves embedding jobs only, and only those
 
     @property
     def key(self) -> str:
@@ -175,7 +228,8 @@ class Skip:
 
 @attrs.frozen(kw_only=True)
 class Reply:
-    """The upstream's `chat.completion` body exactly as returned, and beside it who served it."""
+    """The upstream's `chat.completion` body (an embedding job's: its embeddings `list`) exactly as
+    returned, and beside it who served it."""
 
     body: Mapping[str, Any]
     lane: str

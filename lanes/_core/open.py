@@ -14,7 +14,7 @@ import httpx2
 import trio
 
 from lanes._core.check import check_config
-from lanes._core.config import Config
+from lanes._core.config import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import UpstreamError
 from lanes._core.job import Job, Reply
@@ -30,10 +30,11 @@ log = logging.getLogger("lanes")
 
 @asynccontextmanager
 async def open_dispatcher(
-    config: Config | str | os.PathLike[str],
+    config: Config | str | os.PathLike[str] | None = None,
     *,
     env: Mapping[str, str] | None = None,
     epoch_now: float | None = None,
+    simulate: bool = False,
 ) -> AsyncIterator[Dispatcher]:
     """Open a dispatcher over the lanes in `config` (a `Config` or a TOML path), under trio.
 
@@ -41,9 +42,22 @@ async def open_dispatcher(
     (default `os.environ`) supplies API keys and the `FREE_LANE` kill switch. `epoch_now` (for
     simulations under a virtual clock) is the wall-clock epoch second that trio's clock reads
     now; by default the real one.
+
+    `simulate=True` runs the simulated providers of `lanes serve --simulate` in this process, on
+    127.0.0.1 (no keys, no network), and routes to them; `config`, if given, lends only its
+    `state` and `local_state`. Paid fallback is allowed there (under a $0.05 daily ceiling), since
+    no one is at hand to approve it, and the local model stays up.
     Raises `ConfigError` for a bad config; a lane that can not load is one log line, never an error.
     """
     env = os.environ if env is None else env
+    if simulate:
+        async with _open_simulated(config, env, epoch_now) as dispatcher:
+            yield dispatcher
+        return
+    if config is None:
+        raise ValueError(
+            "open_dispatcher needs a config (a Config or a TOML path), or simulate=True"
+        )
     config = check_config(config, env=env).config  # the check `lanes check-config` makes
     wall_now = (
         time.time() if epoch_now is None else epoch_now
@@ -91,6 +105,29 @@ async def open_dispatcher(
         store.close()
     if failure is not None:
         raise failure
+
+
+@asynccontextmanager
+async def _open_simulated(
+    config: Config | str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+    epoch_now: float | None,
+) -> AsyncIterator[Dispatcher]:
+    from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
+
+    if config is not None and not isinstance(config, Config):
+        config = read_config(config, env=env)
+    async with open_simulation(flap=False) as fakes:
+        simulated = simulated_config(
+            fakes,
+            state=config.state if config else ":memory:",
+            local_state=config.local_state if config else ":memory:",
+            fallback="allow",
+        )
+        async with open_dispatcher(
+            load_config(simulated, env=env), env={**SIM_KEYS, **env}, epoch_now=epoch_now
+        ) as dispatcher:
+            yield dispatcher
 
 
 def open_store(config: Config) -> Store:
@@ -205,9 +242,14 @@ async def _keep_audit(dispatcher: Dispatcher, days: float, every_s: float = 3600
 
 
 def complete_sync(
-    config: Config | str | os.PathLike[str], job: Job, *, env: Mapping[str, str] | None = None
+    config: Config | str | os.PathLike[str] | None,
+    job: Job,
+    *,
+    env: Mapping[str, str] | None = None,
+    simulate: bool = False,
 ) -> Reply:
-    """`complete` for code that does not run trio: opens a dispatcher, serves one job, closes it.
+    """`complete` (or, for a job with `input`, `embed`) for code that does not run trio: opens a
+    dispatcher (`simulate` as in `open_dispatcher`), serves one job, closes it.
 
     The job must carry `deadline_s` (or none, for the configured default): an absolute
     `deadline_at` means nothing outside the trio run it was taken from.
@@ -216,7 +258,7 @@ def complete_sync(
         raise ValueError("complete_sync needs a relative deadline_s, not deadline_at")
 
     async def one() -> Reply:
-        async with open_dispatcher(config, env=env) as dispatcher:
-            return await dispatcher.complete(job)
+        async with open_dispatcher(config, env=env, simulate=simulate) as dispatcher:
+            return await (dispatcher.embed(job) if job.embedding else dispatcher.complete(job))
 
     return trio.run(one)

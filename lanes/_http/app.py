@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,7 +19,8 @@ from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
 from lanes._core.job import Job, Privacy, Reply
 from lanes._http.admin import Handler, admin_routes
-from lanes._http.errors import error_response, job_failed
+from lanes._http.doors import Door, door_routes
+from lanes._http.errors import BadRequest, error_response, job_failed
 from lanes._http.guard import Guard, Refused
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE
@@ -29,26 +31,20 @@ ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
 
 
-class BadRequest(Exception):
-    def __init__(
-        self,
-        message: str,
-        param: str | None = None,
-        status: int = 400,
-        code: str = "invalid_request",
-    ):
-        super().__init__(message)
-        self.param, self.status, self.code = param, status, code
-
-
-def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job, bool]:
-    """A Job from an OpenAI chat-completions body and our request headers. Raises BadRequest."""
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be a JSON object. Raises BadRequest."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise BadRequest("the request body is not valid JSON", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
+    return body
+
+
+def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job, bool]:
+    """A Job from an OpenAI chat-completions body and our request headers. Raises BadRequest."""
+    body = json_object(raw)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty array", "messages")
@@ -72,6 +68,13 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", "stream")
     params = {k: v for k, v in body.items() if k not in ("messages", "model", "stream")}
+    job = Job(messages=messages, params=params, model=model, client=client, **job_headers(headers))
+    return job, stream
+
+
+def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
+    """The `Job` fields our request headers set: deadline, cohort, class, approval, the client's
+    own keys, privacy. Raises BadRequest."""
     deadline_s = None
     if (raw_deadline := headers.get("x-lanes-deadline-ms")) is not None:
         if not raw_deadline.isdigit() or not 0 < int(raw_deadline) <= 3_600_000:
@@ -83,19 +86,14 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
     privacy = headers.get("x-lanes-privacy", "any").strip().lower()
     if privacy not in PRIVACY:
         raise BadRequest("X-Lanes-Privacy must be any, zdr or local", "X-Lanes-Privacy")
-    job = Job(
-        messages=messages,
-        params=params,
-        model=model,
-        deadline_s=deadline_s,
-        client=client,
-        cohort=headers.get("x-lanes-cohort") or None,
-        request_class=headers.get("x-lanes-class") or None,
-        approval=headers.get("x-lanes-approval", "").strip()[:64] or None,
-        keys=byok_keys(headers),
-        privacy=PRIVACY[privacy],
-    )
-    return job, stream
+    return {
+        "deadline_s": deadline_s,
+        "cohort": headers.get("x-lanes-cohort") or None,
+        "request_class": headers.get("x-lanes-class") or None,
+        "approval": headers.get("x-lanes-approval", "").strip()[:64] or None,
+        "keys": byok_keys(headers),
+        "privacy": PRIVACY[privacy],
+    }
 
 
 BYOK_PREFIX = "x-lanes-key-"  # X-Lanes-Key-<lane>: the client's own key for a byok lane
@@ -151,6 +149,13 @@ def build_app(
 
         return wrapped
 
+    def client_of(request: Request) -> str:
+        """The calling client, for the other doors: a refusal is their BadRequest."""
+        try:
+            return guard.sender(request).client
+        except Refused as exc:
+            raise BadRequest(str(exc), status=exc.status, code=exc.code) from None
+
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > server.max_body_bytes:
@@ -171,7 +176,7 @@ def build_app(
 
     async def chat(request: Request) -> Response | SSERelay:
         try:
-            client = guard.caller(request).client
+            client = guard.sender(request).client
             job, stream = parse_job(await read_body(request), request.headers, client)
             job_id = job.id
             dispatcher.resolve(job)  # an unknown model is a 404 before anything is sent
@@ -238,6 +243,17 @@ def build_app(
         Route("/", open_route(page)),
         Route("/favicon.ico", open_route(favicon)),
     ]
+    routes += door_routes(  # the other APIs, translated onto the same jobs (see doors.py)
+        Door(
+            dispatcher=dispatcher,
+            keepalive_s=server.keepalive_s,
+            client_of=client_of,
+            read_body=read_body,
+            json_object=json_object,
+            job_headers=job_headers,
+            reply_headers=reply_headers,
+        )
+    )
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.metrics = metrics
     return app

@@ -1,4 +1,6 @@
-"""OpenAI's error shape, everywhere: `{"error": {"message", "type", "code", "param"}}`."""
+"""The HTTP side of errors: every status, and the shapes errors travel in — OpenAI's
+`{"error": {"message", "type", "code", "param"}}` everywhere, and on `/v1/messages` the Messages
+API's own `{"type": "error", "error": {"type", "message"}}`."""
 
 from __future__ import annotations
 
@@ -31,6 +33,34 @@ TYPES = {
     503: "api_error",
     504: "timeout_error",
 }
+
+
+#: The Messages API's error type for each status (`api_error` for any other).
+MESSAGES_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+class BadRequest(Exception):
+    """A request refused before any routing: its status (400 unless said), code and field."""
+
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        status: int = 400,
+        code: str = "invalid_request",
+    ):
+        super().__init__(message)
+        self.param, self.status, self.code = param, status, code
 
 
 #: The HTTP status of each way a job can fail; the most specific class wins (see `http_status`).
@@ -118,3 +148,14 @@ def job_failed(
         body["error"]["approval_id"] = exc.approval_id
         body["error"]["approval_url"] = approvals_url
     return status, body, headers
+
+
+def messages_error_body(status: int, message: str, request_id: str | None = None) -> dict[str, Any]:
+    """The Messages API's error shape for `status`."""
+    body: dict[str, Any] = {
+        "type": "error",
+        "error": {"type": MESSAGES_TYPES.get(status, "api_error"), "message": message},
+    }
+    if request_id:
+        body["request_id"] = request_id
+    return body

@@ -8,8 +8,10 @@
   time.
 - **No forgery.** A state-changing request must be `Content-Type: application/json` (a cross-site
   form can not send that without a CORS preflight, which is never granted), and must not come from
-  another origin (`Origin`, `Sec-Fetch-Site`). On a loopback bind every request's `Host` must name
-  the loopback, so a DNS-rebinding page can not reach the sidecar under its own name.
+  another origin (`Origin`, `Sec-Fetch-Site`). A job (chat, responses, messages, embeddings: it
+  may spend quota or money) is refused from another origin or in a form's body type. On a
+  loopback bind every request's `Host` must name the loopback, so a DNS-rebinding page can not
+  reach the sidecar under its own name.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from starlette.requests import Request
 from lanes._core.config import ServerConfig
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+#: The body types a cross-site form (or a no-preflight fetch) can send.
+FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
 
 
 class Refused(Exception):
@@ -99,6 +103,18 @@ class Guard:
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media != "application/json":
             raise Refused(415, "json_required", "state-changing requests must be application/json")
+        self.same_origin(request)
+
+    def sender(self, request: Request) -> Caller:
+        """The caller of a job (which may spend quota or money): a known client, from no other
+        origin, in no body type a cross-site form can send."""
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media in FORM_TYPES:
+            raise Refused(415, "json_required", "a job's body must be application/json")
+        self.same_origin(request)
+        return self.caller(request)
+
+    def same_origin(self, request: Request) -> None:
         if request.headers.get("sec-fetch-site", "") in ("cross-site", "same-site"):
             raise Refused(403, "cross_origin", "cross-origin requests may not change anything")
         origin = request.headers.get("origin")

@@ -23,27 +23,42 @@ def ready(stats: Statistics) -> list[str]:
 
 
 def models_list(dispatcher: Dispatcher, stats: Statistics) -> dict[str, Any]:
+    """`/v1/models`: `auto`, the aliases, and every lane's models. `created` is when the provider's
+    list says the model was created, else when this sidecar began offering it."""
+    opened = int(dispatcher.opened_at)
     data: list[dict[str, Any]] = [
-        {"id": "auto", "object": "model", "owned_by": "lanes", "tier": "auto"}
+        {"id": "auto", "object": "model", "created": opened, "owned_by": "lanes", "tier": "auto"}
     ]
     data += [
-        {"id": alias, "object": "model", "owned_by": "lanes", "tier": "alias", "candidates": keys}
+        {
+            "id": alias,
+            "object": "model",
+            "created": opened,
+            "owned_by": "lanes",
+            "tier": "alias",
+            "candidates": keys,
+        }
         for alias, keys in dispatcher.config.aliases.items()
     ]
     for lane in stats.lanes:
-        context = {c.model: c.context for c in dispatcher.lanes[lane.name].candidates}
+        served = dispatcher.lanes[lane.name]
+        candidates = {c.model: c for c in served.candidates}
+        created = {r.id: r.created for r in served.catalog if r.created}
         for m in lane.models:
-            data.append(
-                {
-                    "id": m.key,
-                    "object": "model",
-                    "owned_by": lane.provider,
-                    "tier": m.tier,
-                    "context_length": context.get(m.model),
-                    "free_now": m.tier != "paid" and m.free_now,
-                    "free_reason": m.reason,
-                }
-            )
+            candidate = candidates.get(m.model)
+            entry = {
+                "id": m.key,
+                "object": "model",
+                "created": created.get(m.model, opened),
+                "owned_by": lane.provider,
+                "tier": m.tier,
+                "context_length": candidate.context if candidate else None,
+                "free_now": m.tier != "paid" and m.free_now,
+                "free_reason": m.reason,
+            }
+            if candidate is not None and candidate.embedding:
+                entry["embedding"] = True
+            data.append(entry)
     return {"object": "list", "data": data}
 
 

@@ -1,22 +1,26 @@
 """Server-sent events for `stream: true`, as a raw ASGI response.
 
-A producer task runs the dispatcher's stream (with recovery, see `resume.py`) into a channel; the
-writer turns what arrives into SSE, sends a keep-alive comment after `keepalive_s` of silence, and
-a watcher cancels everything — the upstream request included — the moment the client goes away.
+A producer task runs the dispatcher's stream (with recovery, `_core/streaming/recovery.py`) into
+a channel; the writer turns what arrives into SSE, sends a keep-alive comment after `keepalive_s`
+of silence, and a watcher cancels everything — the upstream request included — the moment the
+client goes away.
 Until the first chunk nothing is sent, so a failure before it is a proper HTTP error (429, 504…).
 A stream broken after chunks ends with an in-band error event and never with `[DONE]`.
+
+What the bytes look like is the API's own (`Dialect`): chat completions by default; the Responses
+and Messages APIs translate the same chunks into their events (`_http/dialects.py`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.errors import JobFailed
+from lanes._core.errors import JobFailed, StreamInterrupted
 from lanes._core.job import Job
 from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
 from lanes._core.streaming.stream import ReplyStream
@@ -33,9 +37,47 @@ def _event(payload: Any) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
+class Dialect(Protocol):
+    """How one API speaks a stream: what follows the headers, each chunk, the end, an in-band
+    error after chunks, and the HTTP error before any."""
+
+    def opening(self, stream: ReplyStream) -> bytes: ...
+    def chunk(self, data: dict[str, Any]) -> bytes: ...
+    def ending(self, stream: ReplyStream) -> bytes: ...
+    def broken(self, error: StreamInterrupted) -> bytes: ...
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
+
+
+class ChatDialect:
+    """Chat completions: the chunks as they come, `[DONE]` at the end, an OpenAI error event."""
+
+    def opening(self, stream: ReplyStream) -> bytes:
+        return b""
+
+    def chunk(self, data: dict[str, Any]) -> bytes:
+        return _event(data)
+
+    def ending(self, stream: ReplyStream) -> bytes:
+        return b"data: [DONE]\n\n"
+
+    def broken(self, error: StreamInterrupted) -> bytes:
+        return _event(error_body(502, str(error), "stream_interrupted"))
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return job_failed(exc)
+
+
 class SSERelay:
-    def __init__(self, dispatcher: Dispatcher, job: Job, *, keepalive_s: float) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        job: Job,
+        *,
+        keepalive_s: float,
+        dialect: Dialect | None = None,
+    ) -> None:
         self.dispatcher, self.job, self.keepalive_s = dispatcher, job, keepalive_s
+        self.dialect: Dialect = dialect or ChatDialect()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         to_writer, from_producer = trio.open_memory_channel[Event](64)
@@ -77,15 +119,16 @@ class SSERelay:
             (b"x-lanes-attempts", str(stream.attempt_count).encode()),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if opening := self.dialect.opening(stream):
+            await send({"type": "http.response.body", "body": opening, "more_body": True})
         async for event in _with_keepalive(items, self.keepalive_s):
             if event is None:
                 await send(
                     {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
                 )
             elif isinstance(event, Chunk):
-                await send(
-                    {"type": "http.response.body", "body": _event(event.data), "more_body": True}
-                )
+                body = self.dialect.chunk(event.data)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
             elif isinstance(event, Ended):
                 last = event.stream
                 note = (
@@ -94,17 +137,17 @@ class SSERelay:
                 await send(
                     {
                         "type": "http.response.body",
-                        "body": note.encode() + b"data: [DONE]\n\n",
+                        "body": note.encode() + self.dialect.ending(last),
                         "more_body": True,
                     }
                 )
             elif isinstance(event, Broken):
-                body = error_body(502, str(event.error), "stream_interrupted")
-                await send({"type": "http.response.body", "body": _event(body), "more_body": True})
+                body = self.dialect.broken(event.error)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _error_response(self, send: Any, exc: JobFailed) -> None:
-        status, body, headers = job_failed(exc)
+        status, body, headers = self.dialect.failed(exc)
         raw = json.dumps(body).encode()
         head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
         head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]

@@ -117,6 +117,7 @@ def free_candidates(
         c
         for c in dispatcher.candidates()
         if c.tier == "free"
+        and not c.embedding  # the prompts are chats; an embedding model answers none
         and (not lanes_ or c.lane in lanes_)
         and (not models or c.model in models or c.key in models)
     ]

@@ -3,7 +3,8 @@
 Prices are USD per million tokens. Usage comes from outside (an upstream's `usage` object), so it
 is believed only when it is sane: non-negative whole numbers of prompt and completion tokens, each
 at most `MAX_TOKENS`. Anything else — negative, fractional, strings, huge, or only `total_tokens` —
-is not usage, and the caller settles at its worst case instead.
+is not usage, and the caller settles at its worst case instead. An embedding's usage (prompt tokens
+and an equal total, no completion count) counts as zero completion tokens.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
     if not isinstance(usage, Mapping):
         return None
     prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    if (
+        prompt is not None
+        and "completion_tokens" not in usage
+        and usage.get("total_tokens") == prompt
+    ):
+        completion = 0  # an embedding's usage: prompt tokens only, and a total that says so
     if prompt is None or completion is None:
         return None
     return prompt, completion
@@ -43,9 +50,11 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
 def usage_cost(
     usage: Any, input_usd_per_mtok: float | None, output_usd_per_mtok: float | None
 ) -> float | None:
-    """What `usage` cost at these prices; None when the usage is not sane (or a price is
-    unknown)."""
+    """What `usage` cost at these prices; None when the usage is not sane (or a price it needs is
+    unknown: an embedding, with no output, needs only the input price)."""
     tokens = usage_tokens(usage)
-    if tokens is None or input_usd_per_mtok is None or output_usd_per_mtok is None:
+    if tokens is None or input_usd_per_mtok is None:
         return None
-    return cost_usd(tokens[0], tokens[1], input_usd_per_mtok, output_usd_per_mtok)
+    if output_usd_per_mtok is None and tokens[1]:
+        return None
+    return cost_usd(tokens[0], tokens[1], input_usd_per_mtok, output_usd_per_mtok or 0.0)

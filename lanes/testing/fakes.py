@@ -1,8 +1,9 @@
 """Fake OpenAI-compatible providers on 127.0.0.1 that fail on purpose, scripted per model name.
 
 A real HTTP/1.1 server (trio sockets + h11), so tests and drills exercise real sockets: refused
-connections, resets, hung sockets, cut chunked bodies. Every healthy answer is `ANSWER`, so a
-truncated answer is detectable. Every request is logged with its time on trio's clock.
+connections, resets, hung sockets, cut chunked bodies. Every healthy text answer is `ANSWER`, so a
+truncated answer is detectable; tools, `response_format`, `n`, `max_tokens` and `/embeddings` are
+answered as `answers.py` says. Every request is logged with its time on trio's clock.
 
 ```python
 async with open_fake("groq") as fake:  # answer, rate_limited, ... come from lanes.testing
@@ -26,6 +27,7 @@ import attrs
 import h11
 import trio
 
+from lanes.testing import answers
 from lanes.testing.behaviours import Behaviour, answer, quota_exceeded
 
 
@@ -238,8 +240,11 @@ class FakeProvider:
                 else behaviour.text
             )
             behaviour = attrs.evolve(behaviour, text=rest)
-        if not streamed:
-            return await _send_completion(conn, stream, behaviour, reported, request)
+        embeddings = path.rstrip("/").endswith("/embeddings")
+        if not streamed or embeddings:
+            return await _send_completion(
+                conn, stream, behaviour, reported, request, embeddings=embeddings
+            )
         return await _send_stream(conn, stream, behaviour, reported, request)
 
     def _quota(self, model: str, b: Behaviour) -> Behaviour:
@@ -299,22 +304,12 @@ async def _receive_request(
             return None
 
 
-def _reported_usage(behaviour: Behaviour, request: Mapping[str, Any]) -> Any:
+def _reported_usage(behaviour: Behaviour, request: Mapping[str, Any], honest: Any) -> Any:
     """What the fake says it billed: the behaviour's own `usage` (a value, or a function of the
-    request), else an honest count."""
+    request), else the honest count."""
     if callable(behaviour.usage):
         return behaviour.usage(request)
-    return behaviour.usage if behaviour.usage is not None else _usage(request, behaviour.text)
-
-
-def _usage(request: Mapping[str, Any], text: str) -> dict[str, int]:
-    prompt = max(1, len(json.dumps(request.get("messages", []))) // 4)
-    completion = max(1, len(text) // 4)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
+    return behaviour.usage if behaviour.usage is not None else honest
 
 
 async def _send(conn: h11.Connection, stream: trio.SocketStream, event: Any) -> None:
@@ -349,25 +344,18 @@ async def _send_completion(
     behaviour: Behaviour,
     model: str,
     request: Mapping[str, Any],
+    *,
+    embeddings: bool = False,
 ) -> bool:
     if behaviour.kind == "garbage":
         await _send_json(conn, stream, 200, b"<html>502 Bad Gateway</html>", behaviour.headers)
         return True
-    body = {
-        "id": "chatcmpl-fake",
-        "object": "chat.completion",
-        "created": 0,
-        "model": model,
-        "system_fingerprint": "fp_fake",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": behaviour.text},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": _reported_usage(behaviour, request),
-    }
+    body = (
+        answers.embeddings(request, model)
+        if embeddings
+        else answers.completion(request, behaviour.text, model)
+    )
+    body["usage"] = _reported_usage(behaviour, request, body["usage"])
     if behaviour.kind in ("cut", "stall"):
         raw = json.dumps(body).encode()
         head = [("content-type", "application/json"), ("content-length", str(len(raw)))]
@@ -380,28 +368,6 @@ async def _send_completion(
     return True
 
 
-def _chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
-    chunk = {
-        "id": "chatcmpl-fake",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": model,
-        "system_fingerprint": "fp_fake",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
-
-
-def stream_events(text: str, model: str) -> list[bytes]:
-    """The SSE events of a healthy streamed answer: role, one chunk per word, finish."""
-    words = text.split(" ")
-    pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
-    events = [_chunk(model, {"role": "assistant", "content": ""})]
-    events += [_chunk(model, {"content": p}) for p in pieces]
-    events.append(_chunk(model, {}, finish="stop"))
-    return events
-
-
 async def _send_stream(
     conn: h11.Connection,
     stream: trio.SocketStream,
@@ -412,7 +378,9 @@ async def _send_stream(
     head = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
     head += list(behaviour.headers.items())
     await _send(conn, stream, h11.Response(status_code=200, headers=head))
-    events = stream_events(behaviour.text, model)
+    chunks = answers.chunks(request, behaviour.text, model)
+    chunks[-1]["usage"] = _reported_usage(behaviour, request, chunks[-1]["usage"])
+    events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
     if behaviour.kind == "garbage":
         events = [b"data: {not json\n\n"] * 3
     if (request.get("stream_options") or {}).get("include_usage"):
@@ -422,7 +390,7 @@ async def _send_stream(
             "created": 0,
             "model": model,
             "choices": [],
-            "usage": _reported_usage(behaviour, request),
+            "usage": chunks[-1]["usage"],
         }
         events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
     if behaviour.kind == "malformed":

@@ -1,6 +1,7 @@
 """`lanes serve --simulate`: simulated providers on 127.0.0.1 and a config routed to them.
 
-No keys, no network. Five providers, each failing the way its real counterpart does:
+No keys, no network. Five providers, each failing the way its real counterpart does (and each
+answering as `lanes.testing.answers` says: tool calls, JSON, embeddings — so an agent can be tried):
 - `local`: an owned model that goes away for 20 s in every minute (connections refused);
 - `groq`: a rate-limited free tier, 10 requests a minute, reporting OpenAI-style headers;
 - `gemini`: 5 a minute, no headers — its 429 body carries RetryInfo and a per-minute QuotaFailure;
@@ -62,6 +63,23 @@ OPENROUTER_CATALOG = [
 ]
 
 
+#: The simulator's embedding model, offered by the local lane and (the same model) by the
+#: Groq-like free lane, so an embedding falls back to the same model and never another.
+EMBEDDING_MODEL = "nomic-embed-text"
+#: Claude-style names, for clients of the Messages API: each an alias over the simulated lanes (a
+#: dated name such as claude-haiku-4-5-20251001 resolves to its alias).
+CLAUDE_ALIASES = {
+    "claude-sonnet-4-6": [
+        "groq/llama-3.1-8b-instant",
+        "openrouter/llama-3.3-70b:free",
+        "gemini/gemini-flash",
+        "paid/gpt-sim-mini",
+    ],
+    "claude-haiku-4-5": ["local/llama3.2:3b", "groq/llama-3.1-8b-instant", "gemini/gemini-flash"],
+    "claude-opus-4-7": ["openrouter/llama-3.3-70b:free", "paid/gpt-sim-mini"],
+}
+
+
 def simulated_config(
     fakes: dict[str, FakeProvider],
     *,
@@ -81,14 +99,18 @@ def simulated_config(
             "classes": {"coding": ["openrouter/qwen-coder:free"]},
         },
         "aliases": {
-            "fast": ["groq/llama-3.1-8b-instant", "gemini/gemini-flash", "paid/gpt-sim-mini"]
+            "fast": ["groq/llama-3.1-8b-instant", "gemini/gemini-flash", "paid/gpt-sim-mini"],
+            **CLAUDE_ALIASES,
         },
         "lanes": [
             {
                 "name": "local",
                 "module": "ollama",
                 "base_url": fakes["local"].base_url,
-                "models": [{"id": "llama3.2:3b", "context": 8192}],
+                "models": [
+                    {"id": "llama3.2:3b", "context": 8192},
+                    {"id": EMBEDDING_MODEL, "context": 8192, "embedding": True},
+                ],
                 "breaker": {"failures": 2, "cooldown_s": 5},
             },
             {
@@ -97,7 +119,10 @@ def simulated_config(
                 "base_url": fakes["groq"].base_url,
                 "api_key_env": "SIM_GROQ_KEY",
                 "free_tier": {"kind": "rate_limited", "rpm": 10},
-                "models": [{"id": "llama-3.1-8b-instant", "context": 131072, "tools": True}],
+                "models": [
+                    {"id": "llama-3.1-8b-instant", "context": 131072, "tools": True},
+                    {"id": EMBEDDING_MODEL, "context": 8192, "embedding": True},
+                ],
             },
             {
                 "name": "gemini",
@@ -165,6 +190,8 @@ async def open_simulation(*, flap: bool = True) -> AsyncIterator[dict[str, FakeP
             )  # wall-clock: epoch resets in headers
         fakes["local"].script("llama3.2:3b", answer(delay_s=0.05))
         fakes["groq"].script("llama-3.1-8b-instant", quota(10, style="openai"))
+        fakes["local"].script(EMBEDDING_MODEL, answer())
+        fakes["groq"].script(EMBEDDING_MODEL, quota(10, style="openai"))
         fakes["gemini"].script("gemini-flash", quota(5, style="gemini"))
         for model in ("llama-3.3-70b:free", "qwen-coder:free"):
             fakes["openrouter"].script(model, quota(8, style="openrouter"))

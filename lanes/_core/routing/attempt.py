@@ -91,12 +91,13 @@ class AttemptRun:
             routing.manager.record_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=1
             )
-        if candidate.tier == "paid":  # one cap, in the lane's dialect: the reservation is a bound
-            self.job = paid_request(
-                self.job,
-                cap_param=candidate.cap_param,
-                paid_max_tokens=routing.policy.paid_max_tokens,
-            )
+        if candidate.tier == "paid":
+            if not self.job.embedding:  # one cap, in the lane's dialect: the reservation is a bound
+                self.job = paid_request(
+                    self.job,
+                    cap_param=candidate.cap_param,
+                    paid_max_tokens=routing.policy.paid_max_tokens,
+                )
             if self.record.paid_before is None:
                 self.record.paid_before = routing.ledger.spent_today()
             self.reservation = await routing.ledger.reserve(candidate, self.job)

@@ -1,24 +1,35 @@
-"""What each door does with an admitted attempt: send it under the lane's own cap, within the job's
-deadline, and hand back what the caller receives."""
+"""What each door does with an admitted attempt — a completion, an embedding, a stream: send it
+under the lane's own cap, within the job's deadline, and hand back what the caller receives."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import trio
 
 from lanes._core.errors import AttemptTimedOut
-from lanes._core.job import Reply
+from lanes._core.job import Job, Reply
 from lanes._core.routing.attempt import AttemptRun
 from lanes._core.streaming.stream import ReplyStream, first_chunks, with_usage
+from lanes._core.upstream.client import Response
 from lanes.freetier.kinds import CreditBased
 
 
 async def complete_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
     """One non-streamed request under min(deadline, start + attempt_timeout_s)."""
+    return await _request(run, run.lane.complete)
+
+
+async def embed_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
+    """One embeddings request under min(deadline, start + attempt_timeout_s)."""
+    return await _request(run, run.lane.embed)
+
+
+async def _request(run: AttemptRun, send: Callable[[Job, str], Awaitable[Response]]) -> Reply:
     cap = run.lane.config.attempt_timeout_s
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
-        response = await run.lane.complete(run.job, run.candidate.model)
+        response = await send(run.job, run.candidate.model)
         return run.reply(response)
     raise AttemptTimedOut(f"no answer within the lane's attempt_timeout_s={cap:g}")
 

@@ -74,19 +74,50 @@ class Routing:
         return [c for lane in self.lanes.values() for c in lane.candidates]
 
     def resolve(self, job: Job) -> list[Candidate]:
-        """The candidates for `job.model`: `auto`, an alias, `lane/model` or a bare model id."""
+        """The candidates for `job.model` — `auto`, an alias, `lane/model` or a bare model id — of
+        the job's kind: embedding models for an embedding job, the others for a chat. A name with
+        a date suffix (`name-20250514`) not known as such resolves to the alias `name`.
+
+        An embedding job must name its model (`auto` would mix models whose vectors do not
+        compare); an alias is how config declares the same model on several lanes.
+        Raises `UnknownModel`."""
         everything = self.candidates()
         if job.model == "auto":
-            return everything
+            if job.embedding:
+                raise UnknownModel(
+                    "an embedding needs a named model: 'auto' could mix models whose vectors are "
+                    "not comparable; name the model, a lane/model or an alias"
+                )
+            return [c for c in everything if not c.embedding]
         by_key = {c.key: c for c in everything}
-        if job.model in self.config.aliases:
-            return [by_key[k] for k in self.config.aliases[job.model] if k in by_key]
-        if job.model in by_key:
-            return [by_key[job.model]]
-        matching = [c for c in everything if c.model == job.model]
-        if not matching:
-            raise UnknownModel(f"model {job.model!r} is not 'auto', an alias or a configured model")
-        return matching
+        alias = self.alias_of(job.model)
+        if alias is not None:
+            found = [by_key[k] for k in self.config.aliases[alias] if k in by_key]
+        elif job.model in by_key:
+            found = [by_key[job.model]]
+        else:
+            found = [c for c in everything if c.model == job.model]
+            if not found:
+                raise UnknownModel(
+                    f"model {job.model!r} is not 'auto', an alias or a configured model"
+                )
+        fitting = [c for c in found if c.embedding == job.embedding]
+        if found and not fitting:
+            kind = "not an embedding model" if job.embedding else "an embedding model"
+            raise UnknownModel(f"model {job.model!r} is {kind}")
+        return fitting
+
+    def alias_of(self, name: str) -> str | None:
+        """The alias `name` stands for: itself, or without a date suffix (`-YYYYMMDD`) when only
+        that is an alias and `name` is no model's id."""
+        aliases = self.config.aliases
+        if name in aliases:
+            return name
+        base, dash, date = name.rpartition("-")
+        dated = dash and len(date) == 8 and date.isdigit() and base in aliases
+        if dated and not any(c.model == name or c.key == name for c in self.candidates()):
+            return base
+        return None
 
     def candidate(self, key: str) -> Candidate | None:
         return next((c for c in self.candidates() if c.key == key), None)

@@ -18,7 +18,6 @@ import attrs
 
 from lanes._core.job import Candidate, Job, Skip
 from lanes._core.validators import at_least
-from lanes.freetier.prices import cost_usd
 
 FallbackMode = Literal["off", "ask", "allow"]
 
@@ -74,11 +73,12 @@ class Needs:
     images: bool = False
     json_mode: bool = False
     tokens: int = 0  # estimated input tokens plus requested output
+    embedding: bool = False  # an embedding model is needed (and only one)
 
 
 def input_bytes(job: Job) -> int:
-    raw = json.dumps([list(job.messages), job.params.get("tools")], ensure_ascii=False, default=str)
-    return len(raw.encode())
+    what = job.request() if job.embedding else [list(job.messages), job.params.get("tools")]
+    return len(json.dumps(what, ensure_ascii=False, default=str).encode())
 
 
 def estimate_tokens(job: Job) -> int:
@@ -95,6 +95,12 @@ def max_output_tokens(params: Mapping[str, Any]) -> int | None:
 
 
 def needs_of(job: Job) -> Needs:
+    if job.embedding:  # each input must fit the model's context on its own
+        inputs = job.input if isinstance(job.input, list | tuple) else [job.input]
+        if all(isinstance(v, int) for v in inputs):
+            inputs = [inputs]
+        longest = max(len(json.dumps(v, ensure_ascii=False).encode()) for v in inputs)
+        return Needs(embedding=True, tokens=longest // 4 + 1)
     images = any(
         isinstance(part, Mapping) and part.get("type") in ("image_url", "input_image")
         for message in job.messages
@@ -119,6 +125,8 @@ def request_class(job: Job, long_context_tokens: int) -> str:
     long → long_context."""
     if job.request_class:
         return job.request_class
+    if job.embedding:
+        return "embedding"
     if job.params.get("tools"):
         return "agentic"
     text = " ".join(str(m["content"]) for m in job.messages if isinstance(m.get("content"), str))
@@ -135,6 +143,8 @@ def unfit(candidate: Candidate, needs: Needs, privacy: str) -> str | None:
         return "privacy: local only"
     if privacy == "zdr" and candidate.tier != "local" and not candidate.zdr:
         return "privacy: not zero-data-retention"
+    if needs.embedding != candidate.embedding:
+        return "an embedding model" if candidate.embedding else "not an embedding model"
     if needs.tools and candidate.tools is False:
         return "no tool calling"
     if needs.images and candidate.vision is False:
@@ -220,20 +230,6 @@ def fit(candidate: Candidate, needs: Needs) -> tuple[float, float]:
     asked = [have for need, have in wanted if need]
     capability = 1.0 if not asked else sum(1.0 if have else 0.5 for have in asked) / len(asked)
     return context, capability
-
-
-def worst_case_cost(candidate: Candidate, job: Job, default_max_tokens: int) -> float | None:
-    """The most a paid attempt can cost (USD), or None when its prices are unknown.
-
-    Input is bounded by one token per byte (no tokenizer makes more tokens than bytes), output by
-    the request's max tokens — which the dispatcher sets to `default_max_tokens` when absent.
-    """
-    if candidate.input_usd_per_mtok is None or candidate.output_usd_per_mtok is None:
-        return None
-    output = max_output_tokens(job.params) or default_max_tokens
-    return cost_usd(
-        input_bytes(job), output, candidate.input_usd_per_mtok, candidate.output_usd_per_mtok
-    )
 
 
 RetryChoice = Literal["same", "next"]

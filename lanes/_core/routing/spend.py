@@ -14,6 +14,7 @@ caps could bill, so both are computed from the request *as sent*:
   bounded price here, nor do images on a model without `image_usd`: such a request is refused for
   paid, never guessed.
 - **`n`** choices multiply all of it (a provider may bill the prompt once per choice).
+- **An embedding** has no output: its worst case is its whole body at the input price.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ def paid_request(job: Job, *, cap_param: str, paid_max_tokens: int) -> Job:
 
 def worst_case(candidate: Candidate, job: Job) -> float | Unbounded:
     """The most `job`, sent as it is to `candidate`, can be billed (USD), or why that is unknown."""
+    body = job.body(candidate.model)
+    if job.embedding and candidate.input_usd_per_mtok is not None:
+        return cost_usd(billed_bytes(body), 0, candidate.input_usd_per_mtok, 0.0)
     if candidate.input_usd_per_mtok is None or candidate.output_usd_per_mtok is None:
         return Unbounded(f"{candidate.key} has no known price")
-    body = job.body(candidate.model)
     cap = _count(body.get(candidate.cap_param))
     if cap is None or cap <= 0:
         return Unbounded(f"no output cap in {candidate.cap_param}")

@@ -97,7 +97,9 @@ def audit_row(
         "paid_after_usd": paid_after,
         "approval": approval,
         "explored": int(explored),
-        "body": json.dumps({"messages": list(job.messages), "answer": answer})
+        "body": json.dumps(
+            {"input" if job.embedding else "messages": job.request(), "answer": answer}
+        )
         if log_bodies
         else "",
         "attempt_rows": [

@@ -27,6 +27,7 @@ class ModelRecord:
     vision: bool | None = None
     json_mode: bool | None = None
     reasoning: bool | None = None
+    created: int | None = None  # when the provider says the model was created (epoch seconds)
 
     @property
     def zero_priced(self) -> bool:
@@ -65,9 +66,10 @@ def normalise(style: str, document: Any) -> list[ModelRecord]:
     records = []
     for item in _entries(document):
         try:
-            records.append(_record(style, item))
+            record = _record(style, item)
         except (TypeError, ValueError, AttributeError):
             continue
+        records.append(attrs.evolve(record, created=_int(item.get("created"))))
     return records
 
 

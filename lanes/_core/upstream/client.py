@@ -8,7 +8,7 @@ and `trio.Cancelled` always passes through untouched.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -150,8 +150,10 @@ class Upstream:
         headers: Mapping[str, str],
         body: Mapping[str, Any],
         secrets: Iterable[str] = (),
+        check: Callable[[Any], Mapping[str, Any]] = check_completion,
     ) -> Response:
-        """POST a completion request; return the parsed 2xx body or raise an `UpstreamError`."""
+        """POST a request; return the parsed 2xx body (a usable completion, or what `check`
+        accepts) or raise an `UpstreamError`."""
         try:
             response = await self._client.post(
                 url, content=encode(body), headers=_json_headers(headers)
@@ -163,7 +165,7 @@ class Upstream:
         if not 200 <= response.status_code < 300:
             raise classify_status(response.status_code, lower, parsed, secrets=secrets)
         try:
-            completion = check_completion(parsed)
+            completion = check(parsed)
         except UpstreamError as exc:
             exc.status, exc.headers = response.status_code, lower
             raise

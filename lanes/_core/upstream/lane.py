@@ -20,6 +20,7 @@ from lanes._core.job import Candidate, Job
 from lanes._core.routing.spend import CAP_PARAMS
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
+from lanes._core.upstream.responses import check_embeddings
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
 
 
@@ -134,6 +135,7 @@ class OpenAICompatibleLane:
             prefill=model.prefill if model.prefill is not None else self.provider.prefill,
             image_usd=model.image_usd,
             cap_param=self.config.output_cap or self.provider.output_cap,
+            embedding=model.embedding,
         )
 
     @property
@@ -168,6 +170,17 @@ class OpenAICompatibleLane:
             headers=self.headers(stream=False, job=job),
             body=self.request_body(job, model, stream=False),
             secrets=self.secrets_for(job),
+        )
+
+    async def embed(self, job: Job, model: str) -> Response:
+        """POST an embedding job to `{base_url}/embeddings`; its body is the job's own, untouched
+        (`input`, `dimensions`, `encoding_format`, ...)."""
+        return await self._upstream.post_json(
+            f"{self.base_url}/embeddings",
+            headers=self.headers(stream=False),
+            body=job.body(model),
+            secrets=self.secrets,
+            check=check_embeddings,
         )
 
     def balance_endpoint(self) -> CustomEndpoint | None:

@@ -111,15 +111,37 @@ def classify_status(
 
 def check_completion(body: Any) -> Mapping[str, Any]:
     """A 2xx body that is a usable `chat.completion`, or `RetryableError` (garbage)."""
+    completion = _check_object(body, "choices")
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise RetryableError("malformed response: no choices", category="malformed")
+    return completion
+
+
+def check_embeddings(body: Any) -> Mapping[str, Any]:
+    """A 2xx body that is a usable embeddings `list` (each item's `embedding` a list of numbers or a
+    base64 string), or `RetryableError` (garbage)."""
+    embeddings = _check_object(body, "data")
+    data = embeddings.get("data")
+    if not isinstance(data, list) or not data:
+        raise RetryableError("malformed response: no embeddings", category="malformed")
+    for item in data:
+        vector = item.get("embedding") if isinstance(item, Mapping) else None
+        if not isinstance(vector, (list, str)) or not vector:
+            raise RetryableError(
+                "malformed response: an item without an embedding", category="malformed"
+            )
+    return embeddings
+
+
+def _check_object(body: Any, key: str) -> Mapping[str, Any]:
+    """`RetryableError` for a 2xx body that is no JSON object, or an error without `key`."""
     if not isinstance(body, Mapping):
         raise RetryableError("malformed response: not a JSON object", category="malformed")
-    if "error" in body and "choices" not in body:
+    if "error" in body and key not in body:
         message, code = error_fields(body)
         short = redact(" ".join(message.split())[:MAX_MESSAGE])
         raise RetryableError(
             f"error inside a 200 response: {code or ''} {short}".strip(), category="error_in_200"
         )
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        raise RetryableError("malformed response: no choices", category="malformed")
     return body

@@ -1,0 +1,442 @@
+"""The Messages API (`POST /v1/messages`, as Claude clients speak it) ⇄ chat completions. Pure.
+
+`to_chat(body)`: `system` becomes a system message; each message's blocks become chat messages —
+text and images as content, `tool_use` as the assistant's tool calls, each `tool_result` as a
+`tool` message (before the rest of that user turn); tools become function tools, `tool_choice`
+(`auto`, `any`, `tool`, `none`) its chat counterpart, `stop_sequences` become `stop`.
+`message_of(...)` turns the chat completion back into a `message` (text and `tool_use` blocks,
+`stop_reason`, usage); `MessageEvents` does it for a stream: `message_start`,
+`content_block_start` / `_delta` / `_stop`, `message_delta`, `message_stop` — or an `error` event
+when the answer broke.
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from lanes._core.dialects.common import (
+    BadField,
+    ChatRequest,
+    ChunkReader,
+    first_choice,
+    is_int,
+    need,
+    text_of,
+    token_counts,
+    tool_calls_of,
+)
+
+TRANSLATED = {
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "metadata",
+}
+#: Accepted and left out: nothing a chat upstream could honour (cache hints, thinking budgets).
+IGNORED = {"top_k", "thinking", "service_tier", "context_management", "container", "mcp_servers"}
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+def to_chat(body: Mapping[str, Any]) -> ChatRequest:
+    """The chat request for a Messages API body. Raises `BadField` naming what it can not carry."""
+    for key in body:
+        need(key in TRANSLATED or key in IGNORED, f"{key}: Extra inputs are not permitted", key)
+    need(not body.get("mcp_servers"), "mcp_servers are not supported", "mcp_servers")
+    model = body.get("model")
+    need(
+        isinstance(model, str) and bool(model),
+        "model: Field required (a non-empty string)",
+        "model",
+    )
+    cap: Any = body.get("max_tokens")
+    need(is_int(cap) and cap > 0, "max_tokens: Field required (a positive integer)", "max_tokens")
+    stream = body.get("stream", False)
+    need(isinstance(stream, bool), "stream: must be a boolean", "stream")
+    messages = _system(body.get("system")) + _messages(body.get("messages"))
+    params: dict[str, Any] = {"max_tokens": cap}
+    for key in ("temperature", "top_p"):
+        if body.get(key) is not None:
+            params[key] = body[key]
+    stops = body.get("stop_sequences")
+    if stops:
+        need(
+            isinstance(stops, list) and all(isinstance(s, str) for s in stops),
+            "stop_sequences: must be an array of strings",
+            "stop_sequences",
+        )
+        params["stop"] = list(stops)
+    metadata = body.get("metadata")
+    if isinstance(metadata, Mapping) and isinstance(metadata.get("user_id"), str):
+        params["user"] = metadata["user_id"]
+    tools = _tools(body.get("tools"))
+    if tools:
+        params["tools"] = tools
+    if body.get("tool_choice") is not None:
+        choice, parallel = _tool_choice(body["tool_choice"])
+        params["tool_choice"] = choice
+        if parallel is False and tools:
+            params["parallel_tool_calls"] = False
+    return ChatRequest(model=model, messages=messages, params=params, stream=stream)  # type: ignore[arg-type]
+
+
+def _system(system: Any) -> list[dict[str, Any]]:
+    if system is None or system == "":
+        return []
+    if isinstance(system, str):
+        return [{"role": "system", "content": system}]
+    need(isinstance(system, list), "system: must be a string or an array of text blocks", "system")
+    texts = []
+    for i, block in enumerate(system):
+        need(
+            isinstance(block, Mapping)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str),
+            f"system.{i}: must be a text block",
+            f"system.{i}",
+        )
+        texts.append(block["text"])
+    return [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
+
+
+def _messages(messages: Any) -> list[dict[str, Any]]:
+    need(
+        isinstance(messages, list) and bool(messages),
+        "messages: must be a non-empty array",
+        "messages",
+    )
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        param = f"messages.{i}"
+        need(isinstance(message, Mapping), f"{param}: must be an object", param)
+        role = message.get("role")
+        need(
+            role in ("user", "assistant"),
+            f"{param}.role: must be user or assistant",
+            f"{param}.role",
+        )
+        content = message.get("content")
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+            continue
+        need(
+            isinstance(content, list),
+            f"{param}.content: must be a string or an array",
+            f"{param}.content",
+        )
+        out += _assistant(content, param) if role == "assistant" else _user(content, param)
+    return out
+
+
+def _assistant(blocks: list[Any], param: str) -> list[dict[str, Any]]:
+    texts, calls = [], []
+    for j, block in enumerate(blocks):
+        where = f"{param}.content.{j}"
+        kind = _kind(block, where)
+        if kind == "text":
+            texts.append(_text(block, where))
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, where))
+        elif kind not in ("thinking", "redacted_thinking"):
+            raise BadField(
+                f"{where}.type: {kind!r} is not supported in an assistant turn", f"{where}.type"
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    elif message["content"] is None:
+        message["content"] = ""
+    return [message]
+
+
+def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
+    results, parts = [], []
+    for j, block in enumerate(blocks):
+        where = f"{param}.content.{j}"
+        kind = _kind(block, where)
+        if kind == "text":
+            parts.append({"type": "text", "text": _text(block, where)})
+        elif kind == "image":
+            parts.append(_image(block, where))
+        elif kind == "tool_result":
+            results.append(_tool_result(block, where))
+        else:
+            raise BadField(f"{where}.type: {kind!r} is not supported", f"{where}.type")
+    out = results
+    if parts:
+        content: Any = parts if any(p["type"] != "text" for p in parts) else text_of(parts)
+        out = [*out, {"role": "user", "content": content}]
+    return out
+
+
+def _kind(block: Any, where: str) -> str:
+    need(isinstance(block, Mapping), f"{where}: must be an object", where)
+    kind = block.get("type")
+    need(isinstance(kind, str), f"{where}.type: Field required", f"{where}.type")
+    return str(kind)
+
+
+def _text(block: Mapping[str, Any], where: str) -> str:
+    text = block.get("text")
+    need(isinstance(text, str), f"{where}.text: must be a string", f"{where}.text")
+    return str(text)
+
+
+def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    source: Any = block.get("source")
+    need(isinstance(source, Mapping), f"{where}.source: Field required", f"{where}.source")
+    if source.get("type") == "base64":
+        media, data = source.get("media_type"), source.get("data")
+        need(
+            isinstance(media, str) and isinstance(data, str),
+            f"{where}.source: media_type and data are required",
+            f"{where}.source",
+        )
+        return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}}
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return {"type": "image_url", "image_url": {"url": source["url"]}}
+    raise BadField(f"{where}.source.type: must be base64 or url", f"{where}.source.type")
+
+
+def _tool_use(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
+    need(isinstance(call_id, str) and bool(call_id), f"{where}.id: Field required", f"{where}.id")
+    need(isinstance(name, str) and bool(name), f"{where}.name: Field required", f"{where}.name")
+    need(isinstance(arguments, Mapping), f"{where}.input: must be an object", f"{where}.input")
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+    }
+
+
+def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    call_id, content = block.get("tool_use_id"), block.get("content", "")
+    need(
+        isinstance(call_id, str) and bool(call_id),
+        f"{where}.tool_use_id: Field required",
+        f"{where}.tool_use_id",
+    )
+    if isinstance(content, list):
+        for k, part in enumerate(content):
+            inner = f"{where}.content.{k}"
+            need(
+                _kind(part, inner) == "text",
+                f"{inner}.type: only text is supported in a tool result",
+                f"{inner}.type",
+            )
+        content = text_of(content)
+    need(
+        isinstance(content, str),
+        f"{where}.content: must be a string or text blocks",
+        f"{where}.content",
+    )
+    if block.get("is_error"):
+        content = f"Error: {content}"
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    need(isinstance(tools, list), "tools: must be an array", "tools")
+    out = []
+    for i, tool in enumerate(tools):
+        param = f"tools.{i}"
+        need(isinstance(tool, Mapping), f"{param}: must be an object", param)
+        if tool.get("type") not in (None, "custom"):
+            raise BadField(
+                f"{param}.type: {tool.get('type')!r} is not supported: lanes bridges to chat "
+                "completions, which call client tools only",
+                f"{param}.type",
+            )
+        name, schema = tool.get("name"), tool.get("input_schema")
+        need(isinstance(name, str) and bool(name), f"{param}.name: Field required", f"{param}.name")
+        need(
+            isinstance(schema, Mapping),
+            f"{param}.input_schema: Field required",
+            f"{param}.input_schema",
+        )
+        function: dict[str, Any] = {"name": name, "parameters": dict(schema)}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
+    """(chat tool_choice, parallel tool calls allowed — None when not said)."""
+    need(isinstance(choice, Mapping), "tool_choice: must be an object", "tool_choice")
+    kind = choice.get("type")
+    parallel = (
+        None
+        if choice.get("disable_parallel_tool_use") is None
+        else not choice["disable_parallel_tool_use"]
+    )
+    if kind == "auto":
+        return "auto", parallel
+    if kind == "any":
+        return "required", parallel
+    if kind == "none":
+        return "none", parallel
+    if kind == "tool":
+        name = choice.get("name")
+        need(
+            isinstance(name, str) and bool(name),
+            "tool_choice.name: Field required",
+            "tool_choice.name",
+        )
+        return {"type": "function", "function": {"name": name}}, parallel
+    raise BadField("tool_choice.type: must be auto, any, tool or none", "tool_choice.type")
+
+
+# -- chat completion → message ---------------------------------------------------------------------
+
+
+def usage_of(usage: Any) -> dict[str, int]:
+    prompt, completion, cached, _ = token_counts(usage)
+    return {
+        "input_tokens": prompt - cached,
+        "output_tokens": completion,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as the object a `tool_use` block carries."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {"arguments": arguments}  # not JSON: kept whole rather than lost
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) -> dict[str, Any]:
+    """The `message` for a chat completion. Its `model` is the one asked for (Claude clients
+    choose behaviour by that name; who served it is in `X-Lanes-Model`), as in a stream."""
+    message, finish_reason = first_choice(completion)
+    content: list[dict[str, Any]] = []
+    text = text_of(message.get("content")) or text_of(message.get("refusal"))
+    if text:
+        content.append({"type": "text", "text": text})
+    for call_id, name, arguments in tool_calls_of(message):
+        content.append(
+            {"type": "tool_use", "id": call_id, "name": name, "input": _input(arguments)}
+        )
+    if not content:
+        content.append({"type": "text", "text": ""})
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": STOP_REASONS.get(finish_reason or "stop", "end_turn"),
+        "stop_sequence": None,
+        "usage": usage_of(completion.get("usage")),
+    }
+
+
+# -- a stream --------------------------------------------------------------------------------------
+
+
+class MessageEvents:
+    """Chat completion chunks in, Messages API stream events out (sans-io).
+
+    `start()`, `feed(chunk)` for each chunk, then `finish()` — or `fail(type, message)`.
+    """
+
+    def __init__(self, *, message_id: str, model: str) -> None:
+        self._id = message_id
+        self._model = model
+        self._reader = ChunkReader()
+        self._blocks = 0  # content blocks started so far
+        self._open: str | None = None  # "text", or "tool:<chat index>" for the open block
+
+    def start(self) -> list[dict[str, Any]]:
+        message: dict[str, Any] = {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage_of(None),
+        }
+        return [{"type": "message_start", "message": message}, {"type": "ping"}]
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for kind, value in self._reader.read(chunk):
+            if kind == "text":
+                if self._open != "text":
+                    events += self._begin("text", {"type": "text", "text": ""})
+                delta = {"type": "text_delta", "text": value}
+                events.append(
+                    {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
+                )
+                continue
+            index, call_id, name, arguments = value
+            if self._open != f"tool:{index}":
+                block: dict[str, Any] = {
+                    "type": "tool_use",
+                    "id": call_id or f"toolu_{self._id}_{self._blocks}",
+                    "name": name or "",
+                    "input": {},
+                }
+                events += self._begin(f"tool:{index}", block)
+            if arguments:
+                delta = {"type": "input_json_delta", "partial_json": arguments}
+                events.append(
+                    {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
+                )
+        return events
+
+    def _begin(self, which: str, block: dict[str, Any]) -> list[dict[str, Any]]:
+        events = self._close()
+        events.append(
+            {"type": "content_block_start", "index": self._blocks, "content_block": block}
+        )
+        self._blocks += 1
+        self._open = which
+        return events
+
+    def _close(self) -> list[dict[str, Any]]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [{"type": "content_block_stop", "index": self._blocks - 1}]
+
+    def finish(self) -> list[dict[str, Any]]:
+        events = self._close()
+        if self._blocks == 0:  # an empty answer still has its (empty) text block
+            events += self._begin("text", {"type": "text", "text": ""}) + self._close()
+        reason = STOP_REASONS.get(self._reader.finish_reason or "stop", "end_turn")
+        usage = usage_of(self._reader.usage)
+        delta = {"stop_reason": reason, "stop_sequence": None}
+        return [
+            *events,
+            {"type": "message_delta", "delta": delta, "usage": usage},
+            {"type": "message_stop"},
+        ]
+
+    def fail(self, error_type: str, message: str) -> list[dict[str, Any]]:
+        """The in-band `error` event: the answer broke and could not be recovered."""
+        return [{"type": "error", "error": {"type": error_type, "message": message}}]

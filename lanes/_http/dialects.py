@@ -1,0 +1,152 @@
+"""The APIs translated onto chat-completion jobs, as the HTTP side needs them: how each reads a
+request, answers, streams and fails. The translations themselves are pure, in
+`lanes/_core/dialects/`; this module only fits them to the sidecar (ids, clocks, error shapes).
+
+- `ResponsesAPI` — `POST /v1/responses`: OpenAI's error shape; a stream of Responses events whose
+  unrecoverable break is the in-band `error` event followed by `response.failed`.
+- `MessagesAPI` — `POST /v1/messages`: the Messages API's own error shape (`rate_limit_error`,
+  `overloaded_error`, …) and its `error` event; `x-api-key` is read as the client key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from starlette.requests import Request
+
+from lanes._core.dialects import messages_api, responses_api
+from lanes._core.dialects.common import ChatRequest, sse_event
+from lanes._core.errors import JobFailed, StreamInterrupted
+from lanes._core.job import Job, Reply
+from lanes._core.streaming.stream import ReplyStream
+from lanes._http.errors import (
+    MESSAGES_TYPES,
+    error_body,
+    http_status,
+    job_failed,
+    messages_error_body,
+)
+from lanes._http.streaming import Dialect
+
+
+class API(Protocol):
+    """One API the sidecar translates onto chat-completion jobs."""
+
+    def incoming(self, request: Request) -> Request: ...
+    def to_chat(self, body: Mapping[str, Any]) -> ChatRequest: ...
+    def answer(
+        self, body: Mapping[str, Any], reply: Reply, job: Job, now: float
+    ) -> dict[str, Any]: ...
+    def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect: ...
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]: ...
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
+
+
+class _Events:
+    """A stream `Dialect` over a pure translation that has `start`, `feed`, `finish` and an error
+    of its own (`fail`, given the failure)."""
+
+    def __init__(
+        self,
+        events: Any,
+        fail: Callable[[StreamInterrupted], list[dict[str, Any]]],
+        failed: Callable[[JobFailed], tuple[int, dict[str, Any], dict[str, str]]],
+    ) -> None:
+        self._events = events
+        self._fail = fail
+        self._failed = failed
+
+    def opening(self, stream: ReplyStream) -> bytes:
+        return b"".join(sse_event(e) for e in self._events.start())
+
+    def chunk(self, data: dict[str, Any]) -> bytes:
+        return b"".join(sse_event(e) for e in self._events.feed(data))
+
+    def ending(self, stream: ReplyStream) -> bytes:
+        return b"".join(sse_event(e) for e in self._events.finish())
+
+    def broken(self, error: StreamInterrupted) -> bytes:
+        return b"".join(sse_event(e) for e in self._fail(error))
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return self._failed(exc)
+
+
+class ResponsesAPI:
+    """`POST /v1/responses`."""
+
+    def incoming(self, request: Request) -> Request:
+        return request
+
+    def to_chat(self, body: Mapping[str, Any]) -> ChatRequest:
+        return responses_api.to_chat(body)
+
+    def answer(self, body: Mapping[str, Any], reply: Reply, job: Job, now: float) -> dict[str, Any]:
+        return responses_api.response_of(
+            body, reply.body, response_id=f"resp_{job.id}", created_at=now
+        )
+
+    def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
+        events = responses_api.ResponseEvents(
+            body, response_id=f"resp_{job.id}", created_at=now, model=job.model
+        )
+        return _Events(
+            events, lambda error: events.fail("stream_interrupted", str(error)), job_failed
+        )
+
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        return error_body(status, message, code, param)
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return job_failed(exc)
+
+
+class MessagesAPI:
+    """`POST /v1/messages`."""
+
+    def incoming(self, request: Request) -> Request:
+        """A request whose client key came in `x-api-key`, as this API's clients send it, with the
+        key presented as a bearer token — so the one key check (app.py) reads it."""
+        key = request.headers.get("x-api-key")
+        if key is None or "authorization" in request.headers:
+            return request
+        scope = dict(request.scope)
+        scope["headers"] = [
+            *request.scope["headers"],
+            (b"authorization", b"Bearer " + key.strip().encode("latin-1", "replace")),
+        ]
+        return Request(scope, request.receive)
+
+    def to_chat(self, body: Mapping[str, Any]) -> ChatRequest:
+        return messages_api.to_chat(body)
+
+    def answer(self, body: Mapping[str, Any], reply: Reply, job: Job, now: float) -> dict[str, Any]:
+        return messages_api.message_of(reply.body, message_id=f"msg_{job.id}", model=job.model)
+
+    def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
+        events = messages_api.MessageEvents(message_id=f"msg_{job.id}", model=job.model)
+        return _Events(
+            events,
+            lambda error: events.fail(
+                MESSAGES_TYPES.get(http_status(error), "api_error"), str(error)
+            ),
+            self.failed,
+        )
+
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        return messages_error_body(status, message)
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        status, body, headers = job_failed(exc)
+        return (
+            status,
+            messages_error_body(status, body["error"]["message"], exc.request_id),
+            headers,
+        )
