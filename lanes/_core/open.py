@@ -17,6 +17,7 @@ from lanes._core.config import Config, read_config
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import UpstreamError
 from lanes._core.job import Job, Reply
+from lanes._core.secrets import install_log_redaction
 from lanes._core.state.store import SQLiteStore, Store
 from lanes._core.state.sync import StateSync
 from lanes._core.upstream.client import open_upstream
@@ -43,6 +44,7 @@ async def open_dispatcher(
     Raises `ConfigError` for a bad config; a lane that can not load is one log line, never an error.
     """
     env = os.environ if env is None else env
+    install_log_redaction()  # before any key is read or any request is sent
     if not isinstance(config, Config):
         config = read_config(config, env=env)
     wall_now = (

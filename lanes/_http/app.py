@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from starlette.routing import Route
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
 from lanes._core.job import Job, Privacy, Reply
+from lanes._core.secrets import read_key
 from lanes._http.errors import error_response, job_failed
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE
@@ -27,6 +29,7 @@ from lanes._http.state import lanes_state, models_list, ready
 from lanes._http.streaming import SSERelay
 from lanes.freetier.headers import go_duration
 
+log = logging.getLogger("lanes")
 ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
 
@@ -124,16 +127,29 @@ def parse_decision(value: Any) -> Literal["once", "deny"] | float:
     raise BadRequest('\'decision\' must be "once", "deny" or a duration such as "1h"', "decision")
 
 
+def client_keys(clients: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """Key → client name for `[server.clients]`; an unset or malformed key variable is one log line
+    (naming the variable, never the value) and lets no one in under that name."""
+    keys = {}
+    for name, variable in clients.items():
+        key, problem = read_key(env, variable)
+        if key is None:
+            log.warning("client %s: %s; its requests get 401 until it is fixed", name, problem)
+        else:
+            keys[key] = name
+    return keys
+
+
 def build_app(
     dispatcher: Dispatcher, *, env: Mapping[str, str], metrics: Metrics | None = None
 ) -> Starlette:
     """The sidecar's app over an open dispatcher."""
     server = dispatcher.config.server
-    keys = {env[var]: name for name, var in server.clients.items() if env.get(var)}
+    keys = client_keys(server.clients, env)
     metrics = metrics or Metrics()
 
     def client_of(request: Request) -> str:
-        if not keys:
+        if not server.clients:
             return "anonymous"
         auth = request.headers.get("authorization", "")
         token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
