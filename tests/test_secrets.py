@@ -83,7 +83,9 @@ async def test_no_log_line_at_debug_shows_a_key(caplog):
         headers = {"Authorization": f"Bearer {CLIENT}"}
         async with httpx2.AsyncClient(trust_env=False, timeout=10, headers=headers) as http:
             body = {"messages": [{"role": "user", "content": "hi"}]}
-            ok = await http.post(f"{url}/chat/completions", json={**body, "model": "good/local-model"})
+            ok = await http.post(
+                f"{url}/chat/completions", json={**body, "model": "good/local-model"}
+            )
             failed = await http.post(
                 f"{url}/chat/completions", json={**body, "model": "failing/paid-model"}
             )

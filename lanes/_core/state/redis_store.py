@@ -101,6 +101,7 @@ def redacted(url: str) -> str:
 class RedisStore:
     kind = "redis"
     shared = True
+    lost_reason = ""  # Redis restarted empty, or is met empty for the first time
 
     def __init__(
         self,

@@ -116,12 +116,14 @@ class StateSync:
             self.peer.return_audit_rows(audit)
             self._failed(exc)
             return
-        if self._failing or reseeded:
+        if reseeded:
             log.warning(
-                "state store: %s%s",
-                "reachable again" if self._failing else "empty at first contact",
-                "; this host's view pushed back" if reseeded else "",
+                "state store: %s (%s); this host's view written back, paid fallback open",
+                self.store.lost_reason or "empty at first contact",
+                self.store.where,
             )
+        elif self._failing:
+            log.warning("state store: reachable again")
         self._failing = False
         self.manager.usage.merge(totals)
         self.manager.merge_spend(spends)
