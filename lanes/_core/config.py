@@ -94,6 +94,9 @@ class LaneConfig:
     )  # how often to fetch it again
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
     headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
+    # the most of an answer read (JSON: the whole body; streams: one event), decompressed
+    max_response_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=positive)
+    max_event_bytes: int = attrs.field(default=1024 * 1024, validator=positive)
 
     @property
     def module_path(self) -> str:

@@ -29,6 +29,7 @@ from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, SQLiteStore, Store
 from lanes._core.statistics import Statistics, snapshot
 from lanes._core.streaming.stream import ReplyStream
+from lanes._core.tasks import SYNC, Background
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import Loaded
 from lanes.freetier.manager import FreeTierManager
@@ -63,7 +64,10 @@ class Dispatcher:
             free_lane_on=config.free_lane_on(env),
         )
         self.unavailable = dict(loaded.unavailable)
-        self.journal = Journal(self.routing, config=config, now_wall=self.now_wall)
+        self.background = Background()  # the background tasks' health (see open.py)
+        self.journal = Journal(
+            self.routing, config=config, now_wall=self.now_wall, health=self.background.task(SYNC)
+        )
 
     def now_wall(self) -> EpochTime:
         """Wall-clock epoch seconds, derived from trio's clock (one clock, converted at the
@@ -98,6 +102,7 @@ class Dispatcher:
             store=self.store,
             unavailable=self.unavailable,
             recent=self.journal.recent(),
+            background=self.background.statistics(),
         )
 
     def paid_spent_today(self) -> float:
@@ -139,9 +144,9 @@ class Dispatcher:
     def take_audit_rows(self) -> list[dict[str, Any]]:
         return self.journal.take_rows()
 
-    def return_audit_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Rows the store could not take: kept, oldest first, for the next sync."""
-        self.journal.return_rows(rows)
+    def return_audit_rows(self, rows: list[dict[str, Any]]) -> int:
+        """Rows the store could not take, kept for the next sync; returns how many were dropped."""
+        return self.journal.return_rows(rows)
 
     def switches(self) -> frozenset[str]:
         return frozenset(self.routing.gate.switched_off)

@@ -20,6 +20,7 @@ from lanes._core.job import Job, Reply
 from lanes._core.secrets import install_log_redaction
 from lanes._core.state.store import SQLiteStore, Store
 from lanes._core.state.sync import StateSync
+from lanes._core.tasks import LISTENER, SYNC
 from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
@@ -64,7 +65,8 @@ async def open_dispatcher(
                 manager=manager,
                 wall_offset=wall_offset,
             )
-            sync = StateSync(manager, store, dispatcher)
+            tasks = dispatcher.background
+            sync = StateSync(manager, store, dispatcher, tasks.task(SYNC), tasks.task(LISTENER))
             dispatcher.routing.nudge = sync.kick
             await sync.load(dispatcher.now_wall())
             nursery.start_soon(sync.run, dispatcher.now_wall)
@@ -118,8 +120,8 @@ async def _check_reachable(
     with trio.move_on_after(within_s):
         try:
             stream = await trio.open_tcp_stream(host, port)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)[:120] or type(exc).__name__
+        except Exception as exc:  # refused, unreachable, or anything else: a log line, never fatal
+            reason = getattr(exc, "strerror", None) or str(exc)[:120] or type(exc).__name__
             dispatcher.routing.unreachable[lane.name] = f"unreachable at startup ({reason})"
             log.warning(
                 "lane %s: provider unreachable at startup (%s); "
@@ -139,21 +141,22 @@ async def _check_reachable(
 
 
 async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
-    """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404)."""
+    """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404). Never
+    dies: a failed round is reported to the task's health and the configured models serve."""
+    health = dispatcher.background.task(f"catalog {lane.name}")
     first = True
     while True:
         event = dispatcher.routing.refresh_requested[lane.name] = trio.Event()
-        with trio.move_on_after(30.0):
+        with trio.move_on_after(30.0) as scope:
             try:
                 listed = await lane.refresh_catalog()
-            except UpstreamError as exc:
-                log.warning(
-                    "lane %s: model list unavailable (%s); routing to configured models",
-                    lane.name,
-                    exc,
-                )
-            else:
                 dispatcher.routing.register_prices(lane)
+            except UpstreamError as exc:
+                health.failed(exc, "model list unavailable; routing to configured models")
+            except Exception as exc:  # a background task must not die: report, carry on
+                health.failed(exc, "model list unreadable; routing to configured models")
+            else:
+                health.ok()
                 if first:
                     log.info(
                         "lane %s: %d models listed, %d routable",
@@ -162,28 +165,32 @@ async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
                         len(lane.candidates),
                     )
                 first = False
+        if scope.cancelled_caught:
+            health.failed(TimeoutError("no answer within 30 s"), "model list unavailable")
         with trio.move_on_after(lane.config.catalog_refresh_s):
             await event.wait()
 
 
 async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
     """Ask a credit lane's balance endpoint now and every `balance_poll_s`; its figure beats the
-    estimate."""
+    estimate. Never dies: a failed round is reported to the task's health."""
+    health = dispatcher.background.task(f"balance {lane.name}")
     while True:
-        with trio.move_on_after(min(30.0, lane.config.balance_poll_s)):
+        with trio.move_on_after(min(30.0, lane.config.balance_poll_s)) as scope:
             try:
                 remaining = await lane.fetch_balance()
-            except UpstreamError as exc:
-                log.warning(
-                    "lane %s: balance endpoint failed (%s); keeping the local estimate",
-                    lane.name,
-                    exc,
-                )
-            else:
                 if remaining is not None:
                     dispatcher.routing.manager.set_balance(
                         lane.name, remaining, now=dispatcher.now_wall()
                     )
+            except UpstreamError as exc:
+                health.failed(exc, "balance endpoint failed; keeping the local estimate")
+            except Exception as exc:  # a background task must not die: report, carry on
+                health.failed(exc, "balance unreadable; keeping the local estimate")
+            else:
+                health.ok()
+        if scope.cancelled_caught:
+            health.failed(TimeoutError("no answer within 30 s"), "balance endpoint failed")
         await trio.sleep(lane.config.balance_poll_s)
 
 

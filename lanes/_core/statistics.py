@@ -15,6 +15,7 @@ import trio
 from lanes._core.routing.breaker import BreakerStatistics
 from lanes._core.routing.context import Routing
 from lanes._core.state.store import Store
+from lanes._core.tasks import BackgroundStatistics
 from lanes.freetier.kinds import CreditBased
 
 
@@ -70,6 +71,9 @@ class Statistics:
     store: StoreStatistics
     explored: int
     explored_served: int
+    background: BackgroundStatistics = attrs.field(
+        factory=lambda: BackgroundStatistics(tasks=(), dropped={})
+    )
 
     def lane(self, name: str) -> LaneStatistics:
         return next(lane for lane in self.lanes if lane.name == name)
@@ -85,6 +89,7 @@ def snapshot(
     store: Store,
     unavailable: Mapping[str, str],
     recent: tuple[Mapping[str, Any], ...],
+    background: BackgroundStatistics | None = None,
 ) -> Statistics:
     now, now_wall = trio.current_time(), routing.now_wall()
     manager, gate = routing.manager, routing.gate
@@ -154,4 +159,5 @@ def snapshot(
         store=StoreStatistics(kind=store.kind, where=store.where, up=store.up),
         explored=routing.ranking.explored,
         explored_served=routing.ranking.explored_ok,
+        background=background or BackgroundStatistics(tasks=(), dropped={}),
     )

@@ -223,10 +223,10 @@ def build_app(
         return JSONResponse({"status": "ok"})
 
     async def is_ready(request: Request) -> Response:
-        serving = ready(dispatcher.statistics())
-        return JSONResponse(
-            {"ready": bool(serving), "lanes": serving}, status_code=200 if serving else 503
-        )
+        stats = dispatcher.statistics()
+        serving = ready(stats)
+        body = {"ready": bool(serving), "lanes": serving, "failing": stats.background.failing}
+        return JSONResponse(body, status_code=200 if serving else 503)
 
     async def models(request: Request) -> Response:
         return JSONResponse(models_list(dispatcher, dispatcher.statistics()))

@@ -110,7 +110,7 @@ def job_failed(
     elif (
         type(exc) is NoLaneAvailable
         and exc.attempts
-        and all(a.category == "malformed" for a in exc.attempts)
+        and all(a.category in ("malformed", "too_large") for a in exc.attempts)
     ):
         status, code = 502, "bad_upstream_response"
     body = error_body(status, message, code)

@@ -133,4 +133,29 @@ class Metrics:
             "# TYPE lanes_approvals_pending gauge",
             f"lanes_approvals_pending {len(stats.approvals)}",
         ]
-        return "\n".join(out) + "\n"
+        return "\n".join(out + _background(stats)) + "\n"
+
+
+def _background(stats: Statistics) -> list[str]:
+    """The background tasks (state sync, listener, catalogs, balances): failing now, failures so
+    far, and what they dropped rather than retry for ever."""
+    tasks = stats.background.tasks
+    out = [
+        "# HELP lanes_task_failing 1 while a background task is failing.",
+        "# TYPE lanes_task_failing gauge",
+    ]
+    out += [f"lanes_task_failing{_labels(task=t.name)} {int(t.failing is not None)}" for t in tasks]
+    out += [
+        "# HELP lanes_task_failures_total Failed rounds of a background task.",
+        "# TYPE lanes_task_failures_total counter",
+    ]
+    out += [f"lanes_task_failures_total{_labels(task=t.name)} {t.failures}" for t in tasks]
+    out += [
+        "# HELP lanes_dropped_total Records a background task dropped (poison, or over a bound).",
+        "# TYPE lanes_dropped_total counter",
+    ]
+    out += [
+        f"lanes_dropped_total{_labels(queue=queue)} {n}"
+        for queue, n in sorted(stats.background.dropped.items())
+    ]
+    return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -28,6 +28,8 @@ class Behaviour:
     window_s: float = 60.0
     day_limit: int = 0  # quota: requests allowed per day as well (0: no daily limit)
     style: str = "openai"  # quota: how limits are reported — openai, openrouter, gemini (body only)
+    usage: Any = None  # answer: the `usage` object sent (None: counted from the text)
+    chunks: Callable[[], Iterable[bytes]] | None = None  # raw: the body, piece by piece
 
 
 def answer(
@@ -37,7 +39,9 @@ def answer(
     headers: Mapping[str, str] | None = None,
     text: str = ANSWER,
     reported_model: str | None = None,
+    usage: Any = None,
 ) -> Behaviour:
+    """A healthy answer; `usage` replaces the usage object it reports (any JSON value)."""
     return Behaviour(
         kind="answer",
         delay_s=delay_s,
@@ -45,6 +49,28 @@ def answer(
         headers=headers or {},
         text=text,
         reported_model=reported_model,
+        usage=usage,
+    )
+
+
+def raw(
+    status: int = 200,
+    body: bytes = b"",
+    *,
+    headers: Mapping[str, str] | None = None,
+    chunks: Callable[[], Iterable[bytes]] | None = None,
+    chunk_delay_s: float = 0.0,
+) -> Behaviour:
+    """Exactly these bytes, whatever the request asked: `status`, `headers` (a content-type of
+    application/json unless given) and `body` — or, with `chunks`, a chunked body produced piece
+    by piece as it is sent (so a gigabyte never sits in the fake's memory)."""
+    return Behaviour(
+        kind="raw",
+        status=status,
+        body=body,
+        headers=headers or {},
+        chunks=chunks,
+        chunk_delay_s=chunk_delay_s,
     )
 
 

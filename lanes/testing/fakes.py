@@ -210,6 +210,8 @@ class FakeProvider:
         if kind == "status":
             await _send_json(conn, stream, behaviour.status, behaviour.body, behaviour.headers)
             return True
+        if kind == "raw":
+            return await _send_raw(conn, stream, behaviour)
         reported = behaviour.reported_model or model
         messages = request.get("messages") or [{}]
         if (
@@ -335,6 +337,23 @@ async def _send_json(
     await _send(conn, stream, h11.EndOfMessage())
 
 
+async def _send_raw(conn: h11.Connection, stream: trio.SocketStream, behaviour: Behaviour) -> bool:
+    names = {k.lower() for k in behaviour.headers}
+    head = [] if "content-type" in names else [("content-type", "application/json")]
+    head += [(k, v) for k, v in behaviour.headers.items()]
+    if behaviour.chunks is None and "content-length" not in names:
+        head.append(("content-length", str(len(behaviour.body))))
+    await _send(conn, stream, h11.Response(status_code=behaviour.status, headers=head))
+    pieces = behaviour.chunks() if behaviour.chunks is not None else [behaviour.body]
+    for i, piece in enumerate(pieces):
+        if behaviour.chunk_delay_s and i:
+            await trio.sleep(behaviour.chunk_delay_s)
+        if piece:
+            await _send(conn, stream, h11.Data(data=piece))
+    await _send(conn, stream, h11.EndOfMessage())
+    return True
+
+
 async def _send_completion(
     conn: h11.Connection,
     stream: trio.SocketStream,
@@ -358,7 +377,7 @@ async def _send_completion(
                 "finish_reason": "stop",
             }
         ],
-        "usage": _usage(request, behaviour.text),
+        "usage": _usage(request, behaviour.text) if behaviour.usage is None else behaviour.usage,
     }
     if behaviour.kind in ("cut", "stall"):
         raw = json.dumps(body).encode()
@@ -408,13 +427,15 @@ async def _send_stream(
     if behaviour.kind == "garbage":
         events = [b"data: {not json\n\n"] * 3
     if (request.get("stream_options") or {}).get("include_usage"):
-        usage = {
+        usage: dict[str, Any] = {
             "id": "chatcmpl-fake",
             "object": "chat.completion.chunk",
             "created": 0,
             "model": model,
             "choices": [],
-            "usage": _usage(request, behaviour.text),
+            "usage": _usage(request, behaviour.text)
+            if behaviour.usage is None
+            else behaviour.usage,
         }
         events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
     if behaviour.kind == "malformed":

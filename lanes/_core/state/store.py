@@ -26,7 +26,7 @@ import attrs
 import trio
 
 from lanes._core.state.sqlite_file import connect, identity, reopen
-from lanes.freetier.backoff import Backoff
+from lanes.freetier.backoff import LADDERS, Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
 from lanes.freetier.windows import WINDOWS, window_id
 from lanes.freetier.windows import Key as UsageCounterKey
@@ -257,10 +257,13 @@ class SQLiteStore:
             rows = self._conn.execute(
                 "SELECT scope, until, step, reason, source FROM backoff WHERE until > ?", (now,)
             ).fetchall()
-        return [
-            (scope, Backoff(until=until, step=step, reason=reason, source=source))
-            for scope, until, step, reason, source in rows
-        ]
+        out = []
+        for scope, until, step, reason, source in rows:
+            try:
+                out.append((scope, backoff_from({"u": until, "s": step, "r": reason, "o": source})))
+            except (ValueError, TypeError, KeyError):
+                continue  # a row we can not read is skipped, never fatal
+        return out
 
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None:
         with self._lock, self._conn:
@@ -495,8 +498,15 @@ def backoff_fields(backoff: Backoff) -> dict[str, Any]:
 
 def backoff_from(data: dict[str, Any]) -> Backoff:
     """The inverse of `backoff_fields`; KeyError / TypeError / ValueError for a record we can not
-    read."""
-    return Backoff(until=float(data["u"]), step=int(data["s"]), reason=data["r"], source=data["o"])
+    read (a deadline out of bounds included: see `Backoff`)."""
+    reason, source = data["r"], data["o"]
+    if reason not in LADDERS or not isinstance(source, str):
+        raise ValueError("not a backoff record")
+    try:
+        until, step = float(data["u"]), int(data["s"])
+    except OverflowError as exc:  # an integer too large for a float, an infinite step
+        raise ValueError("not a backoff record") from exc
+    return Backoff(until=until, step=step, reason=reason, source=source[:80])
 
 
 def _snapshot_data(snapshot: RateLimitSnapshot) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from lanes._core.job import Candidate, Job
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
+from lanes.freetier.prices import usd_amount
 
 
 @attrs.frozen(kw_only=True)
@@ -109,7 +110,10 @@ class OpenAICompatibleLane:
         """
         url = f"{self.base_url}{self.provider.catalog_path}"
         document = await self._upstream.get_json(
-            url, headers=self.headers(stream=False), secrets=self.secrets
+            url,
+            headers=self.headers(stream=False),
+            secrets=self.secrets,
+            max_bytes=self.config.max_response_bytes,
         )
         self.catalog = tuple(normalise(self.provider.catalog_style, document))
         self._rebuild()
@@ -151,6 +155,7 @@ class OpenAICompatibleLane:
             headers=self.headers(stream=False),
             body=self.request_body(job, model, stream=False),
             secrets=self.secrets,
+            max_bytes=self.config.max_response_bytes,
         )
 
     def balance_endpoint(self) -> CustomEndpoint | None:
@@ -171,16 +176,12 @@ class OpenAICompatibleLane:
             return None
         headers = {**self.headers(stream=False), **endpoint.headers}
         document = await self._upstream.get_json(
-            endpoint.url, headers=headers, secrets=self.secrets
+            endpoint.url, headers=headers, secrets=self.secrets, max_bytes=64 * 1024
         )
         value: Any = document
         for part in endpoint.json_path.split("."):
             value = value.get(part) if isinstance(value, Mapping) else None
-        return (
-            float(value)
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-            else None
-        )
+        return usd_amount(value) if isinstance(value, (int, float)) else None  # bounded
 
     @asynccontextmanager
     async def open_stream(self, job: Job, model: str) -> AsyncIterator[ChunkReader]:
@@ -189,5 +190,6 @@ class OpenAICompatibleLane:
             headers=self.headers(stream=True),
             body=self.request_body(job, model, stream=True),
             secrets=self.secrets,
+            max_event_bytes=self.config.max_event_bytes,
         ) as reader:
             yield reader

@@ -11,11 +11,11 @@ Messages keep the upstream's own error message, shortened and scrubbed of anythi
 from __future__ import annotations
 
 # lanes: pure
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lanes._core import strictjson
 from lanes._core.errors import (
     ContextLengthExceeded,
     CreditExhausted,
@@ -46,6 +46,7 @@ _KEYLIKE = re.compile(
     r"|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+\S+"
 )
 MAX_MESSAGE = 300
+MAX_DEPTH = 128  # an answer nests a little deeper than a request (tool calls, logprobs)
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -75,10 +76,10 @@ def error_fields(body: Any) -> tuple[str, str | None]:
 
 
 def parse_body(raw: bytes) -> Any:
-    """The body as JSON when it parses, else as text."""
+    """The body as strict JSON when it parses as such (see `strictjson`), else as text."""
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        return strictjson.loads(raw, max_depth=MAX_DEPTH)
+    except ValueError:
         return raw.decode("utf-8", "replace")
 
 
