@@ -118,6 +118,12 @@ class ServerConfig:
         factory=dict
     )  # client name → env variable holding its key
     shutdown_grace_s: float = attrs.field(default=30.0, validator=non_negative)
+    # connections: a request's headers must arrive, and an idle keep-alive connection is closed,
+    # within idle_timeout_s; its body within body_timeout_s; at most max_connections at once
+    # (and never more than the descriptor limit leaves room for: see _http/connections.py)
+    idle_timeout_s: float = attrs.field(default=10.0, validator=positive)
+    body_timeout_s: float = attrs.field(default=10.0, validator=positive)
+    max_connections: int = attrs.field(default=4096, validator=positive)
 
 
 @attrs.frozen(kw_only=True)

@@ -7,10 +7,8 @@ the offending field.
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections.abc import Mapping
-from typing import Any, Literal
 
 import trio
 from starlette.applications import Starlette
@@ -20,85 +18,16 @@ from starlette.routing import Route
 
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
-from lanes._core.job import Job, Privacy, Reply
+from lanes._core.job import Reply
 from lanes._core.secrets import read_key
 from lanes._http.errors import error_response, job_failed
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE
 from lanes._http.state import lanes_state, models_list, ready
 from lanes._http.streaming import SSERelay
-from lanes.freetier.headers import go_duration
+from lanes._http.validation import BadRequest, digits, parse_decision, parse_job, read_json
 
 log = logging.getLogger("lanes")
-ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
-PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
-
-
-class BadRequest(Exception):
-    def __init__(
-        self,
-        message: str,
-        param: str | None = None,
-        status: int = 400,
-        code: str = "invalid_request",
-    ):
-        super().__init__(message)
-        self.param, self.status, self.code = param, status, code
-
-
-def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job, bool]:
-    """A Job from an OpenAI chat-completions body and our request headers. Raises BadRequest."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("the request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty array", "messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise BadRequest(f"messages[{i}] must be an object", f"messages[{i}]")
-        if message.get("role") not in ROLES:
-            raise BadRequest(
-                f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}",
-                f"messages[{i}].role",
-            )
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise BadRequest(
-                f"messages[{i}].content must be a string or an array", f"messages[{i}].content"
-            )
-    model = body.get("model", "auto")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("'model' must be a non-empty string", "model")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be a boolean", "stream")
-    params = {k: v for k, v in body.items() if k not in ("messages", "model", "stream")}
-    deadline_s = None
-    if (raw_deadline := headers.get("x-lanes-deadline-ms")) is not None:
-        if not raw_deadline.isdigit() or not 0 < int(raw_deadline) <= 3_600_000:
-            raise BadRequest(
-                "X-Lanes-Deadline-Ms must be whole milliseconds in 1..3600000",
-                "X-Lanes-Deadline-Ms",
-            )
-        deadline_s = int(raw_deadline) / 1000
-    privacy = headers.get("x-lanes-privacy", "any").strip().lower()
-    if privacy not in PRIVACY:
-        raise BadRequest("X-Lanes-Privacy must be any, zdr or local", "X-Lanes-Privacy")
-    job = Job(
-        messages=messages,
-        params=params,
-        model=model,
-        deadline_s=deadline_s,
-        client=client,
-        cohort=headers.get("x-lanes-cohort") or None,
-        request_class=headers.get("x-lanes-class") or None,
-        privacy=PRIVACY[privacy],
-    )
-    return job, stream
 
 
 def reply_headers(reply: Reply) -> dict[str, str]:
@@ -112,19 +41,6 @@ def reply_headers(reply: Reply) -> dict[str, str]:
         "X-Lanes-Attempts": str(len(reply.attempts)),
         "X-Lanes-Cost-Usd": f"{reply.cost_usd:.6f}",
     }
-
-
-def parse_decision(value: Any) -> Literal["once", "deny"] | float:
-    """ "once", "deny", seconds, or a duration such as "1h" / "30m" (seconds returned)."""
-    if value == "once":
-        return "once"
-    if value == "deny":
-        return "deny"
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    if isinstance(value, str) and (seconds := go_duration(value)) and seconds > 0:
-        return seconds
-    raise BadRequest('\'decision\' must be "once", "deny" or a duration such as "1h"', "decision")
 
 
 def client_keys(clients: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
@@ -162,22 +78,29 @@ def build_app(
         return found
 
     async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > server.max_body_bytes:
-            raise BadRequest(
-                f"the body is over {server.max_body_bytes} bytes", status=413, code="body_too_large"
-            )
+        """The request body, at most `max_body_bytes`, read within `body_timeout_s` (a client
+        that stalls mid-body is answered 408 and let go)."""
+        too_large = BadRequest(
+            f"the body is over {server.max_body_bytes} bytes", status=413, code="body_too_large"
+        )
+        declared = digits(
+            request.headers.get("content-length"), "Content-Length", low=0, high=10**12
+        )
+        if declared is not None and declared > server.max_body_bytes:
+            raise too_large
         parts, size = [], 0
-        async for part in request.stream():
-            size += len(part)
-            if size > server.max_body_bytes:
-                raise BadRequest(
-                    f"the body is over {server.max_body_bytes} bytes",
-                    status=413,
-                    code="body_too_large",
-                )
-            parts.append(part)
-        return b"".join(parts)
+        with trio.move_on_after(server.body_timeout_s):
+            async for part in request.stream():
+                size += len(part)
+                if size > server.max_body_bytes:
+                    raise too_large
+                parts.append(part)
+            return b"".join(parts)
+        raise BadRequest(
+            f"the body did not arrive within {server.body_timeout_s:g} s",
+            status=408,
+            code="body_timeout",
+        )
 
     async def chat(request: Request) -> Response | SSERelay:
         try:
@@ -250,16 +173,13 @@ def build_app(
     async def decide(request: Request) -> Response:
         approval_id = request.path_params["approval_id"]
         try:
-            raw = await read_body(request)
-            body = json.loads(raw or b"{}")
+            body = read_json(await read_body(request) or b"{}")
             if not isinstance(body, dict):
                 raise BadRequest("the body must be a JSON object")
             decision = parse_decision(body.get("decision"))
             approval = dispatcher.approvals.decide(approval_id, decision)
         except BadRequest as exc:
             return error_response(exc.status, str(exc), exc.code, param=exc.param)
-        except ValueError:
-            return error_response(400, "the body is not valid JSON", "invalid_json")
         except KeyError:
             return error_response(404, f"no pending approval {approval_id!r}", "approval_not_found")
         return JSONResponse({"id": approval.id, "decision": approval.decision})
