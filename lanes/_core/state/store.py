@@ -19,6 +19,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -81,16 +82,26 @@ class LocalView:
     switched_off: frozenset[str]
 
 
+#: The deadline (trio's clock) of the job on whose behalf store calls are made now, if any: set by
+#: the walk, so every store call a job waits on is bounded by that job's deadline.
+job_deadline: ContextVar[float | None] = ContextVar("lanes_job_deadline", default=None)
+
+
 async def call(store: Store, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run one store call from trio: inline for a local store (SQLite: a short local transaction,
     cheaper than a thread hop, and deterministic under the autojump clock), in a worker thread
     bounded by the store's limiter for a networked one (Redis), so the event loop never waits on a
-    socket."""
+    socket. Inside a job (`job_deadline` set) the wait ends at the job's deadline: the thread is
+    abandoned to finish on its own and `StoreUnavailable` is raised."""
     if store.limiter is None:
         return fn(*args, **kwargs)
-    return await trio.to_thread.run_sync(
-        functools.partial(fn, *args, **kwargs), limiter=store.limiter
-    )
+    work = functools.partial(fn, *args, **kwargs)
+    deadline = job_deadline.get()
+    if deadline is None:
+        return await trio.to_thread.run_sync(work, limiter=store.limiter)
+    with trio.move_on_at(deadline):
+        return await trio.to_thread.run_sync(work, limiter=store.limiter, abandon_on_cancel=True)
+    raise StoreUnavailable(f"{store.where}: no answer before the job's deadline")
 
 
 class Store(Protocol):
