@@ -53,7 +53,8 @@ def check(value: Any, *, max_depth: int = MAX_DEPTH) -> None:
             if depth >= max_depth:
                 raise JSONRefused(f"nested deeper than {max_depth} levels", where)
             for key, child in node.items():
-                path = f"{where}.{key}" if where else str(key)
+                name = key if key.isascii() else key.encode("utf-8", "backslashreplace").decode()
+                path = f"{where}.{name}" if where else name
                 _text(key, path)
                 stack.append((child, depth + 1, path))
         elif isinstance(node, list):

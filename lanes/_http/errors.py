@@ -61,12 +61,19 @@ def error_body(
 ) -> dict[str, Any]:
     return {
         "error": {
-            "message": message,
+            "message": _utf8(message),
             "type": TYPES.get(status, "api_error"),
-            "code": code,
-            "param": param,
+            "code": _utf8(code),
+            "param": _utf8(param),
         }
     }
+
+
+def _utf8(text: str | None) -> str | None:
+    """`text` as valid UTF-8: a lone surrogate echoed from a request would not encode."""
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def error_response(

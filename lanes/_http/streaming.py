@@ -10,7 +10,7 @@ A stream broken after chunks ends with an in-band error event and never with `[D
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import trio
@@ -56,25 +56,36 @@ class SSERelay:
             async with to_writer:
                 await relay(self.dispatcher, self.job, emit)
 
+        watching = trio.CancelScope()
+
         async def watch(cancel_scope: trio.CancelScope) -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            cancel_scope.cancel()  # the client left: stop reading upstream at once
+            with watching:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                cancel_scope.cancel()  # the client left: stop reading upstream at once
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce)
             nursery.start_soon(watch, nursery.cancel_scope)
-            await self._write(from_producer, send, started)
+            # the watcher stops before the last message: the server answers that message with a
+            # disconnect (the stream is over), which must not cancel the closing of the connection
+            await self._write(from_producer, send, started, finishing=watching.cancel)
             nursery.cancel_scope.cancel()
 
     async def _write(
-        self, items: trio.MemoryReceiveChannel[Event], send: Any, started: float
+        self,
+        items: trio.MemoryReceiveChannel[Event],
+        send: Any,
+        started: float,
+        *,
+        finishing: Callable[[], None],
     ) -> None:
         try:
             first = await items.receive()
         except trio.EndOfChannel:
             return
         if isinstance(first, Failed):
+            finishing()
             await self._error_response(send, first.error, started)
             return
         assert isinstance(first, Started), "a stream starts with its first candidate"
@@ -115,6 +126,7 @@ class SSERelay:
                 outcome = "stream_interrupted"
                 body = error_body(502, str(event.error), "stream_interrupted")
                 await send({"type": "http.response.body", "body": _event(body), "more_body": True})
+        finishing()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.metrics.job(
             route=last.route,

@@ -136,8 +136,8 @@ class FakeProvider:
                 if conn.our_state is h11.MUST_CLOSE:
                     return
                 conn.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
-            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            return  # the client left, or a scripted answer broke HTTP on purpose
 
     async def _respond(
         self, conn: h11.Connection, stream: trio.SocketStream, head: h11.Request, raw: bytes

@@ -166,7 +166,7 @@ class ChunkReader:
             except ValueError:
                 self.malformed += 1
                 continue
-            if not isinstance(chunk, dict):
+            if not _chunk_shaped(chunk):
                 self.malformed += 1
                 continue
             if "error" in chunk and not chunk.get("choices"):
@@ -174,12 +174,33 @@ class ChunkReader:
                 error = classify_status(502, self.headers, chunk, secrets=self._secrets)
                 raise RetryableError(f"error event in stream: {error}", category="stream_error")
             for choice in chunk.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason"):
+                if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                     self.finish_reason = choice["finish_reason"]
-            if chunk.get("usage"):
+            if isinstance(chunk.get("usage"), dict) and chunk["usage"]:
                 self.usage = chunk["usage"]
             chunks.append(chunk)
         return chunks
+
+
+def _chunk_shaped(chunk: Any) -> bool:
+    """An object whose `choices`, if any, are objects whose `delta`, if any, is an object whose
+    `content`, if any, is text: what the relay and stream recovery may read without checking."""
+    if not isinstance(chunk, dict):
+        return False
+    choices = chunk.get("choices")
+    if choices is None:
+        return True
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return False
+        delta = choice.get("delta")
+        if delta is not None and not (
+            isinstance(delta, dict) and isinstance(delta.get("content", ""), (str, type(None)))
+        ):
+            return False
+    return True
 
 
 class Upstream:

@@ -57,6 +57,13 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return _KEYLIKE.sub("[redacted]", text)
 
 
+def _printable(message: str) -> str:
+    """An upstream's message for ours: whitespace runs as one space, control characters as '?',
+    at most `MAX_MESSAGE` characters."""
+    text = " ".join(message[: MAX_MESSAGE * 4].split())[:MAX_MESSAGE]
+    return text if text.isprintable() else "".join(c if c.isprintable() else "?" for c in text)
+
+
 def error_fields(body: Any) -> tuple[str, str | None]:
     """(message, code) from an OpenAI-shaped error body, a bare string, or anything else."""
     if isinstance(body, Mapping):
@@ -93,7 +100,7 @@ def classify_status(
     """The exception for a non-2xx answer (returned, not raised: the caller raises it `from`)."""
     message, code = error_fields(body)
     text = f"{code or ''} {message}"
-    short = redact(" ".join(message.split())[:MAX_MESSAGE], secrets)
+    short = redact(_printable(message), secrets)
     detail = f"HTTP {status}" + (f" {code}" if code else "") + (f": {short}" if short else "")
     kw = {"status": status, "headers": headers, "body": body, "code": code}
     if status == 429:
@@ -116,7 +123,7 @@ def check_completion(body: Any) -> Mapping[str, Any]:
         raise RetryableError("malformed response: not a JSON object", category="malformed")
     if "error" in body and "choices" not in body:
         message, code = error_fields(body)
-        short = redact(" ".join(message.split())[:MAX_MESSAGE])
+        short = redact(_printable(message))
         raise RetryableError(
             f"error inside a 200 response: {code or ''} {short}".strip(), category="error_in_200"
         )
