@@ -27,7 +27,8 @@ class SSEDecoder:
         self._size = 0
         self._max = max_event_bytes
         self._overlong = False  # the buffer's start is the tail of a line already dropped
-        self.oversized = 0  # events dropped for exceeding max_event_bytes
+        self._counted = False  # the event being read is already counted as oversized
+        self.oversized = 0  # events dropped for exceeding max_event_bytes (counted at once)
 
     def feed(self, chunk: bytes) -> list[str]:
         """Decode `chunk`; return the data of every event it completed, in order."""
@@ -36,7 +37,14 @@ class SSEDecoder:
         if len(self._buffer) > self._max:  # a line longer than any event may be: drop it now
             self._buffer, self._overlong = "", True
             self._data, self._size = [], self._max + 1
+            self._over()
         return events
+
+    def _over(self) -> None:
+        """The event being read went over the cap: counted now, not when (if ever) it ends."""
+        if not self._counted:
+            self._counted = True
+            self.oversized += 1
 
     def close(self) -> list[str]:
         """End of stream: flush a last event that was not followed by a blank line."""
@@ -77,10 +85,11 @@ class SSEDecoder:
             self._size += len(value) + (self._size > 0)  # the LF that joins it
             if self._size <= self._max:
                 self._data.append(value)
+            else:
+                self._data = []
+                self._over()
 
     def _dispatch(self, events: list[str]) -> None:
-        if self._size > self._max:
-            self.oversized += 1
-        elif self._data:
+        if self._size <= self._max and self._data:
             events.append("\n".join(self._data))
-        self._data, self._size = [], 0
+        self._data, self._size, self._counted = [], 0, False
