@@ -61,7 +61,7 @@ def cases(bomb_size: int = 256 * MiB) -> dict[str, tuple[Behaviour, bool]]:
             raw(chunks=_repeat(piece, 16384, b'{"choices": [{"message": {"content": "', b'"}}]}')),
             False,
         ),
-        f"gzip bomb ({bomb_size // MiB} MiB)": (
+        f"gzip bomb ({bomb_size // MiB} MiB of zeros)": (
             raw(body=gzip_bomb(bomb_size), headers={"content-encoding": "gzip"}),
             False,
         ),
