@@ -15,6 +15,7 @@ import lanes
 from helpers import config, local_lane, paid_lane, sqlite_store
 from lanes._core.state.sync import StateSync
 from lanes._core.tasks import LISTENER, SYNC
+from lanes._http.metrics import Metrics
 from lanes.freetier.headers import MAX_WAIT_S
 from lanes.freetier.prices import MAX_TOKENS
 from lanes.testing import ANSWER, answer, open_fake, rate_limited, raw
@@ -248,6 +249,7 @@ async def test_the_sync_drops_a_poison_batch_and_carries_on(
                 await dispatcher.complete(job())
                 await trio.sleep(0.6)
             failing = dispatcher.statistics().background.failing
+            metrics = Metrics().render(dispatcher.statistics())
             store.add_usage = real  # type: ignore[method-assign]
             await dispatcher.complete(job())
             await trio.sleep(0.6)
@@ -258,6 +260,8 @@ async def test_the_sync_drops_a_poison_batch_and_carries_on(
                 "AND scope = 'local/local-model'"
             )[0][0]
     assert "state sync" in failing and "refused a batch" in failing["state sync"]
+    assert 'lanes_task_failing{task="state sync"} 1' in metrics
+    assert 'lanes_dropped_total{queue="poison batches"} 3' in metrics
     assert after.failing == {} and after.dropped["poison batches"] == 3
     assert audited == 4  # written before the usage was refused: in once, never dropped
     assert requests == 1  # the three refused usage batches were dropped, the fourth went in
