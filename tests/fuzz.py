@@ -18,6 +18,15 @@ from lanes.testing.fakes import stream_events
 PRICES = (1.0, 2.0)  # USD per million tokens in and out, as `paid_lane` configures them
 MAX_TOKENS = 50  # what every fuzzed job asks for at most
 SMALL_CAP = 64 * 1024  # the hostile lane's max_response_bytes in the fuzz configs
+#: The fuzz configs' policy: a failed hostile attempt leaves room for the healthy lane behind it.
+POLICY = {
+    "free_tier_fallback": "allow",
+    "paid_attempts": 3,
+    "max_attempts": 4,
+    "transient_retries": 0,
+    "max_wait_s": 0,
+    "paid_ceiling_usd_per_day": 1000.0,
+}
 EVENT_CAP = 16 * 1024  # and its max_event_bytes
 
 

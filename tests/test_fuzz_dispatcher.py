@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import trio
-from fuzz import EVENT_CAP, MAX_TOKENS, SMALL_CAP, Answer, billed_usd, json_answers, stream_answers
+from fuzz import (
+    EVENT_CAP,
+    MAX_TOKENS,
+    POLICY,
+    SMALL_CAP,
+    Answer,
+    billed_usd,
+    json_answers,
+    stream_answers,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trio.testing import MockClock
@@ -17,14 +26,6 @@ from lanes.testing import answer, open_fake
 
 MESSAGES = [{"role": "user", "content": "Say the pangram, in full, please."}]
 GOOD_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-POLICY = {
-    "free_tier_fallback": "allow",
-    "paid_attempts": 3,
-    "max_attempts": 4,
-    "transient_retries": 0,
-    "max_wait_s": 0,
-    "paid_ceiling_usd_per_day": 1000.0,
-}
 
 
 def hostile_config(sick_url: str, good_url: str, **top):

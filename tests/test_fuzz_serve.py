@@ -26,6 +26,7 @@ import trio
 from fuzz import (
     EVENT_CAP,
     MAX_TOKENS,
+    POLICY,
     PRICES,
     SMALL_CAP,
     Answer,
@@ -107,14 +108,7 @@ class World:
             "state": str(self.workdir / "state.db"),
             "default_deadline_s": 10.0,  # every answer within 10 s (the socket waits 15)
             "scoring": {"explore_rate": 0.0},
-            "policy": {
-                "free_tier_fallback": "allow",
-                "paid_attempts": 3,
-                "max_attempts": 4,
-                "transient_retries": 0,
-                "max_wait_s": 0,
-                "paid_ceiling_usd_per_day": 1000.0,
-            },
+            "policy": POLICY,
             "server": {"port": self.port, "idle_timeout_s": 2, "body_timeout_s": 2},
             "lanes": [sick, paid_lane("good", self.fakes["good"].base_url, ["good-model"])],
         }

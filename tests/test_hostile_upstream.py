@@ -12,7 +12,7 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, local_lane, paid_lane, sqlite_store
+from helpers import config, local_lane, paid_lane, sqlite_store, store_up
 from lanes._core.state.sync import StateSync
 from lanes._core.tasks import LISTENER, SYNC
 from lanes._http.metrics import Metrics
@@ -129,9 +129,7 @@ async def test_an_absurd_retry_after_reaches_redis_bounded(redis_server, env, tm
             local_state=str(tmp_path / "local.db"),
         )
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
-            with trio.fail_after(10):
-                while not dispatcher.store.up:  # noqa: ASYNC110 - the first sync runs at once
-                    await trio.sleep(0.05)
+            await store_up(dispatcher, 10)
             served = await dispatcher.complete(job())
             await trio.sleep(1.2)
             stats = dispatcher.statistics()

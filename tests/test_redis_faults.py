@@ -8,7 +8,7 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane, paid_lane
+from helpers import config, free_lane, paid_lane, store_up
 from lanes._core.state.redis_store import RedisStore
 from lanes._core.state.store import SQLiteStore
 from lanes.testing import open_fake, status
@@ -59,9 +59,7 @@ async def test_back_to_back_jobs_on_a_failing_cold_model_never_wait_for_the_dead
             policy={"free_tier_fallback": "allow", "transient_retries": 0},
         )
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
-            with trio.fail_after(10):
-                while not dispatcher.store.up:  # noqa: ASYNC110 - the first sync runs at once
-                    await trio.sleep(0.02)
+            await store_up(dispatcher, 10)
             served = []
             for _ in range(10):
                 reply = await dispatcher.complete(lanes.Job(messages=MESSAGES, deadline_s=3.0))
@@ -81,9 +79,7 @@ async def test_a_hung_redis_never_holds_a_job_past_its_deadline(redis_server, en
             local_state=str(tmp_path / "local.db"),
         )
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
-            with trio.fail_after(10):
-                while not dispatcher.store.up:  # noqa: ASYNC110 - the first sync runs at once
-                    await trio.sleep(0.02)
+            await store_up(dispatcher, 10)
             redis_server.freeze()
             try:
                 job = lanes.Job(messages=MESSAGES, deadline_s=0.5, params={"max_tokens": 5})

@@ -10,10 +10,9 @@ import traceback
 from pathlib import Path
 
 import pytest
-import trio
 
 import lanes
-from helpers import config, paid_lane
+from helpers import config, paid_lane, store_up
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
 from lanes.freetier.backoff import Backoff
 from lanes.testing import open_fake
@@ -144,9 +143,7 @@ async def test_a_running_dispatcher_notices_its_state_file_deleted(tmp_path, env
             _delete(path)
             with pytest.raises(lanes.PaidBudgetExhausted):
                 await dispatcher.complete(job)
-            with trio.fail_after(5):
-                while not dispatcher.store.up:  # noqa: ASYNC110 - the sync runs every 0.5 s
-                    await trio.sleep(0.05)
+            await store_up(dispatcher, 5)
             second = await dispatcher.complete(job)
             spent = dispatcher.paid_spent_today()
     assert path.exists() and len(paid.requests()) == 2

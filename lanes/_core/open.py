@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 
 import httpx2
@@ -20,7 +20,7 @@ from lanes._core.job import Job, Reply
 from lanes._core.secrets import install_log_redaction
 from lanes._core.state.store import SQLiteStore, Store
 from lanes._core.state.sync import StateSync
-from lanes._core.tasks import LISTENER, SYNC
+from lanes._core.tasks import LISTENER, SYNC, TaskHealth
 from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
@@ -140,33 +140,43 @@ async def _check_reachable(
     )
 
 
+async def _round(
+    health: TaskHealth, what: str, work: Callable[[], Awaitable[None]], within_s: float
+) -> bool:
+    """One round of a background task within `within_s`: True when it worked. Never raises (but
+    for cancellation): a failure, of any kind, goes to the task's health."""
+    with trio.move_on_after(within_s):
+        try:
+            await work()
+        except Exception as exc:  # a background task must not die: report, carry on
+            health.failed(exc, what if isinstance(exc, UpstreamError) else f"{what} (unreadable)")
+            return False
+        health.ok()
+        return True
+    health.failed(TimeoutError(f"no answer within {within_s:g} s"), what)
+    return False
+
+
 async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
     """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404). Never
     dies: a failed round is reported to the task's health and the configured models serve."""
     health = dispatcher.background.task(f"catalog {lane.name}")
+    listed = 0
+
+    async def refresh() -> None:
+        nonlocal listed
+        listed = await lane.refresh_catalog()
+        dispatcher.routing.register_prices(lane)
+
     first = True
     while True:
         event = dispatcher.routing.refresh_requested[lane.name] = trio.Event()
-        with trio.move_on_after(30.0) as scope:
-            try:
-                listed = await lane.refresh_catalog()
-                dispatcher.routing.register_prices(lane)
-            except UpstreamError as exc:
-                health.failed(exc, "model list unavailable; routing to configured models")
-            except Exception as exc:  # a background task must not die: report, carry on
-                health.failed(exc, "model list unreadable; routing to configured models")
-            else:
-                health.ok()
-                if first:
-                    log.info(
-                        "lane %s: %d models listed, %d routable",
-                        lane.name,
-                        listed,
-                        len(lane.candidates),
-                    )
-                first = False
-        if scope.cancelled_caught:
-            health.failed(TimeoutError("no answer within 30 s"), "model list unavailable")
+        what = "model list unavailable; routing to configured models"
+        if await _round(health, what, refresh, 30.0) and first:
+            first = False
+            log.info(
+                "lane %s: %d models listed, %d routable", lane.name, listed, len(lane.candidates)
+            )
         with trio.move_on_after(lane.config.catalog_refresh_s):
             await event.wait()
 
@@ -175,22 +185,15 @@ async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> N
     """Ask a credit lane's balance endpoint now and every `balance_poll_s`; its figure beats the
     estimate. Never dies: a failed round is reported to the task's health."""
     health = dispatcher.background.task(f"balance {lane.name}")
+
+    async def poll() -> None:
+        remaining = await lane.fetch_balance()
+        if remaining is not None:
+            dispatcher.routing.manager.set_balance(lane.name, remaining, now=dispatcher.now_wall())
+
     while True:
-        with trio.move_on_after(min(30.0, lane.config.balance_poll_s)) as scope:
-            try:
-                remaining = await lane.fetch_balance()
-                if remaining is not None:
-                    dispatcher.routing.manager.set_balance(
-                        lane.name, remaining, now=dispatcher.now_wall()
-                    )
-            except UpstreamError as exc:
-                health.failed(exc, "balance endpoint failed; keeping the local estimate")
-            except Exception as exc:  # a background task must not die: report, carry on
-                health.failed(exc, "balance unreadable; keeping the local estimate")
-            else:
-                health.ok()
-        if scope.cancelled_caught:
-            health.failed(TimeoutError("no answer within 30 s"), "balance endpoint failed")
+        what = "balance endpoint failed; keeping the local estimate"
+        await _round(health, what, poll, min(30.0, lane.config.balance_poll_s))
         await trio.sleep(lane.config.balance_poll_s)
 
 

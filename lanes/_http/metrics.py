@@ -140,22 +140,18 @@ def _background(stats: Statistics) -> list[str]:
     """The background tasks (state sync, listener, catalogs, balances): failing now, failures so
     far, and what they dropped rather than retry for ever."""
     tasks = stats.background.tasks
-    out = [
-        "# HELP lanes_task_failing 1 while a background task is failing.",
-        "# TYPE lanes_task_failing gauge",
-    ]
-    out += [f"lanes_task_failing{_labels(task=t.name)} {int(t.failing is not None)}" for t in tasks]
-    out += [
-        "# HELP lanes_task_failures_total Failed rounds of a background task.",
-        "# TYPE lanes_task_failures_total counter",
-    ]
-    out += [f"lanes_task_failures_total{_labels(task=t.name)} {t.failures}" for t in tasks]
-    out += [
-        "# HELP lanes_dropped_total Records a background task dropped (poison, or over a bound).",
-        "# TYPE lanes_dropped_total counter",
-    ]
-    out += [
-        f"lanes_dropped_total{_labels(queue=queue)} {n}"
-        for queue, n in sorted(stats.background.dropped.items())
-    ]
+    series = (
+        ("lanes_task_failing", "gauge", "1 while a background task is failing.", "task"),
+        ("lanes_task_failures_total", "counter", "Failed rounds of a background task.", "task"),
+        ("lanes_dropped_total", "counter", "Records dropped (poison, or over a bound).", "queue"),
+    )
+    values = (
+        [(t.name, int(t.failing is not None)) for t in tasks],
+        [(t.name, t.failures) for t in tasks],
+        sorted(stats.background.dropped.items()),
+    )
+    out = []
+    for (name, kind, text, label), rows in zip(series, values, strict=True):
+        out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        out += [f"{name}{_labels(**{label: key})} {n}" for key, n in rows]
     return out

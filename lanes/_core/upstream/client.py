@@ -220,14 +220,7 @@ class Upstream:
     ) -> Response:
         """POST a completion request; return the parsed 2xx body (at most `max_bytes`) or raise
         an `UpstreamError`."""
-        request = self._client.build_request(
-            "POST", url, content=encode(body), headers=_json_headers(headers)
-        )
-        async with self._exchange(request, secrets) as response:
-            lower = {k.lower(): v for k, v in response.headers.items()}
-            if not 200 <= response.status_code < 300:
-                raw = await _read_capped(response, secrets)
-                raise classify_status(response.status_code, lower, parse_body(raw), secrets=secrets)
+        async with self._post(url, headers, body, secrets) as (response, lower):
             raw = await _read_json(response, max_bytes, secrets)
         try:
             completion = check_completion(parse_body(raw))
@@ -248,23 +241,41 @@ class Upstream:
         `UpstreamError` otherwise."""
         headers = {**headers, "Accept-Encoding": "gzip, deflate"}
         request = self._client.build_request("GET", url, headers=headers)
-        async with self._exchange(request, secrets) as response:
-            if not 200 <= response.status_code < 300:
-                raw = await _read_capped(response, secrets)
-                raise classify_status(response.status_code, {}, parse_body(raw), secrets=secrets)
+        async with self._exchange(request, secrets) as (response, _):
             return parse_body(await _read_json(response, max_bytes, secrets))
+
+    @asynccontextmanager
+    async def _post(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: Mapping[str, Any],
+        secrets: Iterable[str],
+    ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
+        """POST `body` as JSON: `_exchange`."""
+        request = self._client.build_request(
+            "POST", url, content=encode(body), headers=_json_headers(headers)
+        )
+        async with self._exchange(request, secrets) as answer:
+            yield answer
 
     @asynccontextmanager
     async def _exchange(
         self, request: httpx2.Request, secrets: Iterable[str]
-    ) -> AsyncIterator[httpx2.Response]:
-        """Send `request`; the response's body is left for the caller to read, in pieces."""
+    ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
+        """Send `request`; yield a 2xx response (its body left for the caller to read, in
+        pieces) with its headers in lower case. A non-2xx answer is classified from its first
+        bytes and raised."""
         try:
             response = await self._client.send(request, stream=True)
         except httpx2.HTTPError as exc:
             raise _transport_error(exc, secrets) from exc
         try:
-            yield response
+            lower = {k.lower(): v for k, v in response.headers.items()}
+            if not 200 <= response.status_code < 300:
+                raw = await _read_capped(response, secrets)
+                raise classify_status(response.status_code, lower, parse_body(raw), secrets=secrets)
+            yield response, lower
         finally:
             with trio.CancelScope(shield=True):
                 await response.aclose()
@@ -280,14 +291,7 @@ class Upstream:
         max_event_bytes: int = 1024 * 1024,
     ) -> AsyncIterator[ChunkReader]:
         """Open an SSE completion stream; a non-2xx answer raises before anything is yielded."""
-        request = self._client.build_request(
-            "POST", url, content=encode(body), headers=_json_headers(headers)
-        )
-        async with self._exchange(request, secrets) as response:
-            lower = {k.lower(): v for k, v in response.headers.items()}
-            if not 200 <= response.status_code < 300:
-                raw = await _read_capped(response, secrets)
-                raise classify_status(response.status_code, lower, parse_body(raw), secrets=secrets)
+        async with self._post(url, headers, body, secrets) as (response, lower):
             content_type = lower.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "text/event-stream":
                 raise RetryableError(
