@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run demo test lint drill bench bench-quick browser redis clean
+.PHONY: install run demo test lint drill bench bench-quick bench-reliability browser redis clean
 
 install: $(STAMP)
 
@@ -73,6 +73,11 @@ bench: install redis $(LITELLM)
 bench-quick: install redis $(LITELLM)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	$(PY) -m bench.run --quick
+
+# Robustness figures (hostile bodies, connection floods, slow clients, state faults) against real
+# sidecar processes: bench/results/<date>-reliability.json and docs/reliability.md.
+bench-reliability: install redis
+	$(PY) -m bench.reliability
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from lanes import Config, Dispatcher, load_config
 from lanes._core.state.store import SQLiteStore
 from lanes.testing.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
@@ -19,6 +21,7 @@ __all__ = [
     "local_lane",
     "paid_lane",
     "sqlite_store",
+    "store_up",
 ]
 
 
@@ -41,3 +44,10 @@ def sqlite_store(dispatcher: Dispatcher) -> SQLiteStore:
     store = dispatcher.store
     assert isinstance(store, SQLiteStore), f"this test expects SQLite state, not {store.kind}"
     return store
+
+
+async def store_up(dispatcher: Dispatcher, within_s: float = 10.0) -> None:
+    """Wait until the dispatcher's state store is up (a first sync, or a reopening, done)."""
+    with trio.fail_after(within_s):
+        while not dispatcher.store.up:  # noqa: ASYNC110 - the sync sets no event to wait on
+            await trio.sleep(0.02)

@@ -76,7 +76,11 @@ async def test_the_scrape_parses_with_prometheus_own_parser():
     }
     assert [f.name for f in families.values() if f.type == "unknown"] == []
     assert all(f.documentation for f in families.values())
-    missing = {"lanes_quota_remaining_requests", "lanes_explored_served"}  # nothing reported
+    missing = {
+        "lanes_quota_remaining_requests",
+        "lanes_explored_served",
+        "lanes_dropped",
+    }  # none yet
     assert [n for n, f in families.items() if not f.samples and n not in missing] == []
     jobs = {
         tuple(s.labels[k] for k in ("route", "lane", "model", "outcome")): s.value

@@ -105,6 +105,9 @@ class LaneConfig:
     output_cap: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.in_(CAP_PARAMS))
     )
+    # the most of an answer read (JSON: the whole body; streams: one event), decompressed
+    max_response_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=positive)
+    max_event_bytes: int = attrs.field(default=1024 * 1024, validator=positive)
 
     @property
     def module_path(self) -> str:
@@ -140,6 +143,12 @@ class ServerConfig:
     clients: dict[str, ClientConfig] = attrs.field(factory=dict)
     admin_key_env: str | None = None  # the env variable holding the admin key, if any
     shutdown_grace_s: float = attrs.field(default=30.0, validator=non_negative)
+    # connections: a request's headers must arrive, and an idle keep-alive connection is closed,
+    # within idle_timeout_s; its body within body_timeout_s; at most max_connections at once
+    # (and never more than the descriptor limit leaves room for: see _http/connections.py)
+    idle_timeout_s: float = attrs.field(default=10.0, validator=positive)
+    body_timeout_s: float = attrs.field(default=10.0, validator=positive)
+    max_connections: int = attrs.field(default=4096, validator=positive)
 
 
 @attrs.frozen(kw_only=True)

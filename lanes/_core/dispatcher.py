@@ -14,22 +14,22 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-import attrs
 import trio
 
-from lanes._core.clocks import EpochTime, TrioTime
+from lanes._core.clocks import EpochTime
 from lanes._core.config import Config
 from lanes._core.errors import JobFailed
 from lanes._core.job import Candidate, Job, Reply
 from lanes._core.routing.approvals import Approvals
 from lanes._core.routing.calls import complete_call, embed_call, stream_call
-from lanes._core.routing.context import Routing
+from lanes._core.routing.context import Routing, open_record
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import Call, walk
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, SQLiteStore, Store
 from lanes._core.statistics import Statistics, snapshot
 from lanes._core.streaming.stream import ReplyStream
+from lanes._core.tasks import SYNC, Background
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import Loaded
 from lanes.freetier.manager import FreeTierManager
@@ -62,7 +62,10 @@ class Dispatcher:
             free_lane_on=config.free_lane_on(env),
         )
         self.unavailable = dict(loaded.unavailable)
-        self.journal = Journal(self.routing, config=config, now_wall=self.now_wall)
+        self.background = Background()  # the background tasks' health (see open.py)
+        self.journal = Journal(
+            self.routing, config=config, now_wall=self.now_wall, health=self.background.task(SYNC)
+        )
         self.opened_at = self.now_wall()  # what the model list calls a configured model's `created`
 
     def now_wall(self) -> EpochTime:
@@ -97,6 +100,7 @@ class Dispatcher:
             store=self.store,
             unavailable=self.unavailable,
             journal=self.journal,
+            background=self.background.statistics(),
         )
 
     def paid_spent_today(self) -> float:
@@ -137,9 +141,9 @@ class Dispatcher:
     def take_audit_rows(self) -> list[dict[str, Any]]:
         return self.journal.take_rows()
 
-    def return_audit_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Rows the store could not take: kept, oldest first, for the next sync."""
-        self.journal.return_rows(rows)
+    def return_audit_rows(self, rows: list[dict[str, Any]]) -> int:
+        """Rows the store could not take, kept for the next sync; returns how many were dropped."""
+        return self.journal.return_rows(rows)
 
     def switches(self) -> frozenset[str]:
         return frozenset(self.routing.gate.switched_off)
@@ -167,16 +171,6 @@ class Dispatcher:
         self.routing.probes.remote_answered(scope)
 
     # -- the doors ---------------------------------------------------------------------------------
-    def _record(self, job: Job, *, embedding: bool = False) -> JobRecord:
-        if job.embedding != embedding:
-            raise ValueError("a job with input goes to embed(); one with messages, not there")
-        now = TrioTime(trio.current_time())
-        deadline_at = job.resolve_deadline(now, self.config.default_deadline_s)
-        own = self.config.server.clients.get(job.client)
-        if job.cohort is None and own is not None and own.cohort:  # the client's default cohort
-            job = attrs.evolve(job, cohort=own.cohort)
-        return JobRecord(job, deadline_at=deadline_at, started_at=now)
-
     async def complete(self, job: Job) -> Reply:
         """Serve `job` by the free-first policy, inside its deadline.
 
@@ -184,7 +178,7 @@ class Dispatcher:
         `PaidBudgetExhausted`, `FallbackNeedsApproval`, `FallbackDenied`, `GovernorExhausted` or
         `UnknownModel` — every one a `JobFailed` carrying the attempts made and the job's id.
         """
-        return await self._serve(self._record(job), complete_call)
+        return await self._serve(open_record(job, self.config), complete_call)
 
     async def embed(self, job: Job) -> Reply:
         """Embed `job.input` (a job built with `input=`) by the same policy, budgets and audit.
@@ -192,7 +186,7 @@ class Dispatcher:
         Only the model the job names is tried — on every lane that offers it, or over an alias's
         candidates, which config declares the same model — never a different one. Raises what
         `complete` raises; the reply's body is the upstream's embeddings `list`."""
-        return await self._serve(self._record(job, embedding=True), embed_call)
+        return await self._serve(open_record(job, self.config, embedding=True), embed_call)
 
     async def _serve(self, record: JobRecord, call: Call[Reply]) -> Reply:
         try:
@@ -218,7 +212,7 @@ class Dispatcher:
         Raises what `complete` raises before the first chunk; `StreamInterrupted` while iterating.
         `exclude` and `require_prefill` narrow the candidates (used to resume a broken stream).
         """
-        record = self._record(job)
+        record = open_record(job, self.config)
         async with AsyncExitStack() as keep:
             try:
                 stream = await walk(

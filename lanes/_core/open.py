@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 
 import httpx2
@@ -18,8 +18,10 @@ from lanes._core.config import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import UpstreamError
 from lanes._core.job import Job, Reply
+from lanes._core.secrets import install_log_redaction
 from lanes._core.state.store import SQLiteStore, Store, call
 from lanes._core.state.sync import StateSync
+from lanes._core.tasks import LISTENER, SYNC, TaskHealth
 from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
@@ -50,6 +52,7 @@ async def open_dispatcher(
     Raises `ConfigError` for a bad config; a lane that can not load is one log line, never an error.
     """
     env = os.environ if env is None else env
+    install_log_redaction()  # before any key is read or any request is sent
     if simulate:
         async with _open_simulated(config, env, epoch_now) as dispatcher:
             yield dispatcher
@@ -76,7 +79,8 @@ async def open_dispatcher(
                 manager=manager,
                 wall_offset=wall_offset,
             )
-            sync = StateSync(manager, store, dispatcher)
+            tasks = dispatcher.background
+            sync = StateSync(manager, store, dispatcher, tasks.task(SYNC), tasks.task(LISTENER))
             dispatcher.routing.nudge = sync.kick
             await sync.load(dispatcher.now_wall())
             nursery.start_soon(sync.run, dispatcher.now_wall)
@@ -155,8 +159,8 @@ async def _check_reachable(
     with trio.move_on_after(within_s):
         try:
             stream = await trio.open_tcp_stream(host, port)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)[:120] or type(exc).__name__
+        except Exception as exc:  # refused, unreachable, or anything else: a log line, never fatal
+            reason = getattr(exc, "strerror", None) or str(exc)[:120] or type(exc).__name__
             dispatcher.routing.unreachable[lane.name] = f"unreachable at startup ({reason})"
             log.warning(
                 "lane %s: provider unreachable at startup (%s); "
@@ -175,52 +179,60 @@ async def _check_reachable(
     )
 
 
+async def _round(
+    health: TaskHealth, what: str, work: Callable[[], Awaitable[None]], within_s: float
+) -> bool:
+    """One round of a background task within `within_s`: True when it worked. Never raises (but
+    for cancellation): a failure, of any kind, goes to the task's health."""
+    with trio.move_on_after(within_s):
+        try:
+            await work()
+        except Exception as exc:  # a background task must not die: report, carry on
+            health.failed(exc, what if isinstance(exc, UpstreamError) else f"{what} (unreadable)")
+            return False
+        health.ok()
+        return True
+    health.failed(TimeoutError(f"no answer within {within_s:g} s"), what)
+    return False
+
+
 async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
-    """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404)."""
+    """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404). Never
+    dies: a failed round is reported to the task's health and the configured models serve."""
+    health = dispatcher.background.task(f"catalog {lane.name}")
+    listed = 0
+
+    async def refresh() -> None:
+        nonlocal listed
+        listed = await lane.refresh_catalog()
+        dispatcher.routing.register_prices(lane)
+
     first = True
     while True:
         event = dispatcher.routing.refresh_requested[lane.name] = trio.Event()
-        with trio.move_on_after(30.0):
-            try:
-                listed = await lane.refresh_catalog()
-            except UpstreamError as exc:
-                log.warning(
-                    "lane %s: model list unavailable (%s); routing to configured models",
-                    lane.name,
-                    exc,
-                )
-            else:
-                dispatcher.routing.register_prices(lane)
-                if first:
-                    log.info(
-                        "lane %s: %d models listed, %d routable",
-                        lane.name,
-                        listed,
-                        len(lane.candidates),
-                    )
-                first = False
+        what = "model list unavailable; routing to configured models"
+        if await _round(health, what, refresh, 30.0) and first:
+            first = False
+            log.info(
+                "lane %s: %d models listed, %d routable", lane.name, listed, len(lane.candidates)
+            )
         with trio.move_on_after(lane.config.catalog_refresh_s):
             await event.wait()
 
 
 async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
     """Ask a credit lane's balance endpoint now and every `balance_poll_s`; its figure beats the
-    estimate."""
+    estimate. Never dies: a failed round is reported to the task's health."""
+    health = dispatcher.background.task(f"balance {lane.name}")
+
+    async def poll() -> None:
+        remaining = await lane.fetch_balance()
+        if remaining is not None:
+            dispatcher.routing.manager.set_balance(lane.name, remaining, now=dispatcher.now_wall())
+
     while True:
-        with trio.move_on_after(min(30.0, lane.config.balance_poll_s)):
-            try:
-                remaining = await lane.fetch_balance()
-            except UpstreamError as exc:
-                log.warning(
-                    "lane %s: balance endpoint failed (%s); keeping the local estimate",
-                    lane.name,
-                    exc,
-                )
-            else:
-                if remaining is not None:
-                    dispatcher.routing.manager.set_balance(
-                        lane.name, remaining, now=dispatcher.now_wall()
-                    )
+        what = "balance endpoint failed; keeping the local estimate"
+        await _round(health, what, poll, min(30.0, lane.config.balance_poll_s))
         await trio.sleep(lane.config.balance_poll_s)
 
 

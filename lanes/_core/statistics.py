@@ -17,6 +17,7 @@ from lanes._core.routing.context import Routing
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import Store
 from lanes._core.state.tally import TallyStatistics
+from lanes._core.tasks import BackgroundStatistics
 from lanes.freetier.kinds import CreditBased
 
 
@@ -73,6 +74,9 @@ class Statistics:
     explored: int
     explored_served: int
     tally: TallyStatistics  # jobs, attempts, latency, tokens and cost since this process started
+    background: BackgroundStatistics = attrs.field(
+        factory=lambda: BackgroundStatistics(tasks=(), dropped={})
+    )
 
     def lane(self, name: str) -> LaneStatistics:
         return next(lane for lane in self.lanes if lane.name == name)
@@ -88,6 +92,7 @@ def snapshot(
     store: Store,
     unavailable: Mapping[str, str],
     journal: Journal,
+    background: BackgroundStatistics | None = None,
 ) -> Statistics:
     now, now_wall = trio.current_time(), routing.now_wall()
     manager, gate = routing.manager, routing.gate
@@ -158,4 +163,5 @@ def snapshot(
         explored=routing.ranking.explored,
         explored_served=routing.ranking.explored_ok,
         tally=journal.tally.statistics(),
+        background=background or BackgroundStatistics(tasks=(), dropped={}),
     )

@@ -3,9 +3,7 @@ the runtime kill switch, approval decisions, revoking grants (see `guard.py` for
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
 
 import trio
 from starlette.requests import Request
@@ -15,26 +13,13 @@ from starlette.routing import Route
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.state.report import explain, parse_since, report
 from lanes._core.state.store import STORE_ERRORS
-from lanes._http.errors import error_response
+from lanes._http.errors import BadRequest, error_response
 from lanes._http.guard import Guard, Refused
 from lanes._http.state import lanes_state
-from lanes.freetier.headers import go_duration
+from lanes._http.validation import json_object, parse_decision
 
 Handler = Callable[[Request], Awaitable[Response]]
 ReadBody = Callable[[Request], Awaitable[bytes]]
-
-
-def parse_decision(value: Any) -> Literal["once", "deny"] | float:
-    """ "once", "deny", seconds, or a duration such as "1h" / "30m" (seconds returned)."""
-    if value == "once":
-        return "once"
-    if value == "deny":
-        return "deny"
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    if isinstance(value, str) and (seconds := go_duration(value)) and seconds > 0:
-        return seconds
-    raise ValueError('\'decision\' must be "once", "deny" or a duration such as "1h"')
 
 
 def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> list[Route]:
@@ -67,13 +52,11 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
     async def decide(request: Request) -> Response:
         approval_id = request.path_params["approval_id"]
         try:
-            body = json.loads(await read_body(request) or b"{}")
-            if not isinstance(body, dict):
-                raise ValueError("the body must be a JSON object")
-            decision = parse_decision(body.get("decision"))
-        except ValueError as exc:
-            message = str(exc) if "decision" in str(exc) else "the body must be a JSON object"
-            return error_response(400, message, "invalid_request", param="decision")
+            decision = parse_decision(
+                json_object(await read_body(request) or b"{}").get("decision")
+            )
+        except BadRequest as exc:
+            return error_response(exc.status, str(exc), exc.code, param=exc.param)
         try:
             approval = await dispatcher.approvals.decide(approval_id, decision)
         except KeyError:

@@ -6,10 +6,9 @@ the offending field.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any
 
+import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -17,7 +16,7 @@ from starlette.routing import Route
 
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
-from lanes._core.job import Job, Privacy, Reply
+from lanes._core.job import Reply
 from lanes._http.admin import Handler, admin_routes
 from lanes._http.doors import Door, door_routes
 from lanes._http.errors import BadRequest, error_response, job_failed
@@ -26,90 +25,7 @@ from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE
 from lanes._http.state import models_list, ready
 from lanes._http.streaming import SSERelay
-
-ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
-PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
-
-
-def json_object(raw: bytes) -> dict[str, Any]:
-    """A request body that must be a JSON object. Raises BadRequest."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("the request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
-
-
-def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job, bool]:
-    """A Job from an OpenAI chat-completions body and our request headers. Raises BadRequest."""
-    body = json_object(raw)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty array", "messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise BadRequest(f"messages[{i}] must be an object", f"messages[{i}]")
-        if message.get("role") not in ROLES:
-            raise BadRequest(
-                f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}",
-                f"messages[{i}].role",
-            )
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise BadRequest(
-                f"messages[{i}].content must be a string or an array", f"messages[{i}].content"
-            )
-    model = body.get("model", "auto")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("'model' must be a non-empty string", "model")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be a boolean", "stream")
-    params = {k: v for k, v in body.items() if k not in ("messages", "model", "stream")}
-    job = Job(messages=messages, params=params, model=model, client=client, **job_headers(headers))
-    return job, stream
-
-
-def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
-    """The `Job` fields our request headers set: deadline, cohort, class, approval, the client's
-    own keys, privacy. Raises BadRequest."""
-    deadline_s = None
-    if (raw_deadline := headers.get("x-lanes-deadline-ms")) is not None:
-        if not raw_deadline.isdigit() or not 0 < int(raw_deadline) <= 3_600_000:
-            raise BadRequest(
-                "X-Lanes-Deadline-Ms must be whole milliseconds in 1..3600000",
-                "X-Lanes-Deadline-Ms",
-            )
-        deadline_s = int(raw_deadline) / 1000
-    privacy = headers.get("x-lanes-privacy", "any").strip().lower()
-    if privacy not in PRIVACY:
-        raise BadRequest("X-Lanes-Privacy must be any, zdr or local", "X-Lanes-Privacy")
-    return {
-        "deadline_s": deadline_s,
-        "cohort": headers.get("x-lanes-cohort") or None,
-        "request_class": headers.get("x-lanes-class") or None,
-        "approval": headers.get("x-lanes-approval", "").strip()[:64] or None,
-        "keys": byok_keys(headers),
-        "privacy": PRIVACY[privacy],
-    }
-
-
-BYOK_PREFIX = "x-lanes-key-"  # X-Lanes-Key-<lane>: the client's own key for a byok lane
-
-
-def byok_keys(headers: Mapping[str, str]) -> dict[str, str]:
-    """The provider keys a request brings for bring-your-own-key lanes (header X-Lanes-Key-<lane>).
-    Refused (400, naming the header, never the value) when one holds a control character."""
-    keys = {}
-    for name, value in headers.items():
-        if name.lower().startswith(BYOK_PREFIX):
-            lane, key = name.lower()[len(BYOK_PREFIX) :], value.strip()
-            if not key or len(key) > 1024 or not key.isprintable():
-                raise BadRequest(f"{name} must hold one printable key", name)
-            keys[lane] = key
-    return keys
+from lanes._http.validation import digits, job_headers, json_object, parse_job
 
 
 def reply_headers(reply: Reply) -> dict[str, str]:
@@ -157,22 +73,29 @@ def build_app(
             raise BadRequest(str(exc), status=exc.status, code=exc.code) from None
 
     async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > server.max_body_bytes:
-            raise BadRequest(
-                f"the body is over {server.max_body_bytes} bytes", status=413, code="body_too_large"
-            )
+        """The request body, at most `max_body_bytes`, read within `body_timeout_s` (a client
+        that stalls mid-body is answered 408 and let go)."""
+        too_large = BadRequest(
+            f"the body is over {server.max_body_bytes} bytes", status=413, code="body_too_large"
+        )
+        declared = digits(
+            request.headers.get("content-length"), "Content-Length", low=0, high=10**12
+        )
+        if declared is not None and declared > server.max_body_bytes:
+            raise too_large
         parts, size = [], 0
-        async for part in request.stream():
-            size += len(part)
-            if size > server.max_body_bytes:
-                raise BadRequest(
-                    f"the body is over {server.max_body_bytes} bytes",
-                    status=413,
-                    code="body_too_large",
-                )
-            parts.append(part)
-        return b"".join(parts)
+        with trio.move_on_after(server.body_timeout_s):
+            async for part in request.stream():
+                size += len(part)
+                if size > server.max_body_bytes:
+                    raise too_large
+                parts.append(part)
+            return b"".join(parts)
+        raise BadRequest(
+            f"the body did not arrive within {server.body_timeout_s:g} s",
+            status=408,
+            code="body_timeout",
+        )
 
     async def chat(request: Request) -> Response | SSERelay:
         try:
@@ -204,10 +127,10 @@ def build_app(
         return JSONResponse({"status": "ok"})
 
     async def is_ready(request: Request) -> Response:
-        serving = ready(dispatcher.statistics())
-        return JSONResponse(
-            {"ready": bool(serving), "lanes": serving}, status_code=200 if serving else 503
-        )
+        stats = dispatcher.statistics()
+        serving = ready(stats)
+        body = {"ready": bool(serving), "lanes": serving, "failing": stats.background.failing}
+        return JSONResponse(body, status_code=200 if serving else 503)
 
     async def models(request: Request) -> Response:
         try:

@@ -31,6 +31,7 @@ from lanes._http.dialects import API, MessagesAPI, ResponsesAPI
 from lanes._http.errors import BadRequest, error_response, job_failed
 from lanes._http.state import models_list
 from lanes._http.streaming import SSERelay
+from lanes._http.validation import chat_fields
 
 #: OpenAI's limit on the inputs of one embeddings request.
 MAX_EMBEDDING_INPUTS = 2048
@@ -68,7 +69,7 @@ async def _read_job(door: Door, api: API, request: Request) -> tuple[dict[str, A
     body = door.json_object(await door.read_body(request))
     chat = api.to_chat(body)
     job = Job(
-        messages=chat.messages,
+        messages=chat_fields(chat.messages, chat.params),
         params=chat.params,
         model=chat.model,
         client=client,

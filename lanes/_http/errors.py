@@ -27,7 +27,10 @@ TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
     413: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_error",
     502: "api_error",
     503: "api_error",
@@ -88,12 +91,19 @@ def error_body(
 ) -> dict[str, Any]:
     return {
         "error": {
-            "message": message,
+            "message": _utf8(message),
             "type": TYPES.get(status, "api_error"),
-            "code": code,
-            "param": param,
+            "code": _utf8(code),
+            "param": _utf8(param),
         }
     }
+
+
+def _utf8(text: str | None) -> str | None:
+    """`text` as valid UTF-8: a lone surrogate echoed from a request would not encode."""
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def error_response(
@@ -140,7 +150,7 @@ def job_failed(
     elif (
         type(exc) is NoLaneAvailable
         and exc.attempts
-        and all(a.category == "malformed" for a in exc.attempts)
+        and all(a.category in ("malformed", "too_large") for a in exc.attempts)
     ):
         status, code = 502, "bad_upstream_response"
     body = error_body(status, message, code)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -25,6 +26,9 @@ import attrs
 from starlette.requests import Request
 
 from lanes._core.config import ServerConfig
+from lanes._core.secrets import read_key
+
+log = logging.getLogger("lanes")
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 #: The body types a cross-site form (or a no-preflight fetch) can send.
@@ -45,14 +49,21 @@ class Caller:
     admin: bool
 
 
-def resolved_keys(server: ServerConfig, env: Mapping[str, str]) -> dict[str, Caller]:
-    """Key value → who it is, for every configured key whose variable holds a non-empty value."""
+def resolved_keys(
+    server: ServerConfig, env: Mapping[str, str], *, warn: bool = False
+) -> dict[str, Caller]:
+    """Key value → who it is, for every configured key whose variable holds a usable key (see
+    `read_key`). With `warn`, an unset or malformed one is a log line naming the variable."""
     keys: dict[str, Caller] = {}
-    for name, client in server.clients.items():
-        if value := env.get(client.key_env, "").strip():
-            keys[value] = Caller(client=name, admin=client.admin)
-    if server.admin_key_env and (value := env.get(server.admin_key_env, "").strip()):
-        keys[value] = Caller(client="admin", admin=True)
+    wanted = [(name, c.key_env, c.admin) for name, c in server.clients.items()]
+    if server.admin_key_env:
+        wanted.append(("admin", server.admin_key_env, True))
+    for name, variable, admin in wanted:
+        value, problem = read_key(env, variable)
+        if value is not None:
+            keys[value] = Caller(client=name, admin=admin)
+        elif warn:
+            log.warning("client %s: %s; its requests get 401 until it is fixed", name, problem)
     return keys
 
 
@@ -67,17 +78,20 @@ def is_loopback(host: str) -> bool:
 
 class Guard:
     def __init__(self, server: ServerConfig, env: Mapping[str, str], *, bind_host: str) -> None:
-        self._keys = resolved_keys(server, env)
+        self._keys = resolved_keys(server, env, warn=True)
+        # configured keys are required even when none is usable: an unset variable never opens
+        # the sidecar to everyone
+        self._keyed = bool(server.clients or server.admin_key_env)
         self._loopback_only = is_loopback(bind_host)
 
     @property
     def keyed(self) -> bool:
-        return bool(self._keys)
+        return self._keyed
 
     def caller(self, request: Request) -> Caller:
         """Who sent `request`: the anonymous loopback client when no keys are configured."""
         self.check_host(request)
-        if not self._keys:
+        if not self._keyed:
             return Caller(client="anonymous", admin=True)
         auth = request.headers.get("authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""

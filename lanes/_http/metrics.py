@@ -161,12 +161,28 @@ class StatisticsCollector(Collector):
         )
         store.add_metric([stats.store.kind], int(stats.store.up))
         yield from (spend, ceiling, free, pending, store)
-        tasks = getattr(stats, "tasks", None)  # the background tasks, once statistics() has them
-        if isinstance(tasks, Mapping):
-            up = _gauge("lanes_background_task_up", "1 while a background task runs.", ("task",))
-            for name, task in sorted(tasks.items()):
-                up.add_metric([str(name)], int(bool(getattr(task, "up", task))))
-            yield up
+        yield from self._background(stats)
+
+    def _background(self, stats: Statistics) -> Iterator[Metric]:
+        """The background tasks (state sync, listener, catalogs, balances): failing now, failures
+        so far, and what they dropped rather than retry for ever."""
+        tasks = stats.background.tasks
+        failing = _gauge("lanes_task_failing", "1 while a background task is failing.", ("task",))
+        for task in tasks:
+            failing.add_metric([task.name], int(task.failing is not None))
+        yield failing
+        yield _counter(
+            "lanes_task_failures",
+            "Failed rounds of a background task.",
+            ("task",),
+            {(t.name,): t.failures for t in tasks},
+        )
+        yield _counter(
+            "lanes_dropped",
+            "Records dropped (poison, or over a bound).",
+            ("queue",),
+            {(queue,): n for queue, n in stats.background.dropped.items()},
+        )
 
 
 class Metrics:

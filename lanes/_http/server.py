@@ -1,7 +1,8 @@
 """`lanes serve`: the dispatcher and the HTTP app in one trio run, on hypercorn's trio worker.
 
 Startup never waits on a provider. SIGINT/SIGTERM stop accepting, let in-flight jobs finish (up
-to `shutdown_grace_s`), then the dispatcher closes and flushes the state store.
+to `shutdown_grace_s`), then the dispatcher closes and flushes the state store. SIGHUP is logged
+and ignored. Connections are accepted and bounded by `connections.py`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from lanes._core.check import check_config
 from lanes._core.config import Config, ServerConfig, load_config, packaged
 from lanes._core.errors import ConfigError
 from lanes._core.open import open_dispatcher
 from lanes._http.app import build_app
+from lanes._http.connections import connection_cap, serve_http
 from lanes._http.guard import is_loopback, resolved_keys
 
 log = logging.getLogger("lanes")
@@ -87,20 +88,20 @@ async def serve(
         hc.graceful_timeout = config.server.shutdown_grace_s
         hc.accesslog = None
         hc.errorlog = logging.getLogger("lanes.http")
-        hc.keep_alive_timeout = 75
+        # the headers of a request, and the next request on a kept-alive connection, must come
+        # within this (loopback clients reconnect cheaply; slow-loris is shed within it)
+        hc.keep_alive_timeout = config.server.idle_timeout_s
         hc.backlog = (
             4096  # hypercorn's default of 100 drops connects in a burst (seen: +1 s SYN retries)
         )
+        cap = connection_cap(config.server.max_connections)
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_signals, shutdown)
 
             async def run_server(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-                await hypercorn_serve(
-                    app,  # type: ignore[arg-type]  # an ASGI app; hypercorn's scope types are narrower than Starlette's
-                    hc,
-                    shutdown_trigger=shutdown.wait,
-                    task_status=task_status,
+                await serve_http(
+                    app, hc, cap=cap, shutdown_trigger=shutdown.wait, task_status=task_status
                 )
 
             binds = await nursery.start(run_server)
@@ -114,8 +115,17 @@ async def serve(
 
 
 async def _signals(shutdown: trio.Event) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
+    """SIGINT/SIGTERM: stop accepting, let jobs in flight finish. SIGHUP: logged and ignored (a
+    reload would rebuild lanes, breakers and ledgers under running jobs; restart to apply a new
+    config — `lanes check-config` first)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                log.warning(
+                    "SIGHUP ignored — the config is read at startup only; restart the sidecar to "
+                    "apply a changed config (check it first: lanes check-config PATH)"
+                )
+                continue
             log.warning("shutting down (in-flight jobs may finish)")
             shutdown.set()
             return

@@ -68,6 +68,7 @@ def breaker_view(stats: BreakerStatistics, now: float) -> dict[str, Any]:
         "consecutive_faults": stats.consecutive_faults,
         "reopen_in_s": round(stats.reopen_at - now, 3) if stats.reopen_at else None,
         "open_for_s": round(now - stats.opened_at, 3) if stats.opened_at is not None else None,
+        "probing": stats.probe_in_flight,  # the half-open state's one probe is out
     }
 
 

@@ -14,7 +14,7 @@ and Messages APIs translate the same chunks into their events (`_http/dialects.p
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 import trio
@@ -89,23 +89,35 @@ class SSERelay:
             async with to_writer:
                 await relay(self.dispatcher, self.job, emit)
 
+        watching = trio.CancelScope()
+
         async def watch(cancel_scope: trio.CancelScope) -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            cancel_scope.cancel()  # the client left: stop reading upstream at once
+            with watching:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                cancel_scope.cancel()  # the client left: stop reading upstream at once
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce)
             nursery.start_soon(watch, nursery.cancel_scope)
-            await self._write(from_producer, send)
+            # the watcher stops before the last message: the server answers that message with a
+            # disconnect (the stream is over), which must not cancel the closing of the connection
+            await self._write(from_producer, send, finishing=watching.cancel)
             nursery.cancel_scope.cancel()
 
-    async def _write(self, items: trio.MemoryReceiveChannel[Event], send: Any) -> None:
+    async def _write(
+        self,
+        items: trio.MemoryReceiveChannel[Event],
+        send: Any,
+        *,
+        finishing: Callable[[], None],
+    ) -> None:
         try:
             first = await items.receive()
         except trio.EndOfChannel:
             return
         if isinstance(first, Failed):
+            finishing()
             await self._error_response(send, first.error)
             return
         assert isinstance(first, Started), "a stream starts with its first candidate"
@@ -144,6 +156,7 @@ class SSERelay:
             elif isinstance(event, Broken):
                 body = self.dialect.broken(event.error)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
+        finishing()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _error_response(self, send: Any, exc: JobFailed) -> None:

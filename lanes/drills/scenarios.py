@@ -14,7 +14,7 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import httpx2
 import redis
 import trio
 
+from lanes.drills.registry import DRILLS, Drill, Result, check, drill
 from lanes.testing import (
     ANSWER,
     answer,
@@ -42,40 +43,8 @@ from lanes.testing.redis_server import RedisServer, redis_server_path
 MESSAGES = [{"role": "user", "content": "Drill: say the pangram."}]
 
 
-@attrs.frozen(kw_only=True)
-class Result:
-    name: str
-    ok: bool
-    figure: str
-    detail: str = ""
-
-
-Drill = Callable[[Path], Awaitable[Result]]
-DRILLS: dict[str, Drill] = {}
-
-
-# The first line of a drill's docstring is its summary in `lanes drill --list`: a long one is
-# continued with a backslash-newline (which Python drops), so that it stays one line at runtime.
-def drill(name: str) -> Callable[[Drill], Drill]:
-    def register(fn: Drill) -> Drill:
-        DRILLS[name] = fn
-        return fn
-
-    return register
-
-
 async def chat(http: httpx2.AsyncClient, url: str, **body: Any) -> httpx2.Response:
     return await http.post(f"{url}/chat/completions", json={"messages": MESSAGES, **body})
-
-
-def check(name: str, figure: str, **conditions: bool) -> Result:
-    failed = [k for k, v in conditions.items() if not v]
-    return Result(
-        name=name,
-        ok=not failed,
-        figure=figure,
-        detail=("failed: " + ", ".join(failed)) if failed else "",
-    )
 
 
 @drill("free-off")
@@ -632,3 +601,10 @@ async def run(names: list[str], workdir: Path) -> list[Result]:
             )
         )  # wall-clock: as above
     return results
+
+
+# Drills kept in modules of their own register themselves on import (after the ones above, so
+# `lanes drill all` runs them last).
+from lanes.drills import hostile  # noqa: E402, F401
+
+__all__ = ["DRILLS", "Drill", "Result", "check", "drill", "run"]

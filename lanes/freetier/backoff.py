@@ -4,7 +4,8 @@ The duration comes from, in order: the provider's `retry-after`; the reset of th
 headers show exhausted; a daily quota parks until that day's window resets (UTC midnight when no
 header says otherwise); else a ladder — 1, 2, 4 … 60 s for rate limits, 5 min … 24 h for credits,
 30 min → 1 h for a model that is gone. A small *positive* jitter (from an injectable source) keeps
-many clients from returning at the same instant.
+many clients from returning at the same instant. No backoff is longer than `MAX_WAIT_S` (7 days,
+plus its jitter), whatever a provider says.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Literal
 
 import attrs
 
-from lanes.freetier.headers import RateLimitSnapshot
+from lanes.freetier.headers import MAX_WAIT_S, RateLimitSnapshot
 from lanes.freetier.windows import window_end
 
 Reason = Literal["rate_limited", "credit_exhausted", "model_gone", "quota_exhausted"]
@@ -31,12 +32,27 @@ LADDERS = {
 DAY_S = 86400.0
 
 
+MAX_EPOCH_S = 1e11  # a deadline beyond this (the year 5138) is garbage, whoever wrote it
+
+
+def _epoch(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not -MAX_EPOCH_S <= value <= MAX_EPOCH_S:  # NaN fails too
+        raise ValueError(f"backoff {attribute.name} must be a finite epoch second (got {value!r})")
+
+
+def _step(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if not 0 <= value <= 10_000:
+        raise ValueError(f"backoff step must be in 0..10000 (got {value!r})")
+
+
 @attrs.frozen(kw_only=True)
 class Backoff:
-    """Stay away until `until` (wall-clock epoch seconds). `step` climbs the ladder."""
+    """Stay away until `until` (wall-clock epoch seconds). `step` climbs the ladder. Raises
+    ValueError for a deadline or step out of bounds (one read back from a store, or published by
+    another host, is checked like any other input)."""
 
-    until: float
-    step: int
+    until: float = attrs.field(validator=_epoch)
+    step: int = attrs.field(validator=_step)
     reason: Reason
     source: str  # where the duration came from: retry-after, reset header, daily window, ladder
 
@@ -76,6 +92,7 @@ def backoff_for(
         daily = reset if reset is not None and reset > base else until_midnight
         if daily > base:
             base, source = daily, "daily window"
+    base = min(max(base, 0.0), MAX_WAIT_S)  # a snapshot read back from a store is bounded too
     extra = base * jitter * random() + min(1.0, base) * 0.05 * random()
     return Backoff(until=now + base + extra, step=step + 1, reason=reason, source=source)
 

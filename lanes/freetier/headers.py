@@ -17,6 +17,9 @@ Formats understood, case-insensitively:
 
 A bare epoch-like reset is judged by magnitude: >= 1e12 epoch ms, >= 1e9 epoch s, else seconds
 from now. Absolute times in the past become 0. Bad values become None without spoiling the rest.
+Every value is bounded where it enters: a wait or reset beyond `MAX_WAIT_S` (7 days) is clamped to
+it, a limit or remaining count beyond `MAX_COUNT` too, and the snapshot names what was clamped
+(`clamped`), so the caller can say so once.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from typing import Any, Literal
 import attrs
 
 Dimension = Literal["requests", "tokens", "input_tokens", "output_tokens"]
+MAX_WAIT_S = 7 * 86400.0  # no provider asks to be left alone longer; a larger figure is clamped
+MAX_COUNT = 1e12  # no limit or remaining count is larger; a larger figure is clamped
 WINDOWS_S = {
     "second": 1.0,
     "minute": 60.0,
@@ -69,6 +74,7 @@ class RateLimitSnapshot:
     exhausted_window_s: float | None = (
         None  # the body named the exhausted quota's window (per day...)
     )
+    clamped: tuple[str, ...] = ()  # what was out of bounds and clamped ("retry-after", ...)
 
     @property
     def empty(self) -> bool:
@@ -142,6 +148,14 @@ def seconds_until(value: Any, now_wall: float, *, epoch_by_magnitude: bool = Tru
         return None
 
 
+def clamp(value: float | None, high: float, what: str, clamped: list[str]) -> float | None:
+    """`value` capped at `high`; `what` is noted in `clamped` when it was over."""
+    if value is not None and value > high:
+        clamped.append(what)
+        return high
+    return value
+
+
 # -- header families -------------------------------------------------------------------------------
 
 _OPENAI = re.compile(
@@ -170,6 +184,7 @@ class _Builder:
     def __init__(self, now_wall: float) -> None:
         self.now_wall = now_wall
         self.slots: dict[tuple[Dimension, float | None], dict[str, float | None]] = {}
+        self.clamped: list[str] = []
 
     def put(
         self,
@@ -184,6 +199,12 @@ class _Builder:
             seconds_until(raw, self.now_wall, epoch_by_magnitude=epoch)
             if field == "reset"
             else number(raw)
+        )
+        value = clamp(
+            value,
+            MAX_WAIT_S if field == "reset" else MAX_COUNT,
+            f"{dimension} {field}",
+            self.clamped,
         )
         slot = self.slots.setdefault((dimension, window_s), {})
         if value is not None or field not in slot:
@@ -410,9 +431,9 @@ def _parse(
     builder = _Builder(now_wall)
     _read_headers(merged, builder, conventions)
     windows = builder.windows()
-    retry = _retry_after(merged, now_wall)
+    retry = clamp(_retry_after(merged, now_wall), MAX_WAIT_S, "retry-after", builder.clamped)
     if retry is None:
-        retry = retry_body
+        retry = clamp(retry_body, MAX_WAIT_S, "retry delay in the body", builder.clamped)
     requests, tokens = _shortest(windows, "requests"), _shortest(windows, "tokens")
     return RateLimitSnapshot(
         requests_remaining=requests.remaining if requests else None,
@@ -424,4 +445,5 @@ def _parse(
         retry_after_s=retry,
         windows=windows,
         exhausted_window_s=exhausted_window,
+        clamped=tuple(dict.fromkeys(builder.clamped)),
     )

@@ -29,7 +29,7 @@ from lanes.freetier.kinds import (
     NoFreeTier,
     Subscription,
 )
-from lanes.freetier.prices import usage_cost
+from lanes.freetier.prices import usage_cost, usage_total
 from lanes.freetier.windows import Key as UsageKey
 from lanes.freetier.windows import UsageCounter, WindowName, window_end, window_id
 
@@ -105,6 +105,7 @@ class FreeTierManager:
         self.pending_spend: dict[tuple[str, int], float] = {}
         self.changed_backoffs: dict[str, Backoff] = {}
         self.changed_snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}
+        self._clamped: dict[tuple[str, str], bool] = {}  # (lane, what) → already handed out
 
     def register(self, lane: str, terms: LaneTerms) -> None:
         self.terms[lane] = terms
@@ -227,6 +228,8 @@ class FreeTierManager:
             now_wall=now,
             conventions=terms.conventions if terms else None,
         )
+        for what in snapshot.clamped:
+            self._clamped.setdefault((lane, what), False)
         scope = self.scope(lane, model)
         if snapshot.windows:
             self.snapshots[scope] = self.changed_snapshots[scope] = (now, snapshot)
@@ -250,8 +253,8 @@ class FreeTierManager:
     ) -> None:
         """Count one request (and its tokens, and its credit cost) against every window."""
         if usage:
-            total = usage.get("total_tokens")
-            tokens = int(total) if isinstance(total, (int, float)) else tokens
+            total = usage_total(usage)  # bounded: an upstream's usage is never trusted raw
+            tokens = total if total is not None else tokens
         self.pending_usage += self.usage.add(
             self.scope(lane, model), now, requests=requests, tokens=tokens
         )
@@ -372,6 +375,14 @@ class FreeTierManager:
             {},
         )
         return out
+
+    def take_clamped(self) -> list[tuple[str, str]]:
+        """(lane, what) for each kind of out-of-bounds value a lane sent that was not handed out
+        before (once per process: the caller logs each one line)."""
+        fresh = [key for key, told in self._clamped.items() if not told]
+        for key in fresh:
+            self._clamped[key] = True
+        return fresh
 
     def merge_spend(self, totals: Mapping[tuple[str, int], float]) -> None:
         """Take spend totals read from the store (they include other processes' spend)."""

@@ -4,7 +4,9 @@ Prices are USD per million tokens. Usage comes from outside (an upstream's `usag
 is believed only when it is sane: non-negative whole numbers of prompt and completion tokens, each
 at most `MAX_TOKENS`. Anything else — negative, fractional, strings, huge, or only `total_tokens` —
 is not usage, and the caller settles at its worst case instead. An embedding's usage (prompt tokens
-and an equal total, no completion count) counts as zero completion tokens.
+and an equal total, no completion count) counts as zero completion tokens. Prices and balances
+from outside are bounded the same way (`price`, `usd_amount`): nothing unbounded reaches
+arithmetic or a store.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from typing import Any
 
 #: No single answer is billed for more tokens than this; a larger figure is garbage, not usage.
 MAX_TOKENS = 100_000_000
+#: No model costs more than this per million tokens; a larger price is garbage, not a price.
+MAX_USD_PER_MTOK = 10_000.0
+#: No balance or credit figure is larger than this (USD) in either direction.
+MAX_USD = 1_000_000_000.0
 
 
 def cost_usd(
@@ -28,6 +34,39 @@ def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
         return None
     return value
+
+
+def price(value: Any, *, scale: float = 1.0) -> float | None:
+    """A price in USD per million tokens (`value` × `scale`) from outside — a catalog, a config —
+    or None when it is not a finite number in 0..`MAX_USD_PER_MTOK`."""
+    usd = bounded(value, 0.0, MAX_USD_PER_MTOK)
+    return None if usd is None else bounded(usd * scale, 0.0, MAX_USD_PER_MTOK)
+
+
+def bounded(value: Any, low: float, high: float) -> float | None:
+    """A number from outside (int, float or numeric string) as a float in `low`..`high`, or None:
+    NaN, infinities, huge integers, booleans and anything else are not numbers here."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if low <= number <= high else None  # NaN fails both comparisons
+
+
+def usd_amount(value: Any) -> float | None:
+    """A USD figure from outside (a balance, a credit) within ±`MAX_USD`, or None."""
+    return bounded(value, -MAX_USD, MAX_USD)
+
+
+def usage_total(usage: Any) -> int | None:
+    """Tokens an answer used, from an OpenAI `usage` object: prompt + completion when both are
+    sane, else a sane `total_tokens`, else None."""
+    tokens = usage_tokens(usage)
+    if tokens is not None:
+        return tokens[0] + tokens[1]
+    return _count(usage.get("total_tokens")) if isinstance(usage, Mapping) else None
 
 
 def usage_tokens(usage: Any) -> tuple[int, int] | None:

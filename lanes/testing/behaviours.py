@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -31,6 +31,7 @@ class Behaviour:
     # answer: the `usage` reported instead of an honest count — a value, or a function of the
     # request body (an upstream that bills the most it may, or one that reports garbage)
     usage: Any = None
+    chunks: Callable[[], Iterable[bytes]] | None = None  # raw: the body, piece by piece
 
 
 def answer(
@@ -42,6 +43,7 @@ def answer(
     reported_model: str | None = None,
     usage: Any = None,
 ) -> Behaviour:
+    """A healthy answer; `usage` replaces the usage object it reports (any JSON value)."""
     return Behaviour(
         kind="answer",
         delay_s=delay_s,
@@ -50,6 +52,27 @@ def answer(
         text=text,
         reported_model=reported_model,
         usage=usage,
+    )
+
+
+def raw(
+    status: int = 200,
+    body: bytes = b"",
+    *,
+    headers: Mapping[str, str] | None = None,
+    chunks: Callable[[], Iterable[bytes]] | None = None,
+    chunk_delay_s: float = 0.0,
+) -> Behaviour:
+    """Exactly these bytes, whatever the request asked: `status`, `headers` (a content-type of
+    application/json unless given) and `body` — or, with `chunks`, a chunked body produced piece
+    by piece as it is sent (so a gigabyte never sits in the fake's memory)."""
+    return Behaviour(
+        kind="raw",
+        status=status,
+        body=body,
+        headers=headers or {},
+        chunks=chunks,
+        chunk_delay_s=chunk_delay_s,
     )
 
 

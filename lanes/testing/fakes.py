@@ -138,8 +138,8 @@ class FakeProvider:
                 if conn.our_state is h11.MUST_CLOSE:
                     return
                 conn.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
-            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            return  # the client left, or a scripted answer broke HTTP on purpose
 
     async def _respond(
         self, conn: h11.Connection, stream: trio.SocketStream, head: h11.Request, raw: bytes
@@ -212,6 +212,8 @@ class FakeProvider:
         if kind == "status":
             await _send_json(conn, stream, behaviour.status, behaviour.body, behaviour.headers)
             return True
+        if kind == "raw":
+            return await _send_raw(conn, stream, behaviour)
         reported = behaviour.reported_model or model
         messages = request.get("messages") or [{}]
         if (
@@ -338,6 +340,23 @@ async def _send_json(
     await _send(conn, stream, h11.EndOfMessage())
 
 
+async def _send_raw(conn: h11.Connection, stream: trio.SocketStream, behaviour: Behaviour) -> bool:
+    names = {k.lower() for k in behaviour.headers}
+    head = [] if "content-type" in names else [("content-type", "application/json")]
+    head += [(k, v) for k, v in behaviour.headers.items()]
+    if behaviour.chunks is None and "content-length" not in names:
+        head.append(("content-length", str(len(behaviour.body))))
+    await _send(conn, stream, h11.Response(status_code=behaviour.status, headers=head))
+    pieces = behaviour.chunks() if behaviour.chunks is not None else [behaviour.body]
+    for i, piece in enumerate(pieces):
+        if behaviour.chunk_delay_s and i:
+            await trio.sleep(behaviour.chunk_delay_s)
+        if piece:
+            await _send(conn, stream, h11.Data(data=piece))
+    await _send(conn, stream, h11.EndOfMessage())
+    return True
+
+
 async def _send_completion(
     conn: h11.Connection,
     stream: trio.SocketStream,
@@ -368,6 +387,14 @@ async def _send_completion(
     return True
 
 
+def stream_events(text: str, model: str) -> list[bytes]:
+    """The SSE events of a healthy streamed answer without usage: role, the words, the finish."""
+    chunks = answers.chunks({}, text, model)
+    for chunk in chunks:
+        chunk.pop("usage", None)
+    return [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
+
+
 async def _send_stream(
     conn: h11.Connection,
     stream: trio.SocketStream,
@@ -384,7 +411,7 @@ async def _send_stream(
     if behaviour.kind == "garbage":
         events = [b"data: {not json\n\n"] * 3
     if (request.get("stream_options") or {}).get("include_usage"):
-        usage = {
+        usage: dict[str, Any] = {
             "id": "chatcmpl-fake",
             "object": "chat.completion.chunk",
             "created": 0,

@@ -86,8 +86,19 @@ class RedisServer:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
 
+    def freeze(self) -> None:
+        """SIGSTOP: the server keeps its sockets open and answers nothing (a hung Redis)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT: a frozen server answers again."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
+            self.thaw()
             self.process.terminate()
             try:
                 self.process.wait(timeout=5)

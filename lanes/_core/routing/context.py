@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
+import attrs
 import trio
 
-from lanes._core.clocks import EpochTime
+from lanes._core.clocks import EpochTime, TrioTime
 from lanes._core.config import Config
 from lanes._core.errors import JobFailed, UnknownModel, UpstreamError
 from lanes._core.job import Candidate, Job
@@ -184,3 +185,16 @@ class Routing:
         return record.failed(
             now=trio.current_time(), next_free=self.next_free(record.job), now_wall=self.now_wall()
         )
+
+
+def open_record(job: Job, config: Config, *, embedding: bool = False) -> JobRecord:
+    """A job's record as it enters a door: its deadline fixed now, and the client's default cohort
+    when the job names none. Raises ValueError for a job at the wrong door."""
+    if job.embedding != embedding:
+        raise ValueError("a job with input goes to embed(); one with messages, not there")
+    now = TrioTime(trio.current_time())
+    deadline_at = job.resolve_deadline(now, config.default_deadline_s)
+    own = config.server.clients.get(job.client)
+    if job.cohort is None and own is not None and own.cohort:
+        job = attrs.evolve(job, cohort=own.cohort)
+    return JobRecord(job, deadline_at=deadline_at, started_at=now)

@@ -39,6 +39,7 @@ from lanes._core.routing.context import Routing
 from lanes._core.routing.policy import PolicyConfig, after_failure, make_plan, needs_of
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.spend import Unbounded, paid_request, worst_case
+from lanes._core.state.store import job_deadline
 
 T = TypeVar("T")
 #: What a door does with an admitted attempt: send it, and return its result (`stack` holds what
@@ -62,6 +63,21 @@ async def walk(
     `exclude` names "lane/model" keys not to try; `require_prefill` keeps only candidates that
     continue a trailing assistant message (both for resuming a broken stream).
     """
+    token = job_deadline.set(record.deadline_at)  # every store call this job waits on ends by it
+    try:
+        return await _walk(routing, record, call, keep, exclude, require_prefill)
+    finally:
+        job_deadline.reset(token)
+
+
+async def _walk(
+    routing: Routing,
+    record: JobRecord,
+    call: Call[T],
+    keep: AsyncExitStack,
+    exclude: frozenset[str],
+    require_prefill: bool,
+) -> T:
     job = record.job
     tried: set[str] = set()
     for round_ in (0, 1):

@@ -1,6 +1,7 @@
 """What every job leaves behind: one audit row (flushed by the state sync), one entry in the list
 of recent jobs (for the status page), its share of the running totals (for `/metrics`), and one
-log line on `lanes.jobs` — never a body."""
+log line on `lanes.jobs` — never a body. Rows wait for the store in a bounded queue: when it is
+down for long, the oldest are dropped and counted."""
 
 from __future__ import annotations
 
@@ -17,8 +18,17 @@ from lanes._core.routing.context import Routing
 from lanes._core.routing.record import JobRecord
 from lanes._core.state.audit import audit_row
 from lanes._core.state.tally import Tally
+from lanes._core.tasks import TaskHealth
 
 job_log = logging.getLogger("lanes.jobs")
+#: Audit rows waiting for the store (it may be down for hours): at most this many, this large.
+MAX_ROWS = 10_000
+MAX_BYTES = 32 * 1024 * 1024
+
+
+def _size(row: Mapping[str, Any]) -> int:
+    """About what a row holds in memory: its text, plus a little per value."""
+    return sum(len(v) if isinstance(v, str) else 16 for v in row.values())
 
 
 class Journal:
@@ -29,21 +39,39 @@ class Journal:
         config: Config,
         now_wall: Callable[[], EpochTime],
         recent: int = 50,
+        health: TaskHealth | None = None,
     ) -> None:
         self._routing = routing
         self._config = config
         self._now_wall = now_wall
-        self._rows: list[dict[str, Any]] = []  # audit rows waiting for the state sync
+        self._health = health
+        self._rows: deque[tuple[int, dict[str, Any]]] = deque()  # (size, row) for the state sync
+        self._bytes = 0
         self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
         self.tally = Tally()  # the running totals /metrics shows
 
     def take_rows(self) -> list[dict[str, Any]]:
-        rows, self._rows = self._rows, []
+        rows = [row for _, row in self._rows]
+        self._rows, self._bytes = deque(), 0
         return rows
 
-    def return_rows(self, rows: list[dict[str, Any]]) -> None:
-        """Rows the store could not take: kept, oldest first, for the next sync."""
-        self._rows[:0] = rows
+    def return_rows(self, rows: list[dict[str, Any]]) -> int:
+        """Rows the store could not take: kept, oldest first, for the next sync — within the
+        bounds (`MAX_ROWS`, `MAX_BYTES`), the oldest dropped first. Returns how many were
+        dropped."""
+        for row in reversed(rows):
+            size = _size(row)
+            self._rows.appendleft((size, row))
+            self._bytes += size
+        return self._trim()
+
+    def _trim(self) -> int:
+        dropped = 0
+        while self._rows and (len(self._rows) > MAX_ROWS or self._bytes > MAX_BYTES):
+            size, _ = self._rows.popleft()
+            self._bytes -= size
+            dropped += 1
+        return dropped
 
     def recent(self) -> tuple[Mapping[str, Any], ...]:
         return tuple(self._recent)
@@ -92,33 +120,34 @@ class Journal:
             usage=usage,
         )
         explored = candidate is not None and record.explored == candidate.key
-        self._rows.append(
-            audit_row(
-                job=job,
-                at=now_wall,
-                request_class=record.request_class,
-                outcome=outcome,
-                route=route,
-                lane=lane or None,
-                model=model or None,
-                attempts=record.attempts,
-                skips=record.skips,
-                latency_s=latency_s,
-                answer=answer,
-                usage=usage,
-                cost_usd=cost,
-                approval=record.approval or "",
-                log_bodies=self._config.log_bodies,
-                explored=explored,
-                privacy=record.privacy,
-                served=candidate,
-                considered=record.plan,
-                paid_before=record.paid_before,
-                paid_after=None
-                if record.paid_before is None
-                else self._routing.ledger.spent_today(),
-            )
+        row = audit_row(
+            job=job,
+            at=now_wall,
+            request_class=record.request_class,
+            outcome=outcome,
+            route=route,
+            lane=lane or None,
+            model=model or None,
+            attempts=record.attempts,
+            skips=record.skips,
+            latency_s=latency_s,
+            answer=answer,
+            usage=usage,
+            cost_usd=cost,
+            approval=record.approval or "",
+            log_bodies=self._config.log_bodies,
+            explored=explored,
+            privacy=record.privacy,
+            served=candidate,
+            considered=record.plan,
+            paid_before=record.paid_before,
+            paid_after=None if record.paid_before is None else self._routing.ledger.spent_today(),
         )
+        size = _size(row)
+        self._rows.append((size, row))
+        self._bytes += size
+        if self._health is not None:
+            self._health.dropped("audit rows", self._trim())
         if explored and outcome == "ok":
             self._routing.ranking.explored_ok += 1
         if self._config.log_jobs:

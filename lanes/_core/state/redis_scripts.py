@@ -112,16 +112,23 @@ if ARGV[1] ~= '0' then redis.call('EXPIREAT', KEYS[1], ARGV[1]) end
 return 1
 """
 
-# KEYS: the probe lease, the scope's backoff. ARGV: holder, ttl (ms). {1}: leased; {0}: another host
-# probes; {2, backoff}: the door is already known closed (a backoff published a moment ago).
+# KEYS: the probe lease, the scope's backoff. ARGV: this lease's token, ttl (ms), the host's token
+# prefix. {1}: leased; {0}: another host probes; {2, backoff}: the door is already known closed (a
+# backoff published a moment ago). A host never waits on its own lease: one it holds (its release
+# not yet flushed) is taken over by its next probe, under a new token.
 LEASE = """
 local b = redis.call('GET', KEYS[2])
 if b then return {2, b} end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, ''} end
+local held = redis.call('GET', KEYS[1])
+if (not held) or string.sub(held, 1, string.len(ARGV[3])) == ARGV[3] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, ''}
+end
 return {0, ''}
 """
 
-# KEYS: the probe lease. ARGV: holder, channel, message. Released only by its holder.
+# KEYS: the probe lease. ARGV: the lease's token, channel, message. Released only under the token
+# it was taken with (not a later lease of the same host).
 RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 redis.call('PUBLISH', ARGV[2], ARGV[3])

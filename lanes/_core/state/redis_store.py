@@ -110,6 +110,7 @@ def redacted(url: str) -> str:
 class RedisStore:
     kind = "redis"
     shared = True
+    lost_reason = ""  # Redis restarted empty, or is met empty for the first time
 
     def __init__(
         self,
@@ -162,9 +163,9 @@ class RedisStore:
         self._grant_writes: dict[str, tuple[float, float]] = {}
         self._switch_writes: dict[str, tuple[bool, float]] = {}
         self._quarantine_writes: dict[str, tuple[str | None, str, float]] = {}
-        self._releases: list[tuple[str, bool, Backoff | None]] = []
+        self._releases: list[tuple[str, bool, Backoff | None, str]] = []
         self._own: dict[str, tuple[int, float]] = {}  # reservation → (day, amount now counted)
-        self._leases: set[str] = set()
+        self._leases: dict[str, str] = {}  # scope → the token of the lease this host holds
 
     @property
     def db(self) -> Any:
@@ -485,16 +486,17 @@ class RedisStore:
         """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`):
         True when taken, False when another host holds it, the scope's backoff when one is in
         force."""
+        token = f"{self.host}:{uuid.uuid4().hex[:8]}"
         outcome, value = self._lease(
             keys=[self._k("probe", scope), self._k("backoff", scope)],
-            args=[self.host, max(1, int(ttl_s * 1000))],
+            args=[token, max(1, int(min(ttl_s, 3600.0) * 1000)), f"{self.host}:"],
         )
         if outcome == 2:
             data = json.loads(value)
             return backoff_from(data)
         if outcome == 1:
             with self._lock:
-                self._leases.add(scope)
+                self._leases[scope] = token
             return True
         return False
 
@@ -503,8 +505,7 @@ class RedisStore:
         same pipeline, so no host can take the lease before the closed door is on record."""
         with self._lock:
             if scope in self._leases:
-                self._leases.discard(scope)
-                self._releases.append((scope, ok, backoff))
+                self._releases.append((scope, ok, backoff, self._leases.pop(scope)))
 
     # -- the sync ---------------------------------------------------------------------------
     @_guarded
@@ -624,13 +625,13 @@ class RedisStore:
                 else:
                     pipe.hdel(self._k("switch"), lane)
                 pipe.publish(self.channel, self._publish_message("switch", lane=lane, off=off))
-            for scope, ok, backoff in releases:
+            for scope, ok, backoff, token in releases:
                 if backoff is not None:
                     self._queue_backoffs(pipe, {scope: backoff}, None)
                 self._release(
                     keys=[self._k("probe", scope)],
                     args=[
-                        self.host,
+                        token,
                         self.channel,
                         self._publish_message("probe", scope=scope, ok=ok),
                     ],

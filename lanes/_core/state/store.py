@@ -19,6 +19,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -26,7 +27,8 @@ import attrs
 import trio
 
 from lanes._core.state import audit_tables
-from lanes.freetier.backoff import Backoff
+from lanes._core.state.sqlite_file import connect, identity, reopen
+from lanes.freetier.backoff import LADDERS, Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
 from lanes.freetier.windows import WINDOWS, window_id
 from lanes.freetier.windows import Key as UsageCounterKey
@@ -90,16 +92,26 @@ class LocalView:
     switched_off: frozenset[str]
 
 
+#: The deadline (trio's clock) of the job on whose behalf store calls are made now, if any: set by
+#: the walk, so every store call a job waits on is bounded by that job's deadline.
+job_deadline: ContextVar[float | None] = ContextVar("lanes_job_deadline", default=None)
+
+
 async def call(store: Store, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run one store call from trio: inline for a local store (SQLite: a short local transaction,
     cheaper than a thread hop, and deterministic under the autojump clock), in a worker thread
     bounded by the store's limiter for a networked one (Redis), so the event loop never waits on a
-    socket."""
+    socket. Inside a job (`job_deadline` set) the wait ends at the job's deadline: the thread is
+    abandoned to finish on its own and `StoreUnavailable` is raised."""
     if store.limiter is None:
         return fn(*args, **kwargs)
-    return await trio.to_thread.run_sync(
-        functools.partial(fn, *args, **kwargs), limiter=store.limiter
-    )
+    work = functools.partial(fn, *args, **kwargs)
+    deadline = job_deadline.get()
+    if deadline is None:
+        return await trio.to_thread.run_sync(work, limiter=store.limiter)
+    with trio.move_on_at(deadline):
+        return await trio.to_thread.run_sync(work, limiter=store.limiter, abandon_on_cancel=True)
+    raise StoreUnavailable(f"{store.where}: no answer before the job's deadline")
 
 
 class Store(Protocol):
@@ -122,6 +134,8 @@ class Store(Protocol):
     def up(self) -> bool: ...
     @property
     def where(self) -> str: ...  # the file, or the Redis URL without its password
+    @property
+    def lost_reason(self) -> str: ...  # why the last `begin_sync` asked for a reseed ("": unknown)
     @property
     def db(self) -> Any: ...  # a sqlite-utils view of this host's file (audit, canary answers)
 
@@ -176,43 +190,54 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Give a file made by an older version the columns this one writes and reads."""
+    for table, columns in _ADDED.items():
+        have = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+        for name, kind in columns:
+            if name not in have:
+                conn.execute(f'ALTER TABLE "{table}" ADD COLUMN {name} {kind}')
+    conn.execute("CREATE INDEX IF NOT EXISTS idx_paid_ledger_client ON paid_ledger (day, client)")
+    audit_tables.migrate(conn)
+
+
 class SQLiteStore:
-    """The default store: one SQLite file; `:memory:` keeps everything in this process only."""
+    """The default store: one SQLite file; `:memory:` keeps everything in this process only.
+
+    The file is checked at every sync and before every paid reservation: when it was deleted or
+    replaced under this process, paid reservations are refused (`StoreUnavailable`) until the file
+    at the path has been opened again — created afresh when missing — and this process's view
+    (counts, spend, backoffs, its own unexpired paid reservations, kill switches) written back into
+    it, as with a Redis that lost its data (see `begin_sync` and `reseed`)."""
 
     kind = "sqlite"
     shared = False
     limiter: trio.CapacityLimiter | None = None
     listen_limiter: trio.CapacityLimiter | None = None
-    up = True
 
     def __init__(self, path: str) -> None:
         self.where = path
-        if path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            path = str(Path(path).expanduser())
-        self._conn = sqlite3.connect(
-            path, check_same_thread=False, timeout=0.25, isolation_level=None
-        )
+        self._path = path if path == ":memory:" else str(Path(path).expanduser())
+        self._conn = connect(self._path, _SCHEMA + audit_tables.SCHEMA, _migrate)
+        self._identity = identity(self._path) if self._path != ":memory:" else None
         self._lock = threading.Lock()
         self._db: Any = None
-        if path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-        with self._conn:
-            self._conn.executescript(_SCHEMA + audit_tables.SCHEMA)
-            self._migrate()
-            audit_tables.migrate(self._conn)
+        self.up = True  # False from a deleted or replaced file until it is reopened and reseeded
+        self.lost_reason = ""  # why the last reseed was needed, for the sync's one log line
+        # this process's paid reservations of today and yesterday: (day, amount, lane, model, job,
+        # cohort, client, settled); written back when the file is found replaced
+        self._own: dict[
+            str, tuple[int, float, str, str, str, str | None, str | None, float | None]
+        ] = {}
 
-    def _migrate(self) -> None:
-        """Give a file made by an older version the columns this one writes and reads."""
-        for table, columns in _ADDED.items():
-            have = {row[1] for row in self._conn.execute(f'PRAGMA table_info("{table}")')}
-            for name, kind in columns:
-                if name not in have:
-                    self._conn.execute(f'ALTER TABLE "{table}" ADD COLUMN {name} {kind}')
-        self._conn.execute(
-            "CREATE INDEX IF NOT EXISTS idx_paid_ledger_client ON paid_ledger (day, client)"
-        )
+    def _moved(self) -> str:
+        """Why the file at the path is no longer the one this process opened ('' when it is)."""
+        if self._path == ":memory:":
+            return ""
+        now = identity(self._path)
+        if now == self._identity:
+            return ""
+        return "the state file was deleted" if now is None else "the state file was replaced"
 
     @property
     def db(self) -> Any:
@@ -276,10 +301,13 @@ class SQLiteStore:
             rows = self._conn.execute(
                 "SELECT scope, until, step, reason, source FROM backoff WHERE until > ?", (now,)
             ).fetchall()
-        return [
-            (scope, Backoff(until=until, step=step, reason=reason, source=source))
-            for scope, until, step, reason, source in rows
-        ]
+        out = []
+        for scope, until, step, reason, source in rows:
+            try:
+                out.append((scope, backoff_from({"u": until, "s": step, "r": reason, "o": source})))
+            except (ValueError, TypeError, KeyError):
+                continue  # a row we can not read is skipped, never fatal
+        return out
 
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None:
         with self._lock, self._conn:
@@ -319,6 +347,7 @@ class SQLiteStore:
         would cross `ceiling` — or, for a `client` with a ceiling of its own, `client_ceiling`.
         Unsettled reservations count in full, so a crash never under-counts."""
         reservation = f"{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
+        self._check_file()
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -339,6 +368,8 @@ class SQLiteStore:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
+            if self._path != ":memory:":
+                self._own[reservation] = (day, amount, lane, model, job, cohort, client, None)
         return reservation
 
     def settle_paid(self, reservation: str, cost: float) -> None:
@@ -347,6 +378,8 @@ class SQLiteStore:
             self._conn.execute(
                 "UPDATE paid_ledger SET settled = ? WHERE id = ?", (cost, reservation)
             )
+            if reservation in self._own:
+                self._own[reservation] = (*self._own[reservation][:7], cost)
 
     def paid_spent(self, day: int, client: str | None = None) -> float:
         with self._lock:
@@ -494,11 +527,69 @@ class SQLiteStore:
     def listen(self, timeout_s: float) -> list[dict[str, Any]]:
         return []  # the processes sharing a file hear of each other at the next sync
 
+    def _check_file(self) -> None:
+        """Raise `StoreUnavailable` while the file this process opened is not the one at the path
+        (deleted or replaced) or has not been reseeded since: paid stays closed meanwhile."""
+        moved = self._moved()
+        if moved:
+            self.up = False
+            self.lost_reason = moved
+        if not self.up:
+            raise StoreUnavailable(
+                f"{self.lost_reason or 'the state file changed'} ({self.where}); paid fallback "
+                "closed until it is reopened"
+            )
+
     def begin_sync(self, now: float) -> bool:
-        return False  # a file does not forget: nothing to push back
+        """True when the file at the path is not the one this process opened (deleted, or replaced
+        by another process's new file) or not yet reseeded: it is opened again — created when
+        missing — and the caller passes its view to `reseed`."""
+        day = window_id("day", now)
+        with self._lock:
+            self._own = {r: row for r, row in self._own.items() if row[0] >= day - 1}
+        moved = self._moved()
+        if not moved and self.up:
+            return False
+        if moved:
+            self.up = False
+            self.lost_reason = moved
+            with self._lock:
+                self._conn.close()  # the old file's last writes go with it, into our view
+                self._conn = reopen(self._path, _SCHEMA + audit_tables.SCHEMA, _migrate)
+                self._identity = identity(self._path)
+                self._db = None
+        return True
 
     def reseed(self, view: LocalView, now: float) -> None:
-        pass
+        """Write this process's view into a file that lost it: counts and spend by maximum, backoffs
+        by the later deadline, its own paid reservations, its kill switches; then reopen paid."""
+        usage = [(*key, count) for key, count in view.usage]
+        spend = [(lane, period, usd) for (lane, period), usd in view.spend.items()]
+        with self._lock, self._conn:
+            self._conn.executemany(
+                "INSERT INTO usage (scope, dimension, window, window_id, count) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, dimension, window, window_id) "
+                "DO UPDATE SET count = MAX(count, excluded.count)",
+                usage,
+            )
+            self._conn.executemany(
+                "INSERT INTO spend (lane, period, usd) VALUES (?, ?, ?) "
+                "ON CONFLICT (lane, period) DO UPDATE SET usd = MAX(usd, excluded.usd)",
+                spend,
+            )
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO paid_ledger "
+                "(id, day, reserved, lane, model, job, cohort, client, settled) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(r, *row) for r, row in self._own.items()],
+            )
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO switch (lane, at) VALUES (?, ?)",
+                [(lane, now) for lane in view.switched_off],
+            )
+        self.put_backoffs({s: b for s, b in view.backoffs.items() if b.until > now}, now)
+        self.put_snapshots(view.snapshots)
+        self.up = True
 
     def flush(self) -> None:
         pass
@@ -519,8 +610,15 @@ def backoff_fields(backoff: Backoff) -> dict[str, Any]:
 
 def backoff_from(data: dict[str, Any]) -> Backoff:
     """The inverse of `backoff_fields`; KeyError / TypeError / ValueError for a record we can not
-    read."""
-    return Backoff(until=float(data["u"]), step=int(data["s"]), reason=data["r"], source=data["o"])
+    read (a deadline out of bounds included: see `Backoff`)."""
+    reason, source = data["r"], data["o"]
+    if reason not in LADDERS or not isinstance(source, str):
+        raise ValueError("not a backoff record")
+    try:
+        until, step = float(data["u"]), int(data["s"])
+    except OverflowError as exc:  # an integer too large for a float, an infinite step
+        raise ValueError("not a backoff record") from exc
+    return Backoff(until=until, step=step, reason=reason, source=source[:80])
 
 
 def _snapshot_data(snapshot: RateLimitSnapshot) -> dict[str, Any]:

@@ -4,9 +4,15 @@ Every half second (sooner when a backoff, a kill switch or a probe result must r
 hosts) the pending counts, spend, backoffs, snapshots, audit rows and queued writes go to the store,
 and the totals other processes wrote come back into the local view that every routing decision
 reads. With SQLite the calls run inline (see `store.call`); with Redis they run in a worker thread,
-and a second task applies what other hosts publish as it arrives. A store that fails is one log line
-per failure streak: the rows wait for the next try, quotas and backoffs carry on from the local
-view, and the paid ledger stays closed (see `Governors.reserve`) until a sync succeeds again.
+and a second task applies what other hosts publish as it arrives.
+
+Neither task can die. A store that can not be reached is one log line per failure streak: the rows
+wait for the next try — in bounded queues (usage coalesced by key, ended windows and expired
+backoffs dropped, audit rows capped by the journal) — quotas and backoffs carry on from the local
+view, and the paid ledger stays closed (see `Ledger.reserve`) until a sync succeeds again. A batch
+the store *refuses* — any other exception, or a shared store that answered the sync's first call
+and then failed the same batch three times — is a poison batch: dropped and counted, never retried
+for ever. Every failure is reported to the task's `TaskHealth` (`/ready`, `/metrics`).
 """
 
 from __future__ import annotations
@@ -19,17 +25,27 @@ from typing import Any, Protocol
 import trio
 
 from lanes._core.state.store import STORE_ERRORS, LocalView, Store, UsageKey, backoff_from, call
+from lanes._core.tasks import TaskHealth
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.manager import FreeTierManager
+from lanes.freetier.windows import window_id
 
 log = logging.getLogger("lanes")
+POISON_STRIKES = 3  # a shared store that answers but fails one batch this often: the batch is bad
+Totals = tuple[
+    list[tuple[UsageKey, int]],
+    dict[tuple[str, int], float],
+    list[tuple[str, Backoff]],
+    dict[str, str],
+    set[str],
+]
 
 
 class SyncPeer(Protocol):
     """What the state sync asks of the dispatcher (it never reaches into its attributes)."""
 
     def take_audit_rows(self) -> list[dict[str, Any]]: ...
-    def return_audit_rows(self, rows: list[dict[str, Any]]) -> None: ...
+    def return_audit_rows(self, rows: list[dict[str, Any]]) -> int: ...
     def switches(self) -> frozenset[str]: ...
     def apply_switch(self, lane: str, off: bool) -> bool: ...
     def quarantine(self) -> dict[str, str]: ...
@@ -37,16 +53,64 @@ class SyncPeer(Protocol):
     def probe_answered(self, scope: str, ok: bool) -> None: ...
 
 
+class _Batch:
+    """What one sync takes from the manager and the journal, to write or to give back."""
+
+    def __init__(self, manager: FreeTierManager, peer: SyncPeer) -> None:
+        self.usage, self.spend, self.backoffs, self.snapshots = manager.take_pending()
+        self.audit = peer.take_audit_rows()
+
+    def written(self, part: str) -> None:
+        """`part` is in the store: neither given back (no double count) nor counted as dropped."""
+        if part == "audit":
+            self.audit = []
+        elif part == "usage":
+            self.usage, self.spend = [], {}
+        elif part == "backoffs":
+            self.backoffs = {}
+        else:
+            self.snapshots = {}
+
+    def give_back(self, manager: FreeTierManager, peer: SyncPeer, now: float) -> int:
+        """Queue what was not written again for the next try, bounded; returns the audit rows
+        dropped to stay within the bound."""
+        usage: dict[UsageKey, int] = {}
+        for counter, delta in [*self.usage, *manager.pending_usage]:
+            if counter[3] >= window_id(counter[2], now):  # an ended window is read by no one
+                usage[counter] = usage.get(counter, 0) + delta
+        manager.pending_usage = list(usage.items())
+        for period, usd in self.spend.items():
+            manager.pending_spend[period] = manager.pending_spend.get(period, 0.0) + usd
+        live = {s: b for s, b in self.backoffs.items() if b.until > now}
+        manager.changed_backoffs = {**live, **manager.changed_backoffs}
+        manager.changed_snapshots = {**self.snapshots, **manager.changed_snapshots}
+        return peer.return_audit_rows(self.audit)
+
+    def count(self) -> str:
+        return (
+            f"{len(self.audit)} audit rows, {len(self.usage)} usage counts, "
+            f"{len(self.backoffs)} backoffs, {len(self.snapshots)} header snapshots"
+        )
+
+
 class StateSync:
-    def __init__(self, manager: FreeTierManager, store: Store, peer: SyncPeer) -> None:
+    def __init__(
+        self,
+        manager: FreeTierManager,
+        store: Store,
+        peer: SyncPeer,
+        health: TaskHealth,
+        listener: TaskHealth | None = None,
+    ) -> None:
         self.manager = manager
         self.store = store
         self.peer = peer
+        self.health = health
+        self.listener = listener or health
         self._last_switches: set[str] = set()
-        self._synced = (
-            False  # until the first successful sync (switches found then were kept, not thrown now)
-        )
+        self._synced = False  # until the first successful sync (switches found then were kept)
         self._failing = False
+        self._strikes = 0  # batches in a row a reachable shared store failed
         self._kick = trio.Event()
 
     def kick(self) -> None:
@@ -70,32 +134,36 @@ class StateSync:
         )
 
     async def sync(self, now: float) -> None:
+        """One round: never raises (but for cancellation); failures go to the task's health."""
+        try:
+            await self._sync(now)
+        except Exception as exc:  # the sync must not die: the next round tries again
+            self.health.failed(exc, "sync failed")
+        await trio.lowlevel.checkpoint()
+
+    async def _sync(self, now: float) -> None:
+        for lane, what in self.manager.take_clamped():
+            log.warning("lane %s: %s out of bounds; clamped (said once)", lane, what)
         try:
             lost = await call(self.store, self.store.begin_sync, now)
         except STORE_ERRORS as exc:
             self._failed(exc)
             return
-        usage, spend, backoffs, snapshots = self.manager.take_pending()
-        audit = self.peer.take_audit_rows()
+        batch = _Batch(self.manager, self.peer)
         view = self._view() if lost else None  # taken with the pending rows: it already holds them
-        reseeded = False
 
-        def work() -> tuple[
-            list[tuple[UsageKey, int]],
-            dict[tuple[str, int], float],
-            list[tuple[str, Backoff]],
-            dict[str, str],
-            set[str],
-        ]:
-            nonlocal reseeded
+        def work() -> Totals:
             if view is not None:
                 self.store.reseed(view, now)
-                reseeded = True
-            self.store.add_audit(audit)
-            if not reseeded:
-                self.store.add_usage(usage, spend)
-            self.store.put_backoffs(backoffs, now)
-            self.store.put_snapshots(snapshots)
+                batch.written("usage")  # the view held the pending counts
+            self.store.add_audit(batch.audit)
+            batch.written("audit")
+            self.store.add_usage(batch.usage, batch.spend)
+            batch.written("usage")
+            self.store.put_backoffs(batch.backoffs, now)
+            batch.written("backoffs")
+            self.store.put_snapshots(batch.snapshots)
+            batch.written("snapshots")
             self.store.flush()
             return (
                 self.store.usage_totals(now),
@@ -106,24 +174,40 @@ class StateSync:
             )
 
         try:
-            totals, spends, others, quarantined, switches = await call(self.store, work)
-        except STORE_ERRORS as exc:
-            if not reseeded:  # keep them for the next try
-                self.manager.pending_usage[:0] = usage
-                for key, usd in spend.items():
-                    self.manager.pending_spend[key] = self.manager.pending_spend.get(key, 0.0) + usd
-            self.manager.changed_backoffs = {**backoffs, **self.manager.changed_backoffs}
-            self.peer.return_audit_rows(audit)
+            totals = await call(self.store, work)
+        except Exception as exc:  # an outage, or a batch the store refuses
+            self._not_written(batch, exc, now)
+            return
+        self._strikes = 0
+        self._written(totals, now, reseeded=view is not None)
+
+    def _not_written(self, batch: _Batch, exc: Exception, now: float) -> None:
+        """Give the unwritten part of the batch back for the next try — unless the store refused
+        it (any error but an outage, or the same shared store failing it thrice): then drop it."""
+        outage = isinstance(exc, STORE_ERRORS)
+        self._strikes = self._strikes + 1 if outage and self.store.shared else 0
+        if outage and self._strikes < POISON_STRIKES:
+            self.health.dropped("audit rows", batch.give_back(self.manager, self.peer, now))
             self._failed(exc)
             return
-        if self._failing or reseeded:
+        self._strikes = 0
+        self.health.dropped("poison batches")
+        self.health.dropped("audit rows", len(batch.audit))
+        self.health.failed(exc, f"the store refused a batch; dropped it ({batch.count()})")
+
+    def _written(self, totals: Totals, now: float, *, reseeded: bool) -> None:
+        usage, spends, others, quarantined, switches = totals
+        if reseeded:
             log.warning(
-                "state store: %s%s",
-                "reachable again" if self._failing else "empty at first contact",
-                "; this host's view pushed back" if reseeded else "",
+                "state store: %s (%s); this host's view written back, paid fallback open",
+                self.store.lost_reason or "empty at first contact",
+                self.store.where,
             )
+        elif self._failing:
+            log.warning("state store: reachable again")
         self._failing = False
-        self.manager.usage.merge(totals)
+        self.health.ok()
+        self.manager.usage.merge(usage)
         self.manager.merge_spend(spends)
         self.manager.merge_backoffs(others)
         self.manager.usage.prune(now)
@@ -134,7 +218,6 @@ class StateSync:
             self._switch(lane, False)
         self._last_switches = switches
         self._synced = True
-        await trio.lowlevel.checkpoint()
 
     def _failed(self, exc: Exception) -> None:
         """One log line per failure streak."""
@@ -150,6 +233,7 @@ class StateSync:
                     "state store: write failed (%s); counting in memory until it recovers", exc
                 )
         self._failing = True
+        self.health.failed(exc, "state store unavailable", logged=True)
 
     def _switch(self, lane: str, off: bool, *, first: bool = False) -> None:
         if not self.peer.apply_switch(lane, off):
@@ -174,22 +258,32 @@ class StateSync:
         self.peer.apply_quarantine(current)
 
     def apply(self, events: list[dict[str, Any]]) -> None:
-        """Apply what other hosts published: backoffs, probe results, kill switches."""
+        """Apply what other hosts published: backoffs, probe results, kill switches. A message that
+        can not be read is dropped (and counted), never fatal."""
         for event in events:
             try:
-                kind = event["t"]
-                if kind == "backoff":
-                    self.manager.merge_backoffs([(event["scope"], backoff_from(event))])
-                elif kind == "probe":
-                    self.peer.probe_answered(event["scope"], bool(event["ok"]))
-                elif kind == "switch":
-                    self._switch(event["lane"], bool(event["off"]))
-            except (KeyError, TypeError, ValueError):
-                continue  # a message we can not read changes nothing
+                self._apply(event)
+            except Exception:  # another host's message we can not read changes nothing
+                self.listener.dropped("unreadable events")
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind, subject = event["t"], event.get("scope", event.get("lane"))
+        if kind == "grant":
+            return  # the store applied it to its cache as it arrived
+        if not isinstance(subject, str):
+            raise TypeError("a message names no scope or lane")
+        if kind == "backoff":
+            self.manager.merge_backoffs([(subject, backoff_from(event))])
+        elif kind == "probe":
+            self.peer.probe_answered(subject, event["ok"] is True)
+        elif kind == "switch":
+            self._switch(subject, event["off"] is True)
+        else:
+            raise ValueError(f"an unknown message {kind!r}")
 
     async def run(self, wall_now: Callable[[], float], interval_s: float = 0.5) -> None:
         """Sync every `interval_s` (or when kicked) until cancelled; a last sync runs shielded on
-        the way out."""
+        the way out (for at most a few seconds)."""
         try:
             while True:
                 with trio.move_on_after(interval_s):
@@ -197,12 +291,12 @@ class StateSync:
                 self._kick = trio.Event()
                 await self.sync(wall_now())
         finally:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True), trio.move_on_after(5.0):
                 await self.sync(wall_now())
 
     async def listen(self) -> None:
         """For a shared store: apply other hosts' changes as they are published (retrying while it
-        is down)."""
+        is down). Never dies: an outage is the sync's to report, anything else is this task's."""
         while True:
             try:
                 events = await trio.to_thread.run_sync(
@@ -211,7 +305,13 @@ class StateSync:
                     limiter=self.store.listen_limiter,
                     abandon_on_cancel=True,
                 )
-            except STORE_ERRORS:
+            except STORE_ERRORS as exc:
+                self.listener.failed(exc, "not hearing other hosts", logged=True)
                 await trio.sleep(1.0)  # the sync logs the outage and notices the return
                 continue
+            except Exception as exc:
+                self.listener.failed(exc, "listening failed")
+                await trio.sleep(1.0)
+                continue
+            self.listener.ok()
             self.apply(events)

@@ -3,18 +3,19 @@
 A model is free only if the provider says so: zero prompt *and* completion price, a `:free`-style
 name its free-tier kind covers, a kind that covers the whole provider, or the user's config. An
 unknown price is not free. Entries that can not be read are skipped; the function never raises.
+Prices and context windows are bounded (`prices.price`, `MAX_CONTEXT`): one beyond is unknown.
 """
 
 from __future__ import annotations
 
 # lanes: pure
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from lanes.freetier.kinds import FreeModelsOnly, FreeTierKind, NoFreeTier
+from lanes.freetier.prices import bounded, price
 
 
 @attrs.frozen(kw_only=True)
@@ -34,17 +35,12 @@ class ModelRecord:
         return self.input_usd_per_mtok == 0.0 and self.output_usd_per_mtok == 0.0
 
 
-def _num(value: Any) -> float | None:
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        return None
-    return result if math.isfinite(result) and result >= 0 else None
+MAX_CONTEXT = 1_000_000_000  # tokens: a larger context window is garbage, not a model
 
 
 def _int(value: Any) -> int | None:
-    number = _num(value)
-    return int(number) if number is not None and number > 0 else None
+    number = bounded(value, 1.0, MAX_CONTEXT)
+    return None if number is None else int(number)
 
 
 def _entries(document: Any) -> list[Mapping[str, Any]]:
@@ -83,14 +79,15 @@ def _record(style: str, item: Mapping[str, Any]) -> ModelRecord:
     )
     if style == "per_token_prices":
         pricing = item.get("pricing") or {}
-        per_token_in, per_token_out = _num(pricing.get("prompt")), _num(pricing.get("completion"))
+        per_token_in = price(pricing.get("prompt"), scale=1e6)
+        per_token_out = price(pricing.get("completion"), scale=1e6)
         parameters = set(item.get("supported_parameters") or [])
         modalities = set((item.get("architecture") or {}).get("input_modalities") or [])
         return ModelRecord(
             id=model_id,
             context=context,
-            input_usd_per_mtok=None if per_token_in is None else per_token_in * 1e6,
-            output_usd_per_mtok=None if per_token_out is None else per_token_out * 1e6,
+            input_usd_per_mtok=per_token_in,
+            output_usd_per_mtok=per_token_out,
             tools="tools" in parameters if parameters else None,
             vision="image" in modalities if modalities else None,
             json_mode="response_format" in parameters if parameters else None,
@@ -103,8 +100,8 @@ def _record(style: str, item: Mapping[str, Any]) -> ModelRecord:
         return ModelRecord(
             id=model_id,
             context=context,
-            input_usd_per_mtok=_num(pricing.get("input")),
-            output_usd_per_mtok=_num(pricing.get("output")),
+            input_usd_per_mtok=price(pricing.get("input")),
+            output_usd_per_mtok=price(pricing.get("output")),
         )
     if style == "prefixed_ids":
         return ModelRecord(id=model_id.removeprefix("models/"), context=context)

@@ -3,6 +3,12 @@
 httpx2's own exceptions are translated here, once, into the tree in `errors.py`. No function here
 takes a timeout: the caller's cancel scope (the job's deadline, the lane's cap) bounds every await,
 and `trio.Cancelled` always passes through untouched.
+
+No answer is ever read whole before it is measured: a body is read in pieces (decompressed in
+pieces by httpx2) and reading stops at the caller's cap — `max_bytes` for a JSON answer, a catalog
+or a balance (a fault, category `too_large`), `MAX_ERROR_BODY` for an error body (cut, which is
+enough to classify it), `max_event_bytes` for one event of a stream (a fault). What is parsed is
+strict JSON (`strictjson`): NaN, lone surrogates or absurd nesting from an upstream are garbage.
 """
 
 from __future__ import annotations
@@ -16,8 +22,15 @@ import attrs
 import httpx2
 import trio
 
+from lanes._core import strictjson
 from lanes._core.errors import FinalError, RetryableError, UpstreamError
-from lanes._core.upstream.responses import check_completion, classify_status, parse_body, redact
+from lanes._core.upstream.responses import (
+    MAX_DEPTH,
+    check_completion,
+    classify_status,
+    parse_body,
+    redact,
+)
 from lanes._core.upstream.sse import SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024
@@ -54,7 +67,7 @@ def encode(body: Mapping[str, Any]) -> bytes:
     infinity, lone surrogates, objects): the request is at fault, so no other lane is tried."""
     try:
         return json.dumps(body, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode()
-    except (ValueError, TypeError, UnicodeEncodeError) as exc:
+    except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:
         raise FinalError(
             f"the request can not be encoded as JSON ({type(exc).__name__}: {str(exc)[:80]})",
             status=400,
@@ -64,20 +77,49 @@ def encode(body: Mapping[str, Any]) -> bytes:
 
 
 def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    return {**headers, "Content-Type": "application/json"}
+    # only what httpx2 decodes in bounded pieces; never an encoding we could not read
+    return {**headers, "Content-Type": "application/json", "Accept-Encoding": "gzip, deflate"}
+
+
+def _too_large(what: str, limit: int) -> RetryableError:
+    return RetryableError(f"{what} over {limit} bytes: not read further", category="too_large")
+
+
+async def _read_json(response: httpx2.Response, limit: int, secrets: Iterable[str]) -> bytes:
+    """A 2xx body, read in pieces up to `limit` decoded bytes; `RetryableError` beyond."""
+    declared = response.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise _too_large("answer", limit)
+    parts, size = [], 0
+    try:
+        async for part in response.aiter_bytes():
+            size += len(part)
+            if size > limit:
+                raise _too_large("answer", limit)
+            parts.append(part)
+    except httpx2.HTTPError as exc:
+        raise _transport_error(exc, secrets) from exc
+    return b"".join(parts)
 
 
 class ChunkReader:
     """Reads one upstream SSE stream. `receive()` is bounded only by the caller's cancel scope."""
 
-    def __init__(self, response: httpx2.Response, secrets: Iterable[str]) -> None:
+    def __init__(
+        self,
+        response: httpx2.Response,
+        secrets: Iterable[str],
+        *,
+        max_event_bytes: int = 1024 * 1024,
+    ) -> None:
         self.headers = {k.lower(): v for k, v in response.headers.items()}
         self.finish_reason: str | None = None
         self.usage: Mapping[str, Any] | None = None
         self.malformed = 0  # chunks that were not JSON objects, skipped
         self.saw_done = False
         self._bytes = response.aiter_bytes()
-        self._decoder = SSEDecoder()
+        self._max_event = max_event_bytes
+        self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
         self._secrets = tuple(secrets)
         self._ended = False
 
@@ -108,6 +150,9 @@ class ChunkReader:
         return self._decode(self._decoder.feed(raw))
 
     def _decode(self, events: list[str]) -> list[dict[str, Any]]:
+        if self._decoder.oversized:
+            self._ended = True
+            raise _too_large("a stream event", self._max_event)
         chunks = []
         for data in events:
             if self.saw_done:
@@ -117,11 +162,11 @@ class ChunkReader:
                 self._ended = True
                 break
             try:
-                chunk = json.loads(data)
+                chunk = strictjson.loads(data, max_depth=MAX_DEPTH)
             except ValueError:
                 self.malformed += 1
                 continue
-            if not isinstance(chunk, dict):
+            if not _chunk_shaped(chunk):
                 self.malformed += 1
                 continue
             if "error" in chunk and not chunk.get("choices"):
@@ -129,12 +174,33 @@ class ChunkReader:
                 error = classify_status(502, self.headers, chunk, secrets=self._secrets)
                 raise RetryableError(f"error event in stream: {error}", category="stream_error")
             for choice in chunk.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason"):
+                if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                     self.finish_reason = choice["finish_reason"]
-            if chunk.get("usage"):
+            if isinstance(chunk.get("usage"), dict) and chunk["usage"]:
                 self.usage = chunk["usage"]
             chunks.append(chunk)
         return chunks
+
+
+def _chunk_shaped(chunk: Any) -> bool:
+    """An object whose `choices`, if any, are objects whose `delta`, if any, is an object whose
+    `content`, if any, is text: what the relay and stream recovery may read without checking."""
+    if not isinstance(chunk, dict):
+        return False
+    choices = chunk.get("choices")
+    if choices is None:
+        return True
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return False
+        delta = choice.get("delta")
+        if delta is not None and not (
+            isinstance(delta, dict) and isinstance(delta.get("content", ""), (str, type(None)))
+        ):
+            return False
+    return True
 
 
 class Upstream:
@@ -151,55 +217,56 @@ class Upstream:
         body: Mapping[str, Any],
         secrets: Iterable[str] = (),
         check: Callable[[Any], Mapping[str, Any]] = check_completion,
+        max_bytes: int = 8 * 1024 * 1024,
     ) -> Response:
-        """POST a request; return the parsed 2xx body (a usable completion, or what `check`
-        accepts) or raise an `UpstreamError`."""
+        """POST a request; return the parsed 2xx body (at most `max_bytes`: a usable completion,
+        or what `check` accepts) or raise an `UpstreamError`."""
+        async with self._post(url, headers, body, secrets) as (response, lower):
+            raw = await _read_json(response, max_bytes, secrets)
         try:
-            response = await self._client.post(
-                url, content=encode(body), headers=_json_headers(headers)
-            )
-        except httpx2.HTTPError as exc:
-            raise _transport_error(exc, secrets) from exc
-        lower = {k.lower(): v for k, v in response.headers.items()}
-        parsed = parse_body(response.content)
-        if not 200 <= response.status_code < 300:
-            raise classify_status(response.status_code, lower, parsed, secrets=secrets)
-        try:
-            completion = check(parsed)
+            completion = check(parse_body(raw))
         except UpstreamError as exc:
             exc.status, exc.headers = response.status_code, lower
             raise
-        return Response(
-            status=response.status_code, headers=lower, body=completion, raw=response.content
-        )
+        return Response(status=response.status_code, headers=lower, body=completion, raw=raw)
 
     async def get_json(
-        self, url: str, *, headers: Mapping[str, str], secrets: Iterable[str] = ()
-    ) -> Any:
-        """GET a JSON document (a balance or catalog endpoint); raise an `UpstreamError`
-        otherwise."""
-        try:
-            response = await self._client.get(url, headers=dict(headers))
-        except httpx2.HTTPError as exc:
-            raise _transport_error(exc, secrets) from exc
-        parsed = parse_body(response.content)
-        if not 200 <= response.status_code < 300:
-            raise classify_status(response.status_code, {}, parsed, secrets=secrets)
-        return parsed
-
-    @asynccontextmanager
-    async def open_stream(
         self,
         url: str,
         *,
         headers: Mapping[str, str],
-        body: Mapping[str, Any],
         secrets: Iterable[str] = (),
-    ) -> AsyncIterator[ChunkReader]:
-        """Open an SSE completion stream; a non-2xx answer raises before anything is yielded."""
+        max_bytes: int = 8 * 1024 * 1024,
+    ) -> Any:
+        """GET a JSON document (a balance or catalog endpoint, at most `max_bytes`); raise an
+        `UpstreamError` otherwise."""
+        headers = {**headers, "Accept-Encoding": "gzip, deflate"}
+        request = self._client.build_request("GET", url, headers=headers)
+        async with self._exchange(request, secrets) as (response, _):
+            return parse_body(await _read_json(response, max_bytes, secrets))
+
+    @asynccontextmanager
+    async def _post(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: Mapping[str, Any],
+        secrets: Iterable[str],
+    ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
+        """POST `body` as JSON: `_exchange`."""
         request = self._client.build_request(
             "POST", url, content=encode(body), headers=_json_headers(headers)
         )
+        async with self._exchange(request, secrets) as answer:
+            yield answer
+
+    @asynccontextmanager
+    async def _exchange(
+        self, request: httpx2.Request, secrets: Iterable[str]
+    ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
+        """Send `request`; yield a 2xx response (its body left for the caller to read, in
+        pieces) with its headers in lower case. A non-2xx answer is classified from its first
+        bytes and raised."""
         try:
             response = await self._client.send(request, stream=True)
         except httpx2.HTTPError as exc:
@@ -209,19 +276,34 @@ class Upstream:
             if not 200 <= response.status_code < 300:
                 raw = await _read_capped(response, secrets)
                 raise classify_status(response.status_code, lower, parse_body(raw), secrets=secrets)
+            yield response, lower
+        finally:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+
+    @asynccontextmanager
+    async def open_stream(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        body: Mapping[str, Any],
+        secrets: Iterable[str] = (),
+        max_event_bytes: int = 1024 * 1024,
+    ) -> AsyncIterator[ChunkReader]:
+        """Open an SSE completion stream; a non-2xx answer raises before anything is yielded."""
+        async with self._post(url, headers, body, secrets) as (response, lower):
             content_type = lower.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "text/event-stream":
                 raise RetryableError(
                     f"malformed stream: content-type {content_type or 'missing'!r}",
                     category="malformed",
                 )
-            yield ChunkReader(response, secrets)
-        finally:
-            with trio.CancelScope(shield=True):
-                await response.aclose()
+            yield ChunkReader(response, secrets, max_event_bytes=max_event_bytes)
 
 
 async def _read_capped(response: httpx2.Response, secrets: Iterable[str]) -> bytes:
+    """An error body: its first `MAX_ERROR_BODY` bytes are enough to classify it."""
     parts, size = [], 0
     try:
         async for part in response.aiter_bytes():
@@ -231,7 +313,7 @@ async def _read_capped(response: httpx2.Response, secrets: Iterable[str]) -> byt
                 break
     except httpx2.HTTPError as exc:
         raise _transport_error(exc, secrets) from exc
-    return b"".join(parts)
+    return b"".join(parts)[:MAX_ERROR_BODY]
 
 
 @asynccontextmanager

@@ -22,6 +22,7 @@ from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes._core.upstream.responses import check_embeddings
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
+from lanes.freetier.prices import usd_amount
 
 
 @attrs.frozen(kw_only=True)
@@ -114,7 +115,10 @@ class OpenAICompatibleLane:
         """
         url = f"{self.base_url}{self.provider.catalog_path}"
         document = await self._upstream.get_json(
-            url, headers=self.headers(stream=False), secrets=self.secrets
+            url,
+            headers=self.headers(stream=False),
+            secrets=self.secrets,
+            max_bytes=self.config.max_response_bytes,
         )
         self.catalog = tuple(normalise(self.provider.catalog_style, document))
         self._rebuild()
@@ -170,6 +174,7 @@ class OpenAICompatibleLane:
             headers=self.headers(stream=False, job=job),
             body=self.request_body(job, model, stream=False),
             secrets=self.secrets_for(job),
+            max_bytes=self.config.max_response_bytes,
         )
 
     async def embed(self, job: Job, model: str) -> Response:
@@ -177,10 +182,11 @@ class OpenAICompatibleLane:
         (`input`, `dimensions`, `encoding_format`, ...)."""
         return await self._upstream.post_json(
             f"{self.base_url}/embeddings",
-            headers=self.headers(stream=False),
+            headers=self.headers(stream=False, job=job),
             body=job.body(model),
-            secrets=self.secrets,
+            secrets=self.secrets_for(job),
             check=check_embeddings,
+            max_bytes=self.config.max_response_bytes,
         )
 
     def balance_endpoint(self) -> CustomEndpoint | None:
@@ -201,16 +207,12 @@ class OpenAICompatibleLane:
             return None
         headers = {**self.headers(stream=False), **endpoint.headers}
         document = await self._upstream.get_json(
-            endpoint.url, headers=headers, secrets=self.secrets
+            endpoint.url, headers=headers, secrets=self.secrets, max_bytes=64 * 1024
         )
         value: Any = document
         for part in endpoint.json_path.split("."):
             value = value.get(part) if isinstance(value, Mapping) else None
-        return (
-            float(value)
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-            else None
-        )
+        return usd_amount(value) if isinstance(value, (int, float)) else None  # bounded
 
     @asynccontextmanager
     async def open_stream(self, job: Job, model: str) -> AsyncIterator[ChunkReader]:
@@ -219,5 +221,6 @@ class OpenAICompatibleLane:
             headers=self.headers(stream=True, job=job),
             body=self.request_body(job, model, stream=True),
             secrets=self.secrets_for(job),
+            max_event_bytes=self.config.max_event_bytes,
         ) as reader:
             yield reader

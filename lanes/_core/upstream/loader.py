@@ -1,7 +1,8 @@
 """Finds lane modules by the names written in config. The only place that imports a lane module.
 
-A lane that can not be loaded — module deleted, import broken, key variable unset, disabled in
-config — costs one log line and is left out; the rest start. Startup never fails for a lane.
+A lane that can not be loaded — module deleted, import broken, key variable unset or malformed
+(`secrets.read_key`), disabled in config — costs one log line and is left out; the rest start.
+Startup never fails for a lane.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from types import ModuleType
 import attrs
 
 from lanes._core.config import Config, LaneConfig
+from lanes._core.secrets import read_key
 from lanes._core.upstream.client import Upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane, Provider, Secret
 
@@ -93,9 +95,9 @@ def _load_one(
     key_env = config.api_key_env if config.api_key_env is not None else provider.api_key_env
     api_key = None
     if key_env and not config.byok:  # a bring-your-own-key lane's key comes with each request
-        value = env.get(key_env, "")
-        if not value:
-            return None, f"{key_env} is not set — lane off"
+        value, problem = read_key(env, key_env)
+        if value is None:
+            return None, f"{problem} — lane off"
         api_key = Secret(value)
     lane_class = getattr(module, "Lane", OpenAICompatibleLane)
     lane = lane_class(provider=provider, config=config, api_key=api_key, upstream=upstream)

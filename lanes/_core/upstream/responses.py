@@ -11,11 +11,11 @@ Messages keep the upstream's own error message, shortened and scrubbed of anythi
 from __future__ import annotations
 
 # lanes: pure
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lanes._core import strictjson
 from lanes._core.errors import (
     ContextLengthExceeded,
     CreditExhausted,
@@ -46,6 +46,7 @@ _KEYLIKE = re.compile(
     r"|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+\S+"
 )
 MAX_MESSAGE = 300
+MAX_DEPTH = 128  # an answer nests a little deeper than a request (tool calls, logprobs)
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -54,6 +55,13 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "[redacted]")
     return _KEYLIKE.sub("[redacted]", text)
+
+
+def _printable(message: str) -> str:
+    """An upstream's message for ours: whitespace runs as one space, control characters as '?',
+    at most `MAX_MESSAGE` characters."""
+    text = " ".join(message[: MAX_MESSAGE * 4].split())[:MAX_MESSAGE]
+    return text if text.isprintable() else "".join(c if c.isprintable() else "?" for c in text)
 
 
 def error_fields(body: Any) -> tuple[str, str | None]:
@@ -75,10 +83,10 @@ def error_fields(body: Any) -> tuple[str, str | None]:
 
 
 def parse_body(raw: bytes) -> Any:
-    """The body as JSON when it parses, else as text."""
+    """The body as strict JSON when it parses as such (see `strictjson`), else as text."""
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        return strictjson.loads(raw, max_depth=MAX_DEPTH)
+    except ValueError:
         return raw.decode("utf-8", "replace")
 
 
@@ -92,7 +100,7 @@ def classify_status(
     """The exception for a non-2xx answer (returned, not raised: the caller raises it `from`)."""
     message, code = error_fields(body)
     text = f"{code or ''} {message}"
-    short = redact(" ".join(message.split())[:MAX_MESSAGE], secrets)
+    short = redact(_printable(message), secrets)
     detail = f"HTTP {status}" + (f" {code}" if code else "") + (f": {short}" if short else "")
     kw = {"status": status, "headers": headers, "body": body, "code": code}
     if status == 429:
@@ -140,7 +148,7 @@ def _check_object(body: Any, key: str) -> Mapping[str, Any]:
         raise RetryableError("malformed response: not a JSON object", category="malformed")
     if "error" in body and key not in body:
         message, code = error_fields(body)
-        short = redact(" ".join(message.split())[:MAX_MESSAGE])
+        short = redact(_printable(message))
         raise RetryableError(
             f"error inside a 200 response: {code or ''} {short}".strip(), category="error_in_200"
         )
