@@ -93,6 +93,18 @@ def test_scoring_verdicts():
     assert fingerprint.drift > 0 and "fingerprint" in fingerprint.reason
 
 
+def test_a_new_prompt_does_not_shift_when_the_change_began():
+    """A prompt added after the pin has no baseline: the first changed answer's time is taken from
+    the answer that changed, not from whichever answer stood in its place in the list."""
+    base = {a.prompt: a for a in answers({"p2": "391"})}
+    now = [
+        Answer(prompt="new", status="ok", text="anything", checks={}, at=100.0),
+        Answer(prompt="p2", status="ok", text="three ninety one", checks={}, at=200.0),
+    ]
+    scored = score_model("m", now, base, similarity_ok=0.85, drift_threshold=0.3)
+    assert [d.prompt for d in scored.diffs] == ["p2"] and scored.changed_at == 200.0
+
+
 # -- over fakes ----------------------------------------------------------------------------------
 
 PROMPTS = CanaryConfig(

@@ -74,7 +74,8 @@ PREFIXED = {"data": [{"id": "models/gemini-2.5-flash"}]}
 
 
 def test_normalise_each_shape():
-    """Each shape reads into one record type; entries without an id, or not chat, are skipped."""
+    """Each shape reads into one record type; entries without an id, or neither chat nor
+    embedding, are skipped; an embedding model is marked as one."""
     per_token = {r.id: r for r in normalise("per_token_prices", PER_TOKEN)}
     assert set(per_token) == {
         "meta-llama/llama-3.3-70b-instruct:free",
@@ -92,9 +93,10 @@ def test_normalise_each_shape():
     )
     assert per_token["anthropic/claude-sonnet"].input_usd_per_mtok == pytest.approx(3.0)
     assert per_token["anthropic/claude-sonnet"].vision is True
-    assert [r.id for r in normalise("per_mtok_prices", PER_MTOK)] == [
-        "meta-llama/Llama-3.3-70B-Instruct-Turbo-Free",
-        "meta-llama/Llama-3-8b-chat-hf",
+    assert [(r.id, r.embedding) for r in normalise("per_mtok_prices", PER_MTOK)] == [
+        ("meta-llama/Llama-3.3-70B-Instruct-Turbo-Free", False),
+        ("some/embedding", True),
+        ("meta-llama/Llama-3-8b-chat-hf", False),
     ]
     assert normalise("openai", OPENAI_STYLE)[0].context == 131072
     assert normalise("prefixed_ids", PREFIXED)[0].id == "gemini-2.5-flash"
@@ -129,6 +131,30 @@ def test_free_detection_table(model, kind, expected_tier):
     """Free only when the provider says so; an unknown price is not free."""
     record = {r.id: r for r in normalise("per_token_prices", PER_TOKEN)}[model]
     assert tier_of(kind, model, declared_free(record, kind)) == expected_tier
+
+
+def test_ids_that_can_not_travel_are_skipped_and_embeddings_marked():
+    """An id with a newline, a space, a control character or over 256 characters is skipped (it
+    would break a header); an embedding model is marked by its type, its output or its name."""
+    document = {
+        "data": [
+            {"id": "ok-model"},
+            {"id": "evil\r\nX-Injected: 1"},
+            {"id": "has space"},
+            {"id": "nul\x00"},
+            {"id": "x" * 257},
+            {"id": "text-embedding-3-small"},
+            {"id": "vendor/vec", "architecture": {"output_modalities": ["embeddings"]}},
+            {"id": "odd", "architecture": "not a mapping"},
+        ]
+    }
+    records = {r.id: r.embedding for r in normalise("openai", document)}
+    assert records == {
+        "ok-model": False,
+        "text-embedding-3-small": True,
+        "vendor/vec": True,
+        "odd": False,
+    }
 
 
 json_values = st.recursive(

@@ -41,6 +41,9 @@ _OFF = {"off", "0", "false", "no", "disabled"}
 FLAG_WORDS = _OFF | {"on", "1", "true", "yes", "enabled"}
 
 
+_MODEL_ID = re.compile(r"[\x21-\x7e]{1,256}")
+
+
 def _url(instance: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
     if value is not None and not _URL.match(value):
         raise ValueError(f'{attribute.name}: not a URL ("{value}"); expected https://host/path')
@@ -54,11 +57,19 @@ def _name(instance: object, attribute: attrs.Attribute[str], value: str) -> None
         )
 
 
+def _model_id(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not _MODEL_ID.fullmatch(value):
+        raise ValueError(
+            f"id: {value!r} is not a model id; use printable ASCII without spaces, at most 256 "
+            "characters (it travels in headers and URLs)"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class ModelConfig:
     """One model a lane offers. Prices in USD per million tokens; `free` None = the kind decides."""
 
-    id: str
+    id: str = attrs.field(validator=_model_id)
     free: bool | None = None
     context: int | None = attrs.field(default=None, validator=positive)
     input_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)

@@ -95,7 +95,8 @@ def score_model(
         return ModelReport(key=key, verdict="skipped", drift=0.0, reason=reason)
     if all(a.status == "error" for a in answered):
         return ModelReport(key=key, verdict="failed", drift=1.0, reason="no prompt was answered")
-    diffs = tuple(diff_prompt(a, baseline[a.prompt]) for a in answered if a.prompt in baseline)
+    pinned = [a for a in answered if a.prompt in baseline]  # a new prompt has nothing to diff
+    diffs = tuple(diff_prompt(a, baseline[a.prompt]) for a in pinned)
     if not diffs:
         return ModelReport(key=key, verdict="ok", drift=0.0, reason="no baseline yet: pin one")
     # a prompt whose answer moved below `similarity_ok` counts in full, a small rewording by how far
@@ -106,7 +107,7 @@ def score_model(
         for d in diffs
     ]
     drift = min(1.0, sum(per_prompt) / len(per_prompt))
-    first = min((a.at for a, d in zip(answered, diffs, strict=False) if not d.exact), default=None)
+    first = min((a.at for a, d in zip(pinned, diffs, strict=True) if not d.exact), default=None)
     if any(d.regressed for d in diffs):
         return ModelReport(
             key=key,

@@ -4,11 +4,16 @@ A model is free only if the provider says so: zero prompt *and* completion price
 name its free-tier kind covers, a kind that covers the whole provider, or the user's config. An
 unknown price is not free. Entries that can not be read are skipped; the function never raises.
 Prices and context windows are bounded (`prices.price`, `MAX_CONTEXT`): one beyond is unknown.
+A model id must be printable ASCII without spaces, at most `MAX_ID` characters (it travels in
+headers and URLs); at most `MAX_MODELS` entries are read. An embedding model is marked as one when
+the catalog says so (a `type`, an output modality) or its id names it (`embed`), so no chat job is
+ever routed to it.
 """
 
 from __future__ import annotations
 
 # lanes: pure
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +34,7 @@ class ModelRecord:
     json_mode: bool | None = None
     reasoning: bool | None = None
     created: int | None = None  # when the provider says the model was created (epoch seconds)
+    embedding: bool = False  # an embedding model: never a chat candidate
 
     @property
     def zero_priced(self) -> bool:
@@ -36,6 +42,9 @@ class ModelRecord:
 
 
 MAX_CONTEXT = 1_000_000_000  # tokens: a larger context window is garbage, not a model
+MAX_ID = 256
+MAX_MODELS = 10_000
+_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_ID}}}")
 
 
 def _int(value: Any) -> int | None:
@@ -47,11 +56,13 @@ def _entries(document: Any) -> list[Mapping[str, Any]]:
     items = document.get("data") if isinstance(document, Mapping) else document
     if isinstance(items, Mapping):
         items = items.get("models")
-    return (
-        [i for i in items if isinstance(i, Mapping) and isinstance(i.get("id"), str) and i["id"]]
-        if isinstance(items, list)
-        else []
-    )
+    if not isinstance(items, list):
+        return []
+    return [
+        i
+        for i in items[:MAX_MODELS]
+        if isinstance(i, Mapping) and isinstance(i.get("id"), str) and _ID.fullmatch(i["id"])
+    ]
 
 
 def normalise(style: str, document: Any) -> list[ModelRecord]:
@@ -65,8 +76,21 @@ def normalise(style: str, document: Any) -> list[ModelRecord]:
             record = _record(style, item)
         except (TypeError, ValueError, AttributeError):
             continue
-        records.append(attrs.evolve(record, created=_int(item.get("created"))))
+        records.append(
+            attrs.evolve(record, created=_int(item.get("created")), embedding=_embedding(item))
+        )
     return records
+
+
+def _embedding(item: Mapping[str, Any]) -> bool:
+    """Whether the catalog entry is an embedding model: by its type, its output, or its name."""
+    if item.get("type") in ("embedding", "embeddings"):
+        return True
+    architecture = item.get("architecture")
+    outputs = architecture.get("output_modalities") if isinstance(architecture, Mapping) else None
+    if isinstance(outputs, list) and any(o in ("embedding", "embeddings") for o in outputs):
+        return True
+    return "embed" in item["id"].lower()
 
 
 def _record(style: str, item: Mapping[str, Any]) -> ModelRecord:
@@ -94,8 +118,8 @@ def _record(style: str, item: Mapping[str, Any]) -> ModelRecord:
             reasoning="reasoning" in parameters if parameters else None,
         )
     if style == "per_mtok_prices":
-        if item.get("type") not in (None, "chat"):
-            raise ValueError("not a chat model")
+        if item.get("type") not in (None, "chat", "embedding", "embeddings"):
+            raise ValueError("not a chat or embedding model")
         pricing = item.get("pricing") or {}
         return ModelRecord(
             id=model_id,

@@ -102,6 +102,7 @@ class OpenAICompatibleLane:
                 tools=record.tools,
                 vision=record.vision,
                 json_mode=record.json_mode,
+                embedding=record.embedding,
             )
             if tier_of(self.free_tier, model.id, model.free) != "paid":
                 models.append(model)
