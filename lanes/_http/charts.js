@@ -20,11 +20,13 @@ function pct(v){ return v === null || v === undefined ? '—' : Math.round(v * 1
 function usd(v){ return '$' + (v === 0 ? '0' : v >= 0.1 ? v.toFixed(2) : String(+v.toPrecision(2))); }
 function plain(v){ return String(+v.toFixed(3)); }
 function ms(v){ return (v < 10 ? v.toFixed(1) : Math.round(v)) + ' ms'; }
-// The top of an axis of four steps at or above `v`, each step 1, 2, 2.5 or 5 times a power of ten.
+// The top of an axis of four round steps (1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten)
+// at or above `v`.
 function niceTop(v){
   if(!(v > 0)) return 1;
   const p = 10 ** Math.floor(Math.log10(v / 4));
-  return +(4 * [1, 2, 2.5, 5, 10].find(m => m * p * 4 >= v * (1 - 1e-9)) * p).toPrecision(12);
+  const step = [1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10].find(m => m * p * 4 >= v * (1 - 1e-9)) * p;
+  return +(4 * step).toPrecision(12);
 }
 
 // A chart's frame: caption and legend, a y axis from 0 to `top` (five ticks, grid lines, its unit)
@@ -104,7 +106,7 @@ function shareChart(slots){
 function spendChart(slots, ceiling){
   const most = Math.max(ceiling, ...slots.map(s => s.d ? s.d.paid_cost_usd : 0));
   const f = frame('spend', 'Paid spend per day vs the ceiling', [['paid', 'paid spend']],
-                  niceTop(most * 1.1), usd, 'US dollars per day', 'day (UTC)');
+                  niceTop(most * 1.05), usd, 'US dollars per day', 'day (UTC)');
   slots.forEach((s, i) => {
     const {x, w} = f.slot(i, slots.length), spent = s.d ? s.d.paid_cost_usd : 0;
     f.label(x + w / 2, s.day.slice(5));
