@@ -102,6 +102,10 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f} %"
 
 
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
 def markdown(body: dict[str, Any]) -> str:
     """The report as Markdown tables (also the human output of `lanes report`)."""
     head = (
@@ -115,12 +119,11 @@ def markdown(body: dict[str, Any]) -> str:
         "|" + "---|" * 10,
     ]
     for g in [*body["groups"], body["total"]]:
-        per = g["attempts_per_answer"]
         lines.append(
             f"| {g['key'] or '—'} | {g['jobs']} | {g['answered']} | {_pct(g['free_share'])} | "
             f"{_pct(g['primary_free_success'])} | {_pct(g['free_retry_rate'])} | "
             f"{g['paid_jobs']} | ${g['paid_cost_usd']:.6f} | "
-            f"{'—' if per is None else f'{per:.2f}'} | {g['requests']} |"
+            f"{_ratio(g['attempts_per_answer'])} | {g['requests']} |"
         )
     total = body["total"]
     lines += [
@@ -131,15 +134,30 @@ def markdown(body: dict[str, Any]) -> str:
         "Errors by category: " + json.dumps(total["errors"]),
         "Privacy (need → endpoint used): " + json.dumps(total["privacy"]),
         "",
-        "| day | jobs | free share | paid spend | ceiling |",
-        "|---|---|---|---|---|",
+        "| day | jobs | answered | free share | paid share | attempts/answer | paid spend "
+        "| ceiling |",
+        "|" + "---|" * 8,
+    ]
+    lines += [f"| {d['day']} | {_over_time(d)} ${d['ceiling_usd']:.2f} |" for d in body["days"]]
+    lines += [
+        "",
+        "| hour (UTC) | jobs | answered | free share | paid share | attempts/answer | paid spend |",
+        "|" + "---|" * 7,
     ]
     lines += [
-        f"| {d['day']} | {d['jobs']} | {_pct(d['free_share'])} | ${d['paid_cost_usd']:.6f} | "
-        f"${d['ceiling_usd']:.2f} |"
-        for d in body["days"]
+        f"| {time.strftime('%Y-%m-%d %H:00', time.gmtime(h['hour']))} | {_over_time(h)}"
+        for h in body["hours"]
     ]
     return "\n".join(lines) + "\n"
+
+
+def _over_time(row: dict[str, Any]) -> str:
+    """The cells a day and an hour have in common, each followed by its ` |`."""
+    return (
+        f"{row['jobs']} | {row['answered']} | {_pct(row['free_share'])} | "
+        f"{_pct(row['paid_share'])} | {_ratio(row['attempts_per_answer'])} | "
+        f"${row['paid_cost_usd']:.6f} |"
+    )
 
 
 def story_text(story: dict[str, Any]) -> str:

@@ -1,10 +1,14 @@
 """The status page in a real headless Chromium: a pending approval appears, a click approves it, and
-the held request completes."""
+the held request completes; the console switches lanes and revokes grants; the report is drawn as
+SVG charts; nothing is fetched from another origin and the page's CSP is never violated."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -12,7 +16,7 @@ import pytest
 import trio
 
 from lanes.testing import rate_limited
-from sidecar import open_sidecar
+from sidecar import CLIENT_KEY, open_sidecar
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
@@ -27,31 +31,13 @@ FLAGS = [
 ]
 
 
-def approve_in_browser(base: str, screenshot: str | None) -> str:
-    """Open the page, wait for the pending approval, click "Approve once"; return what it showed."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page()
-            page.goto(base + "/")
-            approval = page.locator("div.approval").first
-            approval.wait_for(timeout=10_000)
-            shown = approval.inner_text()
-            approval.get_by_role("button", name="Approve once").click()
-            page.locator("#approvals .none").wait_for(timeout=10_000)
-            page.get_by_text("paid_fallback").first.wait_for(timeout=10_000)
-            if screenshot:
-                page.screenshot(path=screenshot, full_page=True)
-            return shown
-        finally:
-            browser.close()
+LOCAL_AND_PAID = (("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"]))
+ADMIN_KEY = "lanes-admin-key-page-0123456789"
+KEYED = {"clients": {"alice": "CLIENT_KEY"}, "admin_key_env": "ADMIN_KEY"}
+PROMPTS = ("zebra-prompt-once", "zebra-prompt-hour")
 
 
-@pytest.mark.free_lane
-async def test_approve_a_held_request_from_the_page():
-    """A job held for approval appears on the page; clicking Approve once lets it through."""
+async def needs_a_browser() -> None:
     if not await trio.Path(CHROMIUM).exists():
         pytest.skip(
             "Debian's chromium is not installed and could not be (make browser needs root and apt)"
@@ -59,6 +45,56 @@ async def test_approve_a_held_request_from_the_page():
     pytest.importorskip(
         "playwright.sync_api", reason="playwright is a test dependency; reinstall with make install"
     )
+
+
+def watch(page, seen: dict[str, Any]) -> None:
+    """Record every request the page makes and every console message (a CSP violation is one)."""
+    seen.setdefault("requests", [])
+    seen.setdefault("console", [])
+    page.on(
+        "request",
+        lambda r: seen["requests"].append(
+            {"method": r.method, "url": r.url, "headers": r.headers, "body": r.post_data}
+        ),
+    )
+    page.on("console", lambda m: seen["console"].append(m.text))
+
+
+@contextlib.contextmanager
+def open_page(base: str, seen: dict[str, Any]) -> Iterator[Any]:
+    """Chromium on the page at `base`; every request and console message recorded in `seen`."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page()
+            watch(page, seen)
+            page.goto(base + "/")
+            yield page
+        finally:
+            browser.close()
+
+
+def approve_in_browser(base: str, screenshot: str | None) -> str:
+    """Open the page, wait for the pending approval, click "Approve once"; return what it showed."""
+    seen: dict[str, Any] = {}
+    with open_page(base, seen) as page:
+        approval = page.locator("div.approval").first
+        approval.wait_for(timeout=10_000)
+        shown = approval.inner_text()
+        approval.get_by_role("button", name="Approve once").click()
+        page.locator("#approvals .none").wait_for(timeout=10_000)
+        page.get_by_text("paid_fallback").first.wait_for(timeout=10_000)
+        if screenshot:
+            page.screenshot(path=screenshot, full_page=True)
+        return shown
+
+
+@pytest.mark.free_lane
+async def test_approve_a_held_request_from_the_page():
+    """A job held for approval appears on the page; clicking Approve once lets it through."""
+    await needs_a_browser()
     policy = {"free_tier_fallback": "ask", "approval_wait_s": 30}
     async with open_sidecar(
         ("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]), policy=policy
@@ -88,44 +124,30 @@ async def test_approve_a_held_request_from_the_page():
 def drive_the_console(base: str, screenshot: str | None) -> dict[str, Any]:
     """Enter an admin key, switch a lane off and on from its row, read the recent jobs and the
     canary column; return what was seen and every request the page made."""
-    from playwright.sync_api import sync_playwright
-
-    seen: dict[str, Any] = {"requests": []}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page()
-            page.on(
-                "request",
-                lambda r: seen["requests"].append(
-                    {"method": r.method, "url": r.url, "headers": r.headers, "body": r.post_data}
-                ),
-            )
-            page.goto(base + "/")
-            page.fill("#admin-key", "k-admin-page")
-            page.click("#admin-save")
-            switch = page.locator("button.switch[data-lane=local]")
-            switch.wait_for(timeout=10_000)
-            assert switch.inner_text() == "Switch off"
-            switch.click()
-            page.locator("button.switch[data-lane=local]", has_text="Switch on").wait_for(
-                timeout=10_000
-            )
-            seen["row_off"] = page.locator("tr[data-lane=local]").first.inner_text()
-            page.locator("button.switch[data-lane=local]").click()
-            page.locator("button.switch[data-lane=local]", has_text="Switch off").wait_for(
-                timeout=10_000
-            )
-            page.locator(".quarantined").first.wait_for(timeout=10_000)
-            seen["quarantined_row"] = page.locator("tr[data-lane=paid]").first.inner_text()
-            page.locator("#recent tr").first.wait_for(timeout=10_000)
-            seen["recent"] = page.locator("#recent tr").first.inner_text()
-            seen["stored_key"] = page.evaluate("sessionStorage.getItem('lanes-admin-key')")
-            seen["url"] = page.url
-            if screenshot:
-                page.screenshot(path=screenshot, full_page=True)
-        finally:
-            browser.close()
+    seen: dict[str, Any] = {}
+    with open_page(base, seen) as page:
+        page.fill("#admin-key", "k-admin-page")
+        page.click("#admin-save")
+        switch = page.locator("button.switch[data-lane=local]")
+        switch.wait_for(timeout=10_000)
+        assert switch.inner_text() == "Switch off"
+        switch.click()
+        page.locator("button.switch[data-lane=local]", has_text="Switch on").wait_for(
+            timeout=10_000
+        )
+        seen["row_off"] = page.locator("tr[data-lane=local]").first.inner_text()
+        page.locator("button.switch[data-lane=local]").click()
+        page.locator("button.switch[data-lane=local]", has_text="Switch off").wait_for(
+            timeout=10_000
+        )
+        page.locator(".quarantined").first.wait_for(timeout=10_000)
+        seen["quarantined_row"] = page.locator("tr[data-lane=paid]").first.inner_text()
+        page.locator("#recent tr").first.wait_for(timeout=10_000)
+        seen["recent"] = page.locator("#recent tr").first.inner_text()
+        seen["stored_key"] = page.evaluate("sessionStorage.getItem('lanes-admin-key')")
+        seen["url"] = page.url
+        if screenshot:
+            page.screenshot(path=screenshot, full_page=True)
     return seen
 
 
@@ -133,13 +155,7 @@ async def test_the_console_switches_lanes_and_shows_jobs(tmp_path):
     """The page's kill-switch toggles send JSON with the admin key as a Bearer token (never in a
     URL), the lane goes off and on; recent jobs show request id, model, client, cohort, latency
     and cost; a quarantined model is marked; the page loads nothing from elsewhere."""
-    if not await trio.Path(CHROMIUM).exists():
-        pytest.skip(
-            "Debian's chromium is not installed and could not be (make browser needs root and apt)"
-        )
-    pytest.importorskip(
-        "playwright.sync_api", reason="playwright is a test dependency; reinstall with make install"
-    )
+    await needs_a_browser()
     from lanes._core.state.store import SQLiteStore
 
     state = str(tmp_path / "state.db")
@@ -174,9 +190,207 @@ async def test_the_console_switches_lanes_and_shows_jobs(tmp_path):
     assert all("k-admin-page" not in r["url"] for r in seen["requests"])
     assert all(r["url"].startswith(base) for r in seen["requests"])  # no external asset
     assert "http://" not in html and "https://" not in html and favicon.status_code == 204
+    assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]
     assert "off" in seen["row_off"] and seen["stored_key"] == "k-admin-page"
     assert "quarantined" in seen["quarantined_row"]
     request_id = job.headers["x-lanes-request-id"]
     for shown in (request_id[:12], "local-model", "anonymous", "nightly", " ms", "$0.000000"):
         assert shown in seen["recent"], seen["recent"]
     assert next(lane for lane in lanes_now["lanes"] if lane["name"] == "local")["off"] is False
+
+
+def revoke_in_browser(
+    base: str, keys: tuple[str, ...], ids: list[str], screenshot: str | None
+) -> dict[str, Any]:
+    """Open the page; with `keys`, first see the views refused, then try each key in turn (all but
+    the last are expected to be refused the revocation). Revoke every grant in `ids` from its row;
+    return what was seen."""
+    seen: dict[str, Any] = {}
+    with open_page(base, seen) as page:
+        rows = page.locator("#grants tr.grant")
+        if keys:
+            page.locator("#grants tr.bad").wait_for(timeout=10_000)
+            seen["without_key"] = page.inner_text("#grants")
+            seen["summary_without_key"] = page.inner_text("#summary")
+        for key in keys[:-1]:
+            page.fill("#admin-key", key)
+            page.click("#admin-save")
+            rows.nth(len(ids) - 1).wait_for(timeout=10_000)
+            rows.first.get_by_role("button", name="Revoke").click()
+            page.locator("#notice", has_text="403").wait_for(timeout=10_000)
+            seen.setdefault("refused", []).append(page.inner_text("#notice"))
+            seen.setdefault("rows_after_refusal", []).append(rows.count())
+        if keys:
+            page.fill("#admin-key", keys[-1])
+            page.click("#admin-save")
+        rows.nth(len(ids) - 1).wait_for(timeout=10_000)
+        seen["rows"] = {r.get_attribute("data-id"): r.inner_text() for r in rows.all()}
+        if screenshot:
+            page.screenshot(path=screenshot.replace(".png", "-grants.png"), full_page=True)
+        for grant_id in ids:
+            row = page.locator(f"#grants tr.grant[data-id='{grant_id}']")
+            row.get_by_role("button", name="Revoke").click()
+            row.wait_for(state="detached", timeout=10_000)
+        page.locator("#grants tr.none").wait_for(timeout=10_000)
+        seen["notice"] = page.inner_text("#notice")
+        seen["html"] = page.content()
+    return seen
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no keys", "client and admin keys"])
+async def test_grants_are_listed_and_revoked_from_the_page(keyed):
+    """An hour's grant and an unused "approve once" are listed (who, what, until) with a Revoke
+    button each; a click revokes it (DELETE as JSON, with the admin key when keys are configured)
+    and the row goes; without a key the views say so, a client key's revocation is refused with a
+    visible 403; afterwards GET /v1/grants is empty and the client is asked again."""
+    await needs_a_browser()
+    ask = {"free_tier_fallback": "ask", "paid_ceiling_usd_per_day": 1.0, "approval_wait_s": 1}
+    server = KEYED if keyed else {}
+    client = {"authorization": f"Bearer {CLIENT_KEY}"} if keyed else {}
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"} if keyed else {}
+    async with open_sidecar(
+        *LOCAL_AND_PAID, policy=ask, server=server, env={"ADMIN_KEY": ADMIN_KEY}
+    ) as (url, fakes):
+        fakes["local"].script("local-model", rate_limited(retry_after=600))
+        base = url.removesuffix("/v1")
+        async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+
+            async def held(prompt: str) -> httpx2.Response:
+                return await http.post(
+                    f"{url}/chat/completions",
+                    json={"messages": [{"role": "user", "content": prompt}]},
+                    headers=client,
+                )
+
+            approvals = []
+            for prompt, decision in zip(PROMPTS, ("once", "1h"), strict=True):
+                asked = await held(prompt)
+                assert asked.status_code == 429, asked.text
+                approvals.append(asked.json()["error"]["approval_id"])
+                decided = await http.post(
+                    f"{url}/approvals/{approvals[-1]}", json={"decision": decision}, headers=admin
+                )
+                assert decided.status_code == 200, decided.text
+            before = (await http.get(f"{url}/grants", headers=client)).json()["data"]
+            who = "alice" if keyed else "anonymous"
+            ids = [f"grant-{who}", approvals[0]]
+            keys = (CLIENT_KEY, ADMIN_KEY) if keyed else ()
+            seen = await trio.to_thread.run_sync(
+                revoke_in_browser, base, keys, ids, os.environ.get("LANES_PAGE_SCREENSHOT")
+            )
+            after = (await http.get(f"{url}/grants", headers=client)).json()["data"]
+            asked_again = await held(PROMPTS[1])
+    assert sorted(g["id"] for g in before) == sorted(ids)
+    assert set(seen["rows"]) == set(ids)
+    assert who in seen["rows"][ids[0]] and "any paid model" in seen["rows"][ids[0]]
+    assert "once, on paid/paid-model" in seen["rows"][ids[1]] and who in seen["rows"][ids[1]]
+    deletes = [r for r in seen["requests"] if r["method"] == "DELETE"]
+    revoked = [r for r in deletes if r["headers"].get("authorization") != f"Bearer {CLIENT_KEY}"]
+    assert [r["url"].removeprefix(base) for r in revoked] == [f"/v1/grants/{i}" for i in ids]
+    for r in deletes:
+        assert r["headers"]["content-type"] == "application/json" and r["body"] == "{}"
+    if keyed:
+        assert all(r["headers"]["authorization"] == f"Bearer {ADMIN_KEY}" for r in revoked)
+        assert "401" in seen["without_key"] and "401" in seen["summary_without_key"]
+        assert len(deletes) == len(ids) + 1  # the client key's attempt, refused
+        assert "403" in seen["refused"][0] and "admin key" in seen["refused"][0]
+        assert seen["rows_after_refusal"] == [len(ids)]
+    assert after == [] and seen["notice"] == ""
+    assert asked_again.status_code == 429  # the grant is gone, not only hidden
+    assert all(r["url"].startswith(base) for r in seen["requests"])
+    assert all(k not in r["url"] for r in seen["requests"] for k in (CLIENT_KEY, ADMIN_KEY))
+    for secret in (*PROMPTS, CLIENT_KEY, ADMIN_KEY):
+        assert secret not in seen["html"]
+    assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]
+
+
+def charts_in_browser(
+    base: str, jobs: list[dict[str, Any]], screenshot: str | None
+) -> dict[str, Any]:
+    """Open the page before any job (it says "no jobs yet"), send `jobs` through the sidecar, wait
+    until the audit has them, reload, and count what each chart drew."""
+    seen: dict[str, Any] = {}
+    with open_page(base, seen) as page:
+        page.locator("#charts .none", has_text="no jobs yet").wait_for(timeout=10_000)
+        seen["empty_svgs"] = page.locator("#charts svg").count()
+        with httpx2.Client(trust_env=False, timeout=20) as http:
+            seen["csp"] = http.get(base + "/").headers["content-security-policy"]
+            for job in jobs:
+                response = http.post(f"{base}/v1/chat/completions", **job)
+                assert response.status_code == 200, response.text
+            for _ in range(100):  # the audit is written within about a second
+                seen["report"] = http.get(f"{base}/v1/report?since=7d").json()
+                if seen["report"]["total"]["jobs"] == len(jobs):
+                    break
+                time.sleep(0.1)
+        page.reload()
+        page.locator("figure[data-chart=attempts] svg").wait_for(timeout=10_000)
+        charts = page.locator("#charts figure.chart")
+        seen["charts"] = [c.get_attribute("data-chart") for c in charts.all()]
+        for chart, what in (
+            ("share", "g.bucket"),
+            ("share", "rect.bar"),
+            ("spend", "rect.spend"),
+            ("spend", "line.ceiling"),
+            ("latency", "rect.latency"),
+            ("attempts", "circle.point"),
+        ):
+            seen[f"{chart} {what}"] = page.locator(f"figure[data-chart={chart}] {what}").count()
+        for chart in seen["charts"]:
+            seen[f"{chart} text"] = page.locator(f"figure[data-chart={chart}]").inner_text()
+            seen[f"{chart} svg text"] = page.locator(
+                f"figure[data-chart={chart}] svg text"
+            ).all_text_contents()
+        if screenshot:
+            page.screenshot(path=screenshot.replace(".png", "-charts.png"), full_page=True)
+    return seen
+
+
+async def test_the_page_draws_the_report_as_svg_charts():
+    """Before any job the report says "no jobs yet"; after local and paid jobs the page draws four
+    SVG charts from GET /v1/report — the free and paid shares per hour, paid spend per day against
+    the ceiling, mean latency per route state, attempts per answer per hour — labelled with their
+    units, one bar or point per figure, and nothing fetched from another origin."""
+    await needs_a_browser()
+    ceiling = {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0}
+    hi = [{"role": "user", "content": "hi"}]
+    jobs = [{"json": {"model": "local/local-model", "messages": hi}}] * 3 + [
+        {"json": {"model": "paid/paid-model", "messages": hi}}
+    ] * 2
+    async with open_sidecar(*LOCAL_AND_PAID, policy=ceiling) as (url, fakes):
+        seen = await trio.to_thread.run_sync(
+            charts_in_browser,
+            url.removesuffix("/v1"),
+            jobs,
+            os.environ.get("LANES_PAGE_SCREENSHOT"),
+        )
+    base = url.removesuffix("/v1")
+    report, hours = seen["report"], seen["report"]["hours"]
+    assert seen["empty_svgs"] == 0
+    assert report["total"]["jobs"] == 5 and 1 <= len(hours) <= 2  # an hour may turn meanwhile
+    assert seen["charts"] == ["share", "spend", "latency", "attempts"]
+    # the shares: one column per hour, a free and a paid part in each
+    free = sum(round(h["answered"] * h["free_share"]) for h in hours)
+    paid = sum(round(h["answered"] * h["paid_share"]) for h in hours)
+    assert (free, paid) == (3, 2)
+    parts = sum(bool(h["free_share"]) + bool(h["paid_share"]) for h in hours)
+    assert seen["share g.bucket"] == len(hours) and seen["share rect.bar"] == parts
+    assert "% of the hour's jobs" in seen["share svg text"]
+    assert "hour (local time)" in seen["share svg text"]
+    assert "free or local" in seen["share text"] and "paid fallback" in seen["share text"]
+    # paid spend: a bar for each of the last 7 days, and the ceiling
+    assert seen["spend rect.spend"] == 7 and seen["spend line.ceiling"] == 1
+    assert {"ceiling $1.00", "US dollars per day", "day (UTC)"} <= set(seen["spend svg text"])
+    assert report["total"]["paid_cost_usd"] > 0
+    # latency: a bar per route state, named under it
+    routes = report["total"]["latency_s_by_route"]
+    assert set(routes) == {"local", "paid_fallback"} and seen["latency rect.latency"] == 2
+    assert {"local", "paid_fallback", "milliseconds"} <= set(seen["latency svg text"])
+    # attempts per answer: a point per hour with answers
+    assert seen["attempts circle.point"] == len(hours)
+    assert "attempts per answer" in seen["attempts svg text"]
+    assert all(r["url"].startswith(base) for r in seen["requests"])  # no other origin
+    policy = dict(part.strip().split(" ", 1) for part in seen["csp"].split(";"))
+    assert policy["default-src"] == "'none'" and policy["connect-src"] == "'self'"
+    assert policy["script-src"].startswith("'sha256-") and "unsafe" not in seen["csp"]
+    assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]

@@ -9,11 +9,15 @@ import logging
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 import lanes
 from bench.freeshare import arrivals
@@ -164,6 +168,13 @@ async def test_lanes_report_and_explain_read_the_state_file(env, tmp_path, autoj
         text.returncode == 0 and "| ads | 1 | 1 |" in text.stdout and md.read_text() == text.stdout
     )
     assert json.loads(data.stdout)["groups"][0]["key"] == "paid-model"
+    # the same figures over time: per UTC day (against the ceiling) and per UTC hour
+    day, hour = json.loads(data.stdout)["days"], json.loads(data.stdout)["hours"]
+    assert [(d["jobs"], d["paid_share"]) for d in day] == [(1, 1.0)] and len(hour) == 1
+    cost = f"${reply.cost_usd:.6f}"
+    assert f"| 1 | 1 | 0.0 % | 100.0 % | 1.00 | {cost} | $1.00 |" in text.stdout
+    hour_cell = time.strftime("%Y-%m-%d %H:00", time.gmtime(hour[0]["hour"]))
+    assert f"| {hour_cell} | 1 | 1 | 0.0 % | 100.0 % | 1.00 | {cost} |" in text.stdout
     assert story.returncode == 0 and reply.request_id in story.stdout
     assert "attempt 1: paid_fallback paid/paid-model → ok" in story.stdout
     assert missing.returncode == 1
@@ -296,6 +307,56 @@ def test_audit_retention_deletes_old_jobs():
     assert store.prune_audit(250.0) == 2
     assert store.query("SELECT job FROM audit") == [("j2",)]
     assert store.query("SELECT job FROM audit_attempt") == [("j2",)]
+
+
+AUDITED_JOB = st.fixed_dictionaries(
+    {
+        "at": st.floats(0, 5 * 86400, allow_nan=False),
+        "outcome": st.sampled_from(["ok", "ok", "ok", "free_tier_exhausted", "deadline_exceeded"]),
+        "tier": st.sampled_from(["local", "byok", "free", "paid"]),
+        "route": st.sampled_from(["local", "byok", "primary", "free_retry", "paid_fallback"]),
+        "attempts": st.integers(0, 6),
+        "cost_usd": st.sampled_from([0.0, 0.000125, 0.03]),
+    }
+)
+
+
+@given(jobs=st.lists(AUDITED_JOB, max_size=30), since=st.floats(0, 5 * 86400))
+def test_the_report_over_time_is_its_jobs_hour_by_hour(jobs, since):
+    """Each hour of the report holds exactly its jobs (answers, free and paid shares of them,
+    attempts per answer, paid cost); the days add up their hours, and both add up to the total."""
+    store = SQLiteStore(":memory:")
+    store.add_audit([{**j, "job": f"j{i}", "attempt_rows": []} for i, j in enumerate(jobs)])
+    got = report(store.query, since=since, by="cohort", ceiling_usd=0.5)
+    by_hour: dict[int, list[dict[str, Any]]] = {}
+    for j in jobs:
+        if j["at"] // 3600 >= since // 3600:
+            by_hour.setdefault(int(j["at"] // 3600), []).append(j)
+    assert [h.hour for h in got.hours] == [h * 3600.0 for h in sorted(by_hour)]
+    for h in got.hours:
+        mine = by_hour[int(h.hour // 3600)]
+        ok = [j for j in mine if j["outcome"] == "ok"]
+        free = sum(j["tier"] in ("local", "free") for j in ok)
+        paid = sum(j["route"] == "paid_fallback" for j in ok)
+        assert (h.jobs, h.answered) == (len(mine), len(ok))
+        assert h.free_share == (pytest.approx(free / len(ok)) if ok else None)
+        assert h.paid_share == (pytest.approx(paid / len(ok)) if ok else None)
+        per = sum(j["attempts"] for j in ok) / len(ok) if ok else None
+        assert h.attempts_per_answer == (pytest.approx(per) if ok else None)
+        assert h.paid_cost_usd == pytest.approx(sum(j["cost_usd"] for j in mine))
+    assert [d.day for d in got.days] == sorted(
+        {time.strftime("%Y-%m-%d", time.gmtime(h.hour)) for h in got.hours}
+    )
+    for d in got.days:
+        hours = [h for h in got.hours if time.strftime("%Y-%m-%d", time.gmtime(h.hour)) == d.day]
+        assert d.jobs == sum(h.jobs for h in hours) and d.answered == sum(h.answered for h in hours)
+        assert d.paid_cost_usd == pytest.approx(sum(h.paid_cost_usd for h in hours))
+        assert d.ceiling_usd == 0.5
+        if d.answered:
+            paid = sum((h.paid_share or 0) * h.answered for h in hours)
+            assert d.paid_share == pytest.approx(paid / d.answered)
+    assert sum(d.jobs for d in got.days) == got.total.jobs
+    assert sum(d.paid_cost_usd for d in got.days) == pytest.approx(got.total.paid_cost_usd)
 
 
 def test_the_report_groups_by_what_the_roll_ups_keep():

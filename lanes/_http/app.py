@@ -22,7 +22,7 @@ from lanes._http.doors import Door, door_routes
 from lanes._http.errors import BadRequest, error_response, job_failed
 from lanes._http.guard import Guard, Refused
 from lanes._http.metrics import Metrics
-from lanes._http.page import PAGE
+from lanes._http.page import PAGE, PAGE_HEADERS
 from lanes._http.state import models_list, ready
 from lanes._http.streaming import SSERelay
 from lanes._http.validation import digits, job_headers, json_object, parse_job
@@ -143,7 +143,7 @@ def build_app(
         return Response(metrics.render(), media_type=metrics.content_type)
 
     async def page(request: Request) -> Response:
-        return HTMLResponse(PAGE)
+        return HTMLResponse(PAGE, headers=PAGE_HEADERS)
 
     async def favicon(request: Request) -> Response:
         return Response(status_code=204)  # the page's icon is inline; this keeps logs quiet

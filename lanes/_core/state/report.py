@@ -7,8 +7,9 @@ Per group: jobs and answers; the free share (answers served by owned or borrowed
 the primary-free success rate; the free-retry rate and why the primary failed; paid-fallback
 frequency and its actual cost (what the ledger settled — the groups' costs add up to the ledger);
 attempts per answer; latency per route state; provider error categories; and the privacy of the
-endpoint actually selected against what the job needed. Per UTC day: jobs, free share, paid spend
-and the ceiling.
+endpoint actually selected against what the job needed. Over time — per UTC hour (the page's
+charts) and per UTC day — jobs, answers, the free and paid shares of the answers, attempts per
+answer and paid spend (per day against the ceiling).
 """
 
 from __future__ import annotations
@@ -46,11 +47,25 @@ class Group:
 
 
 @attrs.frozen(kw_only=True)
+class Hour:
+    hour: float  # epoch seconds (UTC) at which the hour starts
+    jobs: int
+    answered: int
+    free_share: float | None  # answers served by local or borrowed-free capacity / answers
+    paid_share: float | None  # answers served by the paid fallback / answers
+    paid_cost_usd: float
+    attempts_per_answer: float | None
+
+
+@attrs.frozen(kw_only=True)
 class Day:
     day: str  # YYYY-MM-DD (UTC)
     jobs: int
+    answered: int
     free_share: float | None
+    paid_share: float | None
     paid_cost_usd: float
+    attempts_per_answer: float | None
     ceiling_usd: float
 
 
@@ -61,6 +76,7 @@ class Report:
     total: Group
     groups: tuple[Group, ...]
     days: tuple[Day, ...]
+    hours: tuple[Hour, ...]  # the hours (and days) without a job are left out
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -79,12 +95,14 @@ def report(query: Query, *, since: float, by: str, ceiling_usd: float) -> Report
     groups = _groups(query, hour=hour, dim=by)
     total = _groups(query, hour=hour, dim="all")
     empty = _group("all", (0,) * 9, {}, {}, {}, {}, 0)
+    hours = _hours(query, hour)
     return Report(
         since=hour * 3600.0,
         by=by,
         total=total.get("all", empty),
         groups=tuple(groups[k] for k in sorted(groups)),
-        days=_days(query, hour, ceiling_usd),
+        days=_days(hours, ceiling_usd),
+        hours=tuple(_hour(h, sums) for h, sums in hours.items()),
     )
 
 
@@ -190,23 +208,73 @@ def _nested(rows: list[tuple[Any, ...]]) -> dict[Any, dict[Any, Any]]:
     return out
 
 
-def _days(query: Query, hour: int, ceiling_usd: float) -> tuple[Day, ...]:
+@attrs.frozen(kw_only=True)
+class _Tally:
+    """What an hour (or a day: its hours added up) holds: jobs, answers, and of the answers those
+    served by free capacity and by the paid fallback, their attempts; the paid cost of all jobs."""
+
+    jobs: int = 0
+    answered: int = 0
+    free: int = 0
+    paid: int = 0
+    attempts: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: _Tally) -> _Tally:
+        return _Tally(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in attrs.fields(_Tally)}
+        )
+
+    def measures(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "answered": self.answered,
+            "free_share": _share(self.free, self.answered),
+            "paid_share": _share(self.paid, self.answered),
+            "paid_cost_usd": self.cost_usd,
+            "attempts_per_answer": _share(self.attempts, self.answered),
+        }
+
+
+def _hours(query: Query, hour: int) -> dict[int, _Tally]:
+    """Every hour since `hour` that saw a job, in order."""
     rows = query(
-        "SELECT hour / 24, SUM(jobs), SUM(CASE WHEN outcome = 'ok' THEN jobs END), "
+        "SELECT hour, SUM(jobs), SUM(CASE WHEN outcome = 'ok' THEN jobs END), "
         "SUM(CASE WHEN outcome = 'ok' AND tier IN ('local', 'free') THEN jobs END), "
-        "COALESCE(SUM(cost_usd), 0) FROM audit_jobs_hourly WHERE dim = 'all' AND hour >= ? "
-        "GROUP BY 1 ORDER BY 1",
+        "SUM(CASE WHEN outcome = 'ok' AND route = 'paid_fallback' THEN jobs END), "
+        "SUM(CASE WHEN outcome = 'ok' THEN attempts END), COALESCE(SUM(cost_usd), 0) "
+        "FROM audit_jobs_hourly WHERE dim = 'all' AND hour >= ? GROUP BY 1 ORDER BY 1",
         (hour,),
     )
+    return {
+        int(h): _Tally(
+            jobs=jobs or 0,
+            answered=ok or 0,
+            free=free or 0,
+            paid=paid or 0,
+            attempts=attempts or 0,
+            cost_usd=float(cost or 0.0),
+        )
+        for h, jobs, ok, free, paid, attempts, cost in rows
+    }
+
+
+def _hour(hour: int, tally: _Tally) -> Hour:
+    return Hour(hour=hour * 3600.0, **tally.measures())
+
+
+def _days(hours: dict[int, _Tally], ceiling_usd: float) -> tuple[Day, ...]:
+    """The hours added up per UTC day, in order."""
+    days: dict[int, _Tally] = {}
+    for hour, tally in hours.items():
+        days[hour // 24] = days.get(hour // 24, _Tally()) + tally
     return tuple(
         Day(
             day=dt.datetime.fromtimestamp(day * DAY_S, dt.UTC).strftime("%Y-%m-%d"),
-            jobs=jobs,
-            free_share=_share(free, answered),
-            paid_cost_usd=float(cost),
             ceiling_usd=ceiling_usd,
+            **tally.measures(),
         )
-        for day, jobs, answered, free, cost in rows
+        for day, tally in days.items()
     )
 
 

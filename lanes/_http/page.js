@@ -1,0 +1,182 @@
+'use strict';
+// The status page as a console. It reads the sidecar's views (GET), and changes state only through
+// `send` (JSON, with the admin key when one was entered). The key lives in sessionStorage, for
+// this tab only, and never in a URL. Every text from the sidecar goes in through textContent.
+const KEY = 'lanes-admin-key';
+const REPORT_EVERY_S = 15;  // the report changes by the hour: no need to ask every second
+
+function el(tag, text, cls){
+  const e = document.createElement(tag);
+  if(text !== undefined) e.textContent = String(text);
+  if(cls) e.className = cls;
+  return e;
+}
+function row(cells){
+  const tr = el('tr');
+  for(const c of cells){
+    const td = el('td');
+    if(c instanceof Node) td.appendChild(c);
+    else td.textContent = c === null || c === undefined ? '—' : String(c);
+    tr.appendChild(td);
+  }
+  return tr;
+}
+function notice(text){ document.getElementById('notice').textContent = text || ''; }
+function auth(){
+  const key = sessionStorage.getItem(KEY);
+  return key ? {'Authorization': 'Bearer ' + key} : {};
+}
+function why(method, path, response, data){
+  const reason = data && data.error ? data.error.message : response.statusText;
+  const hint = response.status === 401 || response.status === 403
+    ? ' — enter the admin key above' : '';
+  return `${method} ${path}: ${response.status} ${reason}${hint}`;
+}
+// A view: {ok, data, why}. With client keys configured the views need a key too.
+async function get(path){
+  const response = await fetch(path, {headers: auth()});
+  let data = null; try{ data = await response.json(); }catch(e){}
+  return {ok: response.ok, data, why: response.ok ? '' : why('GET', path, response, data)};
+}
+// The one way this page changes state: JSON, and the admin key (if any) as a Bearer token.
+async function send(method, path, body){
+  const headers = {'Content-Type': 'application/json', ...auth()};
+  const response = await fetch(path, {method, headers, body: JSON.stringify(body ?? {})});
+  let data = null; try{ data = await response.json(); }catch(e){}
+  notice(response.ok ? '' : why(method, path, response, data));
+  return {ok: response.ok, status: response.status, data};
+}
+function showKey(){
+  document.getElementById('admin-state').textContent =
+    sessionStorage.getItem(KEY) ? 'key set for this tab' : 'no key';
+}
+document.getElementById('admin').onsubmit = (e) => {
+  e.preventDefault();
+  const input = document.getElementById('admin-key');
+  if(input.value) sessionStorage.setItem(KEY, input.value);
+  input.value = ''; showKey(); refresh(true);
+};
+document.getElementById('admin-forget').onclick = () => {
+  sessionStorage.removeItem(KEY); showKey(); refresh(true);
+};
+async function decide(id, decision){
+  await send('POST', '/v1/approvals/' + encodeURIComponent(id), {decision});
+  refresh();
+}
+async function toggle(lane, off){
+  await send('POST', `/v1/lanes/${encodeURIComponent(lane)}/${off ? 'off' : 'on'}`, {});
+  refresh();
+}
+async function revoke(id){
+  await send('DELETE', '/v1/grants/' + encodeURIComponent(id), {});
+  refresh();
+}
+// Redraw a part only when what it shows changed, so a button is not replaced under the pointer.
+const drawn = {};
+function draw(part, data, paint){
+  const text = JSON.stringify(data);
+  if(drawn[part] === text) return;
+  paint(data); drawn[part] = text;
+}
+function when(epoch){
+  const d = new Date(epoch * 1000);
+  const same = d.toDateString() === new Date().toDateString();
+  return same ? d.toLocaleTimeString() : d.toLocaleString();
+}
+
+function showSummary(state){
+  const paid = state.paid;
+  document.getElementById('summary').textContent = `free lane ${state.free_lane ? 'on' : 'OFF'} · ` +
+    `paid today $${paid.spent_today_usd.toFixed(6)} of $${paid.ceiling_usd.toFixed(2)} · ` +
+    `fallback ${paid.fallback}` +
+    (state.state && !state.state.up ? ` · state ${state.state.kind} DOWN: paid closed` : '');
+}
+function showApprovals(approvals){
+  const box = document.getElementById('approvals'); box.replaceChildren();
+  if(!approvals.ok){ box.appendChild(el('span', approvals.why, 'bad')); return; }
+  if(!approvals.data.data.length) box.appendChild(el('span', 'none', 'none'));
+  for(const a of approvals.data.data){
+    const d = el('div', undefined, 'approval'); d.dataset.id = a.id;
+    d.appendChild(el('span', `${a.id}: client ${a.client} → ${a.candidate} ` +
+      `(≤ $${a.estimated_cost_usd.toFixed(4)}); ` +
+      `free exhausted: ${a.exhausted.join(', ') || '—'} `));
+    for(const [label, decision] of [['Approve once', 'once'], ['Approve 1 h', '1h'],
+                                    ['Deny', 'deny']]){
+      const b = el('button', label); b.onclick = () => decide(a.id, decision); d.appendChild(b);
+    }
+    box.appendChild(d);
+  }
+}
+function showGrants(grants){
+  const body = document.getElementById('grants'); body.replaceChildren();
+  const only = (text, cls) => {
+    const tr = el('tr', undefined, cls), td = el('td', text); td.colSpan = 5;
+    tr.appendChild(td); body.appendChild(tr);
+  };
+  if(!grants.ok){ only(grants.why, 'bad'); return; }
+  if(!grants.data.data.length) only('none', 'none');
+  for(const g of grants.data.data){
+    const id = el('code', g.id.length > 20 ? g.id.slice(0, 20) + '…' : g.id); id.title = g.id;
+    const what = g.kind === 'once'
+      ? `paid fallback once, on ${g.candidate}, for the client's retry`
+      : 'paid fallback, any paid model';
+    const b = el('button', 'Revoke', 'revoke'); b.onclick = () => revoke(g.id);
+    const tr = row([id, g.client, what, when(g.until), b]);
+    tr.className = 'grant'; tr.dataset.id = g.id; body.appendChild(tr);
+  }
+}
+function showLanes(state){
+  const lanes = document.getElementById('lanes'); lanes.replaceChildren();
+  for(const l of state.lanes){
+    l.models.forEach((m, i) => {
+      const st = el('span', l.off ? 'off' : l.breaker.state,
+                    (l.off || l.breaker.state !== 'closed') ? 'bad' : 'ok');
+      const mb = el('span', m.breaker.state, m.breaker.state !== 'closed' ? 'bad' : 'ok');
+      let sw = '';
+      if(i === 0){
+        sw = el('button', l.off ? 'Switch on' : 'Switch off', 'switch');
+        sw.dataset.lane = l.name; sw.onclick = () => toggle(l.name, !l.off);
+      }
+      const canary = m.quarantined ? el('span', 'quarantined', 'pill quarantined') : '';
+      if(m.quarantined) canary.title = m.quarantined;
+      const tr = row([l.name, l.kind, sw, st, m.model, m.tier, mb,
+        m.free_now ? 'yes' : (m.reason || 'no'),
+        m.backoff_s ? `${m.backoff_s.toFixed(1)} s (${m.backoff_reason})` : '',
+        m.requests_remaining, m.used_today, canary]);
+      tr.dataset.lane = l.name; lanes.appendChild(tr);
+    });
+  }
+  for(const [name, reason] of Object.entries(state.unavailable))
+    lanes.appendChild(row([name, '', '', 'unavailable', '', '', '', reason, '', '', '', '']));
+}
+function showRecent(state){
+  const recent = document.getElementById('recent'); recent.replaceChildren();
+  for(const j of state.recent){
+    const id = el('code', j.id.slice(0, 12)); id.title = j.id;
+    recent.appendChild(row([new Date(j.at * 1000).toLocaleTimeString(), id,
+      el('span', j.route || '—', 'pill'), j.lane || '—', j.model || '—', j.client,
+      j.cohort || '—', j.outcome, j.attempts, `${Math.round(j.latency_s * 1000)} ms`,
+      '$' + j.cost_usd.toFixed(6)]));
+  }
+}
+
+let reportAt = -Infinity;
+async function refresh(force){
+  try{
+    const now = Date.now() / 1000, wantReport = force || now - reportAt >= REPORT_EVERY_S;
+    const [state, approvals, grants, report] = await Promise.all([
+      get('/v1/lanes'), get('/v1/approvals'), get('/v1/grants'),
+      wantReport ? get('/v1/report?since=7d') : null]);
+    draw('approvals', approvals, showApprovals);
+    draw('grants', grants, showGrants);
+    if(report){  // redrawn when the report changes, and when the hour turns
+      reportAt = now;
+      draw('report', {report, hour: Math.floor(now / 3600)}, (d) => showReport(d.report));
+    }
+    if(!state.ok){ document.getElementById('summary').textContent = state.why; return; }
+    showSummary(state.data);
+    draw('lanes', state.data, showLanes);
+    draw('recent', state.data.recent, () => showRecent(state.data));
+  }catch(e){ document.getElementById('summary').textContent = 'sidecar unreachable'; }
+}
+showKey(); refresh(true); setInterval(refresh, 1000);
