@@ -75,13 +75,7 @@ class Approvals:
     def _adopt(self, record: ApprovalRecord) -> PendingApproval:
         """Another process's approval, as this one shows it (and waits on it, when asked)."""
         return PendingApproval(
-            id=record.id,
-            client=record.client,
-            fingerprint=record.fingerprint,
-            exhausted=record.exhausted,
-            candidate=record.candidate,
-            estimated_cost_usd=record.estimated_cost_usd,
-            created_at=record.created_at,
+            **_shared_fields(record),
             expires_at=trio.current_time() + (record.expires_at - self._now()),
             stored=True,
         )
@@ -150,13 +144,7 @@ class Approvals:
         self._pending[approval.id] = approval  # ours to wait on (another process's, adopted)
         approval.expires_at = max(approval.expires_at, deadline_at)
         record = ApprovalRecord(
-            id=approval.id,
-            client=approval.client,
-            fingerprint=approval.fingerprint,
-            exhausted=approval.exhausted,
-            candidate=approval.candidate,
-            estimated_cost_usd=approval.estimated_cost_usd,
-            created_at=approval.created_at,
+            **_shared_fields(approval),
             expires_at=self._now() + (approval.expires_at - trio.current_time()),
         )
         try:
@@ -270,6 +258,13 @@ class Approvals:
             await call(self._store, self._store.put_grant, client, 0.0, now)
             return True
         return bool(await call(self._store, self._store.drop_once, grant_id))
+
+
+def _shared_fields(approval: ApprovalRecord | PendingApproval) -> dict[str, Any]:
+    """What the store keeps of an approval and a process shows of it, but its expiry (kept on
+    the wall clock there, on trio's clock here)."""
+    names = ("id", "client", "fingerprint", "exhausted", "candidate", "estimated_cost_usd")
+    return {name: getattr(approval, name) for name in (*names, "created_at")}
 
 
 def _word(decision: Literal["once", "deny"] | float) -> Decision:

@@ -1,5 +1,5 @@
 """What the processes of one host coordinate through the SQLite state file beyond counts and spend:
-probe leases, pending approvals, and a change word that tells a process — in well under a
+probe leases, pending approvals, and a change word that tells a process — in about a
 microsecond — whether another one wrote a backoff, a kill switch or an approval decision since it
 last looked.
 
@@ -11,6 +11,9 @@ another process took since — in the same transaction that writes the backoff t
 (written first), so no process can take the lease before the closed door is on record. A holder
 that dies (SIGKILL) is released by the expiry.
 
+**Pending approvals** are rows (`approval`) written when a job asks for one, listed by every
+process, and decided once: the first `UPDATE … WHERE decision IS NULL` wins (see `consent.py`).
+
 **The change word** is 8 bytes in a file beside the state file (`<state>-changes`). Every writer of
 a backoff, a kill switch or an approval decision writes a new random word there *after* its commit;
 a reader compares the word with the last one it saw (one `pread`) and reads the tables only when it
@@ -21,15 +24,36 @@ time: the tables are then read on every look (tens of microseconds), never skipp
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 from typing import Any
+
+import attrs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS probe_lease (scope TEXT PRIMARY KEY, token TEXT, until FLOAT);
 CREATE TABLE IF NOT EXISTS approval (
     id TEXT PRIMARY KEY, client TEXT, fingerprint TEXT, data TEXT, expires FLOAT, decision TEXT);
 """
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalRecord:
+    """A paid fallback waiting for a decision, as every process sharing the store sees it: any of
+    them may list and decide it; the processes whose jobs wait on it apply the decision."""
+
+    id: str
+    client: str
+    fingerprint: str  # the request it is for
+    exhausted: tuple[str, ...]  # the free candidates that were held back or failed
+    candidate: str  # the paid "lane/model" that will serve if approved
+    estimated_cost_usd: float
+    created_at: float  # epoch seconds
+    expires_at: float  # epoch seconds: the last deadline of the jobs asking for it
+    decision: str | None = None  # "once", "deny" or "granted", once decided
+
+
 BACKOFF_ROW = "SELECT until, step, reason, source FROM backoff WHERE scope = ? AND until > ?"
 APPROVAL_COLUMNS = "id, client, fingerprint, data, expires, decision"
 
@@ -163,3 +187,40 @@ def decide_approval(
             f"SELECT {APPROVAL_COLUMNS} FROM approval WHERE id = ?", (approval_id,)
         ).fetchone()
         return row
+
+
+def approval_row(approval: ApprovalRecord) -> tuple[Any, ...]:
+    """An approval as the `approval` table keeps it (what no query filters on, as JSON)."""
+    data = {
+        "exhausted": list(approval.exhausted),
+        "candidate": approval.candidate,
+        "cost": approval.estimated_cost_usd,
+        "created": approval.created_at,
+    }
+    return (
+        approval.id,
+        approval.client,
+        approval.fingerprint,
+        json.dumps(data),
+        approval.expires_at,
+    )
+
+
+def approval_from(row: tuple[Any, ...]) -> ApprovalRecord | None:
+    """The inverse of `approval_row` (with its decision); None for a row we can not read."""
+    approval_id, client, fingerprint, data, expires, decision = row
+    try:
+        fields = json.loads(data)
+        return ApprovalRecord(
+            id=str(approval_id),
+            client=str(client),
+            fingerprint=str(fingerprint),
+            exhausted=tuple(str(k) for k in fields["exhausted"]),
+            candidate=str(fields["candidate"]),
+            estimated_cost_usd=float(fields["cost"]),
+            created_at=float(fields["created"]),
+            expires_at=float(expires),
+            decision=None if decision is None else str(decision),
+        )
+    except (ValueError, TypeError, KeyError):
+        return None  # a row we can not read is skipped, never fatal

@@ -41,6 +41,7 @@ import attrs
 import redis
 import trio
 
+from lanes._core.state.host import approval_from, approval_row
 from lanes._core.state.redis_scripts import (
     BACKOFF,
     DECIDE_APPROVAL,
@@ -63,8 +64,6 @@ from lanes._core.state.store import (
     SQLiteStore,
     StoreUnavailable,
     UsageKey,
-    _approval_from,
-    _approval_row,
     _snapshot_data,
     _snapshot_from,
     backoff_fields,
@@ -126,7 +125,7 @@ def _approval_parse(value: object) -> ApprovalRecord | None:
         row = (one["id"], one["client"], one["fingerprint"], one["data"], one["expires"])
     except (ValueError, TypeError, KeyError):
         return None
-    return _approval_from((*row, one.get("decision")))
+    return approval_from((*row, one.get("decision")))
 
 
 def redacted(url: str) -> str:
@@ -452,7 +451,7 @@ class RedisStore:
     def put_approval(self, approval: ApprovalRecord, now: float) -> None:
         self._put_approval(
             keys=[self._k("approval")],
-            args=[approval.id, _approval_json(_approval_row(approval)), repr(now - 86400.0)],
+            args=[approval.id, _approval_json(approval_row(approval)), repr(now - 86400.0)],
         )
 
     @_guarded

@@ -28,6 +28,7 @@ import attrs
 import trio
 
 from lanes._core.state import audit_tables, host
+from lanes._core.state.host import ApprovalRecord as ApprovalRecord  # a Store record
 from lanes._core.state.sqlite_file import connect, identity, reopen
 from lanes.freetier.backoff import LADDERS, Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
@@ -79,22 +80,6 @@ class OnceConsent:
     fingerprint: str
     candidate: str  # the paid "lane/model" approved
     until: float
-
-
-@attrs.frozen(kw_only=True)
-class ApprovalRecord:
-    """A paid fallback waiting for a decision, as every process sharing the store sees it: any of
-    them may list and decide it; the processes whose jobs wait on it apply the decision."""
-
-    id: str
-    client: str
-    fingerprint: str  # the request it is for
-    exhausted: tuple[str, ...]  # the free candidates that were held back or failed
-    candidate: str  # the paid "lane/model" that will serve if approved
-    estimated_cost_usd: float
-    created_at: float  # epoch seconds
-    expires_at: float  # epoch seconds: the last deadline of the jobs asking for it
-    decision: str | None = None  # "once", "deny" or "granted", once decided
 
 
 @attrs.frozen(kw_only=True)
@@ -606,12 +591,12 @@ class SQLiteStore:
 
     def put_approval(self, approval: ApprovalRecord, now: float) -> None:
         with self._lock:
-            host.put_approval(self._conn, _approval_row(approval), now)
+            host.put_approval(self._conn, host.approval_row(approval), now)
 
     def approvals(self, now: float) -> list[ApprovalRecord]:
         with self._lock:
             rows = host.approvals(self._conn, now)
-        return [r for row in rows if (r := _approval_from(row)) is not None]
+        return [r for row in rows if (r := host.approval_from(row)) is not None]
 
     def decide_approval(self, approval_id: str, decision: str, now: float) -> ApprovalRecord | None:
         """Decide a pending approval once, atomically across processes; the approval as decided,
@@ -621,7 +606,7 @@ class SQLiteStore:
         if row is None:
             return None
         self._word.bump()
-        return _approval_from(row)
+        return host.approval_from(row)
 
     def listen(self, timeout_s: float) -> list[dict[str, Any]]:
         return []  # the processes sharing a file look at the change word (`peek`) instead
@@ -703,43 +688,6 @@ class SQLiteStore:
         with self._lock:
             self._conn.close()
             self._word.close()
-
-
-def _approval_row(approval: ApprovalRecord) -> tuple[Any, ...]:
-    """An approval as the `approval` table keeps it (what no query filters on, as JSON)."""
-    data = {
-        "exhausted": list(approval.exhausted),
-        "candidate": approval.candidate,
-        "cost": approval.estimated_cost_usd,
-        "created": approval.created_at,
-    }
-    return (
-        approval.id,
-        approval.client,
-        approval.fingerprint,
-        json.dumps(data),
-        approval.expires_at,
-    )
-
-
-def _approval_from(row: tuple[Any, ...]) -> ApprovalRecord | None:
-    """The inverse of `_approval_row` (with its decision); None for a row we can not read."""
-    approval_id, client, fingerprint, data, expires, decision = row
-    try:
-        fields = json.loads(data)
-        return ApprovalRecord(
-            id=str(approval_id),
-            client=str(client),
-            fingerprint=str(fingerprint),
-            exhausted=tuple(str(k) for k in fields["exhausted"]),
-            candidate=str(fields["candidate"]),
-            estimated_cost_usd=float(fields["cost"]),
-            created_at=float(fields["created"]),
-            expires_at=float(expires),
-            decision=None if decision is None else str(decision),
-        )
-    except (ValueError, TypeError, KeyError):
-        return None  # a row we can not read is skipped, never fatal
 
 
 def backoff_fields(backoff: Backoff) -> dict[str, Any]:
