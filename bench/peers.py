@@ -37,15 +37,11 @@ class Peer:
         if self.process is None:
             return None
         pids = [self.process.pid]
-        try:
-            children = (
-                Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
-                .read_text()
-                .split()
-            )
-            pids += [int(c) for c in children]
-        except OSError:
-            pass
+        for task in Path(f"/proc/{self.process.pid}/task").glob("*"):  # whichever thread forked
+            try:
+                pids += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
         total = 0
         for pid in pids:
             try:
@@ -107,10 +103,8 @@ async def fake_upstream(behaviour: str, workdir: Path) -> AsyncIterator[tuple[st
         yield f"http://127.0.0.1:{port}/v1", log
 
 
-@asynccontextmanager
-async def ours(
+def ours_config(
     upstream: str,
-    workdir: Path,
     *,
     kind: str = "rate_limited",
     timeout_s: float = 30.0,
@@ -119,9 +113,9 @@ async def ours(
     state: str = ":memory:",
     policy: dict[str, Any] | None = None,
     model_extra: dict[str, Any] | None = None,
-) -> AsyncIterator[Peer]:
-    port = free_port()
-    config = {
+) -> dict[str, Any]:
+    """Our config for one lane `up` on the shared upstream (also what job processes open)."""
+    return {
         "state": state,
         "local_state": ":memory:",
         "default_deadline_s": timeout_s,
@@ -140,15 +134,26 @@ async def ours(
             }
         ],
     }
+
+
+@asynccontextmanager
+async def ours(
+    upstream: str, workdir: Path, *, workers: int = 1, **options: Any
+) -> AsyncIterator[Peer]:
+    """`lanes serve` on `ours_config(upstream, **options)`, with `--workers` when more than one."""
+    port = free_port()
+    config = ours_config(upstream, **options)
     path = workdir / f"ours-{port}.toml"
     path.write_text(dump_toml({**config, "server": {"port": port}}))
     start = time.monotonic()  # wall-clock: startup is measured in real time
+    command = [sys.executable, "-m", "lanes", "serve", "--config", str(path)]
     async with spawn(
-        [sys.executable, "-m", "lanes", "serve", "--config", str(path)],
+        command + (["--workers", str(workers)] if workers > 1 else []),
         workdir / f"ours-{port}.log",
     ) as p:
         await wait_http(f"http://127.0.0.1:{port}", 30, path="/ready", ok=(200, 503))
-        peer = Peer("lanes", f"http://127.0.0.1:{port}/v1", p)
+        name = "lanes" if workers == 1 else f"lanes-w{workers}"
+        peer = Peer(name, f"http://127.0.0.1:{port}/v1", p)
         peer.started_s = time.monotonic() - start  # wall-clock: as above
         yield peer
 
@@ -170,9 +175,15 @@ def litellm_available() -> bool:
 
 @asynccontextmanager
 async def litellm(
-    upstream: str, workdir: Path, *, timeout_s: float = 30.0, models: dict[str, float] | None = None
+    upstream: str,
+    workdir: Path,
+    *,
+    timeout_s: float = 30.0,
+    models: dict[str, float] | None = None,
+    workers: int = 1,
 ) -> AsyncIterator[Peer]:
-    """LiteLLM's proxy routing each model name (→ its timeout in seconds) to the same upstream."""
+    """LiteLLM's proxy routing each model name (→ its timeout in seconds) to the same upstream,
+    with `--num_workers workers`."""
     port = free_port()
     key = "sk-bench-" + secrets.token_hex(8)
     config = workdir / f"litellm-{port}.yaml"
@@ -191,12 +202,14 @@ async def litellm(
     }
     start = time.monotonic()  # wall-clock: startup is measured in real time
     async with spawn(
-        [str(LITELLM), "--config", str(config), "--port", str(port), "--num_workers", "1"],
+        [str(LITELLM), "--config", str(config), "--port", str(port)]
+        + ["--num_workers", str(workers)],
         workdir / f"litellm-{port}.log",
         env,
     ) as p:
         await wait_http(f"http://127.0.0.1:{port}", 120, path="/health/liveliness")
-        peer = Peer("litellm", f"http://127.0.0.1:{port}/v1", p, {"Authorization": f"Bearer {key}"})
+        name = "litellm" if workers == 1 else f"litellm-w{workers}"
+        peer = Peer(name, f"http://127.0.0.1:{port}/v1", p, {"Authorization": f"Bearer {key}"})
         peer.started_s = time.monotonic() - start  # wall-clock: as above
         yield peer
 

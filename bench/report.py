@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench import onehost
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
@@ -41,7 +43,7 @@ def _chart(data: dict[str, Any], name: str) -> str | None:
             peers,
             values,
             yerr=spread,
-            color=["#999", "#4a7", "#27c", "#c63"][: len(peers)],
+            color=["#999", "#4a7", "#27c", "#59e", "#c63", "#e96"][: len(peers)],
             capsize=4,
         )
         ax.set_title(f"{kind.upper()} throughput at 64 connections (req/s)")
@@ -136,7 +138,8 @@ def _shared(r: dict[str, Any] | None) -> list[str]:
         "The store calls a job can wait on, one thread, µs per call: "
         f"paid reservation SQLite {_fmt(c['sqlite']['reserve_paid_us'], 0)}, Redis "
         f"{_fmt(c['redis']['reserve_paid_us'], 0)}; "
-        f"probe lease Redis {_fmt(c['redis']['probe_lease_us'], 0)} (SQLite has none: one host); "
+        f"probe lease SQLite {_fmt(c['sqlite']['probe_lease_us'], 0)} (a row in the host's "
+        f"file), Redis {_fmt(c['redis']['probe_lease_us'], 0)}; "
         f"a trio → worker thread → trio hop {_fmt(c['thread_hop_us'], 0)}.",
         "",
     ]
@@ -206,12 +209,17 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
             f"({_fmt(s['rps_min'], 0)}–"
             f"{_fmt(s['rps_max'], 0)}) | {_fmt(s['p50_ms'])} / {_fmt(s['p99_ms'])} |"
         )
-    ours = speed.get("lanes", {})
     ratios = []
-    for other in ("limit", "litellm"):
-        if other in speed and ours:
+    for mine, other in (
+        ("lanes", "limit"),
+        ("lanes", "litellm"),
+        ("lanes-w2", "lanes"),
+        ("lanes-w2", "litellm-w2"),
+    ):
+        if other in speed and mine in speed:
+            ours = speed[mine]
             ratios.append(
-                f"lanes / {other}: JSON "
+                f"{mine} / {other}: JSON "
                 f"{ours['json_c64']['rps'] / speed[other]['json_c64']['rps']:.2f}×, "
                 f"SSE {ours['sse_c64']['rps'] / speed[other]['sse_c64']['rps']:.2f}×"
             )
@@ -278,6 +286,7 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         for p, r in data["deadline"].items()
     ]
     lines += _shared(data.get("shared"))
+    lines += onehost.report(data.get("one_host"))
     f = data["free_share"]
     lines += [
         "",

@@ -2,8 +2,8 @@
 docs/benchmarks.md.
 
 Peers: `direct` (the client straight to the fake upstream), `limit` (a bare pass-through proxy on
-our stack), `lanes`, and `litellm` (the LiteLLM proxy in its own virtualenv, offline) when
-installed.
+our stack), `lanes`, `lanes-w2` (`lanes serve --workers 2`), and `litellm` / `litellm-w2` (the
+LiteLLM proxy in its own virtualenv, offline, with `--num_workers 1` / `2`) when installed.
 All against one fake upstream on loopback; one load generator; warm-up, then repetitions.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import httpx2
 import trio
 
-from bench import audit_report, peers, shared
+from bench import audit_report, onehost, peers, shared
 from bench.load import percentile, run_load, summary
 from lanes.testing.processes import free_port
 
@@ -46,16 +46,22 @@ async def peer(name: str, upstream: str, workdir: Path):
     elif name == "limit":
         async with peers.limit(upstream, workdir) as p:
             yield p
-    elif name == "lanes":
-        async with peers.ours(upstream, workdir, models=tuple(MODELS)) as p:
+    elif name.startswith("lanes"):
+        async with peers.ours(upstream, workdir, models=tuple(MODELS), workers=_workers(name)) as p:
             yield p
     else:
-        async with peers.litellm(upstream, workdir, models=MODELS) as p:
+        async with peers.litellm(upstream, workdir, models=MODELS, workers=_workers(name)) as p:
             yield p
+
+
+def _workers(name: str) -> int:
+    """`lanes-w2` → 2 (`lanes serve --workers 2`; LiteLLM's `--num_workers 2`), else 1."""
+    return int(name.rpartition("-w")[2]) if "-w" in name else 1
 
 
 def names() -> list[str]:
-    return ["direct", "limit", "lanes"] + (["litellm"] if peers.litellm_available() else [])
+    litellm = ["litellm", "litellm-w2"] if peers.litellm_available() else []
+    return ["direct", "limit", "lanes", "lanes-w2", *litellm]
 
 
 def body(model: str) -> dict[str, Any]:
@@ -246,7 +252,7 @@ async def main(quick: bool) -> dict[str, Any]:
                     if p.started_s is not None and name == "litellm":
                         result["startup"]["litellm"] = p.started_s
                     result["speed"][name] = await speed(p, quick)
-                    if name == "direct":
+                    if name == "direct" or _workers(name) > 1:  # several workers: throughput
                         continue
                     result["streams_held"][name] = await streams_held(p, quick)
                     if name in ("lanes", "litellm"):
@@ -256,6 +262,8 @@ async def main(quick: bool) -> dict[str, Any]:
                         )  # last: it leaves jobs hanging
         async with peers.fake_upstream("all", workdir) as (upstream, _):
             result["shared"] = await shared.measure(upstream, workdir, quick)
+        async with peers.fake_upstream("all", workdir) as (upstream, _):
+            result["one_host"] = await onehost.measure(upstream, workdir)
         added(result["speed"])
         print("bench: free share …", file=sys.stderr, flush=True)
         result["free_share"] = await free_share(hours=2.0 if quick else 24.0)

@@ -65,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-format", choices=["text", "json"], default="text", help="json: one object a line"
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes serving the port, sharing the state (default 1)",
+    )
     for name, text in (("status", "lanes, breakers, backoffs and spend of a running sidecar"),):
         p = sub.add_parser(name, help=text)
         p.add_argument("--url", default=DEFAULT_URL)
@@ -296,35 +303,61 @@ def _drill(args: argparse.Namespace) -> int:
 
 
 class JsonLines(logging.Formatter):
-    """`--log-format json`: one JSON object a line (time, level, logger, message)."""
+    """`--log-format json`: one JSON object a line (time, level, logger, message; and the worker,
+    under `--workers`)."""
+
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self.worker = worker
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {
+        line: dict[str, Any] = {
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self.worker is not None:
+            line["worker"] = self.worker
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info).splitlines()[-1]
         return json.dumps(line, ensure_ascii=False)
 
 
-def _logging(log_format: str) -> None:
+def _logging(log_format: str, worker: int | None = None) -> None:
     handler = logging.StreamHandler()
+    who = "" if worker is None else f"[worker {worker}]"
     handler.setFormatter(
-        JsonLines()
+        JsonLines(worker)
         if log_format == "json"
-        else logging.Formatter("%(asctime)s %(name)s: %(message)s")
+        else logging.Formatter(f"%(asctime)s %(name)s{who}: %(message)s")
     )
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
 def _serve(args: argparse.Namespace) -> int:
     from lanes._http.server import serve
+    from lanes._http.workers import MAX_WORKERS, WORKER_ENV, run_worker, serve_workers
 
+    if (spec := os.environ.pop(WORKER_ENV, None)) is not None:  # one of `--workers N`
+        worker = json.loads(spec)
+        _logging(args.log_format, worker["worker"])
+        return run_worker(worker)
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be from 1 to {MAX_WORKERS} (got {args.workers})")
     _logging(args.log_format)
     config = args.config or (None if args.simulate else packaged("lanes.toml"))
+    if args.workers > 1:
+        return trio.run(
+            lambda: serve_workers(
+                config,
+                workers=args.workers,
+                host=args.host,
+                port=args.port,
+                simulate=args.simulate,
+                log_format=args.log_format,
+            )
+        )
     trio.run(lambda: serve(config, host=args.host, port=args.port, simulate=args.simulate))
     return 0
 

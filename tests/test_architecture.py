@@ -330,6 +330,25 @@ def test_readme_documents_every_cli_command():
     assert sorted(c for c in commands if f"lanes {c}" not in readme) == []
 
 
+def test_readme_documents_every_cli_flag():
+    """Each long option of each `lanes` subcommand (`--workers`, `--log-format`, …) appears in the
+    README."""
+    from lanes._cli import _parser
+
+    action = next(a for a in _parser()._actions if a.dest == "command")
+    assert isinstance(action.choices, dict)  # subcommand → its parser
+    readme = (ROOT / "README.md").read_text()
+    flags = {
+        (name, flag)
+        for name, sub in action.choices.items()
+        for a in sub._actions
+        for flag in a.option_strings
+        if flag.startswith("--") and flag != "--help"
+    }
+    documented = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)(?![\w-])", readme))
+    assert sorted(f for f in flags if f[1] not in documented) == []
+
+
 def test_readme_tables_render():
     """Every Markdown table in README and docs/ is one block: a header, its `|---|` separator,
     then rows with as many cells — a blank line inside a table would split it, and the rows after

@@ -26,7 +26,7 @@ from lanes._core.routing.context import Routing, open_record
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import Call, walk
 from lanes._core.state.journal import Journal
-from lanes._core.state.store import STORE_ERRORS, SQLiteStore, Store
+from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, SQLiteStore, Store
 from lanes._core.statistics import Statistics, snapshot
 from lanes._core.streaming.stream import ReplyStream
 from lanes._core.tasks import SYNC, Background
@@ -95,6 +95,7 @@ class Dispatcher:
 
     def statistics(self) -> Statistics:
         """A frozen snapshot of lanes, breakers, quotas, spend, approvals and recent jobs."""
+        self.routing.catch_up()  # the host's view: what other processes wrote a moment ago
         return snapshot(
             self.routing,
             store=self.store,
@@ -163,6 +164,10 @@ class Dispatcher:
 
     def quarantine(self) -> dict[str, str]:
         return dict(self.routing.gate.quarantine)
+
+    def take_approvals(self, records: list[ApprovalRecord]) -> list[str]:
+        """The store's approvals: list them, apply decisions made elsewhere to jobs waiting here."""
+        return self.routing.approvals.take(records)
 
     def probe_answered(self, scope: str, ok: bool) -> None:
         """Another host's probe of a cold scope answered."""

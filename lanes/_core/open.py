@@ -82,6 +82,7 @@ async def open_dispatcher(
             tasks = dispatcher.background
             sync = StateSync(manager, store, dispatcher, tasks.task(SYNC), tasks.task(LISTENER))
             dispatcher.routing.nudge = sync.kick
+            dispatcher.routing.catch_up = lambda: sync.catch_up(dispatcher.now_wall())
             await sync.load(dispatcher.now_wall())
             nursery.start_soon(sync.run, dispatcher.now_wall)
             if store.shared:

@@ -48,6 +48,7 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
         return JSONResponse({"lane": name, "off": dispatcher.is_off(name)})
 
     async def approvals(request: Request) -> Response:
+        await dispatcher.approvals.refresh()  # every process's, as the store holds them now
         return JSONResponse({"data": [dict(a) for a in dispatcher.statistics().approvals]})
 
     async def decide(request: Request) -> Response:

@@ -47,8 +47,9 @@ def build_app(
     env: Mapping[str, str],
     metrics: Metrics | None = None,
     bind_host: str | None = None,
+    worker: int | None = None,
 ) -> Starlette:
-    """The sidecar's app over an open dispatcher."""
+    """The sidecar's app over an open dispatcher (`worker`: its number under `--workers`)."""
     server = dispatcher.config.server
     guard = Guard(server, env, bind_host=bind_host or server.host)
     metrics = metrics or Metrics(dispatcher.statistics)
@@ -123,8 +124,10 @@ def build_app(
             return Response(reply.raw, media_type="application/json", headers=reply_headers(reply))
         return JSONResponse(dict(reply.body), headers=reply_headers(reply))
 
+    alive = {"status": "ok"} if worker is None else {"status": "ok", "worker": worker}
+
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse(alive)
 
     async def is_ready(request: Request) -> Response:
         stats = dispatcher.statistics()

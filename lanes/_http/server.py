@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -28,20 +28,24 @@ from lanes._http.guard import is_loopback, resolved_keys
 log = logging.getLogger("lanes")
 
 
-async def serve(
+def checked(
     config: Config | str | os.PathLike[str] | None,
     *,
-    host: str | None = None,
-    port: int | None = None,
-    simulate: bool = False,
-    env: Mapping[str, str] | None = None,
-    task_status: Any = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL."""
-    env = dict(os.environ if env is None else env)
-    if not simulate and not isinstance(config, Config):
-        config = check_config(config or packaged("lanes.toml"), env=env).config
-    server = config.server if isinstance(config, Config) else ServerConfig()
+    host: str | None,
+    port: int | None,
+    simulate: bool,
+    env: Mapping[str, str],
+) -> tuple[Config | None, str, int]:
+    """The config `serve` runs (None: the simulation's, made at start), and the address it binds.
+    Raises `ConfigError` for a bad config, or a non-loopback bind without a client key."""
+    base: Config | None = None
+    if isinstance(config, Config):
+        base = config
+    elif config or not simulate:
+        base = check_config(config or packaged("lanes.toml"), env=env).config
+    server = (
+        base.server if base is not None and (not simulate or base is config) else ServerConfig()
+    )
     host = host or server.host
     port = server.port if port is None else port
     if not is_loopback(host) and (simulate or not resolved_keys(server, env)):
@@ -57,17 +61,34 @@ async def serve(
             ),
             key="server.host",
         )
+    return base, host, port
+
+
+async def serve(
+    config: Config | str | os.PathLike[str] | None,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    simulate: bool = False,
+    env: Mapping[str, str] | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
+    listen_fd: int | None = None,
+    worker: int | None = None,
+    stop_when: Callable[[], Awaitable[object]] | None = None,
+) -> None:
+    """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL.
+
+    As one of `lanes serve --workers N` (see `workers.py`): `listen_fd` is the socket the parent
+    bound, `worker` this worker's number (in logs and /health), and `stop_when` returns when the
+    parent is gone — a graceful stop, as for SIGTERM."""
+    env = dict(os.environ if env is None else env)
+    base, host, port = checked(config, host=host, port=port, simulate=simulate, env=env)
     async with AsyncExitStack() as stack:
         if simulate:
             from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
 
-            base: Config | None = None
-            if isinstance(config, Config):
-                base = config
-            elif config:
-                base = check_config(config, env=env).config
             fakes = await stack.enter_async_context(open_simulation())
-            config = load_config(
+            base = load_config(
                 simulated_config(
                     fakes,
                     state=base.state if base else ":memory:",
@@ -80,11 +101,14 @@ async def serve(
                 "simulated providers on 127.0.0.1: %s",
                 ", ".join(f"{n}={f.port}" for n, f in fakes.items()),
             )
-        assert isinstance(config, Config)
+        assert base is not None
+        config = base
         dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
-        app = build_app(dispatcher, env=env, bind_host=host)
+        app = build_app(dispatcher, env=env, bind_host=host, worker=worker)
         hc = HypercornConfig()
         hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+        if listen_fd is not None:
+            hc.bind = [f"fd://{listen_fd}"]
         hc.graceful_timeout = config.server.shutdown_grace_s
         hc.accesslog = None
         hc.errorlog = logging.getLogger("lanes.http")
@@ -97,12 +121,15 @@ async def serve(
         cap = connection_cap(config.server.max_connections)
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_signals, shutdown)
+            nursery.start_soon(_signals, shutdown, worker is not None)
+            if stop_when is not None:
+                nursery.start_soon(_stop_when, stop_when, shutdown)
 
             async def run_server(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 await serve_http(
                     app, hc, cap=cap, shutdown_trigger=shutdown.wait, task_status=task_status
                 )
+                nursery.cancel_scope.cancel()  # served its last request: a worker's watchers end
 
             binds = await nursery.start(run_server)
             url = binds[0] if binds else f"http://{host}:{port}"
@@ -114,10 +141,12 @@ async def serve(
             nursery.cancel_scope.deadline = trio.current_time() + config.server.shutdown_grace_s + 1
 
 
-async def _signals(shutdown: trio.Event) -> None:
+async def _signals(shutdown: trio.Event, worker: bool = False) -> None:
     """SIGINT/SIGTERM: stop accepting, let jobs in flight finish. SIGHUP: logged and ignored (a
     reload would rebuild lanes, breakers and ledgers under running jobs; restart to apply a new
-    config — `lanes check-config` first)."""
+    config — `lanes check-config` first). A second SIGINT/SIGTERM stops one sidecar at once; a
+    worker ignores it (it comes from the terminal and the parent both, or from systemd and the
+    parent: the parent decides when to stop waiting)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
             if signum == signal.SIGHUP:
@@ -126,6 +155,16 @@ async def _signals(shutdown: trio.Event) -> None:
                     "apply a changed config (check it first: lanes check-config PATH)"
                 )
                 continue
+            if shutdown.is_set():
+                continue  # a worker's repeated signal
             log.warning("shutting down (in-flight jobs may finish)")
             shutdown.set()
-            return
+            if not worker:
+                return
+
+
+async def _stop_when(stopped: Callable[[], Awaitable[object]], shutdown: trio.Event) -> None:
+    await stopped()
+    if not shutdown.is_set():
+        log.warning("the parent process is gone: shutting down (in-flight jobs may finish)")
+        shutdown.set()

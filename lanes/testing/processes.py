@@ -1,4 +1,5 @@
-"""A `lanes serve` child process for drills that must kill, restart or re-import the real thing."""
+"""Child processes for drills, tests and benchmarks that need the real thing: `lanes serve`
+(to kill, restart or re-import it), and job processes that import the dispatcher."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,16 @@ class SidecarProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def children(self) -> list[int]:
+        """The pids of the process's children — the workers of `--workers N` (Linux)."""
+        found = []
+        for task in Path(f"/proc/{self.process.pid}/task").glob("*"):  # whichever thread forked
+            try:
+                found += [int(child) for child in (task / "children").read_text().split()]
+            except OSError:
+                continue
+        return sorted(found)
+
     async def wait_healthy(self, within_s: float = 15.0) -> float:
         start = time.monotonic()  # wall-clock: a drill measures real startup time
         async with httpx2.AsyncClient(trust_env=False) as http:
@@ -102,8 +113,10 @@ async def open_sidecar_process(
     env: Mapping[str, str] | None = None,
     pythonpath: str | None = None,
     port: int | None = None,
+    args: Sequence[str] = (),
 ) -> AsyncIterator[SidecarProcess]:
-    """Write `config` as TOML, start `python -m lanes serve` on it, wait for /health, yield it.
+    """Write `config` as TOML, start `python -m lanes serve` on it (and `args`, say `--workers 2`),
+    wait for /health, yield it.
 
     With `pythonpath` (a copy of the package) the child imports `lanes` from there only: a
     development (editable) install's import hook is removed first, or it would quietly find a
@@ -118,7 +131,7 @@ async def open_sidecar_process(
         child_env["PYTHONPATH"] = pythonpath
     log_file = await trio.to_thread.run_sync(log_path.open, "wb")
     with log_file:
-        command = [sys.executable, "-m", "lanes", "serve", "--config", str(path)]
+        command = [sys.executable, "-m", "lanes", "serve", "--config", str(path), *args]
         if pythonpath:
             command[1:3] = ["-c", _ONLY_THE_COPY]
         process = await trio.lowlevel.open_process(
@@ -166,3 +179,84 @@ async def stop(process: trio.Process, grace_s: float = 10.0) -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+class JobProcesses:
+    """Processes that import the dispatcher (`python -m lanes.testing.herd`), started by
+    `open_job_processes`, each ready to send a round of jobs when told."""
+
+    def __init__(self, processes: list[trio.Process], outputs: list[Path], go: Path) -> None:
+        self.processes, self._outputs, self._go = processes, outputs, go
+
+    def _lines(self, i: int) -> list[str]:
+        return self._outputs[i].read_text(errors="replace").splitlines()
+
+    async def wait_ready(self, within_s: float = 30.0) -> None:
+        with trio.fail_after(within_s):
+            while not all("ready" in self._lines(i) for i in range(len(self.processes))):
+                for i, process in enumerate(self.processes):
+                    if process.returncode is not None:
+                        raise RuntimeError(f"job process exited: {self._outputs[i].read_text()}")
+                await trio.sleep(0.02)
+
+    def start(self, round_: int = 1) -> None:
+        """Start round `round_` in every process at once."""
+        Path(f"{self._go}.{round_}").touch()
+
+    async def outcomes(self, round_: int = 1, within_s: float = 60.0) -> list[dict[str, int]]:
+        """Each process's outcomes of round `round_` ({"ok" | error code: count}), once all are
+        done."""
+        found: list[dict[str, int] | None] = [None] * len(self.processes)
+        with trio.fail_after(within_s):
+            while any(f is None for f in found):
+                for i in range(len(self.processes)):
+                    for line in self._lines(i):
+                        try:
+                            said = json.loads(line) if line.startswith("{") else None
+                        except ValueError:  # a line still being written
+                            continue
+                        if isinstance(said, dict) and said.get("round") == round_:
+                            found[i] = said["outcomes"]
+                await trio.sleep(0.02)
+        return [f or {} for f in found]
+
+
+@asynccontextmanager
+async def open_job_processes(
+    config: Mapping[str, Any],
+    workdir: Path,
+    *,
+    count: int = 2,
+    jobs: int = 50,
+    rounds: int = 1,
+    model: str = "auto",
+    deadline_s: float = 10.0,
+    env: Mapping[str, str] | None = None,
+) -> AsyncIterator[JobProcesses]:
+    """`count` job processes on `config` (say, one SQLite `state` file shared with a sidecar),
+    each opening its own dispatcher; yields them ready (`start(r)`, then `outcomes(r)`)."""
+    await trio.Path(workdir).mkdir(parents=True, exist_ok=True)
+    path = workdir / f"jobs-{free_port()}.toml"
+    await trio.Path(path).write_text(dump_toml(config))
+    go = workdir / f"{path.stem}.go"
+    child_env = {**os.environ, **(env or {})}
+    outputs = [workdir / f"{path.stem}-{i}.out" for i in range(count)]
+    processes: list[trio.Process] = []
+    try:
+        for output in outputs:
+            out = await trio.to_thread.run_sync(output.open, "wb")
+            with out:
+                command = [sys.executable, "-m", "lanes.testing.herd", str(path)]
+                command += ["--jobs", str(jobs), "--rounds", str(rounds), "--model", model]
+                command += ["--deadline-s", str(deadline_s), "--go", str(go)]
+                processes.append(
+                    await trio.lowlevel.open_process(
+                        command, stdout=out, stderr=subprocess.STDOUT, env=child_env
+                    )
+                )
+        herd = JobProcesses(processes, outputs, go)
+        await herd.wait_ready()
+        yield herd
+    finally:
+        for process in processes:
+            await stop(process)

@@ -162,8 +162,7 @@ class AttemptRun:
                 body=exc.body,
                 now=routing.now_wall(),
             )
-            if routing.store_shared and routing.manager.changed_backoffs:
-                routing.nudge()  # other hosts hear of it now, not at the next tick
+            routing.backoffs_changed()  # other processes hear of it now, not at the next tick
         if outcome != "deadline":
             log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
         return self.settle(

@@ -76,7 +76,7 @@ class Consent:
                 ]
             )
         )
-        approval = self.approvals.open(
+        approval = await self.approvals.open(
             job=job,
             exhausted=exhausted,
             candidate=candidate.key,

@@ -3,6 +3,7 @@ ledger, consent, the ranking and the FreeTierManager — built once per dispatch
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
@@ -21,7 +22,7 @@ from lanes._core.routing.ledger import Ledger
 from lanes._core.routing.probes import Probes
 from lanes._core.routing.ranking import Ranking
 from lanes._core.routing.record import JobRecord
-from lanes._core.state.store import Store
+from lanes._core.state.store import STORE_ERRORS, Store
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.manager import FreeTierManager, LaneTerms
 
@@ -46,6 +47,9 @@ class Routing:
         self.now_wall = now_wall  # wall-clock epoch seconds, derived from trio's clock
         self.store_shared = store.shared
         self.nudge: Callable[[], None] = lambda: None  # run the state sync now (set when it starts)
+        # take what other processes on the host wrote since the last look (set when the sync starts)
+        self.catch_up: Callable[[], None] = lambda: None
+        self._store = store
         self.breakers = {
             name: LaneBreakers(lane.config.breaker) for name, lane in self.lanes.items()
         }
@@ -57,6 +61,7 @@ class Routing:
             probes=self.probes,
             now_wall=now_wall,
             free_lane_on=free_lane_on,
+            catch_up=lambda: self.catch_up(),
         )
         self.ledger = Ledger(self.policy, manager, store, now_wall, clients=config.server.clients)
         self.approvals = Approvals(store, now_wall, once_ttl_s=self.policy.once_ttl_s)
@@ -68,6 +73,20 @@ class Routing:
         self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
         for lane in self.lanes.values():
             self.register_prices(lane)
+
+    def backoffs_changed(self) -> None:
+        """A rate limit changed a backoff: the other processes must see it before their next
+        attempt. A store on this host (SQLite) takes it now, inline; a shared one (Redis) with the
+        sync, run now."""
+        changed = self.manager.changed_backoffs
+        if not changed:
+            return
+        if self._store.limiter is None:
+            # on failure the sync writes it (and reports the store) at its next round
+            with contextlib.suppress(*STORE_ERRORS):
+                self._store.put_backoffs(dict(changed), self.now_wall())
+        elif self.store_shared:
+            self.nudge()
 
     # -- candidates -------------------------------------------------------------------------------
     def candidates(self) -> list[Candidate]:

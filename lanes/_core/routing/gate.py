@@ -1,9 +1,11 @@
 """The gate before every attempt: may this candidate be sent a request now?
 
-In order: the free lane's kill switch, the runtime kill switch, enough time left before the job's
-deadline, the canary's quarantine, the FreeTierManager (backoff, quota, credits), the single probe
-of a cold free candidate (others wait for its answer), and the breakers (the model's and the
-lane's). A candidate that fails any check is skipped with its reason recorded and nothing sent.
+First what other processes sharing the host's state file wrote since the last look (a kill switch,
+a backoff: see `StateSync.catch_up`). Then, in order: the free lane's kill switch, the runtime kill
+switch, enough time left before the job's deadline, the canary's quarantine, the FreeTierManager
+(backoff, quota, credits), the single probe of a cold free candidate (others wait for its answer),
+and the breakers (the model's and the lane's). A candidate that fails any check is skipped with its
+reason recorded and nothing sent.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ class Gate:
         probes: Probes,
         now_wall: Callable[[], EpochTime],
         free_lane_on: bool,
+        catch_up: Callable[[], None] = lambda: None,
     ) -> None:
+        self._catch_up = catch_up  # take what other processes on the host wrote (see sync.py)
         self._lanes = lanes
         self._breakers = breakers
         self._manager = manager
@@ -98,6 +102,7 @@ class Gate:
         recording why `candidate` is skipped. Waits while another job probes a cold free
         candidate."""
         lane = self._lanes[candidate.lane]
+        self._catch_up()  # a kill switch or a backoff another process wrote a moment ago
         reason = self.switched(candidate)
         if reason is not None:
             record.skip(candidate, reason)
@@ -126,6 +131,7 @@ class Gate:
             if claimed is None:
                 record.skip(candidate, "another job is probing it")
                 return None
+            self._catch_up()
         breakers = self._breakers[candidate.lane]
         granted = breakers.acquire(candidate.model, trio.current_time())
         if granted is None:

@@ -134,3 +134,42 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
+
+# A pending approval, shared by every host. KEYS: the approval hash. ARGV: id, the approval as
+# JSON (no decision), drop what expired before this (s). One already decided is left alone; the
+# later expiry wins.
+PUT_APPROVAL = """
+local new = cjson.decode(ARGV[2])
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw then
+  local ok, old = pcall(cjson.decode, raw)
+  if ok then
+    if old['decision'] then return 0 end
+    if tonumber(old['expires']) > tonumber(new['expires']) then new['expires'] = old['expires'] end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(new))
+local entries = redis.call('HGETALL', KEYS[1])
+for i = 1, #entries, 2 do
+  local ok, one = pcall(cjson.decode, entries[i + 1])
+  if (not ok) or tonumber(one['expires']) < tonumber(ARGV[3]) then
+    redis.call('HDEL', KEYS[1], entries[i])
+  end
+end
+return 1
+"""
+
+# Decide a pending approval once, across every host. KEYS: the approval hash. ARGV: id, decision,
+# now (s). Returns the approval as decided (JSON), or false when it is unknown, expired or decided.
+DECIDE_APPROVAL = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return false end
+local ok, one = pcall(cjson.decode, raw)
+if (not ok) or one['decision'] or tonumber(one['expires']) <= tonumber(ARGV[3]) then
+  return false
+end
+one['decision'] = ARGV[2]
+local out = cjson.encode(one)
+redis.call('HSET', KEYS[1], ARGV[1], out)
+return out
+"""

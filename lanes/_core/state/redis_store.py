@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import threading
 import uuid
 from collections.abc import Callable
@@ -40,11 +41,14 @@ import attrs
 import redis
 import trio
 
+from lanes._core.state.host import approval_from, approval_row
 from lanes._core.state.redis_scripts import (
     BACKOFF,
+    DECIDE_APPROVAL,
     LEASE,
     MAX,
     PICO,
+    PUT_APPROVAL,
     RELEASE,
     RESERVE,
     RESTORE,
@@ -53,7 +57,9 @@ from lanes._core.state.redis_scripts import (
     pico,
 )
 from lanes._core.state.store import (
+    ApprovalRecord,
     LocalView,
+    News,
     OnceConsent,
     SQLiteStore,
     StoreUnavailable,
@@ -99,6 +105,29 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _approval_json(row: tuple[Any, ...]) -> str:
+    approval_id, client, fingerprint, data, expires = row
+    return json.dumps(
+        {
+            "id": approval_id,
+            "client": client,
+            "fingerprint": fingerprint,
+            "data": data,
+            "expires": repr(expires),  # as text: Lua's cjson would round a number to 14 digits
+        }
+    )
+
+
+def _approval_parse(value: object) -> ApprovalRecord | None:
+    """An approval as kept in Redis; None for a value we can not read."""
+    try:
+        one = json.loads(_text(value))
+        row = (one["id"], one["client"], one["fingerprint"], one["data"], one["expires"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    return approval_from((*row, one.get("decision")))
+
+
 def redacted(url: str) -> str:
     """`url` without its password, for logs and pages."""
     parts = urlsplit(url)
@@ -111,6 +140,7 @@ class RedisStore:
     kind = "redis"
     shared = True
     lost_reason = ""  # Redis restarted empty, or is met empty for the first time
+    lease_poll_s = math.inf  # a probe's answer is published: no one asks again meanwhile
 
     def __init__(
         self,
@@ -149,6 +179,8 @@ class RedisStore:
         self._release = self._redis.register_script(RELEASE)
         self._lease = self._redis.register_script(LEASE)
         self._take_once = self._redis.register_script(TAKE_ONCE)
+        self._put_approval = self._redis.register_script(PUT_APPROVAL)
+        self._decide_approval = self._redis.register_script(DECIDE_APPROVAL)
         self._lock = threading.Lock()
         self._epoch: str | None = None
         self._reseed_due = False  # Redis forgot our state and we have not pushed our view back yet
@@ -415,6 +447,32 @@ class RedisStore:
     def drop_once(self, once_id: str) -> bool:
         return bool(self._redis.hdel(self._k("once"), once_id))
 
+    @_guarded
+    def put_approval(self, approval: ApprovalRecord, now: float) -> None:
+        self._put_approval(
+            keys=[self._k("approval")],
+            args=[approval.id, _approval_json(approval_row(approval)), repr(now - 86400.0)],
+        )
+
+    @_guarded
+    def approvals(self, now: float) -> list[ApprovalRecord]:
+        out = []
+        for value in self._redis.hvals(self._k("approval")):
+            approval = _approval_parse(value)
+            if approval is not None and approval.expires_at > now:
+                out.append(approval)
+        return out
+
+    @_guarded
+    def decide_approval(self, approval_id: str, decision: str, now: float) -> ApprovalRecord | None:
+        decided = self._decide_approval(
+            keys=[self._k("approval")], args=[approval_id, decision, repr(now)]
+        )
+        return _approval_parse(decided) if decided else None
+
+    def peek(self, now: float) -> News | None:
+        return None  # other hosts' backoffs and switches are published (see `listen`)
+
     def put_switch(self, lane: str, off: bool, at: float) -> None:
         with self._lock:
             self._switch_writes[lane] = (off, at)
@@ -482,10 +540,10 @@ class RedisStore:
 
     # -- probes -------------------------------------------------------------------------------
     @_guarded
-    def probe_lease(self, scope: str, ttl_s: float) -> bool | Backoff:
-        """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`):
-        True when taken, False when another host holds it, the scope's backoff when one is in
-        force."""
+    def probe_lease(self, scope: str, ttl_s: float, now: float | None = None) -> bool | Backoff:
+        """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`,
+        on Redis's clock: `now` is not needed): True when taken, False when another host holds it,
+        the scope's backoff when one is in force."""
         token = f"{self.host}:{uuid.uuid4().hex[:8]}"
         outcome, value = self._lease(
             keys=[self._k("probe", scope), self._k("backoff", scope)],

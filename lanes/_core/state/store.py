@@ -17,6 +17,7 @@ import functools
 import json
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -26,7 +27,8 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
-from lanes._core.state import audit_tables
+from lanes._core.state import audit_tables, host
+from lanes._core.state.host import ApprovalRecord as ApprovalRecord  # a Store record
 from lanes._core.state.sqlite_file import connect, identity, reopen
 from lanes.freetier.backoff import LADDERS, Backoff
 from lanes.freetier.headers import RateLimitSnapshot, Window
@@ -54,6 +56,7 @@ CREATE TABLE IF NOT EXISTS once_consent (
 CREATE TABLE IF NOT EXISTS quarantine (key TEXT PRIMARY KEY, verdict TEXT, reason TEXT, at FLOAT);
 CREATE TABLE IF NOT EXISTS switch (lane TEXT PRIMARY KEY, at FLOAT);
 """
+_FULL_SCHEMA = _SCHEMA + host.SCHEMA + audit_tables.SCHEMA
 #: Columns added since the first release of each table, for `_migrate`.
 _ADDED: dict[str, tuple[tuple[str, str], ...]] = {"paid_ledger": (("client", "TEXT"),)}
 T = TypeVar("T")
@@ -77,6 +80,14 @@ class OnceConsent:
     fingerprint: str
     candidate: str  # the paid "lane/model" approved
     until: float
+
+
+@attrs.frozen(kw_only=True)
+class News:
+    """What the other processes sharing a store wrote since the last look (see `Store.peek`)."""
+
+    backoffs: list[tuple[str, Backoff]]
+    switches: set[str]  # every lane switched off now
 
 
 @attrs.frozen(kw_only=True)
@@ -180,8 +191,17 @@ class Store(Protocol):
     ) -> None: ...
     def put_switch(self, lane: str, off: bool, at: float) -> None: ...
     def switches(self) -> set[str]: ...
-    def probe_lease(self, scope: str, ttl_s: float) -> bool | Backoff: ...
+    # how often a job waiting on another process's probe asks again (inf: it is told, by events)
+    @property
+    def lease_poll_s(self) -> float: ...
+    def probe_lease(self, scope: str, ttl_s: float, now: float | None = None) -> bool | Backoff: ...
     def probe_done(self, scope: str, ok: bool, backoff: Backoff | None = None) -> None: ...
+    def peek(self, now: float) -> News | None: ...
+    def put_approval(self, approval: ApprovalRecord, now: float) -> None: ...
+    def approvals(self, now: float) -> list[ApprovalRecord]: ...
+    def decide_approval(
+        self, approval_id: str, decision: str, now: float
+    ) -> ApprovalRecord | None: ...
     def listen(self, timeout_s: float) -> list[dict[str, Any]]: ...
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
     def begin_sync(self, now: float) -> bool: ...
@@ -214,11 +234,12 @@ class SQLiteStore:
     shared = False
     limiter: trio.CapacityLimiter | None = None
     listen_limiter: trio.CapacityLimiter | None = None
+    lease_poll_s = 0.02  # a job waiting on another process's probe looks again this often
 
     def __init__(self, path: str) -> None:
         self.where = path
         self._path = path if path == ":memory:" else str(Path(path).expanduser())
-        self._conn = connect(self._path, _SCHEMA + audit_tables.SCHEMA, _migrate)
+        self._conn = connect(self._path, _FULL_SCHEMA, _migrate)
         self._identity = identity(self._path) if self._path != ":memory:" else None
         self._lock = threading.Lock()
         self._db: Any = None
@@ -229,6 +250,9 @@ class SQLiteStore:
         self._own: dict[
             str, tuple[int, float, str, str, str, str | None, str | None, float | None]
         ] = {}
+        self._process = uuid.uuid4().hex[:12]  # this process, in the tokens of its probe leases
+        self._leases: dict[str, str] = {}  # scope → the token of the lease this process holds
+        self._word = host.ChangeWord(None if path == ":memory:" else f"{self._path}-changes")
 
     def _moved(self) -> str:
         """Why the file at the path is no longer the one this process opened ('' when it is)."""
@@ -295,6 +319,8 @@ class SQLiteStore:
                 "WHERE excluded.until > backoff.until",
                 [(scope, b.until, b.step, b.reason, b.source) for scope, b in backoffs.items()],
             )
+        if backoffs:
+            self._word.bump()  # the other processes look before their next attempt
 
     def backoffs(self, now: float) -> list[tuple[str, Backoff]]:
         with self._lock:
@@ -511,21 +537,79 @@ class SQLiteStore:
                 )
             else:
                 self._conn.execute("DELETE FROM switch WHERE lane = ?", (lane,))
+        self._word.bump()  # every process obeys it from its next job on
 
     def switches(self) -> set[str]:
         with self._lock:
             return {lane for (lane,) in self._conn.execute("SELECT lane FROM switch")}
 
-    # One host needs no more than this: a probe is single-flight within the process, and writes are
-    # visible to the other processes at their next sync.
-    def probe_lease(self, scope: str, ttl_s: float) -> bool | Backoff:
-        return True
+    # -- what the processes of the host coordinate through the file (see host.py) ------------------
+    def probe_lease(self, scope: str, ttl_s: float, now: float | None = None) -> bool | Backoff:
+        """Take the right to probe a cold or reopened scope for every process sharing the file, for
+        `ttl_s` from `now` (epoch seconds): True when taken, False while another process holds it,
+        the scope's backoff when one is in force. In memory there is no one else: always True."""
+        if self._path == ":memory:":
+            return True
+        now = time.time() if now is None else now  # wall-clock: shared with other processes
+        token = f"{self._process}:{uuid.uuid4().hex[:8]}"
+        with self._lock:
+            taken = host.take_lease(
+                self._conn, scope, token=token, mine=f"{self._process}:", until=now + ttl_s, now=now
+            )
+            if taken is True:
+                self._leases[scope] = token
+        if isinstance(taken, tuple):
+            until, step, reason, source = taken
+            return backoff_from({"u": until, "s": step, "r": reason, "o": source})
+        return taken
 
     def probe_done(self, scope: str, ok: bool, backoff: Backoff | None = None) -> None:
-        pass
+        """Release this process's lease of `scope` (if it holds one) together with the backoff the
+        probe caused, written first. Raises `sqlite3.Error` when the file is busy past its timeout:
+        the lease then lapses at its expiry."""
+        with self._lock:
+            token = self._leases.pop(scope, None)
+            if token is None:
+                return
+            row = (
+                None
+                if backoff is None
+                else (backoff.until, backoff.step, backoff.reason, backoff.source)
+            )
+            host.release_lease(self._conn, scope, token, row)
+        if row is not None:
+            self._word.bump()
+
+    def peek(self, now: float) -> News | None:
+        """The live backoffs and the kill switches, when another process wrote one of them (or an
+        approval decision) since the last peek; None otherwise — a `pread` of the change word."""
+        if self._path == ":memory:" or not self._word.changed():
+            return None
+        with self._lock:
+            switches = {lane for (lane,) in self._conn.execute("SELECT lane FROM switch")}
+        return News(backoffs=self.backoffs(now), switches=switches)
+
+    def put_approval(self, approval: ApprovalRecord, now: float) -> None:
+        with self._lock:
+            host.put_approval(self._conn, host.approval_row(approval), now)
+
+    def approvals(self, now: float) -> list[ApprovalRecord]:
+        with self._lock:
+            rows = host.approvals(self._conn, now)
+        return [r for row in rows if (r := host.approval_from(row)) is not None]
+
+    def decide_approval(self, approval_id: str, decision: str, now: float) -> ApprovalRecord | None:
+        """Decide a pending approval once, atomically across processes; the approval as decided,
+        or None when it is unknown, expired or decided already."""
+        with self._lock:
+            row = host.decide_approval(self._conn, approval_id, decision, now)
+        if row is None:
+            return None
+        self._word.bump()
+        return host.approval_from(row)
 
     def listen(self, timeout_s: float) -> list[dict[str, Any]]:
-        return []  # the processes sharing a file hear of each other at the next sync
+        return []  # the processes sharing a file look at the change word (`peek`) instead
 
     def _check_file(self) -> None:
         """Raise `StoreUnavailable` while the file this process opened is not the one at the path
@@ -555,9 +639,11 @@ class SQLiteStore:
             self.lost_reason = moved
             with self._lock:
                 self._conn.close()  # the old file's last writes go with it, into our view
-                self._conn = reopen(self._path, _SCHEMA + audit_tables.SCHEMA, _migrate)
+                self._conn = reopen(self._path, _FULL_SCHEMA, _migrate)
                 self._identity = identity(self._path)
                 self._db = None
+                self._word.close()
+                self._word = host.ChangeWord(f"{self._path}-changes")
         return True
 
     def reseed(self, view: LocalView, now: float) -> None:
@@ -601,6 +687,7 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            self._word.close()
 
 
 def backoff_fields(backoff: Backoff) -> dict[str, Any]:

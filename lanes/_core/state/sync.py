@@ -24,7 +24,15 @@ from typing import Any, Protocol
 
 import trio
 
-from lanes._core.state.store import STORE_ERRORS, LocalView, Store, UsageKey, backoff_from, call
+from lanes._core.state.store import (
+    STORE_ERRORS,
+    ApprovalRecord,
+    LocalView,
+    Store,
+    UsageKey,
+    backoff_from,
+    call,
+)
 from lanes._core.tasks import TaskHealth
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.manager import FreeTierManager
@@ -38,6 +46,7 @@ Totals = tuple[
     list[tuple[str, Backoff]],
     dict[str, str],
     set[str],
+    list[ApprovalRecord],
 ]
 
 
@@ -51,6 +60,7 @@ class SyncPeer(Protocol):
     def quarantine(self) -> dict[str, str]: ...
     def apply_quarantine(self, current: Mapping[str, str]) -> None: ...
     def probe_answered(self, scope: str, ok: bool) -> None: ...
+    def take_approvals(self, records: list[ApprovalRecord]) -> list[str]: ...
 
 
 class _Batch:
@@ -171,6 +181,7 @@ class StateSync:
                 self.store.backoffs(now),
                 self.store.quarantined(),
                 self.store.switches(),
+                self.store.approvals(now),
             )
 
         try:
@@ -179,7 +190,10 @@ class StateSync:
             self._not_written(batch, exc, now)
             return
         self._strikes = 0
-        self._written(totals, now, reseeded=view is not None)
+        used = self._written(totals, now, reseeded=view is not None)
+        for approval_id in used:  # its waiting jobs went through: no "once" is kept for a retry
+            with contextlib.suppress(*STORE_ERRORS):
+                await call(self.store, self.store.drop_once, approval_id)
 
     def _not_written(self, batch: _Batch, exc: Exception, now: float) -> None:
         """Give the unwritten part of the batch back for the next try — unless the store refused
@@ -195,8 +209,9 @@ class StateSync:
         self.health.dropped("audit rows", len(batch.audit))
         self.health.failed(exc, f"the store refused a batch; dropped it ({batch.count()})")
 
-    def _written(self, totals: Totals, now: float, *, reseeded: bool) -> None:
-        usage, spends, others, quarantined, switches = totals
+    def _written(self, totals: Totals, now: float, *, reseeded: bool) -> list[str]:
+        """Take what the store holds; returns the "once" approvals this process's jobs use."""
+        usage, spends, others, quarantined, switches, approvals = totals
         if reseeded:
             log.warning(
                 "state store: %s (%s); this host's view written back, paid fallback open",
@@ -212,12 +227,31 @@ class StateSync:
         self.manager.merge_backoffs(others)
         self.manager.usage.prune(now)
         self._take_quarantine(quarantined)
+        self._take_switches(switches)
+        self._synced = True
+        return self.peer.take_approvals(approvals)
+
+    def _take_switches(self, switches: set[str]) -> None:
         for lane in switches - self._last_switches:
             self._switch(lane, True, first=not self._synced)
         for lane in self._last_switches - switches:
             self._switch(lane, False)
         self._last_switches = switches
-        self._synced = True
+
+    def catch_up(self, now: float) -> None:
+        """Take the backoffs and kill switches other processes sharing this host's state file
+        wrote since the last look — before a job's next attempt, not at the next sync. Cheap when
+        nothing changed (SQLite: one `pread` of the change word; Redis publishes instead); never
+        raises."""
+        try:
+            news = self.store.peek(now)
+        except STORE_ERRORS:
+            return  # the sync reports the store
+        if news is None:
+            return
+        self.manager.merge_backoffs(news.backoffs)
+        if self._synced:  # before the first sync, the switches found are the first sync's to say
+            self._take_switches(news.switches)
 
     def _failed(self, exc: Exception) -> None:
         """One log line per failure streak."""

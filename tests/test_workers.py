@@ -1,0 +1,236 @@
+"""`lanes serve --workers N`: N processes on one port sharing the state — the kill switch, approvals
+and the paid ceiling hold across workers as across processes; signals stop them all; a worker that
+dies is started again. Real processes, real sockets."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+
+from helpers import paid_lane
+from lanes._core.routing.spend import billed_bytes
+from lanes.testing import answer, open_fake
+from lanes.testing.configs import KEYS
+from lanes.testing.processes import free_port, open_sidecar_process
+
+
+def alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+CHAT = {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}
+TWO = ("--workers", "2")
+ALLOW = {"free_tier_fallback": "allow"}
+
+
+@asynccontextmanager
+async def pinned(
+    base: str, per_worker: int = 1
+) -> AsyncIterator[dict[int, list[httpx2.AsyncClient]]]:
+    """Clients of one kept-alive connection each, grouped by the worker that accepted it (its
+    /health says which): `per_worker` for each of the two workers."""
+    by_worker: dict[int, list[httpx2.AsyncClient]] = {1: [], 2: []}
+    async with AsyncExitStack() as stack:
+        with trio.fail_after(30):
+            while any(len(c) < per_worker for c in by_worker.values()):
+                client = await stack.enter_async_context(
+                    httpx2.AsyncClient(
+                        base_url=base,
+                        trust_env=False,
+                        timeout=30,
+                        limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
+                    )
+                )
+                worker = (await client.get("/health")).json()["worker"]
+                if len(by_worker[worker]) < per_worker:
+                    by_worker[worker].append(client)
+        yield by_worker
+
+
+async def test_two_workers_share_the_port_and_sigterm_stops_them_all(tmp_path):
+    """Both workers answer on the one port (state in memory: a private file they share); SIGTERM
+    to the parent stops every worker gracefully — exit 0, the port closed."""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        config = {"policy": ALLOW, "lanes": [paid_lane("paid", paid.base_url)]}
+        async with (
+            open_sidecar_process(config, tmp_path, env=KEYS, args=TWO) as sidecar,
+            pinned(sidecar.base) as clients,
+        ):
+            replies = [await clients[w][0].post("/v1/chat/completions", json=CHAT) for w in (1, 2)]
+            workers = sidecar.children()
+            sidecar.process.send_signal(signal.SIGTERM)
+            with trio.fail_after(20):
+                code = await sidecar.process.wait()
+            async with httpx2.AsyncClient(trust_env=False) as http:
+                with pytest.raises(httpx2.ConnectError):
+                    await http.get(f"{sidecar.base}/health")
+    assert [r.status_code for r in replies] == [200, 200] and len(workers) == 2
+    assert code == 0
+    assert not any(alive(pid) for pid in workers)
+    log = sidecar.log()
+    assert "with 2 workers" in log and log.count("shutting down") == 2 and "Traceback" not in log
+
+
+async def test_a_worker_that_dies_is_logged_and_started_again(tmp_path):
+    """SIGKILL one worker: the parent says which and how, starts it again, and both serve."""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        config = {"policy": ALLOW, "lanes": [paid_lane("paid", paid.base_url)]}
+        async with open_sidecar_process(config, tmp_path, env=KEYS, args=TWO) as sidecar:
+            before = sidecar.children()
+            os.kill(before[0], signal.SIGKILL)  # a child of this test's own child
+            with trio.fail_after(20):
+                while len(set(sidecar.children()) - {before[0]}) != 2:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            async with pinned(sidecar.base) as clients:
+                served = [
+                    (await clients[w][0].post("/v1/chat/completions", json=CHAT)).status_code
+                    for w in (1, 2)
+                ]
+            after = sidecar.children()
+            log = sidecar.log()
+    assert len(before) == 2 and len(after) == 2 and before[0] not in after
+    assert f"(pid {before[0]}) was killed by SIGKILL; starting it again" in log
+    assert served == [200, 200]
+
+
+async def test_the_paid_ceiling_holds_across_workers(tmp_path):
+    """Forty concurrent paid jobs, twenty on each worker, under a ceiling worth five of them (each
+    settles at its reservation: no usable usage): exactly five reach the provider, and the ledger
+    in the shared state file stays under the ceiling."""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        paid.script("paid-model", answer(delay_s=0.3, usage={"junk": 1}))
+        body = {**CHAT, "max_tokens": 64}
+        worst = (billed_bytes({**body, "model": "paid-model"}) * 1.0 + 64 * 2.0) / 1e6
+        ceiling = 5.5 * worst
+        config = {
+            "state": str(tmp_path / "state.db"),
+            "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": ceiling},
+            "lanes": [paid_lane("paid", paid.base_url)],
+        }
+        async with (
+            open_sidecar_process(config, tmp_path, env=KEYS, args=TWO) as sidecar,
+            pinned(sidecar.base, per_worker=10) as clients,
+        ):
+            statuses: list[int] = []
+
+            async def two_jobs(client: httpx2.AsyncClient) -> None:
+                for _ in range(2):
+                    reply = await client.post("/v1/chat/completions", json=body)
+                    statuses.append(reply.status_code)
+
+            async with trio.open_nursery() as nursery:
+                for client in [*clients[1], *clients[2]]:
+                    nursery.start_soon(two_jobs, client)
+            view = (await clients[2][0].get("/v1/lanes")).json()
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        rows = db.execute(
+            "SELECT reserved, COALESCE(settled, reserved) FROM paid_ledger"
+        ).fetchall()
+    ledger = sum(kept for _, kept in rows)
+    assert len(statuses) == 40 and statuses.count(200) == len(rows) and 429 in statuses
+    assert len(rows) == len(paid.requests()) == int(ceiling // rows[0][0]) == 5
+    assert ledger <= ceiling + 1e-12
+    assert view["paid"]["spent_today_usd"] == pytest.approx(ledger)
+
+
+async def test_a_kill_switch_thrown_on_one_worker_holds_at_once_on_the_other(tmp_path):
+    """`POST /v1/lanes/paid/off` on worker 1: the very next job on worker 2 is refused without a
+    request, and worker 2's /v1/lanes says off; switched on again from worker 2, worker 1 serves."""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        config = {
+            "state": str(tmp_path / "state.db"),
+            "policy": ALLOW,
+            "lanes": [paid_lane("paid", paid.base_url)],
+        }
+        async with (
+            open_sidecar_process(config, tmp_path, env=KEYS, args=TWO) as sidecar,
+            pinned(sidecar.base) as clients,
+        ):
+            one, two = clients[1][0], clients[2][0]
+            off = await one.post("/v1/lanes/paid/off", json={})
+            refused = await two.post("/v1/chat/completions", json=CHAT)
+            seen = (await two.get("/v1/lanes")).json()
+            on = await two.post("/v1/lanes/paid/on", json={})
+            served = await one.post("/v1/chat/completions", json=CHAT)
+    assert off.json() == {"lane": "paid", "off": True} and on.json()["off"] is False
+    assert refused.status_code >= 400 and "lane switched off" in refused.text
+    assert [lane["off"] for lane in seen["lanes"] if lane["name"] == "paid"] == [True]
+    assert served.status_code == 200 and len(paid.requests()) == 1
+
+
+async def test_an_approval_asked_on_one_worker_is_listed_and_decided_on_the_other(tmp_path):
+    """A paid job waits for approval on worker 1; worker 2 lists the approval and approves it once;
+    the waiting job is served by the paid lane — one request — and no unused "once" is left."""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        config = {
+            "state": str(tmp_path / "state.db"),
+            "policy": {"free_tier_fallback": "ask", "approval_wait_s": 20},
+            "lanes": [paid_lane("paid", paid.base_url)],
+        }
+        async with (
+            open_sidecar_process(config, tmp_path, env=KEYS, args=TWO) as sidecar,
+            pinned(sidecar.base) as clients,
+        ):
+            one, two = clients[1][0], clients[2][0]
+            replies: list[httpx2.Response] = []
+
+            async def ask() -> None:
+                replies.append(await one.post("/v1/chat/completions", json=CHAT))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ask)
+                with trio.fail_after(10):
+                    while not (listed := (await two.get("/v1/approvals")).json()["data"]):  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+                decided = await two.post(
+                    f"/v1/approvals/{listed[0]['id']}", json={"decision": "once"}
+                )
+            with trio.fail_after(10):
+                while (await two.get("/v1/grants")).json()["data"]:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            left = (await one.get("/v1/approvals")).json()["data"]
+    assert decided.json() == {"id": listed[0]["id"], "decision": "once"}
+    [reply] = replies
+    assert reply.status_code == 200 and reply.headers["x-lanes-lane"] == "paid"
+    assert len(paid.requests()) == 1 and left == []
+
+
+def test_workers_out_of_range_is_one_line_and_exit_2():
+    """`--workers 0` is bad usage: one line on stderr, exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "lanes", "serve", "--workers", "0", "--simulate"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["lanes: --workers must be from 1 to 64 (got 0)"]
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(tmp_path):
+    """The parent binds: a port in use is the one line and exit 1 a single sidecar gives."""
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        done = subprocess.run(
+            [sys.executable, "-m", "lanes", "serve", "--simulate", "--workers", "2"]
+            + ["--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"can not listen on server.host:{port}: the address is in use" in done.stderr
+    assert "Traceback" not in done.stderr
