@@ -50,5 +50,6 @@ PAGE_HEADERS = {
         )
     ),
     "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",  # for browsers that predate frame-ancestors: no clickjacking
     "Referrer-Policy": "no-referrer",
 }
