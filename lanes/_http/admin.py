@@ -101,7 +101,7 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
                 ceiling_usd=dispatcher.config.policy.paid_ceiling_usd_per_day,
             )
             body = await trio.to_thread.run_sync(read, limiter=reading)  # tens of ms at 1M jobs
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             return error_response(400, str(exc), "invalid_request")
         except STORE_ERRORS:
             return error_response(503, "the audit can not be read now", "state_store_down")

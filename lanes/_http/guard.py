@@ -67,6 +67,14 @@ def resolved_keys(
     return keys
 
 
+def _netloc(origin: str) -> str | None:
+    """The host[:port] an `Origin` names, or None when it names none we can read."""
+    try:
+        return urlsplit(origin).netloc.lower()
+    except ValueError:  # e.g. an unclosed IPv6 literal
+        return None
+
+
 def is_loopback(host: str) -> bool:
     if host in LOOPBACK_NAMES:
         return True
@@ -132,10 +140,7 @@ class Guard:
         if request.headers.get("sec-fetch-site", "") in ("cross-site", "same-site"):
             raise Refused(403, "cross_origin", "cross-origin requests may not change anything")
         origin = request.headers.get("origin")
-        if (
-            origin is not None
-            and urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower()
-        ):
+        if origin is not None and _netloc(origin) != request.headers.get("host", "").lower():
             raise Refused(403, "cross_origin", "cross-origin requests may not change anything")
 
     def check_host(self, request: Request) -> None:

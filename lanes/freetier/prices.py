@@ -71,7 +71,9 @@ def usage_total(usage: Any) -> int | None:
 
 def usage_tokens(usage: Any) -> tuple[int, int] | None:
     """(prompt tokens, completion tokens) from an OpenAI `usage` object, or None when it is not
-    sane."""
+    sane. A `total_tokens` above the two parts counts its excess as completion: some providers
+    bill reasoning, audio or cache tokens outside `completion_tokens` and only the total says
+    so."""
     if not isinstance(usage, Mapping):
         return None
     prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
@@ -83,6 +85,9 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
         completion = 0  # an embedding's usage: prompt tokens only, and a total that says so
     if prompt is None or completion is None:
         return None
+    total = _count(usage.get("total_tokens"))
+    if total is not None and total > prompt + completion:
+        completion = total - prompt
     return prompt, completion
 
 

@@ -64,7 +64,10 @@ def first_choice(completion: Mapping[str, Any]) -> tuple[Mapping[str, Any], str 
     choices = completion.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], Mapping) else {}
     message = choice.get("message")
-    return (message if isinstance(message, Mapping) else {}), choice.get("finish_reason")
+    reason = choice.get("finish_reason")
+    return (message if isinstance(message, Mapping) else {}), (
+        reason if isinstance(reason, str) else None
+    )
 
 
 def tool_calls_of(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -146,6 +149,6 @@ class ChunkReader:
                         ),
                     )
                 )
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
+            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                self.finish_reason = choice["finish_reason"]
         return pieces

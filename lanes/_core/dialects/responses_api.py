@@ -29,6 +29,7 @@ from lanes._core.dialects.common import (
     token_counts,
     tool_calls_of,
 )
+from lanes.freetier.prices import MAX_TOKENS
 
 #: Fields that are read (the rest of the request is refused by name).
 TRANSLATED = {
@@ -93,11 +94,17 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
     if body.get("max_output_tokens") is not None:
         cap = body["max_output_tokens"]
         need(
-            is_int(cap) and cap > 0,
-            "'max_output_tokens' must be a positive integer",
+            is_int(cap) and 0 < cap <= MAX_TOKENS,
+            f"'max_output_tokens' must be a whole number in 1..{MAX_TOKENS}",
             "max_output_tokens",
         )
         params["max_tokens"] = cap
+    metadata = body.get("metadata")
+    need(
+        metadata is None or isinstance(metadata, Mapping),
+        "'metadata' must be an object",
+        "metadata",
+    )
     tools = _tools(body.get("tools"))
     if tools:
         params["tools"] = tools
@@ -167,7 +174,8 @@ def _messages(items: Any, instructions: Any) -> list[dict[str, Any]]:
 
 
 def _message(item: Mapping[str, Any], param: str) -> dict[str, Any]:
-    role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+    raw_role = item.get("role")
+    role = _ROLES.get(raw_role) if isinstance(raw_role, str) else None
     need(
         role is not None,
         f"{param}.role must be user, assistant, system or developer",

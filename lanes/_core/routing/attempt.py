@@ -44,6 +44,10 @@ if TYPE_CHECKING:
     from lanes._core.routing.context import Routing
 
 log = logging.getLogger("lanes")
+#: Refusals an upstream answers before any model runs: an attempt ending so costs nothing. A 5xx
+#: or a 408 proves nothing (a gateway may time out while the model runs and bills), so those keep
+#: the reservation.
+REFUSED_UNBILLED = frozenset({400, 401, 402, 403, 404, 405, 409, 413, 415, 422, 429})
 # the upstream answered sanely
 _SUCCESS: frozenset[str] = frozenset({"ok", "final", "context_length", "model_gone"})
 _BACKOFF = {
@@ -86,7 +90,7 @@ class AttemptRun:
         """Count the attempt against the governors and the quota; reserve a paid one's worst case.
         Raises `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
         routing, candidate = self.routing, self.candidate
-        routing.ledger.take_attempt(self.record.job.client)
+        routing.ledger.take_attempt(self.record.job.client, shared=self.quota)
         if self.quota:
             routing.manager.record_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=1
@@ -219,7 +223,8 @@ class AttemptRun:
         self, outcome: Outcome, status: int | None, usage: Mapping[str, Any] | None
     ) -> float:
         """What the ledger keeps for this paid attempt: the cost its sane usage reports; nothing for
-        an error the upstream answered; otherwise (no usable usage, cut, cancelled) the whole
+        a refusal that proves no work was done (`REFUSED_UNBILLED`); otherwise (a 5xx or 408 from
+        a gateway whose model may have run, no usable usage, cut, cancelled) the whole
         reservation."""
         assert self.reservation is not None
         if outcome == "ok":
@@ -234,7 +239,7 @@ class AttemptRun:
                 )
                 return self.reservation.amount_usd
             return cost
-        if status is not None and status >= 400:
+        if status in REFUSED_UNBILLED:
             return 0.0
         return self.reservation.amount_usd
 

@@ -53,15 +53,18 @@ class Ledger:
         self._now = now_wall
         self._ledger_failing = False  # one log line per outage, not one per refused job
 
-    def take_attempt(self, client: str = "anonymous") -> None:
-        """Count one upstream attempt (globally, and for `client` when it has governors of its own),
-        or raise `GovernorExhausted` when a cap is reached."""
+    def take_attempt(self, client: str = "anonymous", *, shared: bool = True) -> None:
+        """Count one upstream attempt (globally unless it is not `shared` — a client's own key —,
+        and for `client` when it has governors of its own), or raise `GovernorExhausted` when a
+        cap is reached."""
         now = self._now()
         own = self._clients.get(client)
-        caps: list[tuple[str, str, int | None, WindowName]] = [
-            (SCOPE, "attempt governor", self.policy.attempts_per_minute, "minute"),
-            (SCOPE, "attempt governor", self.policy.attempts_per_day, "day"),
-        ]
+        caps: list[tuple[str, str, int | None, WindowName]] = []
+        if shared:
+            caps += [
+                (SCOPE, "attempt governor", self.policy.attempts_per_minute, "minute"),
+                (SCOPE, "attempt governor", self.policy.attempts_per_day, "day"),
+            ]
         if own is not None:
             scope, who = f"{SCOPE}:{client}", f"client {client}'s attempt governor"
             caps += [

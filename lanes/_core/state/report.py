@@ -366,15 +366,20 @@ def _summary(job: dict[str, Any], attempts: list[dict[str, Any]]) -> str:
     )
 
 
+MAX_SINCE_S = 100 * 365 * DAY_S
+
+
 def parse_since(value: str, now: float) -> float:
     """`1d`, `7d`, `12h`, `30m` (before `now`) or a UTC date `2026-11-01`, as epoch seconds."""
     value = value.strip()
     units = {"d": DAY_S, "h": 3600.0, "m": 60.0}
-    if value[:-1].isdecimal() and value[-1:] in units:
+    if value[:-1].isascii() and value[:-1].isdigit() and value[-1:] in units:
+        if len(value) > 9 or int(value[:-1]) * units[value[-1]] > MAX_SINCE_S:
+            raise ValueError(f"since reaches back at most 100 years (got {value[:12]!r})")
         return now - int(value[:-1]) * units[value[-1]]
     try:
         return dt.datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=dt.UTC).timestamp()
     except ValueError:
         raise ValueError(
-            f"since must be like 1d, 7d, 12h or a date such as 2026-11-01 (got {value!r})"
+            f"since must be like 1d, 7d, 12h or a date such as 2026-11-01 (got {value[:40]!r})"
         ) from None
