@@ -261,3 +261,44 @@ async def test_a_page_can_not_spend_through_any_door():
     assert [r.status_code for r in forged] == [415, 415, 403, 403] * 3 + [415]
     assert [r.status_code for r in served] == [200, 200, 200]
     assert len(fakes["paid"].requests()) == 3
+
+
+@pytest.mark.free_lane
+async def test_a_client_sees_only_its_own_approvals_grants_and_requests():
+    """With client keys, a client lists only its own pending approvals and grants, can not read
+    another client's request story (404, as if unknown) and can not group the report by client;
+    the admin sees everything."""
+    bob_key = "lanes-bob-key-0123456789abcdef"
+    server = {"clients": {"alice": "CLIENT_KEY", "bob": "BOB_KEY"}, "admin_key_env": "ADMIN_KEY"}
+    env = {"ADMIN_KEY": ADMIN_KEY, "BOB_KEY": bob_key}
+    bob = {"authorization": f"Bearer {bob_key}"}
+    async with (
+        open_sidecar(*LANES, policy=ASK, server=server, env=env) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False, timeout=10) as http,
+    ):
+        free_gone(fakes)
+        asked = await held(http, url, ALICE)
+        approval = asked.json()["error"]["approval_id"]
+        request_id = asked.headers["x-lanes-request-id"]
+        pending = {
+            who: [a["id"] for a in (await http.get(f"{url}/approvals", headers=h)).json()["data"]]
+            for who, h in (("alice", ALICE), ("bob", bob), ("admin", ADMIN))
+        }
+        await http.post(f"{url}/approvals/{approval}", json={"decision": "1h"}, headers=ADMIN)
+        await trio.sleep(1.2)  # the audit row is written by the next sync
+        seen = {
+            who: {
+                "grants": (await http.get(f"{url}/grants", headers=h)).json()["data"],
+                "story": (await http.get(f"{url}/requests/{request_id}", headers=h)).status_code,
+                "by client": (
+                    await http.get(f"{url}/report", params={"by": "client"}, headers=h)
+                ).status_code,
+            }
+            for who, h in (("alice", ALICE), ("bob", bob), ("admin", ADMIN))
+        }
+    assert [g["client"] for g in seen["alice"]["grants"]] == ["alice"]
+    assert pending == {"alice": [approval], "bob": [], "admin": [approval]}
+    assert seen["bob"]["grants"] == []
+    assert [g["client"] for g in seen["admin"]["grants"]] == ["alice"]
+    assert [seen[w]["story"] for w in ("alice", "bob", "admin")] == [200, 404, 200]
+    assert [seen[w]["by client"] for w in ("alice", "bob", "admin")] == [403, 403, 200]

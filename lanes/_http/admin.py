@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 import trio
 from starlette.requests import Request
@@ -15,7 +16,7 @@ from lanes._core.dispatcher import Dispatcher
 from lanes._core.state.report import explain, parse_since, report
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.errors import BadRequest, error_response
-from lanes._http.guard import Guard, Refused
+from lanes._http.guard import Caller, Guard, Refused
 from lanes._http.state import lanes_state
 from lanes._http.validation import json_object, parse_decision
 
@@ -27,12 +28,17 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
     def guarded(handler: Handler, *, admin: bool) -> Handler:
         async def wrapped(request: Request) -> Response:
             try:
-                guard.admin(request) if admin else guard.caller(request)
+                request.state.caller = guard.admin(request) if admin else guard.caller(request)
                 return await handler(request)
             except Refused as exc:
                 return error_response(exc.status, str(exc), exc.code)
 
         return wrapped
+
+    def own(request: Request, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What a caller may see of per-client rows: an admin all of them, a client its own."""
+        caller: Caller = request.state.caller
+        return rows if caller.admin else [r for r in rows if r.get("client") == caller.client]
 
     async def lanes_view(request: Request) -> Response:
         return JSONResponse(lanes_state(dispatcher.statistics(), trio.current_time()))
@@ -49,7 +55,8 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
 
     async def approvals(request: Request) -> Response:
         await dispatcher.approvals.refresh()  # every process's, as the store holds them now
-        return JSONResponse({"data": [dict(a) for a in dispatcher.statistics().approvals]})
+        listed = [dict(a) for a in dispatcher.statistics().approvals]
+        return JSONResponse({"data": own(request, listed)})
 
     async def decide(request: Request) -> Response:
         approval_id = request.path_params["approval_id"]
@@ -73,7 +80,7 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
 
     async def grants(request: Request) -> Response:
         try:
-            return JSONResponse({"data": await dispatcher.approvals.grants()})
+            return JSONResponse({"data": own(request, await dispatcher.approvals.grants())})
         except STORE_ERRORS:
             return error_response(503, "the state store is down", "state_store_down")
 
@@ -93,6 +100,8 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
         try:
             since = parse_since(request.query_params.get("since", "1d"), dispatcher.now_wall())
             by = request.query_params.get("by", "cohort")
+            if by == "client" and not request.state.caller.admin:
+                raise Refused(403, "admin_key_required", "a report by client needs an admin key")
             read = partial(
                 report,
                 dispatcher.store.query,
@@ -112,7 +121,8 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
             story = explain(dispatcher.store.query, request.path_params["request_id"])
         except STORE_ERRORS:
             return error_response(503, "the audit can not be read now", "state_store_down")
-        if story is None:
+        if story is not None and not own(request, [story]):
+            story = None  # another client's request: as unknown as one never made
             return error_response(
                 404,
                 "no such request in the audit (yet: it is written within a second)",
