@@ -204,10 +204,23 @@ def _chunk_shaped(chunk: Any) -> bool:
 
 
 class Upstream:
-    """One shared connection pool for every lane. Build it with `open_upstream()`."""
+    """One shared connection pool for every lane. Build it with `open_upstream()`.
 
-    def __init__(self, client: httpx2.AsyncClient) -> None:
+    A completion (JSON or a stream) goes straight to the pool's transport: the client's layers
+    above it — auth flows, redirects, a cookie jar shared by every lane and client, event hooks —
+    are ones lanes never uses, and each request paid for them. What the client would add is kept:
+    its default headers and its (absent) timeouts; the transport's errors are httpx2's own, so
+    their classification is unchanged. Catalogs and balances still go through the client.
+    """
+
+    def __init__(
+        self, client: httpx2.AsyncClient, transport: httpx2.AsyncBaseTransport | None = None
+    ) -> None:
         self._client = client
+        self._transport = transport
+        self._defaults = {k.lower(): v for k, v in client.headers.items()}
+        self._extensions = {"timeout": client.timeout.as_dict()}
+        self._urls: dict[str, httpx2.URL] = {}  # parsed once per endpoint
 
     async def post_json(
         self,
@@ -254,11 +267,35 @@ class Upstream:
         secrets: Iterable[str],
     ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
         """POST `body` as JSON: `_exchange`."""
-        request = self._client.build_request(
-            "POST", url, content=encode(body), headers=_json_headers(headers)
-        )
+        content = encode(body)
+        if self._transport is None:
+            request = self._client.build_request(
+                "POST", url, content=content, headers=_json_headers(headers)
+            )
+        else:
+            merged = dict(self._defaults)
+            for name, value in _json_headers(headers).items():
+                merged[name.lower()] = value
+            request = httpx2.Request(
+                "POST", self._url(url), content=content, headers=merged, extensions=self._extensions
+            )
         async with self._exchange(request, secrets) as answer:
             yield answer
+
+    def _url(self, url: str) -> httpx2.URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= 1024:  # endpoints are few; never let them grow without bound
+                self._urls.clear()
+            parsed = self._urls[url] = httpx2.URL(url)
+        return parsed
+
+    async def _send(self, request: httpx2.Request) -> httpx2.Response:
+        if self._transport is None or request.method != "POST":
+            return await self._client.send(request, stream=True)
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        return response
 
     @asynccontextmanager
     async def _exchange(
@@ -268,7 +305,7 @@ class Upstream:
         pieces) with its headers in lower case. A non-2xx answer is classified from its first
         bytes and raised."""
         try:
-            response = await self._client.send(request, stream=True)
+            response = await self._send(request)
         except httpx2.HTTPError as exc:
             raise _transport_error(exc, secrets) from exc
         try:
@@ -321,5 +358,6 @@ async def open_upstream(*, max_connections: int = 2048) -> AsyncIterator[Upstrea
     """The shared pool: sized for many long streams; no timeouts of its own (the caller's scope)."""
     limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=256)
     timeout = httpx2.Timeout(None)
-    async with httpx2.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-        yield Upstream(client)
+    transport = httpx2.AsyncHTTPTransport(limits=limits, trust_env=False)
+    async with httpx2.AsyncClient(transport=transport, timeout=timeout, trust_env=False) as client:
+        yield Upstream(client, transport)
