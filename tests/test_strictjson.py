@@ -1,4 +1,4 @@
-"""Strict JSON: the quick path (the text shows the document is safe) says what the long walk says."""
+"""Strict JSON: the quick path (the text shows a document safe) says what the long walk says."""
 
 from __future__ import annotations
 
