@@ -13,6 +13,7 @@ strict JSON (`strictjson`): NaN, lone surrogates or absurd nesting from an upstr
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -34,6 +35,11 @@ from lanes._core.upstream.responses import (
 from lanes._core.upstream.sse import SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024
+#: After a stream's `[DONE]`, what is left of its body (its end, normally on its way) is read for at
+#: most this long and this much, so that the connection goes back to the pool instead of being
+#: closed — the client has its answer by then; this only spares the next stream a new connection.
+DRAIN_S = 0.5
+DRAIN_BYTES = 64 * 1024
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +108,11 @@ async def _read_json(response: httpx2.Response, limit: int, secrets: Iterable[st
     return b"".join(parts)
 
 
+#: One event of a stream: the parsed chunk, and its `data` exactly as the upstream sent it (None
+#: when it spanned several `data:` lines, so it can not be passed on as one line).
+Received = tuple[dict[str, Any], str | None]
+
+
 class ChunkReader:
     """Reads one upstream SSE stream. `receive()` is bounded only by the caller's cancel scope."""
 
@@ -123,8 +134,9 @@ class ChunkReader:
         self._secrets = tuple(secrets)
         self._ended = False
 
-    async def receive(self) -> list[dict[str, Any]] | None:
-        """Wait for the next bytes; return the chunks they completed ([] for a keep-alive).
+    async def receive(self) -> list[Received] | None:
+        """Wait for the next bytes; return the chunks they completed, each with its `data` as sent
+        ([] for a keep-alive).
 
         Returns None once the stream has ended properly: `[DONE]`, or end of body after a finish
         reason was seen. Raises `RetryableError` for a cut stream (closed with neither), a transport
@@ -149,11 +161,23 @@ class ChunkReader:
             ) from exc
         return self._decode(self._decoder.feed(raw))
 
-    def _decode(self, events: list[str]) -> list[dict[str, Any]]:
+    async def drain(self) -> None:
+        """After `[DONE]`: read the rest of the body (at most `DRAIN_BYTES`), bounded only by the
+        caller's scope; anything read is dropped. Nothing if the stream did not end that way."""
+        if not self.saw_done:
+            return
+        size = 0
+        with contextlib.suppress(httpx2.HTTPError):
+            async for part in self._bytes:
+                size += len(part)
+                if size > DRAIN_BYTES:
+                    return
+
+    def _decode(self, events: list[str]) -> list[Received]:
         if self._decoder.oversized:
             self._ended = True
             raise _too_large("a stream event", self._max_event)
-        chunks = []
+        chunks: list[Received] = []
         for data in events:
             if self.saw_done:
                 break
@@ -178,7 +202,7 @@ class ChunkReader:
                     self.finish_reason = choice["finish_reason"]
             if isinstance(chunk.get("usage"), dict) and chunk["usage"]:
                 self.usage = chunk["usage"]
-            chunks.append(chunk)
+            chunks.append((chunk, None if "\n" in data else data))
         return chunks
 
 
@@ -336,7 +360,10 @@ class Upstream:
                     f"malformed stream: content-type {content_type or 'missing'!r}",
                     category="malformed",
                 )
-            yield ChunkReader(response, secrets, max_event_bytes=max_event_bytes)
+            reader = ChunkReader(response, secrets, max_event_bytes=max_event_bytes)
+            yield reader
+            with trio.move_on_after(DRAIN_S):  # the stream ended well: keep its connection
+                await reader.drain()
 
 
 async def _read_capped(response: httpx2.Response, secrets: Iterable[str]) -> bytes:
