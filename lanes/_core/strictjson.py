@@ -21,8 +21,10 @@ from typing import Any
 MAX_DEPTH = 64  # a request nests messages, content parts and tool schemas: far below this
 # What could make a lone surrogate: an escape of one (paired ones match too, and take the walk),
 # or, in bytes, the UTF-8 form of one (json decodes bytes with surrogatepass).
-_SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
-_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_ESCAPED = re.compile(r"\\u[dD][89a-fA-F]")
+_ESCAPED_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SURROGATE_UTF8 = re.compile(rb"\xed[\xa0-\xbf]")
 
 
 class JSONRefused(ValueError):
@@ -52,13 +54,19 @@ def _plain(raw: bytes | str, max_depth: int) -> bool:
     """True when `raw`'s text alone shows it nests at most `max_depth` deep (each level opens a
     bracket) and can hold no lone surrogate — so that, once parsed with finite numbers, the walk
     (`check`) could find nothing."""
+    # (the patterns run only where a quick search finds what they start with)
     if isinstance(raw, str):
-        return raw.count("[") + raw.count("{") <= max_depth and not _SURROGATE_TEXT.search(raw)
+        return (
+            raw.count("[") + raw.count("{") <= max_depth
+            and not ("\\u" in raw and _ESCAPED.search(raw))
+            and (raw.isascii() or not _SURROGATE.search(raw))
+        )
     return (
         raw.count(b"[") + raw.count(b"{") <= max_depth
-        # json reads UTF-16 and UTF-32 too: only UTF-8 bytes can be judged by the pattern
+        # json reads UTF-16 and UTF-32 too: only UTF-8 bytes can be judged by the patterns
         and json.detect_encoding(raw) == "utf-8"
-        and not _SURROGATE_BYTES.search(raw)
+        and not (b"\\u" in raw and _ESCAPED_BYTES.search(raw))
+        and not (b"\xed" in raw and _SURROGATE_UTF8.search(raw))
     )
 
 

@@ -181,7 +181,7 @@ class ChunkReader:
         for data in events:
             if self.saw_done:
                 break
-            if data.strip() == "[DONE]":
+            if len(data) < 32 and data.strip() == "[DONE]":
                 self.saw_done = True
                 self._ended = True
                 break
