@@ -81,3 +81,15 @@ def test_refusals_still_name_where(raw, where):
     with pytest.raises(strictjson.JSONRefused) as caught:
         strictjson.loads(raw)
     assert caught.value.where == where
+
+
+@pytest.mark.parametrize(
+    "raw", [b'{"a": "\xff"}', "\ufeff{}", b"\xef\xbb\xbf{}", b'{"a": 1,}', "[1] x", b""]
+)
+def test_odd_documents_get_what_the_long_way_gives(raw):
+    """Bytes that are not UTF-8, a byte-order mark (refused in text, skipped in bytes, as json.loads
+    does), a trailing comma or trailing text: the same value or refusal, with the same message, as
+    parsing with json.loads and walking."""
+    assert outcome(strictjson.loads, raw) == outcome(
+        lambda r: strictjson._walked(r, strictjson.MAX_DEPTH), raw
+    )

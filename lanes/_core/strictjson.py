@@ -50,6 +50,9 @@ def _finite(text: str) -> float:
     return value
 
 
+_QUICK = json.JSONDecoder(parse_constant=_constant, parse_float=_finite)
+
+
 def _plain(raw: bytes | str, max_depth: int) -> bool:
     """True when `raw`'s text alone shows it nests at most `max_depth` deep (each level opens a
     bracket) and can hold no lone surrogate — so that, once parsed with finite numbers, the walk
@@ -74,10 +77,17 @@ def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """Parse `raw` (UTF-8 bytes or text). Raises `JSONRefused` for invalid JSON, NaN or infinite
     numbers, lone surrogates, or nesting deeper than `max_depth`."""
     if isinstance(raw, (bytes, str)) and _plain(raw, max_depth):
+        # as json.loads reads it (bytes: as UTF-8, which _plain saw), with one decoder for all
         try:
-            return _parse(raw, max_depth, parse_float=_finite)
+            text = raw.decode("utf-8", "surrogatepass") if isinstance(raw, bytes) else raw
+            if not text.startswith("\ufeff"):  # json.loads refuses a BOM: the long way says so
+                return _QUICK.decode(text)
         except _Overflow:
             pass  # the walk below names where
+        except JSONRefused:
+            raise
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise JSONRefused(f"not valid JSON ({str(exc)[:80]})") from None
     return _walked(raw, max_depth)
 
 
