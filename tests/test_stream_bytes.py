@@ -91,3 +91,25 @@ async def test_a_finished_stream_leaves_its_connection_in_the_pool():
             await data_lines(url, {"messages": MESSAGES})
         await trio.sleep(0.2)
         assert fakes["local"].open_connections() == 1
+
+
+async def test_silences_get_keep_alives_and_the_chunks_still_come_whole(autojump_clock):
+    """While the upstream is silent the client gets a keep-alive comment every `keepalive_s`; the
+    chunks either side of the silence arrive as the upstream wrote them."""
+    async with open_sidecar(
+        ("local", "local", ["local-model"], {"idle_s": 30.0}), server={"keepalive_s": 1.0}
+    ) as (url, fakes):
+        fakes["local"].script(
+            "local-model",
+            raw(headers=SSE, chunks=lambda: events(FIRST, LAST, "[DONE]"), chunk_delay_s=3.5),
+        )
+        async with (
+            httpx2.AsyncClient(trust_env=False, timeout=60) as http,
+            http.stream(
+                "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
+            ) as response,
+        ):
+            lines = [line async for line in response.aiter_lines() if line]
+    first, last = lines.index(f"data: {FIRST}"), lines.index(f"data: {LAST}")
+    assert lines[first + 1 : last] == [": keep-alive"] * 3
+    assert lines[-1] == "data: [DONE]"
