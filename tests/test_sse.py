@@ -63,3 +63,42 @@ def test_any_split_gives_the_same_events(payloads, eol, data):
 def test_never_raises_on_garbage(raw):
     """Arbitrary bytes never raise."""
     decode_all([raw])
+
+
+sse_like = st.lists(
+    st.sampled_from(
+        [b"data: ", b"data:", b": c", b"event: x", b"\n", b"\r", b"\r\n", b"\n\n", b"{}", b"ab"]
+        + [b"\xc3", b"\xa9", b"\xff", "☕".encode(), b"x" * 20]
+    ),
+    max_size=40,
+).map(b"".join)
+
+
+class GeneralOnly(SSEDecoder):
+    """The decoder without its quick way for whole LF lines."""
+
+    def _whole_lines(self, chunk: bytes) -> None:
+        return None
+
+
+@given(sse_like, st.data())
+def test_the_quick_way_for_whole_lines_changes_nothing(raw, data):
+    """Any bytes (CRs, broken UTF-8, events over the size limit among them), fed whole or cut
+    anywhere: the same events, and the same count of oversized ones, as the general way gives."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=6)))
+    parts = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+    results = []
+    for decoder in (SSEDecoder(max_event_bytes=16), GeneralOnly(max_event_bytes=16)):
+        events = [e for part in parts for e in decoder.feed(part)] + decoder.close()
+        results.append((events, decoder.oversized))
+    assert results[0] == results[1]
+
+
+def test_a_broken_character_left_over_is_not_forgotten():
+    """A feed that ends in the first byte of a character, then whole lines: the byte still becomes
+    a replacement character at the start of the next line, as the general way makes it."""
+    parts = [b"data: a\n\n", b"\xc3", b"data: b\n\n"]
+    for decoder in (SSEDecoder(), GeneralOnly()):
+        assert [e for part in parts for e in decoder.feed(part)] == ["a"]
+    assert decode_all([b"\xc3", b"data: b\n\n"]) == []  # "\ufffddata: b" is no data line
+    assert decode_all([b"data: \xc3", b"x\n\n"]) == ["\ufffdx"]

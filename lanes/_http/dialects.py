@@ -62,7 +62,7 @@ class _Events:
     def opening(self, stream: ReplyStream) -> bytes:
         return b"".join(sse_event(e) for e in self._events.start())
 
-    def chunk(self, data: dict[str, Any]) -> bytes:
+    def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes:
         return b"".join(sse_event(e) for e in self._events.feed(data))
 
     def ending(self, stream: ReplyStream) -> bytes:

@@ -1,20 +1,22 @@
 """Server-sent events for `stream: true`, as a raw ASGI response.
 
 A producer task runs the dispatcher's stream (with recovery, `_core/streaming/recovery.py`) into
-a channel; the writer turns what arrives into SSE, sends a keep-alive comment after `keepalive_s`
-of silence, and a watcher cancels everything — the upstream request included — the moment the
-client goes away.
+a channel without pausing for the writer; the writer sends everything that has arrived since its
+last write in one write — under load, the chunks of several upstream events at once — sends a
+keep-alive comment after `keepalive_s` of silence, and a watcher cancels everything — the upstream
+request included — the moment the client goes away.
 Until the first chunk nothing is sent, so a failure before it is a proper HTTP error (429, 504…).
 A stream broken after chunks ends with an in-band error event and never with `[DONE]`.
 
-What the bytes look like is the API's own (`Dialect`): chat completions by default; the Responses
-and Messages APIs translate the same chunks into their events (`_http/dialects.py`).
+What the bytes look like is the API's own (`Dialect`): chat completions by default — each chunk
+as the upstream wrote it, unless recovery rewrote it; the Responses and Messages APIs translate the
+same chunks into their events (`_http/dialects.py`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -38,23 +40,27 @@ def _event(payload: Any) -> bytes:
 
 
 class Dialect(Protocol):
-    """How one API speaks a stream: what follows the headers, each chunk, the end, an in-band
-    error after chunks, and the HTTP error before any."""
+    """How one API speaks a stream: what follows the headers, each chunk (given too as the
+    upstream's own `data` when it is passed on unchanged), the end, an in-band error after chunks,
+    and the HTTP error before any."""
 
     def opening(self, stream: ReplyStream) -> bytes: ...
-    def chunk(self, data: dict[str, Any]) -> bytes: ...
+    def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes: ...
     def ending(self, stream: ReplyStream) -> bytes: ...
     def broken(self, error: StreamInterrupted) -> bytes: ...
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
 
 
 class ChatDialect:
-    """Chat completions: the chunks as they come, `[DONE]` at the end, an OpenAI error event."""
+    """Chat completions: the chunks as they come — the upstream's own bytes when unchanged —
+    `[DONE]` at the end, an OpenAI error event."""
 
     def opening(self, stream: ReplyStream) -> bytes:
         return b""
 
-    def chunk(self, data: dict[str, Any]) -> bytes:
+    def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes:
+        if raw is not None:
+            return b"data: " + raw.encode() + b"\n\n"
         return _event(data)
 
     def ending(self, stream: ReplyStream) -> bytes:
@@ -83,7 +89,10 @@ class SSERelay:
         to_writer, from_producer = trio.open_memory_channel[Event](64)
 
         async def emit(event: Event) -> None:
-            await to_writer.send(event)
+            try:  # no pause per chunk: what is read in one go is written in one go
+                to_writer.send_nowait(event)
+            except trio.WouldBlock:  # the client reads slower than the upstream writes
+                await to_writer.send(event)
 
         async def produce() -> None:
             async with to_writer:
@@ -131,33 +140,56 @@ class SSERelay:
             (b"x-lanes-attempts", str(stream.attempt_count).encode()),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        if opening := self.dialect.opening(stream):
-            await send({"type": "http.response.body", "body": opening, "more_body": True})
-        async for event in _with_keepalive(items, self.keepalive_s):
-            if event is None:
-                await send(
-                    {"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True}
-                )
-            elif isinstance(event, Chunk):
-                body = self.dialect.chunk(event.data)
+        pending = [self.dialect.opening(stream)]  # goes out with the first chunks, here already
+        while True:
+            ended = await self._gather(items, pending)
+            if ended:
+                break
+            if body := b"".join(pending):
                 await send({"type": "http.response.body", "body": body, "more_body": True})
-            elif isinstance(event, Ended):
-                last = event.stream
-                note = (
-                    f": lanes lane={last.lane} route={last.route} cost_usd={last.cost_usd:.6f}\n\n"
-                )
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": note.encode() + self.dialect.ending(last),
-                        "more_body": True,
-                    }
-                )
-            elif isinstance(event, Broken):
-                body = self.dialect.broken(event.error)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+            pending.clear()
         finishing()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
+
+    async def _gather(self, items: trio.MemoryReceiveChannel[Event], pending: list[bytes]) -> bool:
+        """Add to `pending` the bytes of every event that has arrived — waiting for one if nothing
+        is pending; a keep-alive after `keepalive_s` of silence. True when the stream is over."""
+        if not any(pending):
+            event: Event | None = None
+            with trio.move_on_after(self.keepalive_s):
+                try:
+                    event = await items.receive()
+                except trio.EndOfChannel:
+                    return True
+            if event is None:
+                pending.append(b": keep-alive\n\n")
+                return False
+            if self._add(event, pending):
+                return True
+        while True:
+            try:
+                event = items.receive_nowait()
+            except trio.WouldBlock:
+                return False
+            except trio.EndOfChannel:
+                return True
+            if self._add(event, pending):
+                return True
+
+    def _add(self, event: Event, pending: list[bytes]) -> bool:
+        """The bytes of one event, added to `pending`; True when it ends the stream."""
+        if isinstance(event, Chunk):
+            pending.append(self.dialect.chunk(event.data, event.raw))
+            return False
+        if isinstance(event, Ended):
+            last = event.stream
+            note = f": lanes lane={last.lane} route={last.route} cost_usd={last.cost_usd:.6f}\n\n"
+            pending.append(note.encode() + self.dialect.ending(last))
+            return True
+        if isinstance(event, Broken):
+            pending.append(self.dialect.broken(event.error))
+            return True
+        return False
 
     async def _error_response(self, send: Any, exc: JobFailed) -> None:
         status, body, headers = self.dialect.failed(exc)
@@ -166,19 +198,3 @@ class SSERelay:
         head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": status, "headers": head})
         await send({"type": "http.response.body", "body": raw, "more_body": False})
-
-
-async def _with_keepalive(
-    items: trio.MemoryReceiveChannel[Event], keepalive_s: float
-) -> AsyncIterator[Event | None]:
-    """The channel's events, with None after each `keepalive_s` of silence."""
-    while True:
-        event: Event | None = None
-        with trio.move_on_after(
-            keepalive_s
-        ):  # never yield inside the scope: the caller's code runs there
-            try:
-                event = await items.receive()
-            except trio.EndOfChannel:
-                return
-        yield event

@@ -97,6 +97,10 @@ def chat_fields(messages: Any, params: Mapping[str, Any]) -> list[dict[str, Any]
 def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     """The `Job` fields our request headers set: deadline, cohort, class, approval, the client's
     own keys, privacy. Raises BadRequest."""
+    pairs = list(headers.items())
+    headers = {}  # one pass (the first of a repeated header wins, as a lookup gives it), then a
+    for name, value in pairs:  # plain dict for the lookups: most of them find nothing
+        headers.setdefault(name, value)
     deadline_ms = digits(
         headers.get("x-lanes-deadline-ms"), "X-Lanes-Deadline-Ms", low=1, high=3_600_000
     )
@@ -109,16 +113,16 @@ def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
         "cohort": label(headers.get("x-lanes-cohort"), "X-Lanes-Cohort"),
         "request_class": label(headers.get("x-lanes-class"), "X-Lanes-Class"),
         "approval": approval[:64] if approval else None,
-        "keys": byok_keys(headers),
+        "keys": byok_keys(pairs),
         "privacy": PRIVACY[privacy],
     }
 
 
-def byok_keys(headers: Mapping[str, str]) -> dict[str, str]:
+def byok_keys(headers: Mapping[str, str] | list[tuple[str, str]]) -> dict[str, str]:
     """The provider keys a request brings for bring-your-own-key lanes (header X-Lanes-Key-<lane>).
     Refused (400, naming the header, never the value) unless one printable key."""
     keys = {}
-    for name, value in headers.items():
+    for name, value in headers.items() if isinstance(headers, Mapping) else headers:
         if name.lower().startswith(BYOK_PREFIX):
             lane, key = name.lower()[len(BYOK_PREFIX) :], value.strip()
             if not key or len(key) > MAX_KEY or not key.isascii() or not key.isprintable():

@@ -233,6 +233,8 @@ def _read_headers(
     headers: Mapping[str, str], builder: _Builder, conventions: Mapping[str, float]
 ) -> None:
     for name, value in headers.items():
+        if "limit" not in name:  # every name below says ratelimit or tokenlimit
+            continue
         if match := _ANTHROPIC.match(name):
             builder.put(_DIMENSIONS[match.group(1)], None, match.group(2), value)
         elif match := _MISTRAL_ORDER.match(name):

@@ -74,6 +74,7 @@ class Needs:
     json_mode: bool = False
     tokens: int = 0  # estimated input tokens plus requested output
     embedding: bool = False  # an embedding model is needed (and only one)
+    input_tokens: int = 0  # estimated input tokens (`estimate_tokens`)
 
 
 def input_bytes(job: Job) -> int:
@@ -112,17 +113,19 @@ def needs_of(job: Job) -> Needs:
         "json_object",
         "json_schema",
     )
+    estimate = estimate_tokens(job)
     return Needs(
         tools=bool(job.params.get("tools")),
         images=images,
         json_mode=json_mode,
-        tokens=estimate_tokens(job) + (max_output_tokens(job.params) or 0),
+        tokens=estimate + (max_output_tokens(job.params) or 0),
+        input_tokens=estimate,
     )
 
 
-def request_class(job: Job, long_context_tokens: int) -> str:
+def request_class(job: Job, long_context_tokens: int, *, input_tokens: int | None = None) -> str:
     """The job's class: as given, else tools → agentic, code fences → coding,
-    long → long_context."""
+    long → long_context. `input_tokens`: the job's `estimate_tokens`, when known already."""
     if job.request_class:
         return job.request_class
     if job.embedding:
@@ -132,7 +135,7 @@ def request_class(job: Job, long_context_tokens: int) -> str:
     text = " ".join(str(m["content"]) for m in job.messages if isinstance(m.get("content"), str))
     if "```" in text:
         return "coding"
-    if estimate_tokens(job) >= long_context_tokens:
+    if (input_tokens if input_tokens is not None else estimate_tokens(job)) >= long_context_tokens:
         return "long_context"
     return "general"
 
@@ -171,16 +174,18 @@ def make_plan(
     *,
     keep_order: bool = False,
     scores: Mapping[str, float] | None = None,
+    needs: Needs | None = None,
 ) -> Plan:
     """Order and filter the candidates for `job`: local, free (class-preferred first, then by
     `scores`, best first), paid.
 
-    `keep_order` keeps the given order (an alias's own list) and only filters.
+    `keep_order` keeps the given order (an alias's own list) and only filters. `needs`: the job's
+    `needs_of`, when known already.
     """
     scores = scores or {}
-    needs = needs_of(job)
+    needs = needs or needs_of(job)
     privacy = job.privacy if job.privacy != "any" else policy.privacy
-    klass = request_class(job, policy.long_context_tokens)
+    klass = request_class(job, policy.long_context_tokens, input_tokens=needs.input_tokens)
     preferred = policy.classes.get(klass, [])
     rank = {key: i for i, key in enumerate(preferred)}
     kept, removed = [], []

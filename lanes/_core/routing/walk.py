@@ -108,8 +108,16 @@ def _order(
     """The plan for this round: filtered, tiers in order, free ones by class and score; then a
     multi-turn conversation's model, or (sometimes) an exploration, moved to the front."""
     job, now = record.job, routing.now_wall()
-    scores = routing.ranking.scores([c for c in candidates if c.tier == "free"], needs_of(job), now)
-    plan = make_plan(job, candidates, routing.policy, keep_order=job.model != "auto", scores=scores)
+    needs = needs_of(job)
+    scores = routing.ranking.scores([c for c in candidates if c.tier == "free"], needs, now)
+    plan = make_plan(
+        job,
+        candidates,
+        routing.policy,
+        keep_order=job.model != "auto",
+        scores=scores,
+        needs=needs,
+    )
     if first_round:
         for removed in plan.removed:
             record.skip(removed)

@@ -32,9 +32,11 @@ class Started:
 
 @attrs.frozen
 class Chunk:
-    """One `chat.completion.chunk` to pass on."""
+    """One `chat.completion.chunk` to pass on. `raw` is its `data` exactly as the upstream sent it,
+    when it is passed on unchanged (None for a chunk recovery rewrote)."""
 
     data: dict[str, Any]
+    raw: str | None = None
 
 
 @attrs.frozen
@@ -100,9 +102,10 @@ async def relay(dispatcher: Streams, job: Job, emit: Emit) -> None:
             await emit(Started(stream))
             chunk_id = None
             try:
-                async for chunk in stream:
+                while (received := await stream.next_chunk()) is not None:
+                    chunk, raw = received
                     chunk_id = chunk_id or chunk.get("id")
-                    await emit(Chunk(chunk))
+                    await emit(Chunk(chunk, raw))
             except StreamInterrupted as exc:
                 broken, delivered, tools, failed = (
                     exc,

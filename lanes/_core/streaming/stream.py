@@ -8,7 +8,8 @@ as if it had finished. The attempt behind it settles when the stream ends, break
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -17,7 +18,7 @@ import trio
 from lanes._core.errors import RetryableError, StreamInterrupted
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Route
 from lanes._core.routing.attempt import AttemptRun
-from lanes._core.upstream.client import ChunkReader
+from lanes._core.upstream.client import ChunkReader, Received
 
 
 def with_usage(job: Job) -> Job:
@@ -38,7 +39,7 @@ def wants_usage(job: Job) -> bool:
     return isinstance(options, Mapping) and options.get("include_usage") is True
 
 
-async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:
+async def first_chunks(reader: ChunkReader) -> list[Received]:
     """Wait (under the caller's scope) for the first chunks; keep-alives do not count."""
     while True:
         chunks = await reader.receive()
@@ -49,20 +50,27 @@ async def first_chunks(reader: ChunkReader) -> list[dict[str, Any]]:
 
 
 class ReplyStream:
-    """Chunks from the lane that answered first, plus who that was. Iterate with `async for`."""
+    """Chunks from the lane that answered first, plus who that was. Iterate with `async for`, or
+    with `next_chunk()` for each chunk's upstream text too."""
 
-    def __init__(
-        self, *, run: AttemptRun, reader: ChunkReader, buffered: list[dict[str, Any]]
-    ) -> None:
+    def __init__(self, *, run: AttemptRun, reader: ChunkReader, buffered: list[Received]) -> None:
         self._run = run
         self._reader = reader
-        self._buffered = list(buffered)
-        self._idle_s = run.lane.config.idle_s
         self._pass_usage = wants_usage(run.record.job)  # the caller asked for the usage chunk
+        self._buffered: deque[Received] = deque()
+        self._keep(buffered)
+        self._idle_s = run.lane.config.idle_s
         self._outcome: Outcome | None = None
-        self.delivered_text = ""  # content deltas handed to the caller so far
+        self._texts: list[str] = []  # content deltas handed to the caller so far
         self.delivered_tool_calls = False  # a tool-call delta was handed over (no safe resume)
         self.chunks_delivered = 0
+
+    @property
+    def delivered_text(self) -> str:
+        """The content deltas handed to the caller so far, joined."""
+        if len(self._texts) > 1:
+            self._texts[:] = ["".join(self._texts)]
+        return self._texts[0] if self._texts else ""
 
     @property
     def candidate(self) -> Candidate:
@@ -123,19 +131,27 @@ class ReplyStream:
         return self
 
     async def __anext__(self) -> dict[str, Any]:
+        received = await self.next_chunk()
+        if received is None:
+            raise StopAsyncIteration
+        return received[0]
+
+    async def next_chunk(self) -> Received | None:
+        """The next chunk with its `data` as the upstream sent it, or None once the stream has
+        ended properly. Raises `StreamInterrupted` for a stall, a cut or the deadline."""
         while not self._buffered:
             if self._outcome is not None:
-                raise StopAsyncIteration
+                return None
             now = trio.current_time()
             with trio.move_on_at(min(self.deadline_at, now + self._idle_s)):
                 try:
-                    chunks = await self._reader.receive()
+                    arrived = await self._reader.receive()
                 except RetryableError as exc:
                     raise self._interrupted("fault", str(exc), exc.category) from exc
-                if chunks is None:
+                if arrived is None:
                     self._finish("ok")
-                    raise StopAsyncIteration
-                self._buffered.extend(chunks)
+                    return None
+                self._keep(arrived)
                 continue
             if trio.current_time() >= self.deadline_at:
                 raise self._interrupted(
@@ -144,11 +160,19 @@ class ReplyStream:
             raise self._interrupted(
                 "fault", f"stream stalled: no bytes for {self._idle_s:g}s", "stream_stall"
             )
-        chunk = self._buffered.pop(0)
-        if not self._pass_usage and not chunk.get("choices") and "usage" in chunk:
-            return await self.__anext__()  # asked for our ledger, not by the caller: not passed on
-        self._note(chunk)
-        return chunk
+        received = self._buffered.popleft()
+        self._note(received[0])
+        return received
+
+    def _keep(self, received: Iterable[Received]) -> None:
+        """Buffer what the caller will be handed: a usage chunk it did not ask for is our ledger's
+        (the reader has counted it), not passed on."""
+        if self._pass_usage:
+            self._buffered.extend(received)
+            return
+        for chunk, raw in received:
+            if chunk.get("choices") or "usage" not in chunk:
+                self._buffered.append((chunk, raw))
 
     def close(self) -> None:
         """Settle the attempt if the caller stopped reading early (counts against nobody)."""
@@ -159,10 +183,11 @@ class ReplyStream:
         self.chunks_delivered += 1
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
-            if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-                self.delivered_text += delta["content"]
-            if isinstance(delta, dict) and delta.get("tool_calls"):
-                self.delivered_tool_calls = True
+            if isinstance(delta, dict):
+                if isinstance(content := delta.get("content"), str) and content:
+                    self._texts.append(content)
+                if delta.get("tool_calls"):
+                    self.delivered_tool_calls = True
 
     def _finish(self, outcome: Outcome, detail: str = "", category: str = "") -> None:
         self._outcome = outcome

@@ -13,6 +13,7 @@ strict JSON (`strictjson`): NaN, lone surrogates or absurd nesting from an upstr
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -34,6 +35,11 @@ from lanes._core.upstream.responses import (
 from lanes._core.upstream.sse import SSEDecoder
 
 MAX_ERROR_BODY = 64 * 1024
+#: After a stream's `[DONE]`, what is left of its body (its end, normally on its way) is read for at
+#: most this long and this much, so that the connection goes back to the pool instead of being
+#: closed — the client has its answer by then; this only spares the next stream a new connection.
+DRAIN_S = 0.5
+DRAIN_BYTES = 64 * 1024
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +108,11 @@ async def _read_json(response: httpx2.Response, limit: int, secrets: Iterable[st
     return b"".join(parts)
 
 
+#: One event of a stream: the parsed chunk, and its `data` exactly as the upstream sent it (None
+#: when it spanned several `data:` lines, so it can not be passed on as one line).
+Received = tuple[dict[str, Any], str | None]
+
+
 class ChunkReader:
     """Reads one upstream SSE stream. `receive()` is bounded only by the caller's cancel scope."""
 
@@ -123,8 +134,9 @@ class ChunkReader:
         self._secrets = tuple(secrets)
         self._ended = False
 
-    async def receive(self) -> list[dict[str, Any]] | None:
-        """Wait for the next bytes; return the chunks they completed ([] for a keep-alive).
+    async def receive(self) -> list[Received] | None:
+        """Wait for the next bytes; return the chunks they completed, each with its `data` as sent
+        ([] for a keep-alive).
 
         Returns None once the stream has ended properly: `[DONE]`, or end of body after a finish
         reason was seen. Raises `RetryableError` for a cut stream (closed with neither), a transport
@@ -149,15 +161,27 @@ class ChunkReader:
             ) from exc
         return self._decode(self._decoder.feed(raw))
 
-    def _decode(self, events: list[str]) -> list[dict[str, Any]]:
+    async def drain(self) -> None:
+        """After `[DONE]`: read the rest of the body (at most `DRAIN_BYTES`), bounded only by the
+        caller's scope; anything read is dropped. Nothing if the stream did not end that way."""
+        if not self.saw_done:
+            return
+        size = 0
+        with contextlib.suppress(httpx2.HTTPError):
+            async for part in self._bytes:
+                size += len(part)
+                if size > DRAIN_BYTES:
+                    return
+
+    def _decode(self, events: list[str]) -> list[Received]:
         if self._decoder.oversized:
             self._ended = True
             raise _too_large("a stream event", self._max_event)
-        chunks = []
+        chunks: list[Received] = []
         for data in events:
             if self.saw_done:
                 break
-            if data.strip() == "[DONE]":
+            if len(data) < 32 and data.strip() == "[DONE]":
                 self.saw_done = True
                 self._ended = True
                 break
@@ -178,7 +202,7 @@ class ChunkReader:
                     self.finish_reason = choice["finish_reason"]
             if isinstance(chunk.get("usage"), dict) and chunk["usage"]:
                 self.usage = chunk["usage"]
-            chunks.append(chunk)
+            chunks.append((chunk, None if "\n" in data else data))
         return chunks
 
 
@@ -204,10 +228,23 @@ def _chunk_shaped(chunk: Any) -> bool:
 
 
 class Upstream:
-    """One shared connection pool for every lane. Build it with `open_upstream()`."""
+    """One shared connection pool for every lane. Build it with `open_upstream()`.
 
-    def __init__(self, client: httpx2.AsyncClient) -> None:
+    A completion (JSON or a stream) goes straight to the pool's transport: the client's layers
+    above it — auth flows, redirects, a cookie jar shared by every lane and client, event hooks —
+    are ones lanes never uses, and each request paid for them. What the client would add is kept:
+    its default headers and its (absent) timeouts; the transport's errors are httpx2's own, so
+    their classification is unchanged. Catalogs and balances still go through the client.
+    """
+
+    def __init__(
+        self, client: httpx2.AsyncClient, transport: httpx2.AsyncBaseTransport | None = None
+    ) -> None:
         self._client = client
+        self._transport = transport
+        self._defaults = {k.lower(): v for k, v in client.headers.items()}
+        self._extensions = {"timeout": client.timeout.as_dict()}
+        self._urls: dict[str, httpx2.URL] = {}  # parsed once per endpoint
 
     async def post_json(
         self,
@@ -254,11 +291,35 @@ class Upstream:
         secrets: Iterable[str],
     ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
         """POST `body` as JSON: `_exchange`."""
-        request = self._client.build_request(
-            "POST", url, content=encode(body), headers=_json_headers(headers)
-        )
+        content = encode(body)
+        if self._transport is None:
+            request = self._client.build_request(
+                "POST", url, content=content, headers=_json_headers(headers)
+            )
+        else:
+            merged = dict(self._defaults)
+            for name, value in _json_headers(headers).items():
+                merged[name.lower()] = value
+            request = httpx2.Request(
+                "POST", self._url(url), content=content, headers=merged, extensions=self._extensions
+            )
         async with self._exchange(request, secrets) as answer:
             yield answer
+
+    def _url(self, url: str) -> httpx2.URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= 1024:  # endpoints are few; never let them grow without bound
+                self._urls.clear()
+            parsed = self._urls[url] = httpx2.URL(url)
+        return parsed
+
+    async def _send(self, request: httpx2.Request) -> httpx2.Response:
+        if self._transport is None or request.method != "POST":
+            return await self._client.send(request, stream=True)
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        return response
 
     @asynccontextmanager
     async def _exchange(
@@ -268,7 +329,7 @@ class Upstream:
         pieces) with its headers in lower case. A non-2xx answer is classified from its first
         bytes and raised."""
         try:
-            response = await self._client.send(request, stream=True)
+            response = await self._send(request)
         except httpx2.HTTPError as exc:
             raise _transport_error(exc, secrets) from exc
         try:
@@ -299,7 +360,10 @@ class Upstream:
                     f"malformed stream: content-type {content_type or 'missing'!r}",
                     category="malformed",
                 )
-            yield ChunkReader(response, secrets, max_event_bytes=max_event_bytes)
+            reader = ChunkReader(response, secrets, max_event_bytes=max_event_bytes)
+            yield reader
+            with trio.move_on_after(DRAIN_S):  # the stream ended well: keep its connection
+                await reader.drain()
 
 
 async def _read_capped(response: httpx2.Response, secrets: Iterable[str]) -> bytes:
@@ -321,5 +385,6 @@ async def open_upstream(*, max_connections: int = 2048) -> AsyncIterator[Upstrea
     """The shared pool: sized for many long streams; no timeouts of its own (the caller's scope)."""
     limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=256)
     timeout = httpx2.Timeout(None)
-    async with httpx2.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-        yield Upstream(client)
+    transport = httpx2.AsyncHTTPTransport(limits=limits, trust_env=False)
+    async with httpx2.AsyncClient(transport=transport, timeout=timeout, trust_env=False) as client:
+        yield Upstream(client, transport)

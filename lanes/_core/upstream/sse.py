@@ -32,12 +32,32 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[str]:
         """Decode `chunk`; return the data of every event it completed, in order."""
+        events = self._whole_lines(chunk)
+        if events is not None:
+            return events
         self._buffer += self._text.decode(chunk)
         events = self._drain(final=False)
         if len(self._buffer) > self._max:  # a line longer than any event may be: drop it now
             self._buffer, self._overlong = "", True
             self._data, self._size = [], self._max + 1
             self._over()
+        return events
+
+    def _whole_lines(self, chunk: bytes) -> list[str] | None:
+        """The common case — whole lines, LF only, valid UTF-8, nothing left over from the last
+        feed — read line by line without the incremental decoder and the line pattern; None for
+        any other (`feed` then takes the general way, with the same result)."""
+        if self._buffer or self._overlong or not chunk.endswith(b"\n"):
+            return None
+        try:
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if "\r" in text or self._text.getstate()[0]:
+            return None
+        events: list[str] = []
+        for line in text.split("\n")[:-1]:
+            self._line(line, events)
         return events
 
     def _over(self) -> None:

@@ -1,0 +1,218 @@
+"""The hot path alone: lanes beside the limit, interleaved, several rounds — and, on request, a
+py-spy profile of `lanes serve` under load.
+
+`python -m bench.hot [--rounds 3] [--seconds 5]` runs, per round and for each of `limit` and `lanes`
+(the order alternating between rounds): JSON and SSE throughput at 64 connections, and the SSE
+first byte and JSON latency at 8. It prints each round's ratios lanes / limit — the figures
+`make bench` reports once, measured here side by side so that the noise of a shared machine falls
+on both peers alike — and writes them to `bench/results/hot-<date>.json`.
+
+`python -m bench.hot --profile json|sse --py-spy PATH [--peer lanes|limit] [--concurrency 32]
+[--seconds 20] [--out FILE] [--samples FILE]` samples `lanes serve` (or the limit) with py-spy —
+not a dependency: `pip install py-spy` anywhere and give its path — while the load runs, and
+writes the summary `bench.flame.summarise` makes of the samples to `--out` (and py-spy's raw
+samples to `--samples`, if given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bench import flame, peers
+from bench.load import run_load, summary
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ("fast", "slow")
+
+
+def body(model: str = "fast") -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Benchmark: say the pangram."}],
+    }
+
+
+def cpu_s(p: peers.Peer) -> float:
+    """CPU seconds the peer's process has used so far (user + system)."""
+    assert p.process is not None
+    fields = Path(f"/proc/{p.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(pair: list[peers.Peer], seconds: float, slices: int) -> dict[str, Any]:
+    """Each measure in `slices` short turns that alternate between the peers, so a neighbour's
+    load on the shared machine falls on both alike; the CPU each peer used per request too."""
+    for p in pair:
+        url = p.url + "/chat/completions"
+        await run_load(url, concurrency=8, total=50, body=body())  # warm-up
+        await run_load(url, concurrency=8, total=50, stream=True, body=body())
+    rows: dict[str, dict[str, Any]] = {p.name: {} for p in pair}
+    for stream in (False, True):
+        kind = "sse" if stream else "json"
+        for conc in (8, 64):
+            got: dict[str, list[Any]] = {p.name: [[], 0.0, 0.0] for p in pair}
+            for i in range(slices):
+                for p in pair if i % 2 == 0 else pair[::-1]:
+                    before = cpu_s(p)
+                    samples, wall = await run_load(
+                        p.url + "/chat/completions",
+                        concurrency=conc,
+                        duration_s=seconds / slices,
+                        stream=stream,
+                        body=body(),
+                    )
+                    entry = got[p.name]
+                    entry[0] += samples
+                    entry[1] += wall
+                    entry[2] += cpu_s(p) - before
+            for name, (samples, wall, cpu) in got.items():
+                row = summary(samples, wall)
+                row["cpu_ms_per_request"] = 1000 * cpu / max(1, row["ok"])
+                rows[name][f"{kind}_c{conc}"] = row
+    return rows
+
+
+def ratios(limit: dict[str, Any], ours: dict[str, Any]) -> dict[str, float]:
+    return {
+        "json_c64": ours["json_c64"]["rps"] / limit["json_c64"]["rps"],
+        "sse_c64": ours["sse_c64"]["rps"] / limit["sse_c64"]["rps"],
+        "sse_c8_ttfb_p50": ours["sse_c8"]["ttfb_p50_ms"] / limit["sse_c8"]["ttfb_p50_ms"],
+        "json_c8_p50": ours["json_c8"]["p50_ms"] / limit["json_c8"]["p50_ms"],
+        "json_cpu": ours["json_c64"]["cpu_ms_per_request"]
+        / limit["json_c64"]["cpu_ms_per_request"],
+        "sse_cpu": ours["sse_c64"]["cpu_ms_per_request"] / limit["sse_c64"]["cpu_ms_per_request"],
+    }
+
+
+async def compare(rounds: int, seconds: float, slices: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"date": dt.date.today().isoformat(), "rounds": []}
+    with tempfile.TemporaryDirectory(prefix="lanes-hot-") as tmp:
+        workdir = Path(tmp)
+        async with (
+            peers.fake_upstream("all", workdir) as (upstream, _),
+            peers.limit(upstream, workdir) as limit,
+            peers.ours(upstream, workdir, models=MODELS) as ours,
+        ):
+            for i in range(rounds):
+                row = await measure([limit, ours], seconds, slices)
+                row["ratios"] = ratios(row["limit"], row["lanes"])
+                out["rounds"].append(row)
+                print(_line(i, row), file=sys.stderr, flush=True)
+    return out
+
+
+def _line(i: int, row: dict[str, Any]) -> str:
+    r, lim, ours = row["ratios"], row["limit"], row["lanes"]
+    return (
+        f"round {i + 1}: JSON c64 {ours['json_c64']['rps']:.0f}/{lim['json_c64']['rps']:.0f} req/s "
+        f"= {r['json_c64']:.2f}x · SSE c64 {ours['sse_c64']['rps']:.0f}/"
+        f"{lim['sse_c64']['rps']:.0f} = {r['sse_c64']:.2f}x · SSE first byte c8 p50 "
+        f"{ours['sse_c8']['ttfb_p50_ms']:.1f}/{lim['sse_c8']['ttfb_p50_ms']:.1f} ms "
+        f"= {r['sse_c8_ttfb_p50']:.2f}x · JSON c8 p50 {ours['json_c8']['p50_ms']:.1f}/"
+        f"{lim['json_c8']['p50_ms']:.1f} ms = {r['json_c8_p50']:.2f}x · CPU per request "
+        f"JSON {ours['json_c64']['cpu_ms_per_request']:.2f}/"
+        f"{lim['json_c64']['cpu_ms_per_request']:.2f} ms, SSE "
+        f"{ours['sse_c64']['cpu_ms_per_request']:.2f}/{lim['sse_c64']['cpu_ms_per_request']:.2f} ms"
+    )
+
+
+async def profile(
+    kind: str,
+    py_spy: str,
+    concurrency: int,
+    seconds: float,
+    out: Path,
+    peer: str,
+    samples_to: Path | None,
+) -> None:
+    with tempfile.TemporaryDirectory(prefix="lanes-hot-") as tmp:
+        workdir = Path(tmp)
+        async with (
+            peers.fake_upstream("all", workdir) as (upstream, _),
+            (
+                peers.ours(upstream, workdir, models=MODELS)
+                if peer == "lanes"
+                else peers.limit(upstream, workdir)
+            ) as ours,
+        ):
+            assert ours.process is not None
+            stream = kind == "sse"
+            url = ours.url + "/chat/completions"
+            await run_load(url, concurrency=8, total=100, stream=stream, body=body())  # warm-up
+            raw = samples_to or workdir / "samples.collapsed"
+            spy = await trio.lowlevel.open_process(
+                [
+                    py_spy,
+                    "record",
+                    "--pid",
+                    str(ours.process.pid),
+                    "--duration",
+                    str(int(seconds)),
+                    "--rate",
+                    "250",
+                    "--format",
+                    "raw",
+                    "--nolineno",
+                    "--output",
+                    str(raw),
+                ]
+            )
+            samples, wall = await run_load(
+                url, concurrency=concurrency, duration_s=seconds + 1.0, stream=stream, body=body()
+            )
+            await spy.wait()
+            header = (
+                f"{'lanes serve' if peer == 'lanes' else 'the limit'} under {kind.upper()} load "
+                f"at c={concurrency} for {seconds:g} s: {summary(samples, wall)['rps']:.0f} req/s "
+                "while sampled (py-spy, 250 Hz)"
+            )
+            text = await trio.Path(raw).read_text()
+            await trio.Path(out).write_text(flame.summarise(text, header=header))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--slices", type=int, default=6)
+    parser.add_argument("--profile", choices=("json", "sse"))
+    parser.add_argument("--py-spy", default="py-spy")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--peer", choices=("lanes", "limit"), default="lanes")
+    parser.add_argument("--samples", type=Path, help="keep py-spy's raw samples here")
+    args = parser.parse_args()
+    if args.profile:
+        out = args.out or ROOT / "bench" / "results" / f"profile-{args.profile}.txt"
+        trio.run(
+            partial(
+                profile,
+                args.profile,
+                args.py_spy,
+                args.concurrency,
+                args.seconds,
+                out,
+                args.peer,
+                args.samples,
+            )
+        )
+        print(f"bench: wrote {out}", file=sys.stderr)
+        return
+    data = trio.run(compare, args.rounds, args.seconds, args.slices)
+    path = ROOT / "bench" / "results" / f"hot-{data['date']}.json"
+    path.write_text(json.dumps(data, indent=2))
+    print(f"bench: wrote {path.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Strict JSON: the quick path (the text shows a document safe) says what the long walk says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lanes._core import strictjson
+
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+values = st.recursive(
+    leaves,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=30,
+)
+# what could make a document refused, spliced into an otherwise good one
+hostile = st.sampled_from(
+    [
+        "1e999",
+        "-1e400",
+        "NaN",
+        "Infinity",
+        '"\\ud800"',
+        '"\\uDFFF x"',
+        '"\\ud83d\\ude00"',
+        '"\\\\ud800"',
+        "[" * 70 + "]" * 70,
+        "{" * 3,
+        "1.5",
+        '"é"',
+    ]
+)
+
+
+def outcome(parse, raw):
+    try:
+        return ("value", parse(raw))
+    except strictjson.JSONRefused as exc:
+        return ("refused", str(exc), exc.where)
+
+
+@settings(max_examples=400)
+@given(values, hostile, st.integers(0, 200), st.sampled_from(["str", "utf-8", "utf-16"]))
+def test_the_quick_path_agrees_with_the_walk(value, splice, at, form):
+    """Any document, good or spliced with something refused, in text, UTF-8 or UTF-16: the same
+    value, or the same refusal naming the same place, as parsing and walking everything."""
+    text = json.dumps(value)
+    if at % 2:  # half the documents get the splice, as an array item or a value
+        text = f"[{text}, {splice}]" if at % 4 == 1 else f'{{"k": {splice}, "v": {text}}}'
+    raw: str | bytes = text if form == "str" else text.encode(form, "surrogatepass")
+    quick = outcome(strictjson.loads, raw)
+    walked = outcome(lambda r: strictjson._walked(r, strictjson.MAX_DEPTH), raw)
+    assert quick[0] == walked[0]
+    if quick[0] == "value":
+        assert json.dumps(quick[1]) == json.dumps(walked[1])
+    else:
+        assert quick == walked
+
+
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        (b'{"a": [1, 2e999]}', "a[1]"),
+        (b'{"a": {"b": "\\ud800"}}', "a.b"),
+        ('{"a": "\ud800"}', "a"),
+        (b'{"a": "\xed\xa0\x80"}', "a"),
+    ],
+)
+def test_refusals_still_name_where(raw, where):
+    """An overflowing number or a lone surrogate (escaped, raw, or in UTF-8 bytes) is refused with
+    its place named, as before the quick path."""
+    with pytest.raises(strictjson.JSONRefused) as caught:
+        strictjson.loads(raw)
+    assert caught.value.where == where
+
+
+@pytest.mark.parametrize(
+    "raw", [b'{"a": "\xff"}', "\ufeff{}", b"\xef\xbb\xbf{}", b'{"a": 1,}', "[1] x", b""]
+)
+def test_odd_documents_get_what_the_long_way_gives(raw):
+    """Bytes that are not UTF-8, a byte-order mark (refused in text, skipped in bytes, as json.loads
+    does), a trailing comma or trailing text: the same value or refusal, with the same message, as
+    parsing with json.loads and walking."""
+    assert outcome(strictjson.loads, raw) == outcome(
+        lambda r: strictjson._walked(r, strictjson.MAX_DEPTH), raw
+    )
