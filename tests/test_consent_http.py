@@ -296,6 +296,8 @@ async def test_a_client_sees_only_its_own_approvals_grants_and_requests():
             }
             for who, h in (("alice", ALICE), ("bob", bob), ("admin", ADMIN))
         }
+        never = await http.get(f"{url}/requests/req-never-made", headers=ADMIN)
+    assert (never.status_code, never.json()["error"]["code"]) == (404, "request_not_found")
     assert [g["client"] for g in seen["alice"]["grants"]] == ["alice"]
     assert pending == {"alice": [approval], "bob": [], "admin": [approval]}
     assert seen["bob"]["grants"] == []

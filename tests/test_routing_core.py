@@ -4,6 +4,7 @@ themselves, and every permit given back on every way out."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 
 import pytest
@@ -49,6 +50,43 @@ async def streamed_text(dispatcher: lanes.Dispatcher, job_: lanes.Job) -> tuple[
         if isinstance(c, Chunk) and c.data.get("choices")
     )
     return text, events
+
+
+@pytest.mark.free_lane
+async def test_a_recovered_stream_is_one_job_with_every_attempt(env, autojump_clock):
+    """A stream cut on one model and resumed on its sibling is one job: one entry in the recent
+    jobs, one job in the tally, one audit row holding both attempts, and the job's free budget
+    spent across the recovery (the resume is its second free attempt)."""
+    async with (
+        open_fake("wall", models=("sick", "ok")) as wall,
+        open_fake("c", models=("paid-model",)) as c,
+    ):
+        wall.script("sick", stream_cut(after=2))
+        async with lanes.open_dispatcher(pair_config(wall, c), env=env) as d:
+            text, events = await streamed_text(d, job(model="pair"))
+            stats, rows = d.statistics(), d.take_audit_rows()
+    assert text == ANSWER and isinstance(events[-1], Ended)
+    assert [r["id"] for r in stats.recent] == [events[-1].stream.request_id]
+    assert sum(stats.tally.jobs.values()) == 1
+    assert len(rows) == 1 and rows[0]["outcome"] == "ok" and rows[0]["attempts"] == 2
+    assert [a.route for a in events[-1].stream.attempts] == ["primary", "free_retry"]
+
+
+async def test_an_unbilled_paid_refusal_leaves_the_paid_attempt_for_the_next(env, autojump_clock):
+    """`paid_attempts = 1` counts requests that could be billed: a paid 429 (refused before any
+    model ran) lets the next paid candidate be asked; a paid 503 (which may be billed) does not."""
+    for fault, asked in ((429, {"p1", "p2"}), (503, {"p1"})):
+        async with open_fake("c", models=("p1", "p2")) as c:
+            c.script("p1", status(fault))
+            cfg = config(
+                paid_lane("c", c.base_url, models=["p1", "p2"]),
+                aliases={"pp": ["c/p1", "c/p2"]},
+                policy={**ALLOW, "paid_attempts": 1},
+            )
+            async with lanes.open_dispatcher(cfg, env=env) as d:
+                with contextlib.suppress(lanes.JobFailed):
+                    await d.complete(job(model="pp"))
+        assert {r.model for r in c.requests()} == asked, fault
 
 
 @pytest.mark.free_lane

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import trio
@@ -21,13 +21,14 @@ from lanes._core.config import Config
 from lanes._core.errors import JobFailed
 from lanes._core.job import Candidate, Job, Reply
 from lanes._core.routing.approvals import Approvals
-from lanes._core.routing.calls import complete_call, embed_call, stream_call
+from lanes._core.routing.calls import complete_call, embed_call
 from lanes._core.routing.context import Routing, open_record
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import Call, walk
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, SQLiteStore, Store
 from lanes._core.statistics import Statistics, snapshot
+from lanes._core.streaming.session import StreamJob, stream_job
 from lanes._core.streaming.stream import ReplyStream
 from lanes._core.tasks import SYNC, Background
 from lanes._core.upstream.lane import OpenAICompatibleLane
@@ -209,40 +210,15 @@ class Dispatcher:
         return reply
 
     @asynccontextmanager
-    async def open_stream(
-        self, job: Job, *, exclude: frozenset[str] = frozenset(), require_prefill: bool = False
-    ) -> AsyncIterator[ReplyStream]:
+    async def open_stream(self, job: Job) -> AsyncIterator[ReplyStream]:
         """Stream `job`: fall back freely until the first chunk, then yield a `ReplyStream`.
 
         Raises what `complete` raises before the first chunk; `StreamInterrupted` while iterating.
-        `exclude` and `require_prefill` narrow the candidates (used to resume a broken stream).
         """
-        record = open_record(job, self.config)
-        async with AsyncExitStack() as keep:
-            try:
-                stream = await walk(
-                    self.routing,
-                    record,
-                    stream_call,
-                    keep,
-                    exclude=exclude,
-                    require_prefill=require_prefill,
-                )
-            except JobFailed as exc:
-                self.journal.finish(record, record.attach(exc).code)
-                raise
-            except trio.Cancelled:  # audited, then cancellation goes on untouched
-                self.journal.finish(record, "abandoned")
-                raise
-            try:
-                yield stream
-            finally:
-                stream.close()
-                outcome = stream.attempts[-1].outcome if stream.attempts else "abandoned"
-                self.journal.finish(
-                    record,
-                    outcome,
-                    served=stream.candidate.key,
-                    answer=stream.delivered_text,
-                    usage=stream.usage,
-                )
+        async with self.stream_job(job) as streamed, streamed.open() as stream:
+            yield stream
+
+    def stream_job(self, job: Job) -> AbstractAsyncContextManager[StreamJob]:
+        """A streamed job whose walks — the first, and any resuming a broken answer — share one
+        record: one set of attempt budgets, one story, one audit row when it is over."""
+        return stream_job(self.routing, open_record(job, self.config), self.journal.finish)

@@ -238,7 +238,7 @@ class Reply:
     route: Route
     attempts: tuple[Attempt, ...] = ()
     skips: tuple[Skip, ...] = ()
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # what the job cost: every attempt's settled figure (X-Lanes-Cost-Usd)
     usage: Mapping[str, Any] | None = None
     explored: bool = False  # served by a runner-up tried on purpose, so the ranking does not ossify
     raw: bytes = attrs.field(

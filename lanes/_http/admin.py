@@ -121,8 +121,7 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
             story = explain(dispatcher.store.query, request.path_params["request_id"])
         except STORE_ERRORS:
             return error_response(503, "the audit can not be read now", "state_store_down")
-        if story is not None and not own(request, [story]):
-            story = None  # another client's request: as unknown as one never made
+        if story is None or not own(request, [story]):  # another client's: as unknown
             return error_response(
                 404,
                 "no such request in the audit (yet: it is written within a second)",

@@ -183,7 +183,9 @@ class SSERelay:
             return False
         if isinstance(event, Ended):
             last = event.stream
-            note = f": lanes lane={last.lane} route={last.route} cost_usd={last.cost_usd:.6f}\n\n"
+            note = (
+                f": lanes lane={last.lane} route={last.route} cost_usd={last.job_cost_usd:.6f}\n\n"
+            )
             pending.append(note.encode() + self.dialect.ending(last))
             return True
         if isinstance(event, Broken):

@@ -34,7 +34,7 @@ from lanes._core.errors import (
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Reply
 from lanes._core.routing.gate import Admission
 from lanes._core.routing.ledger import Reservation
-from lanes._core.routing.record import JobRecord
+from lanes._core.routing.record import REFUSED_UNBILLED, JobRecord
 from lanes._core.routing.spend import paid_request
 from lanes._core.upstream.client import Response
 from lanes._core.upstream.lane import OpenAICompatibleLane
@@ -44,10 +44,6 @@ if TYPE_CHECKING:
     from lanes._core.routing.context import Routing
 
 log = logging.getLogger("lanes")
-#: Refusals an upstream answers before any model runs: an attempt ending so costs nothing. A 5xx
-#: or a 408 proves nothing (a gateway may time out while the model runs and bills), so those keep
-#: the reservation.
-REFUSED_UNBILLED = frozenset({400, 401, 402, 403, 404, 405, 409, 413, 415, 422, 429})
 # the upstream answered sanely
 _SUCCESS: frozenset[str] = frozenset({"ok", "final", "context_length", "model_gone"})
 _BACKOFF = {
@@ -137,7 +133,7 @@ class AttemptRun:
             route=attempt.route,
             attempts=tuple(record.attempts),
             skips=tuple(record.skips),
-            cost_usd=attempt.cost_usd,
+            cost_usd=sum(a.cost_usd for a in record.attempts),  # the job's, failed attempts too
             usage=usage,
             explored=record.explored == self.candidate.key,
             raw=response.raw,

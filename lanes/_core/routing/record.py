@@ -19,6 +19,11 @@ from lanes._core.errors import (
 )
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Route, Skip
 
+#: Refusals an upstream answers before any model runs: an attempt ending so costs nothing and does
+#: not count against `paid_attempts`. A 5xx or a 408 proves nothing (a gateway may time out while
+#: the model runs and bills), so those keep the reservation and count.
+REFUSED_UNBILLED = frozenset({400, 401, 402, 403, 404, 405, 409, 413, 415, 422, 429})
+
 _SHORT = 120  # characters of an attempt's detail quoted in a failure's message
 
 
@@ -62,8 +67,11 @@ class JobRecord:
 
     @property
     def paid_attempts(self) -> int:
-        """Every paid request sent, same-candidate retries included."""
-        return sum(1 for a in self.attempts if a.tier == "paid")
+        """Every paid request sent that could be billed, same-candidate retries included (one the
+        upstream refused before any model ran — `REFUSED_UNBILLED` — could not)."""
+        return sum(
+            1 for a in self.attempts if a.tier == "paid" and a.status not in REFUSED_UNBILLED
+        )
 
     def route_for(self, candidate: Candidate) -> Route:
         """The route state an attempt on `candidate` stands for now."""

@@ -118,7 +118,7 @@ def _order(
         scores=scores,
         needs=needs,
     )
-    if first_round:
+    if first_round and not record.attempts:  # the job's first plan (a resumed walk keeps it)
         for removed in plan.removed:
             record.skip(removed)
         record.request_class = plan.request_class

@@ -20,6 +20,7 @@ import trio
 
 from lanes._core.errors import JobFailed, StreamInterrupted
 from lanes._core.job import Job
+from lanes._core.streaming.session import StreamJob
 from lanes._core.streaming.stream import ReplyStream
 
 
@@ -67,9 +68,7 @@ Emit = Callable[[Event], Awaitable[None]]
 class Streams(Protocol):
     """The dispatcher's streaming door, as recovery needs it."""
 
-    def open_stream(
-        self, job: Job, *, exclude: frozenset[str] = ..., require_prefill: bool = ...
-    ) -> AbstractAsyncContextManager[ReplyStream]: ...
+    def stream_job(self, job: Job) -> AbstractAsyncContextManager[StreamJob]: ...
 
 
 def _content(chunk: Mapping[str, Any]) -> str | None:
@@ -96,9 +95,16 @@ def _with_content(chunk: dict[str, Any], text: str, chunk_id: str | None) -> dic
 
 
 async def relay(dispatcher: Streams, job: Job, emit: Emit) -> None:
-    """Stream `job` through `emit`, recovering after a mid-answer break as the module says."""
+    """Stream `job` through `emit`, recovering after a mid-answer break as the module says. Every
+    walk continues the job's one record: its attempt budgets hold across a recovery, and it is
+    audited once, with every attempt, when it is over."""
+    async with dispatcher.stream_job(job) as streamed:
+        await _relay(streamed, emit)
+
+
+async def _relay(streamed: StreamJob, emit: Emit) -> None:
     try:
-        async with dispatcher.open_stream(job) as stream:
+        async with streamed.open() as stream:
             await emit(Started(stream))
             chunk_id = None
             try:
@@ -125,30 +131,29 @@ async def relay(dispatcher: Streams, job: Job, emit: Emit) -> None:
     if tools or trio.current_time() >= deadline_at:
         await emit(Broken(broken))
         return
-    resumed = attrs.evolve(job, deadline_at=deadline_at, deadline_s=None)
     sent = {"any": False}  # once a recovery has passed text on, no other may start over
 
     async def counted(event: Event) -> None:
         sent["any"] = sent["any"] or isinstance(event, Chunk)
         await emit(event)
 
-    if await _prefill(dispatcher, resumed, delivered, failed, chunk_id, counted):
+    if await _prefill(streamed, delivered, failed, chunk_id, counted):
         return
-    if not sent["any"] and await _regenerate(
-        dispatcher, resumed, delivered, failed, chunk_id, counted
-    ):
+    if not sent["any"] and await _regenerate(streamed, delivered, failed, chunk_id, counted):
         return
     await emit(Broken(broken))
 
 
 async def _prefill(
-    dispatcher: Streams, job: Job, delivered: str, failed: str, chunk_id: str | None, emit: Emit
+    streamed: StreamJob, delivered: str, failed: str, chunk_id: str | None, emit: Emit
 ) -> bool:
     """(a): continue the delivered text on a prefill-capable candidate. False when none could."""
-    messages = [*job.messages, {"role": "assistant", "content": delivered}]
-    prefilled = attrs.evolve(job, messages=messages)
+    job = streamed.origin
+    prefilled = attrs.evolve(
+        job, messages=[*job.messages, {"role": "assistant", "content": delivered}]
+    )
     try:
-        async with dispatcher.open_stream(
+        async with streamed.open(
             prefilled, exclude=frozenset({failed}), require_prefill=True
         ) as stream:
             async for chunk in stream:
@@ -167,12 +172,12 @@ async def _prefill(
 
 
 async def _regenerate(
-    dispatcher: Streams, job: Job, delivered: str, failed: str, chunk_id: str | None, emit: Emit
+    streamed: StreamJob, delivered: str, failed: str, chunk_id: str | None, emit: Emit
 ) -> bool:
     """(b): regenerate elsewhere and pass on only what exactly extends the delivered text."""
     produced, sent = "", len(delivered)
     try:
-        async with dispatcher.open_stream(job, exclude=frozenset({failed})) as stream:
+        async with streamed.open(exclude=frozenset({failed})) as stream:
             async for chunk in stream:
                 text = _content(chunk)
                 if text is None:

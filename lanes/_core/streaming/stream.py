@@ -127,6 +127,16 @@ class ReplyStream:
         """What the ledger settled for this stream (0 until it has ended; free and local cost 0)."""
         return self._run.cost_usd
 
+    @property
+    def job_cost_usd(self) -> float:
+        """What the job has cost so far: every attempt's settled figure, this stream's included."""
+        return sum(a.cost_usd for a in self._run.record.attempts)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How this stream's attempt ended (None while it is still being read)."""
+        return self._outcome
+
     def __aiter__(self) -> ReplyStream:
         return self
 
