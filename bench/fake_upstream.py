@@ -1,7 +1,8 @@
 """`python -m bench.fake_upstream PORT BEHAVIOUR`: one fake provider in its own process.
 
 BEHAVIOUR: `fast` (answers at once), `ratelimit` (429 + Retry-After: 5 every time), `hang` (never
-answers), `slow` (streams a chunk every 0.6 s, to hold many streams open), or `all`: each of those
+answers), `slow` (streams a chunk every 0.6 s, to hold many streams open), `long` (one stream of
+20,000 chunks, as fast as it can), or `all`: each of those
 for the model of the same name (so one upstream, and one peer process, serves every measure).
 `GET /v1/_log` returns every request so far as `[model, arrival time]`. Prints `ready` when
 listening; logs each request's arrival time to `--log` on exit.
@@ -17,11 +18,14 @@ import trio
 
 from lanes.testing import answer, hang, open_fake, rate_limited
 
+LONG_WORDS = 20_000  # the `long` model streams one chunk per word
+
 BEHAVIOURS = {
     "fast": answer,
     "ratelimit": lambda: rate_limited(retry_after=5),
     "hang": hang,
     "slow": lambda: answer(chunk_delay_s=0.6),
+    "long": lambda: answer(text=" ".join(f"w{i}" for i in range(LONG_WORDS))),
 }
 
 

@@ -239,6 +239,22 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
             f"| {peer} | {_fmt(row['idle_rss_mb'])} | {_fmt(row['load_rss_mb'])} | "
             f"{_fmt(h.get('rss_mb'))} ({h.get('ok', '—')}/{h.get('streams', '—')} streams) |"
         )
+    long = data.get("long_stream", {})
+    if long:
+        words = next(iter(long.values()))["chunks"]
+        lines += [
+            "",
+            f"## One long stream ({words:,} chunks, one word each)",
+            "",
+            "| peer | chunks/s | × direct |",
+            "|---|---|---|",
+        ]
+        base = long.get("direct", {}).get("chunks_per_s")
+        lines += [
+            f"| {p} | {_fmt(r['chunks_per_s'], 0)} | "
+            f"{_fmt(r['chunks_per_s'] / base, 2) if base else '—'} |"
+            for p, r in long.items()
+        ]
     lines += [
         "",
         "## Startup (process start to first answer; ours with every provider dead)",

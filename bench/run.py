@@ -16,6 +16,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ MODELS = {
     "slow": 30.0,
     "ratelimit": 30.0,
     "hang": 2.0,
+    "long": 60.0,
 }  # model → LiteLLM's timeout (s)
 
 
@@ -142,6 +144,24 @@ async def streams_held(p: peers.Peer, quick: bool) -> dict[str, Any]:
     return {"streams": count, "ok": sum(s.status == 200 for s in samples), "rss_mb": rss[0]}
 
 
+async def long_stream(p: peers.Peer, quick: bool) -> dict[str, Any]:
+    """SSE chunks per second through one long stream (the `long` model), median of a few runs."""
+    rates, chunks = [], 0
+    async with httpx2.AsyncClient(trust_env=False, timeout=120) as http:
+        for _ in range(1 if quick else 3):
+            chunks, start = 0, time.perf_counter()
+            async with http.stream(
+                "POST",
+                p.url + "/chat/completions",
+                json={**body("long"), "stream": True},
+                headers=p.headers,
+            ) as response:
+                async for line in response.aiter_lines():
+                    chunks += line.startswith("data: {")
+            rates.append(chunks / (time.perf_counter() - start))
+    return {"chunks": chunks, "chunks_per_s": statistics.median(rates), "runs": rates}
+
+
 async def upstream_log(upstream: str) -> list[tuple[str, float]]:
     async with httpx2.AsyncClient(trust_env=False) as http:
         return [tuple(x) for x in (await http.get(upstream + "/_log")).json()]
@@ -241,6 +261,7 @@ async def main(quick: bool) -> dict[str, Any]:
             },
             "speed": {},
             "streams_held": {},
+            "long_stream": {},
             "herd": {},
             "deadline": {},
             "startup": {"lanes": await startup_ours(workdir)},
@@ -252,7 +273,10 @@ async def main(quick: bool) -> dict[str, Any]:
                     if p.started_s is not None and name == "litellm":
                         result["startup"]["litellm"] = p.started_s
                     result["speed"][name] = await speed(p, quick)
-                    if name == "direct" or _workers(name) > 1:  # several workers: throughput
+                    if _workers(name) > 1:  # several workers: throughput only
+                        continue
+                    result["long_stream"][name] = await long_stream(p, quick)
+                    if name == "direct":
                         continue
                     result["streams_held"][name] = await streams_held(p, quick)
                     if name in ("lanes", "litellm"):
