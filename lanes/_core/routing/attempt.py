@@ -35,7 +35,6 @@ from lanes._core.job import Attempt, Candidate, Job, Outcome, Reply
 from lanes._core.routing.gate import Admission
 from lanes._core.routing.ledger import Reservation
 from lanes._core.routing.record import JobRecord
-from lanes._core.routing.spend import paid_request
 from lanes._core.upstream.client import Response
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.prices import usage_cost, usage_tokens
@@ -86,18 +85,13 @@ class AttemptRun:
         """Count the attempt against the governors and the quota; reserve a paid one's worst case.
         Raises `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
         routing, candidate = self.routing, self.candidate
+        self.job = routing.ledger.as_sent(candidate, self.job)
         routing.ledger.take_attempt(self.record.job.client)
         if self.quota:
             routing.manager.record_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=1
             )
         if candidate.tier == "paid":
-            if not self.job.embedding:  # one cap, in the lane's dialect: the reservation is a bound
-                self.job = paid_request(
-                    self.job,
-                    cap_param=candidate.cap_param,
-                    paid_max_tokens=routing.policy.paid_max_tokens,
-                )
             if self.record.paid_before is None:
                 self.record.paid_before = routing.ledger.spent_today()
             self.reservation = await routing.ledger.reserve(candidate, self.job)

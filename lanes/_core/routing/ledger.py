@@ -20,7 +20,7 @@ from lanes._core.config import ClientConfig
 from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.policy import PolicyConfig
-from lanes._core.routing.spend import Unbounded, worst_case
+from lanes._core.routing.spend import Unbounded, as_sent, worst_case
 from lanes._core.state.store import STORE_ERRORS, Store, call
 from lanes.freetier.manager import FreeTierManager
 from lanes.freetier.windows import WindowName, window_end, window_id
@@ -118,6 +118,12 @@ class Ledger:
         if reservation is None:
             raise self.refusal(amount, job.client)
         return Reservation(id=reservation, amount_usd=amount)
+
+    def as_sent(self, candidate: Candidate, job: Job) -> Job:
+        """`job` as an attempt on `candidate` sends it: a paid attempt with one output cap in the
+        lane's dialect; one that is not paid without the lane's billing switches."""
+        capped = candidate.tier == "paid"
+        return as_sent(job, candidate, paid_max_tokens=self.policy.paid_max_tokens, capped=capped)
 
     def settle(self, reservation: Reservation, cost: float) -> None:
         """Replace the reservation by the attempt's real cost, as its validated usage reports it."""
