@@ -1,14 +1,16 @@
 """What a request may carry when money is at stake: only parameters its worst case prices on a
-paid attempt, none of a lane's billing switches on a free one (review findings 1, 2 and 10)."""
+paid attempt, none of a lane's billing switches on a free one, and a credit attempt held to its
+worst case against the credits left (review findings 1, 2, 8 and 10)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
-from test_money import IN, MESSAGES, OUT, readable_bytes
+from test_money import IN, MESSAGES, OUT, greedy, json_values, readable_bytes
 
 import lanes
 from helpers import config, free_lane, local_lane, paid_lane
@@ -26,19 +28,15 @@ from lanes._core.routing.spend import (
     worst_case,
 )
 from lanes._core.upstream.loader import find_provider
-from lanes.testing import open_fake
+from lanes.freetier.kinds import CreditBased
+from lanes.freetier.manager import FreeTierManager, LaneTerms
+from lanes.testing import answer, open_fake
 
 #: The most any provider documents adding to a request with tools (Claude 3 Opus, `auto`).
 LARGEST_DOCUMENTED_TOOL_PROMPT = 530
 SWITCHES = frozenset({"models", "plugins", "route"})
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
-text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=30)
-values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
-    max_leaves=8,
-)
 #: Parameter names a client may send: priced ones, known billing switches, and made-up ones.
 names = st.sampled_from(
     sorted(
@@ -46,7 +44,7 @@ names = st.sampled_from(
         | {"modalities", "store", "thinking", "search_parameters", "x_new_billing_switch"}
     )
 ) | st.from_regex(r"[a-z_]{1,12}", fullmatch=True)
-extras = st.dictionaries(names, values, max_size=5)
+extras = st.dictionaries(names, json_values, max_size=5)
 
 
 def hidden_tokens(candidate: Candidate, body: dict[str, Any]) -> int:
@@ -281,3 +279,103 @@ async def test_a_paid_skip_names_the_unpriced_parameter(env, autojump_clock):
             )
     assert paid.requests() == []
     assert "service_tier='priority'" in str(failed.value)
+
+
+# -- credits: held like the ceiling ---------------------------------------------------------------
+
+
+@given(
+    budget=st.floats(1e-6, 1.0),  # 0: credits not tracked (nothing to hold against)
+    steps=st.lists(st.tuples(st.floats(0.0, 0.5), st.floats(0.0, 1.0), st.booleans()), max_size=40),
+)
+def test_credits_are_never_overdrawn_by_bills_within_their_holds(budget, steps):
+    """Whatever the order of attempts (each held at its worst case, admitted only when it fits)
+    and their settlements (each at most its hold), what is spent never exceeds the credits, and
+    nothing stays held once every attempt settled."""
+    m = FreeTierManager(random=lambda: 0.0)
+    m.register("c", LaneTerms(kind=CreditBased(budget_usd=budget, reset="never")))
+    in_flight: list[float] = []
+    for amount, fraction, settle_first in steps:
+        if settle_first and in_flight:
+            held = in_flight.pop(0)
+            m.settle_credit("c", held, held * fraction, now=0.0)
+        if m.hold_credit("c", amount, now=0.0) is None:
+            in_flight.append(amount)
+        spent_and_held = m.credit_spent("c", 0.0) + sum(in_flight)
+        assert spent_and_held <= budget + 1e-9
+    for held in in_flight:
+        m.settle_credit("c", held, held, now=0.0)
+    assert m.credit_spent("c", 0.0) <= budget + 1e-9 and m.credit_held == {}
+
+
+PRICED_M = {"id": "m", "input_usd_per_mtok": IN, "output_usd_per_mtok": OUT}
+CREDITS: dict[str, Any] = {
+    "free_tier": {"kind": "credits", "budget_usd": 0.01, "reset": "monthly"},
+    "models": [PRICED_M],
+}
+
+
+@pytest.mark.free_lane
+async def test_concurrent_credit_attempts_never_overdraw_the_credits(env, autojump_clock):
+    """Twenty jobs at once, each fitting alone in $0.01 of credits but not together, against an
+    upstream that bills the whole cap: the holds let through only what the credits can pay."""
+    async with open_fake("cred", models=("m",)) as cred:
+        cred.script("m", answer(delay_s=1.0, usage=greedy()))
+        table = free_lane("cred", cred.base_url, models=["m"]) | CREDITS
+        policy = {"free_tier_fallback": "off", "paid_max_tokens": 1000}
+        async with lanes.open_dispatcher(config(table, policy=policy), env=env) as d:
+            outcomes: list[str] = []
+
+            async def one() -> None:
+                try:
+                    await d.complete(lanes.Job(messages=MESSAGES, deadline_s=30))
+                    outcomes.append("served")
+                except lanes.JobFailed as exc:
+                    outcomes.append(str(exc))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(20):
+                    nursery.start_soon(one)
+            left = d.routing.manager.credit_left("cred", d.now_wall())
+            held = dict(d.routing.manager.credit_held)
+    bills = [
+        (u["prompt_tokens"] * IN + u["completion_tokens"] * OUT) / 1e6
+        for u in (greedy()(dict(r.body)) for r in cred.requests())
+    ]
+    served = outcomes.count("served")
+    assert 0 < served < 20 and len(bills) == served
+    assert sum(bills) <= 0.01 + 1e-12 and left is not None and left >= -1e-12
+    assert all(r.body["max_tokens"] == 1000 for r in cred.requests())  # capped like paid
+    assert held == {}
+    assert any("credits left" in o for o in outcomes if o != "served")
+
+
+@pytest.mark.free_lane
+async def test_a_credit_model_without_a_price_is_skipped_unless_declared_free(env, autojump_clock):
+    """Credits can not hold an unknown price: such a model is skipped, saying so; a model the
+    config declares `free` costs no credits and is served."""
+    async with open_fake("cred", models=("unpriced", "gift")) as cred:
+        table = free_lane("cred", cred.base_url, models=["unpriced", "gift"])
+        table["free_tier"] = CREDITS["free_tier"]
+        table["models"] = [{"id": "unpriced"}, {"id": "gift", "free": True}]
+        async with lanes.open_dispatcher(config(table), env=env) as d:
+            with pytest.raises(lanes.JobFailed) as failed:
+                await d.complete(lanes.Job(messages=MESSAGES, model="cred/unpriced"))
+            reply = await d.complete(lanes.Job(messages=MESSAGES, model="cred/gift"))
+    assert "cred/unpriced has no known price" in str(failed.value)
+    assert reply.model == "gift" and [r.model for r in cred.requests()] == ["gift"]
+
+
+async def test_a_paid_model_of_a_credit_lane_spends_its_credits_too(env, autojump_clock):
+    """A model a credit lane marks `free = false` is paid (held to the ceiling) and what it costs
+    comes out of the lane's credits as well: the provider bills the one account."""
+    async with open_fake("cred", models=("m",)) as cred:
+        table = free_lane("cred", cred.base_url, models=["m"]) | CREDITS
+        table["models"] = [{**PRICED_M, "free": False}]
+        policy = {"free_tier_fallback": "allow"}
+        async with lanes.open_dispatcher(config(table, policy=policy), env=env) as d:
+            reply = await d.complete(lanes.Job(messages=MESSAGES, model="cred/m"))
+            spent = d.routing.manager.credit_spent("cred", d.now_wall())
+            held = dict(d.routing.manager.credit_held)
+    assert reply.cost_usd > 0 and spent == pytest.approx(reply.cost_usd)
+    assert held == {}

@@ -229,7 +229,6 @@ def greedy(request: Mapping[str, Any]) -> dict[str, int]:
 
 
 @pytest.mark.free_lane
-@pytest.mark.xfail(strict=True, reason="finding 8")
 async def test_a_credit_lane_never_sends_more_than_its_credits_can_pay_for():
     """A credit lane with $0.001 of credits left admits a request whose worst case is $1.60:
     nothing bounds a request against the credits (there is no reservation), so one request
