@@ -4,6 +4,13 @@ bought; account-wide, resetting at UTC midnight); X-RateLimit-Reset in epoch mil
 2026-11.
 
 Quirk: a job that needs zero data retention asks OpenRouter's router for it in the body.
+
+Billing switches (OpenRouter's API reference, 2026-11): `models` and `route` let the router fall
+back to other models — paid ones included — when the one asked for is busy; `plugins` add web
+search (billed per result) or PDF parsing (OCR billed per page); `web_search_options` turns on
+native web search (billed per request); `preset` applies a saved configuration that may hold any
+of these. A `:free` model carries none of them; a paid one asking for them is refused. Provider
+routing (`provider`) only chooses among the endpoints of the model asked for, so it stays.
 """
 
 from typing import Any
@@ -17,6 +24,7 @@ PROVIDER = Provider(
     free_tier=FreeModelsOnly(patterns=("*:free",), rpm=20, rpd=50, account_wide=True),
     balance=CustomEndpoint(url="{base_url}/key", json_path="data.limit_remaining"),
     catalog_style="per_token_prices",
+    billing_switches=("models", "route", "plugins", "web_search_options", "preset"),
     models=(
         Model(id="meta-llama/llama-3.3-70b-instruct:free", context=131_072),
         Model(id="deepseek/deepseek-chat-v3-0324:free", context=163_840),

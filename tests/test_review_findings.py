@@ -60,7 +60,6 @@ def openai_shaped(response: httpx2.Response) -> bool:
 
 
 @pytest.mark.free_lane
-@pytest.mark.xfail(strict=True, reason="finding 1")
 async def test_a_free_openrouter_request_can_not_buy_paid_models_or_plugins():
     """With `free_tier_fallback = off`, a job on OpenRouter's free model never carries the
     router's own spending switches — `models` (fallback to other, paid models), `plugins` (the
@@ -89,7 +88,6 @@ async def test_a_free_openrouter_request_can_not_buy_paid_models_or_plugins():
     assert not any({"models", "plugins", "route"} & set(body) for body in sent), sent
 
 
-@pytest.mark.xfail(strict=True, reason="finding 2")
 @pytest.mark.parametrize(
     "extra",
     [
@@ -229,7 +227,6 @@ def greedy(request: Mapping[str, Any]) -> dict[str, int]:
 
 
 @pytest.mark.free_lane
-@pytest.mark.xfail(strict=True, reason="finding 8")
 async def test_a_credit_lane_never_sends_more_than_its_credits_can_pay_for():
     """A credit lane with $0.001 of credits left admits a request whose worst case is $1.60:
     nothing bounds a request against the credits (there is no reservation), so one request
@@ -312,7 +309,6 @@ async def test_a_recovered_stream_explains_every_cent(tmp_path):
     assert trailer == pytest.approx(ledger)
 
 
-@pytest.mark.xfail(strict=True, reason="finding 10")
 def test_the_reservation_covers_a_providers_own_tool_prompt():
     """Anthropic bills a tool-use system prompt it adds itself (346 input tokens for `auto`) on
     any request with tools; a one-tool request is ~60 bytes, so the byte bound reserves ~60 input

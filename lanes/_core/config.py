@@ -116,6 +116,11 @@ class LaneConfig:
     output_cap: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.in_(CAP_PARAMS))
     )
+    # request parameters that make this provider bill beyond the request, beside the lane module's
+    # (taken out of free and credit attempts; a paid attempt carrying one is refused)
+    billing_switches: list[str] = attrs.field(factory=list)
+    # input tokens the provider adds to a request with tools; unset: the lane module's
+    tool_prompt_tokens: int | None = attrs.field(default=None, validator=non_negative)
     # the most of an answer read (JSON: the whole body; streams: one event), decompressed
     max_response_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=positive)
     max_event_bytes: int = attrs.field(default=1024 * 1024, validator=positive)

@@ -288,7 +288,11 @@ window."""
 async def credits_gone(workdir: Path) -> Result:
     """A credit-based provider answers 402: the long backoff holds, no retry storm, the ceiling \
 holds."""
-    credit = {"free_tier": {"kind": "credits", "budget_usd": 5}}
+    credit = {
+        "free_tier": {"kind": "credits", "budget_usd": 5},
+        # priced: a credit attempt is held to its worst case, and an unknown price has none
+        "models": [{"id": "credit-model", "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}],
+    }
     ceiling = 0.0002
     async with open_sidecar(
         ("credit", "free", ["credit-model"], credit),

@@ -97,6 +97,7 @@ class FreeTierManager:
         self.balances: dict[
             str, tuple[float, float, float]
         ] = {}  # lane → (at, remaining USD, spend then)
+        self.credit_held: dict[str, float] = {}  # lane → USD held by its attempts in flight here
         self.confirmed: set[str] = (
             set()
         )  # scopes known to be serving: no single-flight probe needed
@@ -250,8 +251,10 @@ class FreeTierManager:
         requests: int = 1,
         tokens: int = 0,
         usage: Mapping[str, Any] | None = None,
+        charge_credits: bool = True,
     ) -> None:
-        """Count one request (and its tokens, and its credit cost) against every window."""
+        """Count one request (and its tokens, and its credit cost) against every window.
+        `charge_credits=False`: the caller settles the credit cost itself (`settle_credit`)."""
         if usage:
             total = usage_total(usage)  # bounded: an upstream's usage is never trusted raw
             tokens = total if total is not None else tokens
@@ -259,13 +262,16 @@ class FreeTierManager:
             self.scope(lane, model), now, requests=requests, tokens=tokens
         )
         terms = self.terms.get(lane)
-        if terms and isinstance(terms.kind, CreditBased) and usage:
+        if terms and isinstance(terms.kind, CreditBased) and usage and charge_credits:
             prices = terms.prices.get(model)
             cost = usage_cost(usage, *prices) if prices else None
             if cost:
-                key = (lane, self._period_id(terms.kind, now))
-                self.spend[key] = self.spend.get(key, 0.0) + cost
-                self.pending_spend[key] = self.pending_spend.get(key, 0.0) + cost
+                self._spend_credit(lane, terms.kind, cost, now)
+
+    def _spend_credit(self, lane: str, kind: CreditBased, cost: float, now: float) -> None:
+        key = (lane, self._period_id(kind, now))
+        self.spend[key] = self.spend.get(key, 0.0) + cost
+        self.pending_spend[key] = self.pending_spend.get(key, 0.0) + cost
 
     # -- after an error ----------------------------------------------------------------------------
     def record_rate_limit_error(
@@ -330,6 +336,39 @@ class FreeTierManager:
             _, remaining, spent_then = self.balances[lane]
             return remaining - max(0.0, spent - spent_then)
         return kind.budget_usd - spent if kind.budget_usd else None
+
+    def credit_metered(self, lane: str, model: str, now: float) -> bool:
+        """Does an attempt on `model` spend the lane's credits, and are they known (a budget, or a
+        balance the provider reported)? A model whose `free` flag is set costs no credits."""
+        terms = self.terms.get(lane)
+        if terms is None or not isinstance(terms.kind, CreditBased):
+            return False
+        return terms.declared.get(model) is not True and self.credit_left(lane, now) is not None
+
+    def hold_credit(self, lane: str, amount_usd: float, now: float) -> str | None:
+        """Hold `amount_usd` (an attempt's worst case) against the credits left, less what this
+        process's attempts in flight hold; or say why it does not fit (nothing held then)."""
+        left = self.credit_left(lane, now)
+        held = self.credit_held.get(lane, 0.0)
+        if left is not None and amount_usd > left - held + 1e-12:
+            in_flight = f" (${held:.6f} of it held by attempts in flight)" if held else ""
+            return (
+                f"worst case ${amount_usd:.6f} is more than the ${max(left, 0.0):.6f} of credits "
+                f"left{in_flight}"
+            )
+        self.credit_held[lane] = held + amount_usd
+        return None
+
+    def settle_credit(self, lane: str, held_usd: float, cost_usd: float, now: float) -> None:
+        """Release a hold and spend what the attempt cost (`cost_usd`, never below 0)."""
+        left = self.credit_held.get(lane, 0.0) - held_usd
+        if left > 1e-12:
+            self.credit_held[lane] = left
+        else:
+            self.credit_held.pop(lane, None)
+        kind = self.terms[lane].kind
+        if isinstance(kind, CreditBased) and cost_usd > 0:
+            self._spend_credit(lane, kind, cost_usd, now)
 
     def set_balance(self, lane: str, remaining_usd: float, *, now: float) -> None:
         """The provider's own balance figure: it wins over the local estimate."""

@@ -5,7 +5,7 @@ async with open_attempt(routing, record, candidate, retry=False) as run:
     if run is None:                      # skipped at the gate: the reason is recorded
         ...
     response = await run.lane.complete(run.job, run.candidate.model)   # under the caller's scope
-    reply = run.reply(response)          # settles: breakers, ranking, free-tier accounting, ledger
+    reply = served(run, response)        # (calls.py) settles: breakers, ranking, quota, ledger
 ```
 
 `open_attempt` owns everything the attempt holds — breaker permits, the probe of a cold scope, the
@@ -31,12 +31,10 @@ from lanes._core.errors import (
     RateLimited,
     UpstreamError,
 )
-from lanes._core.job import Attempt, Candidate, Job, Outcome, Reply
+from lanes._core.job import Attempt, Candidate, Job, Outcome
 from lanes._core.routing.gate import Admission
 from lanes._core.routing.ledger import Reservation
 from lanes._core.routing.record import REFUSED_UNBILLED, JobRecord
-from lanes._core.routing.spend import paid_request
-from lanes._core.upstream.client import Response
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.prices import usage_cost, usage_tokens
 
@@ -82,27 +80,28 @@ class AttemptRun:
         self.cost_usd = 0.0
         self._admission: Admission | None = admission
 
-    async def begin(self) -> None:
-        """Count the attempt against the governors and the quota; reserve a paid one's worst case.
-        Raises `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
+    async def begin(self) -> str | None:
+        """Hold a credit attempt's worst case (or return why it can not be sent); count the attempt
+        against the governors and the quota; reserve a paid one's worst case. Raises
+        `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
         routing, candidate = self.routing, self.candidate
+        self.job = routing.ledger.as_sent(candidate, self.job)
+        held = routing.ledger.hold_credit(candidate, self.job)  # None: it spends no known credits
+        if isinstance(held, str):
+            return held
+        self.reservation = held
         routing.ledger.take_attempt(self.record.job.client, shared=self.quota)
         if self.quota:
             routing.manager.record_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=1
             )
         if candidate.tier == "paid":
-            if not self.job.embedding:  # one cap, in the lane's dialect: the reservation is a bound
-                self.job = paid_request(
-                    self.job,
-                    cap_param=candidate.cap_param,
-                    paid_max_tokens=routing.policy.paid_max_tokens,
-                )
             if self.record.paid_before is None:
                 self.record.paid_before = routing.ledger.spent_today()
             self.reservation = await routing.ledger.reserve(candidate, self.job)
         self.sent = True
         self.started = trio.current_time()
+        return None
 
     def answered(self, status: int, headers: Mapping[str, str]) -> None:
         """The provider answered: it is reachable, and its rate-limit headers are news."""
@@ -116,28 +115,6 @@ class AttemptRun:
             headers,
             status=status,
             now=routing.now_wall(),
-        )
-
-    def reply(self, response: Response) -> Reply:
-        """Settle a served non-streamed attempt and wrap the upstream's body."""
-        self.answered(response.status, response.headers)
-        usage = response.body.get("usage")
-        usage = usage if isinstance(usage, Mapping) else None
-        attempt = self.settle("ok", status=response.status, usage=usage)
-        record = self.record
-        return Reply(
-            body=response.body,
-            lane=self.candidate.lane,
-            provider=self.lane.provider.name,
-            model=self.candidate.model,
-            route=attempt.route,
-            attempts=tuple(record.attempts),
-            skips=tuple(record.skips),
-            cost_usd=sum(a.cost_usd for a in record.attempts),  # the job's, failed attempts too
-            usage=usage,
-            explored=record.explored == self.candidate.key,
-            raw=response.raw,
-            request_id=record.id,
         )
 
     def fail(self, exc: UpstreamError) -> Attempt:
@@ -190,13 +167,22 @@ class AttemptRun:
         self.settled = True
         routing, candidate, now = self.routing, self.candidate, trio.current_time()
         if usage is not None and outcome == "ok" and self.quota:
+            # a credit hold is settled below, from its usage; a paid model of a credit lane
+            # spends the credits as well as the ceiling
+            charge = self.reservation is None or self.reservation.credit is None
             routing.manager.record_usage(
-                candidate.lane, candidate.model, now=routing.now_wall(), requests=0, usage=usage
+                candidate.lane,
+                candidate.model,
+                now=routing.now_wall(),
+                requests=0,
+                usage=usage,
+                charge_credits=charge,
             )
         self._release(outcome, connection=connection, neutral=neutral)
         if self.reservation is not None:
-            self.cost_usd = self._settled_cost(outcome, status, usage)
-            routing.ledger.settle(self.reservation, self.cost_usd)
+            cost = self._settled_cost(outcome, status, usage)
+            routing.ledger.settle(self.reservation, cost)
+            self.cost_usd = cost if self.reservation.credit is None else 0.0  # paid spend only
             self.reservation = None
         if outcome in ("ok", "fault", "deadline", "rate_limited"):
             routing.ranking.note(candidate, outcome, now - self.started, routing.now_wall())
@@ -262,6 +248,8 @@ class AttemptRun:
             return
         if not self.sent:
             self._release("abandoned", connection=False)
+            if self.reservation is not None:  # a credit hold, then the governors said no
+                self.routing.ledger.settle(self.reservation, 0.0)
             return
         outcome: Outcome = (
             "deadline" if trio.current_time() >= self.record.deadline_at else "abandoned"
@@ -283,10 +271,14 @@ async def open_attempt(
     run = AttemptRun(routing, record, candidate, admission, retry=retry)
     try:
         try:
-            await run.begin()
+            refused = await run.begin()
         except JobFailed as exc:
             record.attach(exc)
             raise
+        if refused is not None:
+            record.skip(candidate, refused)
+            yield None
+            return
         yield run
     except UpstreamError as exc:
         if not run.settled:

@@ -3,7 +3,7 @@ under the lane's own cap, within the job's deadline, and hand back what the call
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 
 import trio
@@ -30,8 +30,31 @@ async def _request(run: AttemptRun, send: Callable[[Job, str], Awaitable[Respons
     cap = run.lane.config.attempt_timeout_s
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
         response = await send(run.job, run.candidate.model)
-        return run.reply(response)
+        return served(run, response)
     raise AttemptTimedOut(f"no answer within the lane's attempt_timeout_s={cap:g}")
+
+
+def served(run: AttemptRun, response: Response) -> Reply:
+    """Settle a served non-streamed attempt and wrap the upstream's body."""
+    run.answered(response.status, response.headers)
+    usage = response.body.get("usage")
+    usage = usage if isinstance(usage, Mapping) else None
+    attempt = run.settle("ok", status=response.status, usage=usage)
+    record = run.record
+    return Reply(
+        body=response.body,
+        lane=run.candidate.lane,
+        provider=run.lane.provider.name,
+        model=run.candidate.model,
+        route=attempt.route,
+        attempts=tuple(record.attempts),
+        skips=tuple(record.skips),
+        cost_usd=sum(a.cost_usd for a in record.attempts),  # the job's, failed attempts too
+        usage=usage,
+        explored=record.explored == run.candidate.key,
+        raw=response.raw,
+        request_id=record.id,
+    )
 
 
 async def stream_call(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:

@@ -6,6 +6,10 @@ processes on the host through the store. The paid ceiling is a ledger in the sto
 attempt reserves its own worst case before it is sent (one atomic transaction, across processes),
 and settles to the real cost after. A store that can not record the reservation fails closed: no
 paid attempt.
+
+A credit lane's attempts are held the same way against the credits left (`hold_credit`): each
+holds its own worst case while in flight — in this process; other processes see what it spent at
+the next sync — and settles to its real cost.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from lanes._core.config import ClientConfig
 from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.policy import PolicyConfig
-from lanes._core.routing.spend import Unbounded, worst_case
+from lanes._core.routing.spend import Unbounded, as_sent, worst_case
 from lanes._core.state.store import STORE_ERRORS, Store, call
 from lanes.freetier.manager import FreeTierManager
 from lanes.freetier.windows import WindowName, window_end, window_id
@@ -35,6 +39,7 @@ class Reservation:
 
     id: str
     amount_usd: float
+    credit: str | None = None  # a hold on this lane's credits, not on the paid ceiling
 
 
 class Ledger:
@@ -122,8 +127,39 @@ class Ledger:
             raise self.refusal(amount, job.client)
         return Reservation(id=reservation, amount_usd=amount)
 
+    def metered(self, candidate: Candidate) -> bool:
+        """Does an attempt on `candidate` spend credits that are known, so it must fit in them?"""
+        return candidate.tier == "free" and self._manager.credit_metered(
+            candidate.lane, candidate.model, self._now()
+        )
+
+    def as_sent(self, candidate: Candidate, job: Job) -> Job:
+        """`job` as an attempt on `candidate` sends it: a paid or credit attempt with one output
+        cap in the lane's dialect; one that is not paid without the lane's billing switches."""
+        capped = candidate.tier == "paid" or self.metered(candidate)
+        return as_sent(job, candidate, paid_max_tokens=self.policy.paid_max_tokens, capped=capped)
+
+    def hold_credit(self, candidate: Candidate, job: Job) -> Reservation | str | None:
+        """Hold the worst case of one credit attempt (`job` as sent) against the lane's credits
+        left; or say why it can not be sent: no bound, or more than is left. None: the attempt
+        spends no credits that are known (not a credit lane, a free model, no budget or balance)."""
+        if not self.metered(candidate):
+            return None
+        amount = worst_case(candidate, job)
+        if isinstance(amount, Unbounded):
+            return f"worst case can not be bounded against its credits: {amount}"
+        refused = self._manager.hold_credit(candidate.lane, amount, self._now())
+        if refused is not None:
+            return refused
+        return Reservation(id="", amount_usd=amount, credit=candidate.lane)
+
     def settle(self, reservation: Reservation, cost: float) -> None:
         """Replace the reservation by the attempt's real cost, as its validated usage reports it."""
+        if reservation.credit is not None:
+            self._manager.settle_credit(
+                reservation.credit, reservation.amount_usd, max(cost, 0.0), self._now()
+            )
+            return
         try:
             self._store.settle_paid(reservation.id, max(cost, 0.0))
         except STORE_ERRORS as exc:  # the reservation stays counted in full: never an under-count

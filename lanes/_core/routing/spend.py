@@ -13,14 +13,25 @@ caps could bill, so both are computed from the request *as sent*:
 - **Images** cost the model's `image_usd` each (beside their bytes); audio, video and files have no
   bounded price here, nor do images on a model without `image_usd`: such a request is refused for
   paid, never guessed.
+- **Tools** may cost more than their bytes: a provider that wraps them in a tool-use prompt of
+  its own bills that prompt too. The lane module declares its size (`tool_prompt_tokens`); a lane
+  that declares none is assumed to add `UNDECLARED_TOOL_PROMPT_TOKENS`, twice the largest such
+  prompt any provider documents.
 - **`n`** choices multiply all of it (a provider may bill the prompt once per choice).
+- **Nothing else is billed**: a request that carries a parameter the reservation does not price
+  — one not in `PRICED_PARAMS` (an allowlist, so a billing switch a provider invents tomorrow is
+  refused, not billed unpriced), a value of one that bills more (`service_tier: "priority"`,
+  audio `modalities`), or a billing switch the lane module declares — can not be bounded.
 - **An embedding** has no output: its worst case is its whole body at the input price.
+
+Attempts that are not paid carry no reservation, so a lane's declared billing switches are taken
+out of them instead (`as_sent`): a free model of a mixed provider never buys a paid one.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -36,6 +47,72 @@ MAX_CHOICES = (
 )
 _MEDIA = {"input_audio", "audio", "audio_url", "video_url", "input_video", "file", "input_file"}
 _IMAGES = {"image_url", "input_image", "image"}
+#: Twice the largest tool-use prompt a provider documents adding itself (530 tokens): what a lane
+#: that declares no `tool_prompt_tokens` is assumed to add to a request with tools.
+UNDECLARED_TOOL_PROMPT_TOKENS = 1024
+
+
+def _anything(value: Any) -> bool:
+    return True
+
+
+def _client_tools(value: Any) -> bool:
+    """No hosted tool: tools the client runs itself (functions) are priced by their bytes, but a
+    hosted one (a search, a code interpreter — it declares its own `type`) is billed per use by
+    the provider, which no reservation prices. Anything else is bytes an upstream refuses."""
+    tools = value if isinstance(value, list) else [value]
+    return not any(
+        isinstance(tool, Mapping) and tool.get("type", "function") not in ("function", "custom")
+        for tool in tools
+    )
+
+
+#: The chat parameters a worst case covers, each with the values it covers: what they cost is
+#: priced (caps, `n`, the bytes of tools, functions and schemas) or they leave the bill as it is
+#: (sampling, stop, tool choice, who asks, stream settings, the reasoning spent within the cap).
+#: Anything else — `service_tier: "priority"`, `web_search_options`, audio output, `prediction`, a
+#: parameter invented tomorrow — is not sent on an attempt that is held to its worst case.
+PRICED_PARAMS: Mapping[str, Callable[[Any], bool]] = {
+    **dict.fromkeys(
+        (
+            *CAP_PARAMS,
+            "n",
+            "stream_options",
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "stop",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
+            "logit_bias",
+            "logprobs",
+            "top_logprobs",
+            "tool_choice",
+            "parallel_tool_calls",
+            "functions",
+            "function_call",
+            "response_format",
+            "user",
+            "safety_identifier",
+            "prompt_cache_key",
+            "metadata",
+            "reasoning_effort",
+            "verbosity",
+        ),
+        _anything,
+    ),
+    "tools": _client_tools,
+    "modalities": lambda value: value == ["text"],  # audio output has no bounded price
+    "service_tier": lambda value: value in ("auto", "default"),  # priority bills above the list
+}
+#: Checked parameters whose refused value may be shown (the others may hold a prompt).
+_SHOWN = frozenset({"modalities", "service_tier"})
+#: The embedding parameters a worst case covers (its whole body is priced as input).
+PRICED_EMBEDDING_PARAMS = frozenset({"dimensions", "encoding_format", "user", "input_type"})
+_NOT_PARAMS = frozenset({"model", "messages", "input", "stream"})
 
 
 @attrs.frozen
@@ -64,9 +141,48 @@ def paid_request(job: Job, *, cap_param: str, paid_max_tokens: int) -> Job:
     return attrs.evolve(job, params=params)
 
 
+def as_sent(job: Job, candidate: Candidate, *, paid_max_tokens: int, capped: bool) -> Job:
+    """`job` as an attempt on `candidate` sends it. Held to its worst case (`capped`: paid, or
+    spending credits), it carries one output cap (`paid_request`); not paid, it carries none of
+    the billing switches the lane declares — there is no reservation to cover them."""
+    if candidate.tier not in ("paid", "byok") and candidate.billing_switches & set(job.params):
+        params = {k: v for k, v in job.params.items() if k not in candidate.billing_switches}
+        job = attrs.evolve(job, params=params)
+    if capped and not job.embedding:
+        job = paid_request(job, cap_param=candidate.cap_param, paid_max_tokens=paid_max_tokens)
+    return job
+
+
+def unpriced(candidate: Candidate, body: Mapping[str, Any], *, embedding: bool) -> str | None:
+    """Why a parameter of `body` (as sent to `candidate`) may bill beyond its worst case, or
+    None. Only the value of a short parameter checked by value is named (others may hold a
+    prompt)."""
+    for key, value in body.items():
+        if key in _NOT_PARAMS:
+            continue
+        if key in candidate.billing_switches:
+            return f"lane {candidate.lane} declares {key!r} a billing switch no reservation prices"
+        if embedding:
+            if key not in PRICED_EMBEDDING_PARAMS:
+                return f"parameter {key!r} is not one the reservation prices"
+            continue
+        covers = PRICED_PARAMS.get(key)
+        if covers is None:
+            return f"parameter {key!r} is not one the reservation prices"
+        if not covers(value) and key not in _SHOWN:
+            return f"parameter {key!r} holds a value the reservation does not price"
+        if not covers(value):
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+            return f"{key}={shown} may bill beyond what the reservation prices"
+    return None
+
+
 def worst_case(candidate: Candidate, job: Job) -> float | Unbounded:
     """The most `job`, sent as it is to `candidate`, can be billed (USD), or why that is unknown."""
     body = job.body(candidate.model)
+    reason = unpriced(candidate, body, embedding=job.embedding)
+    if reason is not None:
+        return Unbounded(reason)
     if job.embedding and candidate.input_usd_per_mtok is not None:
         return cost_usd(billed_bytes(body), 0, candidate.input_usd_per_mtok, 0.0)
     if candidate.input_usd_per_mtok is None or candidate.output_usd_per_mtok is None:
@@ -86,9 +202,21 @@ def worst_case(candidate: Candidate, job: Job) -> float | Unbounded:
     if images and candidate.image_usd is None:
         return Unbounded(f"{images} image(s) and no image_usd for {candidate.key}")
     per_choice = cost_usd(
-        billed_bytes(body), cap, candidate.input_usd_per_mtok, candidate.output_usd_per_mtok
+        billed_bytes(body) + tool_prompt_tokens(candidate, body),
+        cap,
+        candidate.input_usd_per_mtok,
+        candidate.output_usd_per_mtok,
     )
     return n * (per_choice + images * (candidate.image_usd or 0.0))
+
+
+def tool_prompt_tokens(candidate: Candidate, body: Mapping[str, Any]) -> int:
+    """The input a provider adds itself to a request with tools (its tool-use prompt), in tokens:
+    what the lane declares, else `UNDECLARED_TOOL_PROMPT_TOKENS`; none without tools."""
+    if not (body.get("tools") or body.get("functions")):
+        return 0
+    declared = candidate.tool_prompt_tokens
+    return UNDECLARED_TOOL_PROMPT_TOKENS if declared is None else declared
 
 
 def billed_bytes(body: Mapping[str, Any]) -> int:

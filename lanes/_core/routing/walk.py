@@ -38,7 +38,7 @@ from lanes._core.routing.attempt import AttemptRun, open_attempt
 from lanes._core.routing.context import Routing
 from lanes._core.routing.policy import PolicyConfig, after_failure, make_plan, needs_of
 from lanes._core.routing.record import JobRecord
-from lanes._core.routing.spend import Unbounded, paid_request, worst_case
+from lanes._core.routing.spend import Unbounded, worst_case
 from lanes._core.state.store import job_deadline
 
 T = TypeVar("T")
@@ -245,10 +245,7 @@ def _out_of_budget(
 def _paid_estimate(routing: Routing, record: JobRecord, candidate: Candidate) -> float | None:
     """The worst case of a paid attempt on `candidate` (the request as it would be sent), or None
     after recording why it may not be sent: no bound, or more than is left of today's ceiling."""
-    sent = paid_request(
-        record.job, cap_param=candidate.cap_param, paid_max_tokens=routing.policy.paid_max_tokens
-    )
-    estimate = worst_case(candidate, sent)
+    estimate = worst_case(candidate, routing.ledger.as_sent(candidate, record.job))
     if isinstance(estimate, Unbounded):
         record.skip(candidate, f"worst case can not be bounded: {estimate}")
         return None

@@ -9,7 +9,7 @@ the dispatcher's cancel scope bounds them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,10 @@ from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes._core.upstream.responses import check_embeddings
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
 from lanes.freetier.prices import usd_amount
+
+
+def _names(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -45,6 +49,17 @@ class Provider:
     # The output cap the provider honours: `max_tokens`, or `max_completion_tokens` (OpenAI's
     # newer models accept only that one). A paid attempt sends its cap there, and only there.
     output_cap: str = attrs.field(default="max_tokens", validator=attrs.validators.in_(CAP_PARAMS))
+    # Request parameters that make the provider bill beyond the request itself — another model to
+    # fall back to, a plugin or a search billed per use. They are taken out of every attempt that is
+    # not paid (a free or credit attempt has no reservation to cover them), and a paid attempt that
+    # carries one is refused. Parameters the reservation does not price are refused for paid anyway.
+    billing_switches: frozenset[str] = attrs.field(default=frozenset(), converter=_names)
+    # Input tokens the provider adds itself to a request with tools (a tool-use system prompt),
+    # added to a paid or credit attempt's worst case. None: not declared — the engine assumes the
+    # most any provider documents (`spend.UNDECLARED_TOOL_PROMPT_TOKENS`).
+    tool_prompt_tokens: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
     catalog_path: str = "/models"  # GET {base_url}{catalog_path} lists the models
     catalog_style: str = (
         "openai"  # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
@@ -141,6 +156,12 @@ class OpenAICompatibleLane:
             image_usd=model.image_usd,
             cap_param=self.config.output_cap or self.provider.output_cap,
             embedding=model.embedding,
+            billing_switches=self.provider.billing_switches | set(self.config.billing_switches),
+            tool_prompt_tokens=(
+                self.config.tool_prompt_tokens
+                if self.config.tool_prompt_tokens is not None
+                else self.provider.tool_prompt_tokens
+            ),
         )
 
     @property
