@@ -99,6 +99,7 @@ PRICED_PARAMS: Mapping[str, Callable[[Any], bool]] = {
             "safety_identifier",
             "prompt_cache_key",
             "metadata",
+            "store",  # OpenAI keeps the completion for evals: not billed
             "reasoning_effort",
             "verbosity",
         ),
