@@ -113,7 +113,6 @@ async def test_a_paid_attempt_never_carries_a_billing_switch_the_reservation_doe
     assert not any(set(extra) & set(body) for body in sent), sent
 
 
-@pytest.mark.xfail(strict=True, reason="finding 3")
 async def test_approve_once_lets_exactly_one_request_through():
     """docs/security.md: "an 'approve once' is consumed by exactly one request". Four identical
     requests of one client wait on the same approval; one "once" must pay for one of them."""
@@ -165,7 +164,6 @@ async def test_an_approved_embedding_does_not_pay_for_a_different_one():
     assert same.status_code == 200 and len(fakes["paid"].requests()) == 1  # what was approved
 
 
-@pytest.mark.xfail(strict=True, reason="finding 5")
 async def test_a_retry_naming_an_approval_can_not_spend_more_than_was_approved():
     """The approval shows its worst case ("at most $0.008276") and the admin approves that. A
     request carrying `X-Lanes-Approval` may be a different body: it must not be sent to paid with
