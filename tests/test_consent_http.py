@@ -129,6 +129,37 @@ async def test_approve_once_then_retry_is_served_by_paid_exactly_once(retry_carr
     assert len(fakes["paid"].requests()) == 1
 
 
+async def test_a_retry_naming_an_approval_it_can_not_use_is_asked_again_and_told_why():
+    """After "approve once", a retry carrying X-Lanes-Approval with another body is asked for a
+    new approval, told why, and leaves the once to the request approved; once that used it, naming
+    it again is told there is nothing left to use. Paid serves exactly one request."""
+    policy = {"free_tier_fallback": "ask", "paid_ceiling_usd_per_day": 1.0, "approval_wait_s": 0.2}
+    other = [{"role": "user", "content": "Another question, then."}]
+    async with (
+        open_sidecar(LANES[1], policy=policy) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False, timeout=10) as http,
+    ):
+        first = await held(http, url, {})
+        approval = first.json()["error"]["approval_id"]
+        await http.post(f"{url}/approvals/{approval}", json={"decision": "once"})
+        named = {"x-lanes-approval": approval}
+        another = await http.post(
+            f"{url}/chat/completions", json={"messages": other}, headers=named
+        )
+        served = await held(http, url, named)
+        used = await held(http, url, named)
+    refused = another.json()["error"]
+    assert another.status_code == 429 and refused["approval_id"] != approval
+    assert (
+        f"X-Lanes-Approval {approval} can not pay for it: it was asked for another request"
+        in (refused["message"])
+    )
+    assert served.status_code == 200 and served.headers["x-lanes-route"] == "paid_fallback"
+    assert used.status_code == 429
+    assert "no unused approval by that id" in used.json()["error"]["message"]
+    assert len(fakes["paid"].requests()) == 1
+
+
 @pytest.mark.free_lane
 async def test_grants_are_listed_and_revoked_over_http_and_the_cli():
     """An hour's grant shows in GET /v1/grants and `lanes approvals grants`, and `lanes approvals

@@ -181,6 +181,54 @@ def test_unbounded_requests_are_named():
     assert str(worst_case(unpriced, lanes.Job(messages=MESSAGES))) == "p/m has no known price"
 
 
+# -- an approval is for one request, at one worst case (pure) -----------------------------------
+
+few = st.sampled_from(["a", "b"])
+small_chats = st.fixed_dictionaries(
+    {
+        "messages": st.lists(
+            st.fixed_dictionaries({"role": st.just("user"), "content": few}), min_size=1, max_size=2
+        )
+    },
+    optional={"n": st.integers(1, 2), "max_tokens": st.integers(1, 2), "tools": st.lists(few)},
+)
+small_jobs = st.builds(
+    lambda model, chat, embedded, embedding: (
+        lanes.Job(model=model, input=embedded, params={"dimensions": chat.get("n", 1)})
+        if embedding
+        else lanes.Job(
+            model=model,
+            messages=chat["messages"],
+            params={k: v for k, v in chat.items() if k != "messages"},
+        )
+    ),
+    st.sampled_from(["auto", "p/m"]),
+    small_chats,
+    st.sampled_from(["a", "b", ["a"], ["a", "b"], [1, 2]]),
+    st.booleans(),
+)
+
+
+@given(small_jobs, small_jobs)
+def test_a_request_fingerprint_covers_everything_that_prices_the_request(one, other):
+    """Two requests share a fingerprint (so one "approve once" could pay for either) exactly when
+    they ask the same model for the same body — messages or embedding input, and every parameter —
+    so they also share their worst case on every candidate."""
+    same = one.request_fingerprint() == other.request_fingerprint()
+    assert same == (one.model == other.model and one.body("m") == other.body("m"))
+    if same:
+        for candidate in (
+            Candidate(lane="p", model="m", tier="paid", input_usd_per_mtok=IN, embedding=True),
+            Candidate(
+                lane="p", model="m", tier="paid", input_usd_per_mtok=IN, output_usd_per_mtok=OUT
+            ),
+        ):
+            sent = [
+                paid_request(j, cap_param="max_tokens", paid_max_tokens=9) for j in (one, other)
+            ]
+            assert worst_case(candidate, sent[0]) == worst_case(candidate, sent[1])
+
+
 # -- 0 overshoot against an upstream that bills the most it may --------------------------------
 
 BIG = [

@@ -270,3 +270,48 @@ async def test_200_greedy_fallbacks_over_two_processes_never_overshoot(store, re
     assert len(served) == len(bills) and 0 < len(served) < 200
     assert sum(bills) <= ceiling + 1e-12
     assert all(v["paid"]["spent_today_usd"] >= sum(bills) - 1e-9 for v in views)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+async def test_one_approve_once_pays_for_one_job_across_two_processes(store, request, tmp_path):
+    """The same request waits for approval on two sidecar processes sharing one state (a SQLite
+    file, or Redis); one "approve once" decided on the second pays for exactly one of the two
+    jobs, and the other is asked again at once, with a fresh approval — whichever process wins."""
+    state = str(tmp_path / "shared.db")
+    if store == "redis":
+        state = request.getfixturevalue("redis_server").url
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        policy = {"free_tier_fallback": "ask", "approval_wait_s": 20}
+        async with (
+            two_sidecars(tmp_path, state, [paid_lane("paid", paid.base_url)], policy) as sidecars,
+            client() as http,
+        ):
+            replies: list[httpx2.Response] = []
+
+            async def waits(sidecar: SidecarProcess) -> None:
+                replies.append(await chat(http, sidecar))
+
+            async def listed(sidecar: SidecarProcess, waiting: int) -> list[dict[str, Any]]:
+                """Its pending approvals, once one has `waiting` jobs of that process on it."""
+                with trio.fail_after(10):
+                    while True:
+                        view = (await http.get(f"{sidecar.base}/v1/approvals")).json()["data"]
+                        if view and view[0]["waiting"] >= waiting:
+                            return list(view)
+                        await trio.sleep(0.05)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waits, sidecars[0])
+                [asked] = await listed(sidecars[1], waiting=0)  # the first process's, shared
+                nursery.start_soon(waits, sidecars[1])
+                [joined] = await listed(sidecars[1], waiting=1)
+                await listed(sidecars[0], waiting=1)
+                decided = await http.post(
+                    f"{sidecars[1].base}/v1/approvals/{asked['id']}", json={"decision": "once"}
+                )
+            left = (await http.get(f"{sidecars[0].base}/v1/grants")).json()["data"]
+    assert joined["id"] == asked["id"] and decided.status_code == 200
+    assert sorted(r.status_code for r in replies) == [200, 429]
+    [again] = [r.json()["error"] for r in replies if r.status_code == 429]
+    assert again["code"] == "approval_required" and again["approval_id"] != asked["id"]
+    assert len(paid.requests()) == 1 and left == []

@@ -166,9 +166,9 @@ class Dispatcher:
     def quarantine(self) -> dict[str, str]:
         return dict(self.routing.gate.quarantine)
 
-    def take_approvals(self, records: list[ApprovalRecord]) -> list[str]:
+    def take_approvals(self, records: list[ApprovalRecord]) -> None:
         """The store's approvals: list them, apply decisions made elsewhere to jobs waiting here."""
-        return self.routing.approvals.take(records)
+        self.routing.approvals.take(records)
 
     def probe_answered(self, scope: str, ok: bool) -> None:
         """Another host's probe of a cold scope answered."""

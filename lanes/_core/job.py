@@ -149,8 +149,12 @@ class Job:
         return body
 
     def request_fingerprint(self) -> str:
-        """SHA-256 of what was asked — model, messages and params: a retry has the same one."""
-        return digest([self.model, list(self.messages), dict(self.params)])[0]
+        """SHA-256 of what was asked — the model, the messages or an embedding's input, and every
+        param (all that a paid attempt's worst case reads): a retry of the same request has the
+        same one, any request that could cost more has another. An approval is for one of these."""
+        embedded = None if self.input is None else self.request()
+        asked = [self.model, list(self.messages), embedded, dict(self.params)]
+        return digest(asked)[0]
 
     def request(self) -> Any:
         """What the job sends, as JSON values: its messages, or an embedding's input."""

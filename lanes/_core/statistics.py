@@ -145,6 +145,7 @@ def snapshot(
             "candidate": a.candidate,
             "estimated_cost_usd": a.estimated_cost_usd,
             "created_at": a.created_at,
+            "waiting": a.waiting,  # jobs of this process waiting on it now
         }
         for a in routing.approvals.pending()
     )

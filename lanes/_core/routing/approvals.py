@@ -1,14 +1,16 @@
 """Approvals of paid fallback: pending ones, the decisions on them, and what a decision leaves in
-the store — a client's grant (listed and revoked with `grants()` / `revoke()`) or an unused
-"approve once" kept for the client's retry. See `consent.py` for when a job asks.
+the store — a client's grant (listed and revoked with `grants()` / `revoke()`) or an "approve
+once". See `consent.py` for when a job asks.
 
 Pending approvals live in the state store, so every process sharing it — the workers of one
 `lanes serve --workers N`, the job processes on the host, the hosts on one Redis — lists every
 pending approval and may decide any of them (once: the store's decision is atomic). A process whose
 jobs wait on an approval decided elsewhere applies the decision at its next sync (within half a
-second): its waiting jobs go through, or are refused. "Once" decided where no job waits is kept for
-the client's retry; a process whose jobs were still waiting on it withdraws that kept one when it
-lets them through. A store that can not be written leaves the approval in this process only.
+second). "Once" is kept in the store with the decision, in the same atomic step, and names the
+request approved (its fingerprint), the model and the worst case approved: exactly one request
+consumes it (`take_once`, atomic across processes) — the first of the jobs waiting on it, wherever
+they wait, or the client's first matching retry. A store that can not be written leaves the
+approval in this process only, and its "once" to the first job waiting here.
 
 Approval ids are random (96 bits), so a page can not guess them.
 """
@@ -24,7 +26,14 @@ import trio
 
 from lanes._core.clocks import EpochTime
 from lanes._core.job import Job
-from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, OnceConsent, Store, call
+from lanes._core.state.store import (
+    STORE_ERRORS,
+    ApprovalRecord,
+    OnceConsent,
+    Store,
+    call,
+    once_of,
+)
 
 Decision = Literal["once", "granted", "deny"]
 _DECISIONS: dict[str, Decision] = {"once": "once", "granted": "granted", "deny": "deny"}
@@ -45,6 +54,7 @@ class PendingApproval:
     event: trio.Event = attrs.field(factory=trio.Event)
     decision: Decision | None = None
     stored: bool = False  # in the store: other processes list it, and may decide it first
+    once_here: bool = False  # its "once", kept in this process only (the store failed the decision)
 
 
 class Approvals:
@@ -88,12 +98,11 @@ class Approvals:
             return  # this process's own list stands
         self.take(records)
 
-    def take(self, records: list[ApprovalRecord]) -> list[str]:
+    def take(self, records: list[ApprovalRecord]) -> None:
         """The store's approvals: keep the undecided ones for `pending()`, and apply the decisions
-        made elsewhere to this process's waiting jobs. Returns the "once" approvals whose waiting
-        jobs go through here, so that the "once" kept for a retry is withdrawn."""
+        made elsewhere to this process's waiting jobs (a "once" is then theirs to take, from the
+        store, one job only)."""
         self._shared = {r.id: r for r in records if r.decision is None}
-        used = []
         for record in records:
             approval = self._pending.get(record.id)
             decision = _DECISIONS.get(record.decision or "")
@@ -102,9 +111,6 @@ class Approvals:
             approval.decision = decision
             del self._pending[record.id]
             approval.event.set()
-            if record.decision == "once" and approval.waiting:
-                used.append(record.id)
-        return used
 
     def granted(self, client: str) -> bool:
         until = self._store.grant_until(client)
@@ -119,17 +125,15 @@ class Approvals:
         cost: float,
         deadline_at: float,
     ) -> PendingApproval:
-        """The pending approval this request asks for — the one its `X-Lanes-Approval` names, else
-        the client's one for the same request, else a new one — written to the store, so that
-        every process sharing it lists it and may decide it."""
+        """The pending approval this request asks for — the client's one for the very same request
+        (the one its `X-Lanes-Approval` names first), else a new one — written to the store, so
+        that every process sharing it lists it and may decide it. A request never joins an
+        approval asked for another request."""
         fingerprint = job.request_fingerprint()
-        pending = self.pending()
-        approval = next(
-            (a for a in pending if a.id == job.approval and a.client == job.client), None
-        )
-        approval = approval or next(
-            (a for a in pending if a.client == job.client and a.fingerprint == fingerprint), None
-        )
+        mine = [
+            a for a in self.pending() if a.client == job.client and a.fingerprint == fingerprint
+        ]
+        approval = next((a for a in mine if a.id == job.approval), mine[0] if mine else None)
         if approval is None:
             approval = PendingApproval(
                 id=f"ap-{secrets.token_hex(12)}",
@@ -143,10 +147,7 @@ class Approvals:
             )
         self._pending[approval.id] = approval  # ours to wait on (another process's, adopted)
         approval.expires_at = max(approval.expires_at, deadline_at)
-        record = ApprovalRecord(
-            **_shared_fields(approval),
-            expires_at=self._now() + (approval.expires_at - trio.current_time()),
-        )
+        record = _record(approval, self._now())
         try:
             await call(self._store, self._store.put_approval, record, self._now())
         except STORE_ERRORS:
@@ -154,9 +155,13 @@ class Approvals:
         approval.stored = True
         return approval
 
-    async def take_once(self, job: Job, candidate: str) -> bool:
-        """Consume an "approve once" kept for this request and `candidate` (by approval id or
-        fingerprint); True when there was one. A store that can not answer means no."""
+    async def take_once(
+        self, job: Job, candidate: str, cost: float, approval: str | None = None
+    ) -> bool:
+        """Consume an "approve once" of `job`'s client for this very request (its fingerprint) on
+        `candidate`, approved for a worst case of at least `cost` USD — `approval`'s (else the one
+        the job names) first; True when there was one. Atomic across processes; a store that can
+        not answer means no."""
         try:
             taken = await call(
                 self._store,
@@ -164,12 +169,31 @@ class Approvals:
                 client=job.client,
                 candidate=candidate,
                 fingerprint=job.request_fingerprint(),
-                approval=job.approval,
+                cost=cost,
+                approval=approval or job.approval,
                 now=self._now(),
             )
         except STORE_ERRORS:  # a store that can not answer consents to nothing
             return False
         return taken is not None
+
+    async def use_once(
+        self, approval: PendingApproval, job: Job, candidate: str, cost: float
+    ) -> bool:
+        """A job that waited on `approval`, decided "once": True for the one job that consumes it
+        (here, or in the store), False for every other."""
+        if approval.once_here and cost <= approval.estimated_cost_usd + 1e-12:
+            approval.once_here = False
+            return True
+        return await self.take_once(job, candidate, cost, approval.id)
+
+    async def kept_once(self, approval_id: str, client: str) -> OnceConsent | None:
+        """The unused "approve once" of `client` by that id, if the store (reachable) keeps it."""
+        try:
+            onces = await call(self._store, self._store.onces, self._now())
+        except STORE_ERRORS:
+            return None
+        return next((o for o in onces if o.id == approval_id and o.client == client), None)
 
     async def decide(
         self, approval_id: str, decision: Literal["once", "deny"] | float
@@ -183,41 +207,33 @@ class Approvals:
         word = _word(decision)
         self.pending()  # drops what expired
         approval = self._pending.get(approval_id)
+        now = self._now()
+        once_until = now + self._once_ttl_s  # how long an unused "once" is kept (if "once")
         try:
             decided = await call(
-                self._store, self._store.decide_approval, approval_id, word, self._now()
+                self._store, self._store.decide_approval, approval_id, word, now, once_until
             )
         except STORE_ERRORS:  # this process's own approvals are still decided here
-            if approval is None:
-                raise
-            decided = None
+            if approval is None or (word == "once" and not approval.waiting):
+                raise  # no job here could use it, and the store can not keep it
+            decided, approval.once_here = None, word == "once"
         else:
             if decided is None and (approval is None or approval.stored):
                 raise KeyError(approval_id)  # unknown, expired, or decided by another process
+            if decided is None and word == "once":  # the store never had it: keep it there now
+                assert approval is not None
+                await call(
+                    self._store, self._store.put_once, once_of(_record(approval, now), once_until)
+                )
         if approval is None:
             assert decided is not None
             approval = self._adopt(decided)  # another process's: its jobs learn at their sync
         self._shared.pop(approval_id, None)
         if word == "granted":
-            now = self._now()
             await call(
                 self._store, self._store.put_grant, approval.client, now + float(decision), now
             )
-            approval.decision = "granted"
-        else:
-            approval.decision = word
-            if word == "once" and not approval.waiting:  # the client will retry: keep it for then
-                await call(
-                    self._store,
-                    self._store.put_once,
-                    OnceConsent(
-                        id=approval.id,
-                        client=approval.client,
-                        fingerprint=approval.fingerprint,
-                        candidate=approval.candidate,
-                        until=self._now() + self._once_ttl_s,
-                    ),
-                )
+        approval.decision = word
         self._pending.pop(approval.id, None)
         approval.event.set()
         return approval
@@ -225,28 +241,18 @@ class Approvals:
     async def grants(self) -> list[dict[str, Any]]:
         """Every consent in force: client grants (`grant-<client>`) and unused "approve once"s."""
         now = self._now()
-        out: list[dict[str, Any]] = [
-            {
-                "id": f"{GRANT_PREFIX}{client}",
-                "kind": "duration",
-                "client": client,
-                "until": until,
-                "candidate": None,
-            }
-            for client, until in sorted(self._store.grants(now).items())
+        grants = sorted(self._store.grants(now).items())
+        onces = sorted(await call(self._store, self._store.onces, now), key=lambda o: o.until)
+        return [
+            *(
+                dict(id=GRANT_PREFIX + c, kind="duration", client=c, until=u, candidate=None)
+                for c, u in grants
+            ),
+            *(
+                dict(id=o.id, kind="once", client=o.client, until=o.until, candidate=o.candidate)
+                for o in onces
+            ),
         ]
-        onces = await call(self._store, self._store.onces, now)
-        out += [
-            {
-                "id": o.id,
-                "kind": "once",
-                "client": o.client,
-                "until": o.until,
-                "candidate": o.candidate,
-            }
-            for o in sorted(onces, key=lambda o: o.until)
-        ]
-        return out
 
     async def revoke(self, grant_id: str) -> bool:
         """Revoke a grant (`grant-<client>`) or an unused "approve once"; False for no match."""
@@ -265,6 +271,14 @@ def _shared_fields(approval: ApprovalRecord | PendingApproval) -> dict[str, Any]
     the wall clock there, on trio's clock here)."""
     names = ("id", "client", "fingerprint", "exhausted", "candidate", "estimated_cost_usd")
     return {name: getattr(approval, name) for name in (*names, "created_at")}
+
+
+def _record(approval: PendingApproval, now_wall: float) -> ApprovalRecord:
+    """A process's approval as the store keeps it (its expiry moved to the wall clock)."""
+    return ApprovalRecord(
+        **_shared_fields(approval),
+        expires_at=now_wall + (approval.expires_at - trio.current_time()),
+    )
 
 
 def _word(decision: Literal["once", "deny"] | float) -> Decision:

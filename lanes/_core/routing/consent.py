@@ -2,15 +2,19 @@
 
 Under `free_tier_fallback = "ask"` a job that needs a paid candidate asks for it by name, with the
 worst case it may cost (always within what is left of today's ceiling), and waits for a decision up
-to its deadline (or `approval_wait_s`). Jobs of one client asking for the same request (the same
-fingerprint, or a retry carrying the approval's id in `X-Lanes-Approval`) share one approval, which
-disappears when the last of their deadlines passes. A decision:
+to its deadline (or `approval_wait_s`). Jobs of one client asking for the very same request (the
+same fingerprint: model, messages or input, and every parameter) share one approval, which
+disappears when the last of their deadlines passes; a retry naming it (`X-Lanes-Approval`) joins it
+only when it is that request. A decision:
 
-- `once` lets the jobs waiting on it use that candidate; when none waits any more (the client got
-  its 429), it is kept in the store for the client's next request for the same job — consumed by
-  exactly one request, on any process or host;
-- a duration grants the client paid fallback until then (kept in the store; listed and revoked
-  with `grants()` / `revoke()`);
+- `once` pays for exactly one request, on any process or host: the first job waiting on it that
+  takes it, else (kept in the store for `once_ttl_s`) the client's first retry of that request —
+  the same fingerprint, on the model approved, at a worst case no higher than the one approved.
+  Every other job waiting on it is answered at once with a fresh approval to ask for (429
+  `approval_required`), never paid; a retry whose `X-Lanes-Approval` can not be used is asked for
+  a new approval, and its error says why;
+- a duration grants the client paid fallback until then, for every request (kept in the store;
+  listed and revoked with `grants()` / `revoke()`);
 - `deny` refuses the jobs waiting on it.
 """
 
@@ -23,9 +27,12 @@ import trio
 
 from lanes._core.errors import FallbackDenied, FallbackNeedsApproval
 from lanes._core.job import Candidate, Job
-from lanes._core.routing.approvals import Approvals
+from lanes._core.routing.approvals import Approvals, PendingApproval
 from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.record import JobRecord
+from lanes._core.state.store import OnceConsent
+
+_OTHER_REQUEST = "it was asked for another request (the body, model or parameters differ)"
 
 
 class Consent:
@@ -57,17 +64,33 @@ class Consent:
         if self.approvals.granted(job.client):
             record.approval = "granted"
             return True
-        if await self.approvals.take_once(job, candidate.key):
+        if await self.approvals.take_once(job, candidate.key, estimate):
             record.approval, record.approved = "once", candidate.key
             return True
         if record.deadline_at - trio.current_time() < min_time_s:
             record.short_of_time = True
             record.skip(candidate, "too little time left to ask for approval")
             return False
-        return await self._wait(record, candidate, estimate)
+        unusable = await self._unusable(job, candidate.key, estimate)
+        note = f"X-Lanes-Approval {job.approval} can not pay for it: {unusable}" if unusable else ""
+        return await self._wait(record, candidate, estimate, note)
 
-    async def _wait(self, record: JobRecord, candidate: Candidate, estimate: float) -> bool:
-        job = record.job
+    async def _unusable(self, job: Job, candidate: str, cost: float) -> str:
+        """Why the approval `job` names (`X-Lanes-Approval`) can not pay for it on `candidate` at
+        a worst case of `cost` USD; "" when it names none, or a pending one it joins."""
+        if job.approval is None:
+            return ""
+        fingerprint = job.request_fingerprint()
+        for asked in self.approvals.pending():
+            if asked.id == job.approval and asked.client == job.client:
+                return "" if asked.fingerprint == fingerprint else _OTHER_REQUEST
+        once = await self.approvals.kept_once(job.approval, job.client)
+        return why_not(once, candidate=candidate, fingerprint=fingerprint, cost=cost)
+
+    async def _open(
+        self, record: JobRecord, candidate: Candidate, estimate: float
+    ) -> PendingApproval:
+        """The approval `record`'s job asks for (joined, or new)."""
         exhausted = tuple(
             dict.fromkeys(
                 [
@@ -76,13 +99,19 @@ class Consent:
                 ]
             )
         )
-        approval = await self.approvals.open(
-            job=job,
+        return await self.approvals.open(
+            job=record.job,
             exhausted=exhausted,
             candidate=candidate.key,
             cost=estimate,
             deadline_at=record.deadline_at,
         )
+
+    async def _wait(
+        self, record: JobRecord, candidate: Candidate, estimate: float, note: str
+    ) -> bool:
+        job = record.job
+        approval = await self._open(record, candidate, estimate)
         wait_s = self.policy.approval_wait_s
         until = (
             record.deadline_at
@@ -101,23 +130,49 @@ class Consent:
             "request_id": record.id,
         }
         if approval.decision is None:
-            raise FallbackNeedsApproval(
-                f"paid fallback to {approval.candidate} "
-                f"(at most ${approval.estimated_cost_usd:.6f}) "
-                f"needs approval {approval.id}",
-                approval_id=approval.id,
-                retry_after_s=max(1.0, self._next_free_s(job) or 30.0),
-                **kw,
-            )
+            raise self._needs(approval, job, note, kw)
         if approval.decision == "deny":
             raise FallbackDenied(
                 f"paid fallback to {approval.candidate} was denied ({approval.id})", **kw
             )
-        record.approval = approval.decision
         if approval.decision == "granted":
+            record.approval = "granted"
             return True
         if approval.candidate != candidate.key:  # "once" names the model it lets through
             record.skip(candidate, f"the approval is for {approval.candidate}")
             return False
-        record.approved = candidate.key
+        if not await self.approvals.use_once(approval, job, candidate.key, estimate):
+            fresh = await self._open(record, candidate, estimate)  # another job took the "once"
+            used = f"{approval.id} was approved once, and another request used it"
+            raise self._needs(fresh, job, used, kw)
+        record.approval, record.approved = "once", candidate.key
         return True
+
+    def _needs(
+        self, approval: PendingApproval, job: Job, note: str, kw: dict[str, Any]
+    ) -> FallbackNeedsApproval:
+        """The 429 that asks for `approval` (`note`: why an earlier one did not pay)."""
+        return FallbackNeedsApproval(
+            f"paid fallback to {approval.candidate} "
+            f"(at most ${approval.estimated_cost_usd:.6f}) "
+            f"needs approval {approval.id}" + (f"; {note}" if note else ""),
+            approval_id=approval.id,
+            retry_after_s=max(1.0, self._next_free_s(job) or 30.0),
+            **kw,
+        )
+
+
+def why_not(once: OnceConsent | None, *, candidate: str, fingerprint: str, cost: float) -> str:
+    """Why `once` (the unused "approve once" a retry names; None: there is none) can not pay for a
+    request `fingerprint` on `candidate` whose worst case is `cost` USD ("" when it can)."""
+    if once is None:
+        return "no unused approval by that id (never approved once, used, revoked or expired)"
+    if once.cost_usd is None:
+        return "it was kept without its estimate (by an older version)"
+    if once.candidate != candidate:
+        return f"it approved {once.candidate}, not {candidate}"
+    if once.fingerprint != fingerprint:
+        return _OTHER_REQUEST
+    if cost > once.cost_usd + 1e-12:
+        return f"this request may cost ${cost:.6f}, more than the ${once.cost_usd:.6f} approved"
+    return ""

@@ -12,7 +12,9 @@ another process took since — in the same transaction that writes the backoff t
 that dies (SIGKILL) is released by the expiry.
 
 **Pending approvals** are rows (`approval`) written when a job asks for one, listed by every
-process, and decided once: the first `UPDATE … WHERE decision IS NULL` wins (see `consent.py`).
+process, and decided once: the first `UPDATE … WHERE decision IS NULL` wins (see `consent.py`); an
+"approve once" is kept in the same transaction (`once_consent`, see `store.py`), for exactly one
+request to consume.
 
 **The change word** is 8 bytes in a file beside the state file (`<state>-changes`). Every writer of
 a backoff, a kill switch or an approval decision writes a new random word there *after* its commit;
@@ -174,19 +176,19 @@ def approvals(conn: sqlite3.Connection, now: float) -> list[tuple[Any, ...]]:
 def decide_approval(
     conn: sqlite3.Connection, approval_id: str, decision: str, now: float
 ) -> tuple[Any, ...] | None:
-    """Record the decision on a pending approval, once (atomically across processes): the row as
-    decided, or None for an unknown, expired or already decided approval."""
-    with conn:
-        changed = conn.execute(
-            "UPDATE approval SET decision = ? WHERE id = ? AND decision IS NULL AND expires > ?",
-            (decision, approval_id, now),
-        ).rowcount
-        if not changed:
-            return None
-        row: tuple[Any, ...] | None = conn.execute(
-            f"SELECT {APPROVAL_COLUMNS} FROM approval WHERE id = ?", (approval_id,)
-        ).fetchone()
-        return row
+    """Record the decision on a pending approval, once — inside the caller's immediate
+    transaction, so it is atomic across processes: the row as decided, or None for an unknown,
+    expired or already decided approval."""
+    changed = conn.execute(
+        "UPDATE approval SET decision = ? WHERE id = ? AND decision IS NULL AND expires > ?",
+        (decision, approval_id, now),
+    ).rowcount
+    if not changed:
+        return None
+    row: tuple[Any, ...] | None = conn.execute(
+        f"SELECT {APPROVAL_COLUMNS} FROM approval WHERE id = ?", (approval_id,)
+    ).fetchone()
+    return row
 
 
 def approval_row(approval: ApprovalRecord) -> tuple[Any, ...]:

@@ -17,22 +17,30 @@ def pico(usd: float) -> int:
     return math.ceil(round(usd * PICO, 3))
 
 
-# An "approve once" is consumed by exactly one request across every host.
-# KEYS: the once hash. ARGV: client, candidate, fingerprint, approval id (or ""), now.
-# Returns the consumed id, or false.
+# An "approve once" is consumed by exactly one request across every host: a request of its client
+# for the very request approved (fingerprint) on its model, whose worst case is at most the approved
+# one (a once without its cost, kept by an older version, never matches). Expired ones are dropped.
+# KEYS: the once hash. ARGV: client, candidate, fingerprint, worst case (USD), approval id (or ""),
+# now. Returns the consumed id (the named one first), or false.
 TAKE_ONCE = """
-local best = false
+local named, other = false, false
 local entries = redis.call('HGETALL', KEYS[1])
 for i = 1, #entries, 2 do
   local ok, once = pcall(cjson.decode, entries[i + 1])
-  if ok and once['client'] == ARGV[1] and once['candidate'] == ARGV[2]
-      and tonumber(once['until']) > tonumber(ARGV[5]) then
-    if entries[i] == ARGV[4] then best = entries[i]; break end
-    if once['fingerprint'] == ARGV[3] and not best then best = entries[i] end
+  local expiry = ok and type(once) == 'table' and tonumber(once['until'])
+  if not expiry or expiry <= tonumber(ARGV[6]) then
+    redis.call('HDEL', KEYS[1], entries[i])
+  else
+    local cost = tonumber(once['cost_usd'])
+    if once['client'] == ARGV[1] and once['candidate'] == ARGV[2]
+        and once['fingerprint'] == ARGV[3] and cost and cost + 1e-12 >= tonumber(ARGV[4]) then
+      if entries[i] == ARGV[5] then named = entries[i] elseif not other then other = entries[i] end
+    end
   end
 end
-if best then redis.call('HDEL', KEYS[1], best) end
-return best
+local taken = named or other
+if taken then redis.call('HDEL', KEYS[1], taken) end
+return taken
 """
 
 # KEYS: backoff key, deadline index.
@@ -159,8 +167,11 @@ end
 return 1
 """
 
-# Decide a pending approval once, across every host. KEYS: the approval hash. ARGV: id, decision,
-# now (s). Returns the approval as decided (JSON), or false when it is unknown, expired or decided.
+# Decide a pending approval once, across every host; a "once" keeps its once (the approval's
+# request, model and worst case) in the same step, so a host that sees the decision finds it.
+# KEYS: the approval hash, the once hash. ARGV: id, decision, now (s), the once's expiry (s, or "").
+# Returns the approval as decided (JSON), or false when it is unknown, expired or decided. Numbers
+# are kept as text: Lua's cjson would round them to 14 digits.
 DECIDE_APPROVAL = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return false end
@@ -171,5 +182,17 @@ end
 one['decision'] = ARGV[2]
 local out = cjson.encode(one)
 redis.call('HSET', KEYS[1], ARGV[1], out)
+if ARGV[2] == 'once' and ARGV[4] ~= '' then
+  local once = {id = ARGV[1], client = one['client'], fingerprint = one['fingerprint'],
+                ['until'] = ARGV[4]}
+  local okd, data = pcall(cjson.decode, one['data'])
+  if okd and type(data) == 'table' then
+    once['candidate'] = data['candidate']
+    if type(data['cost']) == 'number' then
+      once['cost_usd'] = string.format('%.17g', data['cost'])
+    end
+  end
+  redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(once))
+end
 return out
 """

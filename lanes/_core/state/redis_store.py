@@ -118,6 +118,24 @@ def _approval_json(row: tuple[Any, ...]) -> str:
     )
 
 
+def _once_parse(value: object) -> OnceConsent | None:
+    """An "approve once" as kept in Redis (numbers as text, when a script wrote it); None for a
+    value we can not read."""
+    try:
+        one = json.loads(_text(value))
+        cost = one.get("cost_usd")
+        return OnceConsent(
+            id=str(one["id"]),
+            client=str(one["client"]),
+            fingerprint=str(one["fingerprint"]),
+            candidate=str(one["candidate"]),
+            until=float(one["until"]),
+            cost_usd=None if cost is None else float(cost),
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
 def _approval_parse(value: object) -> ApprovalRecord | None:
     """An approval as kept in Redis; None for a value we can not read."""
     try:
@@ -424,10 +442,18 @@ class RedisStore:
 
     @_guarded
     def take_once(
-        self, *, client: str, candidate: str, fingerprint: str, approval: str | None, now: float
+        self,
+        *,
+        client: str,
+        candidate: str,
+        fingerprint: str,
+        cost: float,
+        approval: str | None,
+        now: float,
     ) -> str | None:
         taken = self._take_once(
-            keys=[self._k("once")], args=[client, candidate, fingerprint, approval or "", repr(now)]
+            keys=[self._k("once")],
+            args=[client, candidate, fingerprint, repr(cost), approval or "", repr(now)],
         )
         return _text(taken) if taken else None
 
@@ -435,11 +461,8 @@ class RedisStore:
     def onces(self, now: float) -> list[OnceConsent]:
         out = []
         for value in self._redis.hvals(self._k("once")):
-            try:
-                once = OnceConsent(**json.loads(value))
-            except (ValueError, TypeError):
-                continue  # a value we can not read is skipped, never fatal
-            if once.until > now:
+            once = _once_parse(value)
+            if once is not None and once.until > now:
                 out.append(once)
         return out
 
@@ -464,9 +487,12 @@ class RedisStore:
         return out
 
     @_guarded
-    def decide_approval(self, approval_id: str, decision: str, now: float) -> ApprovalRecord | None:
+    def decide_approval(
+        self, approval_id: str, decision: str, now: float, once_until: float | None = None
+    ) -> ApprovalRecord | None:
         decided = self._decide_approval(
-            keys=[self._k("approval")], args=[approval_id, decision, repr(now)]
+            keys=[self._k("approval"), self._k("once")],
+            args=[approval_id, decision, repr(now), "" if once_until is None else repr(once_until)],
         )
         return _approval_parse(decided) if decided else None
 

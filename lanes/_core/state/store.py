@@ -52,13 +52,17 @@ CREATE TABLE IF NOT EXISTS paid_ledger (
 CREATE INDEX IF NOT EXISTS idx_paid_ledger_day ON paid_ledger (day);
 CREATE TABLE IF NOT EXISTS "grant" (client TEXT PRIMARY KEY, until FLOAT);
 CREATE TABLE IF NOT EXISTS once_consent (
-    id TEXT PRIMARY KEY, client TEXT, fingerprint TEXT, candidate TEXT, until FLOAT);
+    id TEXT PRIMARY KEY, client TEXT, fingerprint TEXT, candidate TEXT, until FLOAT,
+    cost_usd FLOAT);
 CREATE TABLE IF NOT EXISTS quarantine (key TEXT PRIMARY KEY, verdict TEXT, reason TEXT, at FLOAT);
 CREATE TABLE IF NOT EXISTS switch (lane TEXT PRIMARY KEY, at FLOAT);
 """
 _FULL_SCHEMA = _SCHEMA + host.SCHEMA + audit_tables.SCHEMA
 #: Columns added since the first release of each table, for `_migrate`.
-_ADDED: dict[str, tuple[tuple[str, str], ...]] = {"paid_ledger": (("client", "TEXT"),)}
+_ADDED: dict[str, tuple[tuple[str, str], ...]] = {
+    "paid_ledger": (("client", "TEXT"),),
+    "once_consent": (("cost_usd", "FLOAT"),),  # NULL in an older file's onces: they never match
+}
 T = TypeVar("T")
 
 
@@ -71,15 +75,17 @@ STORE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, StoreUnavailable)
 
 @attrs.frozen(kw_only=True)
 class OnceConsent:
-    """An "approve once" no waiting job used: it lets the client's next request for the same job
-    (same fingerprint, or carrying the approval id) use `candidate` once, until `until` (epoch
-    seconds)."""
+    """An "approve once", kept from its decision until one request consumes it (or `until`, epoch
+    seconds): a job of `client` for the very request approved (`fingerprint`) on `candidate`,
+    whose worst case is at most the approved `cost_usd` — the first waiting job, or the client's
+    retry."""
 
     id: str  # the approval's id
     client: str
-    fingerprint: str
+    fingerprint: str  # the request approved (`Job.request_fingerprint`)
     candidate: str  # the paid "lane/model" approved
     until: float
+    cost_usd: float | None = None  # the approved worst case; None (an older version's): no match
 
 
 @attrs.frozen(kw_only=True)
@@ -179,7 +185,14 @@ class Store(Protocol):
     def grants(self, now: float) -> dict[str, float]: ...
     def put_once(self, once: OnceConsent) -> None: ...
     def take_once(
-        self, *, client: str, candidate: str, fingerprint: str, approval: str | None, now: float
+        self,
+        *,
+        client: str,
+        candidate: str,
+        fingerprint: str,
+        cost: float,
+        approval: str | None,
+        now: float,
     ) -> str | None: ...
     def onces(self, now: float) -> list[OnceConsent]: ...
     def drop_once(self, once_id: str) -> bool: ...
@@ -200,7 +213,7 @@ class Store(Protocol):
     def put_approval(self, approval: ApprovalRecord, now: float) -> None: ...
     def approvals(self, now: float) -> list[ApprovalRecord]: ...
     def decide_approval(
-        self, approval_id: str, decision: str, now: float
+        self, approval_id: str, decision: str, now: float, once_until: float | None = None
     ) -> ApprovalRecord | None: ...
     def listen(self, timeout_s: float) -> list[dict[str, Any]]: ...
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
@@ -440,24 +453,30 @@ class SQLiteStore:
     def put_once(self, once: OnceConsent) -> None:
         """Keep an "approve once" decision for the client's next matching request."""
         with self._lock, self._conn:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO once_consent (id, client, fingerprint, candidate, until) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (once.id, once.client, once.fingerprint, once.candidate, once.until),
-            )
+            _insert_once(self._conn, once)
 
     def take_once(
-        self, *, client: str, candidate: str, fingerprint: str, approval: str | None, now: float
+        self,
+        *,
+        client: str,
+        candidate: str,
+        fingerprint: str,
+        cost: float,
+        approval: str | None,
+        now: float,
     ) -> str | None:
-        """Consume, atomically across processes, the client's "approve once" for `candidate` that
-        names this request (its approval id, else its fingerprint); its id, or None."""
+        """Consume, atomically across processes, an "approve once" of `client` for this very
+        request (`fingerprint`) on `candidate`, approved for a worst case of at least `cost` USD —
+        the one named `approval` first; its id, or None. Expired ones are dropped."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
+                self._conn.execute("DELETE FROM once_consent WHERE until <= ?", (now,))
                 row = self._conn.execute(
-                    "SELECT id FROM once_consent WHERE client = ? AND candidate = ? AND until > ? "
-                    "AND (id = ? OR fingerprint = ?) ORDER BY id = ? DESC LIMIT 1",
-                    (client, candidate, now, approval or "", fingerprint, approval or ""),
+                    "SELECT id FROM once_consent WHERE client = ? AND candidate = ? "
+                    "AND fingerprint = ? AND cost_usd IS NOT NULL AND cost_usd + 1e-12 >= ? "
+                    "ORDER BY id = ? DESC LIMIT 1",
+                    (client, candidate, fingerprint, cost, approval or ""),
                 ).fetchone()
                 if row is not None:
                     self._conn.execute("DELETE FROM once_consent WHERE id = ?", (row[0],))
@@ -470,13 +489,13 @@ class SQLiteStore:
     def onces(self, now: float) -> list[OnceConsent]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT id, client, fingerprint, candidate, until FROM once_consent "
+                "SELECT id, client, fingerprint, candidate, until, cost_usd FROM once_consent "
                 "WHERE until > ?",
                 (now,),
             ).fetchall()
         return [
-            OnceConsent(id=i, client=c, fingerprint=f, candidate=k, until=u)
-            for i, c, f, k, u in rows
+            OnceConsent(id=i, client=c, fingerprint=f, candidate=k, until=u, cost_usd=usd)
+            for i, c, f, k, u, usd in rows
         ]
 
     def drop_once(self, once_id: str) -> bool:
@@ -598,15 +617,27 @@ class SQLiteStore:
             rows = host.approvals(self._conn, now)
         return [r for row in rows if (r := host.approval_from(row)) is not None]
 
-    def decide_approval(self, approval_id: str, decision: str, now: float) -> ApprovalRecord | None:
+    def decide_approval(
+        self, approval_id: str, decision: str, now: float, once_until: float | None = None
+    ) -> ApprovalRecord | None:
         """Decide a pending approval once, atomically across processes; the approval as decided,
-        or None when it is unknown, expired or decided already."""
+        or None when it is unknown, expired or decided already. A "once" with `once_until` keeps
+        its `OnceConsent` in the same transaction, so a process that sees the decision finds it."""
         with self._lock:
-            row = host.decide_approval(self._conn, approval_id, decision, now)
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = host.decide_approval(self._conn, approval_id, decision, now)
+                decided = None if row is None else host.approval_from(row)
+                if decided is not None and decision == "once" and once_until is not None:
+                    _insert_once(self._conn, once_of(decided, once_until))
+                self._conn.execute("COMMIT")
+            finally:  # whatever happened, the transaction does not outlive the call
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
         if row is None:
             return None
         self._word.bump()
-        return host.approval_from(row)
+        return decided
 
     def listen(self, timeout_s: float) -> list[dict[str, Any]]:
         return []  # the processes sharing a file look at the change word (`peek`) instead
@@ -688,6 +719,26 @@ class SQLiteStore:
         with self._lock:
             self._conn.close()
             self._word.close()
+
+
+def once_of(approval: ApprovalRecord, until: float) -> OnceConsent:
+    """The "approve once" an approval's decision keeps: its request, model and worst case."""
+    return OnceConsent(
+        id=approval.id,
+        client=approval.client,
+        fingerprint=approval.fingerprint,
+        candidate=approval.candidate,
+        until=until,
+        cost_usd=approval.estimated_cost_usd,
+    )
+
+
+def _insert_once(conn: sqlite3.Connection, once: OnceConsent) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO once_consent "
+        "(id, client, fingerprint, candidate, until, cost_usd) VALUES (?, ?, ?, ?, ?, ?)",
+        (once.id, once.client, once.fingerprint, once.candidate, once.until, once.cost_usd),
+    )
 
 
 def backoff_fields(backoff: Backoff) -> dict[str, Any]:

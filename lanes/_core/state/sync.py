@@ -60,7 +60,7 @@ class SyncPeer(Protocol):
     def quarantine(self) -> dict[str, str]: ...
     def apply_quarantine(self, current: Mapping[str, str]) -> None: ...
     def probe_answered(self, scope: str, ok: bool) -> None: ...
-    def take_approvals(self, records: list[ApprovalRecord]) -> list[str]: ...
+    def take_approvals(self, records: list[ApprovalRecord]) -> None: ...
 
 
 class _Batch:
@@ -190,10 +190,7 @@ class StateSync:
             self._not_written(batch, exc, now)
             return
         self._strikes = 0
-        used = self._written(totals, now, reseeded=view is not None)
-        for approval_id in used:  # its waiting jobs went through: no "once" is kept for a retry
-            with contextlib.suppress(*STORE_ERRORS):
-                await call(self.store, self.store.drop_once, approval_id)
+        self._written(totals, now, reseeded=view is not None)
 
     def _not_written(self, batch: _Batch, exc: Exception, now: float) -> None:
         """Give the unwritten part of the batch back for the next try — unless the store refused
@@ -209,8 +206,8 @@ class StateSync:
         self.health.dropped("audit rows", len(batch.audit))
         self.health.failed(exc, f"the store refused a batch; dropped it ({batch.count()})")
 
-    def _written(self, totals: Totals, now: float, *, reseeded: bool) -> list[str]:
-        """Take what the store holds; returns the "once" approvals this process's jobs use."""
+    def _written(self, totals: Totals, now: float, *, reseeded: bool) -> None:
+        """Take what the store holds."""
         usage, spends, others, quarantined, switches, approvals = totals
         if reseeded:
             log.warning(
@@ -229,7 +226,7 @@ class StateSync:
         self._take_quarantine(quarantined)
         self._take_switches(switches)
         self._synced = True
-        return self.peer.take_approvals(approvals)
+        self.peer.take_approvals(approvals)
 
     def _take_switches(self, switches: set[str]) -> None:
         for lane in switches - self._last_switches:
