@@ -1,10 +1,8 @@
-"""A hostile review's findings, each a failing test marked `xfail(strict=True)`.
+"""A hostile review's findings, each kept as the test that showed it.
 
-Every test here asserts what README, `docs/security.md` or issues 15, 16, 19 and 21 promise, and
-fails today for the reason its `reason=` names (see the review report for the cause and a fix).
-`strict=True`: when a finding is fixed, its test passes, the suite fails on the XPASS, and the
-marker is removed — the test then guards the fix. Everything runs against a real sidecar on
-loopback (`open_sidecar`: `serve` on real sockets) in front of `lanes.testing` fakes.
+Every test here asserts what README, `docs/security.md` or issues 15, 16, 19 and 21 promise; each
+failed before its fix (as a strict xfail) and now guards it. Everything runs against a real sidecar
+on loopback (`open_sidecar`: `serve` on real sockets) in front of `lanes.testing` fakes.
 """
 
 from __future__ import annotations

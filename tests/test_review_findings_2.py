@@ -1,10 +1,7 @@
-"""A second hostile review of the money path, each finding a failing test marked
-`xfail(strict=True)`.
+"""A second hostile review of the money path: three findings, each kept as the test that showed it.
 
-Every test asserts what README ("money") or `docs/security.md` promises and fails today for the
-reason its `reason=` names (see the review report for the cause). `strict=True`: when a finding is
-fixed its test passes, the suite fails on the XPASS, and the marker is removed — the test then
-guards the fix. Everything runs against `lanes.testing` fakes on loopback.
+Every test asserts what README ("money") or `docs/security.md` promises; each failed before its fix
+(as a strict xfail) and now guards it. Everything runs against `lanes.testing` fakes on loopback.
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ AUDIO_REFERENCE = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="finding 1")
 @pytest.mark.parametrize("messages", [DOCUMENT, AUDIO_REFERENCE], ids=["document_url", "audio_id"])
 async def test_content_the_reservation_does_not_price_never_reaches_a_paid_model(messages):
     """ "Anything else ... makes the worst case unbounded: the paid candidate is skipped." The
@@ -73,7 +69,6 @@ PREFILL = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="finding 2")
 async def test_a_grant_revoked_mid_stream_is_not_spent_by_its_recovery(env, autojump_clock):
     """No paid request without consent; a grant is revoked with `DELETE /v1/grants/{id}`. A
     stream served by a paid model under a grant keeps `record.approval = "granted"` for the whole
@@ -116,7 +111,6 @@ PRICED = {"input_usd_per_mtok": IN, "output_usd_per_mtok": OUT}
 
 
 @pytest.mark.free_lane  # a credit lane is borrowed capacity
-@pytest.mark.xfail(strict=True, reason="finding 3")
 @pytest.mark.parametrize(
     "paid_answer",
     [lambda: answer(usage={"prompt_tokens": -1}), lambda: status(503)],

@@ -167,22 +167,22 @@ class AttemptRun:
         self.settled = True
         routing, candidate, now = self.routing, self.candidate, trio.current_time()
         if usage is not None and outcome == "ok" and self.quota:
-            # a credit hold is settled below, from its usage; a paid model of a credit lane
-            # spends the credits as well as the ceiling
-            charge = self.reservation is None or self.reservation.credit is None
             routing.manager.record_usage(
                 candidate.lane,
                 candidate.model,
                 now=routing.now_wall(),
                 requests=0,
                 usage=usage,
-                charge_credits=charge,
+                charge_credits=self.reservation is None,  # a reservation is settled below
             )
         self._release(outcome, connection=connection, neutral=neutral)
-        if self.reservation is not None:
+        if (reservation := self.reservation) is not None:
             cost = self._settled_cost(outcome, status, usage)
-            routing.ledger.settle(self.reservation, cost)
-            self.cost_usd = cost if self.reservation.credit is None else 0.0  # paid spend only
+            routing.ledger.settle(reservation, cost)
+            self.cost_usd = cost if reservation.credit is None else 0.0  # paid spend only
+            if reservation.credit is None and self.quota:  # a paid model of a credit lane spends
+                # the credits as well as the ceiling: what the ledger kept, sane usage or not
+                routing.manager.settle_credit(candidate.lane, 0.0, cost, routing.now_wall())
             self.reservation = None
         if outcome in ("ok", "fault", "deadline", "rate_limited"):
             routing.ranking.note(candidate, outcome, now - self.started, routing.now_wall())

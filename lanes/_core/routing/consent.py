@@ -53,8 +53,10 @@ class Consent:
         waits for a decision up to the deadline (or `approval_wait_s`) and raises
         `FallbackNeedsApproval` when none came, `FallbackDenied` when it was denied."""
         mode, job = self.policy.free_tier_fallback, record.job
-        if record.approval in ("allow", "granted") or record.approved == candidate.key:
+        if record.approval == "allow" or record.approved == candidate.key:
             return True
+        if record.approval == "granted" and self.approvals.granted(job.client):
+            return True  # still granted: a grant revoked since the job began pays for nothing more
         if mode == "allow":
             record.approval = "allow"
             return True

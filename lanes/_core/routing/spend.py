@@ -12,7 +12,9 @@ caps could bill, so both are computed from the request *as sent*:
   everything else the upstream may read.
 - **Images** cost the model's `image_usd` each (beside their bytes); audio, video and files have no
   bounded price here, nor do images on a model without `image_usd`: such a request is refused for
-  paid, never guessed.
+  paid, never guessed. Messages are an allowlist too: a message field other than
+  `_MESSAGE_FIELDS` (e.g. a reference to an earlier audio answer) or a content part other than
+  text or an image (e.g. a document the provider fetches and bills) can not be bounded.
 - **Tools** may cost more than their bytes: a provider that wraps them in a tool-use prompt of
   its own bills that prompt too. The lane module declares its size (`tool_prompt_tokens`); a lane
   that declares none is assumed to add `UNDECLARED_TOOL_PROMPT_TOKENS`, twice the largest such
@@ -47,6 +49,11 @@ MAX_CHOICES = (
 )
 _MEDIA = {"input_audio", "audio", "audio_url", "video_url", "input_video", "file", "input_file"}
 _IMAGES = {"image_url", "input_image", "image"}
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
+#: The message fields priced by their bytes; any other (an audio answer's id, …) may bill more.
+_MESSAGE_FIELDS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal"}
+)
 #: Twice the largest tool-use prompt a provider documents adding itself (530 tokens): what a lane
 #: that declares no `tool_prompt_tokens` is assumed to add to a request with tools.
 UNDECLARED_TOOL_PROMPT_TOKENS = 1024
@@ -199,6 +206,8 @@ def worst_case(candidate: Candidate, job: Job) -> float | Unbounded:
     media = sorted({k for k in kinds if k in _MEDIA})
     if media:
         return Unbounded(f"{', '.join(media)} input has no bounded price")
+    if (unknown := _unpriced_content(body.get("messages"))) is not None:
+        return Unbounded(f"{unknown} has no bounded price")
     images = sum(1 for k in kinds if k in _IMAGES)
     if images and candidate.image_usd is None:
         return Unbounded(f"{images} image(s) and no image_usd for {candidate.key}")
@@ -226,6 +235,22 @@ def billed_bytes(body: Mapping[str, Any]) -> int:
     readable = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     raw = json.dumps(readable, ensure_ascii=False, default=str, separators=(",", ":"))
     return len(raw.encode("utf-8", "surrogatepass"))
+
+
+def _unpriced_content(messages: Any) -> str | None:
+    """The first message field or content part the worst case can not price, named (its name
+    only, cut short: never the content), or None."""
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, Mapping):
+            continue
+        if extra := sorted(str(k) for k in message if k not in _MESSAGE_FIELDS):
+            return f"the message field {extra[0][:40]!r}"
+        content = message.get("content")
+        for part in content if isinstance(content, list) else ():
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            if kind not in _TEXT_PARTS and kind not in _IMAGES:
+                return f"a content part of type {str(kind)[:40]!r}"
+    return None
 
 
 def _part_types(messages: Any) -> Iterator[str]:
