@@ -241,7 +241,7 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         )
     long = data.get("long_stream", {})
     if long:
-        words = next(iter(long.values()))["chunks"]
+        words = max(r["chunks"] for r in long.values())
         lines += [
             "",
             f"## One long stream ({words:,} chunks, one word each)",
@@ -250,11 +250,12 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
             "|---|---|---|",
         ]
         base = long.get("direct", {}).get("chunks_per_s")
-        lines += [
-            f"| {p} | {_fmt(r['chunks_per_s'], 0)} | "
-            f"{_fmt(r['chunks_per_s'] / base, 2) if base else '—'} |"
-            for p, r in long.items()
-        ]
+        for p, r in long.items():
+            rate = r["chunks_per_s"]
+            if rate is None:
+                lines.append(f"| {p} | failed after {r['chunks']:,} chunks ({r['error']}) | — |")
+                continue
+            lines.append(f"| {p} | {_fmt(rate, 0)} | {_fmt(rate / base, 2) if base else '—'} |")
     lines += [
         "",
         "## Startup (process start to first answer; ours with every provider dead)",

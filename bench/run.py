@@ -146,18 +146,22 @@ async def streams_held(p: peers.Peer, quick: bool) -> dict[str, Any]:
 
 async def long_stream(p: peers.Peer, quick: bool) -> dict[str, Any]:
     """SSE chunks per second through one long stream (the `long` model), median of a few runs."""
+    print(f"bench: one long stream through {p.name} …", file=sys.stderr, flush=True)
     rates, chunks = [], 0
     async with httpx2.AsyncClient(trust_env=False, timeout=120) as http:
         for _ in range(1 if quick else 3):
             chunks, start = 0, time.perf_counter()
-            async with http.stream(
-                "POST",
-                p.url + "/chat/completions",
-                json={**body("long"), "stream": True},
-                headers=p.headers,
-            ) as response:
-                async for line in response.aiter_lines():
-                    chunks += line.startswith("data: {")
+            try:
+                async with http.stream(
+                    "POST",
+                    p.url + "/chat/completions",
+                    json={**body("long"), "stream": True},
+                    headers=p.headers,
+                ) as response:
+                    async for line in response.aiter_lines():
+                        chunks += line.startswith("data: {")
+            except httpx2.HTTPError as exc:  # a peer that dies of it is a result, not a crash
+                return {"chunks": chunks, "chunks_per_s": None, "error": type(exc).__name__}
             rates.append(chunks / (time.perf_counter() - start))
     return {"chunks": chunks, "chunks_per_s": statistics.median(rates), "runs": rates}
 
@@ -275,7 +279,6 @@ async def main(quick: bool) -> dict[str, Any]:
                     result["speed"][name] = await speed(p, quick)
                     if _workers(name) > 1:  # several workers: throughput only
                         continue
-                    result["long_stream"][name] = await long_stream(p, quick)
                     if name == "direct":
                         continue
                     result["streams_held"][name] = await streams_held(p, quick)
@@ -284,6 +287,10 @@ async def main(quick: bool) -> dict[str, Any]:
                         result["deadline"][name] = await deadline(
                             p, quick
                         )  # last: it leaves jobs hanging
+            for name in names():  # on a fresh process each: a peer may not survive it
+                if _workers(name) == 1:
+                    async with peer(name, upstream, workdir) as p:
+                        result["long_stream"][name] = await long_stream(p, quick)
         async with peers.fake_upstream("all", workdir) as (upstream, _):
             result["shared"] = await shared.measure(upstream, workdir, quick)
         async with peers.fake_upstream("all", workdir) as (upstream, _):
