@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         "--log-format", choices=["text", "json"], default="text", help="json: one object a line"
     )
     serve.add_argument(
+        "--log-level",
+        choices=["warning", "info", "debug"],
+        default="warning",
+        help="info: also one line per job (lanes.jobs) and per failed attempt",
+    )
+    serve.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -324,7 +330,7 @@ class JsonLines(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
-def _logging(log_format: str, worker: int | None = None) -> None:
+def _logging(log_format: str, worker: int | None = None, level: str = "warning") -> None:
     handler = logging.StreamHandler()
     who = "" if worker is None else f"[worker {worker}]"
     handler.setFormatter(
@@ -332,7 +338,7 @@ def _logging(log_format: str, worker: int | None = None) -> None:
         if log_format == "json"
         else logging.Formatter(f"%(asctime)s %(name)s{who}: %(message)s")
     )
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -341,11 +347,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     if (spec := os.environ.pop(WORKER_ENV, None)) is not None:  # one of `--workers N`
         worker = json.loads(spec)
-        _logging(args.log_format, worker["worker"])
+        _logging(args.log_format, worker["worker"], worker.get("log_level", "warning"))
         return run_worker(worker)
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be from 1 to {MAX_WORKERS} (got {args.workers})")
-    _logging(args.log_format)
+    _logging(args.log_format, level=args.log_level)
     config = args.config or (None if args.simulate else packaged("lanes.toml"))
     if args.workers > 1:
         return trio.run(
@@ -356,6 +362,7 @@ def _serve(args: argparse.Namespace) -> int:
                 port=args.port,
                 simulate=args.simulate,
                 log_format=args.log_format,
+                log_level=args.log_level,
             )
         )
     trio.run(lambda: serve(config, host=args.host, port=args.port, simulate=args.simulate))

@@ -14,6 +14,7 @@ import lanes
 from helpers import config, free_lane, local_lane, paid_lane, sqlite_store
 from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, relay
 from lanes.testing import ANSWER, answer, hang, open_fake, reset, status, stream_cut
+from lanes.testing.processes import free_port
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
@@ -87,6 +88,28 @@ async def test_an_unbilled_paid_refusal_leaves_the_paid_attempt_for_the_next(env
                 with contextlib.suppress(lanes.JobFailed):
                     await d.complete(job(model="pp"))
         assert {r.model for r in c.requests()} == asked, fault
+
+
+async def test_a_paid_request_that_never_connected_costs_nothing_and_counts_nothing(
+    env, autojump_clock
+):
+    """A paid lane whose port refuses connections was never sent the request: the attempt settles
+    at $0, and with `paid_attempts = 1` the next paid candidate is still asked."""
+    async with open_fake("c2", models=("p2",)) as c2:
+        dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+        cfg = config(
+            paid_lane("c1", dead, models=["p1"]),
+            paid_lane("c2", c2.base_url, models=["p2"]),
+            aliases={"pp": ["c1/p1", "c2/p2"]},
+            policy={**ALLOW, "paid_attempts": 1},
+        )
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            reply = await d.complete(job(model="pp"))
+            spent = d.paid_spent_today()
+    refused = [a for a in reply.attempts if a.lane == "c1"]
+    assert reply.lane == "c2" and refused and all(a.category == "connect" for a in refused)
+    assert all(a.cost_usd == 0.0 for a in refused)
+    assert reply.cost_usd == pytest.approx(spent) and spent > 0
 
 
 @pytest.mark.free_lane

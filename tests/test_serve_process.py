@@ -9,7 +9,7 @@ import httpx2
 import trio
 
 from lanes.testing import answer, open_fake
-from lanes.testing.processes import free_port, open_sidecar_process
+from lanes.testing.processes import free_port, open_sidecar_process, stop
 
 
 async def test_startup_with_dead_providers_and_graceful_shutdown(tmp_path):
@@ -61,3 +61,40 @@ async def test_startup_with_dead_providers_and_graceful_shutdown(tmp_path):
     assert (
         startup is not None and startup < 5.0
     )  # generous for a cold interpreter; the bench measures the real figure
+
+
+async def test_log_level_info_shows_one_line_per_job_with_its_id(tmp_path):
+    """`lanes serve` logs at WARNING; `--log-level info` adds the one `lanes.jobs` line per job
+    (its id, never a body) that `log_jobs` promises."""
+    async with open_fake("local", models=("local-model",)) as local:
+        config = {
+            "state": ":memory:",
+            "lanes": [
+                {
+                    "name": "local",
+                    "module": "ollama",
+                    "base_url": local.base_url,
+                    "models": [{"id": "local-model"}],
+                }
+            ],
+        }
+        logs = {}
+        for level in ("warning", "info"):
+            folder = tmp_path / level
+            folder.mkdir()
+            async with (
+                open_sidecar_process(config, folder, args=["--log-level", level]) as sidecar,
+                httpx2.AsyncClient(trust_env=False, timeout=10) as http,
+            ):
+                reply = await http.post(
+                    f"{sidecar.base}/v1/chat/completions",
+                    json={"messages": [{"role": "user", "content": "a secret prompt"}]},
+                )
+                request_id = reply.headers["x-lanes-request-id"]
+                await stop(sidecar.process)
+            logs[level] = (request_id, sidecar.log())
+    quiet_id, quiet = logs["warning"]
+    loud_id, loud = logs["info"]
+    assert f"job {quiet_id}" not in quiet
+    assert f"job {loud_id}" in loud and "outcome=ok" in loud
+    assert "a secret prompt" not in loud

@@ -90,6 +90,7 @@ async def serve_workers(
     port: int | None = None,
     simulate: bool = False,
     log_format: str = "text",
+    log_level: str = "warning",
     env: Mapping[str, str] | None = None,
 ) -> int:
     """Run `workers` sidecar processes on one socket until SIGINT/SIGTERM; the exit code."""
@@ -103,6 +104,7 @@ async def serve_workers(
             state = _private(base.state if base else ":memory:", tmp, "state.db")
             local = base.local_state if base else ":memory:"
             spec: dict[str, Any] = {"host": host, "port": port, "state": state, "count": workers}
+            spec["log_level"] = log_level
             shared = state.partition("://")[0] in REDIS_SCHEMES
             spec["local_state"] = _private(local, tmp, "local.db") if shared else local
             if simulate:

@@ -34,7 +34,7 @@ from lanes._core.errors import (
 from lanes._core.job import Attempt, Candidate, Job, Outcome
 from lanes._core.routing.gate import Admission
 from lanes._core.routing.ledger import Reservation
-from lanes._core.routing.record import REFUSED_UNBILLED, JobRecord
+from lanes._core.routing.record import JobRecord, unbilled
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.prices import usage_cost, usage_tokens
 
@@ -177,7 +177,7 @@ class AttemptRun:
             )
         self._release(outcome, connection=connection, neutral=neutral)
         if (reservation := self.reservation) is not None:
-            cost = self._settled_cost(outcome, status, usage)
+            cost = self._settled_cost(outcome, status, category, usage)
             routing.ledger.settle(reservation, cost)
             self.cost_usd = cost if reservation.credit is None else 0.0  # paid spend only
             if reservation.credit is None and self.quota:  # a paid model of a credit lane spends
@@ -202,10 +202,11 @@ class AttemptRun:
         )
 
     def _settled_cost(
-        self, outcome: Outcome, status: int | None, usage: Mapping[str, Any] | None
+        self, outcome: Outcome, status: int | None, category: str, usage: Mapping[str, Any] | None
     ) -> float:
         """What the ledger keeps for this paid attempt: the cost its sane usage reports; nothing for
-        a refusal that proves no work was done (`REFUSED_UNBILLED`); otherwise (a 5xx or 408 from
+        a refusal that proves no work was done or a request that never reached the upstream
+        (`record.unbilled`); otherwise (a 5xx or 408 from
         a gateway whose model may have run, no usable usage, cut, cancelled) the whole
         reservation."""
         assert self.reservation is not None
@@ -221,7 +222,7 @@ class AttemptRun:
                 )
                 return self.reservation.amount_usd
             return cost
-        if status in REFUSED_UNBILLED:
+        if unbilled(status, category):
             return 0.0
         return self.reservation.amount_usd
 

@@ -23,6 +23,15 @@ from lanes._core.job import Attempt, Candidate, Job, Outcome, Route, Skip
 #: not count against `paid_attempts`. A 5xx or a 408 proves nothing (a gateway may time out while
 #: the model runs and bills), so those keep the reservation and count.
 REFUSED_UNBILLED = frozenset({400, 401, 402, 403, 404, 405, 409, 413, 415, 422, 429})
+#: Fault categories that prove the request never reached the upstream (no connection was made,
+#: or it could not be encoded): nothing to bill either.
+NEVER_SENT = frozenset({"connect", "unencodable"})
+
+
+def unbilled(status: int | None, category: str) -> bool:
+    """Could an attempt that ended so not have been billed? (A refusal or a request never sent.)"""
+    return status in REFUSED_UNBILLED or category in NEVER_SENT
+
 
 _SHORT = 120  # characters of an attempt's detail quoted in a failure's message
 
@@ -68,9 +77,9 @@ class JobRecord:
     @property
     def paid_attempts(self) -> int:
         """Every paid request sent that could be billed, same-candidate retries included (one the
-        upstream refused before any model ran — `REFUSED_UNBILLED` — could not)."""
+        upstream refused before any model ran, or that never reached it, could not)."""
         return sum(
-            1 for a in self.attempts if a.tier == "paid" and a.status not in REFUSED_UNBILLED
+            1 for a in self.attempts if a.tier == "paid" and not unbilled(a.status, a.category)
         )
 
     def route_for(self, candidate: Candidate) -> Route:
