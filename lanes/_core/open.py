@@ -62,9 +62,7 @@ async def open_dispatcher(
             "open_dispatcher needs a config (a Config or a TOML path), or simulate=True"
         )
     config = check_config(config, env=env).config  # the check `lanes check-config` makes
-    wall_now = (
-        time.time() if epoch_now is None else epoch_now
-    )  # wall-clock: the one conversion to epoch
+    wall_now = time.time() if epoch_now is None else epoch_now  # wall-clock: the one epoch read
     wall_offset = wall_now - trio.current_time()
     store = open_store(config)
     failure: Exception | None = None  # the caller's own error, raised as itself (never as a group)

@@ -601,11 +601,8 @@ async def run(names: list[str], workdir: Path) -> list[Result]:
             result = Result(
                 name=name, ok=False, figure="crashed", detail=f"{type(exc).__name__}: {exc}"[:300]
             )
-        results.append(
-            attrs.evolve(
-                result, detail=(result.detail + f" ({time.monotonic() - start:.1f}s)").strip()
-            )
-        )  # wall-clock: as above
+        elapsed = time.monotonic() - start  # wall-clock: as above
+        results.append(attrs.evolve(result, detail=(result.detail + f" ({elapsed:.1f}s)").strip()))
     return results
 
 

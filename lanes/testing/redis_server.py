@@ -69,7 +69,7 @@ class RedisServer:
                 )
             if self.ping():
                 return self
-            time.sleep(0.02)
+            time.sleep(0.02)  # wall-clock: a blocking wait for a child process, outside trio
         raise RuntimeError(f"redis-server did not answer within {within_s}s: {self._log()[-500:]}")
 
     def ping(self) -> bool:

@@ -185,9 +185,8 @@ async def open_simulation(*, flap: bool = True) -> AsyncIterator[dict[str, FakeP
         fakes = {}
         for name in ("local", "groq", "gemini", "openrouter", "paid"):
             fakes[name] = await stack.enter_async_context(open_fake(name))
-            fakes[name].wall_offset = (
-                time.time() - trio.current_time()
-            )  # wall-clock: epoch resets in headers
+            epoch = time.time()  # wall-clock: the fakes' headers carry epoch resets
+            fakes[name].wall_offset = epoch - trio.current_time()
         fakes["local"].script("llama3.2:3b", answer(delay_s=0.05))
         fakes["groq"].script("llama-3.1-8b-instant", quota(10, style="openai"))
         fakes["local"].script(EMBEDDING_MODEL, answer())
