@@ -379,3 +379,22 @@ async def test_a_paid_model_of_a_credit_lane_spends_its_credits_too(env, autojum
             held = dict(d.routing.manager.credit_held)
     assert reply.cost_usd > 0 and spent == pytest.approx(reply.cost_usd)
     assert held == {}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": [{"type": ["text"], "text": "hi"}]},  # a type that is a list
+        {"role": "user", "content": [{"type": "document_url", "document_url": "https://x"}]},
+        {"role": "assistant", "content": None, "audio": {"id": "audio_1"}},
+        {"role": "user", "content": ["a bare string part"]},
+    ],
+)
+def test_content_outside_the_message_allowlist_is_unbounded_and_never_crashes(message):
+    """Messages are an allowlist for paid: a field or content part the worst case does not price
+    (whatever its shape, even one the HTTP door would refuse) makes it unbounded, not a crash."""
+    paid = Candidate(
+        lane="p", model="m", tier="paid", input_usd_per_mtok=IN, output_usd_per_mtok=OUT
+    )
+    job = lanes.Job(messages=[message], params={"max_tokens": 10})
+    assert isinstance(worst_case(paid, job), Unbounded)

@@ -1,5 +1,5 @@
 """A third hostile review of the money path and the HTTP surface: each finding kept as the test that
-shows it, a strict xfail until it is fixed.
+showed it (a strict xfail until it was fixed), now guarding the fix.
 
 Every test asserts what README ("money") or `docs/security.md` promises. Everything runs against
 `lanes.testing` fakes on loopback.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 
-import pytest
 import trio
 
 import lanes
@@ -23,7 +22,6 @@ PRICED = {"input_usd_per_mtok": IN, "output_usd_per_mtok": OUT}
 # == finding 1: a same-candidate retry pays on a grant revoked since its first attempt ===========
 
 
-@pytest.mark.xfail(strict=True, reason="finding 1")
 async def test_a_grant_revoked_before_a_retry_pays_for_no_retry(env, autojump_clock):
     """ "A revoked grant pays for nothing more, not even the next attempt of a job that began
     under it." Consent is asked once per candidate, before the walk's same-candidate retry loop:

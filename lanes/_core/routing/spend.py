@@ -248,7 +248,7 @@ def _unpriced_content(messages: Any) -> str | None:
         content = message.get("content")
         for part in content if isinstance(content, list) else ():
             kind = part.get("type") if isinstance(part, Mapping) else None
-            if kind not in _TEXT_PARTS and kind not in _IMAGES:
+            if not isinstance(kind, str) or (kind not in _TEXT_PARTS and kind not in _IMAGES):
                 return f"a content part of type {str(kind)[:40]!r}"
     return None
 

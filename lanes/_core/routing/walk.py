@@ -149,19 +149,10 @@ async def _walk_plan(
         if reason:
             record.skip(candidate, reason)
             continue
-        if candidate.tier == "paid":
-            estimate = _paid_estimate(routing, record, candidate)
-            if estimate is None:
-                continue
-            min_time_s = max(
-                routing.lanes[candidate.lane].config.min_useful_s, policy.approval_min_s
-            )
-            if not pinned and not await routing.consent.ask(
-                record, candidate, estimate=estimate, min_time_s=min_time_s
-            ):
-                continue
         retry = False
         while True:
+            if candidate.tier == "paid" and not await _may_pay(routing, record, candidate, pinned):
+                break  # asked before every paid attempt, retries too: a grant may be revoked
             try:
                 result = await _attempt(routing, record, candidate, call, keep, retry=retry)
             except PaidBudgetExhausted as exc:
@@ -196,6 +187,19 @@ async def _walk_plan(
                 break
             return result
     return _SKIPPED
+
+
+async def _may_pay(routing: Routing, record: JobRecord, candidate: Candidate, pinned: bool) -> bool:
+    """May this job send `candidate` a paid request now: its worst case fits, and consent holds
+    (naming one paid model is consent)."""
+    estimate = _paid_estimate(routing, record, candidate)
+    if estimate is None:
+        return False
+    if pinned:
+        return True
+    lane_min_s = routing.lanes[candidate.lane].config.min_useful_s
+    min_time_s = max(lane_min_s, routing.policy.approval_min_s)
+    return await routing.consent.ask(record, candidate, estimate=estimate, min_time_s=min_time_s)
 
 
 async def _attempt(
