@@ -290,6 +290,9 @@ async def test_a_page_can_not_spend_through_any_door():
         assert fakes["paid"].requests() == []
         served = [await http.post(url + path, json=body) for path, body in bodies.items()]
     assert [r.status_code for r in forged] == [415, 415, 403, 403] * 3 + [415]
+    assert {r.json()["error"]["type"] for r in forged if r.status_code == 415} == {
+        "invalid_request_error"
+    }
     assert [r.status_code for r in served] == [200, 200, 200]
     assert len(fakes["paid"].requests()) == 3
 
