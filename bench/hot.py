@@ -49,7 +49,12 @@ def cpu_s(p: peers.Peer) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure(pair: list[peers.Peer], seconds: float, slices: int) -> dict[str, Any]:
+MEASURES = ("json_c8", "json_c64", "sse_c8", "sse_c64")
+
+
+async def measure(
+    pair: list[peers.Peer], seconds: float, slices: int, only: tuple[str, ...] = MEASURES
+) -> dict[str, Any]:
     """Each measure in `slices` short turns that alternate between the peers, so a neighbour's
     load on the shared machine falls on both alike; the CPU each peer used per request too."""
     for p in pair:
@@ -60,6 +65,8 @@ async def measure(pair: list[peers.Peer], seconds: float, slices: int) -> dict[s
     for stream in (False, True):
         kind = "sse" if stream else "json"
         for conc in (8, 64):
+            if f"{kind}_c{conc}" not in only:
+                continue
             got: dict[str, list[Any]] = {p.name: [[], 0.0, 0.0] for p in pair}
             for i in range(slices):
                 for p in pair if i % 2 == 0 else pair[::-1]:
@@ -82,19 +89,29 @@ async def measure(pair: list[peers.Peer], seconds: float, slices: int) -> dict[s
     return rows
 
 
+#: each ratio: its name, the measure and the figure it compares
+RATIOS = (
+    ("json_c64", "json_c64", "rps"),
+    ("sse_c64", "sse_c64", "rps"),
+    ("sse_c8_ttfb_p50", "sse_c8", "ttfb_p50_ms"),
+    ("json_c8_p50", "json_c8", "p50_ms"),
+    ("json_cpu", "json_c64", "cpu_ms_per_request"),
+    ("sse_cpu", "sse_c64", "cpu_ms_per_request"),
+    ("sse_c8_cpu", "sse_c8", "cpu_ms_per_request"),
+)
+
+
 def ratios(limit: dict[str, Any], ours: dict[str, Any]) -> dict[str, float]:
     return {
-        "json_c64": ours["json_c64"]["rps"] / limit["json_c64"]["rps"],
-        "sse_c64": ours["sse_c64"]["rps"] / limit["sse_c64"]["rps"],
-        "sse_c8_ttfb_p50": ours["sse_c8"]["ttfb_p50_ms"] / limit["sse_c8"]["ttfb_p50_ms"],
-        "json_c8_p50": ours["json_c8"]["p50_ms"] / limit["json_c8"]["p50_ms"],
-        "json_cpu": ours["json_c64"]["cpu_ms_per_request"]
-        / limit["json_c64"]["cpu_ms_per_request"],
-        "sse_cpu": ours["sse_c64"]["cpu_ms_per_request"] / limit["sse_c64"]["cpu_ms_per_request"],
+        name: ours[measure][figure] / limit[measure][figure]
+        for name, measure, figure in RATIOS
+        if measure in ours and measure in limit
     }
 
 
-async def compare(rounds: int, seconds: float, slices: int) -> dict[str, Any]:
+async def compare(
+    rounds: int, seconds: float, slices: int, only: tuple[str, ...] = MEASURES
+) -> dict[str, Any]:
     out: dict[str, Any] = {"date": dt.date.today().isoformat(), "rounds": []}
     with tempfile.TemporaryDirectory(prefix="lanes-hot-") as tmp:
         workdir = Path(tmp)
@@ -104,7 +121,9 @@ async def compare(rounds: int, seconds: float, slices: int) -> dict[str, Any]:
             peers.ours(upstream, workdir, models=MODELS) as ours,
         ):
             for i in range(rounds):
-                row = await measure([limit, ours], seconds, slices)
+                row = await measure(
+                    [limit, ours] if i % 2 == 0 else [ours, limit], seconds, slices, only
+                )
                 row["ratios"] = ratios(row["limit"], row["lanes"])
                 out["rounds"].append(row)
                 print(_line(i, row), file=sys.stderr, flush=True)
@@ -113,6 +132,12 @@ async def compare(rounds: int, seconds: float, slices: int) -> dict[str, Any]:
 
 def _line(i: int, row: dict[str, Any]) -> str:
     r, lim, ours = row["ratios"], row["limit"], row["lanes"]
+    if set(ours) != set(MEASURES):
+        return f"round {i + 1}: " + " · ".join(
+            f"{name} {ours[m][f]:.2f}/{lim[m][f]:.2f} = {r[name]:.2f}x"
+            for name, m, f in RATIOS
+            if name in r
+        )
     return (
         f"round {i + 1}: JSON c64 {ours['json_c64']['rps']:.0f}/{lim['json_c64']['rps']:.0f} req/s "
         f"= {r['json_c64']:.2f}x · SSE c64 {ours['sse_c64']['rps']:.0f}/"
@@ -191,6 +216,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--peer", choices=("lanes", "limit"), default="lanes")
     parser.add_argument("--samples", type=Path, help="keep py-spy's raw samples here")
+    parser.add_argument(
+        "--only", nargs="+", choices=MEASURES, default=list(MEASURES), help="measure only these"
+    )
     args = parser.parse_args()
     if args.profile:
         out = args.out or ROOT / "bench" / "results" / f"profile-{args.profile}.txt"
@@ -208,7 +236,7 @@ def main() -> None:
         )
         print(f"bench: wrote {out}", file=sys.stderr)
         return
-    data = trio.run(compare, args.rounds, args.seconds, args.slices)
+    data = trio.run(compare, args.rounds, args.seconds, args.slices, tuple(args.only))
     path = ROOT / "bench" / "results" / f"hot-{data['date']}.json"
     path.write_text(json.dumps(data, indent=2))
     print(f"bench: wrote {path.relative_to(ROOT)}", file=sys.stderr)

@@ -1,10 +1,12 @@
 """Server-sent events for `stream: true`, as a raw ASGI response.
 
-A producer task runs the dispatcher's stream (with recovery, `_core/streaming/recovery.py`) into
-a channel without pausing for the writer; the writer sends everything that has arrived since its
-last write in one write — under load, the chunks of several upstream events at once — sends a
-keep-alive comment after `keepalive_s` of silence, and a watcher cancels everything — the upstream
-request included — the moment the client goes away.
+The handler's own task runs the dispatcher's stream (with recovery,
+`_core/streaming/recovery.py`) and writes the headers and the first chunk itself, so the first byte
+waits for no other task. Then a writer task takes over: the stream's chunks go to it through a
+channel without a pause, and it sends everything that has arrived since its last write in one
+write — under load, the chunks of several upstream events at once — and a keep-alive comment after
+`keepalive_s` of silence. A watcher cancels everything — the upstream request included — the moment
+the client goes away.
 Until the first chunk nothing is sent, so a failure before it is a proper HTTP error (429, 504…).
 A stream broken after chunks ends with an in-band error event and never with `[DONE]`.
 
@@ -87,18 +89,10 @@ class SSERelay:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         to_writer, from_producer = trio.open_memory_channel[Event](64)
-
-        async def emit(event: Event) -> None:
-            try:  # no pause per chunk: what is read in one go is written in one go
-                to_writer.send_nowait(event)
-            except trio.WouldBlock:  # the client reads slower than the upstream writes
-                await to_writer.send(event)
-
-        async def produce() -> None:
-            async with to_writer:
-                await relay(self.dispatcher, self.job, emit)
-
         watching = trio.CancelScope()
+        # the watcher stops before the last message: the server answers that message with a
+        # disconnect (the stream is over), which must not cancel the closing of the connection
+        head = _Head(self, send, finishing=watching.cancel)
 
         async def watch(cancel_scope: trio.CancelScope) -> None:
             with watching:
@@ -107,12 +101,26 @@ class SSERelay:
                 cancel_scope.cancel()  # the client left: stop reading upstream at once
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(produce)
+
+            async def write() -> None:
+                await self._write(from_producer, send, finishing=watching.cancel)
+
+            async def emit(event: Event) -> None:
+                if head.done:  # the writer's: no pause per chunk, one write for what has come
+                    try:
+                        to_writer.send_nowait(event)
+                    except trio.WouldBlock:  # the client reads slower than the upstream writes
+                        await to_writer.send(event)
+                elif await head.write(event):
+                    nursery.start_soon(write)
+
             nursery.start_soon(watch, nursery.cancel_scope)
-            # the watcher stops before the last message: the server answers that message with a
-            # disconnect (the stream is over), which must not cancel the closing of the connection
-            await self._write(from_producer, send, finishing=watching.cancel)
-            nursery.cancel_scope.cancel()
+            async with to_writer:
+                await relay(self.dispatcher, self.job, emit)
+            # the client has its answer; what the relay did since — reading the rest of the
+            # upstream body, so its connection is kept — is done too. A writer ends by itself.
+            if not head.streaming:
+                watching.cancel()
 
     async def _write(
         self,
@@ -121,26 +129,8 @@ class SSERelay:
         *,
         finishing: Callable[[], None],
     ) -> None:
-        try:
-            first = await items.receive()
-        except trio.EndOfChannel:
-            return
-        if isinstance(first, Failed):
-            finishing()
-            await self._error_response(send, first.error)
-            return
-        assert isinstance(first, Started), "a stream starts with its first candidate"
-        stream: ReplyStream = first.stream
-        headers = SSE_HEADERS + [
-            (b"x-lanes-request-id", stream.request_id.encode()),
-            (b"x-lanes-lane", stream.lane.encode()),
-            (b"x-lanes-provider", stream.provider.encode()),
-            (b"x-lanes-model", stream.model.encode()),
-            (b"x-lanes-route", stream.route.encode()),
-            (b"x-lanes-attempts", str(stream.attempt_count).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        pending = [self.dialect.opening(stream)]  # goes out with the first chunks, here already
+        """Everything after the first chunk, until the stream is over."""
+        pending: list[bytes] = []
         while True:
             ended = await self._gather(items, pending)
             if ended:
@@ -200,3 +190,52 @@ class SSERelay:
         head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": status, "headers": head})
         await send({"type": "http.response.body", "body": raw, "more_body": False})
+
+
+class _Head:
+    """The start of a stream, written by the task that reads the upstream itself: the headers, then
+    the chunks its first read brought, go out without waiting for another task's turn (under load,
+    a turn is a round of every other stream's chunks); then a writer task takes over and batches
+    the rest. A stream that fails, or ends, before that is answered here in full."""
+
+    def __init__(self, relay: SSERelay, send: Any, *, finishing: Callable[[], None]) -> None:
+        self.relay, self.send, self.finishing = relay, send, finishing
+        self.done = False  # nothing more is written here
+        self.streaming = False  # a writer takes the rest
+        self.stream: ReplyStream | None = None  # the first candidate's, once the headers are out
+        self.pending: list[bytes] = []
+
+    async def write(self, event: Event) -> bool:
+        """Write `event`; True when the writer must now take over."""
+        relay, send = self.relay, self.send
+        if isinstance(event, Failed):
+            self.done = True
+            self.finishing()
+            await relay._error_response(send, event.error)
+            return False
+        if isinstance(event, Started):
+            stream = self.stream = event.stream
+            headers = SSE_HEADERS + [
+                (b"x-lanes-request-id", stream.request_id.encode()),
+                (b"x-lanes-lane", stream.lane.encode()),
+                (b"x-lanes-provider", stream.provider.encode()),
+                (b"x-lanes-model", stream.model.encode()),
+                (b"x-lanes-route", stream.route.encode()),
+                (b"x-lanes-attempts", str(stream.attempt_count).encode()),
+            ]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            self.pending.append(relay.dialect.opening(stream))
+            return False
+        assert self.stream is not None, "a stream starts with its first candidate"
+        if relay._add(event, self.pending):  # over already: a short answer, or broken
+            self.done = True
+            self.finishing()
+            body = b"".join(self.pending)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return False
+        if self.stream.buffered:  # more of the same read follows at once: one write for all
+            return False
+        self.done = self.streaming = True
+        body = b"".join(self.pending)
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        return True

@@ -110,6 +110,11 @@ class ReplyStream:
         return len(self._run.record.attempts) + (self._outcome is None)
 
     @property
+    def buffered(self) -> int:
+        """Chunks already read from the upstream and not yet handed over."""
+        return len(self._buffered)
+
+    @property
     def usage(self) -> dict[str, Any] | None:
         usage = self._reader.usage
         return dict(usage) if usage is not None else None
