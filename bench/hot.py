@@ -17,6 +17,7 @@ samples to `--samples`, if given).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -110,7 +111,11 @@ def ratios(limit: dict[str, Any], ours: dict[str, Any]) -> dict[str, float]:
 
 
 async def compare(
-    rounds: int, seconds: float, slices: int, only: tuple[str, ...] = MEASURES
+    rounds: int,
+    seconds: float,
+    slices: int,
+    only: tuple[str, ...] = MEASURES,
+    with_floor: bool = False,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"date": dt.date.today().isoformat(), "rounds": []}
     with tempfile.TemporaryDirectory(prefix="lanes-hot-") as tmp:
@@ -119,21 +124,29 @@ async def compare(
             peers.fake_upstream("all", workdir) as (upstream, _),
             peers.limit(upstream, workdir) as limit,
             peers.ours(upstream, workdir, models=MODELS) as ours,
+            contextlib.AsyncExitStack() as stack,
         ):
+            group = [limit, ours]
+            if with_floor:
+                group.append(await stack.enter_async_context(peers.floor(upstream, workdir)))
             for i in range(rounds):
-                row = await measure(
-                    [limit, ours] if i % 2 == 0 else [ours, limit], seconds, slices, only
-                )
+                row = await measure(group if i % 2 == 0 else group[::-1], seconds, slices, only)
                 row["ratios"] = ratios(row["limit"], row["lanes"])
+                if with_floor:
+                    row["floor_ratios"] = ratios(row["limit"], row["floor"])
                 out["rounds"].append(row)
                 print(_line(i, row), file=sys.stderr, flush=True)
+                if with_floor:
+                    print(_line(i, row, "floor"), file=sys.stderr, flush=True)
     return out
 
 
-def _line(i: int, row: dict[str, Any]) -> str:
-    r, lim, ours = row["ratios"], row["limit"], row["lanes"]
-    if set(ours) != set(MEASURES):
-        return f"round {i + 1}: " + " · ".join(
+def _line(i: int, row: dict[str, Any], peer: str = "lanes") -> str:
+    r, lim, ours = row["ratios"], row["limit"], row[peer]
+    if peer != "lanes":
+        r = row[f"{peer}_ratios"]
+    if set(ours) != set(MEASURES) or peer != "lanes":
+        return f"round {i + 1}, {peer}/limit: " + " · ".join(
             f"{name} {ours[m][f]:.2f}/{lim[m][f]:.2f} = {r[name]:.2f}x"
             for name, m, f in RATIOS
             if name in r
@@ -217,6 +230,9 @@ def main() -> None:
     parser.add_argument("--peer", choices=("lanes", "limit"), default="lanes")
     parser.add_argument("--samples", type=Path, help="keep py-spy's raw samples here")
     parser.add_argument(
+        "--floor", action="store_true", help="measure the floor (bench/floor.py) beside them"
+    )
+    parser.add_argument(
         "--only", nargs="+", choices=MEASURES, default=list(MEASURES), help="measure only these"
     )
     args = parser.parse_args()
@@ -236,7 +252,7 @@ def main() -> None:
         )
         print(f"bench: wrote {out}", file=sys.stderr)
         return
-    data = trio.run(compare, args.rounds, args.seconds, args.slices, tuple(args.only))
+    data = trio.run(compare, args.rounds, args.seconds, args.slices, tuple(args.only), args.floor)
     path = ROOT / "bench" / "results" / f"hot-{data['date']}.json"
     path.write_text(json.dumps(data, indent=2))
     print(f"bench: wrote {path.relative_to(ROOT)}", file=sys.stderr)

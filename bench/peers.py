@@ -169,6 +169,18 @@ async def limit(upstream: str, workdir: Path) -> AsyncIterator[Peer]:
         yield Peer("limit", f"http://127.0.0.1:{port}/v1", p)
 
 
+@asynccontextmanager
+async def floor(upstream: str, workdir: Path) -> AsyncIterator[Peer]:
+    """The least any router must do on our stack (`bench/floor.py`)."""
+    port = free_port()
+    async with spawn(
+        [sys.executable, "-m", "bench.floor", str(port), upstream],
+        workdir / f"floor-{port}.log",
+    ) as p:
+        await wait_http(f"http://127.0.0.1:{port}", 30, path="/", ok=(200, 400, 404, 405, 500))
+        yield Peer("floor", f"http://127.0.0.1:{port}/v1", p)
+
+
 def litellm_available() -> bool:
     return LITELLM.exists()
 
