@@ -365,7 +365,11 @@ def _serve(args: argparse.Namespace) -> int:
                 log_level=args.log_level,
             )
         )
-    trio.run(lambda: serve(config, host=args.host, port=args.port, simulate=args.simulate))
+    trio.run(
+        lambda: serve(
+            config, host=args.host, port=args.port, simulate=args.simulate, dedicated=True
+        )
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ import httpx2
 import pytest
 import trio
 
+from lanes._core.dispatcher import Dispatcher
 from lanes._http.errors import BadRequest
 from lanes._http.validation import parse_decision, parse_job
 from lanes.testing import open_fake
@@ -246,3 +247,28 @@ async def test_sighup_is_logged_and_ignored(tmp_path):
         log = sidecar.log()
     assert alive and health.status_code == 200 and served.status_code == 200
     assert log.count("SIGHUP ignored") == 1
+
+
+async def test_the_chat_front_door_leaves_everything_else_to_starlette(monkeypatch):
+    """POST /v1/chat/completions goes past Starlette's stack, and nothing else does: GET there is an
+    OpenAI-shaped 405, a trailing slash is redirected, and a chat handler that fails is answered
+    500 as Starlette's stack answers it."""
+    async with (
+        open_sidecar(("local", "local", ["local-model"])) as (url, _),
+        httpx2.AsyncClient(trust_env=False, timeout=5) as http,
+    ):
+        served = await http.post(f"{url}/chat/completions", json=OK)
+        wrong_method = await http.get(f"{url}/chat/completions")
+        slash = await http.post(f"{url}/chat/completions/", json=OK)
+
+        async def broken(self: Dispatcher, job: object) -> None:
+            raise RuntimeError("a bug in the chat path")
+
+        monkeypatch.setattr(Dispatcher, "complete", broken)
+        failed = await http.post(f"{url}/chat/completions", json=OK)
+    assert served.status_code == 200 and served.headers["x-lanes-lane"] == "local"
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+    assert slash.status_code == 307
+    assert slash.headers["location"].endswith("/v1/chat/completions")
+    assert failed.status_code == 500 and failed.text == "Internal Server Error"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 
 import httpx2
 import trio
@@ -98,3 +100,17 @@ async def test_log_level_info_shows_one_line_per_job_with_its_id(tmp_path):
     assert f"job {quiet_id}" not in quiet
     assert f"job {loud_id}" in loud and "outcome=ok" in loud
     assert "a secret prompt" not in loud
+
+
+def test_a_dedicated_process_freezes_startup_and_collects_young_garbage_less_often():
+    """`dedicate_gc` (what `lanes serve` runs once started) freezes what startup built and raises
+    the young generation's threshold, keeping the others; run in a process of its own, as it is."""
+    probe = (
+        "import gc; from lanes._http.server import YOUNG_THRESHOLD, dedicate_gc; "
+        "before = gc.get_threshold(); dedicate_gc(); after = gc.get_threshold(); "
+        "print(gc.get_freeze_count() > 0, after == (YOUNG_THRESHOLD, *before[1:]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["True", "True"]

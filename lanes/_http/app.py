@@ -7,12 +7,15 @@ the offending field.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import trio
 from starlette.applications import Starlette
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
@@ -39,6 +42,33 @@ def reply_headers(reply: Reply) -> dict[str, str]:
         "X-Lanes-Attempts": str(len(reply.attempts)),
         "X-Lanes-Cost-Usd": f"{reply.cost_usd:.6f}",
     }
+
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+class _Sidecar(Starlette):
+    """Starlette, with one front door before its stack: `POST /v1/chat/completions` — the hot path
+    — goes straight to the chat handler, past the middleware and the router (which would route it
+    there, at a cost on every request). Every other request, and every other method on that path,
+    is Starlette's. An exception escaping the chat handler is answered 500 as Starlette's own
+    stack answers it (`ServerErrorMiddleware`)."""
+
+    def __init__(self, *, chat: ASGIApp, **options: Any) -> None:
+        super().__init__(**options)
+        self._chat = ServerErrorMiddleware(chat)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] == CHAT_PATH
+            and scope["method"] == "POST"
+            and not scope.get("root_path")
+        ):
+            scope["app"] = self
+            await self._chat(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def build_app(
@@ -160,7 +190,7 @@ def build_app(
         )
 
     routes = [
-        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route(CHAT_PATH, chat, methods=["POST"]),
         Route("/health", open_route(health)),
         Route("/ready", open_route(is_ready)),
         Route("/v1/models", models),
@@ -180,6 +210,16 @@ def build_app(
             reply_headers=reply_headers,
         )
     )
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
+
+    async def chat_door(scope: Any, receive: Receive, send: Send) -> None:
+        """What Starlette's router does for the chat route: a request in, its response sent."""
+        response = await chat(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    app = _Sidecar(
+        chat=chat_door,
+        routes=routes,
+        exception_handlers={404: not_found, 405: method_not_allowed},
+    )
     app.state.metrics = metrics
     return app

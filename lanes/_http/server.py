@@ -7,6 +7,7 @@ and ignored. Connections are accepted and bounded by `connections.py`.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -26,6 +27,23 @@ from lanes._http.connections import connection_cap, serve_http
 from lanes._http.guard import is_loopback, resolved_keys
 
 log = logging.getLogger("lanes")
+#: The cyclic collector's young-generation threshold in a process that serves and does nothing else
+#: (CPython's default: 700). A request allocates hundreds of containers that nearly all die young,
+#: by reference counting; at 700, a young collection ran every few requests, each walking what
+#: every request in flight holds — about 0.1 ms of CPU per JSON request under load (`bench.hot`).
+YOUNG_THRESHOLD = 10_000
+
+
+def dedicate_gc() -> None:
+    """Tune the cyclic garbage collector for a process that only serves: what startup built
+    (modules, config, lanes, the app) is frozen — never walked again, so that a full collection no
+    longer scans the whole heap (~30 ms) — and young collections run far less often. The cost:
+    cyclic garbage waits for up to `YOUNG_THRESHOLD` allocations (resident memory measured
+    unchanged). Never in a process that does more (tests, a job's own process)."""
+    gc.collect()  # startup's own garbage goes first: what is frozen is never collected
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, old)
 
 
 def checked(
@@ -75,12 +93,14 @@ async def serve(
     listen_fd: int | None = None,
     worker: int | None = None,
     stop_when: Callable[[], Awaitable[object]] | None = None,
+    dedicated: bool = False,
 ) -> None:
     """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL.
 
     As one of `lanes serve --workers N` (see `workers.py`): `listen_fd` is the socket the parent
     bound, `worker` this worker's number (in logs and /health), and `stop_when` returns when the
-    parent is gone — a graceful stop, as for SIGTERM."""
+    parent is gone — a graceful stop, as for SIGTERM. `dedicated`: this process does nothing but
+    serve (`lanes serve`): its garbage collector is tuned for that (`dedicate_gc`)."""
     env = dict(os.environ if env is None else env)
     base, host, port = checked(config, host=host, port=port, simulate=simulate, env=env)
     async with AsyncExitStack() as stack:
@@ -105,6 +125,8 @@ async def serve(
         config = base
         dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
         app = build_app(dispatcher, env=env, bind_host=host, worker=worker)
+        if dedicated:
+            dedicate_gc()
         hc = HypercornConfig()
         hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         if listen_fd is not None:

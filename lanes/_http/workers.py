@@ -260,6 +260,7 @@ def run_worker(spec: Mapping[str, Any]) -> int:
             listen_fd=spec["fd"],
             worker=spec["worker"],
             stop_when=parent_gone,
+            dedicated=True,
         )
     )
     return 0
