@@ -176,7 +176,16 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
             "figures. `direct` is the client straight to the upstream; `limit` is a bare "
             "pass-through proxy on our own"
         ),
-        "stack (hypercorn trio worker + httpx2, no routing): what this stack could do at best.",
+        "stack (hypercorn trio worker + httpx2, no routing): what this stack could do at best. "
+        "`floor` is the",
+        (
+            "limit plus only what no router can skip (`bench/floor.py`: the request read and "
+            "written again as JSON, the answer"
+        ),
+        (
+            "parsed, every stream event too, three headers): the gap between `floor` and `lanes` "
+            "is lanes' own work."
+        ),
         "",
         "## Added latency (p50 / p99, ms, over direct)",
         "",
@@ -212,6 +221,8 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     ratios = []
     for mine, other in (
         ("lanes", "limit"),
+        ("floor", "limit"),
+        ("lanes", "floor"),
         ("lanes", "litellm"),
         ("lanes-w2", "lanes"),
         ("lanes-w2", "litellm-w2"),

@@ -2,8 +2,9 @@
 docs/benchmarks.md.
 
 Peers: `direct` (the client straight to the fake upstream), `limit` (a bare pass-through proxy on
-our stack), `lanes`, `lanes-w2` (`lanes serve --workers 2`), and `litellm` / `litellm-w2` (the
-LiteLLM proxy in its own virtualenv, offline, with `--num_workers 1` / `2`) when installed.
+our stack), `floor` (the limit plus the least any router must do: `bench/floor.py`), `lanes`,
+`lanes-w2` (`lanes serve --workers 2`), and `litellm` / `litellm-w2` (the LiteLLM proxy in its own
+virtualenv, offline, with `--num_workers 1` / `2`) when installed.
 All against one fake upstream on loopback; one load generator; warm-up, then repetitions.
 """
 
@@ -48,6 +49,9 @@ async def peer(name: str, upstream: str, workdir: Path):
     elif name == "limit":
         async with peers.limit(upstream, workdir) as p:
             yield p
+    elif name == "floor":
+        async with peers.floor(upstream, workdir) as p:
+            yield p
     elif name.startswith("lanes"):
         async with peers.ours(upstream, workdir, models=tuple(MODELS), workers=_workers(name)) as p:
             yield p
@@ -63,7 +67,7 @@ def _workers(name: str) -> int:
 
 def names() -> list[str]:
     litellm = ["litellm", "litellm-w2"] if peers.litellm_available() else []
-    return ["direct", "limit", "lanes", "lanes-w2", *litellm]
+    return ["direct", "limit", "floor", "lanes", "lanes-w2", *litellm]
 
 
 def body(model: str) -> dict[str, Any]:
