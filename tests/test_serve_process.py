@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx2
 import trio
@@ -114,3 +117,50 @@ def test_a_dedicated_process_freezes_startup_and_collects_young_garbage_less_oft
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split() == ["True", "True"]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _oversized_chunked_posts(port: int, n: int, limit: int) -> None:
+    piece = b"x" * (256 * 1024)
+    for _ in range(n):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            with contextlib.suppress(OSError):  # the sidecar may answer and close mid-body
+                for _ in range(limit // len(piece) + 2):
+                    s.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            s.settimeout(5)
+            assert s.recv(12).startswith(b"HTTP/1.1 413")
+
+
+async def test_lanes_serve_lets_go_of_the_bodies_it_refuses(tmp_path):
+    """`lanes serve` (its collector tuned by `dedicate_gc`) answers 60 chunked bodies over
+    `max_body_bytes` (4 MiB) with 413 and keeps none of them: its resident memory grows by far
+    less than the 240 MiB they carried (a refusal held in a reference cycle kept each one)."""
+    config = {
+        "lanes": [
+            {
+                "name": "local",
+                "module": "openai_compatible",
+                "base_url": "http://127.0.0.1:9/v1",
+                "api_key_env": "",
+                "free_tier": {"kind": "local"},
+                "models": [{"id": "m"}],
+            }
+        ],
+        "server": {"max_body_bytes": 4 * 1024 * 1024},
+    }
+    async with open_sidecar_process(config, tmp_path) as sidecar:
+        pid, port = sidecar.process.pid, int(sidecar.base.rsplit(":", 1)[1])
+        before = _rss_mb(pid)
+        await trio.to_thread.run_sync(_oversized_chunked_posts, port, 60, 4 * 1024 * 1024)
+        grown = _rss_mb(pid) - before
+    assert grown < 100, f"RSS grew by {grown:.0f} MB"

@@ -101,6 +101,7 @@ async def _read_json(response: httpx2.Response, limit: int, secrets: Iterable[st
         async for part in response.aiter_bytes():
             size += len(part)
             if size > limit:
+                parts.clear()  # never held by the error's traceback, whatever keeps it
                 raise _too_large("answer", limit)
             parts.append(part)
     except httpx2.HTTPError as exc:
