@@ -113,3 +113,35 @@ async def test_silences_get_keep_alives_and_the_chunks_still_come_whole(autojump
     first, last = lines.index(f"data: {FIRST}"), lines.index(f"data: {LAST}")
     assert lines[first + 1 : last] == [": keep-alive"] * 3
     assert lines[-1] == "data: [DONE]"
+
+
+async def test_a_first_read_with_nothing_to_pass_on_still_gets_keep_alives(autojump_clock):
+    """The upstream's first read holds only a usage chunk the caller did not ask for: the headers
+    are out, and the silence before the first content chunk carries keep-alive comments all the
+    same; then the answer and [DONE]."""
+    usage = (
+        '{"id":"c1","object":"chat.completion.chunk","choices":[],'
+        '"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}'
+    )
+    async with open_sidecar(
+        ("local", "local", ["local-model"], {"idle_s": 30.0}), server={"keepalive_s": 1.0}
+    ) as (url, fakes):
+        fakes["local"].script(
+            "local-model",
+            raw(
+                headers=SSE,
+                chunks=lambda: [events(usage)[0], b"".join(events(FIRST, LAST, "[DONE]"))],
+                chunk_delay_s=3.5,
+            ),
+        )
+        async with (
+            httpx2.AsyncClient(trust_env=False, timeout=60) as http,
+            http.stream(
+                "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
+            ) as response,
+        ):
+            lines = [line async for line in response.aiter_lines() if line]
+    first = lines.index(f"data: {FIRST}")
+    assert lines[:first] == [": keep-alive"] * 3
+    data = [line for line in lines[first:] if not line.startswith(":")]
+    assert data == [f"data: {FIRST}", f"data: {LAST}", "data: [DONE]"]

@@ -118,7 +118,8 @@ def build_app(
         )
         if declared is not None and declared > server.max_body_bytes:
             raise too_large()
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         with trio.move_on_after(server.body_timeout_s):
             async for part in request.stream():
                 size += len(part)

@@ -103,7 +103,7 @@ class SSERelay:
         async with trio.open_nursery() as nursery:
 
             async def write() -> None:
-                await self._write(from_producer, send, finishing=watching.cancel)
+                await self._write(from_producer, send, head.pending, finishing=watching.cancel)
 
             async def emit(event: Event) -> None:
                 if head.done:  # the writer's: no pause per chunk, one write for what has come
@@ -126,11 +126,12 @@ class SSERelay:
         self,
         items: trio.MemoryReceiveChannel[Event],
         send: Any,
+        pending: list[bytes],
         *,
         finishing: Callable[[], None],
     ) -> None:
-        """Everything after the first chunk, until the stream is over."""
-        pending: list[bytes] = []
+        """Everything the head did not write (`pending`, then each event), until the stream is
+        over."""
         while True:
             ended = await self._gather(items, pending)
             if ended:
@@ -225,6 +226,8 @@ class _Head:
             ]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             self.pending.append(relay.dialect.opening(stream))
+            if not stream.buffered:  # its first read held nothing to pass on (a usage chunk
+                return self._hand_over()  # not asked for): the writer keeps the silence alive
             return False
         assert self.stream is not None, "a stream starts with its first candidate"
         if relay._add(event, self.pending):  # over already: a short answer, or broken
@@ -235,7 +238,12 @@ class _Head:
             return False
         if self.stream.buffered:  # more of the same read follows at once: one write for all
             return False
-        self.done = self.streaming = True
         body = b"".join(self.pending)
+        self.pending.clear()
         await send({"type": "http.response.body", "body": body, "more_body": True})
+        return self._hand_over()
+
+    def _hand_over(self) -> bool:
+        """From now on the writer writes — what is still pending first."""
+        self.done = self.streaming = True
         return True

@@ -96,7 +96,8 @@ async def _read_json(response: httpx2.Response, limit: int, secrets: Iterable[st
     declared = response.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise _too_large("answer", limit)
-    parts, size = [], 0
+    parts: list[bytes] = []
+    size = 0
     try:
         async for part in response.aiter_bytes():
             size += len(part)
