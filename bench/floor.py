@@ -53,10 +53,14 @@ def build(upstream: str, transport: httpx2.AsyncHTTPTransport):
             if not job.get("stream"):
                 raw = b"".join([part async for part in response.aiter_bytes()])
                 json.loads(raw)
-                await send({"type": "http.response.start", "status": 200, "headers": head})
+                await send(
+                    {"type": "http.response.start", "status": response.status_code, "headers": head}
+                )
                 await send({"type": "http.response.body", "body": raw})
                 return
-            await send({"type": "http.response.start", "status": 200, "headers": head})
+            await send(
+                {"type": "http.response.start", "status": response.status_code, "headers": head}
+            )
             rest = b""
             async for piece in response.aiter_bytes():
                 events = (rest + piece).split(b"\n\n")

@@ -2,7 +2,7 @@
 py-spy profile of `lanes serve` under load.
 
 `python -m bench.hot [--rounds 3] [--seconds 5]` runs, per round and for each of `limit` and `lanes`
-(the order alternating between rounds): JSON and SSE throughput at 64 connections, and the SSE
+(each peer going first in turn): JSON and SSE throughput at 64 connections, and the SSE
 first byte and JSON latency at 8. It prints each round's ratios lanes / limit — the figures
 `make bench` reports once, measured here side by side so that the noise of a shared machine falls
 on both peers alike — and writes them to `bench/results/hot-<date>.json`.
@@ -70,7 +70,7 @@ async def measure(
                 continue
             got: dict[str, list[Any]] = {p.name: [[], 0.0, 0.0] for p in pair}
             for i in range(slices):
-                for p in pair if i % 2 == 0 else pair[::-1]:
+                for p in pair[i % len(pair) :] + pair[: i % len(pair)]:  # each goes first in turn
                     before = cpu_s(p)
                     samples, wall = await run_load(
                         p.url + "/chat/completions",
@@ -130,7 +130,7 @@ async def compare(
             if with_floor:
                 group.append(await stack.enter_async_context(peers.floor(upstream, workdir)))
             for i in range(rounds):
-                row = await measure(group if i % 2 == 0 else group[::-1], seconds, slices, only)
+                row = await measure(group, seconds, slices, only)
                 row["ratios"] = ratios(row["limit"], row["lanes"])
                 if with_floor:
                     row["floor_ratios"] = ratios(row["limit"], row["floor"])
@@ -253,6 +253,9 @@ def main() -> None:
         print(f"bench: wrote {out}", file=sys.stderr)
         return
     data = trio.run(compare, args.rounds, args.seconds, args.slices, tuple(args.only), args.floor)
+    if set(args.only) != set(MEASURES):  # a partial run never replaces the day's full one
+        print("bench: a partial run (--only): no file written", file=sys.stderr)
+        return
     path = ROOT / "bench" / "results" / f"hot-{data['date']}.json"
     path.write_text(json.dumps(data, indent=2))
     print(f"bench: wrote {path.relative_to(ROOT)}", file=sys.stderr)

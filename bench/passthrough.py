@@ -1,7 +1,8 @@
 """The limit: a bare pass-through proxy on our stack (hypercorn's trio worker + httpx2), no routing.
 
 `python -m bench.passthrough PORT UPSTREAM_BASE_URL` forwards POST /v1/chat/completions, streaming
-the answer back chunk by chunk. What this stack could do at best.
+the answer back chunk by chunk. What this stack could do at best: the request goes straight to the
+connection pool's transport, past the client's layers (as lanes' own requests do).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 
-def build(upstream: str, client: httpx2.AsyncClient):
+def build(upstream: str, transport: httpx2.AsyncHTTPTransport):
+    url = httpx2.URL(upstream + "/chat/completions")
+
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
             while True:
@@ -30,13 +33,10 @@ def build(upstream: str, client: httpx2.AsyncClient):
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        request = client.build_request(
-            "POST",
-            upstream + "/chat/completions",
-            content=body,
-            headers={"content-type": "application/json"},
+        request = httpx2.Request(
+            "POST", url, content=body, headers={"content-type": "application/json"}
         )
-        response = await client.send(request, stream=True)
+        response = await transport.handle_async_request(request)
         try:
             headers = [
                 (b"content-type", response.headers.get("content-type", "application/json").encode())
@@ -55,16 +55,15 @@ def build(upstream: str, client: httpx2.AsyncClient):
 
 async def main(port: int, upstream: str) -> None:
     limits = httpx2.Limits(max_connections=2048, max_keepalive_connections=256)
-    async with httpx2.AsyncClient(
-        limits=limits, timeout=httpx2.Timeout(None), trust_env=False
-    ) as client:
+    transport = httpx2.AsyncHTTPTransport(limits=limits, trust_env=False)
+    async with transport:
         config = Config()
         config.bind = [f"127.0.0.1:{port}"]
         config.accesslog = None
         config.backlog = (
             4096  # as the sidecar: a burst of connects must not overflow the listen queue
         )
-        await serve(build(upstream, client), config)
+        await serve(build(upstream, transport), config)
 
 
 if __name__ == "__main__":
