@@ -252,7 +252,7 @@ async def test_sighup_is_logged_and_ignored(tmp_path):
 async def test_the_chat_front_door_leaves_everything_else_to_starlette(monkeypatch):
     """POST /v1/chat/completions goes past Starlette's stack, and nothing else does: GET there is an
     OpenAI-shaped 405, a trailing slash is redirected, and a chat handler that fails is answered
-    500 as Starlette's stack answers it."""
+    an OpenAI-shaped 500 that tells nothing of the failure, as every other route's is."""
     async with (
         open_sidecar(("local", "local", ["local-model"])) as (url, _),
         httpx2.AsyncClient(trust_env=False, timeout=5) as http,
@@ -265,10 +265,17 @@ async def test_the_chat_front_door_leaves_everything_else_to_starlette(monkeypat
             raise RuntimeError("a bug in the chat path")
 
         monkeypatch.setattr(Dispatcher, "complete", broken)
+        def broken_statistics(self: Dispatcher) -> None:
+            raise RuntimeError("a bug in the models path")
+
+        monkeypatch.setattr(Dispatcher, "statistics", broken_statistics)
         failed = await http.post(f"{url}/chat/completions", json=OK)
+        failed_elsewhere = await http.get(f"{url}/models")
     assert served.status_code == 200 and served.headers["x-lanes-lane"] == "local"
     assert wrong_method.status_code == 405
     assert wrong_method.json()["error"]["code"] == "method_not_allowed"
     assert slash.status_code == 307
     assert slash.headers["location"].endswith("/v1/chat/completions")
-    assert failed.status_code == 500 and failed.text == "Internal Server Error"
+    assert failed.status_code == 500 and failed.json()["error"]["code"] == "internal_error"
+    assert failed.json()["error"]["type"] == "api_error" and "bug" not in failed.text
+    assert failed_elsewhere.status_code == 500 and failed_elsewhere.json() == failed.json()

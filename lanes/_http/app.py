@@ -52,11 +52,12 @@ class _Sidecar(Starlette):
     — goes straight to the chat handler, past the middleware and the router (which would route it
     there, at a cost on every request). Every other request, and every other method on that path,
     is Starlette's. An exception escaping the chat handler is answered 500 as Starlette's own
-    stack answers it (`ServerErrorMiddleware`)."""
+    stack answers it (`ServerErrorMiddleware`, with the app's handler: an OpenAI-shaped error)."""
 
-    def __init__(self, *, chat: ASGIApp, **options: Any) -> None:
-        super().__init__(**options)
-        self._chat = ServerErrorMiddleware(chat)
+    def __init__(self, *, chat: ASGIApp, internal_error: Any, **options: Any) -> None:
+        handlers = {**options.pop("exception_handlers", {}), Exception: internal_error}
+        super().__init__(exception_handlers=handlers, **options)
+        self._chat = ServerErrorMiddleware(chat, handler=internal_error)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -223,8 +224,14 @@ def build_app(
         response = await chat(Request(scope, receive, send))
         await response(scope, receive, send)
 
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        """A bug of ours: OpenAI-shaped, and nothing of the failure (it is in the log)."""
+        message = "the sidecar failed this request; its log has the details"
+        return error_response(500, message, "internal_error")
+
     app = _Sidecar(
         chat=chat_door,
+        internal_error=internal_error,
         routes=routes,
         exception_handlers={404: not_found, 405: method_not_allowed},
     )
