@@ -265,6 +265,7 @@ async def test_the_chat_front_door_leaves_everything_else_to_starlette(monkeypat
             raise RuntimeError("a bug in the chat path")
 
         monkeypatch.setattr(Dispatcher, "complete", broken)
+
         def broken_statistics(self: Dispatcher) -> None:
             raise RuntimeError("a bug in the models path")
 
