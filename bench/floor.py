@@ -16,8 +16,8 @@ import sys
 
 import httpx2
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
+
+from bench.passthrough import main, request_body
 
 HEADERS = [(b"x-served-by", b"floor"), (b"x-model", b"m"), (b"x-request-id", b"r")]
 
@@ -26,21 +26,10 @@ def build(upstream: str, transport: httpx2.AsyncHTTPTransport):
     url = httpx2.URL(upstream + "/chat/completions")
 
     async def app(scope, receive, send):
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                await send({"type": message["type"] + ".complete"})
-                if message["type"] == "lifespan.shutdown":
-                    return
-        if scope["type"] != "http":
+        raw_job = await request_body(scope, receive, send)
+        if raw_job is None:
             return
-        parts = []
-        while True:
-            message = await receive()
-            parts.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        job = json.loads(b"".join(parts))
+        job = json.loads(raw_job)
         job["model"] = str(job.get("model", ""))
         body = json.dumps(job, separators=(",", ":")).encode()
         request = httpx2.Request(
@@ -78,16 +67,5 @@ def build(upstream: str, transport: httpx2.AsyncHTTPTransport):
     return app
 
 
-async def main(port: int, upstream: str) -> None:
-    limits = httpx2.Limits(max_connections=2048, max_keepalive_connections=256)
-    transport = httpx2.AsyncHTTPTransport(limits=limits, trust_env=False)
-    async with transport:
-        config = Config()
-        config.bind = [f"127.0.0.1:{port}"]
-        config.accesslog = None
-        config.backlog = 4096
-        await serve(build(upstream, transport), config)
-
-
 if __name__ == "__main__":
-    trio.run(main, int(sys.argv[1]), sys.argv[2])
+    trio.run(main, int(sys.argv[1]), sys.argv[2], build)

@@ -15,24 +15,31 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 
+async def request_body(scope, receive, send) -> bytes | None:
+    """The request's body — or None for what is not a request (lifespan is answered here)."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            await send({"type": message["type"] + ".complete"})
+            if message["type"] == "lifespan.shutdown":
+                return None
+    if scope["type"] != "http":
+        return None
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 def build(upstream: str, transport: httpx2.AsyncHTTPTransport):
     url = httpx2.URL(upstream + "/chat/completions")
 
     async def app(scope, receive, send):
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                await send({"type": message["type"] + ".complete"})
-                if message["type"] == "lifespan.shutdown":
-                    return
-        if scope["type"] != "http":
+        body = await request_body(scope, receive, send)
+        if body is None:
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
         request = httpx2.Request(
             "POST", url, content=body, headers={"content-type": "application/json"}
         )
@@ -53,7 +60,8 @@ def build(upstream: str, transport: httpx2.AsyncHTTPTransport):
     return app
 
 
-async def main(port: int, upstream: str) -> None:
+async def main(port: int, upstream: str, build=build) -> None:
+    """Serve `build(upstream, transport)` on 127.0.0.1:`port`."""
     limits = httpx2.Limits(max_connections=2048, max_keepalive_connections=256)
     transport = httpx2.AsyncHTTPTransport(limits=limits, trust_env=False)
     async with transport:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -158,27 +158,24 @@ async def ours(
         yield peer
 
 
-@asynccontextmanager
-async def limit(upstream: str, workdir: Path) -> AsyncIterator[Peer]:
-    port = free_port()
-    async with spawn(
-        [sys.executable, "-m", "bench.passthrough", str(port), upstream],
-        workdir / f"limit-{port}.log",
-    ) as p:
-        await wait_http(f"http://127.0.0.1:{port}", 30, path="/", ok=(200, 400, 404, 405, 500))
-        yield Peer("limit", f"http://127.0.0.1:{port}/v1", p)
+def limit(upstream: str, workdir: Path) -> AbstractAsyncContextManager[Peer]:
+    """The stack's best: a bare pass-through (`bench/passthrough.py`)."""
+    return _proxy("limit", "bench.passthrough", upstream, workdir)
 
 
-@asynccontextmanager
-async def floor(upstream: str, workdir: Path) -> AsyncIterator[Peer]:
+def floor(upstream: str, workdir: Path) -> AbstractAsyncContextManager[Peer]:
     """The least any router must do on our stack (`bench/floor.py`)."""
+    return _proxy("floor", "bench.floor", upstream, workdir)
+
+
+@asynccontextmanager
+async def _proxy(name: str, module: str, upstream: str, workdir: Path) -> AsyncIterator[Peer]:
     port = free_port()
     async with spawn(
-        [sys.executable, "-m", "bench.floor", str(port), upstream],
-        workdir / f"floor-{port}.log",
+        [sys.executable, "-m", module, str(port), upstream], workdir / f"{name}-{port}.log"
     ) as p:
         await wait_http(f"http://127.0.0.1:{port}", 30, path="/", ok=(200, 400, 404, 405, 500))
-        yield Peer("floor", f"http://127.0.0.1:{port}/v1", p)
+        yield Peer(name, f"http://127.0.0.1:{port}/v1", p)
 
 
 def litellm_available() -> bool:

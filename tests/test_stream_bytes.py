@@ -35,6 +35,23 @@ async def data_lines(url: str, body: dict[str, Any]) -> list[str]:
         return [line async for line in response.aiter_lines() if line.startswith("data: ")]
 
 
+async def all_lines(url: str) -> list[str]:
+    """Every non-empty line of a streamed answer, comments (keep-alives) included."""
+    async with (
+        httpx2.AsyncClient(trust_env=False, timeout=60) as http,
+        http.stream(
+            "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
+        ) as response,
+    ):
+        return [line async for line in response.aiter_lines() if line]
+
+
+USAGE = (
+    '{"id":"c1","object":"chat.completion.chunk","choices":[],'
+    '"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}'
+)
+
+
 def events(*payloads: str) -> list[bytes]:
     return [f"data: {p}\n\n".encode() for p in payloads]
 
@@ -66,20 +83,16 @@ async def test_a_chunk_over_several_data_lines_is_written_as_one():
 async def test_a_usage_chunk_not_asked_for_is_withheld():
     """The usage chunk lanes asked for on a billed lane is not passed to a client that did not ask
     for it; the other chunks still pass through untouched."""
-    usage = (
-        '{"id":"c1","object":"chat.completion.chunk","choices":[],'
-        '"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}'
-    )
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
         fakes["local"].script(
-            "local-model", raw(headers=SSE, chunks=lambda: events(FIRST, LAST, usage, "[DONE]"))
+            "local-model", raw(headers=SSE, chunks=lambda: events(FIRST, LAST, USAGE, "[DONE]"))
         )
         lines = await data_lines(url, {"messages": MESSAGES})
         asked = await data_lines(
             url, {"messages": MESSAGES, "stream_options": {"include_usage": True}}
         )
     assert lines == [f"data: {FIRST}", f"data: {LAST}", "data: [DONE]"]
-    assert f"data: {usage}" in asked
+    assert f"data: {USAGE}" in asked
 
 
 async def test_a_finished_stream_leaves_its_connection_in_the_pool():
@@ -103,13 +116,7 @@ async def test_silences_get_keep_alives_and_the_chunks_still_come_whole(autojump
             "local-model",
             raw(headers=SSE, chunks=lambda: events(FIRST, LAST, "[DONE]"), chunk_delay_s=3.5),
         )
-        async with (
-            httpx2.AsyncClient(trust_env=False, timeout=60) as http,
-            http.stream(
-                "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
-            ) as response,
-        ):
-            lines = [line async for line in response.aiter_lines() if line]
+        lines = await all_lines(url)
     first, last = lines.index(f"data: {FIRST}"), lines.index(f"data: {LAST}")
     assert lines[first + 1 : last] == [": keep-alive"] * 3
     assert lines[-1] == "data: [DONE]"
@@ -119,10 +126,6 @@ async def test_a_first_read_with_nothing_to_pass_on_still_gets_keep_alives(autoj
     """The upstream's first read holds only a usage chunk the caller did not ask for: the headers
     are out, and the silence before the first content chunk carries keep-alive comments all the
     same; then the answer and [DONE]."""
-    usage = (
-        '{"id":"c1","object":"chat.completion.chunk","choices":[],'
-        '"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}'
-    )
     async with open_sidecar(
         ("local", "local", ["local-model"], {"idle_s": 30.0}), server={"keepalive_s": 1.0}
     ) as (url, fakes):
@@ -130,17 +133,11 @@ async def test_a_first_read_with_nothing_to_pass_on_still_gets_keep_alives(autoj
             "local-model",
             raw(
                 headers=SSE,
-                chunks=lambda: [events(usage)[0], b"".join(events(FIRST, LAST, "[DONE]"))],
+                chunks=lambda: [events(USAGE)[0], b"".join(events(FIRST, LAST, "[DONE]"))],
                 chunk_delay_s=3.5,
             ),
         )
-        async with (
-            httpx2.AsyncClient(trust_env=False, timeout=60) as http,
-            http.stream(
-                "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
-            ) as response,
-        ):
-            lines = [line async for line in response.aiter_lines() if line]
+        lines = await all_lines(url)
     first = lines.index(f"data: {FIRST}")
     assert lines[:first] == [": keep-alive"] * 3
     data = [line for line in lines[first:] if not line.startswith(":")]
