@@ -21,6 +21,13 @@ MESSAGES = [{"role": "user", "content": "What does this cost?"}]
 IN, OUT = 1.0, 2.0  # the paid fake's prices, USD per million tokens (see helpers.paid_lane)
 
 
+def paid_candidate(**extra: Any) -> Candidate:
+    """The paid fake's model `m` on lane `p`, at its prices, with `extra` fields."""
+    return Candidate(
+        lane="p", model="m", tier="paid", input_usd_per_mtok=IN, output_usd_per_mtok=OUT, **extra
+    )
+
+
 def readable_bytes(value: Any) -> int:
     """Every string and number an upstream could read, as UTF-8 bytes — written apart from the
     code under test: the most input tokens any tokenizer can make of the request."""
@@ -104,15 +111,7 @@ requests = st.fixed_dictionaries(
 def test_the_reservation_covers_any_bill(request, dialect, image_usd, paid_max):
     """For any request, the reservation of the request as sent is at least what an upstream that
     honours the sent cap could bill for it; images without a price are refused, never guessed."""
-    candidate = Candidate(
-        lane="p",
-        model="m",
-        tier="paid",
-        input_usd_per_mtok=IN,
-        output_usd_per_mtok=OUT,
-        cap_param=dialect,
-        image_usd=image_usd,
-    )
+    candidate = paid_candidate(cap_param=dialect, image_usd=image_usd)
     job = lanes.Job(
         messages=request["messages"], params={k: v for k, v in request.items() if k != "messages"}
     )

@@ -10,7 +10,7 @@ import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
-from test_money import IN, MESSAGES, OUT, greedy, json_values, readable_bytes
+from test_money import IN, MESSAGES, OUT, greedy, json_values, paid_candidate, readable_bytes
 
 import lanes
 from helpers import config, free_lane, local_lane, paid_lane
@@ -80,15 +80,7 @@ def test_a_bounded_worst_case_covers_any_bill_and_sends_only_priced_parameters(
     parameter it does not price — or every parameter sent is priced (allowlisted, in a value it
     covers, not a billing switch of the lane) and the reservation is at least what an upstream
     can bill, its own tool prompt included."""
-    candidate = Candidate(
-        lane="p",
-        model="m",
-        tier="paid",
-        input_usd_per_mtok=IN,
-        output_usd_per_mtok=OUT,
-        billing_switches=switches,
-        tool_prompt_tokens=declared,
-    )
+    candidate = paid_candidate(billing_switches=switches, tool_prompt_tokens=declared)
     params = {**extra, "n": n, **({"tools": [TOOL]} if tools else {})}
     sent = paid_request(
         lanes.Job(messages=MESSAGES, params=params), cap_param="max_tokens", paid_max_tokens=64
@@ -125,14 +117,7 @@ def test_a_lanes_billing_switches_never_leave_on_an_attempt_that_is_not_paid(ext
 
 def test_unpriced_parameters_are_named_and_prompts_are_not_shown():
     """The reason names the parameter (and a short value checked by value), never a prompt."""
-    paid = Candidate(
-        lane="p",
-        model="m",
-        tier="paid",
-        input_usd_per_mtok=IN,
-        output_usd_per_mtok=OUT,
-        billing_switches=frozenset({"plugins"}),
-    )
+    paid = paid_candidate(billing_switches=frozenset({"plugins"}))
     cases: dict[str, dict[str, Any]] = {
         "service_tier='priority' may bill beyond what the reservation prices": {
             "service_tier": "priority"
