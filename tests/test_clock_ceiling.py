@@ -4,7 +4,7 @@ budget: the stricter one (issue 28, Why 5 and Why 6).
 Two dispatchers in one trio run stand for two processes on one SQLite file, or two hosts on one
 Redis: each has its own connection to the store, its own wall source and its own config. The
 upstream bills the most the request as sent allows (`test_money.greedy`), so what it bills is the
-worst case every reservation holds. Strict xfails until they are fixed.
+worst case every reservation holds.
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ def with_url(cfg: lanes.Config, url: str) -> lanes.Config:
     return attrs.evolve(cfg, lanes=[attrs.evolve(cfg.lanes[0], base_url=url)])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, Why 5")
 @pytest.mark.parametrize("store", ["sqlite", "redis"])
 async def test_two_processes_a_day_apart_share_one_ceiling(store, request, tmp_path, env):
     """Why 5: two processes on one state whose clocks disagree about the UTC day (one is a day
@@ -86,7 +85,6 @@ async def test_two_processes_a_day_apart_share_one_ceiling(store, request, tmp_p
     assert billed_by(paid) <= ceiling + 1e-12
 
 
-@pytest.mark.xfail(strict=True, reason="issue 28, Why 6")
 @pytest.mark.parametrize("store", ["sqlite", "redis"])
 async def test_two_hosts_with_different_ceilings_bill_under_the_smaller(
     store, request, tmp_path, env
