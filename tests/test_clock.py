@@ -100,8 +100,8 @@ async def test_a_process_whose_wall_steps_a_day_closes_paid_and_says_why_once(
     autojump_clock, tmp_path, env, caplog_lanes
 ):
     """A wall stepped a day ahead of the host's clock: paid is refused (429, the reason in the
-    job's story), free capacity carries on, one log line says why; stepped back, paid reopens
-    with one more line."""
+    job's story), free capacity carries on, one log line says why, the audit keeps the host's
+    day; stepped back, paid reopens with one more line."""
     async with (
         open_fake("local", models=("local-model",)) as local,
         open_fake("paid", models=("paid-model",)) as paid,
@@ -121,6 +121,9 @@ async def test_a_process_whose_wall_steps_a_day_closes_paid_and_says_why_once(
                     await dispatcher.complete(lanes.Job(messages=MESSAGES))
                 refused.append(exc.value)
             shown = dispatcher.statistics().clock
+            await trio.sleep(1)  # a sync: the audit rows reach the file
+            [(stamped,)] = sqlite_store(dispatcher).query("SELECT MAX(at) FROM audit")
+            assert abs(stamped - dispatcher.clock.trusted()) < 5  # on the host's day, not ahead
             dispatcher.wall.step(-DAY_S)
             reopened = await dispatcher.complete(lanes.Job(messages=MESSAGES))
     assert served.lane == "local" and reopened.lane == "paid" and len(paid.log) == 1

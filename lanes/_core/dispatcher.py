@@ -75,9 +75,9 @@ class Dispatcher:
         )
         self.unavailable = dict(loaded.unavailable)
         self.background = Background()  # the background tasks' health (see open.py)
-        self.journal = Journal(
-            self.routing, config=config, now_wall=self.now_wall, health=self.background.task(SYNC)
-        )
+        # stamped by the store's clock: report windows and days agree across processes
+        trusted, health = self.clock.trusted, self.background.task(SYNC)
+        self.journal = Journal(self.routing, config=config, now_wall=trusted, health=health)
         self.opened_at = self.now_wall()  # what the model list calls a configured model's `created`
 
     def now_wall(self) -> EpochTime:

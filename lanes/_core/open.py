@@ -254,7 +254,7 @@ async def _keep_audit(dispatcher: Dispatcher, days: float, every_s: float = 3600
     one log line, and the next hour tries again."""
     while True:
         try:
-            before = dispatcher.now_wall() - days * 86400.0
+            before = dispatcher.clock.trusted() - days * 86400.0
             removed = await call(dispatcher.store, dispatcher.store.prune_audit, before)
         except Exception as exc:  # a background task must not take the sidecar down
             log.warning(
