@@ -21,6 +21,7 @@ store's clock check compares the two (see `state/clock.py`).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Mapping
 
@@ -69,9 +70,8 @@ class Wall:
 
 def open_wall(epoch_now: float | None = None, env: Mapping[str, str] | None = None) -> Wall:
     """The wall source of a dispatcher opened now, under trio (see the module docstring)."""
-    from trio.testing import MockClock
-
-    simulated = isinstance(trio.lowlevel.current_clock(), MockClock)
+    testing = sys.modules.get("trio.testing")  # no MockClock without it (and it is slow to load)
+    simulated = testing is not None and isinstance(trio.lowlevel.current_clock(), testing.MockClock)
     if epoch_now is not None:
         wall = Wall(base=epoch_now, simulated=simulated)
     elif simulated:
