@@ -19,8 +19,9 @@ ADMIN_KEY = "lanes-admin-key-0123456789abcdef"
 
 async def test_v1_lanes_shows_configured_and_effective_terms_and_an_admin_sets_them(tmp_path):
     """`/v1/lanes` shows the configured and the effective terms (and who set them) and each
-    host's view of the day; `POST /v1/ceiling` needs an admin key, refuses a bad ceiling naming
-    the field, and sets the store's terms; `lanes ceiling` shows them."""
+    host's view of the day; `POST /v1/ceiling` needs an admin key and can not be forged from a
+    page, refuses a bad ceiling naming the field, and sets the store's terms; `lanes ceiling`
+    shows them."""
     server = {"clients": {"alice": "CLIENT_KEY"}, "admin_key_env": "ADMIN_KEY"}
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}
     async with (
@@ -37,6 +38,15 @@ async def test_v1_lanes_shows_configured_and_effective_terms_and_an_admin_sets_t
         as_client = await http.post(
             f"{url}/ceiling", json={"usd": 5}, headers={"authorization": f"Bearer {CLIENT_KEY}"}
         )
+        forged = [
+            (
+                await http.post(f"{url}/ceiling", content=b'{"usd": 5}', headers={**admin, **extra})
+            ).status_code
+            for extra in (
+                {"content-type": "text/plain"},
+                {"content-type": "application/json", "origin": "http://evil.example"},
+            )
+        ]
         bad = [
             (await http.post(f"{url}/ceiling", json=body, headers=admin)).json()["error"]["param"]
             for body in ({"usd": -1}, {"usd": True}, {"usd": 2e6}, {"consent": "maybe"}, {})
@@ -51,7 +61,7 @@ async def test_v1_lanes_shows_configured_and_effective_terms_and_an_admin_sets_t
     assert before["paid"]["effective"]["ceiling_usd"] == 0.5
     assert before["clock"]["agrees"] is True and before["clock"]["source"] == "the host's clock"
     assert [h["ceiling_usd"] for h in before["clock"]["hosts"]] == [0.5]
-    assert as_client.status_code == 403
+    assert as_client.status_code == 403 and forged == [415, 403]
     assert bad == ["usd", "usd", "usd", "consent", "usd"]
     assert set_.status_code == 200
     assert set_.json()["effective"]["ceiling_usd"] == 2.5

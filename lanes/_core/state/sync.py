@@ -4,7 +4,9 @@ Every half second (sooner when a backoff, a kill switch or a probe result must r
 hosts) the pending counts, spend, backoffs, snapshots, audit rows and queued writes go to the store,
 and the totals other processes wrote come back into the local view that every routing decision
 reads. With SQLite the calls run inline (see `store.call`); with Redis they run in a worker thread,
-and a second task applies what other hosts publish as it arrives.
+and a second task applies what other hosts publish as it arrives. Each round ends with this
+process's beat (`Beats`): its configured paid terms and its view of the clock, answered with the
+store's terms and clock (see `terms.py`); a graceful exit withdraws its announcement.
 
 Neither task can die. A store that can not be reached is one log line per failure streak: the rows
 wait for the next try — in bounded queues (usage coalesced by key, ended windows and expired
