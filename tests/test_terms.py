@@ -13,6 +13,7 @@ import sqlite3
 import time
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -253,3 +254,36 @@ def test_reading_terms_never_trusts_a_malformed_row(tmp_path):
     pulse = beat(store, 0.5, fresh=True)
     assert pulse.settled.terms.ceiling_usd == 0.5 and len(pulse.hosts) == 1
     store.close()
+
+
+async def test_a_reload_reannounces_and_a_reload_on_every_host_raises_the_ceiling(
+    autojump_clock, tmp_path, env, caplog_lanes
+):
+    """`Dispatcher.announce_terms` (what a reload calls): a stricter ceiling governs at once; a
+    looser one only once the store has settled it (until then, the store's last) — here, the only
+    host, so a reload on every host raises the ceiling; another host's stricter one holds it
+    down. Only a disagreement is logged, and its end."""
+    import attrs
+
+    import lanes
+    from helpers import config, paid_lane
+
+    cfg = config(
+        paid_lane("paid", "http://127.0.0.1:9"),
+        state=str(tmp_path / "s.db"),
+        policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.01},
+    )
+    async with lanes.open_dispatcher(cfg, env=env) as one:
+        one.announce_terms(attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.002))
+        at_once = one.routing.policy.paid_ceiling_usd_per_day
+        one.announce_terms(attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.05))
+        before_sync = one.routing.policy.paid_ceiling_usd_per_day
+        await trio.sleep(1)  # a sync: the store settles the new announcement
+        raised = one.routing.policy.paid_ceiling_usd_per_day
+        strict = attrs.evolve(cfg, policy=attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.003))
+        async with lanes.open_dispatcher(strict, env=env):
+            await trio.sleep(1)
+            held = one.routing.policy.paid_ceiling_usd_per_day
+    assert (at_once, before_sync, raised, held) == (0.002, 0.01, 0.05, 0.003)
+    said = [r.getMessage() for r in caplog_lanes.records if "paid terms" in r.getMessage()]
+    assert len(said) == 2 and "the state store's are $0.003" in said[0] and "again" in said[1]

@@ -159,7 +159,7 @@ class SharedTerms:
                 effective.consent,
                 settled.consent_by,
             )
-        elif self._said is not None:
+        elif self._said is not None and self._said[0] != self._said[1]:
             log.warning("paid terms: the state store's terms are this host's configured ones again")
         self._said = said
 
