@@ -99,6 +99,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     approvals.add_argument("--url", default=DEFAULT_URL)
     approvals.add_argument("--json", action="store_true")
+    ceiling = sub.add_parser(
+        "ceiling", help="show the paid terms every host sharing the state holds to, or set them"
+    )
+    ceiling.add_argument("action", nargs="?", default="show", choices=["show", "set"])
+    ceiling.add_argument("usd", nargs="?", help="set: the daily paid ceiling, in USD")
+    ceiling.add_argument(
+        "--consent",
+        choices=["free_tier_only", "off", "ask", "allow"],
+        default=None,
+        help="set: the consent mode too",
+    )
+    ceiling.add_argument("--url", default=DEFAULT_URL)
+    ceiling.add_argument("--json", action="store_true")
     canary = sub.add_parser("canary", help="the quality canary: run, pin, report, release")
     canary.add_argument("action", choices=["run", "pin", "report", "release"])
     canary.add_argument("keys", nargs="*", metavar="MODEL", help='release: "lane/model"s')
@@ -154,6 +167,14 @@ def _status(args: argparse.Namespace) -> int:
         f"of ${state['paid']['ceiling_usd']:.2f}; fallback {state['paid']['fallback']}; "
         f"{state['approvals']} approval(s) pending"
     ]
+    effective, configured = state["paid"].get("effective"), state["paid"].get("configured")
+    if effective and configured and configured["ceiling_usd"] != effective["ceiling_usd"]:
+        lines.append(
+            f"ceiling set by {effective['ceiling_set_by']} "
+            f"(this host's config: ${configured['ceiling_usd']:g})"
+        )
+    if refusal := state.get("clock", {}).get("refusal"):
+        lines.append(f"clock: {refusal}")
     if "state" in state:
         store = state["state"]
         lines.append(
@@ -238,6 +259,37 @@ def _grants(args: argparse.Namespace) -> int:
         for g in body["data"]
     )
     _print(args, body, human or "no grants")
+    return 0
+
+
+def _ceiling(args: argparse.Namespace) -> int:
+    """`lanes ceiling [show]` and `lanes ceiling set USD [--consent MODE]` (an admin's)."""
+    if args.action == "show":
+        code, state = _call("GET", f"{args.url}/v1/lanes")
+        if code != 200:
+            print(f"lanes: {_error_message(state)}", file=sys.stderr)
+            return 1
+        paid = state["paid"]
+    else:
+        body: dict[str, Any] = {} if args.consent is None else {"consent": args.consent}
+        if args.usd is not None:
+            try:
+                body["usd"] = float(args.usd)
+            except ValueError:
+                raise UsageError(f"ceiling set: {args.usd!r} is not a number of USD") from None
+        if not body:
+            raise UsageError("lanes ceiling set needs USD (or --consent)")
+        code, paid = _call("POST", f"{args.url}/v1/ceiling", body)
+        if code != 200:
+            print(f"lanes: {_error_message(paid)}", file=sys.stderr)
+            return 2 if code == 400 else 1
+    effective, configured = paid["effective"], paid["configured"]
+    human = (
+        f"paid ceiling ${effective['ceiling_usd']:g}/day (set by {effective['ceiling_set_by']}), "
+        f"consent {effective['consent']} (set by {effective['consent_set_by']}); "
+        f"this host's config: ${configured['ceiling_usd']:g}/day, {configured['consent']}"
+    )
+    _print(args, paid, human)
     return 0
 
 
@@ -439,6 +491,7 @@ def _run(args: argparse.Namespace) -> int:
         "status": _status,
         "lane": _lane,
         "approvals": _approvals,
+        "ceiling": _ceiling,
         "check-config": _check_config,
         "canary": _canary,
         "drill": _drill,

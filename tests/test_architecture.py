@@ -371,3 +371,38 @@ def test_readme_tables_render():
             elif cells != header:
                 problems.append(f"{path.name}:{i + 1}: {cells} cells, the header has {header}")
     assert problems == []
+
+
+CLOCK_READS = {("time", "time"), ("time", "monotonic"), ("time", "sleep"), ("datetime", "now")}
+#: Engine modules that may read the system's wall clock: the wall source, and the probe lease's
+#: default for a caller outside a dispatcher (which passes its wall's `now`).
+WALL_READERS = {"lanes/_core/wall.py", "lanes/_core/state/store.py"}
+
+
+def clock_reads(path: Path) -> list[tuple[int, str]]:
+    """(line, "module.function") of every call reading a clock (or sleeping on one) in `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and (node.func.value.id, node.func.attr) in CLOCK_READS
+        ):
+            found.append((node.lineno, f"{node.func.value.id}.{node.func.attr}"))
+    return found
+
+
+def test_every_clock_read_is_marked_and_the_engine_reads_the_wall_in_one_place():
+    """Every read of the wall or monotonic clock in `lanes` says why (`# wall-clock: why`), and
+    the engine reads the system's wall clock only through the wall source (STYLE habit 2)."""
+    unmarked, engine = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        name = str(path.relative_to(ROOT))
+        for line, call in clock_reads(path):
+            if "# wall-clock:" not in lines[line - 1]:
+                unmarked.append(f"{name}:{line} {call}")
+            if name.startswith("lanes/_core/") and call == "time.time" and name not in WALL_READERS:
+                engine.append(f"{name}:{line}")
+    assert unmarked == [] and engine == []

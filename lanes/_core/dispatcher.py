@@ -23,16 +23,20 @@ from lanes._core.job import Candidate, Job, Reply
 from lanes._core.routing.approvals import Approvals
 from lanes._core.routing.calls import complete_call, embed_call
 from lanes._core.routing.context import Routing, open_record
+from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import Call, walk
+from lanes._core.state.clock import StoreClock
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, SQLiteStore, Store
+from lanes._core.state.terms import Consent
 from lanes._core.statistics import Statistics, snapshot
 from lanes._core.streaming.session import StreamJob, stream_job
 from lanes._core.streaming.stream import ReplyStream
 from lanes._core.tasks import SYNC, Background
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import Loaded
+from lanes._core.wall import Wall
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
@@ -49,11 +53,17 @@ class Dispatcher:
         env: Mapping[str, str],
         store: Store | None = None,
         manager: FreeTierManager | None = None,
-        wall_offset: float = 0.0,
+        wall: Wall | None = None,
     ) -> None:
         self.config = config
         self.store = store or SQLiteStore(":memory:")
-        self._wall_offset = wall_offset  # wall-clock epoch = trio clock + this (taken at open)
+        self.wall = wall or Wall()  # the wall source: read at every calendar decision
+        self.clock = StoreClock(
+            self.wall,
+            tolerance_s=config.policy.clock_tolerance_s,
+            kind=self.store.kind,
+            where=self.store.where,
+        )
         self.routing = Routing(
             config=config,
             lanes={lane.name: lane for lane in loaded.lanes},
@@ -61,17 +71,18 @@ class Dispatcher:
             manager=manager or FreeTierManager(),
             now_wall=self.now_wall,
             free_lane_on=config.free_lane_on(env),
+            clock=self.clock,
         )
         self.unavailable = dict(loaded.unavailable)
         self.background = Background()  # the background tasks' health (see open.py)
-        self.journal = Journal(
-            self.routing, config=config, now_wall=self.now_wall, health=self.background.task(SYNC)
-        )
+        # stamped by the store's clock: report windows and days agree across processes
+        trusted, health = self.clock.trusted, self.background.task(SYNC)
+        self.journal = Journal(self.routing, config=config, now_wall=trusted, health=health)
         self.opened_at = self.now_wall()  # what the model list calls a configured model's `created`
 
     def now_wall(self) -> EpochTime:
-        """Wall-clock epoch seconds, derived from trio's clock (converted at the edge)."""
-        return EpochTime(trio.current_time() + self._wall_offset)
+        """Wall-clock epoch seconds, read from the wall source now (see `wall.py`)."""
+        return self.wall()
 
     @property
     def lanes(self) -> Mapping[str, OpenAICompatibleLane]:
@@ -131,6 +142,20 @@ class Dispatcher:
             )
         self.routing.nudge()
         log.warning("lane %s: switched %s at runtime", name, "off" if off else "on")
+
+    # -- the shared terms: one ceiling per store -----------------------------------------------
+    def announce_terms(self, policy: PolicyConfig) -> None:
+        """Announce `policy`'s ceiling and consent mode to the store again (a reload's new config);
+        the stricter of these and the store's last terms govern until the store settles them."""
+        self.routing.terms.announce(policy)
+        self.routing.nudge()
+
+    async def set_terms(
+        self, *, ceiling_usd: float | None = None, consent: Consent | None = None
+    ) -> None:
+        """`lanes ceiling set`: the store's terms for every host, over every announcement made
+        before (an operator's decision: it may raise the ceiling). Raises a store error."""
+        await self.routing.terms.set_by_operator(ceiling_usd=ceiling_usd, consent=consent)
 
     def canary_probing(self, on: bool) -> None:
         """While on, quarantined models are routed too: the canary probes them so they may pass."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 
@@ -25,6 +24,7 @@ from lanes._core.tasks import LISTENER, SYNC, TaskHealth
 from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
+from lanes._core.wall import OFFSET_ENV, open_wall
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
@@ -62,8 +62,15 @@ async def open_dispatcher(
             "open_dispatcher needs a config (a Config or a TOML path), or simulate=True"
         )
     config = check_config(config, env=env).config  # the check `lanes check-config` makes
-    wall_now = time.time() if epoch_now is None else epoch_now  # wall-clock: the one epoch read
-    wall_offset = wall_now - trio.current_time()
+    wall = open_wall(epoch_now, env)
+    if wall.offset_s:
+        log.warning(
+            "drill hook: %s=%g moves this process's wall clock; paid stays closed while it "
+            "disagrees with the state store's clock by more than %gs (for drills only)",
+            OFFSET_ENV,
+            wall.offset_s,
+            config.policy.clock_tolerance_s,
+        )
     store = open_store(config)
     failure: Exception | None = None  # the caller's own error, raised as itself (never as a group)
     try:
@@ -75,10 +82,17 @@ async def open_dispatcher(
                 env=env,
                 store=store,
                 manager=manager,
-                wall_offset=wall_offset,
+                wall=wall,
             )
             tasks = dispatcher.background
-            sync = StateSync(manager, store, dispatcher, tasks.task(SYNC), tasks.task(LISTENER))
+            sync = StateSync(
+                manager,
+                store,
+                dispatcher,
+                tasks.task(SYNC),
+                tasks.task(LISTENER),
+                beats=dispatcher.routing.terms,
+            )
             dispatcher.routing.nudge = sync.kick
             dispatcher.routing.catch_up = lambda: sync.catch_up(dispatcher.now_wall())
             await sync.load(dispatcher.now_wall())
@@ -240,7 +254,7 @@ async def _keep_audit(dispatcher: Dispatcher, days: float, every_s: float = 3600
     one log line, and the next hour tries again."""
     while True:
         try:
-            before = dispatcher.now_wall() - days * 86400.0
+            before = dispatcher.clock.trusted() - days * 86400.0
             removed = await call(dispatcher.store, dispatcher.store.prune_audit, before)
         except Exception as exc:  # a background task must not take the sidecar down
             log.warning(

@@ -14,6 +14,8 @@ import trio
 
 from lanes._core.routing.breaker import BreakerStatistics
 from lanes._core.routing.context import Routing
+from lanes._core.routing.terms import TermsStatistics
+from lanes._core.state.clock import ClockStatistics
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import Store
 from lanes._core.state.tally import TallyStatistics
@@ -77,6 +79,8 @@ class Statistics:
     background: BackgroundStatistics = attrs.field(
         factory=lambda: BackgroundStatistics(tasks=(), dropped={})
     )
+    clock: ClockStatistics | None = None  # this wall, checked against the state store's clock
+    terms: TermsStatistics | None = None  # the ceiling and consent: configured, and the store's
 
     def lane(self, name: str) -> LaneStatistics:
         return next(lane for lane in self.lanes if lane.name == name)
@@ -165,4 +169,6 @@ def snapshot(
         explored_served=routing.ranking.explored_ok,
         tally=journal.tally.statistics(),
         background=background or BackgroundStatistics(tasks=(), dropped={}),
+        clock=routing.clock.statistics(),
+        terms=routing.terms.statistics(),
     )

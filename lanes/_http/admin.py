@@ -1,5 +1,6 @@
 """The operations endpoints: state views for any client, and the actions only an admin may take —
-the runtime kill switch, approval decisions, revoking grants (see `guard.py` for the rules)."""
+the runtime kill switch, approval decisions, revoking grants, the store's paid terms (see
+`guard.py` for the rules)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from lanes._core.state.report import explain, parse_since, report
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.errors import BadRequest, error_response
 from lanes._http.guard import Caller, Guard, Refused
-from lanes._http.state import lanes_state
-from lanes._http.validation import json_object, parse_decision
+from lanes._http.state import lanes_state, terms_view
+from lanes._http.validation import json_object, parse_decision, parse_terms
 
 Handler = Callable[[Request], Awaitable[Response]]
 ReadBody = Callable[[Request], Awaitable[bytes]]
@@ -94,11 +95,25 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
             return error_response(404, f"no grant {grant_id!r}", "grant_not_found")
         return JSONResponse({"id": grant_id, "revoked": True})
 
+    async def ceiling(request: Request) -> Response:
+        """`lanes ceiling set`: the store's terms for every host sharing it (an operator's)."""
+        try:
+            usd, consent = parse_terms(json_object(await read_body(request) or b"{}"))
+        except BadRequest as exc:
+            return error_response(exc.status, str(exc), exc.code, param=exc.param)
+        try:
+            await dispatcher.set_terms(ceiling_usd=usd, consent=consent)
+        except STORE_ERRORS:
+            return error_response(
+                503, "the terms can not be kept: the state store is down", "state_store_down"
+            )
+        return JSONResponse(terms_view(dispatcher.statistics()))
+
     reading = trio.CapacityLimiter(1)  # reports read the audit in a worker thread, one at a time
 
     async def report_view(request: Request) -> Response:
         try:
-            since = parse_since(request.query_params.get("since", "1d"), dispatcher.now_wall())
+            since = parse_since(request.query_params.get("since", "1d"), dispatcher.clock.trusted())
             by = request.query_params.get("by", "cohort")
             if by == "client" and not request.state.caller.admin:
                 raise Refused(403, "admin_key_required", "a report by client needs an admin key")
@@ -138,4 +153,5 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
         Route("/v1/approvals/{approval_id}", guarded(decide, admin=True), methods=["POST"]),
         Route("/v1/grants", guarded(grants, admin=False)),
         Route("/v1/grants/{grant_id}", guarded(revoke, admin=True), methods=["DELETE"]),
+        Route("/v1/ceiling", guarded(ceiling, admin=True), methods=["POST"]),
     ]

@@ -3,9 +3,9 @@
 - **Keys.** With no client keys configured, only loopback callers reach the sidecar and they are one
   anonymous client. With keys (`[server.clients]`, `admin_key_env`), every endpoint but `/health`,
   `/ready`, `/metrics`, the page and its favicon needs a known key (`Authorization: Bearer`, or
-  `x-api-key`); state-changing ones — lane switches, approval decisions, grant revocations — need
-  an admin key (`admin_key_env`, or a client marked `admin = true`). Keys are compared in constant
-  time.
+  `x-api-key`); state-changing ones — lane switches, approval decisions, grant revocations, the
+  paid terms — need an admin key (`admin_key_env`, or a client marked `admin = true`). Keys are
+  compared in constant time.
 - **No forgery.** A state-changing request must be `Content-Type: application/json` (a cross-site
   form can not send that without a CORS preflight, which is never granted), and must not come from
   another origin (`Origin`, `Sec-Fetch-Site`). A job (chat, responses, messages, embeddings: it

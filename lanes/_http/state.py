@@ -3,6 +3,7 @@ from the dispatcher's frozen `statistics()` snapshot."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from lanes._core.dispatcher import Dispatcher
@@ -72,6 +73,64 @@ def breaker_view(stats: BreakerStatistics, now: float) -> dict[str, Any]:
     }
 
 
+def terms_view(stats: Statistics) -> dict[str, Any]:
+    """The ceiling and consent this process's config gives, and what it routes by (the store's
+    terms: the stricter of every host's, or an operator's) with who set each."""
+    terms = stats.terms
+    if terms is None:
+        return {}
+    return {
+        "configured": {
+            "ceiling_usd": terms.configured.ceiling_usd,
+            "consent": terms.configured.consent,
+        },
+        "effective": {
+            "ceiling_usd": terms.effective.ceiling_usd,
+            "consent": terms.effective.consent,
+            "ceiling_set_by": terms.ceiling_by,
+            "consent_set_by": terms.consent_by,
+        },
+    }
+
+
+def clock_view(stats: Statistics, most: int = 64) -> dict[str, Any]:
+    """This process's wall against the state store's clock, and every live host's (process's)
+    view of the day, as the store holds them (at most `most`)."""
+    clock, terms = stats.clock, stats.terms
+    if clock is None:
+        return {}
+    hosts = [] if terms is None else list(terms.hosts)[:most]
+    return {
+        "wall": clock.wall,
+        "store": clock.trusted,
+        "skew_s": None if clock.skew_s is None else round(clock.skew_s, 3),
+        "tolerance_s": clock.tolerance_s,
+        "source": clock.source,
+        "agrees": not clock.refusal,
+        "refusal": clock.refusal,
+        "offset_s": clock.offset_s,
+        "hosts": [
+            {
+                "host": h.announced.label,
+                "day": _utc_day(h.wall),
+                "skew_s": None if h.skew_s is None else round(h.skew_s, 3),
+                "seen_s_ago": round(max(0.0, clock.trusted - h.announced.seen), 3),
+                "ceiling_usd": h.announced.terms.ceiling_usd,
+                "consent": h.announced.terms.consent,
+            }
+            for h in hosts
+        ],
+    }
+
+
+def _utc_day(epoch: float) -> str:
+    """The UTC date of `epoch` seconds ("?" for one no calendar holds: it came from a store)."""
+    try:
+        return time.strftime("%Y-%m-%d", time.gmtime(epoch))
+    except (OverflowError, ValueError, OSError):
+        return "?"
+
+
 def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
     """`/v1/lanes`: `now` is trio's clock, for breaker times."""
     lanes = []
@@ -113,7 +172,9 @@ def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
             "spent_today_usd": stats.paid_spent_today_usd,
             "ceiling_usd": stats.paid_ceiling_usd,
             "fallback": stats.fallback,
+            **terms_view(stats),
         },
+        "clock": clock_view(stats),
         "approvals": len(stats.approvals),
         "recent": [dict(r) for r in stats.recent],
         "canary": {"quarantined": dict(stats.quarantined)},

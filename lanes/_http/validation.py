@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from lanes._core import strictjson
 from lanes._core.job import Job, Privacy
+from lanes._core.state.terms import CONSENTS, MAX_CEILING_USD, Consent
 from lanes._http.errors import BadRequest
 from lanes.freetier.headers import go_duration
 from lanes.freetier.prices import MAX_TOKENS, bounded
@@ -227,3 +228,21 @@ def parse_decision(value: Any) -> Literal["once", "deny"] | float:
     raise BadRequest(
         '\'decision\' must be "once", "deny" or a duration up to a week such as "1h"', "decision"
     )
+
+
+def parse_terms(body: Mapping[str, Any]) -> tuple[float | None, Consent | None]:
+    """`POST /v1/ceiling`: {"usd": the daily paid ceiling, "consent": a consent mode}, either or
+    both — (usd, consent). A ceiling must be a number from 0 to MAX_CEILING_USD."""
+    usd, consent = body.get("usd"), body.get("consent")
+    if usd is None and consent is None:
+        raise BadRequest("give 'usd' (the daily paid ceiling) or 'consent', or both", "usd")
+    if usd is not None and (
+        isinstance(usd, bool)
+        or not isinstance(usd, int | float)
+        or not 0 <= usd <= MAX_CEILING_USD  # NaN fails this too
+    ):
+        raise BadRequest(f"'usd' must be a number from 0 to {MAX_CEILING_USD:g}", "usd")
+    chosen = next((c for c in CONSENTS if c == consent), None)
+    if consent is not None and chosen is None:
+        raise BadRequest(f"'consent' must be one of {', '.join(CONSENTS)}", "consent")
+    return (None if usd is None else float(usd)), chosen

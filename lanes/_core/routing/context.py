@@ -19,9 +19,12 @@ from lanes._core.routing.breakers import LaneBreakers
 from lanes._core.routing.consent import Consent
 from lanes._core.routing.gate import Gate
 from lanes._core.routing.ledger import Ledger
+from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.probes import Probes
 from lanes._core.routing.ranking import Ranking
 from lanes._core.routing.record import JobRecord
+from lanes._core.routing.terms import SharedTerms
+from lanes._core.state.clock import StoreClock
 from lanes._core.state.store import STORE_ERRORS, Store
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.manager import FreeTierManager, LaneTerms
@@ -39,12 +42,14 @@ class Routing:
         manager: FreeTierManager,
         now_wall: Callable[[], EpochTime],
         free_lane_on: bool,
+        clock: StoreClock,
     ) -> None:
         self.config = config
-        self.policy = config.policy
+        self.policy = config.policy  # as configured, then as the store's terms govern it
         self.lanes = dict(lanes)
         self.manager = manager
-        self.now_wall = now_wall  # wall-clock epoch seconds, derived from trio's clock
+        self.now_wall = now_wall  # wall-clock epoch seconds, read from the wall source
+        self.clock = clock  # the store's clock: the ledger's day and every expiry
         self.store_shared = store.shared
         self.nudge: Callable[[], None] = lambda: None  # run the state sync now (set when it starts)
         # take what other processes on the host wrote since the last look (set when the sync starts)
@@ -63,9 +68,12 @@ class Routing:
             free_lane_on=free_lane_on,
             catch_up=lambda: self.catch_up(),
         )
-        self.ledger = Ledger(self.policy, manager, store, now_wall, clients=config.server.clients)
-        self.approvals = Approvals(store, now_wall, once_ttl_s=self.policy.once_ttl_s)
+        self.ledger = Ledger(
+            self.policy, manager, store, now_wall, self.clock, clients=config.server.clients
+        )
+        self.approvals = Approvals(store, self.clock.trusted, once_ttl_s=self.policy.once_ttl_s)
         self.consent = Consent(self.policy, self.approvals, self.seconds_to_next_free)
+        self.terms = SharedTerms(config.policy, self.clock, store, self.govern)
         self.ranking = Ranking(config.scoring)
         self.unreachable: dict[
             str, str
@@ -73,6 +81,10 @@ class Routing:
         self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
         for lane in self.lanes.values():
             self.register_prices(lane)
+
+    def govern(self, policy: PolicyConfig) -> None:
+        """Route by `policy` from now on (the store's terms govern the ceiling and consent)."""
+        self.policy = self.ledger.policy = self.consent.policy = policy
 
     def backoffs_changed(self) -> None:
         """A rate limit changed a backoff: the other processes must see it before their next

@@ -25,7 +25,8 @@ from lanes._core.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.spend import Unbounded, as_sent, worst_case
-from lanes._core.state.store import STORE_ERRORS, Store, call
+from lanes._core.state.clock import StoreClock
+from lanes._core.state.store import STORE_ERRORS, ClockRefused, Store, call
 from lanes.freetier.manager import FreeTierManager
 from lanes.freetier.windows import WindowName, window_end, window_id
 
@@ -49,6 +50,7 @@ class Ledger:
         manager: FreeTierManager,
         store: Store,
         now_wall: Callable[[], EpochTime],
+        clock: StoreClock,
         clients: Mapping[str, ClientConfig] | None = None,
     ) -> None:
         self.policy = policy
@@ -56,6 +58,8 @@ class Ledger:
         self._manager = manager
         self._store = store
         self._now = now_wall
+        self._day = clock.trusted  # the ledger's clock: the store's
+        self._clock = clock
         self._ledger_failing = False  # one log line per outage, not one per refused job
 
     def take_attempt(self, client: str = "anonymous", *, shared: bool = True) -> None:
@@ -94,7 +98,10 @@ class Ledger:
             raise PaidBudgetExhausted(
                 f"{candidate.key}: {amount}; it can not be held to the ceiling"
             )
-        now = self._now()
+        closed = self.closed()
+        if closed is not None:
+            raise closed
+        now = self._day()
         try:
             reservation = await call(
                 self._store,
@@ -108,7 +115,12 @@ class Ledger:
                 cohort=job.cohort,
                 client=job.client,
                 client_ceiling=self.client_ceiling(job.client),
+                wall=self._now(),
+                tolerance_s=self.policy.clock_tolerance_s,
             )
+        except ClockRefused as exc:  # the store's own clock said so, at the reservation
+            self._clock.observe(exc.skew_s)
+            raise self.closed() or PaidBudgetExhausted(str(exc), retry_after_s=5.0) from exc
         except STORE_ERRORS as exc:
             if (
                 not self._ledger_failing and not self._store.shared
@@ -126,6 +138,12 @@ class Ledger:
         if reservation is None:
             raise self.refusal(amount, job.client)
         return Reservation(id=reservation, amount_usd=amount)
+
+    def closed(self) -> PaidBudgetExhausted | None:
+        """The refusal of every paid attempt while this process's wall disagrees with the state
+        store's clock (None when it agrees)."""
+        why = self._clock.refusal()
+        return PaidBudgetExhausted(why, retry_after_s=5.0) if why else None
 
     def metered(self, candidate: Candidate) -> bool:
         """Does an attempt on `candidate` spend credits that are known, so it must fit in them?"""
@@ -174,7 +192,7 @@ class Ledger:
     def refusal(self, amount: float, client: str = "anonymous") -> PaidBudgetExhausted:
         """The error for a paid attempt whose worst case (`amount` USD) would cross today's ceiling
         (or `client`'s own); it says when the ceilings reset (UTC midnight)."""
-        now = self._now()
+        now = self._day()
         ceiling, whose = self.policy.paid_ceiling_usd_per_day, "paid ceiling"
         own = self.client_ceiling(client)
         if own is not None and self.left_today(client) < self._left_global():
@@ -190,7 +208,7 @@ class Ledger:
         left = self._left_global()
         own = self.client_ceiling(client)
         if own is not None:
-            spent = self._store.paid_spent(window_id("day", self._now()), client)
+            spent = self._store.paid_spent(window_id("day", self._day()), client)
             left = min(left, max(0.0, own - spent))
         return left
 
@@ -198,4 +216,4 @@ class Ledger:
         return max(0.0, self.policy.paid_ceiling_usd_per_day - self.spent_today())
 
     def spent_today(self) -> float:
-        return self._store.paid_spent(window_id("day", self._now()))
+        return self._store.paid_spent(window_id("day", self._day()))

@@ -49,6 +49,8 @@ class PolicyConfig:
     attempts_per_minute: int | None = attrs.field(default=None, validator=at_least(1))
     attempts_per_day: int | None = attrs.field(default=None, validator=at_least(1))
     paid_ceiling_usd_per_day: float = attrs.field(default=1.0, validator=at_least(0))
+    # a wall this far from the state store's clock closes paid
+    clock_tolerance_s: float = attrs.field(default=120.0, validator=at_least(0))
     paid_max_tokens: int = attrs.field(
         default=4096, validator=at_least(1)
     )  # sent when a paid job sets none

@@ -248,13 +248,16 @@ def _out_of_budget(
 
 def _paid_estimate(routing: Routing, record: JobRecord, candidate: Candidate) -> float | None:
     """The worst case of a paid attempt on `candidate` (the request as it would be sent), or None
-    after recording why it may not be sent: no bound, or more than is left of today's ceiling."""
+    after recording why it may not be sent: no bound, more than is left of today's ceiling, or a
+    wall clock that disagrees with the state store's."""
     estimate = worst_case(candidate, routing.ledger.as_sent(candidate, record.job))
     if isinstance(estimate, Unbounded):
         record.skip(candidate, f"worst case can not be bounded: {estimate}")
         return None
-    if estimate > routing.ledger.left_today(record.job.client) + 1e-12:
+    refusal = routing.ledger.closed()
+    if refusal is None and estimate > routing.ledger.left_today(record.job.client) + 1e-12:
         refusal = routing.ledger.refusal(estimate, record.job.client)
+    if refusal is not None:
         record.budget_refusal = refusal
         record.skip(candidate, str(refusal))
         return None

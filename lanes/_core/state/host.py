@@ -16,6 +16,11 @@ process, and decided once: the first `UPDATE … WHERE decision IS NULL` wins (s
 "approve once" is kept in the same transaction (`once_consent`, see `store.py`), for exactly one
 request to consume.
 
+**Terms and clocks.** Each process beats at every sync (`host_beat`: its announced terms, its
+wall and skew; see `terms.py`); the beat and the store's terms it settles (`shared_terms`: the
+ceiling every reservation is held to, and an operator's `lanes ceiling set`) are one immediate
+transaction, so no process can settle on a view another is changing.
+
 **The change word** is 8 bytes in a file beside the state file (`<state>-changes`). Every writer of
 a backoff, a kill switch or an approval decision writes a new random word there *after* its commit;
 a reader compares the word with the last one it saw (one `pread`) and reads the tables only when it
@@ -33,10 +38,15 @@ from typing import Any
 
 import attrs
 
+from lanes._core.state import terms
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS probe_lease (scope TEXT PRIMARY KEY, token TEXT, until FLOAT);
 CREATE TABLE IF NOT EXISTS approval (
     id TEXT PRIMARY KEY, client TEXT, fingerprint TEXT, data TEXT, expires FLOAT, decision TEXT);
+CREATE TABLE IF NOT EXISTS host_beat (host TEXT PRIMARY KEY, data TEXT);
+CREATE TABLE IF NOT EXISTS shared_terms (
+    id INTEGER PRIMARY KEY CHECK (id = 1), ceiling FLOAT, data TEXT);
 """
 
 
@@ -226,3 +236,69 @@ def approval_from(row: tuple[Any, ...]) -> ApprovalRecord | None:
         )
     except (ValueError, TypeError, KeyError):
         return None  # a row we can not read is skipped, never fatal
+
+
+def beat(conn: sqlite3.Connection, one: terms.Beat) -> terms.Pulse:
+    """One beat of a process, stamped with its trusted time (the host's clock), and the store's
+    terms it settles — one immediate transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        hosts = [
+            h
+            for host_id, data in conn.execute("SELECT host, data FROM host_beat")
+            if (h := terms.host_from(host_id, _json(data))) is not None
+        ]
+        operator = operator_of(conn)
+        own, gone, pulse = terms.beat(hosts, operator, one, one.now)
+        conn.execute(
+            "INSERT OR REPLACE INTO host_beat (host, data) VALUES (?, ?)",
+            (one.host, json.dumps(terms.host_fields(own))),
+        )
+        conn.executemany("DELETE FROM host_beat WHERE host = ?", [(h,) for h in gone])
+        if pulse.settled is not None:
+            conn.execute(
+                "INSERT INTO shared_terms (id, ceiling) VALUES (1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET ceiling = excluded.ceiling",
+                (pulse.settled.terms.ceiling_usd,),
+            )
+        conn.execute("COMMIT")
+        return pulse
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+def set_operator(conn: sqlite3.Connection, op: terms.Operator) -> None:
+    """Keep what an operator set: its fields replace the ones already set, the others stay (one
+    immediate transaction)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        old = operator_of(conn) or terms.Operator()
+        conn.execute(
+            "INSERT INTO shared_terms (id, data) VALUES (1, ?) "
+            "ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+            (json.dumps(terms.operator_fields(terms.merged(old, op))),),
+        )
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+def shared_ceiling(conn: sqlite3.Connection) -> float | None:
+    """The ceiling the store's terms hold every reservation to (None: none settled yet)."""
+    row = conn.execute("SELECT ceiling FROM shared_terms WHERE id = 1").fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def operator_of(conn: sqlite3.Connection) -> terms.Operator | None:
+    row = conn.execute("SELECT data FROM shared_terms WHERE id = 1").fetchone()
+    return None if row is None or row[0] is None else terms.operator_from(_json(row[0]))
+
+
+def _json(text: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -61,15 +61,30 @@ return 1
 # The ledger of a UTC day: a hash (reservation → amount) and its running total, both in integer
 # pico-dollars (amounts rounded up), so that a check is O(1) and exact however long the day.
 # A client with a ceiling of its own also has a ledger and total of its own, checked in the same
-# step: the client's ceiling holds inside the global one, across every host.
-# KEYS: ledger, total, client ledger, client total. ARGV: reservation id, amount, ceiling, expire
-# at, client ceiling (-1: none). Returns {granted, total, client total}.
+# step: the client's ceiling holds inside the global one, across every host. A host that gives
+# its wall (every reservation the ledger makes) has the day decided by the server's clock (TIME):
+# one that asks for another day is told the server's ({-2, …}); one whose wall is further than
+# the tolerance from it is refused ({-1, …}). Without a wall (restoring, tests) the day given is
+# used. The ceiling is the lower of the host's and the store's terms' (KEYS[5], set by the beats).
+# KEYS: ledger, total, client ledger, client total, the store's ceiling. ARGV: reservation id,
+# amount, ceiling, expire at, client ceiling (-1: none), day, the host's wall (s; "" for none),
+# tolerance (s). Returns {granted (1, 0, -1 or -2), total, client total, the server's time (text)}.
 RESERVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local clock = string.format('%.17g', now)
+if ARGV[7] ~= '' then
+  if math.abs(now - tonumber(ARGV[7])) > tonumber(ARGV[8]) then return {-1, 0, 0, clock} end
+  if math.floor(now / 86400) ~= tonumber(ARGV[6]) then return {-2, 0, 0, clock} end
+end
+local ceiling = tonumber(ARGV[3])
+local shared = tonumber(redis.call('GET', KEYS[5]) or '')
+if shared and shared < ceiling then ceiling = shared end
 local total = tonumber(redis.call('GET', KEYS[2]) or '0')
 local mine = tonumber(redis.call('GET', KEYS[4]) or '0')
-if total + tonumber(ARGV[2]) > tonumber(ARGV[3]) + 1 then return {0, total, mine} end
+if total + tonumber(ARGV[2]) > ceiling + 1 then return {0, total, mine, clock} end
 local own = tonumber(ARGV[5])
-if own >= 0 and mine + tonumber(ARGV[2]) > own + 1 then return {0, total, mine} end
+if own >= 0 and mine + tonumber(ARGV[2]) > own + 1 then return {0, total, mine, clock} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 total = redis.call('INCRBY', KEYS[2], ARGV[2])
 redis.call('EXPIREAT', KEYS[1], ARGV[4])
@@ -80,7 +95,7 @@ if own >= 0 then
   redis.call('EXPIREAT', KEYS[3], ARGV[4])
   redis.call('EXPIREAT', KEYS[4], ARGV[4])
 end
-return {1, total, mine}
+return {1, total, mine, clock}
 """
 
 # KEYS: ledger, total, client ledger, client total. ARGV: reservation id, real cost. An unknown

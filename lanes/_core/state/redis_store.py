@@ -41,6 +41,7 @@ import attrs
 import redis
 import trio
 
+from lanes._core.state import terms
 from lanes._core.state.host import approval_from, approval_row
 from lanes._core.state.redis_scripts import (
     BACKOFF,
@@ -58,6 +59,7 @@ from lanes._core.state.redis_scripts import (
 )
 from lanes._core.state.store import (
     ApprovalRecord,
+    ClockRefused,
     LocalView,
     News,
     OnceConsent,
@@ -98,6 +100,15 @@ def _grant(value: object) -> tuple[float, float]:
     """A grant as kept in Redis: "until@at" (an older "until" alone reads as written at 0)."""
     until, _, at = _text(value).partition("@")
     return float(until), float(at or 0.0)
+
+
+def _json(value: object) -> dict[str, Any]:
+    """A stored JSON object; {} for a value we can not read."""
+    try:
+        data = json.loads(_text(value))
+    except (TypeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _text(value: object) -> str:
@@ -216,6 +227,7 @@ class RedisStore:
         self._releases: list[tuple[str, bool, Backoff | None, str]] = []
         self._own: dict[str, tuple[int, float]] = {}  # reservation → (day, amount now counted)
         self._leases: dict[str, str] = {}  # scope → the token of the lease this host holds
+        self._operator: terms.Operator | None = None  # what an operator set, as last seen
 
     @property
     def db(self) -> Any:
@@ -358,32 +370,50 @@ class RedisStore:
         cohort: str | None,
         client: str | None = None,
         client_ceiling: float | None = None,
+        wall: float | None = None,
+        tolerance_s: float | None = None,
     ) -> str | None:
-        """Reserve `amount` of day `day`'s paid budget in one script across every host; None if it
-        would cross `ceiling` (or, for a client with one, `client_ceiling`). Refused
-        (StoreUnavailable) while the ledger is not known to be whole."""
+        """Reserve `amount` of the day's paid budget in one script across every host; None if it
+        would cross `ceiling` or the store's terms' ceiling, whichever is lower (or, for a client
+        with one, `client_ceiling`). The day is the server's (`day` is this host's guess; asked
+        again once with the server's when it guessed wrong). Raises `ClockRefused` when `wall` is
+        further than `tolerance_s` from the server's clock; refused (StoreUnavailable) while the
+        ledger is not known to be whole."""
         if not self.up:
             raise StoreUnavailable(
                 f"redis at {self.where}: the shared paid ledger is not synchronised yet"
             )
         tag = client.encode().hex() if client_ceiling is not None and client else ""
-        # one per attempt, never merged; day and client tag first, so settling finds the ledgers
-        reservation = f"{day}:{tag}:{uuid.uuid4().hex}:{job}:{lane}/{model}"
-        granted, total, mine = self._reserve(
-            keys=self._ledger(day, tag),
-            args=[
-                reservation,
-                pico(amount),
-                round(ceiling * PICO),
-                int(end_of("day", day)) + 86400,
-                round(client_ceiling * PICO) if tag and client_ceiling is not None else -1,
-            ],
+        checked = (
+            ["", "0"] if wall is None or tolerance_s is None else [repr(wall), repr(tolerance_s)]
         )
+        for _ in range(2):
+            # one per attempt, never merged; day and client tag first, so settling finds the ledgers
+            reservation = f"{day}:{tag}:{uuid.uuid4().hex}:{job}:{lane}/{model}"
+            granted, total, mine, server = self._reserve(
+                keys=[*self._ledger(day, tag), self._k("ceiling")],
+                args=[
+                    reservation,
+                    pico(amount),
+                    round(ceiling * PICO),
+                    int(end_of("day", day)) + 86400,
+                    round(client_ceiling * PICO) if tag and client_ceiling is not None else -1,
+                    day,
+                    *checked,
+                ],
+            )
+            if int(granted) == -1:
+                raise ClockRefused(float(server) - float(checked[0]))
+            if int(granted) != -2:
+                break
+            day = window_id("day", float(server))  # midnight fell between our guess and the script
+        else:
+            return None  # the server's day changed twice within a call: refuse, never guess
         with self._lock:
             self._spent[day] = int(total) / PICO
             if tag and client:
                 self._client_spent[(day, client)] = int(mine) / PICO
-            if not granted:
+            if not int(granted):
                 return None
             self._own[reservation] = (day, amount)
         return reservation
@@ -591,6 +621,72 @@ class RedisStore:
             if scope in self._leases:
                 self._releases.append((scope, ok, backoff, self._leases.pop(scope)))
 
+    # -- terms and clocks ----------------------------------------------------------------------
+    @property
+    def host_id(self) -> str:
+        return self.host
+
+    @_guarded
+    def heartbeat(self, beat: terms.Beat) -> terms.Pulse | None:
+        """This host's beat, stamped with the server's clock (TIME), and the store's terms it
+        settles, in one optimistic transaction (WATCH): no host settles on hosts or an operator's
+        terms another is changing. None when others kept changing them (the next sync beats)."""
+        hosts_key, operator_key = self._k("hosts"), self._k("operator")
+        with self._redis.pipeline() as pipe:
+            for _ in range(5):
+                try:
+                    pipe.watch(hosts_key, operator_key)  # type: ignore[no-untyped-call, unused-ignore]  # unannotated
+                    seconds, micros = pipe.time()
+                    now = seconds + micros / 1e6
+                    hosts = [
+                        h
+                        for host_id, data in pipe.hgetall(hosts_key).items()
+                        if (h := terms.host_from(_text(host_id), _json(data))) is not None
+                    ]
+                    raw = pipe.get(operator_key)
+                    operator = None if raw is None else terms.operator_from(_json(raw))
+                    own, gone, pulse = terms.beat(hosts, operator, beat, now)
+                    pipe.multi()
+                    pipe.hset(hosts_key, beat.host, json.dumps(terms.host_fields(own)))
+                    if gone:
+                        pipe.hdel(hosts_key, *gone)
+                    if pulse.settled is not None:
+                        pipe.set(self._k("ceiling"), round(pulse.settled.terms.ceiling_usd * PICO))
+                    pipe.execute()
+                except redis.WatchError:
+                    continue
+                with self._lock:
+                    self._operator = operator
+                return attrs.evolve(pulse, store_time=now)
+        return None
+
+    @_guarded
+    def set_terms(self, operator: terms.Operator) -> None:
+        """Keep what an operator set (stamped with the server's clock), over what was set before."""
+        key = self._k("operator")
+        with self._redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)  # type: ignore[no-untyped-call, unused-ignore]  # unannotated in redis-py
+                    seconds, micros = pipe.time()
+                    now = seconds + micros / 1e6
+                    raw = pipe.get(key)
+                    old = (None if raw is None else terms.operator_from(_json(raw))) or (
+                        terms.Operator()
+                    )
+                    stamped = attrs.evolve(operator, ceiling_at=now, consent_at=now)
+                    pipe.multi()
+                    pipe.set(key, json.dumps(terms.operator_fields(terms.merged(old, stamped))))
+                    pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue
+
+    @_guarded
+    def withdraw(self) -> None:
+        """Leave: this host's announcement holds no one back any more."""
+        self._redis.hdel(self._k("hosts"), self.host)
+
     # -- the sync ---------------------------------------------------------------------------
     @_guarded
     def begin_sync(self, now: float) -> bool:
@@ -600,16 +696,20 @@ class RedisStore:
         day = window_id("day", now)
         pipe = self._redis.pipeline(transaction=False)
         pipe.get(self._k("epoch"))
-        pipe.get(self._k("paid-total", day))
+        for near in (day - 1, day, day + 1):  # the server's day may be either side of ours
+            pipe.get(self._k("paid-total", near))
         pipe.hgetall(self._k("grant"))
-        epoch, total, grants = pipe.execute()
+        epoch, *totals, grants = pipe.execute()
         self._reseed_due |= epoch is None or (self._epoch is not None and epoch != self._epoch)
         if epoch is None:
             self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
             epoch = self._redis.get(self._k("epoch"))
         self._epoch = epoch
         with self._lock:
-            self._spent = {day: int(total or 0) / PICO}
+            self._spent = {
+                near: int(total or 0) / PICO
+                for near, total in zip((day - 1, day, day + 1), totals, strict=True)
+            }
             if any(
                 d < day - 1 for d, _ in self._own.values()
             ):  # only today's and yesterday's can need pushing back
@@ -671,6 +771,10 @@ class RedisStore:
                 self._grant_writes.setdefault(client, grant)  # revocations too: they are newer
             for lane in view.switched_off:
                 self._switch_writes.setdefault(lane, (True, now))
+            if self._operator is not None:  # what an operator set, as this host last saw it
+                pipe.set(
+                    self._k("operator"), json.dumps(terms.operator_fields(self._operator)), nx=True
+                )
             for key, reason in self._quarantine.items():
                 pipe.hsetnx(
                     self._k("quarantine"),

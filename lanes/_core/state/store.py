@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
-from lanes._core.state import audit_tables, host
+from lanes._core.state import audit_tables, host, terms
 from lanes._core.state.host import ApprovalRecord as ApprovalRecord  # a Store record
 from lanes._core.state.sqlite_file import connect, identity, reopen
 from lanes.freetier.backoff import LADDERS, Backoff
@@ -70,6 +70,15 @@ class StoreUnavailable(Exception):
     """A shared store that can not be reached right now (Redis down, or not yet resynchronised)."""
 
 
+class ClockRefused(Exception):
+    """The store's clock refused a reservation: this process's wall is off by `skew_s` (the
+    store's clock minus the wall) — more than the tolerance."""
+
+    def __init__(self, skew_s: float) -> None:
+        super().__init__(f"the store's clock is {skew_s:+.1f}s from this process's wall")
+        self.skew_s = skew_s
+
+
 STORE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, StoreUnavailable)
 
 
@@ -107,6 +116,7 @@ class LocalView:
     backoffs: dict[str, Backoff]
     snapshots: dict[str, tuple[float, RateLimitSnapshot]]
     switched_off: frozenset[str]
+    operator: terms.Operator | None = None  # what an operator set, as this process last saw it
 
 
 #: The deadline (trio's clock) of the job on whose behalf store calls are made now, if any: set by
@@ -177,6 +187,8 @@ class Store(Protocol):
         cohort: str | None,
         client: str | None = None,
         client_ceiling: float | None = None,
+        wall: float | None = None,
+        tolerance_s: float | None = None,
     ) -> str | None: ...
     def settle_paid(self, reservation: str, cost: float) -> None: ...
     def paid_spent(self, day: int, client: str | None = None) -> float: ...
@@ -216,6 +228,12 @@ class Store(Protocol):
         self, approval_id: str, decision: str, now: float, once_until: float | None = None
     ) -> ApprovalRecord | None: ...
     def listen(self, timeout_s: float) -> list[dict[str, Any]]: ...
+    # terms and clocks (see terms.py): this process in the store, its beat, an operator's terms
+    @property
+    def host_id(self) -> str: ...
+    def heartbeat(self, beat: terms.Beat) -> terms.Pulse | None: ...
+    def set_terms(self, operator: terms.Operator) -> None: ...
+    def withdraw(self) -> None: ...
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]: ...
     def begin_sync(self, now: float) -> bool: ...
     def reseed(self, view: LocalView, now: float) -> None: ...
@@ -381,15 +399,21 @@ class SQLiteStore:
         cohort: str | None,
         client: str | None = None,
         client_ceiling: float | None = None,
+        wall: float | None = None,
+        tolerance_s: float | None = None,
     ) -> str | None:
         """Reserve `amount` USD of today's paid budget, atomically across processes; None if it
-        would cross `ceiling` — or, for a `client` with a ceiling of its own, `client_ceiling`.
-        Unsettled reservations count in full, so a crash never under-counts."""
+        would cross `ceiling` or the store's terms' ceiling, whichever is lower — or, for a
+        `client` with a ceiling of its own, `client_ceiling`. Unsettled reservations count in
+        full, so a crash never under-counts. (`wall` and `tolerance_s` are for a store with a clock
+        of its own: the processes of one host share the host's, which the ledger checks.)"""
         reservation = f"{job}:{lane}/{model}:{uuid.uuid4().hex}"  # one per attempt, never merged
         self._check_file()
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
+                shared = host.shared_ceiling(self._conn)
+                ceiling = ceiling if shared is None else min(ceiling, shared)
                 over = self._spent(day) + amount > ceiling + 1e-12
                 if not over and client_ceiling is not None:
                     over = self._spent(day, client) + amount > client_ceiling + 1e-12
@@ -706,7 +730,29 @@ class SQLiteStore:
             )
         self.put_backoffs({s: b for s, b in view.backoffs.items() if b.until > now}, now)
         self.put_snapshots(view.snapshots)
+        if view.operator is not None:
+            with self._lock:
+                if host.operator_of(self._conn) is None:  # what the lost file held, kept
+                    host.set_operator(self._conn, view.operator)
         self.up = True
+
+    @property
+    def host_id(self) -> str:
+        return self._process
+
+    def heartbeat(self, beat: terms.Beat) -> terms.Pulse:
+        """This process's beat, stamped with the host's clock (`beat.now`); the store's terms."""
+        with self._lock:
+            return host.beat(self._conn, beat)
+
+    def set_terms(self, operator: terms.Operator) -> None:
+        with self._lock:
+            host.set_operator(self._conn, operator)
+
+    def withdraw(self) -> None:
+        """Leave: this process's announcement holds no one back any more."""
+        with self._lock, self._conn:
+            self._conn.execute("DELETE FROM host_beat WHERE host = ?", (self._process,))
 
     def flush(self) -> None:
         pass

@@ -4,7 +4,9 @@ Every half second (sooner when a backoff, a kill switch or a probe result must r
 hosts) the pending counts, spend, backoffs, snapshots, audit rows and queued writes go to the store,
 and the totals other processes wrote come back into the local view that every routing decision
 reads. With SQLite the calls run inline (see `store.call`); with Redis they run in a worker thread,
-and a second task applies what other hosts publish as it arrives.
+and a second task applies what other hosts publish as it arrives. Each round ends with this
+process's beat (`Beats`): its configured paid terms and its view of the clock, answered with the
+store's terms and clock (see `terms.py`); a graceful exit withdraws its announcement.
 
 Neither task can die. A store that can not be reached is one log line per failure streak: the rows
 wait for the next try — in bounded queues (usage coalesced by key, ended windows and expired
@@ -33,6 +35,7 @@ from lanes._core.state.store import (
     backoff_from,
     call,
 )
+from lanes._core.state.terms import Operator
 from lanes._core.tasks import TaskHealth
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.manager import FreeTierManager
@@ -61,6 +64,14 @@ class SyncPeer(Protocol):
     def apply_quarantine(self, current: Mapping[str, str]) -> None: ...
     def probe_answered(self, scope: str, ok: bool) -> None: ...
     def take_approvals(self, records: list[ApprovalRecord]) -> None: ...
+
+
+class Beats(Protocol):
+    """This process's side of the shared terms and clock (`routing/terms.py`): one beat a round."""
+
+    async def round(self) -> None: ...
+    async def leave(self) -> None: ...
+    def operator(self) -> Operator | None: ...
 
 
 class _Batch:
@@ -111,10 +122,12 @@ class StateSync:
         peer: SyncPeer,
         health: TaskHealth,
         listener: TaskHealth | None = None,
+        beats: Beats | None = None,
     ) -> None:
         self.manager = manager
         self.store = store
         self.peer = peer
+        self.beats = beats
         self.health = health
         self.listener = listener or health
         self._last_switches: set[str] = set()
@@ -141,6 +154,7 @@ class StateSync:
             backoffs=dict(self.manager.backoffs),
             snapshots=dict(self.manager.snapshots),
             switched_off=self.peer.switches(),
+            operator=None if self.beats is None else self.beats.operator(),
         )
 
     async def sync(self, now: float) -> None:
@@ -191,6 +205,11 @@ class StateSync:
             return
         self._strikes = 0
         self._written(totals, now, reseeded=view is not None)
+        if self.beats is not None:
+            try:
+                await self.beats.round()
+            except STORE_ERRORS as exc:
+                self._failed(exc)
 
     def _not_written(self, batch: _Batch, exc: Exception, now: float) -> None:
         """Give the unwritten part of the batch back for the next try — unless the store refused
@@ -324,6 +343,9 @@ class StateSync:
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5.0):
                 await self.sync(wall_now())
+                if self.beats is not None:
+                    with contextlib.suppress(*STORE_ERRORS):  # it lapses on its own otherwise
+                        await self.beats.leave()
 
     async def listen(self) -> None:
         """For a shared store: apply other hosts' changes as they are published (retrying while it

@@ -1,0 +1,289 @@
+"""One ceiling per store: the terms protecting shared money (the daily paid ceiling, the consent
+mode) settle to the strictest a live host announces, or what an operator set (issue 28, Build 4).
+
+The rule is pure (`state/terms.py`, Hypothesis below); both stores run it in one atomic step — a
+SQLite immediate transaction, a Redis WATCH transaction — and hold every reservation to the
+settled ceiling in the reservation's own transaction or script (the contract tests, parametrized
+over SQLite and a real redis-server).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lanes._core.state import terms
+from lanes._core.state.redis_store import RedisStore
+from lanes._core.state.store import SQLiteStore, Store
+from lanes._core.state.terms import CONSENTS, LIVE_S, Announced, Operator, Terms, settle
+from lanes.freetier.windows import window_id
+
+NOW = 1_800_000_000.0
+ceilings = st.floats(0, 100, allow_nan=False)
+consents = st.sampled_from(CONSENTS)
+all_terms = st.builds(Terms, ceiling_usd=ceilings, consent=consents)
+
+
+def rank(consent: str) -> int:
+    return CONSENTS.index(consent)
+
+
+# -- the rule (pure) ---------------------------------------------------------------------------
+
+
+@given(all_terms, all_terms, all_terms)
+def test_stricter_is_a_meet(a, b, c):
+    """`stricter` is commutative, associative and idempotent, and never looser than either side."""
+    assert a.stricter(b) == b.stricter(a)
+    assert a.stricter(b).stricter(c) == a.stricter(b.stricter(c))
+    assert a.stricter(a) == a
+    met = a.stricter(b)
+    assert met.ceiling_usd <= min(a.ceiling_usd, b.ceiling_usd)
+    assert rank(met.consent) <= min(rank(a.consent), rank(b.consent))
+
+
+announcement = st.builds(
+    Announced,
+    host=st.sampled_from(["a", "b", "c", "d"]),
+    label=st.sampled_from(["a:1", "b:2"]),
+    terms=all_terms,
+    at=st.floats(NOW - 100, NOW, allow_nan=False),
+    seen=st.floats(NOW - 2 * LIVE_S, NOW, allow_nan=False),
+)
+
+
+@given(st.lists(announcement, max_size=6))
+def test_without_an_operator_the_strictest_live_host_wins(announced):
+    """With no operator's terms the store's ceiling and consent are the strictest of the live
+    announcements; a host not seen for LIVE_S holds no one back."""
+    alive = [a for a in announced if a.seen >= NOW - LIVE_S]
+    settled = settle(announced, None, NOW)
+    if not alive:
+        assert settled is None
+        return
+    assert settled is not None
+    assert settled.terms.ceiling_usd == min(a.terms.ceiling_usd for a in alive)
+    assert settled.terms.consent == min((a.terms.consent for a in alive), key=rank)
+
+
+@given(
+    st.lists(announcement, max_size=6),
+    st.floats(0, 100, allow_nan=False),
+    st.floats(NOW - 100, NOW, allow_nan=False),
+    consents,
+)
+def test_an_operators_terms_stand_over_what_was_announced_before(announced, usd, at, consent):
+    """An operator's ceiling replaces every announcement made before it — higher or lower — and
+    is held to the strictest live announcement made after it; its consent likewise."""
+    op = Operator(ceiling_usd=usd, ceiling_at=at, consent=consent, consent_at=at, by="a:1")
+    settled = settle(announced, op, NOW)
+    assert settled is not None
+    later = [a for a in announced if a.seen >= NOW - LIVE_S and a.at > at]
+    assert settled.terms.ceiling_usd == min([usd, *(a.terms.ceiling_usd for a in later)])
+    assert settled.terms.consent == min([consent, *(a.terms.consent for a in later)], key=rank)
+    if all(a.terms.ceiling_usd > usd for a in later):
+        assert settled.ceiling_by == "operator via a:1"
+
+
+@given(st.lists(announcement, min_size=1, max_size=6), all_terms)
+def test_a_host_can_never_loosen_another_hosts_terms(announced, mine):
+    """Whatever another host announces, the store's terms are never looser than this host's own
+    (no operator): another host can lower the ceiling, never raise it."""
+    own = Announced(host="me", label="me:1", terms=mine, at=NOW, seen=NOW)
+    settled = settle([own, *announced], None, NOW)
+    assert settled is not None
+    assert settled.terms.ceiling_usd <= mine.ceiling_usd
+    assert rank(settled.terms.consent) <= rank(mine.consent)
+
+
+@given(st.dictionaries(st.text(max_size=5), st.none() | st.text(max_size=5) | st.floats()))
+def test_a_stored_entry_we_can_not_read_is_skipped(data):
+    """Whatever a store holds for a host or an operator, reading it never raises."""
+    terms.host_from("h", data)
+    terms.operator_from(data)
+
+
+# -- the stores (contract: SQLite and Redis) ---------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def two(request, tmp_path):
+    """Two processes (SQLite: one file) or two hosts (Redis: one server) sharing one store."""
+    if request.param == "sqlite":
+        stores: list[Store] = [SQLiteStore(str(tmp_path / "s.db")) for _ in range(2)]
+    else:
+        url = request.getfixturevalue("redis_server").url
+        stores = [RedisStore(url, local=SQLiteStore(":memory:")) for _ in range(2)]
+        for store in stores:
+            store.begin_sync(time.time())
+            store.flush()
+    yield stores
+    for store in stores:
+        store.close()
+
+
+def beat(store: Store, ceiling: float, consent: str = "allow", *, fresh: bool = False):
+    now = time.time()
+    pulse = store.heartbeat(
+        terms.Beat(
+            host=store.host_id,
+            label=store.host_id,
+            terms=Terms(ceiling_usd=ceiling, consent=consent),  # type: ignore[arg-type]
+            fresh=fresh,
+            wall=now,
+            skew_s=0.0,
+            now=now,
+        )
+    )
+    assert pulse is not None and pulse.settled is not None
+    return pulse
+
+
+def reserve(store: Store, amount: float, ceiling: float) -> str | None:
+    return store.reserve_paid(
+        day=window_id("day", time.time()),
+        amount=amount,
+        ceiling=ceiling,
+        lane="paid",
+        model="m",
+        job="j",
+        cohort=None,
+        wall=time.time(),
+        tolerance_s=120.0,
+    )
+
+
+def test_two_hosts_settle_on_the_stricter_terms(two):
+    """Hosts announcing $0.01/allow and $0.002/ask both read $0.002 and ask, named by who set
+    them; each host's configured terms stay listed."""
+    loose, strict = two
+    beat(loose, 0.01, "allow", fresh=True)
+    beat(strict, 0.002, "ask", fresh=True)
+    pulse = beat(loose, 0.01, "allow")
+    assert pulse.settled.terms == Terms(ceiling_usd=0.002, consent="ask")
+    assert pulse.settled.ceiling_by == strict.host_id
+    assert sorted(h.announced.terms.ceiling_usd for h in pulse.hosts) == [0.002, 0.01]
+
+
+def test_a_reservation_is_held_to_the_stores_ceiling_whatever_the_host_asks(two):
+    """A host that passes its own looser ceiling (it has not seen the stricter announcement yet)
+    is still held to the store's: the cap is in the reservation's own transaction or script."""
+    loose, strict = two
+    beat(loose, 0.01, fresh=True)
+    beat(strict, 0.002, fresh=True)
+    assert reserve(loose, 0.0015, ceiling=0.01) is not None
+    assert reserve(loose, 0.001, ceiling=0.01) is None  # 0.0025 would cross the store's 0.002
+    assert reserve(loose, 0.0005, ceiling=0.01) is not None  # exactly 0.002: allowed
+
+
+def test_an_operator_sets_the_terms_until_a_stricter_host_arrives(two):
+    """`lanes ceiling set` raises (or lowers) the store's ceiling over earlier announcements; a
+    host announcing a stricter one afterwards is stricter again; a host leaving stops holding
+    the others back."""
+    a, b = two
+    beat(a, 0.002, fresh=True)
+    beat(b, 0.01, fresh=True)
+    a.set_terms(Operator(ceiling_usd=0.05, ceiling_at=time.time(), by="ops", consent_at=0.0))
+    raised = beat(b, 0.01)
+    assert raised.settled.terms.ceiling_usd == 0.05
+    assert raised.settled.ceiling_by == "operator via ops"
+    assert raised.settled.terms.consent == "allow"  # the operator set no consent
+    lowered = beat(b, 0.001, fresh=True)  # b reloads with a stricter ceiling
+    assert lowered.settled.terms.ceiling_usd == 0.001
+    b.withdraw()
+    assert beat(a, 0.002).settled.terms.ceiling_usd == 0.05  # b is gone: the operator's again
+
+
+def test_a_host_not_seen_for_a_while_holds_no_one_back(tmp_path):
+    """An announcement whose process stopped beating (killed) lapses after LIVE_S (SQLite: the
+    host's clock, passed in, stamps the beats)."""
+    a, b = (SQLiteStore(str(tmp_path / "s.db")) for _ in range(2))
+    beat(b, 0.001, fresh=True)
+    now = time.time() + LIVE_S + 1  # b has not beaten since
+    pulse = a.heartbeat(
+        terms.Beat(
+            host=a.host_id,
+            label="a",
+            terms=Terms(ceiling_usd=0.01, consent="allow"),
+            fresh=True,
+            wall=now,
+            skew_s=0.0,
+            now=now,
+        )
+    )
+    assert pulse.settled is not None and pulse.settled.terms.ceiling_usd == 0.01
+    assert [h.announced.host for h in pulse.hosts] == [a.host_id]
+    a.close()
+    b.close()
+
+
+def test_an_operators_terms_survive_a_store_that_lost_them(tmp_path):
+    """A state file replaced under a process: the operator's terms it last saw are written back
+    with its view, so a lowered ceiling is not forgotten."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(str(path))
+    operator = Operator(ceiling_usd=0.0, ceiling_at=NOW, by="ops")
+    store.set_terms(operator)
+    path.unlink()
+    assert store.begin_sync(NOW) is True
+    from lanes._core.state.store import LocalView
+
+    view = LocalView(
+        usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset(), operator=operator
+    )
+    store.reseed(view, NOW)
+    other = SQLiteStore(str(path))
+    pulse = beat(other, 1.0, fresh=True)
+    assert pulse.settled.terms.ceiling_usd == 0.0
+    store.close()
+    other.close()
+
+
+def test_reading_terms_never_trusts_a_malformed_row(tmp_path):
+    """A host row the store can not read is skipped, never fatal, and never loosens the terms."""
+    path = tmp_path / "s.db"
+    store = SQLiteStore(str(path))
+    with sqlite3.connect(path) as other:
+        other.execute("INSERT INTO host_beat (host, data) VALUES ('x', 'not json')")
+        other.execute("""INSERT INTO host_beat (host, data) VALUES ('y', '{"c": "nan"}')""")
+    pulse = beat(store, 0.5, fresh=True)
+    assert pulse.settled.terms.ceiling_usd == 0.5 and len(pulse.hosts) == 1
+    store.close()
+
+
+async def test_a_reload_reannounces_and_a_reload_on_every_host_raises_the_ceiling(
+    autojump_clock, tmp_path, env, caplog_lanes
+):
+    """`Dispatcher.announce_terms` (what a reload calls): a stricter ceiling governs at once; a
+    looser one only once the store has settled it (until then, the store's last) — here, the only
+    host, so a reload on every host raises the ceiling; another host's stricter one holds it
+    down. Only a disagreement is logged, and its end."""
+    import attrs
+
+    import lanes
+    from helpers import config, paid_lane
+
+    cfg = config(
+        paid_lane("paid", "http://127.0.0.1:9"),
+        state=str(tmp_path / "s.db"),
+        policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.01},
+    )
+    async with lanes.open_dispatcher(cfg, env=env) as one:
+        one.announce_terms(attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.002))
+        at_once = one.routing.policy.paid_ceiling_usd_per_day
+        one.announce_terms(attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.05))
+        before_sync = one.routing.policy.paid_ceiling_usd_per_day
+        await trio.sleep(1)  # a sync: the store settles the new announcement
+        raised = one.routing.policy.paid_ceiling_usd_per_day
+        strict = attrs.evolve(cfg, policy=attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.003))
+        async with lanes.open_dispatcher(strict, env=env):
+            await trio.sleep(1)
+            held = one.routing.policy.paid_ceiling_usd_per_day
+    assert (at_once, before_sync, raised, held) == (0.002, 0.01, 0.05, 0.003)
+    said = [r.getMessage() for r in caplog_lanes.records if "paid terms" in r.getMessage()]
+    assert len(said) == 2 and "the state store's are $0.003" in said[0] and "again" in said[1]
