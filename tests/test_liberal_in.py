@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes._core.dialects import messages_api, responses_api
-from lanes._core.job import MAX_DROPPED, MAX_DROPPED_NAME, Job, bounded_names
+from lanes._core.job import MAX_DROPPED, MAX_DROPPED_NAME, Candidate, Job, bounded_names
+from lanes._core.routing.spend import as_sent, worst_case
 from lanes.testing.answers import chunks, completion
 
 CLIENTS = Path(__file__).parent / "fixtures" / "clients"
@@ -262,3 +264,39 @@ def test_a_job_bounds_what_it_is_given():
     job = Job(messages=[{"role": "user", "content": "x"}], dropped=["k" * 500] * 3 + ["\n"])
     assert job.dropped == ("k" * 61 + "...", "?")
 
+
+# -- per candidate ---------------------------------------------------------------------------------
+
+
+def candidate(*, reasoning: bool, tier: str = "free") -> Candidate:
+    prices = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0} if tier == "paid" else {}
+    return Candidate(lane="l", model="m", tier=tier, reasoning=reasoning, **prices)  # type: ignore[arg-type]
+
+
+def test_a_translated_effort_goes_only_to_a_model_that_declares_reasoning():
+    """reasoning_effort is sent to a `reasoning` model, and not to one that does not declare it;
+    a chat request's own reasoning_effort passes through untouched either way."""
+    job = Job(messages=[{"role": "user", "content": "x"}], reasoning_effort="high")
+    sent = [
+        as_sent(job, candidate(reasoning=r), paid_max_tokens=64, capped=False).body("m")
+        for r in (True, False)
+    ]
+    assert sent[0]["reasoning_effort"] == "high" and "reasoning_effort" not in sent[1]
+    chat = Job(messages=[{"role": "user", "content": "x"}], params={"reasoning_effort": "low"})
+    plain = as_sent(chat, candidate(reasoning=False), paid_max_tokens=64, capped=False)
+    assert plain.body("m")["reasoning_effort"] == "low"
+
+
+def test_an_effort_leaves_a_paid_worst_case_as_it_was():
+    """On a paid reasoning model the effort is sent and the worst case is the same figure: the
+    reasoning it buys is output, within the one output cap."""
+    paid = candidate(reasoning=True, tier="paid")
+    plain = Job(messages=[{"role": "user", "content": "x"}])
+    effort = attrs.evolve(plain, reasoning_effort="high")
+    cases = [
+        worst_case(paid, as_sent(j, paid, paid_max_tokens=64, capped=True)) for j in (plain, effort)
+    ]
+    sent = as_sent(effort, paid, paid_max_tokens=64, capped=True).body("m")
+    assert sent["reasoning_effort"] == "high" and sent["max_tokens"] == 64
+    extra = len(',"reasoning_effort":"high"')  # its bytes are input the worst case prices
+    assert cases[1] == pytest.approx(cases[0] + extra * 1.0 / 1e6)

@@ -83,6 +83,9 @@ class ModelConfig:
     )
     image_usd: float | None = attrs.field(default=None, validator=non_negative)  # per input image
     embedding: bool = False  # an embedding model: served on /v1/embeddings (and nowhere else)
+    # takes chat's `reasoning_effort` (low/medium/high): a Responses or Messages request's effort
+    # is sent to it, and to no model that does not declare this
+    reasoning: bool = False
 
 
 @attrs.frozen(kw_only=True)

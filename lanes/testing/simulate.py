@@ -130,7 +130,9 @@ def simulated_config(
                 "base_url": fakes["gemini"].base_url,
                 "api_key_env": "SIM_GEMINI_KEY",
                 "free_tier": {"kind": "rate_limited", "rpm": 5},
-                "models": [{"id": "gemini-flash", "context": 1048576, "vision": True}],
+                "models": [
+                    {"id": "gemini-flash", "context": 1048576, "vision": True, "reasoning": True}
+                ],
             },
             {
                 "name": "openrouter",

@@ -152,10 +152,14 @@ def paid_request(job: Job, *, cap_param: str, paid_max_tokens: int) -> Job:
 def as_sent(job: Job, candidate: Candidate, *, paid_max_tokens: int, capped: bool) -> Job:
     """`job` as an attempt on `candidate` sends it. Held to its worst case (`capped`: paid, or
     spending credits), it carries one output cap (`paid_request`); not paid, it carries none of
-    the billing switches the lane declares — there is no reservation to cover them."""
+    the billing switches the lane declares — there is no reservation to cover them. A reasoning
+    effort a translated request asked for goes only to a model that declares `reasoning`, as
+    chat's `reasoning_effort` (priced: reasoning tokens are output tokens, within the cap)."""
     if candidate.tier not in ("paid", "byok") and candidate.billing_switches & set(job.params):
         params = {k: v for k, v in job.params.items() if k not in candidate.billing_switches}
         job = attrs.evolve(job, params=params)
+    if job.reasoning_effort is not None and candidate.reasoning:
+        job = attrs.evolve(job, params={"reasoning_effort": job.reasoning_effort, **job.params})
     if capped and not job.embedding:
         job = paid_request(job, cap_param=candidate.cap_param, paid_max_tokens=paid_max_tokens)
     return job
