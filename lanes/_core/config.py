@@ -176,6 +176,9 @@ class Config:
 
     lanes: list[LaneConfig] = attrs.field(factory=list)
     aliases: dict[str, list[str]] = attrs.field(factory=dict)
+    # a model name no alias, lane/model or model id matches → the alias of the first glob it
+    # matches, in the order written (`"claude-*haiku*" = "claude-haiku-4-5"`)
+    alias_patterns: dict[str, str] = attrs.field(factory=dict)
     default_deadline_s: float = attrs.field(default=30.0, validator=positive)
     free_lane: bool = True  # FREE_LANE=off in the environment wins over this
     log_bodies: bool = False
