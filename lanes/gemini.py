@@ -12,7 +12,7 @@ PROVIDER = Provider(
     catalog_style="prefixed_ids",
     models=(
         # its OpenAI-compatible endpoint maps reasoning_effort to the thinking budget
-        Model(id="gemini-2.5-flash", context=1048576, reasoning=True),
+        Model(id="gemini-2.5-flash", context=1048576, max_output_tokens=65536, reasoning=True),
         Model(id="gemini-embedding-001", context=2048, embedding=True),
     ),
 )

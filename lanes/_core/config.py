@@ -86,6 +86,8 @@ class ModelConfig:
     # takes chat's `reasoning_effort` (low/medium/high): a Responses or Messages request's effort
     # is sent to it, and to no model that does not declare this
     reasoning: bool = False
+    # the most tokens it writes in one answer: a larger cap a client asks for is lowered to it
+    max_output_tokens: int | None = attrs.field(default=None, validator=positive)
 
 
 @attrs.frozen(kw_only=True)

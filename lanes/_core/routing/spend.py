@@ -39,6 +39,7 @@ from typing import Any
 import attrs
 
 from lanes._core.job import Candidate, Job
+from lanes._core.routing.policy import estimate_tokens, output_room
 from lanes.freetier.prices import cost_usd
 
 # lanes: pure
@@ -160,9 +161,27 @@ def as_sent(job: Job, candidate: Candidate, *, paid_max_tokens: int, capped: boo
         job = attrs.evolve(job, params=params)
     if job.reasoning_effort is not None and candidate.reasoning:
         job = attrs.evolve(job, params={"reasoning_effort": job.reasoning_effort, **job.params})
+    job = within_room(job, candidate)
     if capped and not job.embedding:
         job = paid_request(job, cap_param=candidate.cap_param, paid_max_tokens=paid_max_tokens)
     return job
+
+
+def within_room(job: Job, candidate: Candidate) -> Job:
+    """`job` with its output caps no larger than what `candidate` can write after the input
+    (`output_room`): a client's cap is a ceiling, and lowering it only lowers a worst case."""
+    asked = requested_cap(job.params)
+    if asked is None or job.embedding:
+        return job
+    room = output_room(candidate, estimate_tokens(job))
+    if room is None or room >= asked:
+        return job
+    room = max(room, 1)  # the plan keeps only models with room; a recovery's longer input too
+    params = {
+        k: (min(v, room) if k in CAP_PARAMS and _count(v) is not None else v)
+        for k, v in job.params.items()
+    }
+    return attrs.evolve(job, params=params)
 
 
 def unpriced(candidate: Candidate, body: Mapping[str, Any], *, embedding: bool) -> str | None:
