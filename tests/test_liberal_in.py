@@ -299,4 +299,5 @@ def test_an_effort_leaves_a_paid_worst_case_as_it_was():
     sent = as_sent(effort, paid, paid_max_tokens=64, capped=True).body("m")
     assert sent["reasoning_effort"] == "high" and sent["max_tokens"] == 64
     extra = len(',"reasoning_effort":"high"')  # its bytes are input the worst case prices
+    assert isinstance(cases[0], float) and isinstance(cases[1], float)
     assert cases[1] == pytest.approx(cases[0] + extra * 1.0 / 1e6)

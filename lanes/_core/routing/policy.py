@@ -5,12 +5,8 @@ class prefers first), then paid — after removing, with a recorded reason, ever
 not serve this request: missing capabilities (tools, images, JSON mode), too small a context, or
 a privacy need it does not meet.
 
-A client's output cap (`max_tokens`) is a ceiling, not a demand: Claude Code asks for 64,000
-whatever it expects. A model whose context (after the input) or declared `max_output_tokens`
-holds less is still fit when it holds at least `MIN_CLAMPED_OUTPUT` of it (all of it, when less
-was asked), and is sent the cap it holds (`output_room`) — an answer longer than that ends as
-cut (`length`), as it would at the client's own cap. Within a tier, models that hold the whole
-cap are tried before those that would cut it.
+A client's output cap is a ceiling, not a demand (`room.py`): a model that holds part of it is fit
+when it holds enough, and within a tier the models that hold all of it go first.
 
 What changes from moment to moment (kill switch, breaker, backoff, quota) is checked by the
 dispatcher just before each attempt.
@@ -26,12 +22,10 @@ from typing import Any, Literal
 import attrs
 
 from lanes._core.job import Candidate, Job, Skip
+from lanes._core.routing.room import MIN_CLAMPED_OUTPUT, output_room
 from lanes._core.validators import at_least
 
 FallbackMode = Literal["off", "ask", "allow"]
-#: The least of a client's output cap a model must hold to be sent the job with its cap lowered
-#: to what it holds (tokens); a model that holds less of it is not fit.
-MIN_CLAMPED_OUTPUT = 4096
 
 
 @attrs.frozen(kw_only=True)
@@ -136,21 +130,6 @@ def needs_of(job: Job) -> Needs:
         input_tokens=estimate,
         output_tokens=asked,
     )
-
-
-def output_room(candidate: Candidate, input_tokens: int) -> int | None:
-    """The most output tokens an attempt on `candidate` can ask for with `input_tokens` of input:
-    what its context leaves and its declared `max_output_tokens`, the smaller; None when neither
-    is known."""
-    known = [
-        room
-        for room in (
-            None if candidate.context is None else candidate.context - input_tokens,
-            candidate.max_output_tokens,
-        )
-        if room is not None
-    ]
-    return min(known) if known else None
 
 
 def clamped(candidate: Candidate, needs: Needs) -> bool:
