@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import lanes
 from bench.freeshare import arrivals
 from helpers import config, free_lane, paid_lane
+from lanes._cli_reports import story_text
 from lanes._core.state.audit import audit_row
 from lanes._core.state.report import explain, report
 from lanes._core.state.store import SQLiteStore
@@ -382,7 +383,10 @@ def test_a_state_file_from_before_dropped_opens_and_explains(tmp_path):
     path = str(tmp_path / "old.db")
     with sqlite3.connect(path) as conn:
         conn.execute(FIRST_AUDIT)
-        conn.execute("INSERT INTO audit (job, at, outcome, cost_usd) VALUES ('old', 1.0, 'ok', 0)")
+        conn.execute(
+            "INSERT INTO audit VALUES ('old', 1.0, 'anonymous', '', 'general', 'primary', 'ok', "
+            "'l', 'm', 'ab', 2, 'cd', 3, 1, '[]', '[]', 0.5, 7, 0.0, '', 0, '')"
+        )
     store = SQLiteStore(path)
     job = lanes.Job(messages=MESSAGES, dropped=["client_metadata", "tools.web_search"])
     row = audit_row(
@@ -400,3 +404,5 @@ def test_a_state_file_from_before_dropped_opens_and_explains(tmp_path):
     old, new = explain(store.query, "old"), explain(store.query, job.id)
     assert old is not None and old["dropped"] == [] and old["summary"]
     assert new is not None and new["dropped"] == ["client_metadata", "tools.web_search"]
+    assert "dropped (not sent): client_metadata, tools.web_search" in story_text(new)
+    assert "dropped" not in story_text(old)
