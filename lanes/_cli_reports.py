@@ -169,6 +169,8 @@ def story_text(story: dict[str, Any]) -> str:
         f"(sha256 {story['request_sha256'][:16]}…)",
         "plan: " + (", ".join(story["plan"]) or "—"),
     ]
+    if story.get("dropped"):
+        lines.append("dropped (not sent): " + ", ".join(story["dropped"]))
     lines += [f"  skipped {s['lane']}/{s['model']}: {s['reason']}" for s in story["skips"]]
     for a in story["attempt_list"]:
         lines.append(

@@ -17,7 +17,11 @@ PROVIDER = Provider(
     tool_prompt_tokens=346,
     models=(
         Model(
-            id="claude-haiku-4-5", context=200000, input_usd_per_mtok=1.0, output_usd_per_mtok=5.0
+            id="claude-haiku-4-5",
+            context=200000,
+            max_output_tokens=64000,
+            input_usd_per_mtok=1.0,
+            output_usd_per_mtok=5.0,
         ),
     ),
 )

@@ -10,6 +10,12 @@ PROVIDER = Provider(
     free_tier=NoFreeTier(),
     prefill=True,
     models=(
-        Model(id="deepseek-chat", context=65536, input_usd_per_mtok=0.27, output_usd_per_mtok=1.1),
+        Model(
+            id="deepseek-chat",
+            context=65536,
+            max_output_tokens=8192,
+            input_usd_per_mtok=0.27,
+            output_usd_per_mtok=1.1,
+        ),
     ),
 )

@@ -11,7 +11,8 @@ PROVIDER = Provider(
     free_tier=RateLimitedFree(rpm=10, rpd=250, tpm=250_000),
     catalog_style="prefixed_ids",
     models=(
-        Model(id="gemini-2.5-flash", context=1048576),
+        # its OpenAI-compatible endpoint maps reasoning_effort to the thinking budget
+        Model(id="gemini-2.5-flash", context=1048576, max_output_tokens=65536, reasoning=True),
         Model(id="gemini-embedding-001", context=2048, embedding=True),
     ),
 )

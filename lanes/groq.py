@@ -12,7 +12,7 @@ PROVIDER = Provider(
     free_tier=RateLimitedFree(rpm=30, rpd=14_400, tpm=6_000, tpd=500_000),
     conventions={"requests": 86_400.0, "tokens": 60.0},
     models=(
-        Model(id="llama-3.1-8b-instant", context=131_072),
-        Model(id="llama-3.3-70b-versatile", context=131_072),
+        Model(id="llama-3.1-8b-instant", context=131_072, max_output_tokens=131_072),
+        Model(id="llama-3.3-70b-versatile", context=131_072, max_output_tokens=32_768),
     ),
 )

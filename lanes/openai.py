@@ -10,7 +10,11 @@ PROVIDER = Provider(
     output_cap="max_completion_tokens",  # its reasoning models refuse max_tokens
     models=(
         Model(
-            id="gpt-4.1-mini", context=1_047_576, input_usd_per_mtok=0.40, output_usd_per_mtok=1.60
+            id="gpt-4.1-mini",
+            context=1_047_576,
+            max_output_tokens=32_768,
+            input_usd_per_mtok=0.40,
+            output_usd_per_mtok=1.60,
         ),
         Model(id="text-embedding-3-small", context=8191, input_usd_per_mtok=0.02, embedding=True),
     ),

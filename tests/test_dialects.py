@@ -141,8 +141,20 @@ def test_an_image_input_keeps_its_url():
         ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
         ({"input": "x", "conversation": "conv_1"}, "conversation"),
         ({"input": "x", "background": True}, "background"),
-        ({"input": "x", "frobnicate": 1}, "frobnicate"),
-        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt"),
+        (
+            {
+                "input": "x",
+                "tools": [{"type": "web_search"}],
+                "tool_choice": {"type": "web_search"},
+            },
+            "tool_choice",
+        ),
+        (
+            {"input": "x", "tools": [{"type": "web_search"}], "tool_choice": "required"},
+            "tool_choice",
+        ),
+        ({"input": "x", "tools": [{"type": "mcp", "server_label": "docs"}]}, "tools[0].type"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
@@ -160,7 +172,7 @@ def test_an_image_input_keeps_its_url():
     ],
 )
 def test_what_can_not_be_carried_is_refused_by_name(body, param):
-    """Stateful features, unknown parameters, built-in tools and bad items: a BadField naming it."""
+    """Stateful features, a forced built-in tool, hosted MCP and bad items: a BadField naming it."""
     with pytest.raises(BadField) as caught:
         responses_api.to_chat(body)
     assert caught.value.param == param
@@ -384,6 +396,10 @@ def test_a_messages_request_becomes_a_chat():
         ({"model": "m", "max_tokens": 5, "messages": []}, "messages"),
         (
             {"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
+            "messages",
+        ),
+        (
+            {"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]},
             "messages.0.role",
         ),
         (
@@ -400,17 +416,37 @@ def test_a_messages_request_becomes_a_chat():
                 "max_tokens": 5,
                 "messages": [{"role": "user", "content": "x"}],
                 "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                "tool_choice": {"type": "tool", "name": "web_search"},
             },
-            "tools.0.type",
+            "tool_choice.name",
         ),
         (
             {
                 "model": "m",
                 "max_tokens": 5,
                 "messages": [{"role": "user", "content": "x"}],
-                "extra": 1,
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                "tool_choice": {"type": "any"},
             },
-            "extra",
+            "tool_choice.type",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": "x"}],
+                "mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "m"}],
+            },
+            "mcp_servers",
+        ),
+        (
+            {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": "x"}],
+                "output_config": {"format": {"type": "yaml"}},
+            },
+            "output_config.format.type",
         ),
         (
             {
@@ -424,7 +460,8 @@ def test_a_messages_request_becomes_a_chat():
     ],
 )
 def test_messages_requests_that_can_not_be_carried_name_the_field(body, param):
-    """A missing max_tokens or model, server tools, documents, unknown fields: BadField by name."""
+    """A missing max_tokens or model, a forced server tool, MCP servers, documents, a format
+    other than a JSON schema: BadField by name."""
     with pytest.raises(BadField) as caught:
         messages_api.to_chat(body)
     assert caught.value.param == param

@@ -5,6 +5,7 @@ fallback, mid-stream recovery, deadlines, consent, the ceiling, each API's own e
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from typing import Any
 
@@ -522,3 +523,29 @@ async def test_models_retrieve_and_created():
     assert alias.created == local.created
     assert all(isinstance(m.created, int) for m in listed.data)
     assert embedding.model_extra and embedding.model_extra["embedding"] is True
+
+
+async def test_what_a_translated_request_drops_is_logged_and_never_sent(caplog):
+    """client_metadata and the like reach no upstream and are named on the lanes.jobs line; the
+    effort reaches the model that declares reasoning, and only it."""
+    caplog.set_level(logging.INFO, logger="lanes.jobs")
+    thinker = {"models": [{"id": "thinker", "reasoning": True}]}
+    async with open_sidecar(("a", "local", ["plain"]), ("b", "local", ["thinker"], thinker)) as (
+        url,
+        fakes,
+    ):
+        body = {
+            "input": "hi",
+            "client_metadata": {"session_id": "s-1"},
+            "store": False,
+            "reasoning": {"effort": "high", "summary": "auto"},
+        }
+        for model in ("a/plain", "b/thinker"):
+            reply = await post(url, "/responses", {**body, "model": model})
+            assert reply.status_code == 200, reply.text
+    plain, thought = fakes["a"].requests()[0].body, fakes["b"].requests()[0].body
+    assert "client_metadata" not in plain and "reasoning_effort" not in plain
+    assert thought["reasoning_effort"] == "high" and "s-1" not in json.dumps(thought)
+    lines = [r.getMessage() for r in caplog.records if r.name == "lanes.jobs"]
+    assert len(lines) == 2
+    assert all("dropped=client_metadata,store,reasoning.summary" in line for line in lines)

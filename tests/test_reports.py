@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 import lanes
 from bench.freeshare import arrivals
 from helpers import config, free_lane, paid_lane
+from lanes._cli_reports import story_text
+from lanes._core.state.audit import audit_row
 from lanes._core.state.report import explain, report
 from lanes._core.state.store import SQLiteStore
 from lanes.testing import answer, open_fake, quota, rate_limited, status
@@ -365,3 +367,42 @@ def test_the_report_groups_by_what_the_roll_ups_keep():
     from lanes._core.state.report import GROUPS
 
     assert GROUPS == DIMENSIONS
+
+
+#: The `audit` table as the first release created it, before any of `audit_tables.ADDED`.
+FIRST_AUDIT = """CREATE TABLE audit (
+    job TEXT PRIMARY KEY, at FLOAT, client TEXT, cohort TEXT, class TEXT, route TEXT,
+    outcome TEXT, lane TEXT, model TEXT, request_sha256 TEXT, request_bytes INTEGER,
+    answer_sha256 TEXT, answer_bytes INTEGER, attempts INTEGER, attempt_log TEXT, skip_log TEXT,
+    latency_s FLOAT, tokens INTEGER, cost_usd FLOAT, approval TEXT, explored INTEGER, body TEXT)"""
+
+
+def test_a_state_file_from_before_dropped_opens_and_explains(tmp_path):
+    """A state file whose audit has no `dropped` column opens: its old rows tell no drops, new
+    rows keep theirs."""
+    path = str(tmp_path / "old.db")
+    with sqlite3.connect(path) as conn:
+        conn.execute(FIRST_AUDIT)
+        conn.execute(
+            "INSERT INTO audit VALUES ('old', 1.0, 'anonymous', '', 'general', 'primary', 'ok', "
+            "'l', 'm', 'ab', 2, 'cd', 3, 1, '[]', '[]', 0.5, 7, 0.0, '', 0, '')"
+        )
+    store = SQLiteStore(path)
+    job = lanes.Job(messages=MESSAGES, dropped=["client_metadata", "tools.web_search"])
+    row = audit_row(
+        job=job,
+        at=2.0,
+        request_class="general",
+        outcome="ok",
+        route="primary",
+        lane="l",
+        model="m",
+        attempts=(),
+        latency_s=0.1,
+    )
+    store.add_audit([row])
+    old, new = explain(store.query, "old"), explain(store.query, job.id)
+    assert old is not None and old["dropped"] == [] and old["summary"]
+    assert new is not None and new["dropped"] == ["client_metadata", "tools.web_search"]
+    assert "dropped (not sent): client_metadata, tools.web_search" in story_text(new)
+    assert "dropped" not in story_text(old)

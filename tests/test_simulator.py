@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -298,3 +299,46 @@ async def test_failure_behaviours_still_fail_with_tools():
             await http.post(f"{fake.base_url}/chat/completions", json=body)
         again = await http.post(f"{fake.base_url}/chat/completions", json=body)
     assert b"[DONE]" in again.content
+
+
+NUMBERS = st.builds(
+    lambda lo, step, name: {
+        "type": "object",
+        "properties": {name: {"type": "number", **lo, **step}},
+        "required": [name],
+    },
+    st.sampled_from([{}, {"minimum": 0}, {"minimum": 3}, {"minimum": 0.5}, {"maximum": -2.5}]),
+    st.sampled_from([{}, {"multipleOf": 1}, {"multipleOf": 0.25}]),
+    st.sampled_from(["yield_time_ms", "max_output_tokens", "ratio"]),
+)
+
+
+@given(NUMBERS)
+def test_a_whole_number_is_written_whole(schema):
+    """A `number` whose value is whole comes as a JSON integer (a Rust usize reads it), and
+    still validates; only a bound that needs a fraction gives one."""
+    value = next(iter(instance(schema).values()))
+    jsonschema.validate(value, schema["properties"][next(iter(schema["properties"]))])
+    assert isinstance(value, int) or not float(value).is_integer()
+
+
+def test_codexs_count_arguments_are_integers():
+    """The arguments of Codex's exec_command call carry its counts as integers, not 0.0."""
+    body = json.loads((Path(__file__).parent / "fixtures/clients/codex-0.json").read_text())
+    [exec_command] = [t for t in body["body"]["tools"] if t.get("name") == "exec_command"]
+    arguments = instance(exec_command["parameters"])
+    assert json.dumps(arguments["yield_time_ms"]) == "0"
+    assert isinstance(arguments["max_output_tokens"], int)
+
+
+def test_a_system_message_after_the_user_still_gets_the_tool_call():
+    """A system entry after the user's message (Claude Code's) does not stop the tool call."""
+    request = {
+        "messages": [
+            {"role": "user", "content": "list the files"},
+            {"role": "system", "content": "reminder"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "Bash", "parameters": {}}}],
+    }
+    [choice] = choices(request, "text")
+    assert choice.tool_calls[0]["function"]["name"] == "Bash"

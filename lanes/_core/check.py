@@ -98,6 +98,14 @@ def check_references(config: Config, env: Mapping[str, str]) -> tuple[list[str],
                 key = key_of([*where.split("."), name, i], None)
                 if (problem := _reference(key, value, offered)) is not None:
                     problems.append(problem)
+    for pattern, alias in config.alias_patterns.items():
+        if alias not in config.aliases:
+            near = difflib.get_close_matches(alias, list(config.aliases), n=1)
+            hint = f'did you mean "{near[0]}"?' if near else "add it to [aliases]"
+            problems.append(
+                f'{key_of(["alias_patterns", pattern], None)}: "{alias}" is not an alias; {hint} '
+                f"(aliases: {', '.join(config.aliases) or 'none'})"
+            )
     flag = env.get("FREE_LANE")
     if flag is not None and flag.strip().lower() not in FLAG_WORDS:
         problems.append(

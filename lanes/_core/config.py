@@ -83,6 +83,11 @@ class ModelConfig:
     )
     image_usd: float | None = attrs.field(default=None, validator=non_negative)  # per input image
     embedding: bool = False  # an embedding model: served on /v1/embeddings (and nowhere else)
+    # takes chat's `reasoning_effort` (low/medium/high): a Responses or Messages request's effort
+    # is sent to it, and to no model that does not declare this
+    reasoning: bool = False
+    # the most tokens it writes in one answer: a larger cap a client asks for is lowered to it
+    max_output_tokens: int | None = attrs.field(default=None, validator=positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -173,6 +178,9 @@ class Config:
 
     lanes: list[LaneConfig] = attrs.field(factory=list)
     aliases: dict[str, list[str]] = attrs.field(factory=dict)
+    # a model name no alias, lane/model or model id matches → the alias of the first glob it
+    # matches, in the order written (`"claude-*haiku*" = "claude-haiku-4-5"`)
+    alias_patterns: dict[str, str] = attrs.field(factory=dict)
     default_deadline_s: float = attrs.field(default=30.0, validator=positive)
     free_lane: bool = True  # FREE_LANE=off in the environment wins over this
     log_bodies: bool = False

@@ -71,6 +71,29 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+#: What a translation left out of a request is kept by name, never by value: at most this many
+#: names (the last one then says how many more), each at most this many characters.
+MAX_DROPPED = 32
+MAX_DROPPED_NAME = 64
+#: The reasoning efforts a translated request may ask for (what every reasoning lane honours).
+REASONING_EFFORTS = ("low", "medium", "high")
+
+
+def bounded_names(names: Iterable[str]) -> tuple[str, ...]:
+    """`names` once each, in order, as printable ASCII (anything else becomes `?`), cut to
+    `MAX_DROPPED_NAME`; beyond `MAX_DROPPED` of them the last says `+N more`."""
+    seen: list[str] = []
+    for raw in names:
+        name = "".join(c if " " <= c <= "~" else "?" for c in str(raw)[: MAX_DROPPED_NAME + 1])
+        if len(name) > MAX_DROPPED_NAME:
+            name = name[: MAX_DROPPED_NAME - 3] + "..."
+        if name not in seen:
+            seen.append(name)
+    if len(seen) > MAX_DROPPED:
+        seen[MAX_DROPPED - 1 :] = [f"+{len(seen) - MAX_DROPPED + 1} more"]
+    return tuple(seen)
+
+
 @attrs.frozen(kw_only=True)
 class Job:
     """One chat completion — or, with `input` instead of `messages`, one embedding — to route.
@@ -79,6 +102,10 @@ class Job:
     `input` is what `dispatcher.embed()` embeds (OpenAI's embeddings `input`); such a job never
     goes to a different model, only to the same model on another lane.
     `model` is `"auto"`, an alias from config, `"lane/model"` or a bare model id.
+    `dropped` names what the request held that was not sent (a translated API's fields, tools or
+    blocks lanes does not carry), for the audit. `reasoning_effort` is an effort a translated
+    request asked for: sent as chat's `reasoning_effort` only to a model that declares
+    `reasoning` (a chat request's own params pass through untouched, that one included).
     The deadline is `deadline_at` (absolute, trio's clock) when given, else `deadline_s` from the
     moment the dispatcher receives the job.
     """
@@ -97,6 +124,10 @@ class Job:
     # provider keys the client brought, by bring-your-own-key lane: used for this job only, never
     # sent anywhere else, stored, audited or printed
     keys: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    dropped: tuple[str, ...] = attrs.field(default=(), converter=bounded_names)
+    reasoning_effort: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(REASONING_EFFORTS))
+    )
     id: str = attrs.field(factory=_new_id)
 
     @messages.validator
@@ -154,6 +185,8 @@ class Job:
         same one, any request that could cost more has another. An approval is for one of these."""
         embedded = None if self.input is None else self.request()
         asked = [self.model, list(self.messages), embedded, dict(self.params)]
+        if self.reasoning_effort is not None:
+            asked.append(self.reasoning_effort)
         return digest(asked)[0]
 
     def request(self) -> Any:
@@ -193,6 +226,8 @@ class Candidate:
     image_usd: float | None = None  # the most one input image costs (None: unknown)
     cap_param: str = "max_tokens"  # the output cap the lane's dialect honours
     embedding: bool = False  # an embedding model: serves embedding jobs only, and only those
+    reasoning: bool = False  # takes chat's `reasoning_effort` (a translated effort is sent to it)
+    max_output_tokens: int | None = None  # the most it writes in one answer (None: unknown)
     # request parameters that make the provider bill beyond the request (the lane declares them)
     billing_switches: frozenset[str] = frozenset()
     # the tool-use prompt the provider adds to a request with tools (None: not declared)

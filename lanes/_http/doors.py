@@ -73,6 +73,8 @@ async def _read_job(door: Door, api: API, request: Request) -> tuple[dict[str, A
         params=chat.params,
         model=chat.model,
         client=client,
+        dropped=chat.dropped,
+        reasoning_effort=chat.reasoning_effort,
         **door.job_headers(request.headers),
     )
     return body, job, chat.stream

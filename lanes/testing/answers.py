@@ -2,8 +2,9 @@
 Pure: the same request always gets the same answer.
 
 An agent can be tried against it:
-- `tools`, when the last message is the user's: a well-formed call of the first tool (or the one
-  `tool_choice` names), its arguments valid against the tool's parameter schema;
+- `tools`, when the last message is the user's (system messages after it aside, as Claude Code
+  sends one): a well-formed call of the first tool (or the one `tool_choice` names), its
+  arguments valid against the tool's parameter schema;
 - after a tool result: the final answer — or, when `tool_choice` is `required`, a call of the
   first tool not yet called;
 - `response_format` `json_object`: `{"answer": text}`; `json_schema`: a value valid against it;
@@ -30,6 +31,9 @@ from lanes.testing.schema import instance
 #: The dimension of a simulated embedding when the request does not ask for one.
 EMBEDDING_DIMENSIONS = 16
 MAX_CHOICES = 16
+#: Messages that instruct rather than take a turn: a system entry after the user's message does
+#: not stop the tool call the user's message asks for.
+_INSTRUCTIONS = ("system", "developer")
 
 
 @attrs.frozen(kw_only=True)
@@ -72,7 +76,8 @@ def _tool_to_call(request: Mapping[str, Any], messages: Sequence[Any]) -> Mappin
     tools, choice = _tools(request), request.get("tool_choice", "auto")
     if not tools or choice == "none":
         return None
-    last = messages[-1] if messages and isinstance(messages[-1], Mapping) else {}
+    turns = [m for m in messages if not (isinstance(m, Mapping) and m.get("role") in _INSTRUCTIONS)]
+    last = turns[-1] if turns and isinstance(turns[-1], Mapping) else {}
     if isinstance(choice, Mapping):
         name = (
             (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None

@@ -7,6 +7,12 @@ Deterministic: the same schema always gives the same value. Strings are the prop
 `minItems`/`maxItems`, `uniqueItems`, `minProperties`, `enum`, `const`, `anyOf`/`oneOf`/`allOf`,
 `$ref` into `$defs`/`definitions`, `minimum`/`maximum` (and exclusive), `multipleOf`,
 `minLength`/`maxLength`, common `format`s, and a `pattern` matched by one of a few usual strings.
+
+Numbers are whole where they can be: an `integer` is a JSON integer, and so is a `number` whose
+value is whole (`0`, not `0.0`) — valid against `number` in every draft, read by a float parser
+as a float, and by a client that expects a count (`max_output_tokens`, `yield_time_ms`, an id: a
+Rust `usize`, Codex's) as the count it is. Only a bound or `multipleOf` that needs a fraction
+gives one (`minimum: 0.5` → `0.5`).
 """
 
 from __future__ import annotations
@@ -197,7 +203,9 @@ def _number(schema: Mapping[str, Any], *, integer: bool, nth: int) -> int | floa
         tries.append((low[0] + high[0]) / 2)
     tries = [math.ceil(t) if integer else t for t in tries]
     value = next((t for t in tries if fits(t)), tries[0])
-    return int(value) if integer else float(value)
+    if integer or (float(value).is_integer() and abs(value) < 2**53):
+        return int(value)  # a whole number is written whole, for `number` too
+    return float(value)
 
 
 def _bound(schema: Mapping[str, Any], inclusive: str, exclusive: str) -> tuple[float, bool] | None:

@@ -78,6 +78,14 @@ CLAUDE_ALIASES = {
     "claude-haiku-4-5": ["local/llama3.2:3b", "groq/llama-3.1-8b-instant", "gemini/gemini-flash"],
     "claude-opus-4-7": ["openrouter/llama-3.3-70b:free", "paid/gpt-sim-mini"],
 }
+#: Any other Claude-style name (claude-sonnet-5, claude-opus-4-8, claude-3-5-haiku-latest …) finds
+#: its tier's alias by the first glob it matches.
+CLAUDE_PATTERNS = {
+    "claude-*haiku*": "claude-haiku-4-5",
+    "claude-*sonnet*": "claude-sonnet-4-6",
+    "claude-*opus*": "claude-opus-4-7",
+    "claude-*": "claude-sonnet-4-6",
+}
 
 
 def simulated_config(
@@ -102,6 +110,7 @@ def simulated_config(
             "fast": ["groq/llama-3.1-8b-instant", "gemini/gemini-flash", "paid/gpt-sim-mini"],
             **CLAUDE_ALIASES,
         },
+        "alias_patterns": CLAUDE_PATTERNS,
         "lanes": [
             {
                 "name": "local",
@@ -130,7 +139,9 @@ def simulated_config(
                 "base_url": fakes["gemini"].base_url,
                 "api_key_env": "SIM_GEMINI_KEY",
                 "free_tier": {"kind": "rate_limited", "rpm": 5},
-                "models": [{"id": "gemini-flash", "context": 1048576, "vision": True}],
+                "models": [
+                    {"id": "gemini-flash", "context": 1048576, "vision": True, "reasoning": True}
+                ],
             },
             {
                 "name": "openrouter",

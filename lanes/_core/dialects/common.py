@@ -1,5 +1,10 @@
-"""What the translations share: the request they produce, the error they raise, and small readers
-of chat-completions values. Pure.
+"""What the translations share: the request they produce, the error they raise, what they drop,
+and small readers of chat-completions values. Pure.
+
+Liberal in, exact out: a field a translation does not carry is never sent upstream and never
+refuses the request — it is left out and named in `ChatRequest.dropped` (the job's audit row and
+log line say so). A translation refuses (`BadField`) only what lanes can not honour *and* whose
+loss would change what the client asked for: kept responses, a forced built-in tool, a document.
 """
 
 from __future__ import annotations
@@ -28,6 +33,32 @@ class ChatRequest:
     messages: list[dict[str, Any]]
     params: dict[str, Any]
     stream: bool = False
+    dropped: tuple[str, ...] = ()  # what was left out, by name (never a value)
+    reasoning_effort: str | None = None  # for the models that declare `reasoning` only
+
+
+#: A reasoning effort a client asks for (OpenAI's `reasoning.effort`, the Messages API's
+#: `output_config.effort`) → the one chat's `reasoning_effort` sends: the three levels every
+#: reasoning lane honours, the nearest one for the others.
+EFFORTS = {
+    "none": "low",
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+    "max": "high",
+}
+
+
+def effort_of(value: Any) -> str | None:
+    """The chat `reasoning_effort` for an asked-for effort, or None when it is not one."""
+    return EFFORTS.get(value) if isinstance(value, str) else None
+
+
+def sub_keys(where: str, value: Mapping[str, Any], read: set[str]) -> list[str]:
+    """The keys of the object `where` other than those `read`, named `where.key`: dropped."""
+    return [f"{where}.{key}" for key in value if key not in read]
 
 
 def sse_event(event: Mapping[str, Any]) -> bytes:

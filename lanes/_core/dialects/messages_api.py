@@ -1,9 +1,15 @@
 """The Messages API (`POST /v1/messages`, as Claude clients speak it) ⇄ chat completions. Pure.
 
-`to_chat(body)`: `system` becomes a system message; each message's blocks become chat messages —
-text and images as content, `tool_use` as the assistant's tool calls, each `tool_result` as a
-`tool` message (before the rest of that user turn); tools become function tools, `tool_choice`
-(`auto`, `any`, `tool`, `none`) its chat counterpart, `stop_sequences` become `stop`.
+`to_chat(body)`: `system` becomes a system message, and so does a `{"role": "system"}` entry
+inside `messages`, at its place; each message's blocks become chat messages — text and images as
+content, `tool_use` as the assistant's tool calls, each `tool_result` as a `tool` message (before
+the rest of that user turn); client tools become function tools, `tool_choice` (`auto`, `any`,
+`tool`, `none`) its chat counterpart, `stop_sequences` become `stop`, `output_config.format` (a
+JSON schema, as the SDK's `messages.parse` sends it) a `response_format` and
+`output_config.effort` the job's `reasoning_effort` (sent to reasoning models only). Every other
+field (`thinking`, `context_management`, `cache_control`, `diagnostics`, a field invented
+tomorrow, …), server tool and `thinking` block is dropped and named in `dropped`; refused are
+only `mcp_servers` with entries, a server tool `tool_choice` forces, and documents.
 `message_of(...)` turns the chat completion back into a `message` (text and `tool_use` blocks,
 `stop_reason`, usage); `MessageEvents` does it for a stream: `message_start`,
 `content_block_start` / `_delta` / `_stop`, `message_delta`, `message_stop` — or an `error` event
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 # lanes: pure
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,14 +28,18 @@ from lanes._core.dialects.common import (
     BadField,
     ChatRequest,
     ChunkReader,
+    effort_of,
     first_choice,
     is_int,
     need,
+    sub_keys,
     text_of,
     token_counts,
     tool_calls_of,
 )
 
+#: Fields that are read; the others are dropped (and named), `mcp_servers` refused when it has
+#: entries.
 TRANSLATED = {
     "model",
     "messages",
@@ -41,9 +52,9 @@ TRANSLATED = {
     "tools",
     "tool_choice",
     "metadata",
+    "output_config",
+    "mcp_servers",
 }
-#: Accepted and left out: nothing a chat upstream could honour (cache hints, thinking budgets).
-IGNORED = {"top_k", "thinking", "service_tier", "context_management", "container", "mcp_servers"}
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -51,13 +62,20 @@ STOP_REASONS = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
+#: A `metadata.user_id` passed on as chat's `user`: a short plain identifier. Anything else (Claude
+#: Code puts a JSON object of device and session ids there) is dropped, not sent to providers.
+_USER_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,64}")
 
 
 def to_chat(body: Mapping[str, Any]) -> ChatRequest:
     """The chat request for a Messages API body. Raises `BadField` naming what it can not carry."""
-    for key in body:
-        need(key in TRANSLATED or key in IGNORED, f"{key}: Extra inputs are not permitted", key)
-    need(not body.get("mcp_servers"), "mcp_servers are not supported", "mcp_servers")
+    dropped = [key for key in body if key not in TRANSLATED]
+    need(
+        not body.get("mcp_servers"),
+        "mcp_servers are not supported: the provider would call the MCP servers; declare their "
+        "tools as client tools",
+        "mcp_servers",
+    )
     model = body.get("model")
     need(
         isinstance(model, str) and bool(model),
@@ -68,7 +86,7 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
     need(is_int(cap) and cap > 0, "max_tokens: Field required (a positive integer)", "max_tokens")
     stream = body.get("stream", False)
     need(isinstance(stream, bool), "stream: must be a boolean", "stream")
-    messages = _system(body.get("system")) + _messages(body.get("messages"))
+    messages = _system(body.get("system")) + _messages(body.get("messages"), dropped)
     params: dict[str, Any] = {"max_tokens": cap}
     for key in ("temperature", "top_p"):
         if body.get(key) is not None:
@@ -81,40 +99,102 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
             "stop_sequences",
         )
         params["stop"] = list(stops)
-    metadata = body.get("metadata")
-    if isinstance(metadata, Mapping) and isinstance(metadata.get("user_id"), str):
-        params["user"] = metadata["user_id"]
-    tools = _tools(body.get("tools"))
+    if (user := _user_id(body.get("metadata"), dropped)) is not None:
+        params["user"] = user
+    tools = _tools(body.get("tools"), body.get("tool_choice"), dropped)
     if tools:
         params["tools"] = tools
     if body.get("tool_choice") is not None:
         choice, parallel = _tool_choice(body["tool_choice"])
-        params["tool_choice"] = choice
-        if parallel is False and tools:
-            params["parallel_tool_calls"] = False
-    return ChatRequest(model=model, messages=messages, params=params, stream=stream)  # type: ignore[arg-type]
+        need(
+            choice != "required" or bool(tools),
+            "tool_choice.type: 'any' needs a client tool, and none of the given tools is one "
+            "lanes can offer",
+            "tool_choice.type",
+        )
+        if tools:
+            params["tool_choice"] = choice
+            if parallel is False:
+                params["parallel_tool_calls"] = False
+        else:  # chat refuses a tool_choice without tools
+            dropped.append("tool_choice")
+    effort, response_format = _output_config(body.get("output_config"), dropped)
+    if response_format is not None:
+        params["response_format"] = response_format
+    return ChatRequest(
+        model=model,  # type: ignore[arg-type]
+        messages=messages,
+        params=params,
+        stream=stream,
+        dropped=tuple(dropped),
+        reasoning_effort=effort,
+    )
 
 
-def _system(system: Any) -> list[dict[str, Any]]:
+def _user_id(metadata: Any, dropped: list[str]) -> str | None:
+    """`metadata.user_id` as chat's `user`, when it is a short plain identifier."""
+    if not isinstance(metadata, Mapping):
+        if metadata is not None:
+            dropped.append("metadata")
+        return None
+    dropped += sub_keys("metadata", metadata, {"user_id"})
+    user = metadata.get("user_id")
+    if isinstance(user, str) and _USER_ID.fullmatch(user):
+        return user
+    if user is not None:
+        dropped.append("metadata.user_id")
+    return None
+
+
+def _output_config(config: Any, dropped: list[str]) -> tuple[str | None, dict[str, Any] | None]:
+    """(the reasoning effort, the chat `response_format`) of `output_config`; the rest of it is
+    dropped. A format other than a JSON schema is refused: the answer's shape would change."""
+    if config is None:
+        return None, None
+    need(isinstance(config, Mapping), "output_config: must be an object", "output_config")
+    effort = effort_of(config.get("effort"))
+    read = {"format", *(("effort",) if effort else ())}
+    dropped += sub_keys("output_config", config, read)
+    spec = config.get("format")
+    if spec is None:
+        return effort, None
+    need(
+        isinstance(spec, Mapping) and spec.get("type") == "json_schema",
+        "output_config.format.type: must be json_schema",
+        "output_config.format.type",
+    )
+    need(
+        isinstance(spec.get("schema"), Mapping),
+        "output_config.format.schema: Field required (an object)",
+        "output_config.format.schema",
+    )
+    schema = {"name": "response", "schema": dict(spec["schema"])}
+    return effort, {"type": "json_schema", "json_schema": schema}
+
+
+def _system(system: Any, param: str = "system") -> list[dict[str, Any]]:
+    """A system prompt (a string or text blocks; their `cache_control` has no meaning upstream)
+    as a system message."""
+    where = param if param == "system" else f"{param}.content"
     if system is None or system == "":
         return []
     if isinstance(system, str):
         return [{"role": "system", "content": system}]
-    need(isinstance(system, list), "system: must be a string or an array of text blocks", "system")
+    need(isinstance(system, list), f"{where}: must be a string or an array of text blocks", where)
     texts = []
     for i, block in enumerate(system):
         need(
             isinstance(block, Mapping)
             and block.get("type") == "text"
             and isinstance(block.get("text"), str),
-            f"system.{i}: must be a text block",
-            f"system.{i}",
+            f"{where}.{i}: must be a text block",
+            f"{where}.{i}",
         )
         texts.append(block["text"])
     return [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
+def _messages(messages: Any, dropped: list[str]) -> list[dict[str, Any]]:
     need(
         isinstance(messages, list) and bool(messages),
         "messages: must be a non-empty array",
@@ -126,24 +206,34 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
         need(isinstance(message, Mapping), f"{param}: must be an object", param)
         role = message.get("role")
         need(
-            role in ("user", "assistant"),
-            f"{param}.role: must be user or assistant",
+            role in ("user", "assistant", "system"),
+            f"{param}.role: must be user, assistant or system",
             f"{param}.role",
         )
         content = message.get("content")
-        if isinstance(content, str):
+        if role == "system":  # a system entry mid-conversation: a system message at its place
+            out += _system(content, param)
+        elif isinstance(content, str):
             out.append({"role": role, "content": content})
-            continue
-        need(
-            isinstance(content, list),
-            f"{param}.content: must be a string or an array",
-            f"{param}.content",
-        )
-        out += _assistant(content, param) if role == "assistant" else _user(content, param)
+        else:
+            need(
+                isinstance(content, list),
+                f"{param}.content: must be a string or an array",
+                f"{param}.content",
+            )
+            if role == "assistant":
+                out += _assistant(content, param, dropped)
+            else:
+                out += _user(content, param)
+    need(
+        any(m["role"] != "system" for m in out),
+        "messages: must hold a user or assistant turn",
+        "messages",
+    )
     return out
 
 
-def _assistant(blocks: list[Any], param: str) -> list[dict[str, Any]]:
+def _assistant(blocks: list[Any], param: str, dropped: list[str]) -> list[dict[str, Any]]:
     texts, calls = [], []
     for j, block in enumerate(blocks):
         where = f"{param}.content.{j}"
@@ -152,7 +242,9 @@ def _assistant(blocks: list[Any], param: str) -> list[dict[str, Any]]:
             texts.append(_text(block, where))
         elif kind == "tool_use":
             calls.append(_tool_use(block, where))
-        elif kind not in ("thinking", "redacted_thinking"):
+        elif kind in ("thinking", "redacted_thinking"):
+            dropped.append(f"messages.content.{kind}")  # chat completions has no place for it
+        else:
             raise BadField(
                 f"{where}.type: {kind!r} is not supported in an assistant turn", f"{where}.type"
             )
@@ -251,20 +343,30 @@ def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+def _tools(tools: Any, choice: Any, dropped: list[str]) -> list[dict[str, Any]]:
+    """Client tools as chat function tools. A server tool (`web_search_20250305`, `bash_…`,
+    `code_execution_…`, …) is dropped — chat completions call client tools only — unless
+    `choice` names it: then its loss would change what was asked, and it is refused."""
     if tools is None:
         return []
     need(isinstance(tools, list), "tools: must be an array", "tools")
+    forced = (
+        choice.get("name") if isinstance(choice, Mapping) and choice.get("type") == "tool" else None
+    )
     out = []
     for i, tool in enumerate(tools):
         param = f"tools.{i}"
         need(isinstance(tool, Mapping), f"{param}: must be an object", param)
-        if tool.get("type") not in (None, "custom"):
-            raise BadField(
-                f"{param}.type: {tool.get('type')!r} is not supported: lanes bridges to chat "
-                "completions, which call client tools only",
-                f"{param}.type",
+        kind = tool.get("type")
+        if kind not in (None, "custom"):
+            need(
+                forced is None or tool.get("name") != forced,
+                f"tool_choice.name: names the {str(kind)[:64]!r} tool, which lanes can not offer: "
+                "chat completions call client tools only",
+                "tool_choice.name",
             )
+            dropped.append(f"tools.{kind}")
+            continue
         name, schema = tool.get("name"), tool.get("input_schema")
         need(isinstance(name, str) and bool(name), f"{param}.name: Field required", f"{param}.name")
         need(

@@ -10,6 +10,10 @@ in-band `error` event and `response.failed`.
 
 lanes keeps no responses, so `previous_response_id` (and `conversation`, `background`, stored
 prompts) are refused with a clear error naming the field; the whole conversation goes in `input`.
+Every other field it does not translate (`client_metadata`, `include`, `store`,
+`context_management`, a field invented tomorrow, …) is dropped and named in `dropped`;
+`reasoning.effort` becomes the job's `reasoning_effort` (sent to reasoning models only). Tools:
+`responses_tools.py`.
 """
 
 from __future__ import annotations
@@ -18,20 +22,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lanes._core.dialects import responses_tools
 from lanes._core.dialects.common import (
     BadField,
     ChatRequest,
     ChunkReader,
+    effort_of,
     first_choice,
     is_int,
     need,
+    sub_keys,
     text_of,
     token_counts,
     tool_calls_of,
 )
 from lanes.freetier.prices import MAX_TOKENS
 
-#: Fields that are read (the rest of the request is refused by name).
+#: Fields that are read; the others are dropped (and named), except `STATEFUL` ones when set.
 TRANSLATED = {
     "model",
     "input",
@@ -46,35 +53,25 @@ TRANSLATED = {
     "parallel_tool_calls",
     "metadata",
     "user",
-}
-#: Fields accepted and left out: they change nothing a chat upstream could honour.
-IGNORED = {
-    "store",
     "reasoning",
-    "include",
-    "truncation",
-    "service_tier",
-    "stream_options",
-    "top_logprobs",
-    "max_tool_calls",
-    "prompt_cache_key",
-    "prompt_cache_retention",
-    "safety_identifier",
 }
 #: Fields that need responses kept on the server, which lanes does not do.
 STATEFUL = ("previous_response_id", "conversation", "prompt", "background")
+#: Input items that record a built-in tool's run: the answer that used them is in the conversation
+#: already, and lanes offers no such tool; they are dropped (as `reasoning` items are).
+_TOOL_RECORDS = {
+    "reasoning",
+    "web_search_call",
+    "file_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+}
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 def to_chat(body: Mapping[str, Any]) -> ChatRequest:
     """The chat request for a Responses API body. Raises `BadField` naming what it can not carry."""
-    for key in body:
-        need(
-            key in TRANSLATED or key in IGNORED or key in STATEFUL,
-            f"unknown parameter {key!r}",
-            key,
-        )
     for key in STATEFUL:
         need(
             body.get(key) in (None, False),
@@ -82,11 +79,14 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
             "'input' (and store=false)",
             key,
         )
+    dropped = [key for key in body if key not in TRANSLATED and key not in STATEFUL]
     model = body.get("model", "auto")
     need(isinstance(model, str) and bool(model), "'model' must be a non-empty string", "model")
     stream = body.get("stream", False)
     need(isinstance(stream, bool), "'stream' must be a boolean", "stream")
-    messages = _messages(body.get("input"), body.get("instructions"))
+    tools = responses_tools.translate(body.get("tools"))
+    dropped += tools.dropped
+    messages = _messages(body.get("input"), body.get("instructions"), tools, dropped)
     params: dict[str, Any] = {}
     for key in ("temperature", "top_p", "user"):
         if body.get(key) is not None:
@@ -105,20 +105,45 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
         "'metadata' must be an object",
         "metadata",
     )
-    tools = _tools(body.get("tools"))
-    if tools:
-        params["tools"] = tools
+    if tools.chat:
+        params["tools"] = tools.chat
         if body.get("parallel_tool_calls") is not None:
             params["parallel_tool_calls"] = bool(body["parallel_tool_calls"])
     if body.get("tool_choice") is not None:
-        params["tool_choice"] = _tool_choice(body["tool_choice"])
-    response_format = _format(body.get("text"))
+        choice = responses_tools.tool_choice(body["tool_choice"], tools)
+        if tools.chat:
+            params["tool_choice"] = choice
+        else:  # chat refuses a tool_choice without tools; "auto" and "none" mean nothing here
+            dropped.append("tool_choice")
+    response_format = _format(body.get("text"), dropped)
     if response_format is not None:
         params["response_format"] = response_format
-    return ChatRequest(model=model, messages=messages, params=params, stream=stream)
+    effort = _effort(body.get("reasoning"), dropped)
+    return ChatRequest(
+        model=model,
+        messages=messages,
+        params=params,
+        stream=stream,
+        dropped=tuple(dropped),
+        reasoning_effort=effort,
+    )
 
 
-def _messages(items: Any, instructions: Any) -> list[dict[str, Any]]:
+def _effort(reasoning: Any, dropped: list[str]) -> str | None:
+    """`reasoning.effort` as chat's `reasoning_effort`; the rest of `reasoning` is dropped."""
+    if reasoning is None:
+        return None
+    if not isinstance(reasoning, Mapping):
+        dropped.append("reasoning")
+        return None
+    effort = effort_of(reasoning.get("effort"))
+    dropped += sub_keys("reasoning", reasoning, {"effort"} if effort else set())
+    return effort
+
+
+def _messages(
+    items: Any, instructions: Any, tools: responses_tools.Tools, dropped: list[str]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if instructions is not None:
         need(isinstance(instructions, str), "'instructions' must be a string", "instructions")
@@ -141,7 +166,7 @@ def _messages(items: Any, instructions: Any) -> list[dict[str, Any]]:
             out.append(_message(item, param))
             calls_open = out[-1]["role"] == "assistant"
         elif kind == "function_call":
-            call = _function_call(item, param)
+            call = _function_call(item, param, tools)
             if calls_open:
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
@@ -161,8 +186,8 @@ def _messages(items: Any, instructions: Any) -> list[dict[str, Any]]:
             )
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             calls_open = False
-        elif kind == "reasoning":
-            continue  # a model's own reasoning: chat completions has no place for it
+        elif kind in _TOOL_RECORDS:
+            dropped.append(f"input.{kind}")  # chat completions has no place for it
         else:
             raise BadField(
                 f"{param}.type {kind!r} is not supported: lanes bridges to chat completions "
@@ -217,7 +242,9 @@ def _parts(content: Any, param: str, role: str) -> list[dict[str, Any]]:
     return parts
 
 
-def _function_call(item: Mapping[str, Any], param: str) -> dict[str, Any]:
+def _function_call(
+    item: Mapping[str, Any], param: str, tools: responses_tools.Tools
+) -> dict[str, Any]:
     call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments", "")
     need(
         isinstance(call_id, str) and bool(call_id),
@@ -226,56 +253,17 @@ def _function_call(item: Mapping[str, Any], param: str) -> dict[str, Any]:
     )
     need(isinstance(name, str) and bool(name), f"{param}.name must be a string", f"{param}.name")
     need(isinstance(arguments, str), f"{param}.arguments must be a string", f"{param}.arguments")
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    assert isinstance(name, str)
+    flat = tools.flat_name(item.get("namespace"), name)  # the name its tool went upstream by
+    return {"id": call_id, "type": "function", "function": {"name": flat, "arguments": arguments}}
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    need(isinstance(tools, list), "'tools' must be an array", "tools")
-    out = []
-    for i, tool in enumerate(tools):
-        param = f"tools[{i}]"
-        need(isinstance(tool, Mapping), f"{param} must be an object", param)
-        kind = tool.get("type")
-        if kind != "function":
-            raise BadField(
-                f"{param}.type {kind!r} is not supported: lanes bridges to chat completions, "
-                "which call function tools only",
-                f"{param}.type",
-            )
-        name = tool.get("name")
-        need(
-            isinstance(name, str) and bool(name), f"{param}.name must be a string", f"{param}.name"
-        )
-        function: dict[str, Any] = {"name": name}
-        for key in ("description", "parameters", "strict"):
-            if tool.get(key) is not None:
-                function[key] = tool[key]
-        out.append({"type": "function", "function": function})
-    return out
-
-
-def _tool_choice(choice: Any) -> Any:
-    if choice in ("auto", "none", "required"):
-        return choice
-    if isinstance(choice, Mapping) and choice.get("type") == "function":
-        name = choice.get("name")
-        need(
-            isinstance(name, str) and bool(name),
-            "tool_choice.name must be a string",
-            "tool_choice.name",
-        )
-        return {"type": "function", "function": {"name": name}}
-    raise BadField(
-        "tool_choice must be auto, none, required or {type: function, name}", "tool_choice"
-    )
-
-
-def _format(text: Any) -> dict[str, Any] | None:
+def _format(text: Any, dropped: list[str]) -> dict[str, Any] | None:
+    """`text.format` as a chat `response_format`; the rest of `text` (`verbosity`) is dropped."""
     if text is None:
         return None
     need(isinstance(text, Mapping), "'text' must be an object", "text")
+    dropped += sub_keys("text", text, {"format"})
     spec = text.get("format")
     if spec is None:
         return None
@@ -372,6 +360,15 @@ def call_item(
     }
 
 
+def _declared(item: dict[str, Any], flat_name: str, tools: responses_tools.Tools) -> None:
+    """Name a call item the way its tool was declared: a namespaced tool by its namespace and
+    its own name (the flat name was only for the upstream)."""
+    namespace, name = tools.declared(flat_name)
+    item["name"] = name
+    if namespace is not None:
+        item["namespace"] = namespace
+
+
 def _finish(response: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
     reason = _INCOMPLETE.get(finish_reason or "")
     if reason is not None:
@@ -400,13 +397,14 @@ def response_of(
     text = text_of(message.get("content")) or text_of(message.get("refusal"))
     if text or not message.get("tool_calls"):
         response["output"].append(message_item(f"msg_{response_id}", text))
+    tools = responses_tools.translate(body.get("tools"))  # as `to_chat` read them
     for call_id, name, arguments in tool_calls_of(message):
         at = len(response["output"])  # the item's output index, as a stream numbers it
-        response["output"].append(
-            call_item(
-                f"fc_{response_id}_{at}", call_id or f"call_{response_id}_{at}", name, arguments
-            )
+        item = call_item(
+            f"fc_{response_id}_{at}", call_id or f"call_{response_id}_{at}", name, arguments
         )
+        _declared(item, name, tools)
+        response["output"].append(item)
     response["usage"] = usage_of(completion.get("usage"))
     return _finish(response, finish_reason)
 
@@ -429,6 +427,7 @@ class ResponseEvents:
         self._created_at = created_at
         self._model = model
         self._reader = ChunkReader()
+        self._tools = responses_tools.translate(body.get("tools"))  # as `to_chat` read them
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as they stand, in output order
         self._text: dict[str, Any] | None = None  # the message item being written
@@ -508,16 +507,18 @@ class ResponseEvents:
             item = call_item(
                 f"fc_{self._id}_{position}",
                 call_id or f"call_{self._id}_{position}",
-                name or "",
+                "",
                 "",
                 status="in_progress",
             )
+            if name:
+                _declared(item, name, self._tools)
             item["output_index"] = position
             self._calls[index] = item
             self._output.append(item)
             events.append(self._added(item))
         elif name and not item["name"]:
-            item["name"] = name
+            _declared(item, name, self._tools)
         if arguments:
             item["arguments"] += arguments
             events.append(

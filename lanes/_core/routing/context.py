@@ -4,6 +4,7 @@ ledger, consent, the ranking and the FreeTierManager — built once per dispatch
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import logging
 from collections.abc import Callable, Mapping
 
@@ -140,15 +141,24 @@ class Routing:
         return fitting
 
     def alias_of(self, name: str) -> str | None:
-        """The alias `name` stands for: itself, or without a date suffix (`-YYYYMMDD`) when only
-        that is an alias and `name` is no model's id."""
+        """The alias `name` stands for: itself; else, when `name` is no model's id, the alias it
+        is without a date suffix (`-YYYYMMDD`), or the alias of the first of `alias_patterns`
+        it matches (a glob, case-sensitive: `claude-*haiku*`) — so next month's model name is
+        not a 404."""
         aliases = self.config.aliases
         if name in aliases:
             return name
         base, dash, date = name.rpartition("-")
         dated = dash and len(date) == 8 and date.isdigit() and base in aliases
-        if dated and not any(c.model == name or c.key == name for c in self.candidates()):
+        if not (dated or self.config.alias_patterns):
+            return None
+        if any(c.model == name or c.key == name for c in self.candidates()):
+            return None  # an exact model id wins
+        if dated:
             return base
+        for pattern, alias in self.config.alias_patterns.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                return alias if alias in aliases else None
         return None
 
     def candidate(self, key: str) -> Candidate | None:

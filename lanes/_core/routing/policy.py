@@ -3,8 +3,13 @@
 The plan for a job: owned (local) candidates first, then borrowed-free ones (those the request
 class prefers first), then paid — after removing, with a recorded reason, every candidate that can
 not serve this request: missing capabilities (tools, images, JSON mode), too small a context, or
-a privacy need it does not meet. What changes from moment to moment (kill switch, breaker,
-backoff, quota) is checked by the dispatcher just before each attempt.
+a privacy need it does not meet.
+
+A client's output cap is a ceiling, not a demand (`room.py`): a model that holds part of it is fit
+when it holds enough, and within a tier the models that hold all of it go first.
+
+What changes from moment to moment (kill switch, breaker, backoff, quota) is checked by the
+dispatcher just before each attempt.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any, Literal
 import attrs
 
 from lanes._core.job import Candidate, Job, Skip
+from lanes._core.routing.room import MIN_CLAMPED_OUTPUT, output_room
 from lanes._core.validators import at_least
 
 FallbackMode = Literal["off", "ask", "allow"]
@@ -77,6 +83,7 @@ class Needs:
     tokens: int = 0  # estimated input tokens plus requested output
     embedding: bool = False  # an embedding model is needed (and only one)
     input_tokens: int = 0  # estimated input tokens (`estimate_tokens`)
+    output_tokens: int = 0  # the output cap the client asked for (0: none)
 
 
 def input_bytes(job: Job) -> int:
@@ -116,13 +123,21 @@ def needs_of(job: Job) -> Needs:
         "json_schema",
     )
     estimate = estimate_tokens(job)
+    asked = max_output_tokens(job.params) or 0
     return Needs(
         tools=bool(job.params.get("tools")),
         images=images,
         json_mode=json_mode,
-        tokens=estimate + (max_output_tokens(job.params) or 0),
+        tokens=estimate + asked,
         input_tokens=estimate,
+        output_tokens=asked,
     )
+
+
+def clamped(candidate: Candidate, needs: Needs) -> bool:
+    """Would an attempt on `candidate` be sent a lower output cap than the client asked for?"""
+    room = output_room(candidate, needs.input_tokens)
+    return bool(needs.output_tokens) and room is not None and room < needs.output_tokens
 
 
 def request_class(job: Job, long_context_tokens: int, *, input_tokens: int | None = None) -> str:
@@ -156,8 +171,11 @@ def unfit(candidate: Candidate, needs: Needs, privacy: str) -> str | None:
         return "no vision"
     if needs.json_mode and candidate.json_mode is False:
         return "no JSON mode"
-    if candidate.context is not None and needs.tokens > candidate.context:
-        return f"context {candidate.context} < ~{needs.tokens} tokens needed"
+    least = min(needs.output_tokens, MIN_CLAMPED_OUTPUT)  # of the asked cap, the least it must hold
+    if candidate.context is not None and needs.input_tokens + least > candidate.context:
+        return f"context {candidate.context} < ~{needs.input_tokens + least} tokens needed"
+    if candidate.max_output_tokens is not None and candidate.max_output_tokens < least:
+        return f"writes at most {candidate.max_output_tokens} tokens < {least} asked"
     return None
 
 
@@ -209,6 +227,7 @@ def make_plan(
             range(len(kept)),
             key=lambda i: (
                 tiers[kept[i].tier],
+                clamped(kept[i], needs),  # within a tier, those that hold the whole cap first
                 rank.get(kept[i].key, len(rank)),
                 -scores.get(kept[i].key, 0.0),
                 i,

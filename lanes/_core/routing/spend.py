@@ -39,6 +39,8 @@ from typing import Any
 import attrs
 
 from lanes._core.job import Candidate, Job
+from lanes._core.routing.policy import estimate_tokens
+from lanes._core.routing.room import output_room
 from lanes.freetier.prices import cost_usd
 
 # lanes: pure
@@ -152,13 +154,35 @@ def paid_request(job: Job, *, cap_param: str, paid_max_tokens: int) -> Job:
 def as_sent(job: Job, candidate: Candidate, *, paid_max_tokens: int, capped: bool) -> Job:
     """`job` as an attempt on `candidate` sends it. Held to its worst case (`capped`: paid, or
     spending credits), it carries one output cap (`paid_request`); not paid, it carries none of
-    the billing switches the lane declares — there is no reservation to cover them."""
+    the billing switches the lane declares — there is no reservation to cover them. A reasoning
+    effort a translated request asked for goes only to a model that declares `reasoning`, as
+    chat's `reasoning_effort` (priced: reasoning tokens are output tokens, within the cap)."""
     if candidate.tier not in ("paid", "byok") and candidate.billing_switches & set(job.params):
         params = {k: v for k, v in job.params.items() if k not in candidate.billing_switches}
         job = attrs.evolve(job, params=params)
+    if job.reasoning_effort is not None and candidate.reasoning:
+        job = attrs.evolve(job, params={"reasoning_effort": job.reasoning_effort, **job.params})
+    job = within_room(job, candidate)
     if capped and not job.embedding:
         job = paid_request(job, cap_param=candidate.cap_param, paid_max_tokens=paid_max_tokens)
     return job
+
+
+def within_room(job: Job, candidate: Candidate) -> Job:
+    """`job` with its output caps no larger than what `candidate` can write after the input
+    (`output_room`): a client's cap is a ceiling, and lowering it only lowers a worst case."""
+    asked = requested_cap(job.params)
+    if asked is None or job.embedding:
+        return job
+    room = output_room(candidate, estimate_tokens(job))
+    if room is None or room >= asked:
+        return job
+    room = max(room, 1)  # the plan keeps only models with room; a recovery's longer input too
+    params = {
+        k: (min(v, room) if k in CAP_PARAMS and _count(v) is not None else v)
+        for k, v in job.params.items()
+    }
+    return attrs.evolve(job, params=params)
 
 
 def unpriced(candidate: Candidate, body: Mapping[str, Any], *, embedding: bool) -> str | None:

@@ -90,6 +90,7 @@ def audit_row(
             [{"lane": s.lane, "model": s.model, "reason": s.reason} for s in skips]
         ),
         "plan": json.dumps(list(considered)),
+        "dropped": json.dumps(list(job.dropped)),
         "latency_s": latency_s,
         "tokens": sum(counted) if counted else 0,
         "cost_usd": cost_usd,

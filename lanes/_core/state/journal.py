@@ -152,7 +152,7 @@ class Journal:
             self._routing.ranking.explored_ok += 1
         if self._config.log_jobs:
             job_log.info(
-                "job %s model=%s route=%s served=%s attempts=%d outcome=%s %.0f ms",
+                "job %s model=%s route=%s served=%s attempts=%d outcome=%s %.0f ms%s",
                 job.id,
                 job.model,
                 route or "-",
@@ -160,4 +160,5 @@ class Journal:
                 len(record.attempts),
                 outcome,
                 latency_s * 1000,
+                f" dropped={','.join(job.dropped)}" if job.dropped else "",
             )

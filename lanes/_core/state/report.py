@@ -312,6 +312,7 @@ def explain(query: Query, request_id: str) -> dict[str, Any] | None:
         "paid_before_usd",
         "paid_after_usd",
         "approval",
+        "dropped",
     )
     rows = query(f"SELECT {', '.join(columns)} FROM audit WHERE job = ?", (request_id,))
     if not rows:
@@ -340,6 +341,7 @@ def explain(query: Query, request_id: str) -> dict[str, Any] | None:
     ]
     skips = json.loads(job.pop("skip_log") or "[]")
     job["plan"] = json.loads(job["plan"] or "[]")
+    job["dropped"] = json.loads(job["dropped"] or "[]")  # a row an older version wrote: none
     job["skips"] = skips
     job["attempt_list"] = attempts
     job["summary"] = _summary(job, attempts)

@@ -156,6 +156,8 @@ class OpenAICompatibleLane:
             image_usd=model.image_usd,
             cap_param=self.config.output_cap or self.provider.output_cap,
             embedding=model.embedding,
+            reasoning=model.reasoning,
+            max_output_tokens=model.max_output_tokens,
             billing_switches=self.provider.billing_switches | set(self.config.billing_switches),
             tool_prompt_tokens=(
                 self.config.tool_prompt_tokens

@@ -1,0 +1,163 @@
+"""The Responses API's tools ⇄ chat completions' function tools. Pure.
+
+- A `function` tool is a chat function tool.
+- A `namespace` tool (Codex groups its agent and MCP tools so: `{"type": "namespace", "name":
+  "multi_agent_v1", "tools": [...functions]}`) becomes its member functions, each under a flat
+  name chat can carry — its own name when no other tool has it, else the namespace's name joined
+  to it (`mcp__docs__search`). The call a client gets back names the tool the way it declared it:
+  `{"type": "function_call", "namespace": "multi_agent_v1", "name": "spawn_agent", …}`, as Codex
+  routes calls by (namespace, name); a `function_call` fed back in `input` is flattened the same
+  way, so the conversation reads one name throughout.
+- Any other tool (`web_search`, `file_search`, `computer_use_preview`, `code_interpreter`,
+  `image_generation`, `local_shell`, `custom`, …) is one lanes can not offer — chat completions
+  call functions only — and is dropped (named in `dropped` by its type), unless `tool_choice`
+  forces it: then the request is refused, as its loss would change what was asked. A hosted
+  `mcp` tool (the provider would call the MCP server) is refused too.
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from lanes._core.dialects.common import BadField, need
+
+#: Tools whose provider-side runs lanes can not stand in for, and whose loss would change what was
+#: asked: the request is refused, naming the tool.
+REFUSED = {"mcp": "the provider would call the MCP server; declare its tools as functions"}
+
+
+@attrs.frozen(kw_only=True)
+class Tools:
+    """A request's tools, translated: the chat tools, each namespaced tool's flat name, and what
+    was dropped."""
+
+    chat: list[dict[str, Any]] = attrs.field(factory=list)
+    flat: dict[tuple[str, str], str] = attrs.field(factory=dict)  # (namespace, name) → flat name
+    dropped: list[str] = attrs.field(factory=list)
+
+    def declared(self, flat_name: str) -> tuple[str | None, str]:
+        """(namespace or None, name) of the tool the client declared as `flat_name`."""
+        for (namespace, name), flat in self.flat.items():
+            if flat == flat_name:
+                return namespace, name
+        return None, flat_name
+
+    def flat_name(self, namespace: Any, name: str) -> str:
+        """The name a call of `namespace`'s `name` goes by upstream (without one: `name`)."""
+        if not isinstance(namespace, str) or not namespace:
+            return name
+        return self.flat.get((namespace, name), _joined(namespace, name))
+
+
+def _joined(namespace: str, name: str) -> str:
+    return f"{namespace}{'' if namespace.endswith('_') else '__'}{name}"
+
+
+def _function(tool: Mapping[str, Any], param: str, name: str | None = None) -> dict[str, Any]:
+    declared = tool.get("name")
+    need(
+        isinstance(declared, str) and bool(declared),
+        f"{param}.name must be a string",
+        f"{param}.name",
+    )
+    function: dict[str, Any] = {"name": name or declared}
+    for key in ("description", "parameters", "strict"):
+        if tool.get(key) is not None:
+            function[key] = tool[key]
+    return {"type": "function", "function": function}
+
+
+def _members(tool: Mapping[str, Any], param: str) -> list[tuple[int, Mapping[str, Any]]]:
+    name, members = tool.get("name"), tool.get("tools")
+    members = members if isinstance(members, list) else None
+    need(isinstance(name, str) and bool(name), f"{param}.name must be a string", f"{param}.name")
+    need(members is not None, f"{param}.tools must be an array", f"{param}.tools")
+    out = []
+    for j, member in enumerate(members or ()):
+        need(isinstance(member, Mapping), f"{param}.tools[{j}] must be an object", param)
+        out.append((j, member))
+    return out
+
+
+def translate(tools: Any) -> Tools:
+    """The chat tools for a Responses `tools` array (None: no tools). Raises `BadField` for a
+    malformed or a refused tool. (A `tool_choice` forcing a dropped one is refused by
+    `tool_choice`.)"""
+    if tools is None:
+        return Tools()
+    need(isinstance(tools, list), "'tools' must be an array", "tools")
+    functions: list[tuple[str, str | None, Mapping[str, Any]]] = []  # (param, namespace, tool)
+    dropped: list[str] = []
+    for i, tool in enumerate(tools):
+        param = f"tools[{i}]"
+        need(isinstance(tool, Mapping), f"{param} must be an object", param)
+        kind = tool.get("type")
+        if kind == "function":
+            functions.append((param, None, tool))
+        elif kind == "namespace":
+            for j, member in _members(tool, param):
+                if member.get("type", "function") == "function":
+                    functions.append((f"{param}.tools[{j}]", tool["name"], member))
+                else:
+                    dropped.append(f"tools.namespace.{member.get('type')}")
+        elif isinstance(kind, str) and kind in REFUSED:
+            raise BadField(
+                f"{param}.type {kind!r} is not supported: {REFUSED[kind]}", f"{param}.type"
+            )
+        else:
+            dropped.append(f"tools.{kind}")
+    bare = Counter(str(tool.get("name")) for _, _, tool in functions)
+    taken = {str(tool.get("name")) for _, namespace, tool in functions if namespace is None}
+    translated = Tools(dropped=dropped)
+    for param, namespace, tool in functions:
+        if namespace is None:
+            translated.chat.append(_function(tool, param))
+            continue
+        name = str(tool.get("name"))
+        flat = name if bare[name] == 1 else _joined(namespace, name)
+        while flat in taken:  # a tool of that very name exists: never two tools of one name
+            flat += "_"
+        taken.add(flat)
+        translated.flat[(namespace, name)] = flat
+        translated.chat.append(_function(tool, param, flat))
+    return translated
+
+
+def tool_choice(choice: Any, tools: Tools) -> Any:
+    """The chat `tool_choice` for a Responses one. Raises `BadField` for a choice chat can not
+    carry (a built-in tool, `allowed_tools`) or a required call when no tool is left."""
+    if choice in ("auto", "none"):
+        return choice
+    if choice == "required":
+        need(
+            bool(tools.chat),
+            "tool_choice 'required' needs a function tool, and none of the given tools is one "
+            "lanes can offer",
+            "tool_choice",
+        )
+        return choice
+    if isinstance(choice, Mapping) and choice.get("type") == "function":
+        name: Any = choice.get("name")
+        need(
+            isinstance(name, str) and bool(name),
+            "tool_choice.name must be a string",
+            "tool_choice.name",
+        )
+        return {
+            "type": "function",
+            "function": {"name": tools.flat_name(choice.get("namespace"), name)},
+        }
+    kind = choice.get("type") if isinstance(choice, Mapping) else None
+    forced = (
+        f"forces {kind!r}, which lanes can not offer" if isinstance(kind, str) else "is unknown"
+    )
+    raise BadField(
+        f"tool_choice {forced[:80]}: it must be auto, none, required or {{type: function, name}} "
+        "(chat completions call function tools only)",
+        "tool_choice",
+    )
