@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run demo test lint drill bench bench-quick bench-reliability browser redis clean
+.PHONY: install run demo test test-clients lint drill bench bench-quick bench-reliability browser redis clean
 
 install: $(STAMP)
 
@@ -54,6 +54,27 @@ lint: $(LINT_STAMP)
 # pytest's exit code 5 means "no tests collected"; anything else non-zero is a failure.
 test: install browser redis
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+# The real clients, unmodified, against `lanes serve --simulate` (not in `make test`: they are
+# heavy): the OpenAI Agents SDK, the Anthropic SDK, the Responses helpers (the `clients` extra),
+# and from the npm registry, pinned in tests/clients/package.json: Codex, Claude Code and the
+# Vercel AI SDK. Where npm can not install them their tests skip and say why.
+CLIENTS := .clients
+CLIENTS_STAMP := $(VENV)/.clients-installed
+$(CLIENTS_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,clients]'
+	touch $(CLIENTS_STAMP)
+
+$(CLIENTS)/.installed: tests/clients/package.json tests/clients/package-lock.json
+	@mkdir -p $(CLIENTS) && rm -f $(CLIENTS)/npm-failed && \
+	  cp tests/clients/package.json tests/clients/package-lock.json $(CLIENTS)/ && \
+	  { command -v npm >/dev/null 2>&1 || { echo "npm is not installed" > $(CLIENTS)/npm-failed; exit 0; }; \
+	    (cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1) && touch $(CLIENTS)/.installed || \
+	    { echo "npm ci failed: $$(tail -n 1 $(CLIENTS)/npm.log)" > $(CLIENTS)/npm-failed; \
+	      echo "npm could not install the clients: their tests will skip"; }; }
+
+test-clients: $(CLIENTS_STAMP) $(CLIENTS)/.installed
+	$(PY) -m pytest -q --clients tests/clients
 
 # The chaos drills: break lanes and providers on purpose; one line per drill with its figure.
 drill: install redis

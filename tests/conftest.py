@@ -28,6 +28,22 @@ FREE_LANE_OFF = os.environ.get("FREE_LANE", "").strip().lower() in {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--clients",
+        action="store_true",
+        default=False,
+        help="also collect tests/clients: the real clients (make test-clients)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/clients runs only when asked (`--clients`): its clients are heavy to install."""
+    if collection_path == Path(__file__).parent / "clients":
+        return not config.getoption("--clients")
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not FREE_LANE_OFF:
         return
