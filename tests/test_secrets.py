@@ -13,13 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import lanes
+from helpers import config, free_lane
 from lanes._core.errors import RetryableError
 from lanes._core.secrets import install_log_redaction, read_key, redact_log
 from lanes._core.state.report import explain
 from lanes._core.state.store import SQLiteStore
+from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.responses import check_completion, classify_status
 from lanes._core.upstream.untrusted import MAX_CODE, MAX_MESSAGE, shown
-from lanes.testing import answer, raw, status
+from lanes.testing import answer, open_fake, raw, status
 from sidecar import open_sidecar
 
 GOOD = "sk-good-Qx7Vb2Lm9Tz4Rk8Wn3"
@@ -218,6 +221,42 @@ async def test_no_key_from_an_upstream_reaches_any_observable(tmp_path, caplog):
     assert len(errors[1]["code"]) <= 64 and errors[1]["code"].startswith("bad INFO lanes")
     assert not any(line.startswith("INFO lanes: a forged") for line in caplog.text.splitlines())
     assert all(any(i in line for line in logged) for i in ids)  # our own ids: never redacted
+
+
+async def test_a_requests_own_key_is_out_of_every_log_line_made_while_it_is_served(
+    caplog, monkeypatch, env, autojump_clock
+):
+    """A key that arrives with a request (bring your own key) is redacted from every log line
+    made while that request is served, streamed or not — in any logger, in any shape — and is
+    not remembered for ever: the same text logged after the request is not touched."""
+    install_log_redaction()
+    caplog.set_level(logging.DEBUG)
+    library = logging.getLogger("httpcore2.http11")
+    complete, open_stream = OpenAICompatibleLane.complete, OpenAICompatibleLane.open_stream
+
+    async def chatty_complete(self, job, model):
+        library.debug("sending %s with %s", model, job.keys)  # a library that says too much
+        return await complete(self, job, model)
+
+    def chatty_stream(self, job, model):
+        library.debug("streaming %s with %s", model, job.keys)
+        return open_stream(self, job, model)
+
+    monkeypatch.setattr(OpenAICompatibleLane, "complete", chatty_complete)
+    monkeypatch.setattr(OpenAICompatibleLane, "open_stream", chatty_stream)
+    async with open_fake("own", models=("m:free",)) as own:
+        table = free_lane("own", own.base_url, models=["m:free"], byok=True)
+        async with lanes.open_dispatcher(config(table), env=env) as d:
+            job = lanes.Job(messages=[{"role": "user", "content": "hi"}], keys={"own": OWN_KEY})
+            await d.complete(job)
+            async with d.open_stream(job) as stream:
+                async for _ in stream:
+                    pass
+    library.debug("after the request: %s", OWN_KEY)
+    lines = [r.getMessage() for r in caplog.records]
+    during = [line for line in lines if line.startswith(("sending", "streaming"))]
+    assert len(during) == 2 and all("[redacted]" in line for line in during), during
+    assert [line for line in lines if OWN_KEY in line] == [f"after the request: {OWN_KEY}"]
 
 
 def test_an_upstream_error_code_can_not_forge_a_line_or_carry_a_key():
