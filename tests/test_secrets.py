@@ -370,8 +370,8 @@ def test_what_an_upstream_says_is_shown_bounded_clean_and_without_the_secret(
 
 
 def test_a_long_text_cut_off_leaves_no_half_of_a_key():
-    """A key that straddles the point where a long text is cut (before whitespace and escapes
-    collapse) is dropped whole, not shown in part."""
+    """A key that straddles the point where a long text (or a value made text) is cut, before
+    whitespace and escapes collapse, is dropped whole, not shown in part."""
     size = 4 * MAX_MESSAGE  # what is read of a text, at most
     for part in (4, 16, 31):
         for filler in (" ", "\x1b[0m", "\u202e"):
@@ -379,3 +379,5 @@ def test_a_long_text_cut_off_leaves_no_half_of_a_key():
             prefix = "word " + " " * (room % len(filler)) + filler * (room // len(filler))
             out = shown(prefix + ECHO_KEY + " tail", (ECHO_KEY,))
             assert out == "word", (part, filler, out)
+    listed = shown(["word" + " " * (size - 16), ECHO_KEY], (ECHO_KEY,))  # not text: made text
+    assert ECHO_KEY[:4] not in listed, listed

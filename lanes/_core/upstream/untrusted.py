@@ -86,7 +86,8 @@ def shown(value: object, secrets: Iterable[str] = (), *, limit: int = MAX_MESSAG
     """`value` (an upstream's string, or anything it sent where one was expected) as it may be
     shown: bounded, without known secrets, control characters or anything key-shaped, at most
     `limit` characters."""
-    text = value if isinstance(value, str) else _text(value, limit * _OVERSCAN)
+    # (one character over what is read, so a text made of a value is cut like a string)
+    text = value if isinstance(value, str) else _text(value, limit * _OVERSCAN + 1)
     known = known_forms(secrets)
     if len(text) > limit * _OVERSCAN:
         # what is cut off is never seen; a key cut in two must not leave its first half behind:
