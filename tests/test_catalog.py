@@ -157,6 +157,21 @@ def test_ids_that_can_not_travel_are_skipped_and_embeddings_marked():
     }
 
 
+def test_ids_that_hold_a_key_are_not_listed():
+    """A catalog id holding the lane's key (in any shape) or anything key-shaped is left out: a
+    model id is shown on every page, metric and story; ordinary ids stay."""
+    key = "3f0c9a52-1b7e-4d8a-9c61-0e5b2f7d4a19"  # shaped like a UUID: known only by value
+    ids = [
+        "ok-model",
+        "gpt-4o-mini-2024-07-18",
+        f"echo-{key}",
+        "vendor/sk-Qw6uaDWi6tBowjQsfAriwMMtNdEIi5Ef",
+        "b7Q2xK9mN4pL8vR3tY6wZ1cF5hJ0dS2a",
+    ]
+    document = {"data": [{"id": i} for i in ids]}
+    assert [r.id for r in normalise("openai", document, (key,))] == ids[:2]
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=10),
     lambda c: (

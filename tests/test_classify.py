@@ -14,7 +14,8 @@ from lanes._core.errors import (
     RateLimited,
     RetryableError,
 )
-from lanes._core.upstream.responses import check_completion, classify_status, redact
+from lanes._core.upstream.responses import check_completion, classify_status
+from lanes._core.upstream.untrusted import shown
 
 
 @pytest.mark.parametrize(
@@ -102,8 +103,8 @@ def test_messages_are_scrubbed_of_keys():
         401, {}, {"error": {"message": f"Incorrect API key provided: {key}"}}, secrets=[key]
     )
     assert key not in str(error) and "[redacted]" in str(error)
-    assert "gsk_" not in redact("token gsk_abcdefghijklmnopqrstu here")
-    assert redact("code rate_limit_exceeded_for_model") == "code rate_limit_exceeded_for_model"
+    assert "gsk_" not in shown("token gsk_abcdefghijklmnopqrstu here")
+    assert shown("code rate_limit_exceeded_for_model") == "code rate_limit_exceeded_for_model"
 
 
 @pytest.mark.parametrize(

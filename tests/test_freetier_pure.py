@@ -168,7 +168,7 @@ def test_credit_estimate_and_provider_balance():
         "g",
         "m",
         now=NOW,
-        usage={"prompt_tokens": 600_000, "completion_tokens": 400_000, "total_tokens": 1},
+        usage={"prompt_tokens": 600_000, "completion_tokens": 400_000, "total_tokens": 1_000_000},
     )
     assert m.credit_left("g", NOW) == pytest.approx(0.0)
     assert not m.classify("g", "m", NOW).free

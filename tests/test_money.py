@@ -306,12 +306,25 @@ async def test_the_cap_goes_where_the_lane_reads_it(env, autojump_clock):
         {"prompt_tokens": 1e300, "completion_tokens": 1},
         {"total_tokens": 15},
         {},
+        {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 2**64},
+        {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 1e300},
+        {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 5},
     ],
-    ids=["negative", "strings", "2**64", "1e300", "total only", "missing"],
+    ids=[
+        "negative",
+        "strings",
+        "2**64",
+        "1e300",
+        "total only",
+        "missing",
+        "total 2**64",
+        "total 1e300",
+        "total below its parts",
+    ],
 )
 async def test_garbage_usage_settles_at_the_reservation(usage, env, autojump_clock):
-    """Usage that is not sane never lowers the ledger: the attempt settles at its full reservation,
-    and what the reply, the audit and the ledger say agree."""
+    """Usage that is not sane, or whose total does not add up, never lowers the ledger: the attempt
+    settles at its full reservation, and what the reply, the audit and the ledger say agree."""
     async with open_fake("paid", models=("paid-model",)) as paid:
         paid.script("paid-model", answer(usage=usage))
         async with lanes.open_dispatcher(config(paid_lane("paid", paid.base_url)), env=env) as d:

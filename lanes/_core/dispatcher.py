@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import trio
@@ -26,6 +26,7 @@ from lanes._core.routing.context import Routing, open_record
 from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import Call, walk
+from lanes._core.secrets import request_secrets
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, SQLiteStore, Store
@@ -220,19 +221,20 @@ class Dispatcher:
         return await self._serve(open_record(job, self.config, embedding=True), embed_call)
 
     async def _serve(self, record: JobRecord, call: Call[Reply]) -> Reply:
-        try:
-            async with AsyncExitStack() as keep:
-                reply = await walk(self.routing, record, call, keep)
-        except JobFailed as exc:
-            self.journal.finish(record, record.attach(exc).code)
-            raise
-        except trio.Cancelled:
-            self.journal.finish(record, "abandoned")  # the caller went away: audited all the same
-            raise
-        answer = reply.body.get("data" if record.job.embedding else "choices")
-        served = f"{reply.lane}/{reply.model}"
-        self.journal.finish(record, "ok", served=served, answer=answer, usage=reply.usage)
-        return reply
+        with request_secrets(record.job.keys.values()):  # its own keys: out of its log lines
+            try:
+                async with AsyncExitStack() as keep:
+                    reply = await walk(self.routing, record, call, keep)
+            except JobFailed as exc:
+                self.journal.finish(record, record.attach(exc).code)
+                raise
+            except trio.Cancelled:
+                self.journal.finish(record, "abandoned")  # the caller went away: audited anyway
+                raise
+            answer = reply.body.get("data" if record.job.embedding else "choices")
+            served = f"{reply.lane}/{reply.model}"
+            self.journal.finish(record, "ok", served=served, answer=answer, usage=reply.usage)
+            return reply
 
     @asynccontextmanager
     async def open_stream(self, job: Job) -> AsyncIterator[ReplyStream]:
@@ -243,7 +245,12 @@ class Dispatcher:
         async with self.stream_job(job) as streamed, streamed.open() as stream:
             yield stream
 
-    def stream_job(self, job: Job) -> AbstractAsyncContextManager[StreamJob]:
+    @asynccontextmanager
+    async def stream_job(self, job: Job) -> AsyncIterator[StreamJob]:
         """A streamed job whose walks — the first, and any resuming a broken answer — share one
-        record: one set of attempt budgets, one story, one audit row when it is over."""
-        return stream_job(self.routing, open_record(job, self.config), self.journal.finish)
+        record: one set of attempt budgets, one story, one audit row when it is over. The job's
+        own keys are kept out of every log line made meanwhile."""
+        record = open_record(job, self.config)
+        with request_secrets(job.keys.values()):
+            async with stream_job(self.routing, record, self.journal.finish) as streamed:
+                yield streamed

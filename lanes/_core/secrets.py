@@ -9,6 +9,10 @@ value. Every key read is remembered for redaction.
 any logger creates — ours, the HTTP libraries', at any level, through any handler — has
 `Authorization` and `x-api-key` values, `Bearer …` tokens and every key read here replaced by
 `[redacted]` before a handler sees it, exception and stack text included.
+
+A key that arrives with a request (a client's own provider key, `X-Lanes-Key-<lane>`) is not
+remembered for ever: `with request_secrets(keys):` redacts it from every record made in that
+context — the request's task and the tasks it starts — until the block ends.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
-REDACTED = "[redacted]"
+from lanes._core.upstream.untrusted import REDACTED, forms
+
 _PRINTABLE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 # A header-shaped secret wherever a library might print one: `Authorization: Bearer x`,
 # `'x-api-key': 'x'`, `(b'authorization', b'x')`, `authorization=x`. The value runs to the next
@@ -31,6 +38,8 @@ _HEADER = re.compile(
 _BEARER = re.compile(r"(?i)\bBearer\s+[^\s'\",)}\]]+")
 _lock = threading.Lock()
 _secrets: tuple[str, ...] = ()  # replaced, never mutated: a logging thread may be reading it
+#: The keys of the request being served in this context (longest first).
+_request: ContextVar[tuple[str, ...]] = ContextVar("lanes_request_secrets", default=())
 
 
 def read_key(env: Mapping[str, str], variable: str) -> tuple[str | None, str]:
@@ -53,16 +62,32 @@ def read_key(env: Mapping[str, str], variable: str) -> tuple[str | None, str]:
 def remember(secret: str) -> None:
     """Redact `secret` (and its escaped forms) from every log record from now on."""
     global _secrets
-    if len(secret) < 4:
-        return  # too short to redact without mangling ordinary text
-    forms = {secret, secret.encode("unicode_escape").decode("ascii", "replace")}
+    known = forms(secret)
+    if not known:
+        return
     with _lock:
-        _secrets = tuple(sorted(set(_secrets) | forms, key=len, reverse=True))
+        _secrets = tuple(sorted(set(_secrets) | known, key=len, reverse=True))
+
+
+@contextmanager
+def request_secrets(keys: Iterable[str]) -> Iterator[None]:
+    """Redact `keys` (a request's own keys) from every log record made in this context until the
+    block ends."""
+    known = {form for key in keys for form in forms(key)}
+    if not known:
+        yield
+        return
+    token = _request.set(tuple(sorted(known | set(_request.get()), key=len, reverse=True)))
+    try:
+        yield
+    finally:
+        _request.reset(token)
 
 
 def redact_log(text: str) -> str:
-    """`text` without header-shaped secrets, bearer tokens or any remembered key."""
-    for secret in _secrets:
+    """`text` without header-shaped secrets, bearer tokens, any remembered key or the keys of the
+    request being served."""
+    for secret in (*_request.get(), *_secrets):
         if secret in text:
             text = text.replace(secret, REDACTED)
     text = _HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)

@@ -1,12 +1,21 @@
 """What an answer cost: the one price formula, and the usage it may be computed from. Pure.
 
 Prices are USD per million tokens. Usage comes from outside (an upstream's `usage` object), so it
-is believed only when it is sane: non-negative whole numbers of prompt and completion tokens, each
-at most `MAX_TOKENS`. Anything else — negative, fractional, strings, huge, or only `total_tokens` —
-is not usage, and the caller settles at its worst case instead. An embedding's usage (prompt tokens
-and an equal total, no completion count) counts as zero completion tokens. Prices and balances
-from outside are bounded the same way (`price`, `usd_amount`): nothing unbounded reaches
-arithmetic or a store.
+is believed only when it is sane and adds up:
+
+- prompt and completion tokens are non-negative whole numbers, each at most `MAX_TOKENS`;
+- `total_tokens`, when sent (and not null), is one too, and is not short of prompt + completion by
+  more than rounding (`ROUNDING_TOKENS`, or `ROUNDING_SHARE` of the parts if more). A total *above*
+  its parts is honest: some providers count reasoning, tool-use prompt or cache tokens in the total
+  only (an OpenAI-compatible Gemini answer: `prompt 4, completion 10, total 407`; OpenAI's own
+  `reasoning_tokens` are inside `completion_tokens`, and its total is their sum). That excess is
+  billed too, at the dearer of the two prices, since the usage does not say which it is.
+
+Anything else — negative, fractional, strings, huge, only `total_tokens`, or a total of `2**64`,
+`1e300` or below its parts — is not usage, and the caller settles at its worst case (the
+reservation) instead. An embedding's usage (prompt tokens and an equal total, no completion count)
+counts as zero completion tokens. Prices and balances from outside are bounded the same way
+(`price`, `usd_amount`): nothing unbounded reaches arithmetic or a store.
 """
 
 from __future__ import annotations
@@ -17,6 +26,10 @@ from typing import Any
 
 #: No single answer is billed for more tokens than this; a larger figure is garbage, not usage.
 MAX_TOKENS = 100_000_000
+#: How far a `total_tokens` may fall short of prompt + completion and still add up: this many
+#: tokens, or this share of the parts when that is more.
+ROUNDING_TOKENS = 1
+ROUNDING_SHARE = 0.001
 #: No model costs more than this per million tokens; a larger price is garbage, not a price.
 MAX_USD_PER_MTOK = 10_000.0
 #: No balance or credit figure is larger than this (USD) in either direction.
@@ -61,44 +74,74 @@ def usd_amount(value: Any) -> float | None:
 
 
 def usage_total(usage: Any) -> int | None:
-    """Tokens an answer used, from an OpenAI `usage` object: prompt + completion when both are
-    sane, else a sane `total_tokens`, else None."""
+    """Tokens an answer used, for counting against quotas: what its usage adds up to when it is
+    sane, else the largest sane count it gives (the parts' sum, or the total), else None."""
     tokens = usage_tokens(usage)
     if tokens is not None:
         return tokens[0] + tokens[1]
-    return _count(usage.get("total_tokens")) if isinstance(usage, Mapping) else None
+    if not isinstance(usage, Mapping):
+        return None
+    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    parts = prompt + completion if prompt is not None and completion is not None else None
+    counts = [n for n in (parts, _count(usage.get("total_tokens"))) if n is not None]
+    return max(counts) if counts else None
 
 
 def usage_tokens(usage: Any) -> tuple[int, int] | None:
     """(prompt tokens, completion tokens) from an OpenAI `usage` object, or None when it is not
-    sane. A `total_tokens` above the two parts counts its excess as completion: some providers
-    bill reasoning, audio or cache tokens outside `completion_tokens` and only the total says
-    so."""
+    sane or does not add up (the module says when). A total above the parts counts its excess as
+    completion."""
+    read = _read_usage(usage)
+    return None if read is None else (read[0], read[1] + read[2])
+
+
+def _read_usage(usage: Any) -> tuple[int, int, int] | None:
+    """(prompt, completion, excess of the total over them), or None: not sane, or not adding
+    up."""
     if not isinstance(usage, Mapping):
         return None
     prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
-    if (
-        prompt is not None
-        and "completion_tokens" not in usage
-        and usage.get("total_tokens") == prompt
-    ):
+    sent_total = usage.get("total_tokens")
+    if prompt is not None and "completion_tokens" not in usage and sent_total == prompt:
         completion = 0  # an embedding's usage: prompt tokens only, and a total that says so
     if prompt is None or completion is None:
         return None
-    total = _count(usage.get("total_tokens"))
-    if total is not None and total > prompt + completion:
-        completion = total - prompt
-    return prompt, completion
+    if sent_total is None:
+        return prompt, completion, 0
+    total = _count(sent_total)
+    parts = prompt + completion
+    if total is None or total < parts - max(ROUNDING_TOKENS, parts * ROUNDING_SHARE):
+        return None  # a total that is no count, or short of its parts: the parts are no proof
+    return prompt, completion, max(0, total - parts)
 
 
 def usage_cost(
     usage: Any, input_usd_per_mtok: float | None, output_usd_per_mtok: float | None
 ) -> float | None:
-    """What `usage` cost at these prices; None when the usage is not sane (or a price it needs is
-    unknown: an embedding, with no output, needs only the input price)."""
-    tokens = usage_tokens(usage)
-    if tokens is None or input_usd_per_mtok is None:
+    """What `usage` cost at these prices; None when the usage is not sane or does not add up (or
+    a price it needs is unknown: an embedding, with no output, needs only the input price). The
+    total's excess over its parts is billed at the dearer price."""
+    read = _read_usage(usage)
+    if read is None or input_usd_per_mtok is None:
         return None
-    if output_usd_per_mtok is None and tokens[1]:
+    prompt, completion, excess = read
+    if output_usd_per_mtok is None and (completion or excess):
         return None
-    return cost_usd(tokens[0], tokens[1], input_usd_per_mtok, output_usd_per_mtok or 0.0)
+    output = output_usd_per_mtok or 0.0
+    return cost_usd(prompt, completion, input_usd_per_mtok, output) + cost_usd(
+        excess, 0, max(input_usd_per_mtok, output), 0.0
+    )
+
+
+def settled_usd(
+    usage: Any,
+    input_usd_per_mtok: float | None,
+    output_usd_per_mtok: float | None,
+    *,
+    reserved_usd: float,
+) -> tuple[float, bool]:
+    """(USD, believed): what an answered attempt held to its worst case (`reserved_usd`) settles
+    at — the cost its usage reports when that usage is sane and adds up (believed), else the
+    reservation, which is the most an upstream honouring the request's caps could bill."""
+    cost = usage_cost(usage, input_usd_per_mtok, output_usd_per_mtok)
+    return (reserved_usd, False) if cost is None else (cost, True)

@@ -36,7 +36,7 @@ from lanes._core.routing.gate import Admission
 from lanes._core.routing.ledger import Reservation
 from lanes._core.routing.record import JobRecord, unbilled
 from lanes._core.upstream.lane import OpenAICompatibleLane
-from lanes.freetier.prices import usage_cost, usage_tokens
+from lanes.freetier.prices import settled_usd, usage_tokens
 
 if TYPE_CHECKING:
     from lanes._core.routing.context import Routing
@@ -204,23 +204,26 @@ class AttemptRun:
     def _settled_cost(
         self, outcome: Outcome, status: int | None, category: str, usage: Mapping[str, Any] | None
     ) -> float:
-        """What the ledger keeps for this paid attempt: the cost its sane usage reports; nothing for
-        a refusal that proves no work was done or a request that never reached the upstream
-        (`record.unbilled`); otherwise (a 5xx or 408 from
-        a gateway whose model may have run, no usable usage, cut, cancelled) the whole
-        reservation."""
+        """What the ledger keeps for this paid attempt: the cost its usage reports when that is
+        sane and adds up (`prices.settled_usd`); nothing for a refusal that proves no work was
+        done or a request that never reached the upstream (`record.unbilled`); otherwise (a 5xx
+        or 408 from a gateway whose model may have run, usage not to be believed, cut, cancelled)
+        the whole reservation."""
         assert self.reservation is not None
         if outcome == "ok":
-            cost = usage_cost(
-                usage, self.candidate.input_usd_per_mtok, self.candidate.output_usd_per_mtok
+            cost, believed = settled_usd(
+                usage,
+                self.candidate.input_usd_per_mtok,
+                self.candidate.output_usd_per_mtok,
+                reserved_usd=self.reservation.amount_usd,
             )
-            if cost is None:
+            if not believed:
                 log.info(
-                    "lane %s: %s reported no usable usage; settled at the reservation",
+                    "lane %s: %s reported no usable usage (not sane, or not adding up); "
+                    "settled at the reservation",
                     self.candidate.lane,
                     self.candidate.model,
                 )
-                return self.reservation.amount_usd
             return cost
         if unbilled(status, category):
             return 0.0

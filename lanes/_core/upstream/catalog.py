@@ -5,20 +5,22 @@ name its free-tier kind covers, a kind that covers the whole provider, or the us
 unknown price is not free. Entries that can not be read are skipped; the function never raises.
 Prices and context windows are bounded (`prices.price`, `MAX_CONTEXT`): one beyond is unknown.
 A model id must be printable ASCII without spaces, at most `MAX_ID` characters (it travels in
-headers and URLs); at most `MAX_MODELS` entries are read. An embedding model is marked as one when
-the catalog says so (a `type`, an output modality) or its id names it (`embed`), so no chat job is
-ever routed to it.
+headers and URLs), and one that holds a known secret or looks like a key (`untrusted.holds_key`)
+is not listed: a model id is shown everywhere. At most `MAX_MODELS` entries are read.
+An embedding model is marked as one when the catalog says so (a `type`, an output modality) or its
+id names it (`embed`), so no chat job is ever routed to it.
 """
 
 from __future__ import annotations
 
 # lanes: pure
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from lanes._core.upstream.untrusted import holds_key, known_forms
 from lanes.freetier.kinds import FreeModelsOnly, FreeTierKind, NoFreeTier
 from lanes.freetier.prices import bounded, price
 
@@ -52,7 +54,7 @@ def _int(value: Any) -> int | None:
     return None if number is None else int(number)
 
 
-def _entries(document: Any) -> list[Mapping[str, Any]]:
+def _entries(document: Any, secrets: tuple[str, ...]) -> list[Mapping[str, Any]]:
     items = document.get("data") if isinstance(document, Mapping) else document
     if isinstance(items, Mapping):
         items = items.get("models")
@@ -61,17 +63,21 @@ def _entries(document: Any) -> list[Mapping[str, Any]]:
     return [
         i
         for i in items[:MAX_MODELS]
-        if isinstance(i, Mapping) and isinstance(i.get("id"), str) and _ID.fullmatch(i["id"])
+        if isinstance(i, Mapping)
+        and isinstance(i.get("id"), str)
+        and _ID.fullmatch(i["id"])
+        and not holds_key(i["id"], secrets)
     ]
 
 
-def normalise(style: str, document: Any) -> list[ModelRecord]:
+def normalise(style: str, document: Any, secrets: Iterable[str] = ()) -> list[ModelRecord]:
     """The models a `GET …/models` document lists, in one shape. `style` names the document's shape:
     `openai` (`data[].id`, maybe a context), `per_token_prices` (prices per token as strings,
     supported parameters, input modalities), `per_mtok_prices` (a bare list, prices per million
-    tokens, a `type`), `prefixed_ids` (ids like `models/<id>`)."""
+    tokens, a `type`), `prefixed_ids` (ids like `models/<id>`). An id holding one of `secrets`
+    (the lane's key) or shaped like a key is left out."""
     records = []
-    for item in _entries(document):
+    for item in _entries(document, known_forms(secrets)):
         try:
             record = _record(style, item)
         except (TypeError, ValueError, AttributeError):

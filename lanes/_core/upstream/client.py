@@ -30,9 +30,9 @@ from lanes._core.upstream.responses import (
     check_completion,
     classify_status,
     parse_body,
-    redact,
 )
 from lanes._core.upstream.sse import SSEDecoder
+from lanes._core.upstream.untrusted import MAX_CODE, shown
 
 MAX_ERROR_BODY = 64 * 1024
 #: After a stream's `[DONE]`, what is left of its body (its end, normally on its way) is read for at
@@ -64,7 +64,7 @@ def _category(exc: httpx2.HTTPError) -> str:
 
 def _transport_error(exc: httpx2.HTTPError, secrets: Iterable[str]) -> RetryableError:
     kind = type(exc).__name__
-    detail = redact(str(exc), secrets)[:200]
+    detail = shown(str(exc), secrets, limit=200)
     return RetryableError(f"{kind}: {detail}" if detail else kind, category=_category(exc))
 
 
@@ -255,7 +255,7 @@ class Upstream:
         headers: Mapping[str, str],
         body: Mapping[str, Any],
         secrets: Iterable[str] = (),
-        check: Callable[[Any], Mapping[str, Any]] = check_completion,
+        check: Callable[[Any, Iterable[str]], Mapping[str, Any]] = check_completion,
         max_bytes: int = 8 * 1024 * 1024,
     ) -> Response:
         """POST a request; return the parsed 2xx body (at most `max_bytes`: a usable completion,
@@ -263,7 +263,7 @@ class Upstream:
         async with self._post(url, headers, body, secrets) as (response, lower):
             raw = await _read_json(response, max_bytes, secrets)
         try:
-            completion = check(parse_body(raw))
+            completion = check(parse_body(raw), secrets)
         except UpstreamError as exc:
             exc.status, exc.headers = response.status_code, lower
             raise
@@ -358,8 +358,9 @@ class Upstream:
         async with self._post(url, headers, body, secrets) as (response, lower):
             content_type = lower.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "text/event-stream":
+                shown_type = shown(content_type, secrets, limit=MAX_CODE)
                 raise RetryableError(
-                    f"malformed stream: content-type {content_type or 'missing'!r}",
+                    f"malformed stream: content-type {shown_type or 'missing'!r}",
                     category="malformed",
                 )
             reader = ChunkReader(response, secrets, max_event_bytes=max_event_bytes)

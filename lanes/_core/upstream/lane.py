@@ -9,6 +9,7 @@ the dispatcher's cancel scope bounds them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +19,7 @@ import attrs
 from lanes._core.config import LaneConfig, ModelConfig
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.spend import CAP_PARAMS
+from lanes._core.secrets import remember
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes._core.upstream.responses import check_embeddings
@@ -66,6 +68,22 @@ class Provider:
     )
 
 
+#: Header names whose values are secrets (an `x-api-key`, a token), wherever config puts them.
+_SECRET_HEADER = re.compile(r"(?i)authorization|api[-_]?key|token|secret|password")
+
+
+def _header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secret values among `headers` (each, and its credentials after a scheme such as
+    `Bearer`), remembered for log redaction."""
+    found: list[str] = []
+    for name, value in headers.items():
+        if _SECRET_HEADER.search(name):
+            found += {value.strip(), value.strip().split(None, 1)[-1]} - {""}
+    for value in found:
+        remember(value)
+    return tuple(found)
+
+
 @attrs.frozen(repr=False)
 class Secret:
     """A value that never prints."""
@@ -99,6 +117,7 @@ class OpenAICompatibleLane:
         self.configured = config.models if config.models is not None else list(provider.models)
         self.catalog: tuple[ModelRecord, ...] = ()  # what the provider's model list said, last time
         self.catalog_at: float | None = None
+        self._header_secrets = _header_secrets({**provider.headers, **config.headers})
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -136,7 +155,7 @@ class OpenAICompatibleLane:
             secrets=self.secrets,
             max_bytes=self.config.max_response_bytes,
         )
-        self.catalog = tuple(normalise(self.provider.catalog_style, document))
+        self.catalog = tuple(normalise(self.provider.catalog_style, document, self.secrets))
         self._rebuild()
         return len(self.catalog)
 
@@ -168,7 +187,9 @@ class OpenAICompatibleLane:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return (self._api_key.value,) if self._api_key else ()
+        """What an upstream's words are redacted of: the lane's key, and the values of secret
+        headers its config adds."""
+        return ((self._api_key.value,) if self._api_key else ()) + self._header_secrets
 
     def key_for(self, job: Job | None) -> str | None:
         """The key a request uses: a bring-your-own-key lane's comes with the job, and only that
@@ -178,8 +199,10 @@ class OpenAICompatibleLane:
         return self._api_key.value if self._api_key else None
 
     def secrets_for(self, job: Job | None) -> tuple[str, ...]:
+        """The secrets an answer to `job`'s request may echo: the key it is sent with (the job's
+        own, on a bring-your-own-key lane) and the lane's secret headers."""
         key = self.key_for(job)
-        return (key,) if key else ()
+        return ((key,) if key else ()) + self._header_secrets
 
     def headers(self, *, stream: bool, job: Job | None = None) -> dict[str, str]:
         headers = {**self.provider.headers, **self.config.headers}

@@ -5,7 +5,9 @@ Retryable: 408, 425, 5xx, unknown 4xx, garbage. Final (the walk stops, nothing f
 429 is `RateLimited` unless the body says credits ran out; 402 is `CreditExhausted`; 404 and
 `model_not_found` are `ModelGone`.
 
-Messages keep the upstream's own error message, shortened and scrubbed of anything key-shaped.
+Messages keep the upstream's own error message and code, each passed through `untrusted.shown`
+(bounded, without known secrets, control characters or anything key-shaped) before it is kept
+anywhere — the exception's `code` too, which becomes the client's error `code`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from lanes._core.errors import (
     RetryableError,
     UpstreamError,
 )
+from lanes._core.upstream.untrusted import MAX_CODE, shown
 
 FINAL_STATUSES = frozenset({400, 401, 403, 413, 422})
 _CONTEXT = re.compile(
@@ -38,30 +41,13 @@ _CREDIT = re.compile(
 _MODEL_GONE = re.compile(
     r"model[_ ]not[_ ]found|no such model|model .{0,80} does not exist", re.IGNORECASE
 )
-# Key-shaped: a short lower-case prefix, '-' or '_', then 16+ characters including a digit or 20+
-# letters and digits (sk-..., gsk_..., and the like), but not error codes such as
-# rate_limit_exceeded; Google-style AIza... keys; anything after "Bearer".
-_KEYLIKE = re.compile(
-    r"\b[a-z]{2,5}[-_](?:(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{16,}|[A-Za-z0-9]{20,})"
-    r"|AIza[0-9A-Za-z_\-]{20,}|Bearer\s+\S+"
-)
-MAX_MESSAGE = 300
 MAX_DEPTH = 128  # an answer nests a little deeper than a request (tool calls, logprobs)
 
 
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with every known secret and anything key-shaped replaced by `[redacted]`."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    return _KEYLIKE.sub("[redacted]", text)
-
-
-def _printable(message: str) -> str:
-    """An upstream's message for ours: whitespace runs as one space, control characters as '?',
-    at most `MAX_MESSAGE` characters."""
-    text = " ".join(message[: MAX_MESSAGE * 4].split())[:MAX_MESSAGE]
-    return text if text.isprintable() else "".join(c if c.isprintable() else "?" for c in text)
+def shown_error(message: str, code: str | None, secrets: Iterable[str]) -> tuple[str, str | None]:
+    """An upstream error's (message, code), each as it may be shown (`untrusted.shown`); the code
+    is None when there is none, or nothing of it may be shown."""
+    return shown(message, secrets), (shown(code, secrets, limit=MAX_CODE) or None) if code else None
 
 
 def error_fields(body: Any) -> tuple[str, str | None]:
@@ -98,10 +84,10 @@ def classify_status(
     secrets: Iterable[str] = (),
 ) -> UpstreamError:
     """The exception for a non-2xx answer (returned, not raised: the caller raises it `from`)."""
-    message, code = error_fields(body)
-    text = f"{code or ''} {message}"
-    short = redact(_printable(message), secrets)
-    detail = f"HTTP {status}" + (f" {code}" if code else "") + (f": {short}" if short else "")
+    raw_message, raw_code = error_fields(body)
+    text = f"{raw_code or ''} {raw_message}"  # read whole to classify, never shown
+    message, code = shown_error(raw_message, raw_code, secrets)
+    detail = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
     kw = {"status": status, "headers": headers, "body": body, "code": code}
     if status == 429:
         cls = CreditExhausted if _CREDIT.search(text) else RateLimited
@@ -117,19 +103,20 @@ def classify_status(
     return RetryableError(detail, category="server_error" if status >= 500 else "http_error", **kw)
 
 
-def check_completion(body: Any) -> Mapping[str, Any]:
-    """A 2xx body that is a usable `chat.completion`, or `RetryableError` (garbage)."""
-    completion = _check_object(body, "choices")
+def check_completion(body: Any, secrets: Iterable[str] = ()) -> Mapping[str, Any]:
+    """A 2xx body that is a usable `chat.completion`, or `RetryableError` (garbage, or an error
+    inside the 200: its message shown without `secrets`)."""
+    completion = _check_object(body, "choices", secrets)
     choices = completion.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         raise RetryableError("malformed response: no choices", category="malformed")
     return completion
 
 
-def check_embeddings(body: Any) -> Mapping[str, Any]:
+def check_embeddings(body: Any, secrets: Iterable[str] = ()) -> Mapping[str, Any]:
     """A 2xx body that is a usable embeddings `list` (each item's `embedding` a list of numbers or a
-    base64 string), or `RetryableError` (garbage)."""
-    embeddings = _check_object(body, "data")
+    base64 string), or `RetryableError` (garbage, or an error inside the 200)."""
+    embeddings = _check_object(body, "data", secrets)
     data = embeddings.get("data")
     if not isinstance(data, list) or not data:
         raise RetryableError("malformed response: no embeddings", category="malformed")
@@ -142,14 +129,13 @@ def check_embeddings(body: Any) -> Mapping[str, Any]:
     return embeddings
 
 
-def _check_object(body: Any, key: str) -> Mapping[str, Any]:
+def _check_object(body: Any, key: str, secrets: Iterable[str]) -> Mapping[str, Any]:
     """`RetryableError` for a 2xx body that is no JSON object, or an error without `key`."""
     if not isinstance(body, Mapping):
         raise RetryableError("malformed response: not a JSON object", category="malformed")
     if "error" in body and key not in body:
-        message, code = error_fields(body)
-        short = redact(_printable(message))
+        message, code = shown_error(*error_fields(body), secrets)
         raise RetryableError(
-            f"error inside a 200 response: {code or ''} {short}".strip(), category="error_in_200"
+            f"error inside a 200 response: {code or ''} {message}".strip(), category="error_in_200"
         )
     return body

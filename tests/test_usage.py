@@ -1,0 +1,181 @@
+"""Usage from an upstream is believed only when it is sane and adds up; else the attempt settles at
+its reservation — and the ledger is never below what an upstream honouring the caps could bill."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import lanes
+from lanes._core.job import Candidate
+from lanes._core.routing.spend import paid_request, worst_case
+from lanes.freetier.prices import settled_usd, usage_cost, usage_tokens, usage_total
+
+MESSAGES = [{"role": "user", "content": "What does this cost?"}]
+
+
+def _ten_and_ten(total: Any) -> dict[str, Any]:
+    return {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": total}
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        pytest.param(_ten_and_ten(2**64), id="2^64"),
+        pytest.param(_ten_and_ten(1e300), id="1e300"),
+        pytest.param(_ten_and_ten(5), id="below"),
+        pytest.param(_ten_and_ten(20.0), id="float"),
+        pytest.param(_ten_and_ten("20"), id="text"),
+        pytest.param(_ten_and_ten(-1), id="negative"),
+    ],
+)
+def test_a_total_that_does_not_add_up_is_not_usage(usage):
+    """A total that is no count (2^64, 1e300, a float, text, negative) or falls short of its parts
+    makes the usage unbelievable: it settles at the reservation, not from the parts (the quota
+    windows still count the parts)."""
+    assert usage_tokens(usage) is None and usage_cost(usage, 1.0, 2.0) is None
+    assert settled_usd(usage, 1.0, 2.0, reserved_usd=0.5) == (0.5, False)
+    assert usage_total(usage) == 20  # the free-tier windows count the most it could mean
+
+
+@pytest.mark.parametrize(
+    ("usage", "tokens"),
+    [
+        pytest.param(  # OpenAI: reasoning inside completion_tokens, total their sum
+            {
+                "prompt_tokens": 19,
+                "completion_tokens": 74,
+                "total_tokens": 93,
+                "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 64, "audio_tokens": 0},
+            },
+            (19, 74),
+            id="openai-reasoning",
+        ),
+        pytest.param(  # Gemini's OpenAI-compatible answer: thoughts counted in the total only
+            {"prompt_tokens": 20, "completion_tokens": 424, "total_tokens": 1016},
+            (20, 996),
+            id="gemini-thoughts",
+        ),
+        pytest.param(  # a proxy that names the reasoning but leaves it out of completion_tokens
+            {
+                "prompt_tokens": 21,
+                "completion_tokens": 0,
+                "total_tokens": 81,
+                "completion_tokens_details": {"reasoning_tokens": 60},
+            },
+            (21, 60),
+            id="reasoning-outside",
+        ),
+        pytest.param(  # time figures beside the counts (some fast providers add them)
+            {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17, "total_time": 0.02},
+            (12, 5),
+            id="with-times",
+        ),
+        pytest.param({"prompt_tokens": 12, "completion_tokens": 5}, (12, 5), id="no-total"),
+        pytest.param(
+            {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": None}, (12, 5), id="null"
+        ),
+        pytest.param(  # rounding: a total a token short of its parts
+            {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 16}, (12, 5), id="round"
+        ),
+        pytest.param({"prompt_tokens": 7, "total_tokens": 7}, (7, 0), id="embedding"),
+    ],
+)
+def test_honest_usage_from_real_providers_is_believed(usage, tokens):
+    """The usage shapes real providers send are believed: the settlement is their own figures."""
+    assert usage_tokens(usage) == tokens
+    cost, believed = settled_usd(usage, 1.0, 2.0, reserved_usd=1.0)
+    assert believed and cost == pytest.approx((tokens[0] * 1.0 + tokens[1] * 2.0) / 1e6)
+
+
+def test_a_totals_excess_over_its_parts_is_billed_at_the_dearer_price():
+    """The usage does not say whether a total's excess is input (a tool prompt, cache) or output
+    (reasoning): it is billed at whichever price is higher."""
+    usage = {"prompt_tokens": 4, "completion_tokens": 10, "total_tokens": 407}
+    assert usage_cost(usage, 3.0, 2.0) == pytest.approx((4 * 3.0 + 10 * 2.0 + 393 * 3.0) / 1e6)
+
+
+# -- the property: the ledger is never below what an honest upstream could bill -------------------
+
+counts: st.SearchStrategy[Any] = st.one_of(
+    st.integers(0, 10**6),
+    st.integers(0, 10**6),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([2**64, 10**8, 10**8 + 1, 1e300, -1, 0.5, 20.0, True, None, "12", [], {}]),
+    st.floats(allow_nan=False),
+)
+usages = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "prompt_tokens": counts,
+            "completion_tokens": counts,
+            "total_tokens": counts,
+            "completion_tokens_details": st.fixed_dictionaries({"reasoning_tokens": counts}),
+        },
+    ),
+    st.tuples(st.integers(0, 10**5), st.integers(0, 10**5), st.integers(-50, 10**6)).map(
+        lambda t: {"prompt_tokens": t[0], "completion_tokens": t[1], "total_tokens": sum(t)}
+    ),
+    st.sampled_from([None, "lots", 7, [1, 2]]),
+)
+
+
+def _number(value: Any) -> float | None:
+    """A figure the usage gives, read as generously as an upstream might mean it."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return math.inf if isinstance(value, int) else None
+    return number if number >= 0 else None
+
+
+def readings(usage: Any, price_in: float, price_out: float) -> list[float]:
+    """What an upstream reporting `usage` may mean it billed (USD), written apart from the code
+    under test: its parts at their prices, or its total at the cheaper price."""
+    if not isinstance(usage, dict):
+        return []
+    prompt, completion, total = (
+        _number(usage.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")
+    )
+    found = []
+    if prompt is not None and completion is not None:
+        found.append((prompt * price_in + completion * price_out) / 1e6)
+    if total is not None:
+        found.append(total * min(price_in, price_out) / 1e6)
+    return found
+
+
+@given(
+    usage=usages,
+    price_in=st.floats(0.01, 100),
+    price_out=st.floats(0.01, 100),
+    prompt=st.text(max_size=200),
+    cap=st.integers(1, 100_000),
+)
+def test_the_ledger_is_never_below_what_an_honest_upstream_could_bill(
+    usage, price_in, price_out, prompt, cap
+):
+    """For any usage an upstream sends, an answered paid attempt settles at no less than what an
+    upstream honouring the request's cap could bill while reporting it: the least of the
+    reservation and the most the usage may mean; and usage not believed settles at exactly the
+    reservation."""
+    candidate = Candidate(
+        lane="p", model="m", tier="paid", input_usd_per_mtok=price_in, output_usd_per_mtok=price_out
+    )
+    job = lanes.Job(messages=[{"role": "user", "content": prompt or "x"}], params={})
+    sent = paid_request(job, cap_param="max_tokens", paid_max_tokens=cap)
+    reserved = worst_case(candidate, sent)
+    assert isinstance(reserved, float)
+    settled, believed = settled_usd(usage, price_in, price_out, reserved_usd=reserved)
+    could_bill = min([reserved, max(readings(usage, price_in, price_out), default=reserved)])
+    assert settled >= could_bill * (1 - 1e-9), (settled, could_bill)
+    if not believed:
+        assert settled == reserved
