@@ -55,6 +55,7 @@ class Departed:
 
     at: float
     model: str
+    request: int = 0  # which request: its index in the fake's `log`
 
 
 class FakeProvider:
@@ -238,13 +239,17 @@ class FakeProvider:
         """Run `answering` (True: the connection may serve another request) while watching the
         client: one that leaves before the answer is over is noted in `departed` and the answer is
         dropped."""
+        request = len(self.log) - 1  # the one just logged
         self.in_flight += 1
         self._tell()
         kept = False  # unless the answer is over before the client leaves
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch, conn, stream, model, nursery.cancel_scope)
-                kept = await answering()
+                nursery.start_soon(self._watch, conn, stream, model, request, nursery.cancel_scope)
+                try:
+                    kept = await answering()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._left(conn, model, request)  # found out by writing to it
                 nursery.cancel_scope.cancel()
             return kept
         finally:
@@ -252,7 +257,12 @@ class FakeProvider:
             self._tell()
 
     async def _watch(
-        self, conn: h11.Connection, stream: trio.SocketStream, model: str, answer: trio.CancelScope
+        self,
+        conn: h11.Connection,
+        stream: trio.SocketStream,
+        model: str,
+        request: int,
+        answer: trio.CancelScope,
     ) -> None:
         while True:
             try:
@@ -262,10 +272,18 @@ class FakeProvider:
             if not data:
                 break
             conn.receive_data(data)  # a pipelined request: kept for its turn
-        if conn.our_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED):
-            return  # the answer was over: the client read it and left
-        self.departed.append(Departed(at=trio.current_time(), model=model))
-        answer.cancel()
+        if self._left(conn, model, request):
+            answer.cancel()
+
+    def _left(self, conn: h11.Connection, model: str, request: int) -> bool:
+        """The client of `conn` left during request number `request`: noted once, unless its
+        answer was over (it read it and left)."""
+        if conn.our_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED) or (
+            self.departed and self.departed[-1].request == request
+        ):
+            return False
+        self.departed.append(Departed(at=trio.current_time(), model=model, request=request))
+        return True
 
     async def _perform(
         self,
