@@ -4,14 +4,21 @@ reset or half-closed, mid job or mid stream, on every door — takes its job wit
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import httpx2
+import pytest
 import trio
 
+from lanes.testing import FakeProvider, answer
 from lanes.testing.clients import (
     H2_PREFACE,
     H2_SETTINGS,
     H2C_UPGRADE,
+    LEAVING,
+    Leaving,
     http_request,
+    leave,
     read_until_closed,
 )
 from lanes.testing.configs import open_sidecar
@@ -84,3 +91,38 @@ async def test_fifty_http2_connections_leave_the_cap_free(autojump_clock):
             await stream.aclose()
     assert len(answers) == 50 and {_status(a) for a in answers} <= {505, 503}
     assert _status(health) == 200, health[:80]
+
+
+async def _leave_mid_job(
+    url: str, fake: FakeProvider, how: Leaving, path: str = "/v1/chat/completions", body: Any = None
+) -> float:
+    """Send a job whose upstream answer takes 2 s, leave `how` once the upstream has it, and
+    return how long (trio clock) the upstream request ran on after the client left."""
+    stream = await trio.open_tcp_stream("127.0.0.1", _port(url))
+    try:
+        await stream.send_all(http_request("POST", path, body or OK))
+        with trio.fail_after(1):
+            await fake.wait_for(lambda f: f.in_flight)
+        left_at = trio.current_time()
+        await leave(stream, how)
+        with trio.fail_after(10):
+            await fake.wait_for(lambda f: not f.in_flight)
+    finally:
+        await stream.aclose()
+    assert fake.departed, "the upstream answered in full: nothing let go of its request"
+    return fake.departed[-1].at - left_at
+
+
+@pytest.mark.parametrize("how", LEAVING)
+async def test_a_client_that_leaves_a_job_cancels_its_upstream_request(how, autojump_clock):
+    """A non-streamed job whose client closes, resets or half-closes its connection is cancelled at
+    once: the upstream sees its request dropped, and the job is audited `abandoned`."""
+    async with (
+        open_sidecar(LOCAL) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False) as http,
+    ):
+        fakes["local"].script("local-model", answer(delay_s=2.0))
+        ran_on_s = await _leave_mid_job(url, fakes["local"], how)
+        recent = (await http.get(f"{url}/lanes")).json()["recent"]
+    assert ran_on_s < 0.1
+    assert recent[0]["outcome"] == "abandoned"
