@@ -126,3 +126,118 @@ async def test_a_client_that_leaves_a_job_cancels_its_upstream_request(how, auto
         recent = (await http.get(f"{url}/lanes")).json()["recent"]
     assert ran_on_s < 0.1
     assert recent[0]["outcome"] == "abandoned"
+
+
+@pytest.mark.parametrize("how", LEAVING)
+async def test_a_client_that_leaves_mid_stream_cancels_its_upstream_request(how, autojump_clock):
+    """A streamed job whose client leaves after its first chunk, in any way, is cancelled at once:
+    the upstream sees its request dropped, and the job is audited `abandoned`."""
+    async with (
+        open_sidecar(LOCAL) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False) as http,
+    ):
+        fake = fakes["local"]
+        fake.script("local-model", answer(chunk_delay_s=0.5))
+        stream = await trio.open_tcp_stream("127.0.0.1", _port(url))
+        async with stream:
+            body = {**OK, "stream": True}
+            await stream.send_all(http_request("POST", "/v1/chat/completions", body))
+            received = b""
+            with trio.fail_after(5):
+                while b"data: " not in received:
+                    received += await stream.receive_some(65536)
+            left_at = trio.current_time()
+            await leave(stream, how)
+            with trio.fail_after(10):
+                await fake.wait_for(lambda f: not f.in_flight)
+        recent = (await http.get(f"{url}/lanes")).json()["recent"]
+    assert fake.departed and fake.departed[0].at - left_at < 0.1
+    assert recent[0]["outcome"] == "abandoned"
+
+
+EMBEDDINGS = {"models": [{"id": "local-model"}, {"id": "emb", "embedding": True}]}
+DOORS = {
+    "chat": ("/v1/chat/completions", "local-model", OK),
+    "responses": ("/v1/responses", "local-model", {"model": "auto", "input": "Say it."}),
+    "messages": ("/v1/messages", "local-model", {"model": "auto", "max_tokens": 50, **OK}),
+    "embeddings": ("/v1/embeddings", "emb", {"model": "local/emb", "input": "Say it."}),
+}
+
+
+@pytest.mark.parametrize("door", DOORS)
+async def test_every_door_lets_go_of_a_departed_client(door, autojump_clock):
+    """Chat completions, Responses, Messages and embeddings alike: a client that closes mid job
+    takes its upstream request with it."""
+    path, model, body = DOORS[door]
+    async with open_sidecar(("local", "local", ["local-model"], EMBEDDINGS)) as (url, fakes):
+        fakes["local"].script(model, answer(delay_s=2.0))
+        ran_on_s = await _leave_mid_job(url, fakes["local"], "close", path, body)
+    assert ran_on_s < 0.1
+
+
+async def test_a_departed_clients_job_is_counted_in_metrics_report_and_story(autojump_clock):
+    """The job of a client that left shows as abandoned in /metrics, in the report (its own
+    count) and in its story."""
+    async with (
+        open_sidecar(LOCAL) as (url, fakes),
+        # no timeout: the report is read in a thread, while the mock clock jumps
+        httpx2.AsyncClient(trust_env=False, timeout=None) as http,
+    ):
+        fakes["local"].script("local-model", answer(delay_s=2.0))
+        await _leave_mid_job(url, fakes["local"], "reset")
+        await trio.sleep(1)  # one state sync: the audit reaches the store the report reads
+        job_id = (await http.get(f"{url}/lanes")).json()["recent"][0]["id"]
+        metrics = (await http.get(url.replace("/v1", "/metrics"))).text
+        total = (await http.get(f"{url}/report")).json()["total"]
+        story = (await http.get(f"{url}/requests/{job_id}")).json()
+    abandoned = 'lanes_requests_total{lane="none",model="none",outcome="abandoned",route="local"}'
+    assert f"{abandoned} 1.0" in metrics
+    assert (total["jobs"], total["answered"], total["abandoned"]) == (1, 0, 1)
+    assert story["outcome"] == "abandoned" and "the client went away" in story["summary"]
+
+
+async def test_a_paid_request_already_sent_is_billed_at_its_reservation(autojump_clock):
+    """A client that leaves while its paid request is upstream: the request is dropped, and the
+    ledger keeps the reservation — the upstream may bill what it began."""
+    policy = {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0}
+    async with (
+        open_sidecar(PAID, policy=policy) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False) as http,
+    ):
+        fakes["paid"].script("paid-model", answer(delay_s=2.0))
+        body = {**OK, "model": "paid/paid-model", "max_tokens": 100}
+        ran_on_s = await _leave_mid_job(url, fakes["paid"], "close", body=body)
+        state = (await http.get(f"{url}/lanes")).json()
+    spent, job = state["paid"]["spent_today_usd"], state["recent"][0]
+    worst_case_output = 100 * 2.0 / 1e6  # the cap it was sent with, at the output price
+    assert ran_on_s < 0.1 and job["outcome"] == "abandoned"
+    assert spent == pytest.approx(job["cost_usd"]) and spent > worst_case_output
+
+
+async def test_a_paid_request_not_yet_sent_is_never_sent_nor_billed(autojump_clock):
+    """A client that leaves while its job waits for approval of a paid fallback: the job is
+    abandoned at once, and approving it afterwards sends and bills nothing."""
+    policy = {"free_tier_fallback": "ask", "paid_ceiling_usd_per_day": 1.0}
+    async with (
+        open_sidecar(PAID, policy=policy) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False) as http,
+    ):
+        stream = await trio.open_tcp_stream("127.0.0.1", _port(url))
+        headers = {"x-lanes-deadline-ms": "30000"}
+        await stream.send_all(http_request("POST", "/v1/chat/completions", OK, headers))
+        pending: list[Any] = []
+        with trio.fail_after(5):
+            while not pending:
+                pending = (await http.get(f"{url}/approvals")).json()["data"]
+                await trio.sleep(0.05)
+        await leave(stream, "close")
+        recent: list[Any] = []
+        with trio.fail_after(60):
+            while not recent:
+                recent = (await http.get(f"{url}/lanes")).json()["recent"]
+                await trio.sleep(0.05)
+        decided = await http.post(f"{url}/approvals/{pending[0]['id']}", json={"decision": "once"})
+        await trio.sleep(1)
+        spent = (await http.get(f"{url}/lanes")).json()["paid"]["spent_today_usd"]
+    assert recent[0]["outcome"] == "abandoned" and decided.status_code == 200
+    assert fakes["paid"].requests() == [] and spent == 0
