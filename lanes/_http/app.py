@@ -21,7 +21,6 @@ from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
 from lanes._core.job import Reply
 from lanes._http.admin import Handler, admin_routes
-from lanes._http.departures import watched
 from lanes._http.doors import Door, door_routes
 from lanes._http.errors import BadRequest, error_response, job_failed
 from lanes._http.guard import Guard, Refused
@@ -53,8 +52,7 @@ class _Sidecar(Starlette):
     — goes straight to the chat handler, past the middleware and the router (which would route it
     there, at a cost on every request). Every other request, and every other method on that path,
     is Starlette's. An exception escaping the chat handler is answered 500 as Starlette's own
-    stack answers it (`ServerErrorMiddleware`, with the app's handler: an OpenAI-shaped error).
-    Every request is cancelled the moment its client goes away (`departures.py`)."""
+    stack answers it (`ServerErrorMiddleware`, with the app's handler: an OpenAI-shaped error)."""
 
     def __init__(self, *, chat: ASGIApp, internal_error: Any, **options: Any) -> None:
         handlers = {**options.pop("exception_handlers", {}), Exception: internal_error}
@@ -62,13 +60,12 @@ class _Sidecar(Starlette):
         self._chat = ServerErrorMiddleware(chat, handler=internal_error)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await watched(self._route, scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
-
-    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["path"] == CHAT_PATH and scope["method"] == "POST" and not scope.get("root_path"):
+        if (
+            scope["type"] == "http"
+            and scope["path"] == CHAT_PATH
+            and scope["method"] == "POST"
+            and not scope.get("root_path")
+        ):
             scope["app"] = self
             await self._chat(scope, receive, send)
             return

@@ -29,12 +29,12 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import parse_socket_addr, wrap_app
 
+from lanes._http.departures import Requests
 from lanes._http.errors import error_body
 from lanes._http.http11 import HTTP11
 
@@ -84,12 +84,13 @@ class _Connection(TCPServer):
     its keep-alive timer first, holding the descriptor (and, here, a place under the cap)."""
 
     async def run(self) -> None:
-        """Hypercorn's `run` for a plain socket, with `HTTP11` where it would pick a protocol."""
+        """Hypercorn's `run` for a plain socket, with `HTTP11` where it would pick a protocol, and
+        `Requests` for its task group."""
         socket = self.stream.socket
         try:
             client = parse_socket_addr(socket.family, socket.getpeername())
             server = parse_socket_addr(socket.family, socket.getsockname())
-            async with TaskGroup() as task_group:
+            async with Requests() as task_group:  # each request cancelled if its client leaves
                 self._task_group = task_group
                 # typed as hypercorn's protocol wrapper, which has the same two methods
                 self.protocol = HTTP11(  # type: ignore[assignment]

@@ -3,79 +3,92 @@
 Hypercorn tells the app that its client left with an `http.disconnect` message, the next one
 `receive()` returns once the request's body is in — but only to a caller of `receive()`, and a
 handler awaiting `dispatcher.complete(job)` calls nobody: a non-streamed job ran on to `ok` after
-its client had left, and a paid upstream billed it. So every request runs under `watched`: once
-its body is in, a watcher reads `receive()` while the handler runs, and the client leaving cancels
-the handler — the job with it: the upstream request is dropped at once, the breaker permits and
-probe are given back, a paid attempt already sent is settled as the upstream may bill it (its
-reservation) and one not sent is not billed, and the job is audited `abandoned`
-(`routing/attempt.py`, `dispatcher.py`). A client leaving mid-body ends the handler the same way.
+its client had left, and a paid upstream billed it. So every request runs in a cancel scope of its
+own (`Requests`, the connection's task group), and hypercorn handing it the disconnect cancels it —
+no task watches `receive()`, no handler has to: the job is cancelled with it: the upstream request
+is dropped at once, the breaker permits and probe are given back, a paid attempt already sent is
+settled as the upstream may bill it (its reservation) and one not sent is not billed, and the job is
+audited `abandoned` (`routing/attempt.py`, `dispatcher.py`). A client leaving mid-body ends the
+handler the same way.
 
 What counts as leaving is what hypercorn reports, which is what the socket shows: a close (FIN),
 a reset (RST), and a half-close — `shutdown(SHUT_WR)` after the request — too. A FIN after a
 complete request looks the same whether the client half-closed or closed: only writing to it tells
 them apart (a closed peer answers with a reset), and HTTP/1.1 lets a server write nothing but the
 answer. Honouring half-close would keep the job of every client that closed and left running to
-its end, which is what this module is for. Mainstream clients (curl, httpx, requests, the OpenAI
+its end, which is what this module prevents. Mainstream clients (curl, httpx, requests, the OpenAI
 and Anthropic SDKs, browsers) never half-close an HTTP/1.1 request, and proxies end the request
 too (nginx answers 499 unless `proxy_ignore_client_abort`; Pingora's `abort_on_close` is on by
 default). A client that wants its answer keeps its sending side open until it has it.
 
-The last message of the answer is sent with the watch stopped: hypercorn answers it with a
-disconnect (the exchange is over), which must not cancel the handler's last steps.
+Once the answer's last message is sent, a disconnect cancels nothing: hypercorn answers that message
+with one (the exchange is over), which must not cancel the handler's last steps.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import trio
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from hypercorn.config import Config
+from hypercorn.trio.task_group import TaskGroup
+from hypercorn.typing import (
+    AppWrapper,
+    ASGIReceiveCallable,
+    ASGIReceiveEvent,
+    ASGISendCallable,
+    ASGISendEvent,
+    Scope,
+)
+
+Put = Callable[[ASGIReceiveEvent], Awaitable[None]]
+Send = Callable[[ASGISendEvent | None], Awaitable[None]]
 
 
-async def watched(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """Run `app` for one HTTP request, cancelled the moment its client goes away."""
-    async with trio.open_nursery() as nursery:
-        watch = _Watch(receive, send, nursery)
-        await app(scope, watch.receive, watch.send)
-        nursery.cancel_scope.cancel()  # the handler is done: so is the watch
+class Requests(TaskGroup):
+    """Hypercorn's task group for one connection's requests, each cancelled when its client goes
+    away before its answer is out."""
+
+    async def spawn_app(self, app: AppWrapper, config: Config, scope: Scope, send: Send) -> Put:
+        request = _Request(app, send)
+        request.put = await super().spawn_app(request, config, scope, request.send)
+        return request.receive
 
 
-class _Watch:
-    """The request's `receive` and `send`, as the handler sees them while the watch runs."""
+class _Request:
+    """One request's app call in its cancel scope, between hypercorn and the app: what hypercorn
+    gives the app (`receive`: a disconnect cancels it), and what the app sends (`send`: its last
+    message ends the watch)."""
 
-    def __init__(self, receive: Receive, send: Send, nursery: trio.Nursery) -> None:
-        self._receive, self._send, self._nursery = receive, send, nursery
-        self._watching: trio.CancelScope | None = None  # the watcher reads `receive` from now on
-        self._finishing = False  # the answer's last message is going out: nobody watches
-        self._gone = trio.Event()
+    def __init__(self, app: AppWrapper, send: Send) -> None:
+        self._app, self._send = app, send
+        self.put: Put | None = None
+        self._scope = trio.CancelScope()
+        self._answered = False
 
-    async def receive(self) -> Message:
-        if self._finishing:
-            return await self._receive()
-        if self._watching is not None:  # the body is in: what can come now is the disconnect
-            await self._gone.wait()
-            return {"type": "http.disconnect"}
-        message = await self._receive()
-        if message["type"] == "http.disconnect":  # gone mid-body
-            self._left()
-            await trio.lowlevel.checkpoint()  # the handler is cancelled here
-        elif not message.get("more_body", False):
-            self._watching = trio.CancelScope()
-            self._nursery.start_soon(self._watch, self._watching)
-        return message
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        sync_spawn: Callable[..., Any],
+        call_soon: Callable[..., Any],
+    ) -> None:
+        with self._scope:
+            await self._app(scope, receive, send, sync_spawn, call_soon)
 
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self._finishing = True
-            if self._watching is not None:
-                self._watching.cancel()
+    async def receive(self, message: ASGIReceiveEvent) -> None:
+        if message["type"] == "http.disconnect" and not self._answered:
+            self._scope.cancel()  # the client left: the handler, and its job, end here
+        assert self.put is not None, "hypercorn hands messages to a spawned app"
+        await self.put(message)
+
+    async def send(self, message: ASGISendEvent | None) -> None:
+        if (
+            message is not None
+            and message["type"] == "http.response.body"
+            and not message.get("more_body", False)
+        ):
+            self._answered = True
         await self._send(message)
-
-    async def _watch(self, scope: trio.CancelScope) -> None:
-        with scope:
-            message: Message = {}
-            while message.get("type") != "http.disconnect":
-                message = await self._receive()
-            self._left()
-
-    def _left(self) -> None:
-        self._gone.set()
-        self._nursery.cancel_scope.cancel()
