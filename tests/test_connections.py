@@ -93,6 +93,42 @@ async def test_fifty_http2_connections_leave_the_cap_free(autojump_clock):
     assert _status(health) == 200, health[:80]
 
 
+def _rapid_reset(streams: int) -> bytes:
+    """What an HTTP/2 client sends to open `streams` chat requests and reset each at once (the
+    rapid-reset pattern), by h2's own client (hypercorn's HTTP/2 dependency)."""
+    import h2.config
+    import h2.connection
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    body = json.dumps(OK).encode()
+    for i in range(streams):
+        stream_id = 1 + 2 * i
+        headers = [
+            (":method", "POST"),
+            (":path", "/v1/chat/completions"),
+            (":scheme", "http"),
+            (":authority", "127.0.0.1"),
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+        ]
+        client.send_headers(stream_id, headers)
+        client.send_data(stream_id, body, end_stream=True)
+        client.reset_stream(stream_id)
+    return client.data_to_send()
+
+
+async def test_http2_rapid_reset_sends_nothing_upstream(autojump_clock):
+    """One connection opening 100 HTTP/2 chat streams and resetting each at once (it used to put
+    300 upstream requests in flight within 1 s): it is refused with a 505 and closed, and the
+    upstream receives nothing."""
+    async with open_sidecar(LOCAL) as (url, fakes):
+        fakes["local"].script("local-model", answer(delay_s=2.0))
+        response = await _exchange(_port(url), _rapid_reset(100))
+    assert _status(response) == 505, response[:80]
+    assert fakes["local"].requests() == []
+
+
 async def _leave_mid_job(
     url: str, fake: FakeProvider, how: Leaving, path: str = "/v1/chat/completions", body: Any = None
 ) -> float:
