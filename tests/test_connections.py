@@ -277,3 +277,33 @@ async def test_a_paid_request_not_yet_sent_is_never_sent_nor_billed(autojump_clo
         spent = (await http.get(f"{url}/lanes")).json()["paid"]["spent_today_usd"]
     assert recent[0]["outcome"] == "abandoned" and decided.status_code == 200
     assert fakes["paid"].requests() == [] and spent == 0
+
+
+async def test_an_operators_decision_sent_in_full_is_made_though_its_client_leaves(redis_server):
+    """An approval decided by a client that closes right after sending it (a fire-and-forget
+    POST) is made whole — the grant kept, the waiting job served — never cut half-way between
+    its store writes (Redis: each one a thread hop)."""
+    policy = {"free_tier_fallback": "ask", "paid_ceiling_usd_per_day": 1.0}
+    async with (
+        open_sidecar(PAID, policy=policy, state=redis_server.url) as (url, fakes),
+        httpx2.AsyncClient(trust_env=False, timeout=None) as http,
+    ):
+        port = _port(url)
+        waiting = await trio.open_tcp_stream("127.0.0.1", port)
+        headers = {"x-lanes-deadline-ms": "30000", "connection": "close"}
+        await waiting.send_all(http_request("POST", "/v1/chat/completions", OK, headers))
+        pending: list[Any] = []
+        with trio.fail_after(5):
+            while not pending:
+                pending = (await http.get(f"{url}/approvals")).json()["data"]
+                await trio.sleep(0.05)
+        operator = await trio.open_tcp_stream("127.0.0.1", port)
+        decision = http_request("POST", f"/v1/approvals/{pending[0]['id']}", {"decision": "1h"})
+        await operator.send_all(decision)
+        await leave(operator, "close")
+        with trio.fail_after(10):
+            served = await read_until_closed(waiting)
+        await waiting.aclose()
+        grants = (await http.get(f"{url}/grants")).json()["data"]
+    assert _status(served) == 200, served[:80]
+    assert len(grants) == 1 and len(fakes["paid"].requests()) == 1

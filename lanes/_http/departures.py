@@ -21,13 +21,18 @@ and Anthropic SDKs, browsers) never half-close an HTTP/1.1 request, and proxies 
 too (nginx answers 499 unless `proxy_ignore_client_abort`; Pingora's `abort_on_close` is on by
 default). A client that wants its answer keeps its sending side open until it has it.
 
+An operator's decision is not cut (`departure_shield`, around the admin endpoints that act): it is
+several store writes, and one sent in full is made whole — the request is cancelled after it.
+
 Once the answer's last message is sent, a disconnect cancels nothing: hypercorn answers that message
 with one (the exchange is over), which must not cancel the handler's last steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import trio
@@ -66,6 +71,8 @@ class _Request:
         self.put: Put | None = None
         self._scope = trio.CancelScope()
         self._answered = False
+        self.gone = False  # the client left before the answer was out
+        self.shields = 0  # `departure_shield` blocks running
 
     async def __call__(
         self,
@@ -75,14 +82,24 @@ class _Request:
         sync_spawn: Callable[..., Any],
         call_soon: Callable[..., Any],
     ) -> None:
-        with self._scope:
-            await self._app(scope, receive, send, sync_spawn, call_soon)
+        token = _REQUEST.set(self)
+        try:
+            with self._scope:
+                await self._app(scope, receive, send, sync_spawn, call_soon)
+        finally:
+            _REQUEST.reset(token)
 
     async def receive(self, message: ASGIReceiveEvent) -> None:
         if message["type"] == "http.disconnect" and not self._answered:
-            self._scope.cancel()  # the client left: the handler, and its job, end here
+            self.gone = True
+            if not self.shields:
+                self.cancel()
         assert self.put is not None, "hypercorn hands messages to a spawned app"
         await self.put(message)
+
+    def cancel(self) -> None:
+        """The client left: the handler, and its job, end here."""
+        self._scope.cancel()
 
     async def send(self, message: ASGISendEvent | None) -> None:
         if (
@@ -92,3 +109,23 @@ class _Request:
         ):
             self._answered = True
         await self._send(message)
+
+
+_REQUEST: ContextVar[_Request | None] = ContextVar("lanes_request", default=None)
+
+
+@contextmanager
+def departure_shield() -> Iterator[None]:
+    """A block of the current request that its client leaving does not cut; if it left meanwhile,
+    the request is cancelled when the block ends. Outside a request `Requests` serves: nothing."""
+    request = _REQUEST.get()
+    if request is None:
+        yield
+        return
+    request.shields += 1
+    try:
+        yield
+    finally:
+        request.shields -= 1
+        if request.gone and not request.shields:
+            request.cancel()
