@@ -58,13 +58,13 @@ class Requests(TaskGroup):
     async def spawn_app(self, app: AppWrapper, config: Config, scope: Scope, send: Send) -> Put:
         request = _Request(app, send)
         request.put = await super().spawn_app(request, config, scope, request.send)
-        return request.receive
+        return request.deliver
 
 
 class _Request:
     """One request's app call in its cancel scope, between hypercorn and the app: what hypercorn
-    gives the app (`receive`: a disconnect cancels it), and what the app sends (`send`: its last
-    message ends the watch)."""
+    hands the app (`deliver`: a disconnect cancels it), and what the app sends (`send`: after its
+    last message, nothing is cancelled)."""
 
     def __init__(self, app: AppWrapper, send: Send) -> None:
         self._app, self._send = app, send
@@ -89,7 +89,8 @@ class _Request:
         finally:
             _REQUEST.reset(token)
 
-    async def receive(self, message: ASGIReceiveEvent) -> None:
+    async def deliver(self, message: ASGIReceiveEvent) -> None:
+        """Hand the app `message` (what its `receive()` returns next)."""
         if message["type"] == "http.disconnect" and not self._answered:
             self.gone = True
             if not self.shields:
