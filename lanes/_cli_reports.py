@@ -109,18 +109,19 @@ def _ratio(value: float | None) -> str:
 def markdown(body: dict[str, Any]) -> str:
     """The report as Markdown tables (also the human output of `lanes report`)."""
     head = (
-        "| {by} | jobs | answered | free share | free primary ok | free retry | paid jobs | "
-        "paid cost | attempts/answer | requests |"
+        "| {by} | jobs | answered | abandoned | free share | free primary ok | free retry | "
+        "paid jobs | paid cost | attempts/answer | requests |"
     ).format(by=body["by"])
     lines = [
         f"# lanes report since {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(body['since']))}",
         "",
         head,
-        "|" + "---|" * 10,
+        "|" + "---|" * 11,
     ]
     for g in [*body["groups"], body["total"]]:
         lines.append(
-            f"| {g['key'] or '—'} | {g['jobs']} | {g['answered']} | {_pct(g['free_share'])} | "
+            f"| {g['key'] or '—'} | {g['jobs']} | {g['answered']} | {g['abandoned']} | "
+            f"{_pct(g['free_share'])} | "
             f"{_pct(g['primary_free_success'])} | {_pct(g['free_retry_rate'])} | "
             f"{g['paid_jobs']} | ${g['paid_cost_usd']:.6f} | "
             f"{_ratio(g['attempts_per_answer'])} | {g['requests']} |"

@@ -1,4 +1,5 @@
-"""The sidecar's connections: accepted by us, served by hypercorn's HTTP/1.1 machinery, bounded.
+"""The sidecar's connections: accepted by us, served by hypercorn's HTTP/1.1 machinery (HTTP/1.1
+only: `http11.py`), bounded.
 
 Hypercorn's own `serve()` accepts every connection it can; a flood then reaches the descriptor
 limit, `accept` fails in a loop, and nothing — `/health` included — is answered until the flood's
@@ -13,10 +14,7 @@ connections time out. Here:
   are complete); a body must arrive within `body_timeout_s` (the app answers 408);
 - a connection whose client went away is closed at once (hypercorn waits out its keep-alive timer
   first), so the descriptors of a flood come back as soon as it ends;
-- a descriptor shortage at `accept` (EMFILE) is one log line per streak, not one per try;
-- hypercorn's own protocol errors (a malformed request line, headers over 16 KiB) are answered in
-  OpenAI's error shape instead of an empty body (hypercorn has no hook for this: one method is
-  replaced, `_openai_shaped_protocol_errors`).
+- a descriptor shortage at `accept` (EMFILE) is one log line per streak, not one per try.
 """
 
 from __future__ import annotations
@@ -27,29 +25,22 @@ import json
 import logging
 import resource
 from collections.abc import Awaitable, Callable
-from itertools import chain
 from typing import Any
 
-import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
-from hypercorn.utils import wrap_app
+from hypercorn.utils import parse_socket_addr, wrap_app
 
+from lanes._http.departures import Requests
 from lanes._http.errors import error_body
+from lanes._http.http11 import HTTP11
 
 log = logging.getLogger("lanes.http")
 RESERVE_FDS = 64  # descriptors kept for the state file, logs, Redis and the listeners
 _SHORTAGE = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-_PROTOCOL_ERRORS = {
-    400: ("the request is not valid HTTP/1.1", "bad_request"),
-    408: ("the request did not arrive in time", "request_timeout"),
-    413: ("the request is too large", "body_too_large"),
-    431: ("the request's headers are over 16 KiB", "headers_too_large"),
-}
 
 
 def _json_response(status: int, message: str, code: str, extra: bytes = b"") -> bytes:
@@ -88,8 +79,37 @@ def connection_cap(configured: int) -> int:
 
 
 class _Connection(TCPServer):
-    """Hypercorn's connection, but one whose peer has gone is closed at once: hypercorn's waits
-    out its keep-alive timer first, holding the descriptor (and, here, a place under the cap)."""
+    """Hypercorn's connection on a plain socket, speaking HTTP/1.1 only (`HTTP11`: hypercorn's
+    would switch to HTTP/2), and one whose peer has gone is closed at once: hypercorn's waits out
+    its keep-alive timer first, holding the descriptor (and, here, a place under the cap)."""
+
+    async def run(self) -> None:
+        """Hypercorn's `run` for a plain socket, with `HTTP11` where it would pick a protocol, and
+        `Requests` for its task group."""
+        socket = self.stream.socket
+        try:
+            client = parse_socket_addr(socket.family, socket.getpeername())
+            server = parse_socket_addr(socket.family, socket.getsockname())
+            async with Requests() as task_group:  # each request cancelled if its client leaves
+                self._task_group = task_group
+                # typed as hypercorn's protocol wrapper, which has the same two methods
+                self.protocol = HTTP11(  # type: ignore[assignment]
+                    self.app,
+                    self.config,
+                    self.context,
+                    task_group,
+                    ConnectionState(self.state),
+                    False,
+                    client,
+                    server,
+                    self.protocol_send,
+                )
+                await self.idle_task.restart(task_group, self._idle_timeout)
+                await self._read_data()
+        except OSError:
+            pass
+        finally:
+            await self._close()
 
     async def _read_data(self) -> None:
         await super()._read_data()
@@ -115,7 +135,6 @@ async def serve_http(
 ) -> None:
     """Serve `app` on `hc.bind` until `shutdown_trigger` returns; then stop accepting and let
     requests in flight finish within `hc.graceful_timeout`."""
-    _openai_shaped_protocol_errors()
     wrapped = wrap_app(app, hc.wsgi_max_body_size, "asgi")
     context = WorkerContext(None)
     gate = Gate(cap)
@@ -183,29 +202,3 @@ async def _refuse(sock: trio.socket.SocketType) -> None:
 def _url(name: Any) -> str:
     host, port = name[0], name[1]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def _openai_shaped_protocol_errors() -> None:
-    """Answer hypercorn's own HTTP/1.1 protocol errors (400, 431, …) with an OpenAI-shaped body."""
-    if getattr(H11Protocol._send_error_response, "lanes", False):
-        return
-
-    async def send_error_response(self: H11Protocol, status_code: int) -> None:
-        message, code = _PROTOCOL_ERRORS.get(status_code, ("the request was refused", "refused"))
-        body = json.dumps(error_body(status_code, message, code)).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),
-        ]
-        await self._send_h11_event(
-            h11.Response(
-                status_code=status_code,
-                headers=list(chain(headers, self.config.response_headers("h11"))),
-            )
-        )
-        await self._send_h11_event(h11.Data(data=body))
-        await self._send_h11_event(h11.EndOfMessage())
-
-    send_error_response.lanes = True  # type: ignore[attr-defined]
-    H11Protocol._send_error_response = send_error_response  # type: ignore[method-assign]

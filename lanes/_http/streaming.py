@@ -5,8 +5,8 @@ The handler's own task runs the dispatcher's stream (with recovery,
 waits for no other task. Then a writer task takes over: the stream's chunks go to it through a
 channel without a pause, and it sends everything that has arrived since its last write in one
 write — under load, the chunks of several upstream events at once — and a keep-alive comment after
-`keepalive_s` of silence. A watcher cancels everything — the upstream request included — the moment
-the client goes away.
+`keepalive_s` of silence. A client that goes away cancels everything — the upstream request
+included — at once (`departures.py`, around every request).
 Until the first chunk nothing is sent, so a failure before it is a proper HTTP error (429, 504…).
 A stream broken after chunks ends with an in-band error event and never with `[DONE]`.
 
@@ -18,7 +18,6 @@ same chunks into their events (`_http/dialects.py`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -89,21 +88,11 @@ class SSERelay:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         to_writer, from_producer = trio.open_memory_channel[Event](64)
-        watching = trio.CancelScope()
-        # the watcher stops before the last message: the server answers that message with a
-        # disconnect (the stream is over), which must not cancel the closing of the connection
-        head = _Head(self, send, finishing=watching.cancel)
-
-        async def watch(cancel_scope: trio.CancelScope) -> None:
-            with watching:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                cancel_scope.cancel()  # the client left: stop reading upstream at once
-
+        head = _Head(self, send)
         async with trio.open_nursery() as nursery:
 
             async def write() -> None:
-                await self._write(from_producer, send, head.pending, finishing=watching.cancel)
+                await self._write(from_producer, send, head.pending)
 
             async def emit(event: Event) -> None:
                 if head.done:  # the writer's: no pause per chunk, one write for what has come
@@ -114,21 +103,16 @@ class SSERelay:
                 elif await head.write(event):
                     nursery.start_soon(write)
 
-            nursery.start_soon(watch, nursery.cancel_scope)
             async with to_writer:
                 await relay(self.dispatcher, self.job, emit)
             # the client has its answer; what the relay did since — reading the rest of the
             # upstream body, so its connection is kept — is done too. A writer ends by itself.
-            if not head.streaming:
-                watching.cancel()
 
     async def _write(
         self,
         items: trio.MemoryReceiveChannel[Event],
         send: Any,
         pending: list[bytes],
-        *,
-        finishing: Callable[[], None],
     ) -> None:
         """Everything the head did not write (`pending`, then each event), until the stream is
         over."""
@@ -139,7 +123,6 @@ class SSERelay:
             if body := b"".join(pending):
                 await send({"type": "http.response.body", "body": body, "more_body": True})
             pending.clear()
-        finishing()
         await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
 
     async def _gather(self, items: trio.MemoryReceiveChannel[Event], pending: list[bytes]) -> bool:
@@ -199,8 +182,8 @@ class _Head:
     a turn is a round of every other stream's chunks); then a writer task takes over and batches
     the rest. A stream that fails, or ends, before that is answered here in full."""
 
-    def __init__(self, relay: SSERelay, send: Any, *, finishing: Callable[[], None]) -> None:
-        self.relay, self.send, self.finishing = relay, send, finishing
+    def __init__(self, relay: SSERelay, send: Any) -> None:
+        self.relay, self.send = relay, send
         self.done = False  # nothing more is written here
         self.streaming = False  # a writer takes the rest
         self.stream: ReplyStream | None = None  # the first candidate's, once the headers are out
@@ -211,7 +194,6 @@ class _Head:
         relay, send = self.relay, self.send
         if isinstance(event, Failed):
             self.done = True
-            self.finishing()
             await relay._error_response(send, event.error)
             return False
         if isinstance(event, Started):
@@ -232,7 +214,6 @@ class _Head:
         assert self.stream is not None, "a stream starts with its first candidate"
         if relay._add(event, self.pending):  # over already: a short answer, or broken
             self.done = True
-            self.finishing()
             body = b"".join(self.pending)
             await send({"type": "http.response.body", "body": body, "more_body": False})
             return False

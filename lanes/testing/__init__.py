@@ -29,11 +29,12 @@ from lanes.testing.behaviours import (
     stream_cut,
     stream_stall,
 )
-from lanes.testing.fakes import FakeProvider, Logged, open_fake
+from lanes.testing.fakes import Departed, FakeProvider, Logged, open_fake
 
 __all__ = [
     "ANSWER",
     "Behaviour",
+    "Departed",
     "FakeProvider",
     "Logged",
     "answer",

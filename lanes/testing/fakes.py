@@ -11,7 +11,12 @@ async with open_fake("groq") as fake:  # answer, rate_limited, ... come from lan
     ... fake.base_url ... fake.log ...
     await fake.refuse()    # the port now refuses connections
     await fake.listen()    # and accepts again, on the same port
+    await fake.wait_for(lambda f: f.departed)   # a client left before its answer was over
 ```
+
+While it answers, the fake watches its client as a real server does: a client that closes or resets
+its connection before the answer is over is noted in `departed` (with the time) and the answer is
+dropped — so a test sees at once whether the sidecar let go of an upstream request.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -44,6 +49,15 @@ class Logged:
     body: Mapping[str, Any] = attrs.field(factory=dict)  # kept in memory only, for assertions
 
 
+@attrs.frozen(kw_only=True)
+class Departed:
+    """A request whose client went away before its answer was over: when (trio clock), its model."""
+
+    at: float
+    model: str
+    request: int = 0  # which request: its index in the fake's `log`
+
+
 class FakeProvider:
     """One fake provider. Use `open_fake()`; see the module docstring."""
 
@@ -51,6 +65,8 @@ class FakeProvider:
         self.name = name
         self.port = port
         self.log: list[Logged] = []
+        self.departed: list[Departed] = []
+        self.in_flight = 0  # requests received whose answer is not over yet
         self.models: list[str] = []
         self.balance: float | None = None  # served at GET …/key as data.limit_remaining
         self._nursery = nursery
@@ -65,6 +81,7 @@ class FakeProvider:
         )
         self.catalog_requests = 0
         self.prefill = True  # continue a trailing assistant message (False: refuse it with a 400)
+        self._news = trio.Event()  # set, and replaced, whenever a request arrives, ends or is left
 
     @property
     def base_url(self) -> str:
@@ -82,6 +99,16 @@ class FakeProvider:
 
     def requests(self, model: str | None = None) -> list[Logged]:
         return [r for r in self.log if model is None or r.model == model]
+
+    async def wait_for(self, condition: Callable[[FakeProvider], object]) -> None:
+        """Return once `condition(self)` is true: checked now, and whenever a request arrives, its
+        answer is over or its client leaves. The caller owns the deadline."""
+        while not condition(self):
+            await self._news.wait()
+
+    def _tell(self) -> None:
+        self._news.set()
+        self._news = trio.Event()
 
     def _next(self, model: str) -> Behaviour:
         script = self._scripts.get(model)
@@ -198,6 +225,76 @@ class FakeProvider:
                 body=request,
             )
         )
+        return await self._watched(
+            conn, stream, model, lambda: self._perform(conn, stream, behaviour, request, path)
+        )
+
+    async def _watched(
+        self,
+        conn: h11.Connection,
+        stream: trio.SocketStream,
+        model: str,
+        answering: Callable[[], Awaitable[bool]],
+    ) -> bool:
+        """Run `answering` (True: the connection may serve another request) while watching the
+        client: one that leaves before the answer is over is noted in `departed` and the answer is
+        dropped."""
+        request = len(self.log) - 1  # the one just logged
+        self.in_flight += 1
+        self._tell()
+        kept = False  # unless the answer is over before the client leaves
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch, conn, stream, model, request, nursery.cancel_scope)
+                try:
+                    kept = await answering()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._left(conn, model, request)  # found out by writing to it
+                nursery.cancel_scope.cancel()
+            return kept
+        finally:
+            self.in_flight -= 1
+            self._tell()
+
+    async def _watch(
+        self,
+        conn: h11.Connection,
+        stream: trio.SocketStream,
+        model: str,
+        request: int,
+        answer: trio.CancelScope,
+    ) -> None:
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                break
+            conn.receive_data(data)  # a pipelined request: kept for its turn
+        if self._left(conn, model, request):
+            answer.cancel()
+
+    def _left(self, conn: h11.Connection, model: str, request: int) -> bool:
+        """The client of `conn` left during request number `request`: noted once, unless its
+        answer was over (it read it and left)."""
+        if conn.our_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED) or (
+            self.departed and self.departed[-1].request == request
+        ):
+            return False
+        self.departed.append(Departed(at=trio.current_time(), model=model, request=request))
+        return True
+
+    async def _perform(
+        self,
+        conn: h11.Connection,
+        stream: trio.SocketStream,
+        behaviour: Behaviour,
+        request: Mapping[str, Any],
+        path: str,
+    ) -> bool:
+        """Answer one logged request as `behaviour` says; False when the connection must close."""
+        model, streamed = str(request.get("model", "")), bool(request.get("stream"))
         if behaviour.delay_s:
             await trio.sleep(behaviour.delay_s)
         kind = behaviour.kind

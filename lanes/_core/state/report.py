@@ -3,13 +3,13 @@ seed 004 asks for before any limit is raised, and the story of one request. Pure
 and reads the rows through a `query` function (a store's), so the same numbers reach `lanes report`,
 `GET /v1/report`, `lanes explain` and `GET /v1/requests/{id}`.
 
-Per group: jobs and answers; the free share (answers served by owned or borrowed-free capacity);
-the primary-free success rate; the free-retry rate and why the primary failed; paid-fallback
-frequency and its actual cost (what the ledger settled — the groups' costs add up to the ledger);
-attempts per answer; latency per route state; provider error categories; and the privacy of the
-endpoint actually selected against what the job needed. Over time — per UTC hour (the page's
-charts) and per UTC day — jobs, answers, the free and paid shares of the answers, attempts per
-answer and paid spend (per day against the ceiling).
+Per group: jobs, answers and jobs abandoned (their client went away first); the free share (answers
+served by owned or borrowed-free capacity); the primary-free success rate; the free-retry rate and
+why the primary failed; paid-fallback frequency and its actual cost (what the ledger settled — the
+groups' costs add up to the ledger); attempts per answer; latency per route state; provider error
+categories; and the privacy of the endpoint actually selected against what the job needed. Over time
+— per UTC hour (the page's charts) and per UTC day — jobs, answers, the free and paid shares of the
+answers, attempts per answer and paid spend (per day against the ceiling).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class Group:
     key: str
     jobs: int
     answered: int
+    abandoned: int  # jobs whose client went away before their answer (the job was cancelled)
     free_share: float | None  # answers served by local or borrowed-free capacity / answers
     primary_free_success: float | None  # jobs whose first free attempt answered / jobs with one
     free_retry_rate: float | None  # jobs that needed a free retry / jobs with a free attempt
@@ -94,7 +95,7 @@ def report(query: Query, *, since: float, by: str, ceiling_usd: float) -> Report
     hour = int(since // 3600)
     groups = _groups(query, hour=hour, dim=by)
     total = _groups(query, hour=hour, dim="all")
-    empty = _group("all", (0,) * 9, {}, {}, {}, {}, 0)
+    empty = _group("all", (0,) * 10, {}, {}, {}, {}, 0)
     hours = _hours(query, hour)
     return Report(
         since=hour * 3600.0,
@@ -109,6 +110,7 @@ def report(query: Query, *, since: float, by: str, ceiling_usd: float) -> Report
 def _groups(query: Query, *, hour: int, dim: str) -> dict[str, Group]:
     jobs = query(
         "SELECT value, SUM(jobs), SUM(CASE WHEN outcome = 'ok' THEN jobs END), "
+        "SUM(CASE WHEN outcome = 'abandoned' THEN jobs END), "
         "SUM(CASE WHEN outcome = 'ok' AND tier IN ('local', 'free') THEN jobs END), "
         "SUM(CASE WHEN first_free_outcome != '' THEN jobs END), "
         "SUM(CASE WHEN first_free_outcome = 'ok' THEN jobs END), "
@@ -182,11 +184,14 @@ def _group(
     privacy: dict[str, Any],
     requests: int,
 ) -> Group:
-    jobs, answered, free_answers, with_free, free_ok, retried, paid, cost, per_answer = row
+    jobs, answered, abandoned, free_answers, with_free, free_ok, retried, paid, cost, per_answer = (
+        row
+    )
     return Group(
         key=key,
         jobs=jobs or 0,
         answered=answered or 0,
+        abandoned=abandoned or 0,
         free_share=_share(free_answers, answered),
         primary_free_success=_share(free_ok, with_free),
         free_retry_rate=_share(retried, with_free),
@@ -360,6 +365,8 @@ def _summary(job: dict[str, Any], attempts: list[dict[str, Any]]) -> str:
     cost = f"${job['cost_usd']:.6f}"
     if job["outcome"] == "ok":
         head = f"answered by {job['lane']}/{job['model']} on the {job['route']} route"
+    elif job["outcome"] == "abandoned":
+        head = "not answered (abandoned: the client went away, and the job was cancelled)"
     else:
         head = f"not answered ({job['outcome']})"
     consent = f"; paid consent: {job['approval']}" if job["approval"] else ""
