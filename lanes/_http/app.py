@@ -29,6 +29,7 @@ from lanes._http.page import PAGE, PAGE_HEADERS
 from lanes._http.state import models_list, ready
 from lanes._http.streaming import SSERelay
 from lanes._http.validation import digits, job_headers, json_object, parse_job
+from lanes.freetier.prices import usd_text
 
 
 def reply_headers(reply: Reply) -> dict[str, str]:
@@ -40,7 +41,7 @@ def reply_headers(reply: Reply) -> dict[str, str]:
         "X-Lanes-Model": reply.model,
         "X-Lanes-Route": reply.route,
         "X-Lanes-Attempts": str(len(reply.attempts)),
-        "X-Lanes-Cost-Usd": f"{reply.cost_usd:.6f}",
+        "X-Lanes-Cost-Usd": usd_text(reply.cost_usd),
     }
 
 

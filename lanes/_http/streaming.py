@@ -29,6 +29,7 @@ from lanes._core.job import Job
 from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
 from lanes._core.streaming.stream import ReplyStream
 from lanes._http.errors import error_body, job_failed
+from lanes.freetier.prices import usd_text
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -174,9 +175,8 @@ class SSERelay:
             return False
         if isinstance(event, Ended):
             last = event.stream
-            note = (
-                f": lanes lane={last.lane} route={last.route} cost_usd={last.job_cost_usd:.6f}\n\n"
-            )
+            cost = usd_text(last.job_cost_usd)
+            note = f": lanes lane={last.lane} route={last.route} cost_usd={cost}\n\n"
             pending.append(note.encode() + self.dialect.ending(last))
             return True
         if isinstance(event, Broken):
