@@ -130,13 +130,25 @@ def retry_after(seconds: float | None) -> str:
     )
 
 
+#: Where the OpenAI SDK reads a response's request id (its `_request_id`); the Anthropic SDK, and
+#: so `/v1/messages`, reads `MESSAGES_REQUEST_ID`.
+REQUEST_ID = "x-request-id"
+MESSAGES_REQUEST_ID = "request-id"
+
+
+def request_id_headers(request_id: str, sdk_header: str = REQUEST_ID) -> dict[str, str]:
+    """The job's id as `X-Lanes-Request-Id` and, the same id, where the client's SDK reads it."""
+    return {"X-Lanes-Request-Id": request_id, sdk_header: request_id}
+
+
 def job_failed(
-    exc: JobFailed, *, approvals_url: str = "/"
+    exc: JobFailed, *, approvals_url: str = "/", sdk_header: str = REQUEST_ID
 ) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """(status, body, headers) for a job that ended without an answer."""
+    """(status, body, headers) for a job that ended without an answer; its id travels in
+    `X-Lanes-Request-Id` and `sdk_header`."""
     status, code, headers = http_status(exc), exc.code, {"X-Lanes-Attempts": str(len(exc.attempts))}
     if exc.request_id:
-        headers["X-Lanes-Request-Id"] = exc.request_id
+        headers |= request_id_headers(exc.request_id, sdk_header)
     message = str(exc)
     if isinstance(exc, RetryLater):
         headers["Retry-After"] = retry_after(exc.retry_after_s)
