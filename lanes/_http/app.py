@@ -28,6 +28,7 @@ from lanes._http.errors import (
     error_response,
     job_failed,
     request_id_headers,
+    retry_after,
 )
 from lanes._http.guard import Guard, Refused
 from lanes._http.metrics import Metrics
@@ -177,7 +178,9 @@ def build_app(
         stats = dispatcher.statistics()
         serving = ready(stats)
         body = {"ready": bool(serving), "lanes": serving, "failing": stats.background.failing}
-        return JSONResponse(body, status_code=200 if serving else 503)
+        if serving:
+            return JSONResponse(body)
+        return JSONResponse(body, status_code=503, headers={"Retry-After": retry_after(None)})
 
     async def models(request: Request) -> Response:
         try:

@@ -110,6 +110,10 @@ def _utf8(text: str | None) -> str | None:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: The statuses that say "try again later" — and only those: each is sent with `Retry-After`.
+LATER = frozenset({429, 503})
+
+
 def error_response(
     status: int,
     message: str,
@@ -118,6 +122,10 @@ def error_response(
     param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
+    """An OpenAI-shaped error; a 429 or 503 always with `Retry-After` (1 s unless given)."""
+    headers = dict(headers or {})
+    if status in LATER:
+        headers.setdefault("Retry-After", retry_after(None))
     return JSONResponse(
         error_body(status, message, code, param), status_code=status, headers=headers
     )
@@ -169,6 +177,8 @@ def job_failed(
         and all(a.category in ("malformed", "too_large") for a in exc.attempts)
     ):
         status, code = 502, "bad_upstream_response"
+    if status in LATER:  # not now: when is known for a backoff, a quota, an approval; else 1 s
+        headers.setdefault("Retry-After", retry_after(None))
     body = error_body(status, message, code)
     if isinstance(exc, FallbackNeedsApproval):
         body["error"]["approval_id"] = exc.approval_id
