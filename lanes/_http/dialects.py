@@ -105,7 +105,7 @@ class ResponsesAPI:
         return _Events(
             events,
             lambda error: events.fail("stream_interrupted", str(error)),
-            job_failed,
+            self.failed,
             REQUEST_ID,
         )
 
@@ -115,7 +115,20 @@ class ResponsesAPI:
         return error_body(status, message, code, param)
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
-        return job_failed(exc)
+        """The failure as chat completions says it, the field it names as this API calls it."""
+        status, body, headers = job_failed(exc)
+        param = body["error"]["param"]
+        body["error"]["param"] = _RESPONSES_FIELDS.get(param, param)
+        return status, body, headers
+
+
+#: The Responses API's name for each chat-completion field an error can name.
+_RESPONSES_FIELDS = {
+    "max_tokens": "max_output_tokens",
+    "max_completion_tokens": "max_output_tokens",
+    "messages": "input",
+    "response_format": "text.format",
+}
 
 
 class MessagesAPI:

@@ -19,6 +19,7 @@ from lanes._core.errors import (
     RetryLater,
     StreamInterrupted,
     UnknownModel,
+    Unservable,
     UpstreamRejected,
 )
 
@@ -75,8 +76,9 @@ STATUSES: tuple[tuple[type[JobFailed], int], ...] = (
     (FreeTierExhausted, 429),
     (RetryLater, 429),
     (DeadlineExceeded, 504),
-    (NoLaneAvailable, 503),
+    (Unservable, 400),  # never: no candidate could serve it, whatever the moment
     (UnknownModel, 404),
+    (NoLaneAvailable, 503),  # not now
     (FallbackDenied, 403),
     (StreamInterrupted, 502),
     (JobFailed, 503),
@@ -179,7 +181,7 @@ def job_failed(
         status, code = 502, "bad_upstream_response"
     if status in LATER:  # not now: when is known for a backoff, a quota, an approval; else 1 s
         headers.setdefault("Retry-After", retry_after(None))
-    body = error_body(status, message, code)
+    body = error_body(status, message, code, exc.param if isinstance(exc, Unservable) else None)
     if isinstance(exc, FallbackNeedsApproval):
         body["error"]["approval_id"] = exc.approval_id
         body["error"]["approval_url"] = approvals_url
