@@ -75,6 +75,7 @@ class Needs:
     tokens: int = 0  # estimated input tokens plus requested output
     embedding: bool = False  # an embedding model is needed (and only one)
     input_tokens: int = 0  # estimated input tokens (`estimate_tokens`)
+    output_tokens: int | None = None  # the output cap it asks for, if any
 
 
 def input_bytes(job: Job) -> int:
@@ -113,13 +114,14 @@ def needs_of(job: Job) -> Needs:
         "json_object",
         "json_schema",
     )
-    estimate = estimate_tokens(job)
+    estimate, output = estimate_tokens(job), max_output_tokens(job.params)
     return Needs(
         tools=bool(job.params.get("tools")),
         images=images,
         json_mode=json_mode,
-        tokens=estimate + (max_output_tokens(job.params) or 0),
+        tokens=estimate + (output or 0),
         input_tokens=estimate,
+        output_tokens=output,
     )
 
 
@@ -141,7 +143,7 @@ def request_class(job: Job, long_context_tokens: int, *, input_tokens: int | Non
 
 
 #: What `unfit` checks, in its order: a candidate failing a later check met every earlier one.
-STAGES = ("privacy", "kind", "tools", "images", "json_mode", "context")
+STAGES = ("privacy", "kind", "tools", "images", "json_mode", "output", "context")
 
 
 def unmet(candidate: Candidate, needs: Needs, privacy: str) -> tuple[int, str] | None:
@@ -158,8 +160,11 @@ def unmet(candidate: Candidate, needs: Needs, privacy: str) -> tuple[int, str] |
         return 3, "no vision"
     if needs.json_mode and candidate.json_mode is False:
         return 4, "no JSON mode"
+    cap = candidate.max_output_tokens
+    if cap is not None and needs.output_tokens is not None and needs.output_tokens > cap:
+        return 5, f"output cap {cap} < {needs.output_tokens} tokens asked"
     if candidate.context is not None and needs.tokens > candidate.context:
-        return 5, f"context {candidate.context} < ~{needs.tokens} tokens needed"
+        return 6, f"context {candidate.context} < ~{needs.tokens} tokens needed"
     return None
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import attrs
 
 from lanes._core.job import Candidate, Job
-from lanes._core.routing.policy import STAGES, Needs, max_output_tokens, unmet
+from lanes._core.routing.policy import STAGES, Needs, unmet
 
 
 @attrs.frozen(kw_only=True)
@@ -39,6 +39,14 @@ def never_served(
     what = STAGES[stage]
     if what == "context":
         return _too_long(job, closest, needs)
+    if what == "output":
+        largest = max(c.max_output_tokens or 0 for c in closest)
+        return Verdict(
+            code="context_length_exceeded",
+            message=f"needs {needs.output_tokens} output tokens; the largest output any candidate "
+            f"allows is {largest} tokens",
+            param=_cap_param(job),
+        )
     if what == "privacy":
         where = "local" if privacy == "local" else "local or zero-data-retention"
         return Verdict(
@@ -70,17 +78,21 @@ def wrong_kind(model: str, embedding: bool) -> str:
     return f"model {model!r} is an embedding model: it serves /v1/embeddings only"
 
 
+def _cap_param(job: Job) -> str | None:
+    """The field the job's output cap came in."""
+    return next((k for k in ("max_completion_tokens", "max_tokens") if k in job.params), None)
+
+
 def _too_long(job: Job, closest: Sequence[Candidate], needs: Needs) -> Verdict:
     """The verdict for a request longer than the largest context of the candidates closest."""
     largest = max(c.context or 0 for c in closest)
-    cap = next((k for k in ("max_completion_tokens", "max_tokens") if k in job.params), None)
-    output = max_output_tokens(job.params)
+    output = needs.output_tokens
     if output is not None and needs.input_tokens < largest:  # the output asked for is too long
         message = (
             f"needs {output} output tokens (on ~{needs.input_tokens} of input); the largest "
             f"context any candidate allows is {largest} tokens"
         )
-        return Verdict(code="context_length_exceeded", message=message, param=cap)
+        return Verdict(code="context_length_exceeded", message=message, param=_cap_param(job))
     message = (
         f"needs ~{needs.tokens} tokens (~{needs.input_tokens} of input); the largest context any "
         f"candidate allows is {largest} tokens"
