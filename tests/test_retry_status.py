@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
 import httpx2
+import openai
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -322,3 +325,38 @@ async def test_an_output_cap_beyond_every_models_own_is_a_400_and_skips_a_smalle
     assert error["param"] == "max_tokens" and [r.model for r in fakes["local"].requests()] == [
         "long"
     ]
+
+
+async def test_the_sdks_do_not_retry_what_could_never_be_served():
+    """The OpenAI and Anthropic SDKs, left to retry as they do by default, send an impossible
+    request once and raise their `BadRequestError`."""
+    sent: list[str] = []
+
+    async def count(request: Any) -> None:
+        sent.append(request.url.path)
+
+    hooks = {"request": [count]}
+    async with open_sidecar(("local", "local", ["small", "plain"], SMALL)) as (url, fakes):
+        client = openai.AsyncOpenAI(
+            base_url=url, api_key="unused", http_client=httpx2.AsyncClient(event_hooks=hooks)
+        )
+        with pytest.raises(openai.BadRequestError) as chat:
+            await client.chat.completions.create(
+                model="local/small", messages=USER, max_tokens=100_000_000
+            )
+        claude = anthropic.AsyncAnthropic(
+            base_url=url.removesuffix("/v1"),
+            api_key="unused",
+            http_client=httpx2.AsyncClient(event_hooks=hooks),
+        )
+        with pytest.raises(anthropic.BadRequestError) as messages:
+            await claude.messages.create(  # tools: its SDK itself refuses a huge max_tokens
+                model="local/plain",
+                messages=USER,
+                max_tokens=64,
+                tools=[{"name": "f", "input_schema": {"type": "object"}}],
+            )
+    assert sent == ["/v1/chat/completions", "/v1/messages"]
+    assert chat.value.code == "context_length_exceeded"
+    assert messages.value.request_id == messages.value.response.headers["x-lanes-request-id"]
+    assert "calls tools" in messages.value.message and fakes["local"].requests() == []
