@@ -363,3 +363,18 @@ async def test_simulation_shows_discovered_models():
     assert "openrouter/gpt-unpriced" not in models
     openrouter = next(lane for lane in page["lanes"] if lane["name"] == "openrouter")
     assert "mistral-7b:free" in [m["model"] for m in openrouter["models"]]
+
+
+def test_a_catalogs_output_cap_is_read():
+    """`max_completion_tokens` (Groq's listing, OpenRouter's `top_provider`) is the model's output
+    cap; a cap beyond the bound, or none, is unknown."""
+    groq = {"data": [{"id": "a", "max_completion_tokens": 8192}, {"id": "b"}]}
+    router = {
+        "data": [
+            {"id": "c", "top_provider": {"max_completion_tokens": 16384}},
+            {"id": "d", "max_completion_tokens": 10**12},
+        ]
+    }
+    caps = [r.max_output_tokens for r in normalise("openai", groq)]
+    caps += [r.max_output_tokens for r in normalise("per_token_prices", router)]
+    assert caps == [8192, None, 16384, None]

@@ -57,11 +57,11 @@ async def test_the_doors_keep_their_kind(env, autojump_clock):
             with pytest.raises(ValueError):
                 await d.embed(lanes.Job(messages=[{"role": "user", "content": "x"}]))
             chat = await d.complete(lanes.Job(messages=[{"role": "user", "content": "x"}]))
-            with pytest.raises(lanes.UnknownModel, match="not an embedding model"):
+            with pytest.raises(lanes.Unservable, match="not an embedding model"):
                 await d.embed(embedding("chat"))
-            with pytest.raises(lanes.UnknownModel, match="'auto'"):
+            with pytest.raises(lanes.Unservable, match="'auto'"):
                 await d.embed(embedding("auto"))
-            with pytest.raises(lanes.UnknownModel, match="is an embedding model"):
+            with pytest.raises(lanes.Unservable, match="is an embedding model"):
                 await d.complete(
                     lanes.Job(messages=[{"role": "user", "content": "x"}], model="emb")
                 )

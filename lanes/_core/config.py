@@ -72,6 +72,7 @@ class ModelConfig:
     id: str = attrs.field(validator=_model_id)
     free: bool | None = None
     context: int | None = attrs.field(default=None, validator=positive)
+    max_output_tokens: int | None = attrs.field(default=None, validator=positive)  # its output cap
     input_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)
     output_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)
     zdr: bool = False  # the endpoint retains no data

@@ -207,8 +207,10 @@ class Dispatcher:
         """Serve `job` by the free-first policy, inside its deadline.
 
         Raises `DeadlineExceeded`, `FreeTierExhausted`, `NoLaneAvailable`, `UpstreamRejected`,
-        `PaidBudgetExhausted`, `FallbackNeedsApproval`, `FallbackDenied`, `GovernorExhausted` or
-        `UnknownModel` — every one a `JobFailed` carrying the attempts made and the job's id.
+        `PaidBudgetExhausted`, `FallbackNeedsApproval`, `FallbackDenied`, `GovernorExhausted`,
+        `UnknownModel`, `Unservable` (no candidate could ever serve it) or `ModelNotFound` (the
+        upstreams say the model named does not exist) — every one a `JobFailed` carrying the
+        attempts made and the job's id.
         """
         return await self._serve(open_record(job, self.config), complete_call)
 

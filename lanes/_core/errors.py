@@ -6,13 +6,17 @@ LanesError
 ├── JobFailed                     a job ended without an answer: .attempts, .skips, .request_id
 │   ├── DeadlineExceeded          the job's deadline passed
 │   ├── NoLaneAvailable           every candidate was skipped or failed; the message says why, each
-│   │   └── FreeTierExhausted     free capacity is backed off or used up: .next_eligible
-│   │                             (also a RetryLater)
+│   │   ├── FreeTierExhausted     free capacity is backed off or used up: .next_eligible
+│   │   │                         (also a RetryLater)
+│   │   └── Unservable            no candidate could ever serve it — context, capability, privacy,
+│   │                             kind: .code (context_length_exceeded, no_capable_model), .param
 │   ├── RetryLater                refused for now: .retry_after_s
 │   │   ├── PaidBudgetExhausted   a paid attempt would cross today's paid ceiling
 │   │   ├── FallbackNeedsApproval paid fallback awaits a decision: .approval_id
 │   │   └── GovernorExhausted     the global attempt governor is spent
 │   ├── UnknownModel              the job names no model, alias or lane/model known
+│   │   └── ModelNotFound         the upstreams say the model it names does not exist (404)
+│   │                             (also a NoLaneAvailable)
 │   ├── FallbackDenied            the paid fallback was denied for this client
 │   ├── UpstreamRejected          a final upstream error (400/401/403/413/422): .upstream_status
 │   └── StreamInterrupted         a stream failed after chunks reached the caller
@@ -86,6 +90,20 @@ class NoLaneAvailable(JobFailed):
     code = "no_lane_available"
 
 
+class Unservable(NoLaneAvailable):
+    """No candidate could ever serve the request, whatever the moment: none has the context, the
+    capability (tools, images, JSON mode), the privacy or the kind (chat, embedding) it needs.
+    `code` says which (`context_length_exceeded`, `no_capable_model`); `param` names the request's
+    field to change, when one does."""
+
+    def __init__(
+        self, message: str, *, code: str = "no_capable_model", param: str | None = None, **kw: Any
+    ) -> None:
+        super().__init__(message, **kw)
+        self.code = code
+        self.param = param
+
+
 class RetryLater(JobFailed):
     """A job refused for now; `retry_after_s` says when trying again can succeed (None: unknown)."""
 
@@ -124,6 +142,11 @@ class GovernorExhausted(RetryLater):
 
 class UnknownModel(JobFailed):
     code = "model_not_found"
+
+
+class ModelNotFound(UnknownModel, NoLaneAvailable):
+    """The model the job names exists in config, but every upstream asked says it does not (404,
+    `model_not_found`), now or within the backoff that answer began."""
 
 
 class FallbackDenied(JobFailed):

@@ -216,6 +216,7 @@ class Candidate:
     model: str
     tier: Tier
     context: int | None = None
+    max_output_tokens: int | None = None  # the most output tokens it allows (None: its context)
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
     zdr: bool = False

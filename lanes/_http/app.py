@@ -22,26 +22,34 @@ from lanes._core.errors import JobFailed
 from lanes._core.job import Reply
 from lanes._http.admin import Handler, admin_routes
 from lanes._http.doors import Door, door_routes
-from lanes._http.errors import BadRequest, error_response, job_failed
+from lanes._http.errors import (
+    REQUEST_ID,
+    BadRequest,
+    error_response,
+    job_failed,
+    request_id_headers,
+    retry_after,
+)
 from lanes._http.guard import Guard, Refused
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE, PAGE_HEADERS
 from lanes._http.state import models_list, ready
 from lanes._http.streaming import SSERelay
 from lanes._http.validation import digits, job_headers, json_object, parse_job
+from lanes.freetier.prices import usd_text
 
 
-def reply_headers(reply: Reply) -> dict[str, str]:
-    explored = {"X-Lanes-Explored": "1"} if reply.explored else {}
-    return explored | {
-        "X-Lanes-Request-Id": reply.request_id,
+def reply_headers(reply: Reply, sdk_header: str = REQUEST_ID) -> dict[str, str]:
+    """Who served `reply`, how and at what cost; its id also in `sdk_header`, for the SDK."""
+    headers = request_id_headers(reply.request_id, sdk_header) | {
         "X-Lanes-Lane": reply.lane,
         "X-Lanes-Provider": reply.provider,
         "X-Lanes-Model": reply.model,
         "X-Lanes-Route": reply.route,
         "X-Lanes-Attempts": str(len(reply.attempts)),
-        "X-Lanes-Cost-Usd": f"{reply.cost_usd:.6f}",
+        "X-Lanes-Cost-Usd": usd_text(reply.cost_usd),
     }
+    return ({"X-Lanes-Explored": "1"} if reply.explored else {}) | headers
 
 
 CHAT_PATH = "/v1/chat/completions"
@@ -147,10 +155,9 @@ def build_app(
         except Refused as exc:
             return error_response(exc.status, str(exc), exc.code)
         except JobFailed as exc:
+            exc.request_id = exc.request_id or job_id
             status, body, headers = job_failed(exc)
-            return JSONResponse(
-                body, status_code=status, headers=headers | {"X-Lanes-Request-Id": job_id}
-            )
+            return JSONResponse(body, status_code=status, headers=headers)
         if stream:
             return SSERelay(dispatcher, job, keepalive_s=server.keepalive_s)
         try:
@@ -171,7 +178,9 @@ def build_app(
         stats = dispatcher.statistics()
         serving = ready(stats)
         body = {"ready": bool(serving), "lanes": serving, "failing": stats.background.failing}
-        return JSONResponse(body, status_code=200 if serving else 503)
+        if serving:
+            return JSONResponse(body)
+        return JSONResponse(body, status_code=503, headers={"Retry-After": retry_after(None)})
 
     async def models(request: Request) -> Response:
         try:

@@ -21,7 +21,9 @@ from lanes._core.errors import JobFailed, StreamInterrupted
 from lanes._core.job import Job, Reply
 from lanes._core.streaming.stream import ReplyStream
 from lanes._http.errors import (
+    MESSAGES_REQUEST_ID,
     MESSAGES_TYPES,
+    REQUEST_ID,
     error_body,
     http_status,
     job_failed,
@@ -31,7 +33,10 @@ from lanes._http.streaming import Dialect
 
 
 class API(Protocol):
-    """One API the sidecar translates onto chat-completion jobs."""
+    """One API the sidecar translates onto chat-completion jobs; its SDK reads the request id from
+    `request_id_header`."""
+
+    request_id_header: str
 
     def incoming(self, request: Request) -> Request: ...
     def to_chat(self, body: Mapping[str, Any]) -> ChatRequest: ...
@@ -54,7 +59,9 @@ class _Events:
         events: Any,
         fail: Callable[[StreamInterrupted], list[dict[str, Any]]],
         failed: Callable[[JobFailed], tuple[int, dict[str, Any], dict[str, str]]],
+        request_id_header: str,
     ) -> None:
+        self.request_id_header = request_id_header
         self._events = events
         self._fail = fail
         self._failed = failed
@@ -78,6 +85,8 @@ class _Events:
 class ResponsesAPI:
     """`POST /v1/responses`."""
 
+    request_id_header = REQUEST_ID
+
     def incoming(self, request: Request) -> Request:
         return request
 
@@ -94,7 +103,10 @@ class ResponsesAPI:
             body, response_id=f"resp_{job.id}", created_at=now, model=job.model
         )
         return _Events(
-            events, lambda error: events.fail("stream_interrupted", str(error)), job_failed
+            events,
+            lambda error: events.fail("stream_interrupted", str(error)),
+            self.failed,
+            REQUEST_ID,
         )
 
     def error_body(
@@ -103,11 +115,26 @@ class ResponsesAPI:
         return error_body(status, message, code, param)
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
-        return job_failed(exc)
+        """The failure as chat completions says it, the field it names as this API calls it."""
+        status, body, headers = job_failed(exc)
+        param = body["error"]["param"]
+        body["error"]["param"] = _RESPONSES_FIELDS.get(param, param)
+        return status, body, headers
+
+
+#: The Responses API's name for each chat-completion field an error can name.
+_RESPONSES_FIELDS = {
+    "max_tokens": "max_output_tokens",
+    "max_completion_tokens": "max_output_tokens",
+    "messages": "input",
+    "response_format": "text.format",
+}
 
 
 class MessagesAPI:
     """`POST /v1/messages`."""
+
+    request_id_header = MESSAGES_REQUEST_ID
 
     def incoming(self, request: Request) -> Request:
         """A request whose client key came in `x-api-key`, as this API's clients send it, with the
@@ -136,6 +163,7 @@ class MessagesAPI:
                 MESSAGES_TYPES.get(http_status(error), "api_error"), str(error)
             ),
             self.failed,
+            MESSAGES_REQUEST_ID,
         )
 
     def error_body(
@@ -144,7 +172,7 @@ class MessagesAPI:
         return messages_error_body(status, message)
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
-        status, body, headers = job_failed(exc)
+        status, body, headers = job_failed(exc, sdk_header=MESSAGES_REQUEST_ID)
         return (
             status,
             messages_error_body(status, body["error"]["message"], exc.request_id),

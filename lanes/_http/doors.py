@@ -28,7 +28,7 @@ from lanes._core.errors import JobFailed
 from lanes._core.job import Job, Reply
 from lanes._core.routing.policy import estimate_tokens
 from lanes._http.dialects import API, MessagesAPI, ResponsesAPI
-from lanes._http.errors import BadRequest, error_response, job_failed
+from lanes._http.errors import REQUEST_ID, BadRequest, error_response, job_failed
 from lanes._http.state import models_list
 from lanes._http.streaming import SSERelay
 from lanes._http.validation import chat_fields
@@ -49,7 +49,7 @@ class Door:
     read_body: Callable[[Request], Awaitable[bytes]]
     json_object: Callable[[bytes], dict[str, Any]]
     job_headers: Callable[[Mapping[str, str]], dict[str, Any]]
-    reply_headers: Callable[[Reply], dict[str, str]]
+    reply_headers: Callable[[Reply, str], dict[str, str]]  # and where the SDK reads the id
 
 
 def door_routes(door: Door) -> list[Route]:
@@ -108,7 +108,8 @@ async def translated(door: Door, api: API, request: Request) -> Response | SSERe
     except JobFailed as exc:
         status, failure, headers = api.failed(exc)
         return JSONResponse(failure, status_code=status, headers=headers)
-    return JSONResponse(api.answer(body, reply, job, now), headers=door.reply_headers(reply))
+    headers = door.reply_headers(reply, api.request_id_header)
+    return JSONResponse(api.answer(body, reply, job, now), headers=headers)
 
 
 def _refused(api: API, exc: BadRequest | BadField) -> JSONResponse:
@@ -177,8 +178,9 @@ async def embeddings(door: Door, request: Request) -> Response:
         status, failure, headers = job_failed(exc)
         return JSONResponse(failure, status_code=status, headers=headers)
     if reply.raw:  # the upstream's own bytes, not a re-encoding of them
-        return Response(reply.raw, media_type="application/json", headers=door.reply_headers(reply))
-    return JSONResponse(dict(reply.body), headers=door.reply_headers(reply))
+        headers = door.reply_headers(reply, REQUEST_ID)
+        return Response(reply.raw, media_type="application/json", headers=headers)
+    return JSONResponse(dict(reply.body), headers=door.reply_headers(reply, REQUEST_ID))
 
 
 async def model_by_id(door: Door, request: Request) -> Response:

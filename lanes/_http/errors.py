@@ -19,6 +19,7 @@ from lanes._core.errors import (
     RetryLater,
     StreamInterrupted,
     UnknownModel,
+    Unservable,
     UpstreamRejected,
 )
 
@@ -75,8 +76,9 @@ STATUSES: tuple[tuple[type[JobFailed], int], ...] = (
     (FreeTierExhausted, 429),
     (RetryLater, 429),
     (DeadlineExceeded, 504),
-    (NoLaneAvailable, 503),
+    (Unservable, 400),  # never: no candidate could serve it, whatever the moment
     (UnknownModel, 404),
+    (NoLaneAvailable, 503),  # not now
     (FallbackDenied, 403),
     (StreamInterrupted, 502),
     (JobFailed, 503),
@@ -110,6 +112,10 @@ def _utf8(text: str | None) -> str | None:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: The statuses that say "try again later" — and only those: each is sent with `Retry-After`.
+LATER = frozenset({429, 503})
+
+
 def error_response(
     status: int,
     message: str,
@@ -118,6 +124,10 @@ def error_response(
     param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
+    """An OpenAI-shaped error; a 429 or 503 always with `Retry-After` (1 s unless given)."""
+    headers = dict(headers or {})
+    if status in LATER:
+        headers.setdefault("Retry-After", retry_after(None))
     return JSONResponse(
         error_body(status, message, code, param), status_code=status, headers=headers
     )
@@ -130,13 +140,25 @@ def retry_after(seconds: float | None) -> str:
     )
 
 
+#: Where the OpenAI SDK reads a response's request id (its `_request_id`); the Anthropic SDK, and
+#: so `/v1/messages`, reads `MESSAGES_REQUEST_ID`.
+REQUEST_ID = "x-request-id"
+MESSAGES_REQUEST_ID = "request-id"
+
+
+def request_id_headers(request_id: str, sdk_header: str = REQUEST_ID) -> dict[str, str]:
+    """The job's id as `X-Lanes-Request-Id` and, the same id, where the client's SDK reads it."""
+    return {"X-Lanes-Request-Id": request_id, sdk_header: request_id}
+
+
 def job_failed(
-    exc: JobFailed, *, approvals_url: str = "/"
+    exc: JobFailed, *, approvals_url: str = "/", sdk_header: str = REQUEST_ID
 ) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """(status, body, headers) for a job that ended without an answer."""
+    """(status, body, headers) for a job that ended without an answer; its id travels in
+    `X-Lanes-Request-Id` and `sdk_header`."""
     status, code, headers = http_status(exc), exc.code, {"X-Lanes-Attempts": str(len(exc.attempts))}
     if exc.request_id:
-        headers["X-Lanes-Request-Id"] = exc.request_id
+        headers |= request_id_headers(exc.request_id, sdk_header)
     message = str(exc)
     if isinstance(exc, RetryLater):
         headers["Retry-After"] = retry_after(exc.retry_after_s)
@@ -157,7 +179,9 @@ def job_failed(
         and all(a.category in ("malformed", "too_large") for a in exc.attempts)
     ):
         status, code = 502, "bad_upstream_response"
-    body = error_body(status, message, code)
+    if status in LATER:  # not now: when is known for a backoff, a quota, an approval; else 1 s
+        headers.setdefault("Retry-After", retry_after(None))
+    body = error_body(status, message, code, exc.param if isinstance(exc, Unservable) else None)
     if isinstance(exc, FallbackNeedsApproval):
         body["error"]["approval_id"] = exc.approval_id
         body["error"]["approval_url"] = approvals_url

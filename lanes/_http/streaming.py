@@ -27,7 +27,8 @@ from lanes._core.errors import JobFailed, StreamInterrupted
 from lanes._core.job import Job
 from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
 from lanes._core.streaming.stream import ReplyStream
-from lanes._http.errors import error_body, job_failed
+from lanes._http.errors import REQUEST_ID, error_body, job_failed
+from lanes.freetier.prices import usd_text
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -43,7 +44,9 @@ def _event(payload: Any) -> bytes:
 class Dialect(Protocol):
     """How one API speaks a stream: what follows the headers, each chunk (given too as the
     upstream's own `data` when it is passed on unchanged), the end, an in-band error after chunks,
-    and the HTTP error before any."""
+    and the HTTP error before any — and the header its SDK reads the request id from."""
+
+    request_id_header: str
 
     def opening(self, stream: ReplyStream) -> bytes: ...
     def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes: ...
@@ -55,6 +58,8 @@ class Dialect(Protocol):
 class ChatDialect:
     """Chat completions: the chunks as they come — the upstream's own bytes when unchanged —
     `[DONE]` at the end, an OpenAI error event."""
+
+    request_id_header = REQUEST_ID
 
     def opening(self, stream: ReplyStream) -> bytes:
         return b""
@@ -157,9 +162,8 @@ class SSERelay:
             return False
         if isinstance(event, Ended):
             last = event.stream
-            note = (
-                f": lanes lane={last.lane} route={last.route} cost_usd={last.job_cost_usd:.6f}\n\n"
-            )
+            cost = usd_text(last.job_cost_usd)
+            note = f": lanes lane={last.lane} route={last.route} cost_usd={cost}\n\n"
             pending.append(note.encode() + self.dialect.ending(last))
             return True
         if isinstance(event, Broken):
@@ -200,6 +204,7 @@ class _Head:
             stream = self.stream = event.stream
             headers = SSE_HEADERS + [
                 (b"x-lanes-request-id", stream.request_id.encode()),
+                (relay.dialect.request_id_header.encode(), stream.request_id.encode()),
                 (b"x-lanes-lane", stream.lane.encode()),
                 (b"x-lanes-provider", stream.provider.encode()),
                 (b"x-lanes-model", stream.model.encode()),

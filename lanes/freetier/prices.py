@@ -43,6 +43,13 @@ def cost_usd(
     return (input_tokens * input_usd_per_mtok + output_tokens * output_usd_per_mtok) / 1e6
 
 
+def usd_text(amount: float) -> str:
+    """A USD figure as it travels in a header or a stream's trailer: its shortest decimal that
+    reads back as the same float (`repr`, exponent and all: `2.12e-05`), `0` for nothing. Never
+    rounded, so a priced answer never shows as free and the figures sum to the ledger's total."""
+    return "0" if amount == 0 else repr(float(amount))
+
+
 def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
         return None

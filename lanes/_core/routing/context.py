@@ -13,7 +13,7 @@ import trio
 
 from lanes._core.clocks import EpochTime, TrioTime
 from lanes._core.config import Config
-from lanes._core.errors import JobFailed, UnknownModel, UpstreamError
+from lanes._core.errors import JobFailed, UnknownModel, Unservable, UpstreamError
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.approvals import Approvals
 from lanes._core.routing.breakers import LaneBreakers
@@ -26,6 +26,7 @@ from lanes._core.routing.ranking import Ranking
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.terms import SharedTerms
 from lanes._core.state.clock import StoreClock
+from lanes._core.routing.verdicts import wrong_kind
 from lanes._core.state.store import STORE_ERRORS, Store
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.manager import FreeTierManager, LaneTerms
@@ -113,13 +114,14 @@ class Routing:
 
         An embedding job must name its model (`auto` would mix models whose vectors do not
         compare); an alias is how config declares the same model on several lanes.
-        Raises `UnknownModel`."""
+        Raises `UnknownModel`, or `Unservable` for a model of the other kind."""
         everything = self.candidates()
         if job.model == "auto":
             if job.embedding:
-                raise UnknownModel(
+                raise Unservable(
                     "an embedding needs a named model: 'auto' could mix models whose vectors are "
-                    "not comparable; name the model, a lane/model or an alias"
+                    "not comparable; name the model, a lane/model or an alias",
+                    param="model",
                 )
             return [c for c in everything if not c.embedding]
         by_key = {c.key: c for c in everything}
@@ -136,8 +138,7 @@ class Routing:
                 )
         fitting = [c for c in found if c.embedding == job.embedding]
         if found and not fitting:
-            kind = "not an embedding model" if job.embedding else "an embedding model"
-            raise UnknownModel(f"model {job.model!r} is {kind}")
+            raise Unservable(wrong_kind(job.model, job.embedding), param="model")
         return fitting
 
     def alias_of(self, name: str) -> str | None:
@@ -207,7 +208,7 @@ class Routing:
         reopens."""
         try:
             free = [(c.lane, c.model) for c in self.resolve(job) if c.tier == "free"]
-        except UnknownModel:
+        except (UnknownModel, Unservable):
             return None
         return self.manager.next_free_at(free, self.now_wall())
 

@@ -83,6 +83,12 @@ class Gate:
         backoff = self._manager.is_in_backoff(candidate.lane, candidate.model, now)
         return None if backoff is None else f"backoff ({backoff.reason}, {backoff.source})"
 
+    def gone(self, candidate: Candidate) -> bool:
+        """Held back because its upstream said the model does not exist (and that backoff is the
+        one in force)."""
+        backoff = self._manager.is_in_backoff(candidate.lane, candidate.model, self._now_wall())
+        return backoff is not None and backoff.reason == "model_gone"
+
     def refusal(self, candidate: Candidate) -> str | None:
         """Why `candidate` can not be sent anything now — kill switch, hold-back or an open
         breaker — or None when it could (the probe and the time left are a job's business, not
@@ -117,7 +123,7 @@ class Gate:
             if reason is not None:
                 if candidate.tier == "free" and not self.quarantined(candidate):
                     record.free_blocked.append(candidate)  # a quarantine is no capacity wait
-                record.skip(candidate, reason)
+                record.skip(candidate, reason, never="gone" if self.gone(candidate) else None)
                 return None
             if candidate.tier != "free" or not self._manager.needs_probe(
                 candidate.lane, candidate.model

@@ -157,26 +157,41 @@ def request_class(job: Job, long_context_tokens: int, *, input_tokens: int | Non
     return "general"
 
 
+#: What `unfit` checks, in its order: a candidate failing a later check met every earlier one.
+STAGES = ("privacy", "kind", "tools", "images", "json_mode", "output", "context")
+
+
+def unmet(candidate: Candidate, needs: Needs, privacy: str) -> tuple[int, str] | None:
+    """(the index in `STAGES` of the first need `candidate` does not meet, why), or None."""
+    if privacy == "local" and candidate.tier != "local":
+        return 0, "privacy: local only"
+    if privacy == "zdr" and candidate.tier != "local" and not candidate.zdr:
+        return 0, "privacy: not zero-data-retention"
+    if needs.embedding != candidate.embedding:
+        return 1, "an embedding model" if candidate.embedding else "not an embedding model"
+    if needs.tools and candidate.tools is False:
+        return 2, "no tool calling"
+    if needs.images and candidate.vision is False:
+        return 3, "no vision"
+    if needs.json_mode and candidate.json_mode is False:
+        return 4, "no JSON mode"
+    # the asked cap is a ceiling, lowered to what a model holds (`room`) — but never below the
+    # least it must hold, and never a cap no context of this model could ever hold
+    least = min(needs.output_tokens, MIN_CLAMPED_OUTPUT)
+    cap = candidate.max_output_tokens
+    if cap is not None and cap < least:
+        return 5, f"writes at most {cap} tokens < {least} asked"
+    if candidate.context is not None and needs.output_tokens > candidate.context:
+        return 5, f"context {candidate.context} < {needs.output_tokens} output tokens asked"
+    if candidate.context is not None and needs.input_tokens + least > candidate.context:
+        return 6, f"context {candidate.context} < ~{needs.input_tokens + least} tokens needed"
+    return None
+
+
 def unfit(candidate: Candidate, needs: Needs, privacy: str) -> str | None:
     """Why `candidate` can not serve a request with `needs` and `privacy`, or None when it can."""
-    if privacy == "local" and candidate.tier != "local":
-        return "privacy: local only"
-    if privacy == "zdr" and candidate.tier != "local" and not candidate.zdr:
-        return "privacy: not zero-data-retention"
-    if needs.embedding != candidate.embedding:
-        return "an embedding model" if candidate.embedding else "not an embedding model"
-    if needs.tools and candidate.tools is False:
-        return "no tool calling"
-    if needs.images and candidate.vision is False:
-        return "no vision"
-    if needs.json_mode and candidate.json_mode is False:
-        return "no JSON mode"
-    least = min(needs.output_tokens, MIN_CLAMPED_OUTPUT)  # of the asked cap, the least it must hold
-    if candidate.context is not None and needs.input_tokens + least > candidate.context:
-        return f"context {candidate.context} < ~{needs.input_tokens + least} tokens needed"
-    if candidate.max_output_tokens is not None and candidate.max_output_tokens < least:
-        return f"writes at most {candidate.max_output_tokens} tokens < {least} asked"
-    return None
+    found = unmet(candidate, needs, privacy)
+    return None if found is None else found[1]
 
 
 @attrs.frozen(kw_only=True)
@@ -185,6 +200,8 @@ class Plan:
     removed: tuple[Skip, ...]
     request_class: str
     privacy: str
+    # the removed that could never serve it (`unfit`), each with the need it does not meet
+    unfit: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def make_plan(
@@ -208,12 +225,15 @@ def make_plan(
     klass = request_class(job, policy.long_context_tokens, input_tokens=needs.input_tokens)
     preferred = policy.classes.get(klass, [])
     rank = {key: i for i, key in enumerate(preferred)}
-    kept, removed = [], []
+    kept, removed, never = [], [], {}
     for candidate in candidates:
-        reason = unfit(candidate, needs, privacy)
-        if reason is None and candidate.tier == "byok" and candidate.lane not in job.keys:
+        found = unmet(candidate, needs, privacy)
+        reason = None if found is None else found[1]
+        if found is not None:
+            never[candidate.key] = STAGES[found[0]]
+        elif candidate.tier == "byok" and candidate.lane not in job.keys:
             reason = "bring-your-own-key lane: no key for it in the request"
-        if reason is None and candidate.tier == "paid" and policy.free_tier_only:
+        elif candidate.tier == "paid" and policy.free_tier_only:
             reason = "free_tier_only"
         if reason is None:
             kept.append(candidate)
@@ -238,6 +258,7 @@ def make_plan(
         removed=tuple(removed),
         request_class=klass,
         privacy=privacy,
+        unfit=never,
     )
 
 

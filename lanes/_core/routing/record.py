@@ -14,10 +14,13 @@ from lanes._core.errors import (
     DeadlineExceeded,
     FreeTierExhausted,
     JobFailed,
+    ModelNotFound,
     NoLaneAvailable,
     PaidBudgetExhausted,
+    Unservable,
 )
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Route, Skip
+from lanes._core.routing.verdicts import Verdict
 
 #: Refusals an upstream answers before any model runs: an attempt ending so costs nothing and does
 #: not count against `paid_attempts`. A 5xx or a 408 proves nothing (a gateway may time out while
@@ -64,6 +67,11 @@ class JobRecord:
         self.same_retries = (
             0  # same-candidate retries after a transient fault (their own allowance)
         )
+        # candidates that could never serve this job, each with why: a need it does not meet (a
+        # `policy.STAGES` name), "context" (its upstream said the prompt does not fit), "gone"
+        # (its upstream says the model does not exist)
+        self.never: dict[str, str] = {}
+        self.verdict: Verdict | None = None  # why, when the first plan had no candidate left
 
     @property
     def id(self) -> str:
@@ -94,7 +102,13 @@ class JobRecord:
     def consider(self, candidate: Candidate) -> None:
         self.considered.setdefault(candidate.key, None)
 
-    def skip(self, candidate: Candidate | Skip, reason: str | None = None) -> None:
+    def skip(
+        self, candidate: Candidate | Skip, reason: str | None = None, *, never: str | None = None
+    ) -> None:
+        """Pass over `candidate` for `reason`; `never`: why it could never serve this job (see
+        `never`), when that is why."""
+        if never is not None:
+            self.never[f"{candidate.lane}/{candidate.model}"] = never
         if isinstance(candidate, Skip):
             self.considered.setdefault(f"{candidate.lane}/{candidate.model}", None)
             self.skips.append(candidate)
@@ -149,6 +163,9 @@ class JobRecord:
         kw: dict[str, Any] = {"attempts": self.attempts, "skips": self.skips, "request_id": self.id}
         reasons = self.reasons()
         tail = f" — {reasons}" if reasons else ""
+        never = self._never_served(tail, kw)
+        if never is not None:
+            return never
         if (
             now >= self.deadline_at
             or self.short_of_time
@@ -180,6 +197,28 @@ class JobRecord:
         return NoLaneAvailable(
             f"no lane could serve{tail}" if tail else "no lane could serve: no candidate", **kw
         )
+
+    def _never_served(self, tail: str, kw: dict[str, Any]) -> JobFailed | None:
+        """The error for a job that no candidate it considered could ever serve — `Unservable`, or
+        `ModelNotFound` when each upstream says the model named does not exist — or None when
+        one might later (then the failure is "not now")."""
+        why = [self.never.get(key) for key in self.considered]
+        if not why or None in why:
+            return None
+        if "gone" in why:
+            if self.job.model == "auto" or set(why) != {"gone"}:
+                return None  # the catalog changed under it: another model may serve it later
+            message = f"model {self.job.model!r} does not exist upstream{tail}"
+            return ModelNotFound(message, **kw)
+        if self.verdict is not None and not self.attempts:
+            verdict = self.verdict
+            return Unservable(
+                f"{verdict.message}{tail}", code=verdict.code, param=verdict.param, **kw
+            )
+        if set(why) == {"context"}:
+            message = f"the request does not fit any candidate's context{tail}"
+            return Unservable(message, code="context_length_exceeded", param="messages", **kw)
+        return Unservable(f"no candidate can serve this request{tail}", **kw)
 
 
 def _describe(attempt: Attempt) -> str:

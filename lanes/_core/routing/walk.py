@@ -39,6 +39,7 @@ from lanes._core.routing.context import Routing
 from lanes._core.routing.policy import PolicyConfig, after_failure, make_plan, needs_of
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.spend import Unbounded, worst_case
+from lanes._core.routing.verdicts import never_served
 from lanes._core.state.store import job_deadline
 
 T = TypeVar("T")
@@ -120,9 +121,11 @@ def _order(
     )
     if first_round and not record.attempts:  # the job's first plan (a resumed walk keeps it)
         for removed in plan.removed:
-            record.skip(removed)
+            record.skip(removed, never=plan.unfit.get(f"{removed.lane}/{removed.model}"))
         record.request_class = plan.request_class
         record.privacy = plan.privacy
+        if not plan.candidates:  # say why, should nothing ever serve it
+            record.verdict = never_served(job, candidates, needs, plan.privacy)
     ordered = list(plan.candidates)
     if job.model == "auto":
         ordered, record.explored, record.sticky = routing.ranking.front(
@@ -145,7 +148,10 @@ async def _walk_plan(
     context_floor = 0
     while remaining:
         candidate = remaining.pop(0)
-        reason = _out_of_budget(record, candidate, banned, context_floor, policy)
+        if context_floor and candidate.context is not None and candidate.context <= context_floor:
+            record.skip(candidate, f"context not larger than {context_floor}", never="context")
+            continue
+        reason = _out_of_budget(record, candidate, banned, policy)
         if reason:
             record.skip(candidate, reason)
             continue
@@ -171,11 +177,14 @@ async def _walk_plan(
                 if isinstance(exc, AttemptTimedOut) or record.attempts[-1].outcome == "deadline":
                     banned.add(candidate.key)  # silent: not again within this job
                     break
-                if exc.outcome == "context_length":
-                    banned.update(c.key for c in remaining if c.model == candidate.model)
-                    banned.add(candidate.key)
+                if exc.outcome == "context_length":  # the same model elsewhere would not fit
+                    same = {c.key for c in remaining if c.model == candidate.model}
+                    banned.update(same, {candidate.key})
+                    record.never.update(dict.fromkeys(same | {candidate.key}, "context"))
                     context_floor = max(context_floor, candidate.context or 0)
                     break
+                if exc.outcome == "model_gone":
+                    record.never[candidate.key] = "gone"
                 pause = _retry_pause(routing, record, candidate, exc, remaining, banned)
                 if pause is None:
                     break
@@ -223,17 +232,11 @@ async def _attempt(
 
 
 def _out_of_budget(
-    record: JobRecord,
-    candidate: Candidate,
-    banned: set[str],
-    context_floor: int,
-    policy: PolicyConfig,
+    record: JobRecord, candidate: Candidate, banned: set[str], policy: PolicyConfig
 ) -> str | None:
     """Why this job may not send `candidate` anything more, or None."""
     if candidate.key in banned:
         return "already failed in this job"
-    if context_floor and candidate.context is not None and candidate.context <= context_floor:
-        return f"context not larger than {context_floor}"
     if len(record.attempts) >= policy.max_attempts:
         return f"attempt cap ({policy.max_attempts}) reached"
     if (

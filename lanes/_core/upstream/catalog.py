@@ -29,6 +29,7 @@ from lanes.freetier.prices import bounded, price
 class ModelRecord:
     id: str
     context: int | None = None
+    max_output_tokens: int | None = None  # the most output tokens the model allows
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
     tools: bool | None = None
@@ -83,9 +84,25 @@ def normalise(style: str, document: Any, secrets: Iterable[str] = ()) -> list[Mo
         except (TypeError, ValueError, AttributeError):
             continue
         records.append(
-            attrs.evolve(record, created=_int(item.get("created")), embedding=_embedding(item))
+            attrs.evolve(
+                record,
+                created=_int(item.get("created")),
+                embedding=_embedding(item),
+                max_output_tokens=_max_output(item),
+            )
         )
     return records
+
+
+def _max_output(item: Mapping[str, Any]) -> int | None:
+    """The most output tokens a catalog entry says the model allows (Groq's and OpenRouter's
+    `max_completion_tokens`), or None."""
+    top = item.get("top_provider")
+    return _int(
+        item.get("max_completion_tokens")
+        or item.get("max_output_tokens")
+        or (top.get("max_completion_tokens") if isinstance(top, Mapping) else None)
+    )
 
 
 def _embedding(item: Mapping[str, Any]) -> bool:
