@@ -302,13 +302,14 @@ async def test_a_pinned_model_its_upstream_says_does_not_exist_is_a_404():
     assert served["chat"].status_code == 200 and served["chat"].headers["x-lanes-lane"] == "local"
 
 
-async def test_an_output_cap_beyond_every_models_own_is_a_400_and_skips_a_smaller_one():
-    """A model's `max_output_tokens` below the cap asked: that model is passed over for one that
-    allows it; when none does, a 400 naming the largest output any allows."""
+async def test_an_output_cap_beyond_every_models_context_is_a_400_and_lowered_for_a_smaller_one():
+    """A cap above a model's `max_output_tokens` is a ceiling: that model is sent the cap it holds;
+    a cap no candidate's whole context could ever hold is a 400 naming the largest output any
+    allows."""
     caps = {
         "models": [
-            {"id": "short", "max_output_tokens": 4096},
-            {"id": "long", "max_output_tokens": 32768},
+            {"id": "short", "context": 65536, "max_output_tokens": 4096},
+            {"id": "long", "context": 65536, "max_output_tokens": 32768},
         ]
     }
     async with open_sidecar(
@@ -316,15 +317,14 @@ async def test_an_output_cap_beyond_every_models_own_is_a_400_and_skips_a_smalle
     ) as (url, fakes):
         served = await answers(url, requests_on_every_door("both", max_tokens=8000)[:1])
         refused = await answers(url, requests_on_every_door("both", max_tokens=100_000_000)[:1])
-    assert served["chat"].status_code == 200 and served["chat"].headers["x-lanes-model"] == "long"
+    assert served["chat"].status_code == 200 and served["chat"].headers["x-lanes-model"] == "short"
     error = refused["chat"].json()["error"]
     assert error_of(refused["chat"]) == (400, "context_length_exceeded")
     assert error["message"].startswith(
         "needs 100000000 output tokens; the largest output any candidate allows is 32768 tokens"
     )
-    assert error["param"] == "max_tokens" and [r.model for r in fakes["local"].requests()] == [
-        "long"
-    ]
+    [sent] = fakes["local"].requests()  # the refused one was sent nowhere
+    assert sent.model == "short" and sent.body["max_tokens"] == 4096
 
 
 async def test_the_sdks_do_not_retry_what_could_never_be_served():

@@ -72,7 +72,8 @@ class ModelConfig:
     id: str = attrs.field(validator=_model_id)
     free: bool | None = None
     context: int | None = attrs.field(default=None, validator=positive)
-    max_output_tokens: int | None = attrs.field(default=None, validator=positive)  # its output cap
+    # the most tokens it writes in one answer: a larger cap a client asks for is lowered to it
+    max_output_tokens: int | None = attrs.field(default=None, validator=positive)
     input_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)
     output_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)
     zdr: bool = False  # the endpoint retains no data
@@ -87,8 +88,6 @@ class ModelConfig:
     # takes chat's `reasoning_effort` (low/medium/high): a Responses or Messages request's effort
     # is sent to it, and to no model that does not declare this
     reasoning: bool = False
-    # the most tokens it writes in one answer: a larger cap a client asks for is lowered to it
-    max_output_tokens: int | None = attrs.field(default=None, validator=positive)
 
 
 @attrs.frozen(kw_only=True)

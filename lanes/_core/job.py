@@ -228,7 +228,6 @@ class Candidate:
     cap_param: str = "max_tokens"  # the output cap the lane's dialect honours
     embedding: bool = False  # an embedding model: serves embedding jobs only, and only those
     reasoning: bool = False  # takes chat's `reasoning_effort` (a translated effort is sent to it)
-    max_output_tokens: int | None = None  # the most it writes in one answer (None: unknown)
     # request parameters that make the provider bill beyond the request (the lane declares them)
     billing_switches: frozenset[str] = frozenset()
     # the tool-use prompt the provider adds to a request with tools (None: not declared)

@@ -178,7 +178,6 @@ class OpenAICompatibleLane:
             cap_param=self.config.output_cap or self.provider.output_cap,
             embedding=model.embedding,
             reasoning=model.reasoning,
-            max_output_tokens=model.max_output_tokens,
             billing_switches=self.provider.billing_switches | set(self.config.billing_switches),
             tool_prompt_tokens=(
                 self.config.tool_prompt_tokens
