@@ -94,7 +94,11 @@ class ResponsesAPI:
             body, response_id=f"resp_{job.id}", created_at=now, model=job.model
         )
         return _Events(
-            events, lambda error: events.fail("stream_interrupted", str(error)), job_failed
+            events,
+            lambda error: events.fail(
+                error.upstream_code or error.code, str(error), status=http_status(error)
+            ),
+            job_failed,
         )
 
     def error_body(

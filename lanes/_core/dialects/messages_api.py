@@ -4,10 +4,11 @@
 text and images as content, `tool_use` as the assistant's tool calls, each `tool_result` as a
 `tool` message (before the rest of that user turn); tools become function tools, `tool_choice`
 (`auto`, `any`, `tool`, `none`) its chat counterpart, `stop_sequences` become `stop`.
-`message_of(...)` turns the chat completion back into a `message` (text and `tool_use` blocks,
-`stop_reason`, usage); `MessageEvents` does it for a stream: `message_start`,
-`content_block_start` / `_delta` / `_stop`, `message_delta`, `message_stop` — or an `error` event
-when the answer broke.
+`message_of(...)` turns the chat completion back into a `message` (a `thinking` block for the
+provider's reasoning, text and `tool_use` blocks, `stop_reason`, usage); `MessageEvents` does it
+for a stream: `message_start`, `content_block_start` / `_delta` (`thinking_delta` then a
+`signature_delta`, `text_delta`, `input_json_delta`) / `_stop`, `message_delta`, `message_stop` —
+or an `error` event when the answer broke.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from lanes._core.dialects.common import (
     token_counts,
     tool_calls_of,
 )
+from lanes._core.upstream.shapes import reasoning_of, usage_in
 
 TRANSLATED = {
     "model",
@@ -44,6 +46,9 @@ TRANSLATED = {
 }
 #: Accepted and left out: nothing a chat upstream could honour (cache hints, thinking budgets).
 IGNORED = {"top_k", "thinking", "service_tier", "context_management", "container", "mcp_servers"}
+#: What a block of each kind starts with besides its text: a thinking block carries a signature,
+#: empty here (lanes has none to give, and reads none back).
+_SIGNED: dict[str, dict[str, str]] = {"thinking": {"signature": ""}}
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -332,6 +337,8 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
     choose behaviour by that name; who served it is in `X-Lanes-Model`), as in a stream."""
     message, finish_reason = first_choice(completion)
     content: list[dict[str, Any]] = []
+    if thinking := reasoning_of(message):  # no signature: lanes reads none back, and has none
+        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
     text = text_of(message.get("content")) or text_of(message.get("refusal"))
     if text:
         content.append({"type": "text", "text": text})
@@ -349,7 +356,7 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
         "content": content,
         "stop_reason": STOP_REASONS.get(finish_reason or "stop", "end_turn"),
         "stop_sequence": None,
-        "usage": usage_of(completion.get("usage")),
+        "usage": usage_of(usage_in(completion)),
     }
 
 
@@ -385,10 +392,10 @@ class MessageEvents:
     def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         for kind, value in self._reader.read(chunk):
-            if kind == "text":
-                if self._open != "text":
-                    events += self._begin("text", {"type": "text", "text": ""})
-                delta = {"type": "text_delta", "text": value}
+            if kind in ("text", "thinking"):
+                if self._open != kind:
+                    events += self._begin(kind, {"type": kind, kind: "", **_SIGNED.get(kind, {})})
+                delta = {"type": f"{kind}_delta", kind: value}
                 events.append(
                     {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
                 )
@@ -421,8 +428,12 @@ class MessageEvents:
     def _close(self) -> list[dict[str, Any]]:
         if self._open is None:
             return []
+        index, events = self._blocks - 1, []
+        if self._open == "thinking":  # a thinking block ends with its signature, as Claude's do
+            delta = {"type": "signature_delta", "signature": ""}
+            events.append({"type": "content_block_delta", "index": index, "delta": delta})
         self._open = None
-        return [{"type": "content_block_stop", "index": self._blocks - 1}]
+        return [*events, {"type": "content_block_stop", "index": index}]
 
     def finish(self) -> list[dict[str, Any]]:
         events = self._close()
