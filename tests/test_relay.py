@@ -334,3 +334,32 @@ async def test_reasoning_reaches_a_responses_client_as_a_reasoning_item():
     assert streamed.output_text == "4" and "response.reasoning_text.delta" in kinds
     assert [i.type for i in whole.output] == ["reasoning", "message"]
     assert whole.output_text == "2 + 2 = 4"
+
+
+async def test_a_typed_stream_cut_mid_answer_resumes_from_the_text_delivered():
+    """Recovery reads the text delivered so far from typed parts too: a typed stream cut after
+    "The quick " resumes on a prefill-capable candidate with exactly that text as the trailing
+    assistant message, and the client gets one unbroken answer."""
+    typed = [
+        chunk({"role": "assistant", "content": [{"type": "text", "text": "The quick "}]}),
+        chunk({"content": [*THINK, {"type": "text", "text": ""}]}),
+    ]
+    prefill = {
+        "models": [
+            {
+                "id": "paid-model",
+                "input_usd_per_mtok": 1.0,
+                "output_usd_per_mtok": 2.0,
+                "prefill": True,
+            }
+        ]
+    }
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"], prefill)
+    ) as (url, fakes):
+        fakes["local"].script("local-model", raw(headers=SSE, chunks=lambda: events(*typed)))
+        chunks, _ = await chat_stream(url)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "The quick brown fox jumps over the lazy dog."
+    resumed = fakes["paid"].requests()[0].body["messages"][-1]
+    assert resumed == {"role": "assistant", "content": "The quick "}
