@@ -28,7 +28,6 @@ EXPECTED: dict[str, dict[str, Any]] = json.loads((CORPUS / "expected.json").read
 OK = sorted(name for name, e in EXPECTED.items() if "error" not in e)
 FAILING = sorted(name for name, e in EXPECTED.items() if "error" in e)
 MESSAGES: list[Any] = [{"role": "user", "content": "Answer as you did."}]
-LOCAL = {"ollama", "llamacpp", "lmstudio"}
 #: What the Messages API calls each chat finish reason.
 STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -38,11 +37,11 @@ def transcript(name: str) -> bytes:
 
 
 def lane_of(name: str) -> tuple[Any, ...]:
-    """The provider's own lane module in front of the fake, as a free lane (local for the local
-    servers), serving one model."""
+    """The provider's own lane module in front of the fake, serving one model. Its kind is
+    `local` (owned capacity, which `FREE_LANE=off` leaves on): the relay is the same whatever the
+    tier, and what the FreeTierManager reads from headers does not depend on it."""
     provider = name.split("/")[0]
-    kind = "local" if provider in LOCAL else "free"
-    return (provider, kind, ["corpus-model"], {"module": provider})
+    return (provider, "local", ["corpus-model"], {"module": provider})
 
 
 async def story(url: str, request_id: str) -> dict[str, Any]:

@@ -117,6 +117,7 @@ async def test_typed_parts_in_an_answer_are_read_as_the_stream_is():
     assert completion.usage is not None and completion.usage.total_tokens == 56
 
 
+@pytest.mark.free_lane
 async def test_usage_in_a_vendor_extension_counts_toward_the_free_tier(env):
     """A stream that reports its usage only inside `x_<vendor>.usage` (no `stream_options`) still
     counts its tokens: against the lane's per-minute tokens and in the job's attempt."""
@@ -180,6 +181,7 @@ RATE_LIMITED_MID_STREAM = chunk(
 )
 
 
+@pytest.mark.free_lane
 async def test_a_rate_limit_inside_a_stream_is_a_rate_limit_not_a_success():
     """A 429 the provider sends mid-stream (a chunk with an `error` and finish reason `error`)
     reaches the client as an in-band rate-limit error with the provider's code; the attempt is
@@ -228,11 +230,10 @@ async def test_a_400_inside_a_stream_is_final_and_keeps_its_status():
         *events(chunk({"role": "assistant", "reasoning": "We need to call"})),
         f"event: error\ndata: {GROQ_TOOL_ERROR}\n\n".encode(),
     ]
-    async with open_sidecar(("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"])) as (
-        url,
-        fakes,
-    ):
-        fakes["free"].script("free-model", raw(headers=SSE, chunks=body))
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"])
+    ) as (url, fakes):
+        fakes["local"].script("local-model", raw(headers=SSE, chunks=body))
         raw_stream = await client(url).chat.completions.with_raw_response.create(
             model="auto", messages=MESSAGES, stream=True
         )
@@ -256,11 +257,10 @@ async def test_an_error_before_any_chunk_is_an_http_answer(said, status, served_
     """An error the provider sends as the first event of its stream is handled before the client
     gets a byte: a rate limit falls back to the next lane; a 400 is the HTTP status the client
     gets, with the provider's code."""
-    async with open_sidecar(("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"])) as (
-        url,
-        fakes,
-    ):
-        fakes["free"].script("free-model", stream_of(said))
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"])
+    ) as (url, fakes):
+        fakes["local"].script("local-model", stream_of(said))
         async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
             response = await http.post(
                 f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
@@ -274,16 +274,13 @@ async def test_an_error_before_any_chunk_is_an_http_answer(said, status, served_
 
 
 async def test_an_error_body_inside_a_200_keeps_its_status():
-    """A 200 JSON answer that is an error with a 429 in it is a rate limit (another free lane
-    serves, the attempt is `rate_limited`), not garbage."""
+    """A 200 JSON answer that is an error with a 429 in it is a rate limit (another lane serves,
+    the attempt is `rate_limited`), not garbage."""
     limited = {"error": {"code": 429, "message": "Rate limit exceeded"}}
     async with open_sidecar(
-        ("free", "free", ["free-model"]), ("other", "free", ["other-model"])
-    ) as (
-        url,
-        fakes,
-    ):
-        fakes["free"].script("free-model", raw(200, json.dumps(limited).encode()))
+        ("local", "local", ["local-model"]), ("other", "local", ["other-model"])
+    ) as (url, fakes):
+        fakes["local"].script("local-model", raw(200, json.dumps(limited).encode()))
         raw_answer = await client(url).chat.completions.with_raw_response.create(
             model="auto", messages=MESSAGES
         )

@@ -27,7 +27,6 @@ from lanes._core.dispatcher import Dispatcher
 from lanes._core.errors import JobFailed
 from lanes._core.job import Job, Reply
 from lanes._core.routing.policy import estimate_tokens
-from lanes._core.streaming.stream import with_usage
 from lanes._http.dialects import API, MessagesAPI, ResponsesAPI
 from lanes._http.errors import BadRequest, error_response, job_failed
 from lanes._http.state import models_list
@@ -98,7 +97,7 @@ async def translated(door: Door, api: API, request: Request) -> Response | SSERe
         dialect = api.stream(body, job, now)
         return SSERelay(
             door.dispatcher,
-            with_usage(job),  # the API's last event carries the usage: ask for it, and read it
+            job,
             keepalive_s=door.keepalive_s,
             dialect=dialect,
         )

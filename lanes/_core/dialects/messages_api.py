@@ -435,16 +435,18 @@ class MessageEvents:
         self._open = None
         return [*events, {"type": "content_block_stop", "index": index}]
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self, *, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The last events; `usage` counts when no chunk fed in carried one (the stream's usage
+        can come in a chunk that is not passed on)."""
         events = self._close()
         if self._blocks == 0:  # an empty answer still has its (empty) text block
             events += self._begin("text", {"type": "text", "text": ""}) + self._close()
         reason = STOP_REASONS.get(self._reader.finish_reason or "stop", "end_turn")
-        usage = usage_of(self._reader.usage)
+        said = usage_of(self._reader.usage or usage)
         delta = {"stop_reason": reason, "stop_sequence": None}
         return [
             *events,
-            {"type": "message_delta", "delta": delta, "usage": usage},
+            {"type": "message_delta", "delta": delta, "usage": said},
             {"type": "message_stop"},
         ]
 

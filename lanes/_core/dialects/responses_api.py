@@ -628,15 +628,16 @@ class ResponseEvents:
         self._calls.clear()
         return events
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self, *, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The answer is complete: close what is open, then `response.completed` (or
         `response.incomplete` when the answer was cut at its token cap). An empty answer is an
-        empty message, as in a whole response."""
+        empty message, as in a whole response. `usage` counts when no chunk fed in carried one
+        (the stream's usage can come in a chunk that is not passed on)."""
         events = self._close_reasoning()
         events += self._open_text() if all(i["type"] == "reasoning" for i in self._output) else []
         events += self._close_text() + self._close_calls()
         response = _finish(self._response("completed"), self._reader.finish_reason)
-        response["usage"] = usage_of(self._reader.usage)
+        response["usage"] = usage_of(self._reader.usage or usage)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return [*events, self._event(kind, response=_public_response(response))]
 
