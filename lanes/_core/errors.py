@@ -167,14 +167,31 @@ class UpstreamRejected(JobFailed):
 
 
 class StreamInterrupted(JobFailed):
-    """A stream broke after the caller had received chunks; `delivered` chunks are not retracted."""
+    """A stream broke after the caller had received chunks; `delivered` chunks are not retracted.
+    `upstream_status` and `upstream_code` are the provider's own when it said why, in the stream
+    (None for a cut, a stall or the deadline)."""
 
     code = "stream_interrupted"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream_status: int | None = None,
+        upstream_code: str | None = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(message, **kw)
+        self.upstream_status = upstream_status
+        self.upstream_code = upstream_code
 
 
 class UpstreamError(LanesError):
     """One attempt failed. `outcome` is what the walk and the breaker act on; `category` names the
-    kind of fault for the audit (`connect` and `reset` are the provider's, see `connection`)."""
+    kind of fault for the audit (`connect` and `reset` are the provider's, see `connection`).
+    `in_band`: the provider said so inside a 200 answer (an error event in a stream, or an error
+    body), so `status` is the one it gave there — the request was taken, and may have been
+    billed."""
 
     outcome: Outcome = "fault"
     default_category = "fault"
@@ -195,6 +212,7 @@ class UpstreamError(LanesError):
         self.body = body
         self.code = code
         self.category = category or self.default_category
+        self.in_band = False
 
     @property
     def connection(self) -> bool:

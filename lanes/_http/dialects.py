@@ -73,7 +73,9 @@ class _Events:
         return b"".join(sse_event(e) for e in self._events.feed(data))
 
     def ending(self, stream: ReplyStream) -> bytes:
-        return b"".join(sse_event(e) for e in self._events.finish())
+        # the usage the stream reported, also when it came in a chunk the caller did not ask for
+        # (and so was not passed on as a chunk)
+        return b"".join(sse_event(e) for e in self._events.finish(usage=stream.usage))
 
     def broken(self, error: StreamInterrupted) -> bytes:
         return b"".join(sse_event(e) for e in self._fail(error))
@@ -104,7 +106,9 @@ class ResponsesAPI:
         )
         return _Events(
             events,
-            lambda error: events.fail("stream_interrupted", str(error)),
+            lambda error: events.fail(
+                error.upstream_code or error.code, str(error), status=http_status(error)
+            ),
             self.failed,
             REQUEST_ID,
         )

@@ -89,6 +89,8 @@ def http_status(exc: JobFailed) -> int:
     """The status a failed job is answered with over HTTP (a final upstream error keeps its own)."""
     if isinstance(exc, UpstreamRejected):
         return exc.upstream_status
+    if isinstance(exc, StreamInterrupted) and exc.upstream_status is not None:
+        return exc.upstream_status  # what the provider said inside its stream
     return next(status for cls, status in STATUSES if isinstance(exc, cls))
 
 

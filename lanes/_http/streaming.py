@@ -27,7 +27,7 @@ from lanes._core.errors import JobFailed, StreamInterrupted
 from lanes._core.job import Job
 from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
 from lanes._core.streaming.stream import ReplyStream
-from lanes._http.errors import REQUEST_ID, error_body, job_failed
+from lanes._http.errors import REQUEST_ID, error_body, http_status, job_failed
 from lanes.freetier.prices import usd_text
 
 SSE_HEADERS = [
@@ -73,7 +73,9 @@ class ChatDialect:
         return b"data: [DONE]\n\n"
 
     def broken(self, error: StreamInterrupted) -> bytes:
-        return _event(error_body(502, str(error), "stream_interrupted"))
+        """OpenAI's in-band error: the provider's own status (as the error's type) and code when
+        it said why in the stream, else a 502 `stream_interrupted`."""
+        return _event(error_body(http_status(error), str(error), error.upstream_code or error.code))
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
         return job_failed(exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -73,6 +74,27 @@ def raw(
         headers=headers or {},
         chunks=chunks,
         chunk_delay_s=chunk_delay_s,
+    )
+
+
+def replay(transcript: bytes) -> Behaviour:
+    """A recorded answer, replayed byte for byte whatever the request asked: `transcript` is a
+    status line, header lines, a blank line, then the body exactly as it was sent (an `.http` file
+    of `tests/corpus`). A stream's body goes out event by event, each event one piece of a chunked
+    body; any other body whole, with its length. Headers given twice are joined with ", "."""
+    head, _, body = transcript.partition(b"\n\n")
+    status_line, *lines = head.decode().split("\n")
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, _, value = line.partition(": ")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    streamed = headers.get("content-type", "").startswith("text/event-stream")
+    events = [piece for piece in re.split(rb"(?<=\n\n)", body) if piece]  # joined: the body
+    return raw(
+        int(status_line.split()[1]),
+        body,
+        headers=headers,
+        chunks=(lambda: list(events)) if streamed else None,
     )
 
 

@@ -16,6 +16,8 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from lanes._core.upstream.shapes import reasoning_of, usage_in
+
 
 class BadField(ValueError):
     """A request the translation can not carry: `param` names the offending field."""
@@ -147,18 +149,21 @@ class ChunkReader:
         self.usage: Mapping[str, Any] | None = None
 
     def read(self, chunk: Mapping[str, Any]) -> list[tuple[str, Any]]:
-        """The pieces of one chunk, in order: ("text", str) and ("tool", (index, id, name,
-        arguments)); it notes the model, finish reason and usage as they pass."""
+        """The pieces of one chunk, in order: ("thinking", str), ("text", str) and ("tool",
+        (index, id, name, arguments)); it notes the model, finish reason and usage (wherever the
+        provider put it: the last one counts) as they pass."""
         if isinstance(chunk.get("model"), str) and self.model is None:
             self.model = chunk["model"]
-        if isinstance(chunk.get("usage"), Mapping):
-            self.usage = chunk["usage"]
+        if (usage := usage_in(chunk)) is not None:
+            self.usage = usage
         pieces: list[tuple[str, Any]] = []
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
             delta = delta if isinstance(delta, Mapping) else {}
+            if thinking := reasoning_of(delta):
+                pieces.append(("thinking", thinking))
             for key in ("content", "refusal"):
                 if isinstance(delta.get(key), str) and delta[key]:
                     pieces.append(("text", delta[key]))

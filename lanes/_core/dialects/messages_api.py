@@ -10,10 +10,11 @@ JSON schema, as the SDK's `messages.parse` sends it) a `response_format` and
 field (`thinking`, `context_management`, `cache_control`, `diagnostics`, a field invented
 tomorrow, …), server tool and `thinking` block is dropped and named in `dropped`; refused are
 only `mcp_servers` with entries, a server tool `tool_choice` forces, and documents.
-`message_of(...)` turns the chat completion back into a `message` (text and `tool_use` blocks,
-`stop_reason`, usage); `MessageEvents` does it for a stream: `message_start`,
-`content_block_start` / `_delta` / `_stop`, `message_delta`, `message_stop` — or an `error` event
-when the answer broke.
+`message_of(...)` turns the chat completion back into a `message` (a `thinking` block for the
+provider's reasoning, text and `tool_use` blocks, `stop_reason`, usage); `MessageEvents` does it
+for a stream: `message_start`, `content_block_start` / `_delta` (`thinking_delta` then a
+`signature_delta`, `text_delta`, `input_json_delta`) / `_stop`, `message_delta`, `message_stop` —
+or an `error` event when the answer broke.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from lanes._core.dialects.common import (
     token_counts,
     tool_calls_of,
 )
+from lanes._core.upstream.shapes import reasoning_of, usage_in
 
 #: Fields that are read; the others are dropped (and named), `mcp_servers` refused when it has
 #: entries.
@@ -55,6 +57,9 @@ TRANSLATED = {
     "output_config",
     "mcp_servers",
 }
+#: What a block of each kind starts with besides its text: a thinking block carries a signature,
+#: empty here (lanes has none to give, and reads none back).
+_SIGNED: dict[str, dict[str, str]] = {"thinking": {"signature": ""}}
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -434,6 +439,8 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
     choose behaviour by that name; who served it is in `X-Lanes-Model`), as in a stream."""
     message, finish_reason = first_choice(completion)
     content: list[dict[str, Any]] = []
+    if thinking := reasoning_of(message):  # no signature: lanes reads none back, and has none
+        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
     text = text_of(message.get("content")) or text_of(message.get("refusal"))
     if text:
         content.append({"type": "text", "text": text})
@@ -451,7 +458,7 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
         "content": content,
         "stop_reason": STOP_REASONS.get(finish_reason or "stop", "end_turn"),
         "stop_sequence": None,
-        "usage": usage_of(completion.get("usage")),
+        "usage": usage_of(usage_in(completion)),
     }
 
 
@@ -487,10 +494,10 @@ class MessageEvents:
     def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         for kind, value in self._reader.read(chunk):
-            if kind == "text":
-                if self._open != "text":
-                    events += self._begin("text", {"type": "text", "text": ""})
-                delta = {"type": "text_delta", "text": value}
+            if kind in ("text", "thinking"):
+                if self._open != kind:
+                    events += self._begin(kind, {"type": kind, kind: "", **_SIGNED.get(kind, {})})
+                delta = {"type": f"{kind}_delta", kind: value}
                 events.append(
                     {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
                 )
@@ -523,19 +530,25 @@ class MessageEvents:
     def _close(self) -> list[dict[str, Any]]:
         if self._open is None:
             return []
+        index, events = self._blocks - 1, []
+        if self._open == "thinking":  # a thinking block ends with its signature, as Claude's do
+            delta = {"type": "signature_delta", "signature": ""}
+            events.append({"type": "content_block_delta", "index": index, "delta": delta})
         self._open = None
-        return [{"type": "content_block_stop", "index": self._blocks - 1}]
+        return [*events, {"type": "content_block_stop", "index": index}]
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self, *, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The last events; `usage` counts when no chunk fed in carried one (the stream's usage
+        can come in a chunk that is not passed on)."""
         events = self._close()
         if self._blocks == 0:  # an empty answer still has its (empty) text block
             events += self._begin("text", {"type": "text", "text": ""}) + self._close()
         reason = STOP_REASONS.get(self._reader.finish_reason or "stop", "end_turn")
-        usage = usage_of(self._reader.usage)
+        said = usage_of(self._reader.usage or usage)
         delta = {"stop_reason": reason, "stop_sequence": None}
         return [
             *events,
-            {"type": "message_delta", "delta": delta, "usage": usage},
+            {"type": "message_delta", "delta": delta, "usage": said},
             {"type": "message_stop"},
         ]
 

@@ -3,8 +3,9 @@
 `to_chat(body)` turns a `POST /v1/responses` body into a chat request (input items become
 messages, `instructions` a system message, function tools chat tools, `text.format` a
 `response_format`, `max_output_tokens` a `max_tokens`); `response_of(...)` turns the chat completion
-back into a `response` object (output items: a message, function calls; usage). `ResponseEvents`
-does the same for a stream, one chunk at a time: `response.created` … `response.output_text.delta`,
+back into a `response` object (output items: the provider's reasoning as a reasoning item, a
+message, function calls; usage). `ResponseEvents` does the same for a stream, one chunk at a time:
+`response.created` … `response.reasoning_text.delta`, `response.output_text.delta`,
 `response.function_call_arguments.delta` … `response.completed` — or, when the answer broke, the
 in-band `error` event and `response.failed`.
 
@@ -36,6 +37,7 @@ from lanes._core.dialects.common import (
     token_counts,
     tool_calls_of,
 )
+from lanes._core.upstream.shapes import reasoning_of, usage_in
 from lanes.freetier.prices import MAX_TOKENS
 
 #: Fields that are read; the others are dropped (and named), except `STATEFUL` ones when set.
@@ -347,6 +349,12 @@ def message_item(item_id: str, text: str, status: str = "completed") -> dict[str
     }
 
 
+def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    """A reasoning item with the provider's reasoning as its text (no summary: none was made)."""
+    content = [{"type": "reasoning_text", "text": text}] if status != "in_progress" else []
+    return {"type": "reasoning", "id": item_id, "status": status, "summary": [], "content": content}
+
+
 def call_item(
     item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
 ) -> dict[str, Any]:
@@ -394,6 +402,8 @@ def response_of(
     response = shell(
         body, response_id=response_id, created_at=created_at, model=str(model), status="completed"
     )
+    if thinking := reasoning_of(message):
+        response["output"].append(reasoning_item(f"rs_{response_id}", thinking))
     text = text_of(message.get("content")) or text_of(message.get("refusal"))
     if text or not message.get("tool_calls"):
         response["output"].append(message_item(f"msg_{response_id}", text))
@@ -405,7 +415,7 @@ def response_of(
         )
         _declared(item, name, tools)
         response["output"].append(item)
-    response["usage"] = usage_of(completion.get("usage"))
+    response["usage"] = usage_of(usage_in(completion))
     return _finish(response, finish_reason)
 
 
@@ -431,6 +441,7 @@ class ResponseEvents:
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as they stand, in output order
         self._text: dict[str, Any] | None = None  # the message item being written
+        self._reasoning: dict[str, Any] | None = None  # the reasoning item being written
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool-call index → its open item
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -459,14 +470,53 @@ class ResponseEvents:
     def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         for kind, value in self._reader.read(chunk):
-            if kind == "text":
+            if kind == "thinking":
+                events += self._reasoning_delta(value)
+            elif kind == "text":
                 events += self._text_delta(value)
             else:
                 events += self._call_delta(*value)
         return events
 
+    def _reasoning_delta(self, delta: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if self._reasoning is None:
+            events += self._close_text() + self._close_calls()
+            index = len(self._output)
+            item_id = f"rs_{self._id}" if index == 0 else f"rs_{self._id}_{index}"
+            item = self._reasoning = reasoning_item(item_id, "", status="in_progress")
+            item["output_index"], item["_text"] = index, ""
+            self._output.append(item)
+            where = {"item_id": item_id, "output_index": index, "content_index": 0}
+            part = {"type": "reasoning_text", "text": ""}
+            events += [
+                self._added(item),
+                self._event("response.content_part.added", **where, part=part),
+            ]
+        item = self._reasoning
+        item["_text"] += delta
+        where = {"item_id": item["id"], "output_index": item["output_index"], "content_index": 0}
+        events.append(self._event("response.reasoning_text.delta", **where, delta=delta))
+        return events
+
+    def _close_reasoning(self, status: str = "completed") -> list[dict[str, Any]]:
+        """Close the open reasoning item: its text done, its part done, the item done."""
+        item, self._reasoning = self._reasoning, None
+        if item is None:
+            return []
+        index = item["output_index"]
+        done = reasoning_item(item["id"], item["_text"], status=status)
+        self._output[index] = {**done, "output_index": index}
+        part = done["content"][0]
+        where = {"item_id": done["id"], "output_index": index, "content_index": 0}
+        return [
+            self._event("response.reasoning_text.done", **where, text=part["text"]),
+            self._event("response.content_part.done", **where, part=part),
+            self._event("response.output_item.done", output_index=index, item=done),
+        ]
+
     def _text_delta(self, delta: str) -> list[dict[str, Any]]:
-        events = self._close_calls()
+        events = self._close_reasoning() + self._close_calls()
         if self._text is None:
             events += self._open_text()
         assert self._text is not None
@@ -502,7 +552,7 @@ class ResponseEvents:
         events: list[dict[str, Any]] = []
         item = self._calls.get(index)
         if item is None:
-            events += self._close_text() + self._close_calls()
+            events += self._close_reasoning() + self._close_text() + self._close_calls()
             position = len(self._output)
             item = call_item(
                 f"fc_{self._id}_{position}",
@@ -579,27 +629,36 @@ class ResponseEvents:
         self._calls.clear()
         return events
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self, *, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The answer is complete: close what is open, then `response.completed` (or
         `response.incomplete` when the answer was cut at its token cap). An empty answer is an
-        empty message, as in a whole response."""
-        events = self._open_text() if not self._output else []
+        empty message, as in a whole response. `usage` counts when no chunk fed in carried one
+        (the stream's usage can come in a chunk that is not passed on)."""
+        events = self._close_reasoning()
+        events += self._open_text() if all(i["type"] == "reasoning" for i in self._output) else []
         events += self._close_text() + self._close_calls()
         response = _finish(self._response("completed"), self._reader.finish_reason)
-        response["usage"] = usage_of(self._reader.usage)
+        response["usage"] = usage_of(self._reader.usage or usage)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return [*events, self._event(kind, response=_public_response(response))]
 
-    def fail(self, code: str, message: str) -> list[dict[str, Any]]:
-        """The answer broke and could not be recovered: the in-band `error` event, then
-        `response.failed` with what had been delivered (open items marked incomplete)."""
+    def fail(self, code: str, message: str, *, status: int = 502) -> list[dict[str, Any]]:
+        """The answer broke and could not be recovered: the in-band `error` event (`code`: the
+        provider's own when it said why), then `response.failed` with what had been delivered
+        (open items marked incomplete) and its error — a rate limit when `status` is 429."""
         error = self._event("error", code=code, message=message, param=None)
+        if (item := self._reasoning) is not None:
+            self._reasoning = None
+            index = item["output_index"]
+            done = reasoning_item(item["id"], item["_text"], status="incomplete")
+            self._output[index] = {**done, "output_index": index}
         self._settle_text("incomplete")
         for item in self._calls.values():
             item["status"] = "incomplete"
         self._calls.clear()
         response = self._response("failed")
-        response["error"] = {"code": "server_error", "message": message}
+        kind = "rate_limit_exceeded" if status == 429 else "server_error"
+        response["error"] = {"code": kind, "message": message}
         response["usage"] = usage_of(self._reader.usage)
         return [error, self._event("response.failed", response=_public_response(response))]
 

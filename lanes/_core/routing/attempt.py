@@ -144,7 +144,9 @@ class AttemptRun:
             log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
         return self.settle(
             outcome,
-            status=exc.status,
+            # said inside a 200: the request was taken (and may be billed); its detail has the
+            # status the provider gave the error
+            status=200 if exc.in_band else exc.status,
             detail=str(exc),
             category=exc.category,
             connection=exc.connection,

@@ -3,7 +3,7 @@ under the lane's own cap, within the job's deadline, and hand back what the call
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import trio
@@ -13,6 +13,7 @@ from lanes._core.job import Job, Reply
 from lanes._core.routing.attempt import AttemptRun
 from lanes._core.streaming.stream import ReplyStream, first_chunks, with_usage
 from lanes._core.upstream.client import Response
+from lanes._core.upstream.shapes import usage_in
 from lanes.freetier.kinds import CreditBased
 
 
@@ -37,8 +38,7 @@ async def _request(run: AttemptRun, send: Callable[[Job, str], Awaitable[Respons
 def served(run: AttemptRun, response: Response) -> Reply:
     """Settle a served non-streamed attempt and wrap the upstream's body."""
     run.answered(response.status, response.headers)
-    usage = response.body.get("usage")
-    usage = usage if isinstance(usage, Mapping) else None
+    usage = usage_in(response.body)
     attempt = run.settle("ok", status=response.status, usage=usage)
     record = run.record
     return Reply(

@@ -6,7 +6,8 @@ Before the first chunk the dispatcher falls back freely. After chunks have reach
 (b) otherwise (or when the prefill is rejected) regenerate on another candidate and pass on only
     what *exactly extends* the text already delivered;
 (c) otherwise end with an in-band error naming the real failure — never the fallback's own.
-A truncated answer never ends in a clean finish.
+A truncated answer never ends in a clean finish. An error the provider sent in its stream saying the
+request itself is at fault (a 400, 401, 403, 413, 422) is not tried elsewhere: it is passed on.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lanes._core.errors import JobFailed, StreamInterrupted
 from lanes._core.job import Job
 from lanes._core.streaming.session import StreamJob
 from lanes._core.streaming.stream import ReplyStream
+from lanes._core.upstream.responses import FINAL_STATUSES
 
 
 @attrs.frozen
@@ -128,8 +130,8 @@ async def _relay(streamed: StreamJob, emit: Emit) -> None:
             raise
         await emit(Failed(exc))
         return
-    if tools or trio.current_time() >= deadline_at:
-        await emit(Broken(broken))
+    if tools or trio.current_time() >= deadline_at or broken.upstream_status in FINAL_STATUSES:
+        await emit(Broken(broken))  # a request the provider refused mid-answer is refused anywhere
         return
     sent = {"any": False}  # once a recovery has passed text on, no other may start over
 

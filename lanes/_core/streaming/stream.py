@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import trio
 
-from lanes._core.errors import RetryableError, StreamInterrupted
+from lanes._core.errors import RetryableError, StreamInterrupted, UpstreamError
 from lanes._core.job import Attempt, Candidate, Job, Outcome, Route
 from lanes._core.routing.attempt import AttemptRun
 from lanes._core.upstream.client import ChunkReader, Received
@@ -161,8 +161,8 @@ class ReplyStream:
             with trio.move_on_at(min(self.deadline_at, now + self._idle_s)):
                 try:
                     arrived = await self._reader.receive()
-                except RetryableError as exc:
-                    raise self._interrupted("fault", str(exc), exc.category) from exc
+                except UpstreamError as exc:
+                    raise self._broken(exc) from exc
                 if arrived is None:
                     self._finish("ok")
                     return None
@@ -214,12 +214,27 @@ class ReplyStream:
             usage=self._reader.usage if outcome == "ok" else None,
         )
 
+    def _broken(self, exc: UpstreamError) -> StreamInterrupted:
+        """The stream failed mid-answer: settled by what the provider said in it (a rate limit is
+        not a fault, a 400 is final: its class's outcome), else as a fault (a cut, garbage)."""
+        if not exc.in_band:
+            return self._interrupted("fault", str(exc), exc.category)
+        self._outcome = self._run.fail(exc).outcome
+        return self._error(str(exc), exc.status, exc.code)
+
     def _interrupted(self, outcome: Outcome, detail: str, category: str) -> StreamInterrupted:
         self._finish(outcome, detail, category)
+        return self._error(detail)
+
+    def _error(
+        self, detail: str, status: int | None = None, code: str | None = None
+    ) -> StreamInterrupted:
         record = self._run.record
         return StreamInterrupted(
             f"{self.candidate.key}: {detail} after {self.chunks_delivered} chunk(s)",
             attempts=record.attempts,
             skips=record.skips,
             request_id=record.id,
+            upstream_status=status,
+            upstream_code=code,
         )

@@ -29,8 +29,10 @@ from lanes._core.upstream.responses import (
     MAX_DEPTH,
     check_completion,
     classify_status,
+    in_band,
     parse_body,
 )
+from lanes._core.upstream.shapes import in_band_error, normal_chunk, normal_completion, usage_in
 from lanes._core.upstream.sse import SSEDecoder
 from lanes._core.upstream.untrusted import MAX_CODE, shown
 
@@ -135,15 +137,22 @@ class ChunkReader:
         self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
         self._secrets = tuple(secrets)
         self._ended = False
+        self._error: UpstreamError | None = (
+            None  # said in the stream after chunks still to hand over
+        )
 
     async def receive(self) -> list[Received] | None:
         """Wait for the next bytes; return the chunks they completed, each with its `data` as sent
         ([] for a keep-alive).
 
         Returns None once the stream has ended properly: `[DONE]`, or end of body after a finish
-        reason was seen. Raises `RetryableError` for a cut stream (closed with neither), a transport
-        error or an error event inside the stream.
+        reason was seen. Raises `RetryableError` for a cut stream (closed with neither) or a
+        transport error; an error the provider sends inside the stream raises the class its status
+        says (`in_band` set), once the chunks before it have been returned.
         """
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         if self._ended:
             return None
         try:
@@ -192,19 +201,33 @@ class ChunkReader:
             except ValueError:
                 self.malformed += 1
                 continue
-            if not _chunk_shaped(chunk):
+            if isinstance(chunk, dict) and (said := in_band_error(chunk)) is not None:
+                self._ended = True  # the provider's last word; its status names the class
+                exc = in_band(
+                    *said,
+                    chunk,
+                    self.headers,
+                    self._secrets,
+                    where="stream",
+                    category="stream_error",
+                )
+                if not chunks:
+                    raise exc
+                self._error = exc  # raised by the next receive(), after these chunks
+                break
+            normal = normal_chunk(chunk) if isinstance(chunk, dict) else None
+            if not _chunk_shaped(normal or chunk):
                 self.malformed += 1
                 continue
-            if "error" in chunk and not chunk.get("choices"):
-                self._ended = True
-                error = classify_status(502, self.headers, chunk, secrets=self._secrets)
-                raise RetryableError(f"error event in stream: {error}", category="stream_error")
             for choice in chunk.get("choices") or ():
                 if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                     self.finish_reason = choice["finish_reason"]
-            if isinstance(chunk.get("usage"), dict) and chunk["usage"]:
-                self.usage = chunk["usage"]
-            chunks.append((chunk, None if "\n" in data else data))
+            if (usage := usage_in(chunk)) is not None:
+                self.usage = usage  # a running total when it comes on every chunk: the last counts
+            if normal is not None:
+                chunks.append((normal, None))  # rewritten: encoded again when passed on
+            else:
+                chunks.append((chunk, None if "\n" in data else data))
         return chunks
 
 
@@ -265,8 +288,13 @@ class Upstream:
         try:
             completion = check(parse_body(raw), secrets)
         except UpstreamError as exc:
-            exc.status, exc.headers = response.status_code, lower
+            exc.headers = lower
+            if not exc.in_band:  # an error body keeps the status it gave itself
+                exc.status = response.status_code
             raise
+        normal = normal_completion(completion) if check is check_completion else None
+        if normal is not None:  # typed content parts, read as chat: encoded again when passed on
+            completion, raw = normal, b""
         return Response(status=response.status_code, headers=lower, body=completion, raw=raw)
 
     async def get_json(

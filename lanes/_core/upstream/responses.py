@@ -28,6 +28,7 @@ from lanes._core.errors import (
     UpstreamError,
 )
 from lanes._core.upstream.untrusted import MAX_CODE, shown
+from lanes._core.upstream.shapes import in_band_error
 
 FINAL_STATUSES = frozenset({400, 401, 403, 413, 422})
 _CONTEXT = re.compile(
@@ -103,9 +104,30 @@ def classify_status(
     return RetryableError(detail, category="server_error" if status >= 500 else "http_error", **kw)
 
 
+def in_band(
+    status: int,
+    said: Mapping[str, Any],
+    body: Any,
+    headers: Mapping[str, str],
+    secrets: Iterable[str] = (),
+    *,
+    where: str,
+    category: str,
+) -> UpstreamError:
+    """The exception for an error a provider said inside a 200 `where` (a stream, a response):
+    the class its own `status` says — a 429 is a rate limit, a 400 final — marked `in_band`, its
+    body `body` as sent; a retryable one gets `category`."""
+    exc = classify_status(status, headers, said, secrets=secrets)
+    exc.args = (f"error inside a 200 {where}: {exc}",)
+    exc.body, exc.in_band = body, True
+    if type(exc) is RetryableError:
+        exc.category = category
+    return exc
+
+
 def check_completion(body: Any, secrets: Iterable[str] = ()) -> Mapping[str, Any]:
-    """A 2xx body that is a usable `chat.completion`, or `RetryableError` (garbage, or an error
-    inside the 200: its message shown without `secrets`)."""
+    """A 2xx body that is a usable `chat.completion`, or `RetryableError` (garbage), or the
+    error said inside the 200 (`in_band`: its message shown without `secrets`)."""
     completion = _check_object(body, "choices", secrets)
     choices = completion.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
@@ -133,6 +155,8 @@ def _check_object(body: Any, key: str, secrets: Iterable[str]) -> Mapping[str, A
     """`RetryableError` for a 2xx body that is no JSON object, or an error without `key`."""
     if not isinstance(body, Mapping):
         raise RetryableError("malformed response: not a JSON object", category="malformed")
+    if key not in body and (said := in_band_error(body)) is not None:
+        raise in_band(*said, body, {}, secrets, where="response", category="error_in_200")
     if "error" in body and key not in body:
         message, code = shown_error(*error_fields(body), secrets)
         raise RetryableError(

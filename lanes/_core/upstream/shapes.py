@@ -1,0 +1,195 @@
+"""What real providers send, read one way: typed content parts, reasoning, usage wherever it is put,
+and an error inside a 200 stream. Pure.
+
+- **Typed content parts.** Some providers answer with `content` as a list of parts —
+  `[{"type": "text", "text": "…"}]`, and thinking parts
+  `{"type": "thinking", "thinking": [{"type": "text", "text": "…"}]}` — in a whole message and in a
+  stream delta alike. `normal_message` / `normal_chunk` turn them into what an OpenAI-style client
+  reads: the text as the `content` string, the thinking as `reasoning_content`. Both paths use the
+  same function, so a streamed answer and a whole one never disagree.
+- **Reasoning** arrives as `reasoning_content`, `reasoning` or `reasoning_details` (a list of
+  `reasoning.text` / `reasoning.summary` items; several providers send `reasoning` and
+  `reasoning_details` with the same text, so only the first field present is read):
+  `reasoning_of`.
+- **Usage** is the top-level `usage`, else the `usage` inside a vendor extension object (a top-level
+  `x_<vendor>` key), as some providers send it in streams: `usage_in`. A stream that repeats it on
+  every chunk repeats a running total, so the caller keeps the last one and never adds them up.
+- **An error inside a 200** — a chunk with an `error` object, with or without `choices` — keeps the
+  status the provider gave it (`status_code`, or a numeric `code` / `status`): `in_band_error`.
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+from collections.abc import Mapping
+from typing import Any
+
+#: The status of an in-band error that names none: the upstream failed, as a gateway says it.
+UNSTATED_STATUS = 502
+#: A code some providers give in-band errors in place of a status, and the status it stands for.
+_CODE_STATUS = {
+    "rate_limit_exceeded": 429,
+    "rate_limited": 429,
+    "too_many_requests": 429,
+    "insufficient_quota": 429,
+    "invalid_request_error": 400,
+    "invalid_request": 400,
+    "context_length_exceeded": 400,
+    "server_error": 502,
+    "overloaded_error": 503,
+}
+_TEXT_PARTS = ("text", "output_text")
+
+
+def _texts(parts: Any) -> str:
+    """The text of a list of text parts (or a bare string)."""
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    return "".join(
+        part["text"]
+        for part in parts
+        if isinstance(part, Mapping)
+        and part.get("type", "text") in _TEXT_PARTS
+        and isinstance(part.get("text"), str)
+    )
+
+
+def split_parts(parts: list[Any]) -> tuple[str | None, str]:
+    """(the text of the text parts — None when there are none —, the text of the thinking parts).
+    Parts of any other type (images, references) carry no text and are left out."""
+    texts: list[str] = []
+    thinking: list[str] = []
+    for part in parts:
+        if not isinstance(part, Mapping):
+            continue
+        kind = part.get("type")
+        if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "thinking":
+            thinking.append(_texts(part.get("thinking")))
+    return ("".join(texts) if texts else None), "".join(thinking)
+
+
+def normal_message(message: Any) -> dict[str, Any] | None:
+    """`message` (a chat message or a stream delta) with list `content` read as its text, and its
+    thinking parts added to `reasoning_content`; None when there is nothing to change."""
+    if not isinstance(message, Mapping) or not isinstance(message.get("content"), list):
+        return None
+    text, thinking = split_parts(message["content"])
+    out = dict(message)
+    out["content"] = text
+    if thinking:
+        before = out.get("reasoning_content")
+        out["reasoning_content"] = (before if isinstance(before, str) else "") + thinking
+    return out
+
+
+def normal_choices(body: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    """`body` with each choice's `key` (`message` or `delta`) normalised; None when none changed."""
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return None
+    changed = False
+    out: list[Any] = []
+    for choice in choices:
+        normal = normal_message(choice.get(key)) if isinstance(choice, Mapping) else None
+        if normal is None:
+            out.append(choice)
+        else:
+            out.append({**choice, key: normal})
+            changed = True
+    return {**body, "choices": out} if changed else None
+
+
+def normal_chunk(chunk: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A `chat.completion.chunk` whose deltas carry typed parts, as plain chat (None: as it was)."""
+    return normal_choices(chunk, "delta")
+
+
+def normal_completion(completion: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A `chat.completion` whose messages carry typed parts, as plain chat; None if unchanged."""
+    return normal_choices(completion, "message")
+
+
+def reasoning_of(message: Mapping[str, Any]) -> str:
+    """The reasoning text of a chat message or delta ('' for none), from the first of
+    `reasoning_content`, `reasoning`, `reasoning_details` it carries."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str):
+            return value
+    details = message.get("reasoning_details")
+    if not isinstance(details, list):
+        return ""
+    texts = []
+    for item in details:
+        if isinstance(item, Mapping) and item.get("type") in (
+            "reasoning.text",
+            "reasoning.summary",
+        ):
+            text = item.get("text", item.get("summary"))
+            texts.append(text if isinstance(text, str) else "")
+    return "".join(texts)
+
+
+def usage_in(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The usage an answer or chunk reports: its `usage`, else a vendor extension's; None."""
+    usage = body.get("usage")
+    if isinstance(usage, Mapping) and usage:
+        return usage
+    for key, value in body.items():
+        if isinstance(key, str) and key.startswith("x_") and isinstance(value, Mapping):
+            inner = value.get("usage")
+            if isinstance(inner, Mapping) and inner:
+                return inner
+    return None
+
+
+def _status(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and 400 <= value <= 599 else None
+
+
+def in_band_error(body: Mapping[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """(the status the provider gave it, an OpenAI-shaped error body) for a chunk or answer that
+    carries an `error` object (or message); None for any other. The body's `code` is the
+    provider's code: its own string, else a typed code it gives (`metadata.error_type`)."""
+    error = body.get("error")
+    if isinstance(error, str) and error:
+        error = {"message": error}
+    if not isinstance(error, Mapping) or not error:
+        return None
+    status = next(
+        (
+            found
+            for found in (_status(error.get(k)) for k in ("status_code", "status", "code"))
+            if found is not None
+        ),
+        None,
+    )
+    metadata = error.get("metadata")
+    typed = metadata.get("error_type") if isinstance(metadata, Mapping) else None
+    code = next(
+        (
+            c
+            for c in (error.get("code"), typed, error.get("type"), error.get("status"))
+            if isinstance(c, str) and c and _status(c) is None
+        ),
+        None,
+    )
+    kind = error.get("type") if isinstance(error.get("type"), str) else None
+    if status is None:
+        status = _CODE_STATUS.get(code or "") or _CODE_STATUS.get(kind or "") or UNSTATED_STATUS
+    message = error.get("message")
+    return status, {
+        "error": {
+            "message": message if isinstance(message, str) else "",
+            "code": code,
+            "type": kind,
+        }
+    }
