@@ -25,8 +25,8 @@ from lanes._core.routing.probes import Probes
 from lanes._core.routing.ranking import Ranking
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.terms import SharedTerms
-from lanes._core.state.clock import StoreClock
 from lanes._core.routing.verdicts import wrong_kind
+from lanes._core.state.clock import StoreClock
 from lanes._core.state.store import STORE_ERRORS, Store
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.manager import FreeTierManager, LaneTerms

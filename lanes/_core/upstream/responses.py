@@ -27,8 +27,8 @@ from lanes._core.errors import (
     RetryableError,
     UpstreamError,
 )
-from lanes._core.upstream.untrusted import MAX_CODE, shown
 from lanes._core.upstream.shapes import in_band_error
+from lanes._core.upstream.untrusted import MAX_CODE, shown
 
 FINAL_STATUSES = frozenset({400, 401, 403, 413, 422})
 _CONTEXT = re.compile(
