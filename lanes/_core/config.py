@@ -109,6 +109,9 @@ class LaneConfig:
     catalog_refresh_s: float = attrs.field(
         default=21_600.0, validator=positive
     )  # how often to fetch it again
+    # the most discovered models kept as candidates (configured ones are never dropped): the rest
+    # of a longer list is left out, with one log line naming the numbers
+    max_models: int = attrs.field(default=1000, validator=positive)
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
     headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
     # the output cap this provider honours (`max_tokens` or `max_completion_tokens`); unset: the
