@@ -10,7 +10,7 @@ dispatcher through the methods under "the state sync".
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -86,11 +86,11 @@ class Dispatcher:
     def free_lane_on(self) -> bool:
         return self.routing.gate.free_lane_on
 
-    def candidates(self) -> list[Candidate]:
+    def candidates(self) -> Sequence[Candidate]:
         """Every loaded candidate, in config order."""
         return self.routing.candidates()
 
-    def resolve(self, job: Job) -> list[Candidate]:
+    def resolve(self, job: Job) -> Sequence[Candidate]:
         """The candidates for `job.model`; raises `UnknownModel` for a name nothing matches."""
         return self.routing.resolve(job)
 

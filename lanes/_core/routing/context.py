@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import trio
@@ -15,10 +15,13 @@ from lanes._core.config import Config
 from lanes._core.errors import JobFailed, UnknownModel, UpstreamError
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.approvals import Approvals
+from lanes._core.routing.autoplan import AutoPlan
 from lanes._core.routing.breakers import LaneBreakers
 from lanes._core.routing.consent import Consent
 from lanes._core.routing.gate import Gate
 from lanes._core.routing.ledger import Ledger
+from lanes._core.routing.policy import Needs
+from lanes._core.routing.pool import Pool
 from lanes._core.routing.probes import Probes
 from lanes._core.routing.ranking import Ranking
 from lanes._core.routing.record import JobRecord
@@ -73,6 +76,7 @@ class Routing:
         self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
         for lane in self.lanes.values():
             self.register_prices(lane)
+        self.pool = Pool(self._loaded(), config.aliases)  # rebuilt when a catalog changes
 
     def backoffs_changed(self) -> None:
         """A rate limit changed a backoff: the other processes must see it before their next
@@ -89,11 +93,14 @@ class Routing:
             self.nudge()
 
     # -- candidates -------------------------------------------------------------------------------
-    def candidates(self) -> list[Candidate]:
-        """Every loaded candidate, in config order."""
+    def _loaded(self) -> list[Candidate]:
         return [c for lane in self.lanes.values() for c in lane.candidates]
 
-    def resolve(self, job: Job) -> list[Candidate]:
+    def candidates(self) -> Sequence[Candidate]:
+        """Every loaded candidate, in config order."""
+        return self.pool.candidates
+
+    def resolve(self, job: Job) -> Sequence[Candidate]:
         """The candidates for `job.model` — `auto`, an alias, `lane/model` or a bare model id — of
         the job's kind: embedding models for an embedding job, the others for a chat. A name with
         a date suffix (`name-20250514`) not known as such resolves to the alias `name`.
@@ -101,22 +108,22 @@ class Routing:
         An embedding job must name its model (`auto` would mix models whose vectors do not
         compare); an alias is how config declares the same model on several lanes.
         Raises `UnknownModel`."""
-        everything = self.candidates()
+        pool = self.pool
         if job.model == "auto":
             if job.embedding:
                 raise UnknownModel(
                     "an embedding needs a named model: 'auto' could mix models whose vectors are "
                     "not comparable; name the model, a lane/model or an alias"
                 )
-            return [c for c in everything if not c.embedding]
-        by_key = {c.key: c for c in everything}
+            return pool.chat
         alias = self.alias_of(job.model)
+        found: Sequence[Candidate]
         if alias is not None:
-            found = [by_key[k] for k in self.config.aliases[alias] if k in by_key]
-        elif job.model in by_key:
-            found = [by_key[job.model]]
+            found = pool.aliases.get(alias, ())
+        elif job.model in pool.by_key:
+            found = (pool.by_key[job.model],)
         else:
-            found = [c for c in everything if c.model == job.model]
+            found = pool.by_model.get(job.model, ())
             if not found:
                 raise UnknownModel(
                     f"model {job.model!r} is not 'auto', an alias or a configured model"
@@ -135,12 +142,28 @@ class Routing:
             return name
         base, dash, date = name.rpartition("-")
         dated = dash and len(date) == 8 and date.isdigit() and base in aliases
-        if dated and not any(c.model == name or c.key == name for c in self.candidates()):
+        if dated and name not in self.pool.by_model and name not in self.pool.by_key:
             return base
         return None
 
     def candidate(self, key: str) -> Candidate | None:
-        return next((c for c in self.candidates() if c.key == key), None)
+        return self.pool.by_key.get(key)
+
+    def auto_plan(self, job: Job, needs: Needs, keep: Callable[[Candidate], bool]) -> AutoPlan:
+        """An `auto` job's plan, drawn lazily (see `pool.py`): each group of alike candidates
+        scored once, each candidate with outcomes of its own on its own."""
+        now, pool = self.now_wall(), self.pool
+        degraded = self.ranking.degraded()
+
+        def warm() -> dict[str, float]:
+            found = [pool.by_key[k] for k in self.ranking.warm() if k in pool.by_key]
+            free = [c for c in found if c.tier == "free"]
+            return self.ranking.scores(free, needs, now, degraded=degraded)
+
+        def cold(candidate: Candidate) -> float:
+            return self.ranking.cold_score(candidate, needs, now, degraded)
+
+        return AutoPlan(pool, job, self.policy, needs=needs, keep=keep, warm=warm, cold=cold)
 
     # -- catalogs ---------------------------------------------------------------------------------
     def discovering(self) -> list[OpenAICompatibleLane]:
@@ -156,7 +179,7 @@ class Routing:
             except UpstreamError as exc:
                 log.info("lane %s: catalog refresh failed (%s)", lane.name, exc)
                 return
-            self.register_prices(lane)
+            self.catalog_changed(lane)
             answered.append(lane.name)
 
         with trio.move_on_at(until):
@@ -164,6 +187,11 @@ class Routing:
                 for lane in self.discovering():
                     nursery.start_soon(one, lane)
         return bool(answered)
+
+    def catalog_changed(self, lane: OpenAICompatibleLane) -> None:
+        """`lane`'s candidates changed (its catalog was fetched): its prices, and the pool."""
+        self.register_prices(lane)
+        self.pool = Pool(self._loaded(), self.config.aliases)
 
     def register_prices(self, lane: OpenAICompatibleLane) -> None:
         prices = {

@@ -34,6 +34,8 @@ def unbilled(status: int | None, category: str) -> bool:
 
 
 _SHORT = 120  # characters of an attempt's detail quoted in a failure's message
+#: Skips a record lists one by one; beyond, they are counted (a catalog may hold a thousand models).
+MAX_SKIPS = 64
 
 
 class JobRecord:
@@ -64,6 +66,8 @@ class JobRecord:
         self.same_retries = (
             0  # same-candidate retries after a transient fault (their own allowance)
         )
+        self.skips_more = 0  # skips beyond `MAX_SKIPS`, counted, not listed
+        self.lanes_skipped: dict[str, str] = {}  # "lane/*" → why the rest of it was passed over
 
     @property
     def id(self) -> str:
@@ -94,13 +98,36 @@ class JobRecord:
     def consider(self, candidate: Candidate) -> None:
         self.considered.setdefault(candidate.key, None)
 
+    @property
+    def skips_left(self) -> int:
+        """How many more skips the record lists one by one."""
+        return MAX_SKIPS - len(self.skips)
+
     def skip(self, candidate: Candidate | Skip, reason: str | None = None) -> None:
+        if len(self.skips) >= MAX_SKIPS:
+            self.skips_more += 1
+            return
         if isinstance(candidate, Skip):
             self.considered.setdefault(f"{candidate.lane}/{candidate.model}", None)
             self.skips.append(candidate)
             return
         self.consider(candidate)
         self.skips.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason or ""))
+
+    def skip_rest(self, lane: str, reason: str) -> None:
+        """The rest of `lane`'s candidates were passed over for `reason`, without a line each."""
+        self.lanes_skipped.setdefault(f"{lane}/*", reason)
+
+    def all_skips(self) -> list[Skip]:
+        """The skips listed, then one line per lane passed over whole and one for the count of
+        the skips not listed (what the audit keeps)."""
+        summary = [
+            Skip(lane=key.partition("/")[0], model="*", reason=reason)
+            for key, reason in self.lanes_skipped.items()
+        ]
+        if self.skips_more:
+            summary.append(Skip(lane="*", model="*", reason=f"{self.skips_more} more, not listed"))
+        return [*self.skips, *summary]
 
     def record(
         self,
@@ -140,7 +167,11 @@ class JobRecord:
         for attempt in self.attempts:
             if attempt.outcome != "ok":
                 why[attempt.key] = _describe(attempt)
-        return "; ".join(f"{key}: {why[key]}" for key in self.considered if key in why)
+        listed = [f"{key}: {why[key]}" for key in self.considered if key in why]
+        listed += [f"{key}: {reason}" for key, reason in self.lanes_skipped.items()]
+        if self.skips_more:
+            listed.append(f"and {self.skips_more} more candidates passed over")
+        return "; ".join(listed)
 
     def failed(
         self, *, now: float, next_free: tuple[float, str] | None = None, now_wall: float = 0.0

@@ -129,7 +129,7 @@ class Journal:
             lane=lane or None,
             model=model or None,
             attempts=record.attempts,
-            skips=record.skips,
+            skips=record.all_skips(),
             latency_s=latency_s,
             answer=answer,
             usage=usage,
