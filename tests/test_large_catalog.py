@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
+import openai
 import pytest
 import trio
 from hypothesis import given
@@ -23,7 +25,9 @@ from lanes._core.routing.plan_queue import Queue
 from lanes._core.routing.policy import PolicyConfig, make_plan, needs_of
 from lanes._core.routing.pool import Pool
 from lanes._core.routing.record import MAX_SKIPS, JobRecord
+from lanes._http.server import serve
 from lanes.testing import open_fake, status
+from lanes.testing.configs import KEYS
 
 JOB = [{"role": "user", "content": "hi"}]
 BIG = 10_000
@@ -278,3 +282,55 @@ def test_max_models_must_be_positive():
     """`max_models = 0` is refused, naming the key."""
     with pytest.raises(lanes.ConfigError, match="max_models"):
         config({**free_lane("big", "http://127.0.0.1:9", discover=True), "max_models": 0})
+
+
+# -- the views stay bounded ------------------------------------------------------------------------
+
+
+@pytest.mark.free_lane
+async def test_the_views_do_not_grow_with_the_catalog():
+    """A discovered lane of 10,000 models: `/v1/lanes` (which the page polls every second) shows 50
+    of them (the used ones first, then the list's first) and sums up the rest as `other`;
+    `/metrics` stays small; `/v1/models` pages by `limit`/`after` and its pages add up to the
+    whole list, which the openai SDK's `models.list()` still reads entire."""
+    async with open_fake("big") as big, trio.open_nursery() as nursery:
+        big.catalog = [{"id": f"vendor/m{i}:free"} for i in range(BIG)]
+        cfg = config(big_lane(big.base_url), server={"port": 0})
+        url = await nursery.start(lambda task_status: serve(cfg, env=KEYS, task_status=task_status))
+        async with httpx2.AsyncClient(base_url=url, trust_env=False, timeout=60) as http:
+            with trio.fail_after(60):
+                while True:
+                    state = (await http.get("/v1/lanes")).json()
+                    if state["lanes"][0]["other"]:
+                        break
+                    await trio.sleep(0.1)
+            late = "big/vendor/m9999:free"  # a model far down the list, used: it is shown
+            await http.post("/v1/chat/completions", json={"model": late, "messages": JOB})
+            lanes_bytes = len((await http.get("/v1/lanes")).content)
+            state = (await http.get("/v1/lanes")).json()
+            metrics = (await http.get("/metrics")).text
+            whole = (await http.get("/v1/models")).json()
+            pages, params = [], {"limit": "1000"}
+            while True:
+                page = (await http.get("/v1/models", params=params)).json()
+                pages.append(page)
+                if not page["has_more"]:
+                    break
+                params = {"limit": "1000", "after": page["last_id"]}
+            bad = await http.get("/v1/models", params={"after": "no/such"})
+            too_many = await http.get("/v1/models", params={"limit": "1001"})
+        sdk = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        listed = [m.id async for m in sdk.models.list()]
+        await sdk.close()
+        nursery.cancel_scope.cancel()
+    lane = state["lanes"][0]
+    assert len(lane["models"]) == 50 and lane["other"] == {"models": BIG - 50, "free_now": BIG - 50}
+    shown = {m["model"]: m["used_today"] for m in lane["models"]}
+    assert shown["vendor/m9999:free"] == 1 and "vendor/m0:free" in shown
+    assert lanes_bytes < 64_000 and len(metrics) < 64_000, (lanes_bytes, len(metrics))
+    assert 'lanes_lane_models{lane="big",state="routable"} 10000.0' in metrics
+    ids = [m["id"] for page in pages for m in page["data"]]
+    assert len(pages) == 11 and ids == [m["id"] for m in whole["data"]] and len(ids) == BIG + 1
+    assert listed == ids and whole["has_more"] is False
+    assert (bad.status_code, bad.json()["error"]["param"]) == (400, "after")
+    assert (too_many.status_code, too_many.json()["error"]["param"]) == (400, "limit")

@@ -27,7 +27,7 @@ from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import Call, walk
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, SQLiteStore, Store
-from lanes._core.statistics import Statistics, snapshot
+from lanes._core.statistics import ModelStatistics, Statistics, model_statistics, snapshot
 from lanes._core.streaming.session import StreamJob, stream_job
 from lanes._core.streaming.stream import ReplyStream
 from lanes._core.tasks import SYNC, Background
@@ -104,6 +104,13 @@ class Dispatcher:
             journal=self.journal,
             background=self.background.statistics(),
         )
+
+    def model_statistics(self, key: str) -> ModelStatistics:
+        """One candidate's state now ("lane/model"); raises KeyError for an unknown one."""
+        candidate = self.routing.candidate(key)
+        if candidate is None:
+            raise KeyError(f"no candidate {key!r}")
+        return model_statistics(self.routing, candidate)
 
     def paid_spent_today(self) -> float:
         return self.routing.ledger.spent_today()

@@ -31,6 +31,7 @@ def order(
     needs = needs_of(job)
     auto: AutoPlan | None = None
     if job.model == "auto":
+        routing.resolve(job)  # an embedding job may not ask for `auto`: UnknownModel
         auto = routing.auto_plan(job, needs, kept)
         queue, pinned = Queue(auto), False
         klass, privacy = auto.request_class, auto.privacy
