@@ -191,7 +191,7 @@ class Dispatcher:
         `PaidBudgetExhausted`, `FallbackNeedsApproval`, `FallbackDenied`, `GovernorExhausted` or
         `UnknownModel` — every one a `JobFailed` carrying the attempts made and the job's id.
         """
-        return await self._serve(open_record(job, self.config), complete_call)
+        return await self._serve(open_record(job, self.routing), complete_call)
 
     async def embed(self, job: Job) -> Reply:
         """Embed `job.input` (a job built with `input=`) by the same policy, budgets and audit.
@@ -199,7 +199,7 @@ class Dispatcher:
         Only the model the job names is tried — on every lane that offers it, or over an alias's
         candidates, which config declares the same model — never a different one. Raises what
         `complete` raises; the reply's body is the upstream's embeddings `list`."""
-        return await self._serve(open_record(job, self.config, embedding=True), embed_call)
+        return await self._serve(open_record(job, self.routing, embedding=True), embed_call)
 
     async def _serve(self, record: JobRecord, call: Call[Reply]) -> Reply:
         try:
@@ -228,4 +228,4 @@ class Dispatcher:
     def stream_job(self, job: Job) -> AbstractAsyncContextManager[StreamJob]:
         """A streamed job whose walks — the first, and any resuming a broken answer — share one
         record: one set of attempt budgets, one story, one audit row when it is over."""
-        return stream_job(self.routing, open_record(job, self.config), self.journal.finish)
+        return stream_job(self.routing, open_record(job, self.routing), self.journal.finish)

@@ -128,8 +128,9 @@ def breaker_view(stats: BreakerStatistics, now: float) -> dict[str, Any]:
     }
 
 
-def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
-    """`/v1/lanes`: `now` is trio's clock, for breaker times."""
+def lanes_state(stats: Statistics, now: float, *, client: str | None = None) -> dict[str, Any]:
+    """`/v1/lanes`: `now` is trio's clock, for breaker times. With `client`, the recent jobs and
+    pending approvals are that client's only (a client key sees no other tenant's)."""
     lanes = []
     for lane in stats.lanes:
         models = [
@@ -173,8 +174,8 @@ def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
             "ceiling_usd": stats.paid_ceiling_usd,
             "fallback": stats.fallback,
         },
-        "approvals": len(stats.approvals),
-        "recent": [dict(r) for r in stats.recent],
+        "approvals": sum(1 for a in stats.approvals if client in (None, a["client"])),
+        "recent": [dict(r) for r in stats.recent if client in (None, r["client"])],
         "canary": {"quarantined": dict(stats.quarantined)},
         "state": {"kind": stats.store.kind, "where": stats.store.where, "up": stats.store.up},
     }

@@ -25,6 +25,7 @@ from lanes._core.routing.pool import Pool
 from lanes._core.routing.probes import Probes
 from lanes._core.routing.ranking import Ranking
 from lanes._core.routing.record import JobRecord
+from lanes._core.state.cohorts import Cohorts
 from lanes._core.state.store import STORE_ERRORS, Store
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.manager import FreeTierManager, LaneTerms
@@ -70,6 +71,7 @@ class Routing:
         self.approvals = Approvals(store, now_wall, once_ttl_s=self.policy.once_ttl_s)
         self.consent = Consent(self.policy, self.approvals, self.seconds_to_next_free)
         self.ranking = Ranking(config.scoring)
+        self.cohorts = cohorts_of(config)
         self.unreachable: dict[
             str, str
         ] = {}  # lanes that accepted no connection at startup (until they answer)
@@ -234,14 +236,41 @@ class Routing:
         )
 
 
-def open_record(job: Job, config: Config, *, embedding: bool = False) -> JobRecord:
-    """A job's record as it enters a door: its deadline fixed now, and the client's default cohort
-    when the job names none. Raises ValueError for a job at the wrong door."""
+def cohorts_of(config: Config) -> Cohorts:
+    """The cohorts jobs may name: `[metrics] cohorts` and the clients' defaults declared, the
+    rest bounded per client; admins (or, with no keys, every caller) may add `/metrics` labels."""
+    server = config.server
+    declared = [*config.metrics.cohorts, *(c.cohort for c in server.clients.values() if c.cohort)]
+    keyed = bool(server.clients or server.admin_key_env)
+    admins = {name for name, c in server.clients.items() if c.admin}
+    if server.admin_key_env:
+        admins.add("admin")
+    return Cohorts(
+        declared=declared,
+        per_client=config.metrics.cohorts_per_client,
+        trusted=admins if keyed else None,
+    )
+
+
+def open_record(job: Job, routing: Routing, *, embedding: bool = False) -> JobRecord:
+    """A job's record as it enters a door: its deadline fixed now, the client's default cohort
+    when the job names none, and its cohort within the client's bound (see `cohorts.py`).
+    Raises ValueError for a job at the wrong door."""
     if job.embedding != embedding:
         raise ValueError("a job with input goes to embed(); one with messages, not there")
+    config = routing.config
     now = TrioTime(trio.current_time())
     deadline_at = job.resolve_deadline(now, config.default_deadline_s)
     own = config.server.clients.get(job.client)
-    if job.cohort is None and own is not None and own.cohort:
-        job = attrs.evolve(job, cohort=own.cohort)
+    cohort = job.cohort if job.cohort is not None or own is None else own.cohort
+    counted, bitten = routing.cohorts.admit(job.client, cohort)
+    if bitten:
+        log.warning(
+            "client %s: its jobs named more than %d cohorts not declared; later new ones count as "
+            '"other" (declare them in [metrics] cohorts, or raise [metrics] cohorts_per_client)',
+            job.client,
+            config.metrics.cohorts_per_client,
+        )
+    if counted != job.cohort:
+        job = attrs.evolve(job, cohort=counted)
     return JobRecord(job, deadline_at=deadline_at, started_at=now)
