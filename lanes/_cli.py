@@ -194,6 +194,9 @@ def _status(args: argparse.Namespace) -> int:
                 f"    {m['model']:<28} {m['tier']:<5} "
                 f"free now: {'yes' if m['free_now'] else 'no'}{extra}"
             )
+        if lane.get("other"):
+            other = lane["other"]
+            lines.append(f"    … {other['models']} more models ({other['free_now']} free now)")
     for name, why in state["unavailable"].items():
         lines.append(f"{name:<14} unavailable: {why}")
     _print(args, state, "\n".join(lines))

@@ -12,7 +12,14 @@ import attrs
 import pytest
 
 import lanes
-from lanes._core.config import ClientConfig, Config, LaneConfig, ModelConfig, ServerConfig
+from lanes._core.config import (
+    ClientConfig,
+    Config,
+    LaneConfig,
+    MetricsConfig,
+    ModelConfig,
+    ServerConfig,
+)
 from lanes._core.routing.breaker import BreakerPolicy
 from lanes._core.routing.policy import PolicyConfig
 from lanes.freetier import kinds
@@ -306,6 +313,7 @@ def config_keys() -> set[str]:
         PolicyConfig,
         ServerConfig,
         ClientConfig,
+        MetricsConfig,
         *kinds.KINDS.values(),
         kinds.CustomEndpoint,
     ]

@@ -114,6 +114,9 @@ class LaneConfig:
     catalog_refresh_s: float = attrs.field(
         default=21_600.0, validator=positive
     )  # how often to fetch it again
+    # the most discovered models kept as candidates (configured ones are never dropped): the rest
+    # of a longer list is left out, with one log line naming the numbers
+    max_models: int = attrs.field(default=1000, validator=positive)
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
     headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
     # the output cap this provider honours (`max_tokens` or `max_completion_tokens`); unset: the
@@ -172,6 +175,30 @@ class ServerConfig:
     max_connections: int = attrs.field(default=4096, validator=positive)
 
 
+_COHORT = re.compile(r"[\x20-\x7e]{1,256}")
+
+
+def _cohorts(instance: object, attribute: attrs.Attribute[list[str]], value: list[str]) -> None:
+    for cohort in value:
+        if not _COHORT.fullmatch(cohort) or cohort != cohort.strip():
+            raise ValueError(
+                f"{attribute.name}: {cohort!r} is not a cohort X-Lanes-Cohort can name; use "
+                "printable ASCII, at most 256 characters, no leading or trailing space"
+            )
+
+
+@attrs.frozen(kw_only=True)
+class MetricsConfig:
+    """`[metrics]`: what `/metrics` and `/v1/lanes` show, and the cohorts clients may name."""
+
+    # cohort labels /metrics shows (beside the clients' default cohorts, and what admins send)
+    cohorts: list[str] = attrs.field(factory=list, validator=_cohorts)
+    # per lane, the models shown one by one (the most used first); the rest summed up as `other`
+    models_per_lane: int = attrs.field(default=50, validator=at_least(1))
+    # distinct undeclared cohorts one client's jobs may name (per process); beyond, "other"
+    cohorts_per_client: int = attrs.field(default=20, validator=non_negative)
+
+
 @attrs.frozen(kw_only=True)
 class Config:
     """The whole file. `lanes` are tried in the order written."""
@@ -199,6 +226,7 @@ class Config:
     policy: PolicyConfig = attrs.field(factory=PolicyConfig)
     server: ServerConfig = attrs.field(factory=ServerConfig)
     scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
+    metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
 
     @state.validator
     def _state(self, attribute: attrs.Attribute[str], value: str) -> None:

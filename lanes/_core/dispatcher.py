@@ -10,7 +10,7 @@ dispatcher through the methods under "the state sync".
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -31,7 +31,7 @@ from lanes._core.state.clock import StoreClock
 from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, SQLiteStore, Store
 from lanes._core.state.terms import Consent
-from lanes._core.statistics import Statistics, snapshot
+from lanes._core.statistics import ModelStatistics, Statistics, model_statistics, snapshot
 from lanes._core.streaming.session import StreamJob, stream_job
 from lanes._core.streaming.stream import ReplyStream
 from lanes._core.tasks import SYNC, Background
@@ -98,11 +98,11 @@ class Dispatcher:
     def free_lane_on(self) -> bool:
         return self.routing.gate.free_lane_on
 
-    def candidates(self) -> list[Candidate]:
+    def candidates(self) -> Sequence[Candidate]:
         """Every loaded candidate, in config order."""
         return self.routing.candidates()
 
-    def resolve(self, job: Job) -> list[Candidate]:
+    def resolve(self, job: Job) -> Sequence[Candidate]:
         """The candidates for `job.model`; raises `UnknownModel` for a name nothing matches."""
         return self.routing.resolve(job)
 
@@ -116,6 +116,13 @@ class Dispatcher:
             journal=self.journal,
             background=self.background.statistics(),
         )
+
+    def model_statistics(self, key: str) -> ModelStatistics:
+        """One candidate's state now ("lane/model"); raises KeyError for an unknown one."""
+        candidate = self.routing.candidate(key)
+        if candidate is None:
+            raise KeyError(f"no candidate {key!r}")
+        return model_statistics(self.routing, candidate)
 
     def paid_spent_today(self) -> float:
         return self.routing.ledger.spent_today()
@@ -212,7 +219,7 @@ class Dispatcher:
         upstreams say the model named does not exist) — every one a `JobFailed` carrying the
         attempts made and the job's id.
         """
-        return await self._serve(open_record(job, self.config), complete_call)
+        return await self._serve(open_record(job, self.routing), complete_call)
 
     async def embed(self, job: Job) -> Reply:
         """Embed `job.input` (a job built with `input=`) by the same policy, budgets and audit.
@@ -220,7 +227,7 @@ class Dispatcher:
         Only the model the job names is tried — on every lane that offers it, or over an alias's
         candidates, which config declares the same model — never a different one. Raises what
         `complete` raises; the reply's body is the upstream's embeddings `list`."""
-        return await self._serve(open_record(job, self.config, embedding=True), embed_call)
+        return await self._serve(open_record(job, self.routing, embedding=True), embed_call)
 
     async def _serve(self, record: JobRecord, call: Call[Reply]) -> Reply:
         with request_secrets(record.job.keys.values()):  # its own keys: out of its log lines
@@ -252,7 +259,7 @@ class Dispatcher:
         """A streamed job whose walks — the first, and any resuming a broken answer — share one
         record: one set of attempt budgets, one story, one audit row when it is over. The job's
         own keys are kept out of every log line made meanwhile."""
-        record = open_record(job, self.config)
+        record = open_record(job, self.routing)
         with request_secrets(job.keys.values()):
             async with stream_job(self.routing, record, self.journal.finish) as streamed:
                 yield streamed

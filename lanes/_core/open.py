@@ -218,7 +218,7 @@ async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
     async def refresh() -> None:
         nonlocal listed
         listed = await lane.refresh_catalog()
-        dispatcher.routing.register_prices(lane)
+        dispatcher.routing.catalog_changed(lane)
 
     first = True
     while True:

@@ -46,7 +46,11 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
         return rows if caller.admin else [r for r in rows if r.get("client") == caller.client]
 
     async def lanes_view(request: Request) -> Response:
-        return JSONResponse(lanes_state(dispatcher.statistics(), trio.current_time()))
+        caller: Caller = request.state.caller
+        client = None if caller.admin else caller.client  # a client sees its own jobs only
+        return JSONResponse(
+            lanes_state(dispatcher.statistics(), trio.current_time(), client=client)
+        )
 
     async def switch(request: Request) -> Response:
         name, action = request.path_params["name"], request.path_params["action"]
@@ -119,14 +123,20 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
         try:
             since = parse_since(request.query_params.get("since", "1d"), dispatcher.clock.trusted())
             by = request.query_params.get("by", "cohort")
-            if by == "client" and not request.state.caller.admin:
+            caller: Caller = request.state.caller
+            if by == "client" and not caller.admin:
                 raise Refused(403, "admin_key_required", "a report by client needs an admin key")
+            ceiling = dispatcher.config.policy.paid_ceiling_usd_per_day
+            own = dispatcher.config.server.clients.get(caller.client)
+            if not caller.admin and own is not None and own.paid_ceiling_usd_per_day is not None:
+                ceiling = min(ceiling, own.paid_ceiling_usd_per_day)
             read = partial(
                 report,
                 dispatcher.store.query,
                 since=since,
                 by=by,
-                ceiling_usd=dispatcher.config.policy.paid_ceiling_usd_per_day,
+                ceiling_usd=ceiling,
+                client=None if caller.admin else caller.client,  # a client: its own jobs only
             )
             body = await trio.to_thread.run_sync(read, limiter=reading)  # tens of ms at 1M jobs
         except (ValueError, OverflowError) as exc:

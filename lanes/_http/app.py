@@ -33,7 +33,7 @@ from lanes._http.errors import (
 from lanes._http.guard import Guard, Refused
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE, PAGE_HEADERS
-from lanes._http.state import models_list, ready
+from lanes._http.state import MAX_PAGE, models_list, ready
 from lanes._http.streaming import SSERelay
 from lanes._http.validation import digits, job_headers, json_object, parse_job
 from lanes.freetier.prices import usd_text
@@ -183,11 +183,19 @@ def build_app(
         return JSONResponse(body, status_code=503, headers={"Retry-After": retry_after(None)})
 
     async def models(request: Request) -> Response:
+        """The whole list, or a cursor page of it (`?limit=N&after=ID`, as OpenAI's lists)."""
+        query = request.query_params
         try:
             guard.caller(request)
+            limit = digits(query.get("limit"), "limit", low=1, high=MAX_PAGE)
+            page = models_list(dispatcher, after=query.get("after"), limit=limit)
         except Refused as exc:
             return error_response(exc.status, str(exc), exc.code)
-        return JSONResponse(models_list(dispatcher, dispatcher.statistics()))
+        except BadRequest as exc:
+            return error_response(exc.status, str(exc), exc.code, param=exc.param)
+        except ValueError as exc:
+            return error_response(400, str(exc), "invalid_request", param="after")
+        return JSONResponse(page)
 
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), media_type=metrics.content_type)

@@ -29,7 +29,7 @@ from lanes._core.job import Job, Reply
 from lanes._core.routing.policy import estimate_tokens
 from lanes._http.dialects import API, MessagesAPI, ResponsesAPI
 from lanes._http.errors import REQUEST_ID, BadRequest, error_response, job_failed
-from lanes._http.state import models_list
+from lanes._http.state import model_entry
 from lanes._http.streaming import SSERelay
 from lanes._http.validation import chat_fields
 
@@ -190,8 +190,7 @@ async def model_by_id(door: Door, request: Request) -> Response:
     except BadRequest as exc:
         return error_response(exc.status, str(exc), exc.code)
     model_id = request.path_params["model_id"]
-    listed = models_list(door.dispatcher, door.dispatcher.statistics())["data"]
-    found = next((m for m in listed if m["id"] == model_id), None)
+    found = model_entry(door.dispatcher, model_id)
     if found is None:
         return error_response(404, f"no model {model_id!r}", "model_not_found", param="model")
     return JSONResponse(found)

@@ -4,7 +4,9 @@ A registry of our own (never the process-global one) holds one custom collector 
 dispatcher's frozen `statistics()` at each scrape — totals the journal keeps as jobs finish, and
 gauges of the state right now — so the client does the naming (`_total`, units), the family
 layout and the escaping of label values. Label sets are bounded: lanes and route states are
-configured, models and cohorts are capped by the tally.
+configured; the per-model gauges cover each lane's models shown one by one (`[metrics]
+models_per_lane`, the most used), `lanes_lane_models` counts them all; the tally caps the models and
+cohorts of its counters.
 """
 
 from __future__ import annotations
@@ -133,9 +135,17 @@ class StatisticsCollector(Collector):
             "1 while the canary keeps a model out of routing.",
             ("lane", "model"),
         )
+        models = _gauge(
+            "lanes_lane_models",
+            "A lane's models: routable, and of them free now.",
+            ("lane", "state"),
+        )
         for lane in stats.lanes:
             lane_breaker.add_metric([lane.name], STATES[lane.breaker.state])
             lane_off.add_metric([lane.name], int(lane.off))
+            count = len(lane.models) + (lane.other.models if lane.other else 0)
+            models.add_metric([lane.name, "routable"], count)
+            models.add_metric([lane.name, "free_now"], lane.free_now)
             for m in lane.models:
                 labels = [lane.name, m.model]
                 model_breaker.add_metric(labels, STATES[m.breaker.state])
@@ -143,7 +153,7 @@ class StatisticsCollector(Collector):
                 quarantined.add_metric(labels, int(m.quarantined is not None))
                 if m.requests_remaining is not None:
                     remaining.add_metric(labels, m.requests_remaining)
-        yield from (lane_breaker, lane_off, model_breaker, backoff, remaining, quarantined)
+        yield from (lane_breaker, lane_off, models, model_breaker, backoff, remaining, quarantined)
 
     def _health(self, stats: Statistics) -> Iterator[Metric]:
         spend = _gauge("lanes_paid_spend_usd", "Paid spend today (UTC), reserved and settled.")

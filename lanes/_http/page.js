@@ -145,6 +145,11 @@ function showLanes(state){
         m.requests_remaining, m.used_today, canary]);
       tr.dataset.lane = l.name; lanes.appendChild(tr);
     });
+    if(l.other){  // the models beyond [metrics] models_per_lane, summed up
+      const tr = row([l.name, l.kind, '', '', `${l.other.models} more models`, '', '',
+        `${l.other.free_now} free now`, '', '', '', '']);
+      tr.dataset.lane = l.name; tr.className = 'other'; lanes.appendChild(tr);
+    }
   }
   for(const [name, reason] of Object.entries(state.unavailable))
     lanes.appendChild(row([name, '', '', 'unavailable', '', '', '', reason, '', '', '', '']));

@@ -7,60 +7,116 @@ import time
 from typing import Any
 
 from lanes._core.dispatcher import Dispatcher
+from lanes._core.job import Candidate
 from lanes._core.routing.breaker import BreakerStatistics
+from lanes._core.routing.context import Routing
 from lanes._core.statistics import Statistics
 
 
 def ready(stats: Statistics) -> list[str]:
     """The lanes that could serve a job now: some candidate passes every gate, and the provider did
     not refuse connections at startup (or has answered since)."""
-    return sorted(
-        {
-            lane.name
-            for lane in stats.lanes
-            if lane.unreachable is None and any(m.free_now for m in lane.models)
-        }
-    )
+    return sorted({lane.name for lane in stats.lanes if lane.unreachable is None and lane.free_now})
 
 
-def models_list(dispatcher: Dispatcher, stats: Statistics) -> dict[str, Any]:
-    """`/v1/models`: `auto`, the aliases, and every lane's models. `created` is when the provider's
-    list says the model was created, else when this sidecar began offering it."""
+#: The most entries one page of `/v1/models?limit=` holds.
+MAX_PAGE = 1000
+
+
+def models_list(
+    dispatcher: Dispatcher, *, after: str | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """`/v1/models`: `auto`, the aliases, and every lane's models, in that order. `created` is when
+    the provider's list says the model was created, else when this sidecar began offering it.
+
+    Without `limit` or `after`, the whole list (what OpenAI's SDK reads: its `models.list()` is
+    one page and follows no cursor). With either, a cursor page as OpenAI's lists have: at most
+    `limit` (100) entries after the one whose id is `after`, `has_more`, `first_id`, `last_id`.
+    Raises ValueError naming the parameter for an unknown `after` or a `limit` out of
+    1..`MAX_PAGE`."""
+    if limit is not None and not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit: must be in 1..{MAX_PAGE} (got {limit})")
+    total = 1 + len(dispatcher.config.aliases) + len(dispatcher.routing.pool.candidates)
+    start = 0 if after is None else _index(dispatcher, after) + 1
+    paged = after is not None or limit is not None
+    end = min(total, start + (limit or 100)) if paged else total
+    data = _entries(dispatcher, start, end)
+    return {
+        "object": "list",
+        "data": data,
+        "has_more": end < total,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+
+
+def model_entry(dispatcher: Dispatcher, model_id: str) -> dict[str, Any] | None:
+    """The model list's entry for `model_id` (`auto`, an alias or `lane/model`), or None."""
+    try:
+        index = _index(dispatcher, model_id)
+    except ValueError:
+        return None
+    return _entries(dispatcher, index, index + 1)[0]
+
+
+def _index(dispatcher: Dispatcher, model_id: str) -> int:
+    """Where `model_id` stands in the list. Raises ValueError (for `after`) when it is not in it."""
+    aliases = dispatcher.config.aliases
+    position = dispatcher.routing.pool.position
+    if model_id == "auto":
+        return 0
+    if model_id in aliases:
+        return 1 + list(aliases).index(model_id)
+    if model_id in position:
+        return 1 + len(aliases) + position[model_id]
+    raise ValueError(f"after: {model_id[:80]!r} is no model's id in the list")
+
+
+def _entries(dispatcher: Dispatcher, start: int, end: int) -> list[dict[str, Any]]:
+    """The list's entries from `start` to `end` (indexes into auto, the aliases, the models)."""
+    aliases, pool = list(dispatcher.config.aliases), dispatcher.routing.pool
     opened = int(dispatcher.opened_at)
-    data: list[dict[str, Any]] = [
-        {"id": "auto", "object": "model", "created": opened, "owned_by": "lanes", "tier": "auto"}
-    ]
-    data += [
-        {
-            "id": alias,
-            "object": "model",
-            "created": opened,
-            "owned_by": "lanes",
-            "tier": "alias",
-            "candidates": keys,
-        }
-        for alias, keys in dispatcher.config.aliases.items()
-    ]
-    for lane in stats.lanes:
-        served = dispatcher.lanes[lane.name]
-        candidates = {c.model: c for c in served.candidates}
-        created = {r.id: r.created for r in served.catalog if r.created}
-        for m in lane.models:
-            candidate = candidates.get(m.model)
-            entry = {
-                "id": m.key,
-                "object": "model",
-                "created": created.get(m.model, opened),
-                "owned_by": lane.provider,
-                "tier": m.tier,
-                "context_length": candidate.context if candidate else None,
-                "free_now": m.tier != "paid" and m.free_now,
-                "free_reason": m.reason,
-            }
-            if candidate is not None and candidate.embedding:
-                entry["embedding"] = True
-            data.append(entry)
-    return {"object": "list", "data": data}
+    ours = {"object": "model", "created": opened, "owned_by": "lanes"}
+    created: dict[str, dict[str, int]] = {}
+    data: list[dict[str, Any]] = []
+    for i in range(start, end):
+        if i == 0:
+            data.append({"id": "auto", **ours, "tier": "auto"})
+        elif i <= len(aliases):
+            alias = aliases[i - 1]
+            data.append(
+                {
+                    "id": alias,
+                    **ours,
+                    "tier": "alias",
+                    "candidates": dispatcher.config.aliases[alias],
+                }
+            )
+        else:
+            c = pool.candidates[i - 1 - len(aliases)]
+            lane = dispatcher.lanes[c.lane]
+            if c.lane not in created:
+                created[c.lane] = {r.id: r.created for r in lane.catalog if r.created}
+            when = created[c.lane].get(c.model, opened)
+            data.append(_model(dispatcher.routing, c, lane.provider.name, when))
+    return data
+
+
+def _model(routing: Routing, c: Candidate, owner: str, created: int) -> dict[str, Any]:
+    reason = routing.gate.refusal(c)
+    entry: dict[str, Any] = {
+        "id": c.key,
+        "object": "model",
+        "created": created,
+        "owned_by": owner,
+        "tier": c.tier,
+        "context_length": c.context,
+        "free_now": c.tier != "paid" and reason is None,
+        "free_reason": reason or "",
+    }
+    if c.embedding:
+        entry["embedding"] = True
+    return entry
 
 
 def breaker_view(stats: BreakerStatistics, now: float) -> dict[str, Any]:
@@ -131,8 +187,9 @@ def _utc_day(epoch: float) -> str:
         return "?"
 
 
-def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
-    """`/v1/lanes`: `now` is trio's clock, for breaker times."""
+def lanes_state(stats: Statistics, now: float, *, client: str | None = None) -> dict[str, Any]:
+    """`/v1/lanes`: `now` is trio's clock, for breaker times. With `client`, the recent jobs and
+    pending approvals are that client's only (a client key sees no other tenant's)."""
     lanes = []
     for lane in stats.lanes:
         models = [
@@ -152,6 +209,7 @@ def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
             }
             for m in lane.models
         ]
+        other = lane.other
         lanes.append(
             {
                 "name": lane.name,
@@ -161,6 +219,8 @@ def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
                 "breaker": breaker_view(lane.breaker, now),
                 "credits_left_usd": lane.credits_left_usd,
                 "models": models,
+                # the models beyond `[metrics] models_per_lane`, summed up
+                "other": {"models": other.models, "free_now": other.free_now} if other else None,
                 "unreachable": lane.unreachable,
             }
         )
@@ -175,8 +235,8 @@ def lanes_state(stats: Statistics, now: float) -> dict[str, Any]:
             **terms_view(stats),
         },
         "clock": clock_view(stats),
-        "approvals": len(stats.approvals),
-        "recent": [dict(r) for r in stats.recent],
+        "approvals": sum(1 for a in stats.approvals if client in (None, a["client"])),
+        "recent": [dict(r) for r in stats.recent if client in (None, r["client"])],
         "canary": {"quarantined": dict(stats.quarantined)},
         "state": {"kind": stats.store.kind, "where": stats.store.where, "up": stats.store.up},
     }

@@ -47,7 +47,7 @@ def ensure_tables(db: Any) -> None:
 
 
 def _why_skip(dispatcher: lanes.Dispatcher, c: Candidate, min_quota_left: int) -> str | None:
-    model = dispatcher.statistics().model(c.key)
+    model = dispatcher.model_statistics(c.key)
     if not model.free_now:
         return model.reason
     if model.requests_remaining is not None and model.requests_remaining < min_quota_left:

@@ -162,6 +162,28 @@ class FreeTierManager:
                 )
         return Verdict(kind="free_within_limits")
 
+    def held_lane_wide(self, lane: str, model: str, now: float) -> str | None:
+        """Why every free model of `lane` is held back now — an account-wide backoff or limit that
+        covers `model`, or its credits used up — or None (then `model`'s own state may be why)."""
+        terms = self.terms.get(lane)
+        if terms is None or not terms.is_free(model):
+            return None
+        kind = terms.kind
+        if isinstance(kind, (AlwaysFreeLocal, Subscription)):
+            return None
+        if self._account_wide(lane, model):
+            backoff = self.backoffs.get(f"{lane}/*")
+            if backoff is not None and backoff.until > now:
+                return f"backoff ({backoff.reason}, {backoff.source})"
+            over = self._over_local_limit(lane, model, kind, now)
+            if over is not None:
+                return over.reason
+        if isinstance(kind, CreditBased):
+            left = self.credit_left(lane, now)
+            if left is not None and left <= 0:
+                return "credits exhausted"
+        return None
+
     def _over_local_limit(
         self, lane: str, model: str, kind: FreeTierKind, now: float
     ) -> Verdict | None:

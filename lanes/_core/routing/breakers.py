@@ -81,6 +81,11 @@ class LaneBreakers:
                 return f"{label} half-open, its one probe is out"
         return "breaker closed"
 
+    def lane_refusal(self, now: float) -> str | None:
+        """Why the lane's own breaker refuses every model now, or None."""
+        reason = self.refusal("", now) if self.lane.state(now) != "closed" else ""
+        return reason if reason.startswith("lane breaker") else None
+
     def is_open(self, model: str, now: float) -> bool:
         """True while `model` can not be sent anything (its breaker or the lane's is open)."""
         model_breaker = self.models.get(model)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import trio
@@ -16,17 +16,20 @@ from lanes._core.config import Config
 from lanes._core.errors import JobFailed, UnknownModel, Unservable, UpstreamError
 from lanes._core.job import Candidate, Job
 from lanes._core.routing.approvals import Approvals
+from lanes._core.routing.autoplan import AutoPlan
 from lanes._core.routing.breakers import LaneBreakers
 from lanes._core.routing.consent import Consent
 from lanes._core.routing.gate import Gate
 from lanes._core.routing.ledger import Ledger
-from lanes._core.routing.policy import PolicyConfig
+from lanes._core.routing.policy import Needs, PolicyConfig
+from lanes._core.routing.pool import Pool
 from lanes._core.routing.probes import Probes
 from lanes._core.routing.ranking import Ranking
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.terms import SharedTerms
 from lanes._core.routing.verdicts import wrong_kind
 from lanes._core.state.clock import StoreClock
+from lanes._core.state.cohorts import Cohorts
 from lanes._core.state.store import STORE_ERRORS, Store
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.manager import FreeTierManager, LaneTerms
@@ -77,12 +80,14 @@ class Routing:
         self.consent = Consent(self.policy, self.approvals, self.seconds_to_next_free)
         self.terms = SharedTerms(config.policy, self.clock, store, self.govern)
         self.ranking = Ranking(config.scoring)
+        self.cohorts = cohorts_of(config)
         self.unreachable: dict[
             str, str
         ] = {}  # lanes that accepted no connection at startup (until they answer)
         self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
         for lane in self.lanes.values():
             self.register_prices(lane)
+        self.pool = Pool(self._loaded(), config.aliases)  # rebuilt when a catalog changes
 
     def govern(self, policy: PolicyConfig) -> None:
         """Route by `policy` from now on (the store's terms govern the ceiling and consent)."""
@@ -103,11 +108,14 @@ class Routing:
             self.nudge()
 
     # -- candidates -------------------------------------------------------------------------------
-    def candidates(self) -> list[Candidate]:
-        """Every loaded candidate, in config order."""
+    def _loaded(self) -> list[Candidate]:
         return [c for lane in self.lanes.values() for c in lane.candidates]
 
-    def resolve(self, job: Job) -> list[Candidate]:
+    def candidates(self) -> Sequence[Candidate]:
+        """Every loaded candidate, in config order."""
+        return self.pool.candidates
+
+    def resolve(self, job: Job) -> Sequence[Candidate]:
         """The candidates for `job.model` — `auto`, an alias, `lane/model` or a bare model id — of
         the job's kind: embedding models for an embedding job, the others for a chat. A name with
         a date suffix (`name-20250514`) not known as such resolves to the alias `name`.
@@ -115,7 +123,7 @@ class Routing:
         An embedding job must name its model (`auto` would mix models whose vectors do not
         compare); an alias is how config declares the same model on several lanes.
         Raises `UnknownModel`, or `Unservable` for a model of the other kind."""
-        everything = self.candidates()
+        pool = self.pool
         if job.model == "auto":
             if job.embedding:
                 raise Unservable(
@@ -123,15 +131,15 @@ class Routing:
                     "not comparable; name the model, a lane/model or an alias",
                     param="model",
                 )
-            return [c for c in everything if not c.embedding]
-        by_key = {c.key: c for c in everything}
+            return pool.chat
         alias = self.alias_of(job.model)
+        found: Sequence[Candidate]
         if alias is not None:
-            found = [by_key[k] for k in self.config.aliases[alias] if k in by_key]
-        elif job.model in by_key:
-            found = [by_key[job.model]]
+            found = pool.aliases.get(alias, ())
+        elif job.model in pool.by_key:
+            found = (pool.by_key[job.model],)
         else:
-            found = [c for c in everything if c.model == job.model]
+            found = pool.by_model.get(job.model, ())
             if not found:
                 raise UnknownModel(
                     f"model {job.model!r} is not 'auto', an alias or a configured model"
@@ -153,7 +161,7 @@ class Routing:
         dated = dash and len(date) == 8 and date.isdigit() and base in aliases
         if not (dated or self.config.alias_patterns):
             return None
-        if any(c.model == name or c.key == name for c in self.candidates()):
+        if name in self.pool.by_model or name in self.pool.by_key:
             return None  # an exact model id wins
         if dated:
             return base
@@ -163,7 +171,23 @@ class Routing:
         return None
 
     def candidate(self, key: str) -> Candidate | None:
-        return next((c for c in self.candidates() if c.key == key), None)
+        return self.pool.by_key.get(key)
+
+    def auto_plan(self, job: Job, needs: Needs, keep: Callable[[Candidate], bool]) -> AutoPlan:
+        """An `auto` job's plan, drawn lazily (see `pool.py`): each group of alike candidates
+        scored once, each candidate with outcomes of its own on its own."""
+        now, pool = self.now_wall(), self.pool
+        degraded = self.ranking.degraded()
+
+        def warm() -> dict[str, float]:
+            found = [pool.by_key[k] for k in self.ranking.warm() if k in pool.by_key]
+            free = [c for c in found if c.tier == "free"]
+            return self.ranking.scores(free, needs, now, degraded=degraded)
+
+        def cold(candidate: Candidate) -> float:
+            return self.ranking.cold_score(candidate, needs, now, degraded)
+
+        return AutoPlan(pool, job, self.policy, needs=needs, keep=keep, warm=warm, cold=cold)
 
     # -- catalogs ---------------------------------------------------------------------------------
     def discovering(self) -> list[OpenAICompatibleLane]:
@@ -179,7 +203,7 @@ class Routing:
             except UpstreamError as exc:
                 log.info("lane %s: catalog refresh failed (%s)", lane.name, exc)
                 return
-            self.register_prices(lane)
+            self.catalog_changed(lane)
             answered.append(lane.name)
 
         with trio.move_on_at(until):
@@ -187,6 +211,11 @@ class Routing:
                 for lane in self.discovering():
                     nursery.start_soon(one, lane)
         return bool(answered)
+
+    def catalog_changed(self, lane: OpenAICompatibleLane) -> None:
+        """`lane`'s candidates changed (its catalog was fetched): its prices, and the pool."""
+        self.register_prices(lane)
+        self.pool = Pool(self._loaded(), self.config.aliases)
 
     def register_prices(self, lane: OpenAICompatibleLane) -> None:
         prices = {
@@ -229,14 +258,41 @@ class Routing:
         )
 
 
-def open_record(job: Job, config: Config, *, embedding: bool = False) -> JobRecord:
-    """A job's record as it enters a door: its deadline fixed now, and the client's default cohort
-    when the job names none. Raises ValueError for a job at the wrong door."""
+def cohorts_of(config: Config) -> Cohorts:
+    """The cohorts jobs may name: `[metrics] cohorts` and the clients' defaults declared, the
+    rest bounded per client; admins (or, with no keys, every caller) may add `/metrics` labels."""
+    server = config.server
+    declared = [*config.metrics.cohorts, *(c.cohort for c in server.clients.values() if c.cohort)]
+    keyed = bool(server.clients or server.admin_key_env)
+    admins = {name for name, c in server.clients.items() if c.admin}
+    if server.admin_key_env:
+        admins.add("admin")
+    return Cohorts(
+        declared=declared,
+        per_client=config.metrics.cohorts_per_client,
+        trusted=admins if keyed else None,
+    )
+
+
+def open_record(job: Job, routing: Routing, *, embedding: bool = False) -> JobRecord:
+    """A job's record as it enters a door: its deadline fixed now, the client's default cohort
+    when the job names none, and its cohort within the client's bound (see `cohorts.py`).
+    Raises ValueError for a job at the wrong door."""
     if job.embedding != embedding:
         raise ValueError("a job with input goes to embed(); one with messages, not there")
+    config = routing.config
     now = TrioTime(trio.current_time())
     deadline_at = job.resolve_deadline(now, config.default_deadline_s)
     own = config.server.clients.get(job.client)
-    if job.cohort is None and own is not None and own.cohort:
-        job = attrs.evolve(job, cohort=own.cohort)
+    cohort = job.cohort if job.cohort is not None or own is None else own.cohort
+    counted, bitten = routing.cohorts.admit(job.client, cohort)
+    if bitten:
+        log.warning(
+            "client %s: its jobs named more than %d cohorts not declared; later new ones count as "
+            '"other" (declare them in [metrics] cohorts, or raise [metrics] cohorts_per_client)',
+            job.client,
+            config.metrics.cohorts_per_client,
+        )
+    if counted != job.cohort:
+        job = attrs.evolve(job, cohort=counted)
     return JobRecord(job, deadline_at=deadline_at, started_at=now)

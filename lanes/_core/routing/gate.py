@@ -100,6 +100,16 @@ class Gate:
             reason = self._breakers[candidate.lane].refusal(candidate.model, trio.current_time())
         return reason
 
+    def lane_refusal(self, candidate: Candidate) -> str | None:
+        """Why every candidate of `candidate`'s lane and tier is refused now — a kill switch, an
+        account-wide hold, the lane's own breaker — or None."""
+        reason = self.switched(candidate)
+        if reason is None and candidate.tier == "free":
+            reason = self._manager.held_lane_wide(candidate.lane, candidate.model, self._now_wall())
+        if reason is None:
+            reason = self._breakers[candidate.lane].lane_refusal(trio.current_time())
+        return reason
+
     def free_now(self, candidate: Candidate) -> bool:
         return self.refusal(candidate) is None
 

@@ -247,8 +247,8 @@ def make_plan(
             range(len(kept)),
             key=lambda i: (
                 tiers[kept[i].tier],
-                clamped(kept[i], needs),  # within a tier, those that hold the whole cap first
                 rank.get(kept[i].key, len(rank)),
+                clamped(kept[i], needs),  # then those that hold the whole cap first
                 -scores.get(kept[i].key, 0.0),
                 i,
             ),

@@ -28,6 +28,7 @@ class Ranking:
         self.sticky: dict[str, tuple[str, float]] = {}  # conversation → (candidate key, when)
         self.explored = 0  # jobs that went to a runner-up on purpose
         self.explored_ok = 0
+        self.scored = 0  # scores computed, all jobs (a plan scores groups, not every model)
 
     def note(self, candidate: Candidate, outcome: str, latency_s: float, now: float) -> None:
         if outcome not in ("ok", "fault", "deadline", "rate_limited"):
@@ -35,20 +36,55 @@ class Ranking:
         self.stats.setdefault(candidate.key, Stats()).record(outcome, latency_s, now)
         self.recent.setdefault(candidate.lane, deque(maxlen=20)).append(outcome == "ok")
 
-    def scores(self, candidates: Sequence[Candidate], needs: Needs, now: float) -> dict[str, float]:
-        degraded = degraded_providers(self.recent, self.config)
-        out = {}
-        for c in candidates:
-            context, capability = fit(c, needs)
-            out[c.key] = score(
-                self.stats.get(c.key),
-                now=now,
-                config=self.config,
-                degraded=c.lane in degraded,
-                context_fit=context,
-                capability_fit=capability,
-            )
-        return out
+    def scores(
+        self,
+        candidates: Sequence[Candidate],
+        needs: Needs,
+        now: float,
+        *,
+        degraded: set[str] | None = None,
+    ) -> dict[str, float]:
+        """Each candidate's score for a job with `needs`, from its own outcomes."""
+        if degraded is None:
+            degraded = degraded_providers(self.recent, self.config)
+        return {
+            c.key: self._score(c, self.stats.get(c.key), needs, now, degraded) for c in candidates
+        }
+
+    def cold_score(
+        self, candidate: Candidate, needs: Needs, now: float, degraded: set[str]
+    ) -> float:
+        """The score of a candidate with no outcomes of its own, shaped like `candidate`."""
+        return self._score(candidate, None, needs, now, degraded)
+
+    def warm(self) -> list[str]:
+        """The candidate keys with outcomes of their own."""
+        return list(self.stats)
+
+    def _score(
+        self, c: Candidate, stats: Stats | None, needs: Needs, now: float, degraded: set[str]
+    ) -> float:
+        self.scored += 1
+        context, capability = fit(c, needs)
+        return score(
+            stats,
+            now=now,
+            config=self.config,
+            degraded=c.lane in degraded,
+            context_fit=context,
+            capability_fit=capability,
+        )
+
+    def degraded(self) -> set[str]:
+        """The lanes whose recent outcomes are mostly failures (see `degraded_providers`)."""
+        return degraded_providers(self.recent, self.config)
+
+    def remembered(self, job: Job, now: float) -> str | None:
+        """The candidate a multi-turn conversation stays on, while its memory is fresh."""
+        if not self.config.sticky or not any(m.get("role") == "assistant" for m in job.messages):
+            return None
+        found = self.sticky.get(self.conversation(job))
+        return found[0] if found and now - found[1] <= self.config.sticky_ttl_s else None
 
     @staticmethod
     def conversation(job: Job) -> str:
@@ -80,12 +116,9 @@ class Ranking:
         free = [c for c in ordered if c.tier == "free" and healthy(c)]
         if not free:
             return ordered, None, False
-        multi_turn = any(m.get("role") == "assistant" for m in job.messages)
-        remembered = (
-            self.sticky.get(self.conversation(job)) if self.config.sticky and multi_turn else None
-        )
-        if remembered and now - remembered[1] <= self.config.sticky_ttl_s:
-            chosen = next((c for c in free if c.key == remembered[0]), None)
+        remembered = self.remembered(job, now)
+        if remembered:
+            chosen = next((c for c in free if c.key == remembered), None)
             if chosen is not None:
                 return _to_front(ordered, free[0], chosen), None, True
         ranked = [(c.key, scores.get(c.key, 0.0), self.stats.get(c.key, Stats()).n) for c in free]

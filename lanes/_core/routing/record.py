@@ -37,6 +37,8 @@ def unbilled(status: int | None, category: str) -> bool:
 
 
 _SHORT = 120  # characters of an attempt's detail quoted in a failure's message
+#: Skips a record lists one by one; beyond, they are counted (a catalog may hold a thousand models).
+MAX_SKIPS = 64
 
 
 class JobRecord:
@@ -72,6 +74,11 @@ class JobRecord:
         # (its upstream says the model does not exist)
         self.never: dict[str, str] = {}
         self.verdict: Verdict | None = None  # why, when the first plan had no candidate left
+        self.skips_more = 0  # skips beyond `MAX_SKIPS`, counted, not listed
+        self.lanes_skipped: dict[str, str] = {}  # "lane/*" → why the rest of it was passed over
+        # a candidate passed over "not now" that the record did not list (beyond `MAX_SKIPS`, or a
+        # lane passed over whole): the job may be served later, so it is never `Unservable`
+        self.maybe_later = False
 
     @property
     def id(self) -> str:
@@ -102,11 +109,20 @@ class JobRecord:
     def consider(self, candidate: Candidate) -> None:
         self.considered.setdefault(candidate.key, None)
 
+    @property
+    def skips_left(self) -> int:
+        """How many more skips the record lists one by one."""
+        return MAX_SKIPS - len(self.skips)
+
     def skip(
         self, candidate: Candidate | Skip, reason: str | None = None, *, never: str | None = None
     ) -> None:
         """Pass over `candidate` for `reason`; `never`: why it could never serve this job (see
         `never`), when that is why."""
+        if len(self.skips) >= MAX_SKIPS:
+            self.skips_more += 1
+            self.maybe_later = self.maybe_later or never is None
+            return
         if never is not None:
             self.never[f"{candidate.lane}/{candidate.model}"] = never
         if isinstance(candidate, Skip):
@@ -115,6 +131,22 @@ class JobRecord:
             return
         self.consider(candidate)
         self.skips.append(Skip(lane=candidate.lane, model=candidate.model, reason=reason or ""))
+
+    def skip_rest(self, lane: str, reason: str) -> None:
+        """The rest of `lane`'s candidates were passed over for `reason`, without a line each."""
+        self.lanes_skipped.setdefault(f"{lane}/*", reason)
+        self.maybe_later = True
+
+    def all_skips(self) -> list[Skip]:
+        """The skips listed, then one line per lane passed over whole and one for the count of
+        the skips not listed (what the audit keeps)."""
+        summary = [
+            Skip(lane=key.partition("/")[0], model="*", reason=reason)
+            for key, reason in self.lanes_skipped.items()
+        ]
+        if self.skips_more:
+            summary.append(Skip(lane="*", model="*", reason=f"{self.skips_more} more, not listed"))
+        return [*self.skips, *summary]
 
     def record(
         self,
@@ -154,7 +186,11 @@ class JobRecord:
         for attempt in self.attempts:
             if attempt.outcome != "ok":
                 why[attempt.key] = _describe(attempt)
-        return "; ".join(f"{key}: {why[key]}" for key in self.considered if key in why)
+        listed = [f"{key}: {why[key]}" for key in self.considered if key in why]
+        listed += [f"{key}: {reason}" for key, reason in self.lanes_skipped.items()]
+        if self.skips_more:
+            listed.append(f"and {self.skips_more} more candidates passed over")
+        return "; ".join(listed)
 
     def failed(
         self, *, now: float, next_free: tuple[float, str] | None = None, now_wall: float = 0.0
@@ -203,7 +239,7 @@ class JobRecord:
         `ModelNotFound` when each upstream says the model named does not exist — or None when
         one might later (then the failure is "not now")."""
         why = [self.never.get(key) for key in self.considered]
-        if not why or None in why:
+        if not why or None in why or self.maybe_later:
             return None
         if "gone" in why:
             if self.job.model == "auto" or set(why) != {"gone"}:

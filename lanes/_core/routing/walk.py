@@ -20,7 +20,7 @@ error ends the walk at once. Each attempt itself — gate, budgets, call, settle
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from contextlib import AsyncExitStack
 from typing import TypeVar
 
@@ -36,10 +36,11 @@ from lanes._core.errors import (
 from lanes._core.job import Candidate
 from lanes._core.routing.attempt import AttemptRun, open_attempt
 from lanes._core.routing.context import Routing
-from lanes._core.routing.policy import PolicyConfig, after_failure, make_plan, needs_of
+from lanes._core.routing.order import LOOKAHEAD, order
+from lanes._core.routing.plan_queue import Queue
+from lanes._core.routing.policy import PolicyConfig, after_failure
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.spend import Unbounded, worst_case
-from lanes._core.routing.verdicts import never_served
 from lanes._core.state.store import job_deadline
 
 T = TypeVar("T")
@@ -80,59 +81,28 @@ async def _walk(
     require_prefill: bool,
 ) -> T:
     job = record.job
-    tried: set[str] = set()
+    tried: Container[str] = ()
     for round_ in (0, 1):
-        candidates = [
-            c
-            for c in routing.resolve(job)
-            if c.key not in exclude and (c.prefill or not require_prefill) and c.key not in tried
-        ]
-        remaining = _order(routing, record, candidates, first_round=round_ == 0)
-        pinned = job.model in {c.key for c in candidates} and len(candidates) == 1
-        result = await _walk_plan(routing, record, call, keep, remaining, pinned)
+
+        def kept(c: Candidate, tried: Container[str] = tried) -> bool:
+            return (
+                c.key not in exclude and (c.prefill or not require_prefill) and c.key not in tried
+            )
+
+        pool = routing.pool
+        queue, pinned = order(routing, record, kept, first_round=round_ == 0)
+        result = await _walk_plan(routing, record, call, keep, queue, pinned)
         if result is not _SKIPPED:
             return result  # type: ignore[return-value]  # _SKIPPED is the only other value
         # an empty pool: fetch the catalogs once and try what they add, before saying "exhausted"
         if round_ or not routing.discovering() or record.deadline_at - trio.current_time() < 1.0:
             break
-        tried = {c.key for c in candidates}
         if not await routing.refresh_catalogs(record.deadline_at - 0.5):
             break
-        if not {c.key for c in routing.resolve(job)} - tried:
+        tried = pool.by_key  # what the catalogs add is what the pool did not hold
+        if not any(c.key not in tried for c in routing.resolve(job)):
             break
     raise routing.exhausted(record)
-
-
-def _order(
-    routing: Routing, record: JobRecord, candidates: list[Candidate], *, first_round: bool
-) -> list[Candidate]:
-    """The plan for this round: filtered, tiers in order, free ones by class and score; then a
-    multi-turn conversation's model, or (sometimes) an exploration, moved to the front."""
-    job, now = record.job, routing.now_wall()
-    needs = needs_of(job)
-    scores = routing.ranking.scores([c for c in candidates if c.tier == "free"], needs, now)
-    plan = make_plan(
-        job,
-        candidates,
-        routing.policy,
-        keep_order=job.model != "auto",
-        scores=scores,
-        needs=needs,
-    )
-    if first_round and not record.attempts:  # the job's first plan (a resumed walk keeps it)
-        for removed in plan.removed:
-            record.skip(removed, never=plan.unfit.get(f"{removed.lane}/{removed.model}"))
-        record.request_class = plan.request_class
-        record.privacy = plan.privacy
-        if not plan.candidates:  # say why, should nothing ever serve it
-            record.verdict = never_served(job, candidates, needs, plan.privacy)
-    ordered = list(plan.candidates)
-    if job.model == "auto":
-        ordered, record.explored, record.sticky = routing.ranking.front(
-            plan.candidates, job, scores, now, routing.gate.free_now
-        )
-    record.plan += [c.key for c in ordered if c.key not in record.plan]
-    return ordered
 
 
 async def _walk_plan(
@@ -140,14 +110,20 @@ async def _walk_plan(
     record: JobRecord,
     call: Call[T],
     keep: AsyncExitStack,
-    remaining: list[Candidate],
+    remaining: Queue,
     pinned: bool,
 ) -> T | object:
     policy = routing.policy
     banned: set[str] = set()  # failed in a way that rules them out for the rest of this job
+    banned_models: set[str] = set()  # a context-length error: this model, on any lane
     context_floor = 0
     while remaining:
-        candidate = remaining.pop(0)
+        candidate = remaining.pop()
+        if candidate.key not in record.plan:
+            record.plan.append(candidate.key)
+        if candidate.model in banned_models:  # the same model elsewhere would not fit either
+            banned.add(candidate.key)
+            record.never[candidate.key] = "context"
         if context_floor and candidate.context is not None and candidate.context <= context_floor:
             record.skip(candidate, f"context not larger than {context_floor}", never="context")
             continue
@@ -177,10 +153,10 @@ async def _walk_plan(
                 if isinstance(exc, AttemptTimedOut) or record.attempts[-1].outcome == "deadline":
                     banned.add(candidate.key)  # silent: not again within this job
                     break
-                if exc.outcome == "context_length":  # the same model elsewhere would not fit
-                    same = {c.key for c in remaining if c.model == candidate.model}
-                    banned.update(same, {candidate.key})
-                    record.never.update(dict.fromkeys(same | {candidate.key}, "context"))
+                if exc.outcome == "context_length":
+                    banned_models.add(candidate.model)
+                    banned.add(candidate.key)
+                    record.never[candidate.key] = "context"
                     context_floor = max(context_floor, candidate.context or 0)
                     break
                 if exc.outcome == "model_gone":
@@ -193,9 +169,27 @@ async def _walk_plan(
                 await trio.sleep(pause)
                 continue
             if result is _SKIPPED:
+                _pass_over_lane(routing, record, candidate, remaining)
                 break
             return result
     return _SKIPPED
+
+
+def _pass_over_lane(
+    routing: Routing, record: JobRecord, candidate: Candidate, remaining: Queue
+) -> None:
+    """The gate turned `candidate` away: when the reason holds for its whole lane and tier (a
+    kill switch, an account-wide hold, the lane's breaker), pass over the rest of them at once —
+    listed while the record lists skips, then in one line."""
+    reason = routing.gate.lane_refusal(candidate)
+    if reason is None:
+        return
+    rest = remaining.drop_lane(candidate.lane, candidate.tier)
+    for c in rest:
+        if record.skips_left <= 0:
+            record.skip_rest(candidate.lane, reason)
+            return
+        record.skip(c, reason)
 
 
 async def _may_pay(routing: Routing, record: JobRecord, candidate: Candidate, pinned: bool) -> bool:
@@ -272,7 +266,7 @@ def _retry_pause(
     record: JobRecord,
     candidate: Candidate,
     exc: UpstreamError,
-    remaining: list[Candidate],
+    remaining: Queue,
     banned: set[str],
 ) -> float | None:
     """Seconds to pause before retrying `candidate` itself, or None to move on."""
@@ -281,7 +275,9 @@ def _retry_pause(
         candidate.tier != "paid" or record.paid_attempts < policy.paid_attempts
     )
     alternatives = any(
-        c.tier != "paid" and routing.gate.free_now(c) for c in remaining if c.key not in banned
+        c.tier != "paid" and routing.gate.free_now(c)
+        for c in remaining.peek(LOOKAHEAD)
+        if c.key not in banned
     )
     choice, pause = after_failure(
         exc.outcome,

@@ -14,6 +14,15 @@ from typing import Any
 from lanes._core.job import Attempt, Candidate, Job, digest
 from lanes.freetier.prices import usage_tokens
 
+#: Between a dimension and a client's name in the roll-ups' dimension of that client's jobs.
+CLIENT_SEP = "\x1f"
+
+
+def client_dim(dim: str, client: str) -> str:
+    """The hourly roll-ups' dimension `dim` of one client's jobs only, e.g. "cohort\x1fci": what
+    a client's own report reads (see `audit_tables.py`)."""
+    return f"{dim}{CLIENT_SEP}{client}"
+
 
 def attempt_log(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
     """Each attempt with the route state it stood for (local / primary / free_retry /

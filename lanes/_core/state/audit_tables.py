@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lanes._core.state.audit import client_dim
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
     job TEXT PRIMARY KEY, at FLOAT, client TEXT, cohort TEXT, class TEXT, route TEXT,
@@ -94,14 +96,17 @@ ATTEMPT_COLUMNS = (
     "cost_usd",
 )
 #: What a report can group by; each job (and attempt) is rolled up once per dimension, and once
-#: more under ("all", "all") for the totals.
+#: more under ("all", "all") for the totals — and each of those again under its client's own
+#: dimension (`client_dim`), so a client's report reads only its own jobs.
 DIMENSIONS = ("cohort", "class", "lane", "model", "client")
 JOB_KEYS = ("route", "tier", "outcome", "privacy", "zdr", "first_free_outcome", "retried")
 ATTEMPT_KEYS = ("route", "outcome", "category")
 
 
 def _dimensions(row: Mapping[str, Any]) -> list[tuple[str, str]]:
-    return [("all", "all"), *((dim, str(row.get(dim) or "")) for dim in DIMENSIONS)]
+    every = [("all", "all"), *((dim, str(row.get(dim) or "")) for dim in DIMENSIONS)]
+    client = str(row.get("client") or "")
+    return every + [(client_dim(dim, client), value) for dim, value in every]
 
 
 def _key(row: Mapping[str, Any], names: Iterable[str]) -> tuple[Any, ...]:

@@ -48,7 +48,7 @@ class Journal:
         self._rows: deque[tuple[int, dict[str, Any]]] = deque()  # (size, row) for the state sync
         self._bytes = 0
         self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
-        self.tally = Tally()  # the running totals /metrics shows
+        self.tally = Tally(declared=routing.cohorts.declared)  # the running totals /metrics shows
 
     def take_rows(self) -> list[dict[str, Any]]:
         rows = [row for _, row in self._rows]
@@ -118,6 +118,7 @@ class Journal:
             latency_s=latency_s,
             attempts=record.attempts,
             usage=usage,
+            trusted=self._routing.cohorts.trusted(job.client),
         )
         explored = candidate is not None and record.explored == candidate.key
         row = audit_row(
@@ -129,7 +130,7 @@ class Journal:
             lane=lane or None,
             model=model or None,
             attempts=record.attempts,
-            skips=record.skips,
+            skips=record.all_skips(),
             latency_s=latency_s,
             answer=answer,
             usage=usage,

@@ -21,6 +21,8 @@ from typing import Any
 
 import attrs
 
+from lanes._core.state.audit import client_dim
+
 # lanes: pure
 
 Query = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
@@ -87,16 +89,23 @@ def _share(part: int | None, whole: int | None) -> float | None:
     return (part or 0) / whole if whole else None
 
 
-def report(query: Query, *, since: float, by: str, ceiling_usd: float) -> Report:
+def report(
+    query: Query, *, since: float, by: str, ceiling_usd: float, client: str | None = None
+) -> Report:
     """The measures since `since` (epoch seconds, taken by whole hours: the audit is rolled up per
-    hour), grouped by `by` (one of `GROUPS`)."""
+    hour), grouped by `by` (one of `GROUPS`). With `client`, of that client's jobs only (its own
+    roll-ups: jobs audited before they were kept are not in them)."""
     if by not in GROUPS:
-        raise ValueError(f"by must be one of {', '.join(GROUPS)} (got {by!r})")
+        raise ValueError(f"by must be one of {', '.join(GROUPS)} (got {str(by)[:40]!r})")
     hour = int(since // 3600)
-    groups = _groups(query, hour=hour, dim=by)
-    total = _groups(query, hour=hour, dim="all")
+
+    def dim(name: str) -> str:
+        return name if client is None else client_dim(name, client)
+
+    groups = _groups(query, hour=hour, dim=dim(by))
+    total = _groups(query, hour=hour, dim=dim("all"))
     empty = _group("all", (0,) * 10, {}, {}, {}, {}, 0)
-    hours = _hours(query, hour)
+    hours = _hours(query, hour, dim("all"))
     return Report(
         since=hour * 3600.0,
         by=by,
@@ -241,15 +250,15 @@ class _Tally:
         }
 
 
-def _hours(query: Query, hour: int) -> dict[int, _Tally]:
-    """Every hour since `hour` that saw a job, in order."""
+def _hours(query: Query, hour: int, dim: str) -> dict[int, _Tally]:
+    """Every hour since `hour` that saw a job, in order (`dim`: "all", or a client's own)."""
     rows = query(
         "SELECT hour, SUM(jobs), SUM(CASE WHEN outcome = 'ok' THEN jobs END), "
         "SUM(CASE WHEN outcome = 'ok' AND tier IN ('local', 'free') THEN jobs END), "
         "SUM(CASE WHEN outcome = 'ok' AND route = 'paid_fallback' THEN jobs END), "
         "SUM(CASE WHEN outcome = 'ok' THEN attempts END), COALESCE(SUM(cost_usd), 0) "
-        "FROM audit_jobs_hourly WHERE dim = 'all' AND hour >= ? GROUP BY 1 ORDER BY 1",
-        (hour,),
+        "FROM audit_jobs_hourly WHERE dim = ? AND hour >= ? GROUP BY 1 ORDER BY 1",
+        (dim, hour),
     )
     return {
         int(h): _Tally(

@@ -2,9 +2,10 @@
 outcome, latency histograms per route state, tokens and cost by lane, model, route and cohort.
 Pure: the journal feeds it each job's record; `statistics()` takes a frozen copy.
 
-Label sets stay bounded whatever clients send: cohorts (`X-Lanes-Cohort`, free text) beyond the
-first `max_cohorts` count as "other", and so do models beyond `max_models` (a discovered catalog
-can be long).
+Label sets stay bounded whatever clients send: a cohort (`X-Lanes-Cohort`, free text) is a label
+when it is declared (`[metrics] cohorts`, the clients' defaults) or a trusted (admin) client's —
+at most `max_cohorts` of those — and "other" otherwise, so no client's values take the labels
+another's would use; models beyond `max_models` count as "other" too (a catalog can be long).
 """
 
 from __future__ import annotations
@@ -64,9 +65,16 @@ class TallyStatistics:
 
 
 class Tally:
-    def __init__(self, *, max_cohorts: int = 20, max_models: int = 200) -> None:
+    def __init__(
+        self,
+        *,
+        declared: frozenset[str] = frozenset(),
+        max_cohorts: int = 20,
+        max_models: int = 200,
+    ) -> None:
         self._max_cohorts, self._max_models = max_cohorts, max_models
-        self._cohorts: set[str] = set()
+        self._declared = declared
+        self._cohorts: set[str] = set()  # the trusted clients' undeclared cohorts labelled
         self._models: set[str] = set()
         self._jobs: Counter[tuple[str, str, str, str]] = Counter()
         self._attempts: Counter[tuple[str, str, str, str]] = Counter()
@@ -83,6 +91,13 @@ class Tally:
         seen.add(value)
         return value
 
+    def _cohort(self, cohort: str | None, trusted: bool) -> str:
+        if not cohort:
+            return NONE
+        if cohort in self._declared:
+            return cohort
+        return self._bounded(self._cohorts, cohort, self._max_cohorts) if trusted else OTHER
+
     def _model(self, lane: str, model: str) -> str:
         return self._bounded(self._models, f"{lane}/{model}", self._max_models).partition("/")[2]
 
@@ -97,9 +112,11 @@ class Tally:
         latency_s: float,
         attempts: Sequence[Attempt],
         usage: Any = None,
+        trusted: bool = True,
     ) -> None:
-        """Count one finished job: `lane`/`model` served it ("" when none did)."""
-        cohort_label = self._bounded(self._cohorts, cohort or "", self._max_cohorts) or NONE
+        """Count one finished job: `lane`/`model` served it ("" when none did). `trusted`: its
+        client may add cohort labels (an admin)."""
+        cohort_label = self._cohort(cohort, trusted)
         served = (lane or NONE, self._model(lane, model) if lane else NONE)
         route_label = route or NONE
         self._jobs[(route_label, *served, outcome)] += 1

@@ -9,6 +9,7 @@ the dispatcher's cancel scope bounds them.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -25,6 +26,8 @@ from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes._core.upstream.responses import check_embeddings
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
 from lanes.freetier.prices import usd_amount
+
+log = logging.getLogger("lanes")
 
 
 def _names(value: Iterable[str]) -> frozenset[str]:
@@ -115,15 +118,19 @@ class OpenAICompatibleLane:
         self._api_key = api_key
         self._upstream = upstream
         self.configured = config.models if config.models is not None else list(provider.models)
-        self.catalog: tuple[ModelRecord, ...] = ()  # what the provider's model list said, last time
+        # what the provider's model list said last time, of the models kept
+        self.catalog: tuple[ModelRecord, ...] = ()
         self.catalog_at: float | None = None
         self._header_secrets = _header_secrets({**provider.headers, **config.headers})
+        self._said_left_out = 0  # the last `left_out` logged: one line when the cap bites anew
         self._rebuild()
 
     def _rebuild(self) -> None:
-        """Configured models first (config wins); then discovered models that are free or owned."""
+        """Configured models first (config wins); then discovered models that are free or owned,
+        at most `max_models` of them, in the catalog's order."""
         models = list(self.configured)
         known = {m.id for m in models}
+        found = 0  # routable models the catalog adds
         for record in self.catalog:
             if record.id in known:
                 continue
@@ -140,7 +147,10 @@ class OpenAICompatibleLane:
                 embedding=record.embedding,
             )
             if tier_of(self.free_tier, model.id, model.free) != "paid":
-                models.append(model)
+                found += 1
+                if found <= self.config.max_models:
+                    models.append(model)
+        self.left_out = max(0, found - self.config.max_models)  # routable, over `max_models`
         self.models: dict[str, ModelConfig] = {m.id: m for m in models}
         self.candidates: tuple[Candidate, ...] = tuple(self._candidate(m) for m in models)
 
@@ -156,9 +166,24 @@ class OpenAICompatibleLane:
             secrets=self.secrets,
             max_bytes=self.config.max_response_bytes,
         )
-        self.catalog = tuple(normalise(self.provider.catalog_style, document, self.secrets))
+        catalog = normalise(self.provider.catalog_style, document, self.secrets)
+        self.catalog = tuple(catalog)
         self._rebuild()
-        return len(self.catalog)
+        kept = set(self.models)  # keep only the records of the models routed to (their `created`)
+        self.catalog = tuple(r for r in catalog if r.id in kept)
+        if self.left_out and self.left_out != self._said_left_out:
+            log.warning(
+                "lane %s: the catalog lists %d routable models; keeping %d (lanes.%s.max_models = "
+                "%d), leaving out %d",
+                self.name,
+                self.config.max_models + self.left_out,
+                self.config.max_models,
+                self.name,
+                self.config.max_models,
+                self.left_out,
+            )
+        self._said_left_out = self.left_out
+        return len(catalog)
 
     def _candidate(self, model: ModelConfig) -> Candidate:
         return Candidate(
