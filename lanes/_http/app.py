@@ -26,6 +26,7 @@ from lanes._http.errors import BadRequest, error_response, job_failed
 from lanes._http.guard import Guard, Refused
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE, PAGE_HEADERS
+from lanes._http.running import Running
 from lanes._http.state import models_list, ready
 from lanes._http.streaming import SSERelay
 from lanes._http.validation import digits, job_headers, json_object, parse_job
@@ -78,9 +79,12 @@ def build_app(
     env: Mapping[str, str],
     metrics: Metrics | None = None,
     bind_host: str | None = None,
-    worker: int | None = None,
+    running: Running | None = None,
 ) -> Starlette:
-    """The sidecar's app over an open dispatcher (`worker`: its number under `--workers`)."""
+    """The sidecar's app over an open dispatcher (`running`: the config it runs, and under
+    `--workers` which worker it is and where its parent's status is)."""
+    running = running or Running()
+    worker = running.worker
     server = dispatcher.config.server
     guard = Guard(server, env, bind_host=bind_host or server.host)
     metrics = metrics or Metrics(dispatcher.statistics)
@@ -170,8 +174,18 @@ def build_app(
     async def is_ready(request: Request) -> Response:
         stats = dispatcher.statistics()
         serving = ready(stats)
-        body = {"ready": bool(serving), "lanes": serving, "failing": stats.background.failing}
-        return JSONResponse(body, status_code=200 if serving else 503)
+        body: dict[str, Any] = {"ready": bool(serving), "lanes": serving}
+        body["failing"] = stats.background.failing
+        if (team := running.missing()) is not None:  # under --workers: is every worker serving?
+            missing, count = team
+            body["workers"] = {"serving": count - len(missing), "of": count, "missing": missing}
+            if missing:
+                body["ready"] = False
+                body["reason"] = (
+                    f"worker {', '.join(map(str, missing))} of {count} not serving (being "
+                    "started again): the connections the kernel gives its socket wait for it"
+                )
+        return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     async def models(request: Request) -> Response:
         try:
@@ -202,7 +216,7 @@ def build_app(
         Route("/health", open_route(health)),
         Route("/ready", open_route(is_ready)),
         Route("/v1/models", models),
-        *admin_routes(dispatcher, guard, read_body),
+        *admin_routes(dispatcher, guard, read_body, running),
         Route("/metrics", open_route(prometheus)),
         Route("/", open_route(page)),
         Route("/favicon.ico", open_route(favicon)),
