@@ -160,6 +160,13 @@ def _status(args: argparse.Namespace) -> int:
         f"of ${state['paid']['ceiling_usd']:.2f}; fallback {state['paid']['fallback']}; "
         f"{state['approvals']} approval(s) pending"
     ]
+    if (running := state.get("config") or {}).get("sha256"):
+        line = f"config {running['sha256'][:12]}"
+        if host := running.get("host"):
+            workers = host.get("workers", [])
+            on = sum(bool(w["serving"]) and w["sha256"] == host["sha256"] for w in workers)
+            line += f" ({on}/{len(workers)} workers serving it)"
+        lines.append(line)
     if "state" in state:
         store = state["state"]
         lines.append(

@@ -15,6 +15,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lanes._cli import main
 from lanes._core.config import load_config
 from lanes._core.errors import ConfigError
 from lanes._core.source import Source, changed_keys, read_source, said
@@ -144,9 +145,10 @@ async def test_ready_is_503_while_a_worker_is_missing_and_lanes_show_the_hash(tm
     assert [w["worker"] for w in view["host"]["workers"]] == [1, 2]
 
 
-async def test_a_single_process_refuses_a_reload_and_shows_its_hash(tmp_path):
-    """One `lanes serve` process: `/v1/lanes` shows the hash of the file it read, and
-    `POST /v1/reload` is 409, saying how to reload; from a form's body type it is 415 first."""
+async def test_a_single_process_refuses_a_reload_and_shows_its_hash(tmp_path, capsys):
+    """One `lanes serve` process: `/v1/lanes` (and `lanes status`) show the hash of the file it
+    read, and `POST /v1/reload` is 409, saying how to reload; from a form's body type it is 415
+    first."""
     async with open_fake("local", models=("local-model",)) as local:
         path = tmp_path / "lanes.toml"
         path.write_text(
@@ -165,8 +167,10 @@ async def test_a_single_process_refuses_a_reload_and_shows_its_hash(tmp_path):
                     "/v1/reload", content=b"{}", headers={"content-type": "text/plain"}
                 )
                 ready = (await http.get("/ready")).json()
+            code = await trio.to_thread.run_sync(main, ["status", "--url", url])
             nursery.cancel_scope.cancel()
     assert view == {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "reload_unsupported"
     assert "--workers" in refused.json()["error"]["message"]
     assert forged.status_code == 415 and "workers" not in ready
+    assert code == 0 and f"\nconfig {view['sha256'][:12]}\n" in capsys.readouterr().out

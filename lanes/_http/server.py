@@ -98,15 +98,18 @@ async def serve(
     listen_fd: int | None = None,
     running: Running | None = None,
     stop_when: Callable[[], Awaitable[object]] | None = None,
+    hold: Callable[[], Awaitable[bool]] | None = None,
     dedicated: bool = False,
 ) -> None:
     """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL.
 
     As one of `lanes serve --workers N` (see `workers.py`): `listen_fd` is the socket the parent
     bound, `running` says which worker this is (in logs and /health), what config it runs and
-    where the parent's status is, and `stop_when` returns when the parent is gone — a graceful
-    stop, as for SIGTERM. `dedicated`: this process does nothing but serve (`lanes serve`): its
-    garbage collector is tuned for that (`dedicate_gc`)."""
+    where the parent's status is, `stop_when` returns when the parent is gone — a graceful
+    stop, as for SIGTERM — and `hold`, once all is ready to serve, says whether to (the parent
+    decides: a reload's new workers serve only when every one of them is ready). `dedicated`:
+    this process does nothing but serve (`lanes serve`): its garbage collector is tuned for that
+    (`dedicate_gc`)."""
     env = dict(os.environ if env is None else env)
     if config is None and not simulate:
         config = packaged("lanes.toml")
@@ -140,6 +143,8 @@ async def serve(
         app = build_app(dispatcher, env=env, bind_host=host, running=running)
         if dedicated:
             dedicate_gc()
+        if hold is not None and not await hold():
+            return  # the dispatcher closes: nothing was served
         hc = HypercornConfig()
         hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         if listen_fd is not None:

@@ -9,15 +9,18 @@ reloads the config when told to, and stops them all.
   reload can not change, is refused — one line says why, naming the key — and the running plan
   stays. Otherwise a new worker is started for every slot beside the old one, on the slot's
   socket, and only when every new worker serves are the old ones stopped gracefully: the port
-  never stops answering. One line names the keys that changed. A new worker that does not serve
-  within `READY_S` refuses the reload: the new ones are stopped, the old ones keep serving.
+  never stops answering. One line names the keys that changed. A new worker that is not ready
+  within `READY_S` refuses the reload: the new ones are stopped, the old ones keep serving. A new
+  worker serves nothing until the reload is decided: it says it is ready (config checked,
+  dispatcher open) and waits to be told to serve.
 - **Restarts back off.** A worker that exits on its own is started again after
   `restart_delay_s`: at once when it had served `STABLE_S`, else 0.5 s doubling to 30 s, per slot.
   The parent never gives up; it exits 1 only when no worker at all could start at start-up.
 - **Status.** The parent writes `status.json` beside the config copies whenever what runs changes
   (what each worker runs, whether it serves, the last reload's outcome); the workers read it for
   `/ready`, `/v1/lanes` and `POST /v1/reload` (`running.py`).
-- A worker says it serves by writing to a pipe the parent gave it; EOF first means it exited.
+- A worker says it is ready by writing to a pipe the parent gave it (EOF first: it exited), and
+  serves when the parent writes to another (EOF: it exits without serving).
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ class Team:
         self._status_path, self._replan = status_path, replan
         self._slots = [_Slot(number=n) for n in range(1, count + 1)]
         self._live: set[trio.Process] = set()
+        self._held: dict[trio.Process, int] = {}  # ready workers waiting to be told to serve
         self._lock = trio.Lock()  # one reload or restart starts workers at a time
         self._wanted = trio.Event()
         self._stopping = trio.Event()
@@ -142,23 +146,30 @@ class Team:
         return self._code
 
     async def _start(self, number: int, plan: Plan) -> tuple[trio.Process, str | None]:
-        """Start worker `number` on `plan` and wait until it serves: the process, and None — or
-        how it failed (it is gone by then)."""
+        """Start worker `number` on `plan` and wait until it can serve — its config checked, its
+        dispatcher open — which it then does only when told to (`_took`): the process, and None —
+        or how it failed (it is gone by then)."""
         fds = plan.spec["fds"]
         fd = fds[(number - 1) % len(fds)]
-        reader, writer = os.pipe()
-        spec = {**plan.spec, "worker": number, "fd": fd, "ready": writer}
+        reader, writer = os.pipe()  # the worker says "ready" on it
+        hold, go = os.pipe()  # we say "serve" on it, or close it: "do not"
+        spec = {**plan.spec, "worker": number, "fd": fd, "ready": writer, "go": hold}
         command = [sys.executable, "-m", "lanes", "serve", "--log-format", self._log_format]
         try:
             with trio.CancelScope(shield=True):  # a process started is a process we track
                 process = await trio.lowlevel.open_process(
                     command,
                     env={**self._env, WORKER_ENV: json.dumps(spec)},
-                    pass_fds=(fd, spec["watch"], writer),
+                    pass_fds=(fd, spec["watch"], writer, hold),
                 )
                 self._live.add(process)
+                self._held[process] = go
+        except BaseException:
+            os.close(go)
+            raise
         finally:
             os.close(writer)
+            os.close(hold)
         pipe = trio.lowlevel.FdStream(reader)
         try:
             with trio.move_on_after(READY_S):
@@ -175,9 +186,22 @@ class Team:
         else:
             why = _how(await process.wait())
         self._live.discard(process)
+        self._release(process)
         return process, why
 
+    def _release(self, process: trio.Process, serve: bool = False) -> None:
+        """Tell a worker that is ready to serve, or (closing its pipe) to exit without serving."""
+        go = self._held.pop(process, None)
+        if go is None:
+            return
+        if serve:
+            with contextlib.suppress(OSError):  # it died meanwhile: its slot starts it again
+                os.write(go, b"1")
+        os.close(go)
+
     def _took(self, slot: _Slot, process: trio.Process, plan: Plan) -> None:
+        """`process` (ready on `plan`) is slot's worker now: it serves from here on."""
+        self._release(process, serve=True)
         slot.process, slot.sha256, slot.serving = process, plan.sha256, True
         slot.started_at = trio.current_time()
 
@@ -281,9 +305,10 @@ class Team:
             async with trio.open_nursery() as nursery:
                 for slot in self._slots:
                     nursery.start_soon(one, slot)
-            if failed:
+            if failed:  # those that are ready never serve: they exit on their own
                 for process in started.values():
-                    work.start_soon(self._retire, process, plan.grace_s)
+                    self._release(process)
+                    work.start_soon(self._retire, process, plan.grace_s, False)
                 self._unlink(plan)
                 self._reloaded(
                     False, f"reload refused: a worker could not start on it ({'; '.join(failed)})"
@@ -305,9 +330,11 @@ class Team:
                     work.start_soon(self._retire, process, running.grace_s)
             self._unlink(running)
 
-    async def _retire(self, process: trio.Process, grace_s: float) -> None:
-        """Stop a worker whose successor serves: gracefully, then at once past its grace."""
-        process.terminate()
+    async def _retire(self, process: trio.Process, grace_s: float, serving: bool = True) -> None:
+        """Stop a worker whose successor serves (or, not `serving`, one released to exit without
+        serving): gracefully, then at once past its grace."""
+        if serving:
+            process.terminate()
         with trio.move_on_after(grace_s + KILL_AFTER_S):
             await process.wait()
         if process.returncode is None:
@@ -366,6 +393,8 @@ class Team:
                 self._kill()
 
     async def _stop_all(self) -> None:
+        for process in list(self._held):
+            self._release(process)
         live = [p for p in self._live if p.returncode is None]
         if live:
             log.warning("stopping %d workers (in-flight jobs may finish)", len(live))

@@ -30,6 +30,7 @@ nothing: it watches.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -39,7 +40,6 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +238,8 @@ def _worker_config(spec: Mapping[str, Any], env: dict[str, str]) -> Config:
 
 def run_worker(spec: Mapping[str, Any]) -> int:
     """One worker: the config the parent checked (the state it shares), served on its socket until
-    a signal, or until the parent is gone. It tells the parent it serves through `spec["ready"]`."""
+    a signal, or until the parent is gone. It tells the parent it is ready through
+    `spec["ready"]`, and serves once told to through `spec["go"]`."""
     env = dict(os.environ)
     if "data" in spec:
         from lanes.testing.simulate import SIM_KEYS
@@ -257,23 +258,25 @@ def run_worker(spec: Mapping[str, Any]) -> int:
             while await watch.receive_some():
                 pass
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(
-                partial(
-                    serve,
-                    config,
-                    host=spec["host"],
-                    port=spec["port"],
-                    env=env,
-                    listen_fd=spec["fd"],
-                    running=running,
-                    stop_when=parent_gone,
-                    dedicated=True,
-                )
-            )
+    async def hold() -> bool:
+        """Tell the parent this worker is ready; serve when it says so (EOF: it decided not)."""
+        with contextlib.suppress(OSError):  # the parent is gone: the EOF below says so
             os.write(spec["ready"], b"1")
-            os.close(spec["ready"])
+        os.close(spec["ready"])
+        async with trio.lowlevel.FdStream(spec["go"]) as go:
+            return bool(await go.receive_some(1))
 
-    trio.run(main)
+    trio.run(
+        lambda: serve(
+            config,
+            host=spec["host"],
+            port=spec["port"],
+            env=env,
+            listen_fd=spec["fd"],
+            running=running,
+            stop_when=parent_gone,
+            hold=hold,
+            dedicated=True,
+        )
+    )
     return 0
