@@ -43,7 +43,7 @@ from lanes._core.source import changed_keys, said
 
 log = logging.getLogger("lanes")
 WORKER_ENV = "LANES_WORKER"  # the spec a worker process is started with (JSON)
-READY_S = 30.0  # a worker that does not serve within this is stopped: it could not start
+READY_S = 30.0  # a worker not ready within this is stopped: it could not start
 STABLE_S = 60.0  # a worker that served this long and exits is started again at once
 FIRST_RESTART_S = 0.5
 MAX_RESTART_S = 30.0
@@ -172,17 +172,17 @@ class Team:
             os.close(hold)
         pipe = trio.lowlevel.FdStream(reader)
         try:
-            with trio.move_on_after(READY_S):
+            with trio.move_on_after(READY_S) as waiting:
                 if await pipe.receive_some(16):
                     return process, None
         finally:
             with trio.CancelScope(shield=True):
                 await pipe.aclose()
-        if process.returncode is None:
+        if waiting.cancelled_caught:  # EOF instead means it exited (maybe not yet reaped)
             process.kill()
             with trio.CancelScope(shield=True):
                 await process.wait()
-            why = f"did not serve within {READY_S:g}s (killed)"
+            why = f"was not ready within {READY_S:g}s (killed)"
         else:
             why = _how(await process.wait())
         self._live.discard(process)
@@ -213,6 +213,7 @@ class Team:
             process, why = await self._start(slot.number, self._plan)
             if why is None:
                 self._took(slot, process, self._plan)
+                self._publish()  # serving: its `/ready` must not call it missing
             else:
                 slot.failures = 1
                 failed.append(f"worker {slot.number} (pid {process.pid}) {why}")
