@@ -74,14 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--workers",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="processes serving the port, sharing the state (default 1)",
+        help="N processes serving the port under a parent that restarts them and reloads the "
+        "config on SIGHUP (default: one process, which never reloads)",
     )
     for name, text in (("status", "lanes, breakers, backoffs and spend of a running sidecar"),):
         p = sub.add_parser(name, help=text)
         p.add_argument("--url", default=DEFAULT_URL)
         p.add_argument("--json", action="store_true")
+    reload = sub.add_parser(
+        "reload", help="reload the config of a running `lanes serve --workers N` (as SIGHUP)"
+    )
+    reload.add_argument("--url", default=DEFAULT_URL)
+    reload.add_argument("--json", action="store_true")
     lane = sub.add_parser("lane", help="switch a lane off or on at runtime")
     lane.add_argument("action", choices=["off", "on"])
     lane.add_argument("name")
@@ -175,6 +181,13 @@ def _status(args: argparse.Namespace) -> int:
         )
     if refusal := state.get("clock", {}).get("refusal"):
         lines.append(f"clock: {refusal}")
+    if (running := state.get("config") or {}).get("sha256"):
+        line = f"config {running['sha256'][:12]}"
+        if host := running.get("host"):
+            workers = host.get("workers", [])
+            on = sum(bool(w["serving"]) and w["sha256"] == host["sha256"] for w in workers)
+            line += f" ({on}/{len(workers)} workers serving it)"
+        lines.append(line)
     if "state" in state:
         store = state["state"]
         lines.append(
@@ -210,6 +223,17 @@ def _lane(args: argparse.Namespace) -> int:
         print(f"lanes: {message}", file=sys.stderr)
         return 1
     _print(args, body, f"lane {args.name}: {'off' if body['off'] else 'on'}")
+    return 0
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """`POST /v1/reload`: the parent reads and checks the file, and starts every worker on it —
+    or keeps the running config and says why."""
+    code, body = _call("POST", f"{args.url}/v1/reload")
+    if code != 200:
+        print(f"lanes: {_error_message(body)}", file=sys.stderr)
+        return 1
+    _print(args, body, str(body.get("message", "")))
     return 0
 
 
@@ -404,11 +428,11 @@ def _serve(args: argparse.Namespace) -> int:
         worker = json.loads(spec)
         _logging(args.log_format, worker["worker"], worker.get("log_level", "warning"))
         return run_worker(worker)
-    if not 1 <= args.workers <= MAX_WORKERS:
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be from 1 to {MAX_WORKERS} (got {args.workers})")
     _logging(args.log_format, level=args.log_level)
     config = args.config or (None if args.simulate else packaged("lanes.toml"))
-    if args.workers > 1:
+    if args.workers is not None:
         return trio.run(
             lambda: serve_workers(
                 config,
@@ -493,6 +517,7 @@ def _run(args: argparse.Namespace) -> int:
         "serve": _serve,
         "status": _status,
         "lane": _lane,
+        "reload": _reload,
         "approvals": _approvals,
         "ceiling": _ceiling,
         "check-config": _check_config,

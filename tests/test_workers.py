@@ -4,6 +4,7 @@ dies is started again. Real processes, real sockets."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -32,6 +34,7 @@ def alive(pid: int) -> bool:
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}
 TWO = ("--workers", "2")
 ALLOW = {"free_tier_fallback": "allow"}
+FORM = "text/plain"  # a body type a cross-site form can send
 
 
 @asynccontextmanager
@@ -49,7 +52,9 @@ async def pinned(
                         base_url=base,
                         trust_env=False,
                         timeout=30,
-                        limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
+                        limits=httpx2.Limits(
+                            max_connections=1, max_keepalive_connections=1, keepalive_expiry=120
+                        ),
                     )
                 )
                 worker = (await client.get("/health")).json()["worker"]
@@ -234,3 +239,213 @@ def test_a_port_in_use_is_one_line_and_exit_1(tmp_path):
     assert done.returncode == 1
     assert f"can not listen on server.host:{port}: the address is in use" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def kept(views: dict[int, dict[str, Any]]) -> set[tuple[str, float]]:
+    """What the workers' `/v1/lanes` say of the paid fallback and ceiling: one element when they
+    agree."""
+    return {(v["paid"]["fallback"], v["paid"]["ceiling_usd"]) for v in views.values()}
+
+
+async def views_by_worker(base: str) -> dict[int, dict[str, Any]]:
+    """`/v1/lanes` of each of the two workers, read on connections pinned by `/health`."""
+    async with pinned(base) as clients:
+        return {w: (await clients[w][0].get("/v1/lanes")).json() for w in (1, 2)}
+
+
+async def replaced(sidecar, pid: int, within_s: float = 30.0) -> None:
+    """Wait until worker `pid` is gone and two workers run again (the process tree says)."""
+    with trio.fail_after(within_s):
+        while pid in (now := sidecar.children()) or len(now) != 2:
+            if sidecar.process.returncode is not None:
+                raise RuntimeError(f"the parent exited: {sidecar.log()[-2000:]}")
+            await trio.sleep(0.05)
+
+
+def limited(paid_url: str, fallback: str = "off", ceiling: object = 0.002) -> dict[str, Any]:
+    return {
+        "policy": {"free_tier_fallback": fallback, "paid_ceiling_usd_per_day": ceiling},
+        "lanes": [paid_lane("paid", paid_url)],
+    }
+
+
+async def test_a_worker_started_again_runs_the_running_config_not_the_edited_file(tmp_path):
+    """The file edited on disk (fallback off → allow, ceiling $0.002 → $5, no reload), a worker
+    SIGKILLed: its successor runs the config that was running — `${NAME}` filled as before —
+    every worker shows the one hash, and nothing is sent to the paid lane."""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        env = {**KEYS, "LANES_TEST_CEILING": "0.002"}
+        config = limited(paid.base_url, ceiling="${LANES_TEST_CEILING}")
+        async with open_sidecar_process(config, tmp_path, env=env, args=TWO) as sidecar:
+            started = await views_by_worker(sidecar.base)
+            sidecar.rewrite(limited(paid.base_url, "allow", 5.0))
+            victim = sidecar.children()[0]
+            os.kill(victim, signal.SIGKILL)
+            await replaced(sidecar, victim)
+            after = await views_by_worker(sidecar.base)
+            async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+                jobs = [
+                    (await http.post(f"{sidecar.base}/v1/chat/completions", json=CHAT)).status_code
+                    for _ in range(4)
+                ]
+    assert kept(started) == kept(after) == {("off", 0.002)}
+    hashes = {v["config"]["sha256"] for v in [*started.values(), *after.values()]}
+    assert len(hashes) == 1 and after[1]["config"]["host"]["sha256"] in hashes
+    assert 200 not in jobs and paid.requests() == []
+
+
+async def test_a_broken_file_on_disk_never_stops_the_host(tmp_path):
+    """The file cut mid-edit (invalid TOML) when workers die, twice: each is started again on the
+    running config — the parent stays, and both workers answer."""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        config = limited(paid.base_url)
+        async with open_sidecar_process(config, tmp_path, env=KEYS, args=TWO) as sidecar:
+            sidecar.rewrite("[policy\nfree_tier_fallback = ")
+            for _ in range(2):
+                victim = sidecar.children()[0]
+                os.kill(victim, signal.SIGKILL)
+                await replaced(sidecar, victim)
+            views = await views_by_worker(sidecar.base)
+            alive = sidecar.process.returncode is None
+            log = sidecar.log()
+    assert alive and kept(views) == {("off", 0.002)}
+    assert "stopping" not in log and "not valid TOML" not in log
+
+
+async def test_sighup_starts_every_worker_on_the_new_file_with_one_line(tmp_path):
+    """SIGHUP with a valid new file: every worker runs its hash (`sha256sum`'s) and values, one
+    line names the keys that changed and no value, and the port answers throughout."""
+    async with (
+        open_fake("paid", models=("paid-model",)) as paid,
+        open_sidecar_process(limited(paid.base_url), tmp_path, env=KEYS, args=TWO) as sidecar,
+    ):
+        first = (await sidecar.host())["sha256"]
+        sidecar.rewrite(limited(paid.base_url, "allow", 5.0))
+        refused: list[str] = []
+        done = trio.Event()
+
+        async def knock() -> None:  # new connections all through the reload
+            limits = httpx2.Limits(max_keepalive_connections=0)
+            async with httpx2.AsyncClient(trust_env=False, timeout=10, limits=limits) as h:
+                while not done.is_set():
+                    try:
+                        await h.get(f"{sidecar.base}/health")
+                    except httpx2.ConnectError as exc:  # the port closed
+                        refused.append(repr(exc))
+                    except httpx2.TransportError:  # one accepted just as its worker stopped
+                        pass
+                    await trio.sleep(0.02)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(knock)
+            sidecar.process.send_signal(signal.SIGHUP)
+            host = await sidecar.until_host(lambda h: h["reloads"] == 1)
+            done.set()
+        views = await views_by_worker(sidecar.base)
+        log = sidecar.log()
+    on_disk = hashlib.sha256((tmp_path / "lanes.toml").read_bytes()).hexdigest()
+    assert host["sha256"] == on_disk != first and host["last_reload"]["ok"] is True
+    assert {w["sha256"] for w in host["workers"]} == {on_disk}
+    assert {v["config"]["sha256"] for v in views.values()} == {on_disk}
+    assert kept(views) == {("allow", 5.0)}
+    [line] = [line for line in log.splitlines() if "config reloaded:" in line]
+    assert "changed policy.free_tier_fallback, policy.paid_ceiling_usd_per_day" in line
+    assert "allow" not in line and "5.0" not in line and refused == []
+
+
+async def test_lanes_reload_refuses_a_bad_file_naming_the_key_and_keeps_the_config(tmp_path):
+    """`lanes reload` with a bad value, then with a moved `state`: exit 1, the key named, the
+    running config kept on every worker; with a good file: exit 0 and the new config runs.
+    `POST /v1/reload` is an admin action: not from a form's body type."""
+    async with (
+        open_fake("paid", models=("paid-model",)) as paid,
+        open_sidecar_process(limited(paid.base_url), tmp_path, env=KEYS, args=TWO) as sidecar,
+    ):
+        first = (await sidecar.host())["sha256"]
+
+        def reload() -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "-m", "lanes", "reload", "--url", sidecar.base]
+            return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+        sidecar.rewrite(limited(paid.base_url, "allow", -1.0))
+        bad_value = await trio.to_thread.run_sync(reload)
+        sidecar.rewrite({**limited(paid.base_url, "allow", 5.0), "state": "elsewhere.db"})
+        moved = await trio.to_thread.run_sync(reload)
+        async with httpx2.AsyncClient(trust_env=False) as http:
+            forged = await http.post(
+                f"{sidecar.base}/v1/reload",
+                content=b"{}",
+                headers={"content-type": "text/plain"},
+            )
+        kept_views = await views_by_worker(sidecar.base)
+        sidecar.rewrite(limited(paid.base_url, "allow", 5.0))
+        good = await trio.to_thread.run_sync(reload)
+        views = await views_by_worker(sidecar.base)
+    assert bad_value.returncode == 1 and "policy.paid_ceiling_usd_per_day" in bad_value.stderr
+    assert moved.returncode == 1 and "state: a reload can not move the state" in moved.stderr
+    assert forged.status_code == 415
+    assert kept(kept_views) == {("off", 0.002)}
+    assert {v["config"]["sha256"] for v in kept_views.values()} == {first}
+    assert good.returncode == 0 and good.stdout.startswith("config reloaded: ")
+    assert kept(views) == {("allow", 5.0)}
+
+
+async def test_restarts_back_off_and_the_parent_never_gives_up(tmp_path):
+    """Worker 1 SIGKILLed six times as soon as it appears: it is started again after 0.5, 1, 2, 4,
+    8 and 16 s (said in the log), the parent stays up (it used to exit 1 after five exits in a
+    minute), and meanwhile worker 2 answers `/ready` 503 naming worker 1 as missing. (Asked on a
+    connection kept to worker 2: a new one may be handed to worker 1's socket, and wait for it.)"""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        config = {
+            "policy": ALLOW,
+            "lanes": [paid_lane("paid", paid.base_url)],
+            "server": {"idle_timeout_s": 120.0},
+        }
+        async with (
+            open_sidecar_process(config, tmp_path, env=KEYS, args=TWO) as sidecar,
+            pinned(sidecar.base) as clients,
+        ):
+            two = clients[2][0]
+            host = (await two.get("/v1/lanes")).json()["config"]["host"]
+            spared = next(w["pid"] for w in host["workers"] if w["worker"] == 2)
+            killed: list[int] = []
+            with trio.fail_after(60):
+                while len(killed) < 6 and sidecar.process.returncode is None:
+                    for pid in set(sidecar.children()) - {spared, *killed}:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                    await trio.sleep(0.01)
+                # the sixth exit is seen: worker 1 waits out 16 s (a log line: nothing to await)
+                while "again in 16s" not in sidecar.log() and sidecar.process.returncode is None:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            alive = sidecar.process.returncode is None
+            ready = None
+            with trio.move_on_after(12):  # worker 1 is back after 16 s: ask until the view is read
+                while alive and (ready is None or ready.status_code != 503):
+                    ready = await two.get("/ready")
+            log = sidecar.log()
+    delays = [
+        line.split("starting it again in ")[1].split("s")[0]
+        for line in log.splitlines()
+        if "worker 1 (pid" in line and "starting it again in " in line
+    ]
+    assert alive and delays == ["0.5", "1", "2", "4", "8", "16"], log
+    assert ready is not None and ready.status_code == 503
+    assert ready.json()["workers"]["missing"] == [1]
+    assert "worker 1 of 2 not serving" in ready.json()["reason"]
+
+
+def test_no_worker_can_start_is_one_line_and_exit_1(tmp_path):
+    """Every worker failing at start-up (the state file can not be made): one line says no worker
+    could start, after one try each, and the parent exits 1."""
+    path = tmp_path / "lanes.toml"
+    path.write_text(f'state = "/proc/nope/state.db"\n[server]\nport = {free_port()}\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "lanes", "serve", "--config", str(path), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "no worker could start (worker 1 (pid" in done.stderr
+    assert "starting it again" not in done.stderr and "Traceback" not in done.stderr

@@ -1,6 +1,6 @@
 """The operations endpoints: state views for any client, and the actions only an admin may take —
-the runtime kill switch, approval decisions, revoking grants, the store's paid terms (see
-`guard.py` for the rules)."""
+the runtime kill switch, approval decisions, revoking grants, the store's paid terms, a config
+reload (see `guard.py` for the rules)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,19 @@ from lanes._core.state.store import STORE_ERRORS
 from lanes._http.departures import departure_shield
 from lanes._http.errors import BadRequest, error_response
 from lanes._http.guard import Caller, Guard, Refused
+from lanes._http.running import Running
 from lanes._http.state import lanes_state, terms_view
 from lanes._http.validation import json_object, parse_decision, parse_terms
 
 Handler = Callable[[Request], Awaitable[Response]]
 ReadBody = Callable[[Request], Awaitable[bytes]]
+RELOAD_WAIT_S = 60.0  # `POST /v1/reload` answers within this: new workers get 30 s to serve
+RELOAD_POLL_S = 0.05
 
 
-def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> list[Route]:
+def admin_routes(
+    dispatcher: Dispatcher, guard: Guard, read_body: ReadBody, running: Running
+) -> list[Route]:
     def guarded(handler: Handler, *, admin: bool) -> Handler:
         async def wrapped(request: Request) -> Response:
             try:
@@ -48,9 +53,33 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
     async def lanes_view(request: Request) -> Response:
         caller: Caller = request.state.caller
         client = None if caller.admin else caller.client  # a client sees its own jobs only
-        return JSONResponse(
-            lanes_state(dispatcher.statistics(), trio.current_time(), client=client)
-        )
+        body = lanes_state(dispatcher.statistics(), trio.current_time(), client=client)
+        body["config"] = running.view()
+        return JSONResponse(body)
+
+    async def reload(request: Request) -> Response:
+        """Ask the parent to reload the config (SIGHUP) and answer what it decided."""
+        if not running.supervised:
+            return error_response(
+                409,
+                "this sidecar is one process, which reads its config at startup only: restart it "
+                "to apply a changed config, or run `lanes serve --workers N` to reload in place",
+                "reload_unsupported",
+            )
+        before = (running.host() or {}).get("reloads", 0)
+        try:
+            running.request_reload()
+        except ProcessLookupError:
+            return error_response(503, "the parent process is gone", "reload_unavailable")
+        with trio.move_on_after(RELOAD_WAIT_S):
+            while (host := running.host() or {}).get("reloads", 0) == before:  # noqa: ASYNC110
+                await trio.sleep(RELOAD_POLL_S)  # the parent's answer is a file: nothing to await
+            outcome = host.get("last_reload") or {}
+            message = str(outcome.get("message", ""))
+            if not outcome.get("ok"):  # the running config stays: nothing to retry as is
+                return error_response(422, message, "reload_refused")
+            return JSONResponse({"ok": True, "message": message, "sha256": outcome.get("sha256")})
+        return error_response(504, "the reload did not end in time; see the log", "reload_timeout")
 
     async def switch(request: Request) -> Response:
         name, action = request.path_params["name"], request.path_params["action"]
@@ -168,4 +197,5 @@ def admin_routes(dispatcher: Dispatcher, guard: Guard, read_body: ReadBody) -> l
         Route("/v1/grants", guarded(grants, admin=False)),
         Route("/v1/grants/{grant_id}", guarded(revoke, admin=True), methods=["DELETE"]),
         Route("/v1/ceiling", guarded(ceiling, admin=True), methods=["POST"]),
+        Route("/v1/reload", guarded(reload, admin=True), methods=["POST"]),
     ]

@@ -33,6 +33,7 @@ from lanes._http.errors import (
 from lanes._http.guard import Guard, Refused
 from lanes._http.metrics import Metrics
 from lanes._http.page import PAGE, PAGE_HEADERS
+from lanes._http.running import Running
 from lanes._http.state import MAX_PAGE, models_list, ready
 from lanes._http.streaming import SSERelay
 from lanes._http.validation import digits, job_headers, json_object, parse_job
@@ -86,9 +87,12 @@ def build_app(
     env: Mapping[str, str],
     metrics: Metrics | None = None,
     bind_host: str | None = None,
-    worker: int | None = None,
+    running: Running | None = None,
 ) -> Starlette:
-    """The sidecar's app over an open dispatcher (`worker`: its number under `--workers`)."""
+    """The sidecar's app over an open dispatcher (`running`: the config it runs, and under
+    `--workers` which worker it is and where its parent's status is)."""
+    running = running or Running()
+    worker = running.worker
     server = dispatcher.config.server
     guard = Guard(server, env, bind_host=bind_host or server.host)
     metrics = metrics or Metrics(dispatcher.statistics)
@@ -177,8 +181,18 @@ def build_app(
     async def is_ready(request: Request) -> Response:
         stats = dispatcher.statistics()
         serving = ready(stats)
-        body = {"ready": bool(serving), "lanes": serving, "failing": stats.background.failing}
-        if serving:
+        body: dict[str, Any] = {"ready": bool(serving), "lanes": serving}
+        body["failing"] = stats.background.failing
+        if (team := running.missing()) is not None:  # under --workers: is every worker serving?
+            missing, count = team
+            body["workers"] = {"serving": count - len(missing), "of": count, "missing": missing}
+            if missing:
+                body["ready"] = False
+                body["reason"] = (
+                    f"worker {', '.join(map(str, missing))} of {count} not serving (being "
+                    "started again): the connections the kernel gives its socket wait for it"
+                )
+        if body["ready"]:
             return JSONResponse(body)
         return JSONResponse(body, status_code=503, headers={"Retry-After": retry_after(None)})
 
@@ -219,7 +233,7 @@ def build_app(
         Route("/health", open_route(health)),
         Route("/ready", open_route(is_ready)),
         Route("/v1/models", models),
-        *admin_routes(dispatcher, guard, read_body),
+        *admin_routes(dispatcher, guard, read_body, running),
         Route("/metrics", open_route(prometheus)),
         Route("/", open_route(page)),
         Route("/favicon.ico", open_route(favicon)),

@@ -1,8 +1,9 @@
 """`lanes serve`: the dispatcher and the HTTP app in one trio run, on hypercorn's trio worker.
 
 Startup never waits on a provider. SIGINT/SIGTERM stop accepting, let in-flight jobs finish (up
-to `shutdown_grace_s`), then the dispatcher closes and flushes the state store. SIGHUP is logged
-and ignored. Connections are accepted and bounded by `connections.py`.
+to `shutdown_grace_s`), then the dispatcher closes and flushes the state store. A single process
+never re-reads its config: SIGHUP is logged and ignored (`lanes serve --workers N` reloads on it,
+in its parent: `team.py`). Connections are accepted and bounded by `connections.py`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from typing import Any
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from lanes._core.check import check_config
 from lanes._core.config import Config, ServerConfig, load_config, packaged
 from lanes._core.errors import ConfigError
 from lanes._core.open import open_dispatcher
+from lanes._core.source import Source, read_source
 from lanes._http.app import build_app
 from lanes._http.connections import connection_cap, serve_http
 from lanes._http.guard import is_loopback, resolved_keys
+from lanes._http.running import Running
 
 log = logging.getLogger("lanes")
 #: The cyclic collector's young-generation threshold in a process that serves and does nothing else
@@ -47,7 +49,7 @@ def dedicate_gc() -> None:
 
 
 def checked(
-    config: Config | str | os.PathLike[str] | None,
+    config: Config | Source | str | os.PathLike[str] | None,
     *,
     host: str | None,
     port: int | None,
@@ -55,12 +57,15 @@ def checked(
     env: Mapping[str, str],
 ) -> tuple[Config | None, str, int]:
     """The config `serve` runs (None: the simulation's, made at start), and the address it binds.
-    Raises `ConfigError` for a bad config, or a non-loopback bind without a client key."""
+    A path is read (`read_source`). Raises `ConfigError` for a bad config, or a non-loopback bind
+    without a client key."""
     base: Config | None = None
     if isinstance(config, Config):
         base = config
+    elif isinstance(config, Source):
+        base = config.check(env).config
     elif config or not simulate:
-        base = check_config(config or packaged("lanes.toml"), env=env).config
+        base = read_source(config or packaged("lanes.toml")).check(env).config
     server = (
         base.server if base is not None and (not simulate or base is config) else ServerConfig()
     )
@@ -83,7 +88,7 @@ def checked(
 
 
 async def serve(
-    config: Config | str | os.PathLike[str] | None,
+    config: Config | Source | str | os.PathLike[str] | None,
     *,
     host: str | None = None,
     port: int | None = None,
@@ -91,17 +96,28 @@ async def serve(
     env: Mapping[str, str] | None = None,
     task_status: Any = trio.TASK_STATUS_IGNORED,
     listen_fd: int | None = None,
-    worker: int | None = None,
+    running: Running | None = None,
     stop_when: Callable[[], Awaitable[object]] | None = None,
+    hold: Callable[[], Awaitable[bool]] | None = None,
     dedicated: bool = False,
 ) -> None:
     """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL.
 
     As one of `lanes serve --workers N` (see `workers.py`): `listen_fd` is the socket the parent
-    bound, `worker` this worker's number (in logs and /health), and `stop_when` returns when the
-    parent is gone — a graceful stop, as for SIGTERM. `dedicated`: this process does nothing but
-    serve (`lanes serve`): its garbage collector is tuned for that (`dedicate_gc`)."""
+    bound, `running` says which worker this is (in logs and /health), what config it runs and
+    where the parent's status is, `stop_when` returns when the parent is gone — a graceful
+    stop, as for SIGTERM — and `hold`, once all is ready to serve, says whether to (the parent
+    decides: a reload's new workers serve only when every one of them is ready). `dedicated`:
+    this process does nothing but serve (`lanes serve`): its garbage collector is tuned for that
+    (`dedicate_gc`)."""
     env = dict(os.environ if env is None else env)
+    if config is None and not simulate:
+        config = packaged("lanes.toml")
+    if isinstance(config, (str, os.PathLike)):
+        config = read_source(config)
+    if running is None:
+        running = Running(sha256=config.sha256 if isinstance(config, Source) else None)
+    worker = running.worker
     base, host, port = checked(config, host=host, port=port, simulate=simulate, env=env)
     async with AsyncExitStack() as stack:
         if simulate:
@@ -124,9 +140,11 @@ async def serve(
         assert base is not None
         config = base
         dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
-        app = build_app(dispatcher, env=env, bind_host=host, worker=worker)
+        app = build_app(dispatcher, env=env, bind_host=host, running=running)
         if dedicated:
             dedicate_gc()
+        if hold is not None and not await hold():
+            return  # the dispatcher closes: nothing was served
         hc = HypercornConfig()
         hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         if listen_fd is not None:
@@ -164,18 +182,22 @@ async def serve(
 
 
 async def _signals(shutdown: trio.Event, worker: bool = False) -> None:
-    """SIGINT/SIGTERM: stop accepting, let jobs in flight finish. SIGHUP: logged and ignored (a
-    reload would rebuild lanes, breakers and ledgers under running jobs; restart to apply a new
-    config — `lanes check-config` first). A second SIGINT/SIGTERM stops one sidecar at once; a
+    """SIGINT/SIGTERM: stop accepting, let jobs in flight finish. SIGHUP: a single process logs
+    and ignores it (a reload in place would rebuild lanes, breakers and ledgers under running
+    jobs: `lanes serve --workers N` reloads by starting new workers beside the old); a worker
+    ignores it quietly (its parent reloads). A second SIGINT/SIGTERM stops one sidecar at once; a
     worker ignores it (it comes from the terminal and the parent both, or from systemd and the
     parent: the parent decides when to stop waiting)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
             if signum == signal.SIGHUP:
-                log.warning(
-                    "SIGHUP ignored — the config is read at startup only; restart the sidecar to "
-                    "apply a changed config (check it first: lanes check-config PATH)"
-                )
+                if not worker:
+                    log.warning(
+                        "SIGHUP ignored — one `lanes serve` process reads its config at startup "
+                        "only; restart it to apply a changed config (check it first: lanes "
+                        "check-config PATH), or run `lanes serve --workers N`, which reloads on "
+                        "SIGHUP"
+                    )
                 continue
             if shutdown.is_set():
                 continue  # a worker's repeated signal

@@ -22,17 +22,19 @@ nothing: it watches.
   within `shutdown_grace_s`); a second one kills them at once. A worker whose parent dies — even by
   SIGKILL — stops gracefully on its own: it holds the read end of a pipe whose only write end the
   parent holds.
-- **A worker that exits** on its own is logged (its number, pid and how it ended) and started
-  again. When workers have exited `RESTARTS` times within `RESTART_WINDOW_S`, the parent stops the
-  others and exits 1: a worker that can not start does not restart for ever.
+- **One config, and reloads** (see `team.py`): the workers run the bytes the parent read, never
+  the file; a worker started again after a crash runs the config that was running, after a
+  backoff; SIGHUP (or `lanes reload`) is the only way a new config enters, on every worker at
+  once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import tempfile
@@ -45,15 +47,16 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from lanes._core.check import check_config
 from lanes._core.config import REDIS_SCHEMES, Config, ServerConfig, load_config, packaged
+from lanes._core.errors import ConfigError
+from lanes._core.source import Source, read_source
+from lanes._http.running import Running
 from lanes._http.server import checked, serve
+from lanes._http.team import WORKER_ENV, Plan, Team
 
 log = logging.getLogger("lanes")
-WORKER_ENV = "LANES_WORKER"  # the spec a worker process is started with (JSON)
 MAX_WORKERS = 64
-RESTARTS = 5  # worker exits within RESTART_WINDOW_S that stop the sidecar (exit 1)
-RESTART_WINDOW_S = 60.0
+__all__ = ["MAX_WORKERS", "WORKER_ENV", "listen", "run_worker", "serve_workers"]
 
 
 def listen(host: str, port: int, count: int, backlog: int = 4096) -> list[socket.socket]:
@@ -82,6 +85,70 @@ def _private(state: str, tmp: str, name: str) -> str:
     return str(Path(tmp) / name) if state == ":memory:" else state
 
 
+@attrs.define
+class _Planner:
+    """Makes the plans the workers run: the checked config's bytes in a private copy (`tmp`, which
+    only this process and its workers read), and the spec every worker is told."""
+
+    path: str
+    tmp: Path
+    spec: dict[str, Any]  # what every plan's workers are told besides their config
+    env: Mapping[str, str]
+    host: str | None  # --host and --port, as given
+    port: int | None
+    address: tuple[str, int] = ("", 0)  # what the first config and the flags bound
+    state: tuple[str, str] = ("", "")  # the first config's `state` and `local_state`
+    made: int = 0
+
+    def plan(self, source: Source, config: Config) -> Plan:
+        self.made += 1
+        file = self.tmp / f"config-{self.made}.toml"
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(source.data)
+        spec = {**self.spec, "config": source.where, "config_file": str(file)}
+        spec["config_sha256"] = source.sha256
+        return Plan(
+            spec=spec,
+            sha256=source.sha256,
+            raw=source.toml(),
+            grace_s=config.server.shutdown_grace_s,
+            file=file,
+        )
+
+    def replan(self) -> Plan:
+        """A plan from the file as it is now; `ConfigError` naming the key when it does not
+        pass, or changes what only a restart can (the address bound, `state`, `local_state`)."""
+        source = read_source(self.path)
+        config, host, port = checked(
+            source, host=self.host, port=self.port, simulate=False, env=self.env
+        )
+        assert config is not None
+        where = source.where
+        if (host, port) != self.address:
+            raise ConfigError(
+                f"{where}: server.host / server.port: a reload can not move the sidecar (the "
+                "parent listens on the address it started on); restart it to move it",
+                key="server.port",
+            )
+        for key, was, now in zip(
+            ("state", "local_state"), self.state, (config.state, config.local_state), strict=True
+        ):
+            if was != now:
+                raise ConfigError(
+                    f"{where}: {key}: a reload can not move the state (the ledger, switches and "
+                    "approvals live there); restart the sidecar to move it",
+                    key=key,
+                )
+        return self.plan(source, config)
+
+
+def _sim_plan(spec: dict[str, Any], data: dict[str, Any]) -> Plan:
+    sha256 = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    spec = {**spec, "data": data, "config_sha256": sha256}
+    return Plan(spec=spec, sha256=sha256, raw=None, grace_s=ServerConfig().shutdown_grace_s)
+
+
 async def serve_workers(
     config: str | os.PathLike[str] | None,
     *,
@@ -95,161 +162,109 @@ async def serve_workers(
 ) -> int:
     """Run `workers` sidecar processes on one socket until SIGINT/SIGTERM; the exit code."""
     env = dict(os.environ if env is None else env)
-    base, host, port = checked(config, host=host, port=port, simulate=simulate, env=env)
-    grace_s = (
-        base.server.shutdown_grace_s if base and not simulate else ServerConfig().shutdown_grace_s
-    )
+    source = read_source(config or packaged("lanes.toml")) if config or not simulate else None
+    base, bound_host, bound_port = checked(source, host=host, port=port, simulate=simulate, env=env)
     with tempfile.TemporaryDirectory(prefix="lanes-workers-") as tmp:
         async with AsyncExitStack() as stack:
             state = _private(base.state if base else ":memory:", tmp, "state.db")
             local = base.local_state if base else ":memory:"
-            spec: dict[str, Any] = {"host": host, "port": port, "state": state, "count": workers}
-            spec["log_level"] = log_level
+            spec: dict[str, Any] = {"host": bound_host, "port": bound_port, "state": state}
+            spec |= {"log_level": log_level, "status": str(Path(tmp) / "status.json")}
             shared = state.partition("://")[0] in REDIS_SCHEMES
             spec["local_state"] = _private(local, tmp, "local.db") if shared else local
+            sockets = listen(bound_host, bound_port, workers)
+            for sock in sockets:
+                stack.callback(sock.close)
+            watch, parent = os.pipe()  # the workers read `watch`: EOF when this process is gone
+            stack.callback(os.close, watch)
+            stack.callback(os.close, parent)
+            spec |= {"fds": [s.fileno() for s in sockets], "watch": watch, "parent": os.getpid()}
+            planner = _Planner(
+                path=str(config or packaged("lanes.toml")),
+                tmp=Path(tmp),
+                spec=spec,
+                env=env,
+                host=host,
+                port=port,
+                address=(bound_host, bound_port),
+                state=(base.state, base.local_state) if base else ("", ""),
+            )
             if simulate:
                 from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
 
                 fakes = await stack.enter_async_context(open_simulation())
-                spec["data"] = simulated_config(
-                    fakes, state=spec["state"], local_state=spec["local_state"]
-                )
+                data = simulated_config(fakes, state=state, local_state=spec["local_state"])
+                plan = _sim_plan(spec, data)
                 env = {**SIM_KEYS, **env}
                 log.warning(
                     "simulated providers on 127.0.0.1: %s",
                     ", ".join(f"{n}={f.port}" for n, f in fakes.items()),
                 )
             else:
-                spec["config"] = str(config or packaged("lanes.toml"))
-            sockets = listen(host, port, workers)
-            for sock in sockets:
-                stack.callback(sock.close)
-            watch, parent = os.pipe()  # the workers read `watch`: EOF when this process is gone
-            stack.callback(os.close, watch)
-            stack.callback(os.close, parent)
-            spec |= {"fds": [sock.fileno() for sock in sockets], "watch": watch}
+                assert source is not None and base is not None
+                plan = planner.plan(source, base)
             name = sockets[0].getsockname()
             url = (
                 f"http://[{name[0]}]:{name[1]}" if ":" in name[0] else f"http://{name[0]}:{name[1]}"
             )
-            log.warning("lanes serving on %s with %d workers", url, workers)
-            team = _Team(spec, env, log_format, grace_s)
+            log.warning(
+                "lanes serving on %s with %d workers (config %s)", url, workers, plan.sha256[:12]
+            )
+            team = Team(
+                plan,
+                count=workers,
+                env=env,
+                log_format=log_format,
+                status_path=Path(tmp) / "status.json",
+                replan=None if simulate else planner.replan,
+            )
             return await team.run()
 
 
-class _Team:
-    """The parent's view of its workers: start them, start again the ones that exit, stop them."""
-
-    def __init__(
-        self, spec: dict[str, Any], env: Mapping[str, str], log_format: str, grace_s: float
-    ) -> None:
-        self._spec, self._env, self._log_format, self._grace_s = spec, env, log_format, grace_s
-        self._processes: dict[int, trio.Process] = {}
-        self._exits: list[float] = []
-        self._stopping = trio.Event()
-        self._code = 0
-
-    async def run(self) -> int:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._signals)
-            async with trio.open_nursery() as slots:
-                for number in range(1, self._spec["count"] + 1):
-                    slots.start_soon(self._keep, number)
-                await self._stopping.wait()
-                for process in self._processes.values():
-                    if process.returncode is None:
-                        process.terminate()
-                nursery.start_soon(self._kill_after, self._grace_s + 5.0)
-            nursery.cancel_scope.cancel()
-        return self._code
-
-    async def _spawn(self, number: int) -> trio.Process:
-        fds = self._spec["fds"]
-        spec = {**self._spec, "worker": number, "fd": fds[(number - 1) % len(fds)]}
-        command = [sys.executable, "-m", "lanes", "serve", "--log-format", self._log_format]
-        return await trio.lowlevel.open_process(
-            command,
-            env={**self._env, WORKER_ENV: json.dumps(spec)},
-            pass_fds=(spec["fd"], spec["watch"]),
+def _worker_config(spec: Mapping[str, Any], env: dict[str, str]) -> Config:
+    """The config the parent handed this worker: its private copy's bytes (never the file),
+    checked against the hash the parent gave."""
+    if "data" in spec:
+        return load_config(spec["data"], env=env)
+    source = Source(where=spec["config"], data=Path(spec["config_file"]).read_bytes())
+    if source.sha256 != spec["config_sha256"]:
+        raise ConfigError(
+            f"{spec['config_file']}: the parent's copy of {spec['config']} changed under this "
+            "worker; restart the sidecar"
         )
-
-    async def _keep(self, number: int) -> None:
-        """Worker `number`, started again whenever it exits on its own."""
-        while True:
-            process = self._processes[number] = await self._spawn(number)
-            if self._stopping.is_set():
-                process.terminate()
-            status = await process.wait()
-            if self._stopping.is_set():
-                return
-            now = trio.current_time()
-            self._exits = [t for t in self._exits if now - t < RESTART_WINDOW_S] + [now]
-            if len(self._exits) >= RESTARTS:
-                log.error(
-                    "worker %d (pid %d) %s; workers exited %d times within %gs: stopping",
-                    number,
-                    process.pid,
-                    _how(status),
-                    len(self._exits),
-                    RESTART_WINDOW_S,
-                )
-                self._code = 1
-                self._stopping.set()
-                return
-            log.error("worker %d (pid %d) %s; starting it again", number, process.pid, _how(status))
-
-    async def _signals(self) -> None:
-        """SIGINT/SIGTERM: stop the workers gracefully; a second one: at once. SIGHUP: ignored
-        (each worker says so)."""
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-            async for signum in signals:
-                if signum == signal.SIGHUP:
-                    continue
-                if not self._stopping.is_set():
-                    log.warning(
-                        "stopping %d workers (in-flight jobs may finish)", len(self._processes)
-                    )
-                    self._stopping.set()
-                    continue
-                log.warning("stopping the workers at once")
-                self._kill()
-
-    async def _kill_after(self, seconds: float) -> None:
-        await trio.sleep(seconds)
-        self._kill()
-
-    def _kill(self) -> None:
-        for process in self._processes.values():
-            if process.returncode is None:
-                process.kill()
-
-
-def _how(status: int) -> str:
-    if status < 0:
-        try:
-            return f"was killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with code {status}"
+    config = source.check(env).config
+    return attrs.evolve(config, state=spec["state"], local_state=spec["local_state"])
 
 
 def run_worker(spec: Mapping[str, Any]) -> int:
     """One worker: the config the parent checked (the state it shares), served on its socket until
-    a signal, or until the parent is gone."""
+    a signal, or until the parent is gone. It tells the parent it is ready through
+    `spec["ready"]`, and serves once told to through `spec["go"]`."""
     env = dict(os.environ)
     if "data" in spec:
         from lanes.testing.simulate import SIM_KEYS
 
         env = {**SIM_KEYS, **env}
-        config: Config = load_config(spec["data"], env=env)
-    else:
-        config = check_config(spec["config"], env=env).config
-        config = attrs.evolve(config, state=spec["state"], local_state=spec["local_state"])
+    config = _worker_config(spec, env)
+    running = Running(
+        sha256=spec["config_sha256"],
+        worker=spec["worker"],
+        parent_pid=spec["parent"],
+        status_path=spec["status"],
+    )
 
     async def parent_gone() -> None:
         async with trio.lowlevel.FdStream(spec["watch"]) as watch:
             while await watch.receive_some():
                 pass
+
+    async def hold() -> bool:
+        """Tell the parent this worker is ready; serve when it says so (EOF: it decided not)."""
+        with contextlib.suppress(OSError):  # the parent is gone: the EOF below says so
+            os.write(spec["ready"], b"1")
+        os.close(spec["ready"])
+        async with trio.lowlevel.FdStream(spec["go"]) as go:
+            return bool(await go.receive_some(1))
 
     trio.run(
         lambda: serve(
@@ -258,8 +273,9 @@ def run_worker(spec: Mapping[str, Any]) -> int:
             port=spec["port"],
             env=env,
             listen_fd=spec["fd"],
-            worker=spec["worker"],
+            running=running,
             stop_when=parent_gone,
+            hold=hold,
             dedicated=True,
         )
     )

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,60 @@ def free_port() -> int:
 
 
 class SidecarProcess:
-    def __init__(self, process: trio.Process, base: str, log_path: Path) -> None:
+    def __init__(
+        self, process: trio.Process, base: str, log_path: Path, config_path: Path | None = None
+    ) -> None:
         self.process, self.base, self.log_path = process, base, log_path
+        self.config_path = config_path  # the TOML it was started with (to edit on disk)
         self.health_s = 0.0  # seconds from spawn to the first /health answer (0 until then)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def rewrite(self, config: Mapping[str, Any] | str) -> None:
+        """Write the config file anew (on its own port), as an operator editing it would; a
+        string is written as it is (say, TOML cut mid-edit)."""
+        assert self.config_path is not None
+        if not isinstance(config, str):
+            port = int(self.base.rsplit(":", 1)[1])
+            config = dump_toml({**config, "server": {**config.get("server", {}), "port": port}})
+        self.config_path.write_text(config)
+
+    async def every_worker(self, count: int) -> dict[int, Any]:
+        """What each of `count` workers (`--workers N`) answers at `/v1/lanes`, by the worker
+        number it names, asking on new connections until each has answered."""
+        found: dict[int, Any] = {}
+        limits = httpx2.Limits(max_keepalive_connections=0)
+        async with httpx2.AsyncClient(trust_env=False, timeout=10, limits=limits) as http:
+            for _ in range(200):
+                body = (await http.get(f"{self.base}/v1/lanes")).json()
+                found.setdefault(body["config"]["worker"], body)
+                if len(found) == count:
+                    return found
+        raise RuntimeError(f"only workers {sorted(found)} of {count} answered in 200 connections")
+
+    async def host(self) -> dict[str, Any]:
+        """The parent's view of its workers (`/v1/lanes`' `config.host`)."""
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            host: dict[str, Any] = (await http.get(f"{self.base}/v1/lanes")).json()["config"][
+                "host"
+            ]
+            return host
+
+    async def until_host(
+        self, check: Callable[[dict[str, Any]], bool], within_s: float = 30.0
+    ) -> dict[str, Any]:
+        """The parent's view once `check` holds of it (it is a file the parent writes: asked
+        every 20 ms); RuntimeError when it does not within `within_s`, or the parent exits."""
+        with trio.move_on_after(within_s):
+            while True:
+                if self.process.returncode is not None:
+                    break
+                with contextlib.suppress(httpx2.TransportError):
+                    if check(host := await self.host()):
+                        return host
+                await trio.sleep(0.02)
+        raise RuntimeError(f"the parent's view did not come to pass: {self.log()[-2000:]}")
 
     def children(self) -> list[int]:
         """The pids of the process's children — the workers of `--workers N` (Linux)."""
@@ -137,7 +186,7 @@ async def open_sidecar_process(
         process = await trio.lowlevel.open_process(
             command, stdout=log_file, stderr=subprocess.STDOUT, env=child_env, cwd=str(workdir)
         )
-        sidecar = SidecarProcess(process, f"http://127.0.0.1:{port}", log_path)
+        sidecar = SidecarProcess(process, f"http://127.0.0.1:{port}", log_path, path)
         try:
             await sidecar.wait_healthy()
             yield sidecar

@@ -1,0 +1,414 @@
+"""The parent of `lanes serve --workers N`: it starts the workers, starts again the ones that exit,
+reloads the config when told to, and stops them all.
+
+- **One config per host.** The parent runs one `Plan`: the config's bytes in a private copy the
+  workers read, and their hash. A worker started again after a crash is started on the plan that
+  is running, whatever the file on disk says by then; only a reload reads the file again.
+- **A reload is a decision.** SIGHUP (which `POST /v1/reload`, `lanes reload`, sends) makes a new
+  plan from the file (`replan`). A file that does not pass its checks, or that changes what a
+  reload can not change, is refused — one line says why, naming the key — and the running plan
+  stays. Otherwise a new worker is started for every slot beside the old one, on the slot's
+  socket, and only when every new worker serves are the old ones stopped gracefully: the port
+  never stops answering. One line names the keys that changed. A new worker that is not ready
+  within `READY_S` refuses the reload: the new ones are stopped, the old ones keep serving. A new
+  worker serves nothing until the reload is decided: it says it is ready (config checked,
+  dispatcher open) and waits to be told to serve.
+- **Restarts back off.** A worker that exits on its own is started again after
+  `restart_delay_s`: at once when it had served `STABLE_S`, else 0.5 s doubling to 30 s, per slot.
+  The parent never gives up; it exits 1 only when no worker at all could start at start-up.
+- **Status.** The parent writes `status.json` beside the config copies whenever what runs changes
+  (what each worker runs, whether it serves, the last reload's outcome); the workers read it for
+  `/ready`, `/v1/lanes` and `POST /v1/reload` (`running.py`).
+- A worker says it is ready by writing to a pipe the parent gave it (EOF first: it exited), and
+  serves when the parent writes to another (EOF: it exits without serving).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from lanes._core.errors import ConfigError
+from lanes._core.source import changed_keys, said
+
+log = logging.getLogger("lanes")
+WORKER_ENV = "LANES_WORKER"  # the spec a worker process is started with (JSON)
+READY_S = 30.0  # a worker not ready within this is stopped: it could not start
+STABLE_S = 60.0  # a worker that served this long and exits is started again at once
+FIRST_RESTART_S = 0.5
+MAX_RESTART_S = 30.0
+KILL_AFTER_S = 5.0  # past the grace, a worker that has not stopped is killed
+
+
+def restart_delay_s(failures: int) -> float:
+    """Seconds to wait before starting a slot's worker again after `failures` exits in a row that
+    came too soon (before serving, or within `STABLE_S`): 0 for none, then 0.5 s doubling, at
+    most 30 s."""
+    if failures <= 0:
+        return 0.0
+    return min(FIRST_RESTART_S * 2.0 ** min(failures - 1, 32), MAX_RESTART_S)
+
+
+def short(sha256: str | None) -> str:
+    return (sha256 or "none")[:12]
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """What every worker is started on: `spec` (its private config copy, `file`, and everything
+    else a worker is told), the config's hash, its parsed TOML (for the change line: None under
+    `--simulate`) and the graceful-stop time its workers get."""
+
+    spec: Mapping[str, Any]
+    sha256: str
+    raw: Mapping[str, Any] | None
+    grace_s: float
+    file: Path | None = None
+
+
+@attrs.define
+class _Slot:
+    number: int
+    process: trio.Process | None = None
+    sha256: str | None = None
+    serving: bool = False
+    started_at: float = 0.0
+    failures: int = 0
+
+
+def _how(status: int) -> str:
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with code {status}"
+
+
+def _again(delay_s: float) -> str:
+    return f"starting it again in {delay_s:g}s" if delay_s else "starting it again"
+
+
+def _one_line(exc: ConfigError) -> str:
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
+class Team:
+    """The parent's view of its workers. `replan` reads and checks the file again (raises
+    `ConfigError`), None when there is nothing to reload (`--simulate`)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        count: int,
+        env: Mapping[str, str],
+        log_format: str,
+        status_path: Path,
+        replan: Callable[[], Plan] | None,
+    ) -> None:
+        self._plan, self._env, self._log_format = plan, env, log_format
+        self._status_path, self._replan = status_path, replan
+        self._slots = [_Slot(number=n) for n in range(1, count + 1)]
+        self._live: set[trio.Process] = set()
+        self._held: dict[trio.Process, int] = {}  # ready workers waiting to be told to serve
+        self._lock = trio.Lock()  # one reload or restart starts workers at a time
+        self._wanted = trio.Event()
+        self._stopping = trio.Event()
+        self._work = trio.CancelScope()
+        self._reloads = 0
+        self._last: dict[str, Any] | None = None
+        self._code = 0
+
+    async def run(self) -> int:
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self._signals)
+            self._publish()
+            with self._work:
+                async with trio.open_nursery() as work:
+                    if await self._start_all():
+                        for slot in self._slots:
+                            work.start_soon(self._keep, slot)
+                        work.start_soon(self._reloader, work)
+                        await trio.sleep_forever()
+            await self._stop_all()
+            outer.cancel_scope.cancel()
+        return self._code
+
+    async def _start(self, number: int, plan: Plan) -> tuple[trio.Process, str | None]:
+        """Start worker `number` on `plan` and wait until it can serve — its config checked, its
+        dispatcher open — which it then does only when told to (`_took`): the process, and None —
+        or how it failed (it is gone by then)."""
+        fds = plan.spec["fds"]
+        fd = fds[(number - 1) % len(fds)]
+        reader, writer = os.pipe()  # the worker says "ready" on it
+        hold, go = os.pipe()  # we say "serve" on it, or close it: "do not"
+        spec = {**plan.spec, "worker": number, "fd": fd, "ready": writer, "go": hold}
+        command = [sys.executable, "-m", "lanes", "serve", "--log-format", self._log_format]
+        try:
+            with trio.CancelScope(shield=True):  # a process started is a process we track
+                process = await trio.lowlevel.open_process(
+                    command,
+                    env={**self._env, WORKER_ENV: json.dumps(spec)},
+                    pass_fds=(fd, spec["watch"], writer, hold),
+                )
+                self._live.add(process)
+                self._held[process] = go
+        except BaseException:
+            os.close(go)
+            raise
+        finally:
+            os.close(writer)
+            os.close(hold)
+        pipe = trio.lowlevel.FdStream(reader)
+        try:
+            with trio.move_on_after(READY_S) as waiting:
+                if await pipe.receive_some(16):
+                    return process, None
+        finally:
+            with trio.CancelScope(shield=True):
+                await pipe.aclose()
+        if waiting.cancelled_caught:  # EOF instead means it exited (maybe not yet reaped)
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+            why = f"was not ready within {READY_S:g}s (killed)"
+        else:
+            why = _how(await process.wait())
+        self._live.discard(process)
+        self._release(process)
+        return process, why
+
+    def _release(self, process: trio.Process, serve: bool = False) -> None:
+        """Tell a worker that is ready to serve, or (closing its pipe) to exit without serving."""
+        go = self._held.pop(process, None)
+        if go is None:
+            return
+        if serve:
+            with contextlib.suppress(OSError):  # it died meanwhile: its slot starts it again
+                os.write(go, b"1")
+        os.close(go)
+
+    def _took(self, slot: _Slot, process: trio.Process, plan: Plan) -> None:
+        """`process` (ready on `plan`) is slot's worker now: it serves from here on."""
+        self._release(process, serve=True)
+        slot.process, slot.sha256, slot.serving = process, plan.sha256, True
+        slot.started_at = trio.current_time()
+
+    async def _start_all(self) -> bool:
+        """Start every worker at once; False (and one line) when not one of them serves."""
+        failed: list[str] = []
+
+        async def one(slot: _Slot) -> None:
+            process, why = await self._start(slot.number, self._plan)
+            if why is None:
+                self._took(slot, process, self._plan)
+                self._publish()  # serving: its `/ready` must not call it missing
+            else:
+                slot.failures = 1
+                failed.append(f"worker {slot.number} (pid {process.pid}) {why}")
+
+        async with trio.open_nursery() as nursery:
+            for slot in self._slots:
+                nursery.start_soon(one, slot)
+        self._publish()
+        if any(slot.serving for slot in self._slots):
+            for line in failed:
+                log.error("%s; %s (it had not served yet)", line, _again(restart_delay_s(1)))
+            return True
+        log.error(
+            "no worker could start (%s): stopping; the lines above say why", "; ".join(failed)
+        )
+        self._code = 1
+        self._work.cancel()
+        return False
+
+    async def _keep(self, slot: _Slot) -> None:
+        """Slot `slot.number`: when its worker exits on its own, start it again — on the running
+        plan, after `restart_delay_s`."""
+        while True:
+            if slot.serving and slot.process is not None:
+                process = slot.process
+                status = await process.wait()
+                self._live.discard(process)
+                if slot.process is not process:
+                    continue  # retired by a reload: its successor serves
+                lived_s = trio.current_time() - slot.started_at
+                slot.failures = 0 if lived_s >= STABLE_S else slot.failures + 1
+                slot.serving = False
+                self._publish()
+                log.error(
+                    "worker %d (pid %d) %s; %s",
+                    slot.number,
+                    process.pid,
+                    _how(status),
+                    _again(restart_delay_s(slot.failures)),
+                )
+            await trio.sleep(restart_delay_s(slot.failures))
+            async with self._lock:
+                if slot.serving:
+                    continue  # a reload started it meanwhile
+                process, why = await self._start(slot.number, self._plan)
+                if why is None:
+                    self._took(slot, process, self._plan)
+                    self._publish()
+                    continue
+                slot.failures += 1
+                log.error(
+                    "worker %d (pid %d) %s; %s (it had not served yet)",
+                    slot.number,
+                    process.pid,
+                    why,
+                    _again(restart_delay_s(slot.failures)),
+                )
+
+    async def _reloader(self, work: trio.Nursery) -> None:
+        while True:
+            await self._wanted.wait()
+            self._wanted = trio.Event()  # SIGHUPs during a reload: one more reload after it
+            await self._reload(work)
+
+    async def _reload(self, work: trio.Nursery) -> None:
+        running = self._plan
+        if self._replan is None:
+            self._reloaded(False, "reload refused: --simulate runs its built-in config")
+            return
+        try:
+            plan = self._replan()
+        except ConfigError as exc:
+            self._reloaded(False, f"reload refused: {_one_line(exc)}")
+            return
+        if plan.sha256 == running.sha256:
+            self._unlink(plan)
+            self._reloaded(True, f"config unchanged ({short(plan.sha256)}): nothing to reload")
+            return
+        async with self._lock:
+            started: dict[int, trio.Process] = {}
+            failed: list[str] = []
+
+            async def one(slot: _Slot) -> None:
+                process, why = await self._start(slot.number, plan)
+                if why is None:
+                    started[slot.number] = process
+                    return
+                failed.append(f"worker {slot.number} (pid {process.pid}) {why}")
+
+            async with trio.open_nursery() as nursery:
+                for slot in self._slots:
+                    nursery.start_soon(one, slot)
+            if failed:  # those that are ready never serve: they exit on their own
+                for process in started.values():
+                    self._release(process)
+                    work.start_soon(self._retire, process, plan.grace_s, False)
+                self._unlink(plan)
+                self._reloaded(
+                    False, f"reload refused: a worker could not start on it ({'; '.join(failed)})"
+                )
+                return
+            old = [s.process for s in self._slots if s.process is not None]
+            for slot in self._slots:
+                self._took(slot, started[slot.number], plan)
+                slot.failures = 0
+            self._plan = plan
+            changes = said(changed_keys(running.raw or {}, plan.raw or {}))
+            self._reloaded(
+                True,
+                f"config reloaded: {short(running.sha256)} → {short(plan.sha256)}; {changes} "
+                f"({len(self._slots)} workers started on it, the old ones stop gracefully)",
+            )
+            for process in old:
+                if process.returncode is None:
+                    work.start_soon(self._retire, process, running.grace_s)
+            self._unlink(running)
+
+    async def _retire(self, process: trio.Process, grace_s: float, serving: bool = True) -> None:
+        """Stop a worker whose successor serves (or, not `serving`, one released to exit without
+        serving): gracefully, then at once past its grace."""
+        if serving:
+            process.terminate()
+        with trio.move_on_after(grace_s + KILL_AFTER_S):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        self._live.discard(process)
+
+    def _reloaded(self, ok: bool, message: str) -> None:
+        """The outcome of a reload: one line, and the status file (what `POST /v1/reload`
+        answers)."""
+        (log.warning if ok else log.error)(
+            "%s", message if ok else f"{message}; still running {short(self._plan.sha256)}"
+        )
+        self._reloads += 1
+        self._last = {"ok": ok, "message": message, "sha256": self._plan.sha256}
+        self._publish()
+
+    def _unlink(self, plan: Plan) -> None:
+        if plan.file is not None:
+            with contextlib.suppress(OSError):
+                plan.file.unlink()
+
+    def _publish(self) -> None:
+        """Write the status file whole, then rename it into place (a reader sees one or the
+        other)."""
+        status = {
+            "sha256": self._plan.sha256,
+            "workers": [
+                {
+                    "worker": slot.number,
+                    "pid": slot.process.pid if slot.process is not None else None,
+                    "sha256": slot.sha256,
+                    "serving": slot.serving,
+                }
+                for slot in self._slots
+            ],
+            "reloads": self._reloads,
+            "last_reload": self._last,
+        }
+        fresh = self._status_path.with_suffix(".new")
+        fresh.write_text(json.dumps(status))
+        fresh.replace(self._status_path)
+
+    async def _signals(self) -> None:
+        """SIGINT/SIGTERM: stop the workers gracefully; a second one: at once. SIGHUP: reload."""
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    self._wanted.set()
+                    continue
+                if not self._stopping.is_set():
+                    self._stopping.set()
+                    self._work.cancel()
+                    continue
+                log.warning("stopping the workers at once")
+                self._kill()
+
+    async def _stop_all(self) -> None:
+        for process in list(self._held):
+            self._release(process)
+        live = [p for p in self._live if p.returncode is None]
+        if live:
+            log.warning("stopping %d workers (in-flight jobs may finish)", len(live))
+        for process in live:
+            process.terminate()
+        with trio.move_on_after(self._plan.grace_s + KILL_AFTER_S):
+            for process in live:
+                await process.wait()
+        self._kill()
+        for process in live:
+            await process.wait()
+
+    def _kill(self) -> None:
+        for process in self._live:
+            if process.returncode is None:
+                process.kill()
