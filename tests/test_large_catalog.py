@@ -125,7 +125,7 @@ def test_the_lazy_plan_is_make_plans_order(shapes, tools, privacy, byok_key, fre
     assert order == [c.key for c in expected.candidates]
     assert (drawn.request_class, drawn.privacy) == (expected.request_class, expected.privacy)
     record = JobRecord(job, deadline_at=TrioTime(10.0), started_at=TrioTime(0.0))
-    _record_removed(record, drawn.removed)
+    _record_removed(record, drawn.removed, needs, drawn.privacy)
     removed_all = make_plan(job, candidates, policy, scores=scores, needs=needs).removed
     assert [(s.lane, s.model, s.reason) for s in record.skips] == [
         (s.lane, s.model, s.reason) for s in removed_all

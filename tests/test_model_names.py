@@ -11,7 +11,9 @@ from helpers import config, free_lane
 from lanes._core.check import check_config
 from lanes._core.config import packaged, read_config
 from lanes._core.routing.context import Routing
+from lanes._core.state.clock import StoreClock
 from lanes._core.state.store import SQLiteStore
+from lanes._core.wall import Wall
 from lanes.freetier.manager import FreeTierManager
 
 NAMES = {
@@ -27,10 +29,12 @@ NAMES = {
 
 
 def routing(cfg: lanes.Config) -> Routing:
+    store = SQLiteStore(":memory:")
     return Routing(
         config=cfg,
         lanes={},
-        store=SQLiteStore(":memory:"),
+        store=store,
+        clock=StoreClock(Wall(), tolerance_s=120.0, kind=store.kind, where=store.where),
         manager=FreeTierManager(),
         now_wall=lambda: 0.0,  # type: ignore[arg-type,return-value]
         free_lane_on=True,

@@ -321,7 +321,8 @@ async def test_an_output_cap_beyond_every_models_context_is_a_400_and_lowered_fo
     error = refused["chat"].json()["error"]
     assert error_of(refused["chat"]) == (400, "context_length_exceeded")
     assert error["message"].startswith(
-        "needs 100000000 output tokens; the largest output any candidate allows is 32768 tokens"
+        "needs 100000000 output tokens (on ~12 of input); the largest context any candidate "
+        "allows is 65536 tokens"
     )
     [sent] = fakes["local"].requests()  # the refused one was sent nowhere
     assert sent.model == "short" and sent.body["max_tokens"] == 4096

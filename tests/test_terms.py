@@ -256,13 +256,19 @@ def test_reading_terms_never_trusts_a_malformed_row(tmp_path):
     store.close()
 
 
+def announce(dispatcher, policy) -> None:
+    """Announce `policy`'s terms to the store again, now."""
+    dispatcher.routing.terms.announce(policy)
+    dispatcher.routing.nudge()
+
+
 async def test_a_reload_reannounces_and_a_reload_on_every_host_raises_the_ceiling(
     autojump_clock, tmp_path, env, caplog_lanes
 ):
-    """`Dispatcher.announce_terms` (what a reload calls): a stricter ceiling governs at once; a
-    looser one only once the store has settled it (until then, the store's last) — here, the only
-    host, so a reload on every host raises the ceiling; another host's stricter one holds it
-    down. Only a disagreement is logged, and its end."""
+    """A process announcing new terms (as a reload's new config does): a stricter ceiling
+    governs at once; a looser one only once the store has settled it (until then, the store's
+    last) — here, the only host, so a reload on every host raises the ceiling; another host's
+    stricter one holds it down. Only a disagreement is logged, and its end."""
     import attrs
 
     import lanes
@@ -274,9 +280,9 @@ async def test_a_reload_reannounces_and_a_reload_on_every_host_raises_the_ceilin
         policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.01},
     )
     async with lanes.open_dispatcher(cfg, env=env) as one:
-        one.announce_terms(attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.002))
+        announce(one, attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.002))
         at_once = one.routing.policy.paid_ceiling_usd_per_day
-        one.announce_terms(attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.05))
+        announce(one, attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.05))
         before_sync = one.routing.policy.paid_ceiling_usd_per_day
         await trio.sleep(1)  # a sync: the store settles the new announcement
         raised = one.routing.policy.paid_ceiling_usd_per_day

@@ -341,6 +341,8 @@ async def test_sighup_starts_every_worker_on_the_new_file_with_one_line(tmp_path
             sidecar.process.send_signal(signal.SIGHUP)
             host = await sidecar.until_host(lambda h: h["reloads"] == 1)
             done.set()
+        # the new terms are in force once the old workers have left, at the next sync
+        await sidecar.until_every_worker(2, lambda views: kept(views) == {("allow", 5.0)})
         views = await views_by_worker(sidecar.base)
         log = sidecar.log()
     on_disk = hashlib.sha256((tmp_path / "lanes.toml").read_bytes()).hexdigest()
@@ -380,6 +382,7 @@ async def test_lanes_reload_refuses_a_bad_file_naming_the_key_and_keeps_the_conf
         kept_views = await views_by_worker(sidecar.base)
         sidecar.rewrite(limited(paid.base_url, "allow", 5.0))
         good = await trio.to_thread.run_sync(reload)
+        await sidecar.until_every_worker(2, lambda views: kept(views) == {("allow", 5.0)})
         views = await views_by_worker(sidecar.base)
     assert bad_value.returncode == 1 and "policy.paid_ceiling_usd_per_day" in bad_value.stderr
     assert moved.returncode == 1 and "state: a reload can not move the state" in moved.stderr

@@ -23,7 +23,6 @@ from lanes._core.job import Candidate, Job, Reply
 from lanes._core.routing.approvals import Approvals
 from lanes._core.routing.calls import complete_call, embed_call
 from lanes._core.routing.context import Routing, open_record
-from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.walk import Call, walk
 from lanes._core.secrets import request_secrets
@@ -59,12 +58,7 @@ class Dispatcher:
         self.config = config
         self.store = store or SQLiteStore(":memory:")
         self.wall = wall or Wall()  # the wall source: read at every calendar decision
-        self.clock = StoreClock(
-            self.wall,
-            tolerance_s=config.policy.clock_tolerance_s,
-            kind=self.store.kind,
-            where=self.store.where,
-        )
+        self.clock = StoreClock.of(self.wall, self.store, config.policy.clock_tolerance_s)
         self.routing = Routing(
             config=config,
             lanes={lane.name: lane for lane in loaded.lanes},
@@ -137,9 +131,7 @@ class Dispatcher:
 
     def _switch(self, name: str, off: bool) -> None:
         if name not in self.routing.lanes:
-            raise KeyError(
-                f"no lane named {name!r}; lanes: {', '.join(self.routing.lanes) or 'none'}"
-            )
+            raise KeyError(f"no lane named {name!r}; lanes: {', '.join(self.routing.lanes)}")
         switched_off = self.routing.gate.switched_off
         (switched_off.add if off else switched_off.discard)(name)
         try:
@@ -150,13 +142,6 @@ class Dispatcher:
             )
         self.routing.nudge()
         log.warning("lane %s: switched %s at runtime", name, "off" if off else "on")
-
-    # -- the shared terms: one ceiling per store -----------------------------------------------
-    def announce_terms(self, policy: PolicyConfig) -> None:
-        """Announce `policy`'s ceiling and consent mode to the store again (a reload's new config);
-        the stricter of these and the store's last terms govern until the store settles them."""
-        self.routing.terms.announce(policy)
-        self.routing.nudge()
 
     async def set_terms(
         self, *, ceiling_usd: float | None = None, consent: Consent | None = None

@@ -207,7 +207,7 @@ class Team:
 
     async def _start_all(self) -> bool:
         """Start every worker at once; False (and one line) when not one of them serves."""
-        failed: list[str] = []
+        failed: list[str] = []  # said in worker order, whichever ended first
 
         async def one(slot: _Slot) -> None:
             process, why = await self._start(slot.number, self._plan)
@@ -222,6 +222,7 @@ class Team:
             for slot in self._slots:
                 nursery.start_soon(one, slot)
         self._publish()
+        failed.sort(key=lambda line: int(line.split()[1]))
         if any(slot.serving for slot in self._slots):
             for line in failed:
                 log.error("%s; %s (it had not served yet)", line, _again(restart_delay_s(1)))

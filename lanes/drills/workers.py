@@ -27,9 +27,16 @@ def _config(paid_url: str, fallback: str, ceiling: float) -> dict[str, Any]:
 
 
 def _runs(views: dict[int, Any]) -> set[tuple[str, str, float]]:
-    """What the workers run, as (hash, fallback, ceiling): one element when they agree."""
+    """What the workers' configs say, as (hash, consent, ceiling): one element when they agree.
+    (The terms in force are the store's — the strictest any live process announced — so a
+    SIGKILLed worker's announcement holds them until it lapses; the config is what this drill is
+    about.)"""
     return {
-        (v["config"]["sha256"], v["paid"]["fallback"], v["paid"]["ceiling_usd"])
+        (
+            v["config"]["sha256"],
+            v["paid"]["configured"]["consent"],
+            v["paid"]["configured"]["ceiling_usd"],
+        )
         for v in views.values()
     }
 

@@ -104,6 +104,24 @@ class SidecarProcess:
                     return found
         raise RuntimeError(f"only workers {sorted(found)} of {count} answered in 200 connections")
 
+    async def until_every_worker(
+        self,
+        count: int,
+        check: Callable[[dict[int, Any]], bool],
+        within_s: float = 10.0,
+    ) -> dict[int, Any]:
+        """`every_worker(count)` once `check` holds of it — say, a reload's terms in force, which
+        the workers take from the state store at their next sync once the old workers have left
+        — asked every 50 ms; RuntimeError when it does not within `within_s`."""
+        views: dict[int, Any] = {}
+        with trio.move_on_after(within_s):
+            while True:
+                if check(views := await self.every_worker(count)):
+                    return views
+                await trio.sleep(0.05)
+        seen = [(v["paid"], v.get("clock", {}).get("hosts")) for v in views.values()]
+        raise RuntimeError(f"the workers' views did not come to pass: {seen}")
+
     async def host(self) -> dict[str, Any]:
         """The parent's view of its workers (`/v1/lanes`' `config.host`)."""
         async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:

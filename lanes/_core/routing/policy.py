@@ -181,10 +181,10 @@ def unmet(candidate: Candidate, needs: Needs, privacy: str) -> tuple[int, str] |
     cap = candidate.max_output_tokens
     if cap is not None and cap < least:
         return 5, f"writes at most {cap} tokens < {least} asked"
-    if candidate.context is not None and needs.output_tokens > candidate.context:
-        return 5, f"context {candidate.context} < {needs.output_tokens} output tokens asked"
     if candidate.context is not None and needs.input_tokens + least > candidate.context:
         return 6, f"context {candidate.context} < ~{needs.input_tokens + least} tokens needed"
+    if candidate.context is not None and needs.output_tokens > candidate.context:
+        return 6, f"context {candidate.context} < {needs.output_tokens} output tokens asked"
     return None
 
 

@@ -18,6 +18,7 @@ day, grants, approvals, "approve once"s) read `trusted()`, the store's clock as 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import attrs
 
@@ -39,6 +40,15 @@ class ClockStatistics:
 
 
 class StoreClock:
+    """The clock the state store decides by — its day, every expiry — as seen from this process:
+    the wall source checked against the store's own (Redis: the server's `TIME`; a shared file:
+    the host's), and paid closed while the two disagree by more than `tolerance_s`."""
+
+    @classmethod
+    def of(cls, wall: Wall, store: Any, tolerance_s: float) -> StoreClock:
+        """The clock of `store` (anything with the store's `kind` and `where`)."""
+        return cls(wall, tolerance_s=tolerance_s, kind=store.kind, where=store.where)
+
     def __init__(self, wall: Wall, *, tolerance_s: float, kind: str, where: str) -> None:
         self.wall = wall
         self.tolerance_s = tolerance_s
