@@ -281,3 +281,24 @@ async def test_the_chat_front_door_leaves_everything_else_to_starlette(monkeypat
     assert failed.status_code == 500 and failed.json()["error"]["code"] == "internal_error"
     assert failed.json()["error"]["type"] == "api_error" and "bug" not in failed.text
     assert failed_elsewhere.status_code == 500 and failed_elsewhere.json() == failed.json()
+
+
+def test_a_deadline_header_counts_from_the_requests_arrival():
+    """`X-Lanes-Deadline-Ms` is anchored at the moment the request's headers were in, so the time
+    it waits for its body and its admission is spent from the client's deadline; outside a
+    request (the library), the dispatcher anchors it when the job arrives."""
+    from types import SimpleNamespace
+
+    from lanes._http import departures
+    from lanes._http.validation import job_headers
+
+    token = departures._REQUEST.set(SimpleNamespace(arrived=100.0))  # type: ignore[arg-type]
+    try:
+        inside = job_headers({"x-lanes-deadline-ms": "1500"})
+        default = job_headers({})
+    finally:
+        departures._REQUEST.reset(token)
+    outside = job_headers({"x-lanes-deadline-ms": "1500"})
+    assert (inside["deadline_at"], inside["deadline_s"]) == (101.5, 1.5)
+    assert default["deadline_at"] is None and default["deadline_s"] is None
+    assert outside["deadline_at"] is None and outside["deadline_s"] == 1.5

@@ -20,9 +20,10 @@ from lanes._core.job import Candidate
 from lanes._core.routing import ranking, scoring
 from lanes._core.routing.autoplan import AutoPlan
 from lanes._core.routing.gate import Gate
+from lanes._core.routing.needs import needs_of
 from lanes._core.routing.order import _record_removed
 from lanes._core.routing.plan_queue import Queue
-from lanes._core.routing.policy import PolicyConfig, make_plan, needs_of
+from lanes._core.routing.policy import PolicyConfig, make_plan
 from lanes._core.routing.pool import Pool
 from lanes._core.routing.record import MAX_SKIPS, JobRecord
 from lanes._http.server import serve

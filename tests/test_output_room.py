@@ -11,13 +11,8 @@ from hypothesis import strategies as st
 
 from lanes import Job
 from lanes._core.job import Candidate
-from lanes._core.routing.policy import (
-    PolicyConfig,
-    estimate_tokens,
-    make_plan,
-    needs_of,
-    unfit,
-)
+from lanes._core.routing.needs import estimate_tokens, needs_of
+from lanes._core.routing.policy import PolicyConfig, make_plan, unfit
 from lanes._core.routing.room import MIN_CLAMPED_OUTPUT
 from lanes._core.routing.spend import as_sent, worst_case
 

@@ -6,11 +6,11 @@ import pytest
 
 from lanes import Job
 from lanes._core.job import Candidate
+from lanes._core.routing.needs import needs_of
 from lanes._core.routing.policy import (
     PolicyConfig,
     after_failure,
     make_plan,
-    needs_of,
     request_class,
 )
 

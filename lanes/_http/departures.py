@@ -70,6 +70,7 @@ class _Request:
         self._app, self._send = app, send
         self.put: Put | None = None
         self._scope = trio.CancelScope()
+        self.arrived = trio.current_time()  # its headers are in: a job's deadline counts from here
         self._answered = False
         self.gone = False  # the client left before the answer was out
         self.shields = 0  # `departure_shield` blocks running
@@ -113,6 +114,14 @@ class _Request:
 
 
 _REQUEST: ContextVar[_Request | None] = ContextVar("lanes_request", default=None)
+
+
+def arrived_at() -> float | None:
+    """When the current request's headers were in (trio's clock), or None outside a request: an
+    `X-Lanes-Deadline-Ms` counts from there, so the time a request waits behind others for its
+    body, its key check and its admission is the client's time too."""
+    request = _REQUEST.get()
+    return request.arrived if request is not None else None
 
 
 @contextmanager

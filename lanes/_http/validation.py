@@ -18,6 +18,7 @@ from typing import Any, Literal
 from lanes._core import strictjson
 from lanes._core.job import Job, Privacy
 from lanes._core.state.terms import CONSENTS, MAX_CEILING_USD, Consent
+from lanes._http.departures import arrived_at
 from lanes._http.errors import BadRequest
 from lanes.freetier.headers import go_duration
 from lanes.freetier.prices import MAX_TOKENS, bounded
@@ -109,8 +110,11 @@ def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     if privacy not in PRIVACY:
         raise BadRequest("X-Lanes-Privacy must be any, zdr or local", "X-Lanes-Privacy")
     approval = label(headers.get("x-lanes-approval"), "X-Lanes-Approval")
+    deadline_s = deadline_ms / 1000 if deadline_ms is not None else None
+    arrived = arrived_at() if deadline_s is not None else None
     return {
-        "deadline_s": deadline_ms / 1000 if deadline_ms is not None else None,
+        "deadline_s": deadline_s,
+        "deadline_at": arrived + deadline_s if arrived is not None and deadline_s else None,
         "cohort": label(headers.get("x-lanes-cohort"), "X-Lanes-Cohort"),
         "request_class": label(headers.get("x-lanes-class"), "X-Lanes-Class"),
         "approval": approval[:64] if approval else None,

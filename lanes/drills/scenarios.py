@@ -179,20 +179,32 @@ each."""
 @drill("provider-hung")
 async def provider_hung(workdir: Path) -> Result:
     """A provider accepts and never answers: every job still answers within its deadline plus \
-0.5 s."""
-    async with open_sidecar(
-        ("free", "free", ["free-model"], {"attempt_timeout_s": 1.0}),
-        ("local", "local", ["local-model"]),
-    ) as (url, fakes):
-        fakes["free"].script("free-model", hang())
-        fakes["local"].script("local-model", hang())
+0.5 s. The sidecar is a process of its own, as in a deployment: the clients' work is not its."""
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("local", models=("local-model",)) as local,
+    ):
+        free.script("free-model", hang())
+        local.script("local-model", hang())
+        config = {
+            "state": ":memory:",
+            "policy": {"free_tier_fallback": "allow"},
+            "scoring": {"explore_rate": 0.0},
+            "lanes": [
+                {**free_lane("free", free.base_url, ["free-model"]), "attempt_timeout_s": 1.0},
+                local_lane("local", local.base_url),
+            ],
+        }
         overshoots, statuses = [], []
-        async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+        async with (
+            open_sidecar_process(config, workdir, env=KEYS) as sidecar,
+            httpx2.AsyncClient(trust_env=False, timeout=20) as http,
+        ):
 
             async def one(deadline_ms: int) -> None:
                 start = trio.current_time()
                 response = await http.post(
-                    f"{url}/chat/completions",
+                    f"{sidecar.base}/v1/chat/completions",
                     json={"messages": MESSAGES},
                     headers={"X-Lanes-Deadline-Ms": str(deadline_ms)},
                 )

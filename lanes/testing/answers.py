@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from lanes._core.routing.policy import max_output_tokens
+from lanes._core.routing.needs import max_output_tokens
 from lanes.testing.schema import instance
 
 #: The dimension of a simulated embedding when the request does not ask for one.

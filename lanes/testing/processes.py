@@ -91,12 +91,12 @@ class SidecarProcess:
             config = dump_toml({**config, "server": {**config.get("server", {}), "port": port}})
         self.config_path.write_text(config)
 
-    async def every_worker(self, count: int) -> dict[int, Any]:
+    async def every_worker(self, count: int, *, timeout_s: float = 10.0) -> dict[int, Any]:
         """What each of `count` workers (`--workers N`) answers at `/v1/lanes`, by the worker
         number it names, asking on new connections until each has answered."""
         found: dict[int, Any] = {}
         limits = httpx2.Limits(max_keepalive_connections=0)
-        async with httpx2.AsyncClient(trust_env=False, timeout=10, limits=limits) as http:
+        async with httpx2.AsyncClient(trust_env=False, timeout=timeout_s, limits=limits) as http:
             for _ in range(200):
                 body = (await http.get(f"{self.base}/v1/lanes")).json()
                 found.setdefault(body["config"]["worker"], body)
@@ -108,19 +108,32 @@ class SidecarProcess:
         self,
         count: int,
         check: Callable[[dict[int, Any]], bool],
-        within_s: float = 10.0,
+        within_s: float = 30.0,
     ) -> dict[int, Any]:
         """`every_worker(count)` once `check` holds of it — say, a reload's terms in force, which
         the workers take from the state store at their next sync once the old workers have left
-        — asked every 50 ms; RuntimeError when it does not within `within_s`."""
+        — asked every 50 ms; RuntimeError, with what was seen and the log's end, when it does not
+        within `within_s`. A round that does not finish within 2 s (a connection handed to a
+        worker that is starting or leaving) is asked again."""
         views: dict[int, Any] = {}
+        rounds = slow = 0
         with trio.move_on_after(within_s):
             while True:
-                if check(views := await self.every_worker(count)):
+                rounds += 1
+                try:
+                    with trio.fail_after(2.0):
+                        views = await self.every_worker(count, timeout_s=2.0)
+                except (trio.TooSlowError, httpx2.TransportError):
+                    slow += 1
+                    continue
+                if check(views):
                     return views
                 await trio.sleep(0.05)
         seen = [(v["paid"], v.get("clock", {}).get("hosts")) for v in views.values()]
-        raise RuntimeError(f"the workers' views did not come to pass: {seen}")
+        raise RuntimeError(
+            f"the workers' views did not come to pass in {rounds} rounds ({slow} slow): {seen}; "
+            f"log: {self.log()[-3000:]}"
+        )
 
     async def host(self) -> dict[str, Any]:
         """The parent's view of its workers (`/v1/lanes`' `config.host`)."""

@@ -21,7 +21,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 
 from lanes._core.job import Candidate, Job
-from lanes._core.routing.policy import Needs, PolicyConfig, clamped, request_class
+from lanes._core.routing.needs import Needs, clamped
+from lanes._core.routing.policy import PolicyConfig, request_class
 from lanes._core.routing.pool import TIERS, Group, Pool, group_unfit
 
 

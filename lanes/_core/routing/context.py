@@ -21,7 +21,8 @@ from lanes._core.routing.breakers import LaneBreakers
 from lanes._core.routing.consent import Consent
 from lanes._core.routing.gate import Gate
 from lanes._core.routing.ledger import Ledger
-from lanes._core.routing.policy import Needs, PolicyConfig
+from lanes._core.routing.needs import Needs
+from lanes._core.routing.policy import PolicyConfig
 from lanes._core.routing.pool import Pool
 from lanes._core.routing.probes import Probes
 from lanes._core.routing.ranking import Ranking

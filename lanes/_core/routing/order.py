@@ -9,8 +9,9 @@ from collections.abc import Callable
 from lanes._core.job import Candidate
 from lanes._core.routing.autoplan import AutoPlan
 from lanes._core.routing.context import Routing
+from lanes._core.routing.needs import Needs, needs_of
 from lanes._core.routing.plan_queue import ListSource, Queue
-from lanes._core.routing.policy import STAGES, Needs, make_plan, needs_of, unmet
+from lanes._core.routing.policy import STAGES, make_plan, unmet
 from lanes._core.routing.pool import Group
 from lanes._core.routing.record import JobRecord
 from lanes._core.routing.verdicts import never_served

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 
 from lanes._core.job import Candidate, Job
-from lanes._core.routing.policy import Needs, PolicyConfig, unfit
+from lanes._core.routing.needs import Needs
+from lanes._core.routing.policy import PolicyConfig, unfit
 
 TIERS = ("local", "byok", "free", "paid")
 

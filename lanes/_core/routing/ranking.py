@@ -9,7 +9,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from lanes._core.job import Candidate, Job
-from lanes._core.routing.policy import Needs, fit
+from lanes._core.routing.needs import Needs
+from lanes._core.routing.policy import fit
 from lanes._core.routing.scoring import (
     ScoringConfig,
     Stats,

@@ -39,7 +39,7 @@ from typing import Any
 import attrs
 
 from lanes._core.job import Candidate, Job
-from lanes._core.routing.policy import estimate_tokens
+from lanes._core.routing.needs import estimate_tokens
 from lanes._core.routing.room import output_room
 from lanes.freetier.prices import cost_usd
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import attrs
 
 from lanes._core.job import Candidate, Job
-from lanes._core.routing.policy import STAGES, Needs, unmet
+from lanes._core.routing.needs import Needs
+from lanes._core.routing.policy import STAGES, unmet
 
 
 @attrs.frozen(kw_only=True)
