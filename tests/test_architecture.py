@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import tokenize
 from pathlib import Path
@@ -210,6 +211,42 @@ def test_lanes_never_imports_the_scripts_around_it():
     assert offenders == []
 
 
+TOP_LEVEL = (
+    "pyproject.toml",
+    "README.md",
+    "Makefile",
+    "lanes",
+    "canary",
+    "drills",
+    "tests",
+    "config",
+)
+
+
+def test_the_repository_top_level_is_the_design_cards():
+    """The design card's top level exists: `canary/` and `drills/` beside `lanes/`, `config/` and
+    `tests/`, each home with a README; they hold no Python (nothing that could shadow
+    `lanes.canary` or `lanes.drills`, which stay the code); `canary/prompts.toml` is the package's
+    prompt set itself (a link, not a copy), and CI runs the drills through `drills/ci`."""
+    assert [n for n in TOP_LEVEL if not (ROOT / n).exists()] == []
+    for home in ("canary", "drills"):
+        assert (ROOT / home / "README.md").is_file()
+        assert sorted(p.name for p in (ROOT / home).rglob("*.py")) == []
+    prompts = ROOT / "canary" / "prompts.toml"
+    assert prompts.is_symlink()
+    assert prompts.resolve() == (PACKAGE / "config" / "canary.toml").resolve()
+    assert "drills/ci" in (ROOT / ".ci" / "run").read_text().split()
+    assert os.access(ROOT / "drills" / "ci", os.X_OK)
+
+
+def test_the_drills_readme_lists_every_drill_as_lanes_drill_says():
+    """`drills/README.md` holds `lanes drill --list --md` as it is now: a drill added, renamed or
+    re-described without the README changing fails here."""
+    from lanes.drills.registry import table
+
+    assert table() in (ROOT / "drills" / "README.md").read_text()
+
+
 def module_graph() -> dict[str, set[str]]:
     """lanes' modules → the lanes modules each imports (type-checking imports included)."""
     graph: dict[str, set[str]] = {}
@@ -362,7 +399,8 @@ def test_readme_tables_render():
     then rows with as many cells — a blank line inside a table would split it, and the rows after
     it would render as text."""
     problems = []
-    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *ROOT.glob("[cd]*/README.md")]
+    for path in pages:
         lines = path.read_text().splitlines()
         fenced = False
         for i, line in enumerate(lines):
