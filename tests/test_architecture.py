@@ -357,32 +357,38 @@ def config_keys() -> set[str]:
     return {field.name for cls in classes for field in attrs.fields(cls)}
 
 
-def test_readme_documents_every_config_key():
-    """Each config key appears in the README's config reference."""
-    readme = (ROOT / "README.md").read_text()
+def documentation() -> str:
+    """README and every page of the docs site (docs/*.md), as one text."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return "\n".join(p.read_text() for p in pages)
+
+
+def test_the_docs_document_every_config_key():
+    """Each config key appears in the docs' configuration reference (docs/reference.md)."""
+    readme = (ROOT / "docs" / "reference.md").read_text()
     missing = sorted(k for k in config_keys() if f"`{k}`" not in readme)
     assert missing == []
 
 
-def test_readme_documents_every_cli_command():
-    """Each `lanes` subcommand appears in the README."""
+def test_the_docs_document_every_cli_command():
+    """Each `lanes` subcommand appears in the docs (the sidecar page's `lanes` command table)."""
     from lanes._cli import _parser
 
     parser = _parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     assert commands is not None  # the subparsers' action lists the subcommands
-    readme = (ROOT / "README.md").read_text()
+    readme = documentation()
     assert sorted(c for c in commands if f"lanes {c}" not in readme) == []
 
 
-def test_readme_documents_every_cli_flag():
+def test_the_docs_document_every_cli_flag():
     """Each long option of each `lanes` subcommand (`--workers`, `--log-format`, …) appears in the
-    README."""
+    docs."""
     from lanes._cli import _parser
 
     action = next(a for a in _parser()._actions if a.dest == "command")
     assert isinstance(action.choices, dict)  # subcommand → its parser
-    readme = (ROOT / "README.md").read_text()
+    readme = documentation()
     flags = {
         (name, flag)
         for name, sub in action.choices.items()
@@ -395,7 +401,7 @@ def test_readme_documents_every_cli_flag():
 
 
 def test_readme_tables_render():
-    """Every Markdown table in README and docs/ is one block: a header, its `|---|` separator,
+    """Every Markdown table in README, docs/ and the top-level homes is one block: a header, its `|---|` separator,
     then rows with as many cells — a blank line inside a table would split it, and the rows after
     it would render as text."""
     problems = []
