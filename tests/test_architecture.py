@@ -401,9 +401,9 @@ def test_the_docs_document_every_cli_flag():
 
 
 def test_readme_tables_render():
-    """Every Markdown table in README, docs/ and the top-level homes is one block: a header, its `|---|` separator,
-    then rows with as many cells — a blank line inside a table would split it, and the rows after
-    it would render as text."""
+    """Every Markdown table in README, docs/ and the top-level homes is one block: a header, its
+    `|---|` separator, then rows with as many cells — a blank line inside a table would split it,
+    and the rows after it would render as text."""
     problems = []
     pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *ROOT.glob("[cd]*/README.md")]
     for path in pages:
