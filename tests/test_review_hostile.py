@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from lanes._core.dialects import responses_api
 from lanes._core.job import MAX_DROPPED, bounded_names
 
@@ -25,7 +23,6 @@ def _cpu_s(n: int, tries: int) -> float:
     return best
 
 
-@pytest.mark.xfail(strict=True, reason="review: bounded_names dedups against a list (quadratic)")
 def test_naming_dropped_fields_is_linear_in_their_count():
     """A body of many unknown keys (a 4 MiB body holds ~350,000) is named as dropped in time
     linear in their count: the names were deduplicated against a list, so 40,000 keys took 18 s
@@ -42,7 +39,6 @@ def test_naming_dropped_fields_is_linear_in_their_count():
 # == finding 2: colliding namespaced tools grow their flat names one underscore at a time ==========
 
 
-@pytest.mark.xfail(strict=True, reason="review: namespace collisions append '_' one at a time")
 def test_colliding_namespaced_tools_get_short_distinct_flat_names():
     """1,000 namespace tools of one name, each with a member `x` (62 KB of body): every flat name
     stays short and distinct. Each collision added one `_` and tried again, so names grew to the
