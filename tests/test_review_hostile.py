@@ -4,10 +4,19 @@ showed it (a strict xfail until it is fixed, then a guard of the fix). Everythin
 
 from __future__ import annotations
 
+import re
 import time
+
+import pytest
+import trio
 
 from lanes._core.dialects import responses_api
 from lanes._core.job import MAX_DROPPED, bounded_names
+from lanes.testing import answer
+from lanes.testing.clients import http_request
+from lanes.testing.configs import open_sidecar
+
+OK = {"messages": [{"role": "user", "content": "Say the pangram."}]}
 
 # == finding 1: naming what was dropped is quadratic in the names =================================
 
@@ -49,3 +58,48 @@ def test_colliding_namespaced_tools_get_short_distinct_flat_names():
     names = [t["function"]["name"] for t in chat.params["tools"]]
     assert len(set(names)) == len(names) == 1_000
     assert max(map(len, names)) <= len("n__x") + 6, max(map(len, names))
+
+
+# == finding 3: a client that pipelines a second request and leaves is not noticed ===============
+
+
+@pytest.mark.xfail(strict=True, reason="review: a pipelined request hides the client's close")
+async def test_a_client_that_pipelines_and_leaves_cancels_its_job(autojump_clock):
+    """A client sends a 5 s chat job and, on the same connection, a second request (pipelining,
+    which HTTP/1.1 allows), then closes: its upstream request is dropped within 0.1 s, as for a
+    client that did not pipeline. h11 pauses the connection behind the first answer, so the close
+    is never read and the job ran its full 5 s (a paid upstream bills it): any client defeats
+    the departure rule with one extra request line (`departures.py` documents this)."""
+    async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
+        fake = fakes["local"]
+        fake.script("local-model", answer(delay_s=5.0))
+        stream = await trio.open_tcp_stream("127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0]))
+        first = http_request("POST", "/v1/chat/completions", OK)
+        await stream.send_all(first + http_request("GET", "/health"))
+        with trio.fail_after(1):
+            await fake.wait_for(lambda f: f.in_flight)
+        left_at = trio.current_time()
+        await stream.aclose()
+        with trio.fail_after(10):
+            await fake.wait_for(lambda f: not f.in_flight)
+    assert fake.departed, "the upstream answered in full: nothing let go of its request"
+    assert fake.departed[-1].at - left_at < 0.1
+
+
+# == finding 4: a flat name for a namespaced tool can pass the 64 characters chat allows ==========
+
+
+@pytest.mark.xfail(strict=True, reason="review: joined namespace names are not bounded to 64")
+def test_a_namespaced_tools_flat_name_fits_chats_limit():
+    """Two MCP servers of long names that both offer `search_documents_by_query`: each member's
+    flat name (namespace joined to name) is at most 64 characters of `[A-Za-z0-9_-]`, the limit
+    OpenAI's and Groq's chat APIs enforce on a function name — else every request with those
+    tools is a 400 upstream, for a client that sent nothing wrong. Today the joined name is 65."""
+    servers = ["mcp__acme_corp_internal_knowledge_base__", "mcp__acme_corp_engineering_wiki__"]
+    member = {"type": "function", "name": "search_documents_by_query", "parameters": {}}
+    tools = [{"type": "namespace", "name": s, "tools": [member]} for s in servers]
+    chat = responses_api.to_chat({"input": "hi", "tools": tools})
+    names = [t["function"]["name"] for t in chat.params["tools"]]
+    assert len(set(names)) == 2
+    for name in names:
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name), name
