@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from lanes._core.dialects import responses_api
+from lanes._core.dialects.common import BadField
 from lanes._core.job import MAX_DROPPED, bounded_names
 from lanes.testing import answer
 from lanes.testing.clients import http_request
@@ -103,3 +104,18 @@ def test_a_namespaced_tools_flat_name_fits_chats_limit():
     assert len(set(names)) == 2
     for name in names:
         assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name), name
+
+
+# == finding 5: an input item whose `type` is not a string is a 500 =============================
+
+
+@pytest.mark.parametrize("kind", [{}, ["message"], {"a": "b" * 100_000}])
+@pytest.mark.xfail(strict=True, reason="review: a non-string input item type raises TypeError")
+def test_an_input_item_type_of_the_wrong_type_is_a_400_naming_it(kind):
+    """`/v1/responses` with `input: [{"type": {}}]`: a 400 naming `input[0].type`, with the value
+    shown at most briefly. It raised TypeError (a dict is no member of a set): a 500 from the
+    sidecar, and a traceback in its log, for any client's malformed item."""
+    with pytest.raises(BadField) as refused:
+        responses_api.to_chat({"input": [{"type": kind}]})
+    assert refused.value.param == "input[0].type"
+    assert len(str(refused.value)) < 300
