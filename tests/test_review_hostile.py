@@ -110,7 +110,6 @@ def test_a_namespaced_tools_flat_name_fits_chats_limit():
 
 
 @pytest.mark.parametrize("kind", [{}, ["message"], {"a": "b" * 100_000}])
-@pytest.mark.xfail(strict=True, reason="review: a non-string input item type raises TypeError")
 def test_an_input_item_type_of_the_wrong_type_is_a_400_naming_it(kind):
     """`/v1/responses` with `input: [{"type": {}}]`: a 400 naming `input[0].type`, with the value
     shown at most briefly. It raised TypeError (a dict is no member of a set): a 500 from the
