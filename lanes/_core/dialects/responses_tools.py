@@ -114,14 +114,16 @@ def translate(tools: Any) -> Tools:
     bare = Counter(str(tool.get("name")) for _, _, tool in functions)
     taken = {str(tool.get("name")) for _, namespace, tool in functions if namespace is None}
     translated = Tools(dropped=dropped)
+    suffixes: dict[str, int] = {}  # a flat name taken → the next suffix to try after it
     for param, namespace, tool in functions:
         if namespace is None:
             translated.chat.append(_function(tool, param))
             continue
         name = str(tool.get("name"))
-        flat = name if bare[name] == 1 else _joined(namespace, name)
-        while flat in taken:  # a tool of that very name exists: never two tools of one name
-            flat += "_"
+        flat = base = name if bare[name] == 1 else _joined(namespace, name)
+        while flat in taken:  # a tool of that very name exists: never two tools of one name —
+            suffixes[base] = suffixes.get(base, 0) + 1  # a counter, not one `_` more per clash
+            flat = f"{base}_{suffixes[base]}"  # (names of the clash count, cubic time)
         taken.add(flat)
         translated.flat[(namespace, name)] = flat
         translated.chat.append(_function(tool, param, flat))
