@@ -152,9 +152,7 @@ def usage_in(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
-def running_usage(
-    before: Mapping[str, Any] | None, after: Mapping[str, Any]
-) -> Mapping[str, Any]:
+def running_usage(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> Mapping[str, Any]:
     """The usage a stream has reported once `after` follows `before`: `after`, with any count
     that fell below `before`'s raised back to it (a running total never falls; a report that
     says less is no proof that less was used)."""
