@@ -32,7 +32,13 @@ from lanes._core.upstream.responses import (
     in_band,
     parse_body,
 )
-from lanes._core.upstream.shapes import in_band_error, normal_chunk, normal_completion, usage_in
+from lanes._core.upstream.shapes import (
+    in_band_error,
+    normal_chunk,
+    normal_completion,
+    running_usage,
+    usage_in,
+)
 from lanes._core.upstream.sse import SSEDecoder
 from lanes._core.upstream.untrusted import MAX_CODE, shown
 
@@ -223,7 +229,8 @@ class ChunkReader:
                 if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                     self.finish_reason = choice["finish_reason"]
             if (usage := usage_in(chunk)) is not None:
-                self.usage = usage  # a running total when it comes on every chunk: the last counts
+                # a running total when it comes on every chunk: the last counts, never less
+                self.usage = running_usage(self.usage, usage)
             if normal is not None:
                 chunks.append((normal, None))  # rewritten: encoded again when passed on
             else:

@@ -13,7 +13,9 @@ and an error inside a 200 stream. Pure.
   `reasoning_of`.
 - **Usage** is the top-level `usage`, else the `usage` inside a vendor extension object (a top-level
   `x_<vendor>` key), as some providers send it in streams: `usage_in`. A stream that repeats it on
-  every chunk repeats a running total, so the caller keeps the last one and never adds them up.
+  every chunk repeats a running total, so the caller keeps the last one and never adds them up —
+  but a count that falls from one report to the next is no running total: the larger stands
+  (`running_usage`), so a last chunk saying `0` never settles a paid stream at nothing.
 - **An error inside a 200** — a chunk with an `error` object, with or without `choices` — keeps the
   status the provider gave it (`status_code`, or a numeric `code` / `status`): `in_band_error`.
 """
@@ -145,6 +147,27 @@ def usage_in(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
             if isinstance(inner, Mapping) and inner:
                 return inner
     return None
+
+
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def running_usage(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The usage a stream has reported once `after` follows `before`: `after`, with any count
+    that fell below `before`'s raised back to it (a running total never falls; a report that
+    says less is no proof that less was used)."""
+    if before is None:
+        return after
+    raised = {
+        key: before[key]
+        for key in _COUNTS
+        if _whole(before.get(key)) and _whole(after.get(key)) and after[key] < before[key]
+    }
+    return {**after, **raised} if raised else after
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _status(value: Any) -> int | None:
