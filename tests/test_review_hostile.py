@@ -5,7 +5,6 @@ showed it (a strict xfail until it is fixed, then a guard of the fix). Everythin
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 import trio
@@ -22,28 +21,15 @@ OK = {"messages": [{"role": "user", "content": "Say the pangram."}]}
 # == finding 1: naming what was dropped is quadratic in the names =================================
 
 
-def _cpu_s(n: int, tries: int) -> float:
-    """The CPU seconds `bounded_names` takes over `n` distinct names (the best of `tries`)."""
-    best = float("inf")
-    for _ in range(tries):
-        names = [f"k{i}" for i in range(n)]
-        started = time.process_time()
-        bounded_names(names)
-        best = min(best, time.process_time() - started)
-    return best
-
-
 def test_naming_dropped_fields_is_linear_in_their_count():
-    """A body of many unknown keys (a 4 MiB body holds ~350,000) is named as dropped in time
-    linear in their count: the names were deduplicated against a list, so 40,000 keys took 18 s
-    of the event loop, and a full body about 20 minutes, with every other request waiting."""
-    small, large = _cpu_s(2_000, tries=5), _cpu_s(20_000, tries=1)
-    assert large < 35 * max(small, 1e-4), (
-        small,
-        large,
-    )  # 10x the names: 10x linear, 100x quadratic
-    named = bounded_names(f"k{i}" for i in range(2_000))
-    assert len(named) == MAX_DROPPED and named[-1] == f"+{2_000 - MAX_DROPPED + 1} more"
+    """A body of many unknown keys (a 4 MiB body holds ~350,000) is named as dropped in one pass:
+    the names were deduplicated against a list, so 40,000 keys took 18 s of the event loop. Here
+    100,000 names (and each twice) are named at once — the list's way would take minutes, so this
+    test would hang, not pass; no time is asserted."""
+    names = [f"k{i}" for i in range(100_000)]
+    named = bounded_names(names + names)
+    assert len(named) == MAX_DROPPED and named[-1] == f"+{100_000 - MAX_DROPPED + 1} more"
+    assert named[: MAX_DROPPED - 1] == tuple(names[: MAX_DROPPED - 1])
 
 
 # == finding 2: colliding namespaced tools grow their flat names one underscore at a time ==========
@@ -64,7 +50,7 @@ def test_colliding_namespaced_tools_get_short_distinct_flat_names():
 # == finding 3: a client that pipelines a second request and leaves is not noticed ===============
 
 
-@pytest.mark.xfail(strict=True, reason="review: a pipelined request hides the client's close")
+@pytest.mark.xfail(strict=True, reason="known limit (departures.py): a pipelined request hides the client's close")
 async def test_a_client_that_pipelines_and_leaves_cancels_its_job(autojump_clock):
     """A client sends a 5 s chat job and, on the same connection, a second request (pipelining,
     which HTTP/1.1 allows), then closes: its upstream request is dropped within 0.1 s, as for a
@@ -90,12 +76,11 @@ async def test_a_client_that_pipelines_and_leaves_cancels_its_job(autojump_clock
 # == finding 4: a flat name for a namespaced tool can pass the 64 characters chat allows ==========
 
 
-@pytest.mark.xfail(strict=True, reason="review: joined namespace names are not bounded to 64")
 def test_a_namespaced_tools_flat_name_fits_chats_limit():
     """Two MCP servers of long names that both offer `search_documents_by_query`: each member's
     flat name (namespace joined to name) is at most 64 characters of `[A-Za-z0-9_-]`, the limit
     OpenAI's and Groq's chat APIs enforce on a function name — else every request with those
-    tools is a 400 upstream, for a client that sent nothing wrong. Today the joined name is 65."""
+    tools is a 400 upstream, for a client that sent nothing wrong (the joined name was 65)."""
     servers = ["mcp__acme_corp_internal_knowledge_base__", "mcp__acme_corp_engineering_wiki__"]
     member = {"type": "function", "name": "search_documents_by_query", "parameters": {}}
     tools = [{"type": "namespace", "name": s, "tools": [member]} for s in servers]
