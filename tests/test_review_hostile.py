@@ -50,7 +50,9 @@ def test_colliding_namespaced_tools_get_short_distinct_flat_names():
 # == finding 3: a client that pipelines a second request and leaves is not noticed ===============
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (departures.py): a pipelined request hides the client's close")
+@pytest.mark.xfail(
+    strict=True, reason="known limit (departures.py): a pipelined request hides the client's close"
+)
 async def test_a_client_that_pipelines_and_leaves_cancels_its_job(autojump_clock):
     """A client sends a 5 s chat job and, on the same connection, a second request (pipelining,
     which HTTP/1.1 allows), then closes: its upstream request is dropped within 0.1 s, as for a
