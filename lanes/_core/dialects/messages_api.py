@@ -5,7 +5,8 @@ inside `messages`, at its place; each message's blocks become chat messages — 
 content, `tool_use` as the assistant's tool calls, each `tool_result` as a `tool` message (before
 the rest of that user turn); client tools become function tools, `tool_choice` (`auto`, `any`,
 `tool`, `none`) its chat counterpart, `stop_sequences` become `stop`, `output_config.format` (a
-JSON schema, as the SDK's `messages.parse` sends it) a `response_format` and
+JSON schema, as the SDK's `messages.parse` sends it; or the beta's top-level `output_format`, as
+LiteLLM sends it) a `response_format` and
 `output_config.effort` the job's `reasoning_effort` (sent to reasoning models only). Every other
 field (`thinking`, `context_management`, `cache_control`, `diagnostics`, a field invented
 tomorrow, …), server tool and `thinking` block is dropped and named in `dropped`; refused are
@@ -55,6 +56,7 @@ TRANSLATED = {
     "tool_choice",
     "metadata",
     "output_config",
+    "output_format",
     "mcp_servers",
 }
 #: What a block of each kind starts with besides its text: a thinking block carries a signature,
@@ -124,6 +126,8 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
         else:  # chat refuses a tool_choice without tools
             dropped.append("tool_choice")
     effort, response_format = _output_config(body.get("output_config"), dropped)
+    if response_format is None and body.get("output_format") is not None:
+        response_format = _format(body["output_format"], "output_format")
     if response_format is not None:
         params["response_format"] = response_format
     return ChatRequest(
@@ -161,20 +165,25 @@ def _output_config(config: Any, dropped: list[str]) -> tuple[str | None, dict[st
     read = {"format", *(("effort",) if effort else ())}
     dropped += sub_keys("output_config", config, read)
     spec = config.get("format")
-    if spec is None:
-        return effort, None
+    return effort, (None if spec is None else _format(spec, "output_config.format"))
+
+
+def _format(spec: Any, where: str) -> dict[str, Any]:
+    """The chat `response_format` of a structured-output format (`output_config.format`, or the
+    beta's `output_format`): only a JSON schema, else refused, since the answer's shape would
+    change."""
     need(
         isinstance(spec, Mapping) and spec.get("type") == "json_schema",
-        "output_config.format.type: must be json_schema",
-        "output_config.format.type",
+        f"{where}.type: must be json_schema",
+        f"{where}.type",
     )
     need(
         isinstance(spec.get("schema"), Mapping),
-        "output_config.format.schema: Field required (an object)",
-        "output_config.format.schema",
+        f"{where}.schema: Field required (an object)",
+        f"{where}.schema",
     )
     schema = {"name": "response", "schema": dict(spec["schema"])}
-    return effort, {"type": "json_schema", "json_schema": schema}
+    return {"type": "json_schema", "json_schema": schema}
 
 
 def _system(system: Any, param: str = "system") -> list[dict[str, Any]]:
