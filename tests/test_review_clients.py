@@ -12,6 +12,7 @@ import httpx2
 import openai
 import pytest
 
+from lanes._core.upstream.shapes import ToolIndexes
 from lanes.testing import replay
 from sidecar import open_sidecar
 
@@ -53,7 +54,6 @@ GEMINI_TWO_CALLS = _sse(
 READS = [("read", '{"path": "a.txt"}'), ("read", '{"path": "b.txt"}')]
 
 
-@pytest.mark.xfail(strict=True, reason="review: indexless stream tool calls merged into one")
 async def test_indexless_streamed_tool_calls_stay_two_calls_on_the_responses_api():
     """Two tool calls a provider streams without `index` (Gemini) reach a Responses client as
     two function_call items with valid JSON arguments, not one call whose arguments are both
@@ -67,7 +67,6 @@ async def test_indexless_streamed_tool_calls_stay_two_calls_on_the_responses_api
     assert calls == READS
 
 
-@pytest.mark.xfail(strict=True, reason="review: indexless stream tool calls merged into one")
 async def test_indexless_streamed_tool_calls_stay_two_tool_use_blocks_on_the_messages_api():
     """The same stream reaches a Messages client (Claude Code) as two tool_use blocks."""
     async with open_sidecar(GEMINI_LANE) as (url, fakes):
@@ -80,7 +79,6 @@ async def test_indexless_streamed_tool_calls_stay_two_tool_use_blocks_on_the_mes
     assert message.stop_reason == "tool_use"
 
 
-@pytest.mark.xfail(strict=True, reason="review: indexless stream tool calls relayed without index")
 async def test_indexless_streamed_tool_calls_reach_chat_clients_with_an_index():
     """On chat completions each streamed tool-call delta carries the `index` the OpenAI contract
     requires, so the OpenAI SDK's stream helper (and the AI SDK's chunk schema) can read it: one
@@ -102,7 +100,6 @@ GEMINI_STOP = _sse(
 )
 
 
-@pytest.mark.xfail(strict=True, reason="review: tool calls ending in 'stop' are end_turn")
 async def test_a_tool_call_answer_that_says_stop_is_tool_use_on_the_messages_api():
     """A streamed answer holding a tool call whose finish reason says `stop` (Gemini) is
     `stop_reason: tool_use` on the Messages API: the client runs the tool instead of ending the
@@ -177,3 +174,26 @@ async def test_an_image_in_a_tool_result_is_not_refused(simulated):
             headers={"x-api-key": "unused"},
         )
     assert answer.status_code == 200, answer.text
+
+
+def test_tool_indexes_keep_what_the_provider_numbered_and_number_the_rest():
+    """ToolIndexes leaves a delta with its own index as it is (even a huge one, at no cost), and
+    numbers indexless deltas by call: a new id or a named call is the next index, an id seen
+    before its own index, a bare continuation the last call's."""
+    indexes = ToolIndexes()
+
+    def delta(*calls: dict[str, Any]) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": {"tool_calls": list(calls)}}]}
+
+    def numbers(chunk: dict[str, Any] | None) -> list[int]:
+        assert chunk is not None
+        return [c["index"] for c in chunk["choices"][0]["delta"]["tool_calls"]]
+
+    assert indexes.indexed(delta({"index": 10**12, "id": "x"})) is None
+    fresh = ToolIndexes()
+    first = fresh.indexed(delta({"id": "a", "function": {"name": "f", "arguments": "{"}}))
+    assert numbers(first) == [0]
+    assert numbers(fresh.indexed(delta({"function": {"arguments": "}"}}))) == [0]
+    both = delta({"id": "", "function": {"name": "g"}}, {"id": "b", "function": {"name": "h"}})
+    assert numbers(fresh.indexed(both)) == [1, 2]
+    assert numbers(fresh.indexed(delta({"id": "a", "function": {"arguments": " "}}))) == [0]

@@ -69,6 +69,16 @@ STOP_REASONS = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
+
+
+def _stop_reason(finish_reason: str | None, *, called: bool) -> str:
+    """The `stop_reason` of a chat finish reason. An answer holding a tool call is `tool_use`
+    when the provider said only `stop` (as Gemini does), so the client runs the tool."""
+    if called and finish_reason in (None, "stop"):
+        return "tool_use"
+    return STOP_REASONS.get(finish_reason or "stop", "end_turn")
+
+
 #: A `metadata.user_id` passed on as chat's `user`: a short plain identifier. Anything else (Claude
 #: Code puts a JSON object of device and session ids there) is dropped, not sent to providers.
 _USER_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,64}")
@@ -465,7 +475,9 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": STOP_REASONS.get(finish_reason or "stop", "end_turn"),
+        "stop_reason": _stop_reason(
+            finish_reason, called=any(b["type"] == "tool_use" for b in content)
+        ),
         "stop_sequence": None,
         "usage": usage_of(usage_in(completion)),
     }
@@ -486,6 +498,7 @@ class MessageEvents:
         self._reader = ChunkReader()
         self._blocks = 0  # content blocks started so far
         self._open: str | None = None  # "text", or "tool:<chat index>" for the open block
+        self._called = False  # a tool_use block was started
 
     def start(self) -> list[dict[str, Any]]:
         message: dict[str, Any] = {
@@ -520,6 +533,7 @@ class MessageEvents:
                     "input": {},
                 }
                 events += self._begin(f"tool:{index}", block)
+                self._called = True
             if arguments:
                 delta = {"type": "input_json_delta", "partial_json": arguments}
                 events.append(
@@ -552,7 +566,7 @@ class MessageEvents:
         events = self._close()
         if self._blocks == 0:  # an empty answer still has its (empty) text block
             events += self._begin("text", {"type": "text", "text": ""}) + self._close()
-        reason = STOP_REASONS.get(self._reader.finish_reason or "stop", "end_turn")
+        reason = _stop_reason(self._reader.finish_reason, called=self._called)
         said = usage_of(self._reader.usage or usage)
         delta = {"stop_reason": reason, "stop_sequence": None}
         return [

@@ -32,7 +32,13 @@ from lanes._core.upstream.responses import (
     in_band,
     parse_body,
 )
-from lanes._core.upstream.shapes import in_band_error, normal_chunk, normal_completion, usage_in
+from lanes._core.upstream.shapes import (
+    ToolIndexes,
+    in_band_error,
+    normal_chunk,
+    normal_completion,
+    usage_in,
+)
 from lanes._core.upstream.sse import SSEDecoder
 from lanes._core.upstream.untrusted import MAX_CODE, shown
 
@@ -132,6 +138,7 @@ class ChunkReader:
         self.usage: Mapping[str, Any] | None = None
         self.malformed = 0  # chunks that were not JSON objects, skipped
         self.saw_done = False
+        self._tool_indexes = ToolIndexes()
         self._bytes = response.aiter_bytes()
         self._max_event = max_event_bytes
         self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
@@ -216,6 +223,8 @@ class ChunkReader:
                 self._error = exc  # raised by the next receive(), after these chunks
                 break
             normal = normal_chunk(chunk) if isinstance(chunk, dict) else None
+            if isinstance(chunk, dict):
+                normal = self._tool_indexes.indexed(normal or chunk) or normal
             if not _chunk_shaped(normal or chunk):
                 self.malformed += 1
                 continue
