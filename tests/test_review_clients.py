@@ -197,3 +197,55 @@ def test_tool_indexes_keep_what_the_provider_numbered_and_number_the_rest():
     both = delta({"id": "", "function": {"name": "g"}}, {"id": "b", "function": {"name": "h"}})
     assert numbers(fresh.indexed(both)) == [1, 2]
     assert numbers(fresh.indexed(delta({"id": "a", "function": {"arguments": " "}}))) == [0]
+
+
+#: Gemini 3 signs each tool call (`extra_content.google.thought_signature`) and refuses the next
+#: request when the signature is not sent back on that call (its thought-signatures
+#: documentation; THU-MAIC/OpenMAIC#1556). Chat clients keep and resend it; a Messages client
+#: can only send back what lanes gave it.
+GEMINI_SIGNED = _sse(
+    _chunk(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                _call(
+                    "function-call-1",
+                    "a.txt",
+                    extra_content={"google": {"thought_signature": "c2ln"}},
+                )
+            ],
+        }
+    ),
+    _chunk({}, "tool_calls"),
+)
+DONE = (
+    b"HTTP/1.1 200 OK\ncontent-type: application/json\n\n"
+    b'{"id":"x","object":"chat.completion","created":1,"model":"gemini-x","choices":[{"index":0,'
+    b'"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],'
+    b'"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+)
+
+
+@pytest.mark.xfail(strict=True, reason="review: Gemini thought_signature lost on the Messages door")
+async def test_a_tool_calls_thought_signature_goes_back_upstream_from_the_messages_api():
+    """A Messages client (Claude Code) that sends back the tool_use it got from Gemini, with its
+    tool_result, makes lanes send that call upstream with the signature Gemini gave it."""
+    async with open_sidecar(GEMINI_LANE) as (url, fakes):
+        fakes["gemini"].script("corpus-model", replay(GEMINI_SIGNED), replay(DONE))
+        claude = anthropic.AsyncAnthropic(base_url=url[:-3], api_key="unused", max_retries=0)
+        tools: Any = [{"name": "read", "input_schema": {"type": "object"}}]
+        async with claude.messages.stream(
+            model="auto", max_tokens=64, messages=MESSAGES, tools=tools
+        ) as stream:
+            first = await stream.get_final_message()
+        [use] = [b for b in first.content if b.type == "tool_use"]
+        result = {"type": "tool_result", "tool_use_id": use.id, "content": "hello"}
+        turn: Any = [
+            *MESSAGES,
+            {"role": "assistant", "content": [use.model_dump(exclude_none=True)]},
+            {"role": "user", "content": [result]},
+        ]
+        await claude.messages.create(model="auto", max_tokens=64, messages=turn, tools=tools)
+        sent = fakes["gemini"].requests()[-1].body["messages"]
+    [call] = [c for m in sent for c in m.get("tool_calls") or ()]
+    assert call["extra_content"] == {"google": {"thought_signature": "c2ln"}}
