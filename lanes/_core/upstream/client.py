@@ -33,6 +33,7 @@ from lanes._core.upstream.responses import (
     parse_body,
 )
 from lanes._core.upstream.shapes import (
+    ToolIndexes,
     in_band_error,
     normal_chunk,
     normal_completion,
@@ -138,6 +139,7 @@ class ChunkReader:
         self.usage: Mapping[str, Any] | None = None
         self.malformed = 0  # chunks that were not JSON objects, skipped
         self.saw_done = False
+        self._tool_indexes = ToolIndexes()
         self._bytes = response.aiter_bytes()
         self._max_event = max_event_bytes
         self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
@@ -222,6 +224,8 @@ class ChunkReader:
                 self._error = exc  # raised by the next receive(), after these chunks
                 break
             normal = normal_chunk(chunk) if isinstance(chunk, dict) else None
+            if isinstance(chunk, dict):
+                normal = self._tool_indexes.indexed(normal or chunk) or normal
             if not _chunk_shaped(normal or chunk):
                 self.malformed += 1
                 continue
