@@ -113,6 +113,7 @@ async def test_a_tool_call_answer_that_says_stop_is_tool_use_on_the_messages_api
     assert message.stop_reason == "tool_use"
 
 
+@pytest.mark.free_lane  # its lanes are borrowed-free ones
 async def test_the_beta_output_format_field_asks_for_structured_output(simulated):
     """LiteLLM (1.110) and the beta structured-outputs header send the schema as a top-level
     `output_format`: it is structured output like `output_config.format`, not a field to drop

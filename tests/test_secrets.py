@@ -144,6 +144,7 @@ def _sse(*events: dict[str, Any]) -> Any:
     return raw(200, headers={"content-type": "text/event-stream"}, chunks=lambda: chunks)
 
 
+@pytest.mark.free_lane  # its lanes are borrowed-free ones
 async def test_no_key_from_an_upstream_reaches_any_observable(tmp_path, caplog):
     """An upstream that echoes the lane's key (32 letters and digits) in a 200 error body, a
     client's own key in a stream's error event and a 200 error, a key lanes never knew and the
