@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run demo test test-clients lint drill bench bench-quick bench-reliability browser redis clean
+.PHONY: install run demo docs test test-clients lint drill bench bench-quick bench-reliability browser redis clean
 
 install: $(STAMP)
 
@@ -50,6 +50,16 @@ lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy $(MYPY_LIGHT) tests bench
+
+# The documentation site (MkDocs Material) from docs/ into site/; --strict: a broken link or a page
+# missing from the nav fails the build, as in CI.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # pytest's exit code 5 means "no tests collected"; anything else non-zero is a failure.
 test: install browser redis

@@ -132,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     drill.add_argument("names", nargs="*", default=["all"])
     drill.add_argument("--list", action="store_true")
+    drill.add_argument("--md", action="store_true", help="with --list: as a Markdown table")
     drill.add_argument("--json", action="store_true")
     check = sub.add_parser("check-config", help="check a config file")
     check.add_argument("path")
@@ -350,11 +351,15 @@ def _drill(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
+    from lanes.drills.registry import summary, table
     from lanes.drills.scenarios import DRILLS, run
 
     if args.list:
+        if args.md:
+            print(table(), end="")
+            return 0
         for name, fn in DRILLS.items():
-            print(f"{name:<28} {(fn.__doc__ or '').strip().splitlines()[0]}")
+            print(f"{name:<28} {summary(fn)}")
         return 0
     names = list(DRILLS) if args.names in (["all"], []) else args.names
     unknown = [n for n in names if n not in DRILLS]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import tokenize
 from pathlib import Path
@@ -210,6 +211,42 @@ def test_lanes_never_imports_the_scripts_around_it():
     assert offenders == []
 
 
+TOP_LEVEL = (
+    "pyproject.toml",
+    "README.md",
+    "Makefile",
+    "lanes",
+    "canary",
+    "drills",
+    "tests",
+    "config",
+)
+
+
+def test_the_repository_top_level_is_the_design_cards():
+    """The design card's top level exists: `canary/` and `drills/` beside `lanes/`, `config/` and
+    `tests/`, each home with a README; they hold no Python (nothing that could shadow
+    `lanes.canary` or `lanes.drills`, which stay the code); `canary/prompts.toml` is the package's
+    prompt set itself (a link, not a copy), and CI runs the drills through `drills/ci`."""
+    assert [n for n in TOP_LEVEL if not (ROOT / n).exists()] == []
+    for home in ("canary", "drills"):
+        assert (ROOT / home / "README.md").is_file()
+        assert sorted(p.name for p in (ROOT / home).rglob("*.py")) == []
+    prompts = ROOT / "canary" / "prompts.toml"
+    assert prompts.is_symlink()
+    assert prompts.resolve() == (PACKAGE / "config" / "canary.toml").resolve()
+    assert "drills/ci" in (ROOT / ".ci" / "run").read_text().split()
+    assert os.access(ROOT / "drills" / "ci", os.X_OK)
+
+
+def test_the_drills_readme_lists_every_drill_as_lanes_drill_says():
+    """`drills/README.md` holds `lanes drill --list --md` as it is now: a drill added, renamed or
+    re-described without the README changing fails here."""
+    from lanes.drills.registry import table
+
+    assert table() in (ROOT / "drills" / "README.md").read_text()
+
+
 def module_graph() -> dict[str, set[str]]:
     """lanes' modules → the lanes modules each imports (type-checking imports included)."""
     graph: dict[str, set[str]] = {}
@@ -320,32 +357,38 @@ def config_keys() -> set[str]:
     return {field.name for cls in classes for field in attrs.fields(cls)}
 
 
-def test_readme_documents_every_config_key():
-    """Each config key appears in the README's config reference."""
-    readme = (ROOT / "README.md").read_text()
+def documentation() -> str:
+    """README and every page of the docs site (docs/*.md), as one text."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return "\n".join(p.read_text() for p in pages)
+
+
+def test_the_docs_document_every_config_key():
+    """Each config key appears in the docs' configuration reference (docs/reference.md)."""
+    readme = (ROOT / "docs" / "reference.md").read_text()
     missing = sorted(k for k in config_keys() if f"`{k}`" not in readme)
     assert missing == []
 
 
-def test_readme_documents_every_cli_command():
-    """Each `lanes` subcommand appears in the README."""
+def test_the_docs_document_every_cli_command():
+    """Each `lanes` subcommand appears in the docs (the sidecar page's `lanes` command table)."""
     from lanes._cli import _parser
 
     parser = _parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     assert commands is not None  # the subparsers' action lists the subcommands
-    readme = (ROOT / "README.md").read_text()
+    readme = documentation()
     assert sorted(c for c in commands if f"lanes {c}" not in readme) == []
 
 
-def test_readme_documents_every_cli_flag():
+def test_the_docs_document_every_cli_flag():
     """Each long option of each `lanes` subcommand (`--workers`, `--log-format`, …) appears in the
-    README."""
+    docs."""
     from lanes._cli import _parser
 
     action = next(a for a in _parser()._actions if a.dest == "command")
     assert isinstance(action.choices, dict)  # subcommand → its parser
-    readme = (ROOT / "README.md").read_text()
+    readme = documentation()
     flags = {
         (name, flag)
         for name, sub in action.choices.items()
@@ -358,11 +401,12 @@ def test_readme_documents_every_cli_flag():
 
 
 def test_readme_tables_render():
-    """Every Markdown table in README and docs/ is one block: a header, its `|---|` separator,
-    then rows with as many cells — a blank line inside a table would split it, and the rows after
-    it would render as text."""
+    """Every Markdown table in README, docs/ and the top-level homes is one block: a header, its
+    `|---|` separator, then rows with as many cells — a blank line inside a table would split it,
+    and the rows after it would render as text."""
     problems = []
-    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *ROOT.glob("[cd]*/README.md")]
+    for path in pages:
         lines = path.read_text().splitlines()
         fenced = False
         for i, line in enumerate(lines):

@@ -1,5 +1,6 @@
-"""README's Python examples run as written: the library example on a fresh machine (no config,
-no key, no network), and each client example against `lanes serve --simulate`."""
+"""The documentation's Python examples run as written: README's library example on a fresh
+machine (no config, no key, no network), and each client example of README and of the sidecar
+page (docs/sidecar.md) against `lanes serve --simulate`."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ import pytest
 
 from lanes.testing import ANSWER
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+SIDECAR = (ROOT / "docs" / "sidecar.md").read_text()
 
 
-def blocks(section: str) -> list[str]:
-    """The ```python blocks of a README section (from its heading to the next of its level)."""
-    start = README.index(section)
+def blocks(section: str, page: str = README) -> list[str]:
+    """The ```python blocks of a page's section (from its heading to the next of its level)."""
+    start = page.index(section)
     level = section.split(" ")[0]
-    rest = README[start + len(section) :]
+    rest = page[start + len(section) :]
     end = re.search(rf"^{level} ", rest, re.MULTILINE)
     body = rest[: end.start()] if end else rest
     return re.findall(r"```python\n(.*?)```", body, re.DOTALL)
@@ -44,10 +47,14 @@ def test_the_python_example_runs_on_a_fresh_machine(tmp_path):
 
 
 def test_the_client_examples_run_against_the_simulator(simulated, tmp_path):
-    """Every client example in "Use it as a sidecar" (chat, Responses, Messages, embeddings and
-    models) runs as written against `lanes serve --simulate`."""
-    examples = blocks("## Use it as a sidecar")
-    expected = [ANSWER, ANSWER, ANSWER, "2 "]  # chat, Responses, Messages, embeddings and models
+    """Every client example of the sidecar page (chat, Responses, Messages, embeddings and models)
+    and README's own runs as written against `lanes serve --simulate`."""
+    examples = [
+        *blocks("## Use it as a sidecar"),
+        *re.findall(r"```python\n(.*?)```", SIDECAR, re.S),
+    ]
+    # README's chat; the page's chat, Responses, Messages, embeddings and models
+    expected = [ANSWER, ANSWER, ANSWER, ANSWER, "2 "]
     assert len(examples) == len(expected)
     base = simulated.removesuffix("/v1")
     for example, says in zip(examples, expected, strict=True):

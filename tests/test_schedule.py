@@ -1,6 +1,6 @@
-"""The ways to run lanes for real, shipped in docs/: the systemd units are well-formed, hardened
-and accepted by systemd where it is installed, and the documented crontab line works when run the
-way cron runs it."""
+"""The ways to run lanes for real: the sidecar's unit (docs/systemd/) and the canary's schedule
+(canary/: its crontab line and systemd units) are well-formed, hardened and accepted by systemd
+where it is installed, and the canary's crontab line works when run the way cron runs it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ from lanes.testing import open_fake
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+CANARY = ROOT / "canary"
+HOMES = {
+    "lanes.service": DOCS / "systemd",
+    "lanes-canary.service": CANARY / "systemd",
+    "lanes-canary.timer": CANARY / "systemd",
+}
 SYSTEMD = shutil.which("systemd-analyze") or "systemd-analyze"
 UNITS = ("lanes.service", "lanes-canary.service", "lanes-canary.timer")
 
@@ -25,7 +31,7 @@ def unit(name: str) -> dict[str, dict[str, list[str]]]:
     """A unit file as section → key → values (systemd keys are case-sensitive and may repeat)."""
     sections: dict[str, dict[str, list[str]]] = {}
     current: dict[str, list[str]] = {}
-    for raw in (DOCS / "systemd" / name).read_text().splitlines():
+    for raw in (HOMES[name] / name).read_text().splitlines():
         line = raw.strip()
         if not line or line.startswith(("#", ";")):
             continue
@@ -77,7 +83,7 @@ def runnable_copies(tmp_path: Path) -> list[Path]:
     """The units with their interpreter pointed at one that exists here (verify checks it)."""
     out = []
     for name in UNITS:
-        text = (DOCS / "systemd" / name).read_text()
+        text = (HOMES[name] / name).read_text()
         target = tmp_path / name
         target.write_text(text.replace("/opt/lanes/.venv/bin/python", sys.executable))
         out.append(target)
@@ -110,10 +116,13 @@ def test_systemd_analyze_verifies_the_units_and_rates_them_safe(tmp_path):
 
 
 def crontab_line() -> str:
-    text = (DOCS / "canary.md").read_text()
-    return next(
-        ln for ln in text.splitlines() if re.match(r"^[\d*]", ln) and "lanes canary run" in ln
-    )
+    """The one schedule line of `canary/crontab` — the line `canary/README.md` shows, too."""
+    (line,) = [
+        ln for ln in (CANARY / "crontab").read_text().splitlines() if re.match(r"^[\d*]", ln)
+    ]
+    assert "lanes canary run" in line
+    assert line in (CANARY / "README.md").read_text().splitlines()
+    return line
 
 
 def test_crontab_line():

@@ -22,6 +22,7 @@ import trio
 
 from helpers import paid_lane
 from lanes._core.routing.spend import billed_bytes
+from lanes._http import workers as workers_module
 from lanes.testing import answer, open_fake
 from lanes.testing.configs import KEYS
 from lanes.testing.processes import free_port, open_sidecar_process
@@ -452,3 +453,43 @@ def test_no_worker_can_start_is_one_line_and_exit_1(tmp_path):
     assert done.returncode == 1
     assert "no worker could start (worker 1 (pid" in done.stderr
     assert "starting it again" not in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_waiting_for_the_parent_never_touches_the_shared_pipes_flags():
+    """The watch pipe is one open file for every worker: waiting on it leaves its O_NONBLOCK flag
+    as it found it (a FdStream reset it to blocking on close, and a retired worker leaving then
+    froze its successor mid-read: it said it served and accepted nothing). Two descriptors of one
+    blocking read end (as an old and a new worker hold) both see the EOF, and the loop runs on."""
+    reader, writer = os.pipe()
+    twin = os.dup(reader)  # one open file, as across the workers: its flags are shared
+    os.set_blocking(reader, True)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0.01)
+
+    both = trio.Event()
+    done: list[str] = []
+
+    async def wait(name: str, fd: int) -> None:
+        await workers_module.until_eof(fd)
+        done.append(name)
+        if len(done) == 2:
+            both.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        nursery.start_soon(wait, "old", reader)
+        nursery.start_soon(wait, "new", twin)
+        await trio.sleep(0.1)
+        assert done == [] and os.get_blocking(twin)
+        os.close(writer)
+        with trio.fail_after(1):
+            await both.wait()
+        nursery.cancel_scope.cancel()
+    assert sorted(done) == ["new", "old"] and ticks >= 5 and os.get_blocking(reader)
+    os.close(reader)
+    os.close(twin)

@@ -82,13 +82,13 @@ REASONING_EFFORTS = ("low", "medium", "high")
 def bounded_names(names: Iterable[str]) -> tuple[str, ...]:
     """`names` once each, in order, as printable ASCII (anything else becomes `?`), cut to
     `MAX_DROPPED_NAME`; beyond `MAX_DROPPED` of them the last says `+N more`."""
-    seen: list[str] = []
+    unique: dict[str, None] = {}  # ordered, and each look-up O(1): a body may hold 10^5 names
     for raw in names:
         name = "".join(c if " " <= c <= "~" else "?" for c in str(raw)[: MAX_DROPPED_NAME + 1])
         if len(name) > MAX_DROPPED_NAME:
             name = name[: MAX_DROPPED_NAME - 3] + "..."
-        if name not in seen:
-            seen.append(name)
+        unique[name] = None
+    seen = list(unique)
     if len(seen) > MAX_DROPPED:
         seen[MAX_DROPPED - 1 :] = [f"+{len(seen) - MAX_DROPPED + 1} more"]
     return tuple(seen)

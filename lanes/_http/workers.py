@@ -56,7 +56,7 @@ from lanes._http.team import WORKER_ENV, Plan, Team
 
 log = logging.getLogger("lanes")
 MAX_WORKERS = 64
-__all__ = ["MAX_WORKERS", "WORKER_ENV", "listen", "run_worker", "serve_workers"]
+__all__ = ["MAX_WORKERS", "WORKER_ENV", "listen", "run_worker", "serve_workers", "until_eof"]
 
 
 def listen(host: str, port: int, count: int, backlog: int = 4096) -> list[socket.socket]:
@@ -242,6 +242,23 @@ def _worker_config(spec: Mapping[str, Any], env: dict[str, str]) -> Config:
     return attrs.evolve(config, state=spec["state"], local_state=spec["local_state"])
 
 
+async def until_eof(fd: int) -> None:
+    """Until the write end of the pipe `fd` reads from is closed (EOF): the parent's watch pipe,
+    which every worker, old and new, shares as one open file, and so its O_NONBLOCK flag: a
+    `trio.lowlevel.FdStream` would set it, and put it back to blocking when it closes, so a
+    retired worker leaving made its successor's next read block the whole process (serving
+    nothing after saying it served). So the flags are never touched: a read only once epoll says
+    the pipe is readable, which a read answers at once. Nothing is written to it: readable
+    means EOF (or bytes, read and ignored)."""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            if not os.read(fd, 4096):
+                return
+        except BlockingIOError:  # another worker read what woke us
+            continue
+
+
 def run_worker(spec: Mapping[str, Any]) -> int:
     """One worker: the config the parent checked (the state it shares), served on its socket until
     a signal, or until the parent is gone. It tells the parent it is ready through
@@ -260,9 +277,7 @@ def run_worker(spec: Mapping[str, Any]) -> int:
     )
 
     async def parent_gone() -> None:
-        async with trio.lowlevel.FdStream(spec["watch"]) as watch:
-            while await watch.receive_some():
-                pass
+        await until_eof(spec["watch"])
 
     async def hold() -> bool:
         """Tell the parent this worker is ready; serve when it says so (EOF: it decided not)."""

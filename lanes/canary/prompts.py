@@ -1,5 +1,5 @@
-"""The canary's prompt set and settings, from `config/canary.toml` (cattrs, unknown keys
-refused)."""
+"""The canary's prompt set and settings, from `lanes/config/canary.toml` (`canary/prompts.toml`
+in the repository; cattrs, unknown keys refused)."""
 
 from __future__ import annotations
 

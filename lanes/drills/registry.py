@@ -20,8 +20,19 @@ Drill = Callable[[Path], Awaitable[Result]]
 DRILLS: dict[str, Drill] = {}
 
 
-# The first line of a drill's docstring is its summary in `lanes drill --list`: a long one is
-# continued with a backslash-newline (which Python drops), so that it stays one line at runtime.
+def summary(fn: Drill) -> str:
+    """A drill's summary in `lanes drill --list` and `drills/README.md`: its docstring's first
+    paragraph, on one line."""
+    first = (fn.__doc__ or "").strip().split("\n\n")[0]
+    return " ".join(first.split())
+
+
+def table() -> str:
+    """Every drill and what it proves, as the Markdown table `lanes drill --list --md` prints."""
+    rows = [f"| `{name}` | {summary(fn)} |" for name, fn in DRILLS.items()]
+    return "\n".join(["| drill | what it proves |", "|---|---|", *rows]) + "\n"
+
+
 def drill(name: str) -> Callable[[Drill], Drill]:
     def register(fn: Drill) -> Drill:
         DRILLS[name] = fn

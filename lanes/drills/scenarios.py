@@ -178,8 +178,10 @@ each."""
 
 @drill("provider-hung")
 async def provider_hung(workdir: Path) -> Result:
-    """A provider accepts and never answers: every job still answers within its deadline plus \
-0.5 s. The sidecar is a process of its own, as in a deployment: the clients' work is not its."""
+    """A provider accepts and never answers: every job still answers within its deadline plus
+    0.5 s.
+
+    The sidecar is a process of its own, as in a deployment: the clients' work is not its."""
     async with (
         open_fake("free", models=("free-model",)) as free,
         open_fake("local", models=("local-model",)) as local,
@@ -453,10 +455,9 @@ resumes."""
 
 @drill("shared-state-lost")
 async def shared_state_lost(workdir: Path) -> Result:
-    """Two sidecars on one Redis; Redis is SIGKILLed mid-traffic and restarted empty. Both keep \
-serving,
-    paid stays closed while the ledger is away, each logs one line, and the ledger is pushed
-    back."""
+    """Two sidecars on one Redis; Redis is SIGKILLed mid-traffic and restarted empty. Both keep
+    serving, paid stays closed while the ledger is away, each logs one line, and the ledger is
+    pushed back."""
     if redis_server_path() is None:
         required = os.environ.get("LANES_REQUIRE_REDIS") == "1"
         return Result(

@@ -10,6 +10,9 @@ is believed only when it is sane and adds up:
   only (an OpenAI-compatible Gemini answer: `prompt 4, completion 10, total 407`; OpenAI's own
   `reasoning_tokens` are inside `completion_tokens`, and its total is their sum). That excess is
   billed too, at the dearer of the two prices, since the usage does not say which it is.
+- `completion_tokens_details.reasoning_tokens`, when sent, is a count that one of those holds:
+  inside the completion (OpenAI, DeepSeek) or inside the total's excess (xAI, Gemini). Reasoning
+  neither holds (`completion 10, total 20, reasoning 5000`) may be billed beside them: no proof.
 
 Anything else — negative, fractional, strings, huge, only `total_tokens`, or a total of `2**64`,
 `1e300` or below its parts — is not usage, and the caller settles at its worst case (the
@@ -114,12 +117,25 @@ def _read_usage(usage: Any) -> tuple[int, int, int] | None:
     if prompt is None or completion is None:
         return None
     if sent_total is None:
-        return prompt, completion, 0
-    total = _count(sent_total)
-    parts = prompt + completion
-    if total is None or total < parts - max(ROUNDING_TOKENS, parts * ROUNDING_SHARE):
-        return None  # a total that is no count, or short of its parts: the parts are no proof
-    return prompt, completion, max(0, total - parts)
+        excess = 0
+    else:
+        total = _count(sent_total)
+        parts = prompt + completion
+        if total is None or total < parts - max(ROUNDING_TOKENS, parts * ROUNDING_SHARE):
+            return None  # a total that is no count, or short of its parts: the parts are no proof
+        excess = max(0, total - parts)
+    reasoning = _reasoning(usage)
+    if reasoning is None or reasoning > completion + excess:
+        return None  # reasoning that is no count, or that neither its completion nor total holds
+    return prompt, completion, excess
+
+
+def _reasoning(usage: Mapping[str, Any]) -> int | None:
+    """The reasoning tokens `usage` reports (`completion_tokens_details.reasoning_tokens`), 0
+    when it reports none, None when what it reports is no count."""
+    details = usage.get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+    return 0 if value is None else _count(value)
 
 
 def usage_cost(

@@ -5,7 +5,8 @@ inside `messages`, at its place; each message's blocks become chat messages — 
 content, `tool_use` as the assistant's tool calls, each `tool_result` as a `tool` message (before
 the rest of that user turn); client tools become function tools, `tool_choice` (`auto`, `any`,
 `tool`, `none`) its chat counterpart, `stop_sequences` become `stop`, `output_config.format` (a
-JSON schema, as the SDK's `messages.parse` sends it) a `response_format` and
+JSON schema, as the SDK's `messages.parse` sends it; or the beta's top-level `output_format`, as
+LiteLLM sends it) a `response_format` and
 `output_config.effort` the job's `reasoning_effort` (sent to reasoning models only). Every other
 field (`thinking`, `context_management`, `cache_control`, `diagnostics`, a field invented
 tomorrow, …), server tool and `thinking` block is dropped and named in `dropped`; refused are
@@ -55,6 +56,7 @@ TRANSLATED = {
     "tool_choice",
     "metadata",
     "output_config",
+    "output_format",
     "mcp_servers",
 }
 #: What a block of each kind starts with besides its text: a thinking block carries a signature,
@@ -67,6 +69,16 @@ STOP_REASONS = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
+
+
+def _stop_reason(finish_reason: str | None, *, called: bool) -> str:
+    """The `stop_reason` of a chat finish reason. An answer holding a tool call is `tool_use`
+    when the provider said only `stop` (as Gemini does), so the client runs the tool."""
+    if called and finish_reason in (None, "stop"):
+        return "tool_use"
+    return STOP_REASONS.get(finish_reason or "stop", "end_turn")
+
+
 #: A `metadata.user_id` passed on as chat's `user`: a short plain identifier. Anything else (Claude
 #: Code puts a JSON object of device and session ids there) is dropped, not sent to providers.
 _USER_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,64}")
@@ -124,6 +136,8 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
         else:  # chat refuses a tool_choice without tools
             dropped.append("tool_choice")
     effort, response_format = _output_config(body.get("output_config"), dropped)
+    if response_format is None and body.get("output_format") is not None:
+        response_format = _format(body["output_format"], "output_format")
     if response_format is not None:
         params["response_format"] = response_format
     return ChatRequest(
@@ -161,20 +175,25 @@ def _output_config(config: Any, dropped: list[str]) -> tuple[str | None, dict[st
     read = {"format", *(("effort",) if effort else ())}
     dropped += sub_keys("output_config", config, read)
     spec = config.get("format")
-    if spec is None:
-        return effort, None
+    return effort, (None if spec is None else _format(spec, "output_config.format"))
+
+
+def _format(spec: Any, where: str) -> dict[str, Any]:
+    """The chat `response_format` of a structured-output format (`output_config.format`, or the
+    beta's `output_format`): only a JSON schema, else refused, since the answer's shape would
+    change."""
     need(
         isinstance(spec, Mapping) and spec.get("type") == "json_schema",
-        "output_config.format.type: must be json_schema",
-        "output_config.format.type",
+        f"{where}.type: must be json_schema",
+        f"{where}.type",
     )
     need(
         isinstance(spec.get("schema"), Mapping),
-        "output_config.format.schema: Field required (an object)",
-        "output_config.format.schema",
+        f"{where}.schema: Field required (an object)",
+        f"{where}.schema",
     )
     schema = {"name": "response", "schema": dict(spec["schema"])}
-    return effort, {"type": "json_schema", "json_schema": schema}
+    return {"type": "json_schema", "json_schema": schema}
 
 
 def _system(system: Any, param: str = "system") -> list[dict[str, Any]]:
@@ -456,7 +475,9 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": STOP_REASONS.get(finish_reason or "stop", "end_turn"),
+        "stop_reason": _stop_reason(
+            finish_reason, called=any(b["type"] == "tool_use" for b in content)
+        ),
         "stop_sequence": None,
         "usage": usage_of(usage_in(completion)),
     }
@@ -477,6 +498,7 @@ class MessageEvents:
         self._reader = ChunkReader()
         self._blocks = 0  # content blocks started so far
         self._open: str | None = None  # "text", or "tool:<chat index>" for the open block
+        self._called = False  # a tool_use block was started
 
     def start(self) -> list[dict[str, Any]]:
         message: dict[str, Any] = {
@@ -511,6 +533,7 @@ class MessageEvents:
                     "input": {},
                 }
                 events += self._begin(f"tool:{index}", block)
+                self._called = True
             if arguments:
                 delta = {"type": "input_json_delta", "partial_json": arguments}
                 events.append(
@@ -543,7 +566,7 @@ class MessageEvents:
         events = self._close()
         if self._blocks == 0:  # an empty answer still has its (empty) text block
             events += self._begin("text", {"type": "text", "text": ""}) + self._close()
-        reason = STOP_REASONS.get(self._reader.finish_reason or "stop", "end_turn")
+        reason = _stop_reason(self._reader.finish_reason, called=self._called)
         said = usage_of(self._reader.usage or usage)
         delta = {"stop_reason": reason, "stop_sequence": None}
         return [

@@ -188,12 +188,12 @@ def _messages(
             )
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
             calls_open = False
-        elif kind in _TOOL_RECORDS:
+        elif isinstance(kind, str) and kind in _TOOL_RECORDS:  # (a dict is in no set: a 500)
             dropped.append(f"input.{kind}")  # chat completions has no place for it
         else:
             raise BadField(
-                f"{param}.type {kind!r} is not supported: lanes bridges to chat completions "
-                "(message, function_call, function_call_output)",
+                f"{param}.type {str(kind)[:64]!r} is not supported: lanes bridges to chat "
+                "completions (message, function_call, function_call_output)",
                 f"{param}.type",
             )
     need(any(m["role"] != "system" for m in out), "'input' holds no message", "input")

@@ -18,6 +18,8 @@
 from __future__ import annotations
 
 # lanes: pure
+import hashlib
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +28,8 @@ import attrs
 
 from lanes._core.dialects.common import BadField, need
 
+MAX_CHAT_NAME = 64  # chat's function names: `[A-Za-z0-9_-]{1,64}`
+_CHAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: Tools whose provider-side runs lanes can not stand in for, and whose loss would change what was
 #: asked: the request is refused, naming the tool.
 REFUSED = {"mcp": "the provider would call the MCP server; declare its tools as functions"}
@@ -55,7 +59,21 @@ class Tools:
 
 
 def _joined(namespace: str, name: str) -> str:
-    return f"{namespace}{'' if namespace.endswith('_') else '__'}{name}"
+    return _fit(f"{namespace}{'' if namespace.endswith('_') else '__'}{name}")
+
+
+def _fit(name: str) -> str:
+    """`name` as chat's function names must be (`[A-Za-z0-9_-]{1,64}`, which OpenAI and Groq
+    enforce): itself when it is; else its other characters as `_`, and past 64 its first 55 and
+    8 hex digits of its SHA-256 — so two long names stay two. The client never sees it: a call
+    comes back under the name it declared (`Tools.flat`)."""
+    if _CHAT_NAME.fullmatch(name):
+        return name
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_"
+    if len(safe) <= MAX_CHAT_NAME:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{safe[: MAX_CHAT_NAME - 9]}_{digest}"
 
 
 def _function(tool: Mapping[str, Any], param: str, name: str | None = None) -> dict[str, Any]:
@@ -114,14 +132,16 @@ def translate(tools: Any) -> Tools:
     bare = Counter(str(tool.get("name")) for _, _, tool in functions)
     taken = {str(tool.get("name")) for _, namespace, tool in functions if namespace is None}
     translated = Tools(dropped=dropped)
+    suffixes: dict[str, int] = {}  # a flat name taken → the next suffix to try after it
     for param, namespace, tool in functions:
         if namespace is None:
             translated.chat.append(_function(tool, param))
             continue
         name = str(tool.get("name"))
-        flat = name if bare[name] == 1 else _joined(namespace, name)
-        while flat in taken:  # a tool of that very name exists: never two tools of one name
-            flat += "_"
+        flat = base = name if bare[name] == 1 else _joined(namespace, name)
+        while flat in taken:  # a tool of that very name exists: never two tools of one name —
+            suffixes[base] = suffixes.get(base, 0) + 1  # a counter, not one `_` more per clash
+            flat = _fit(f"{base}_{suffixes[base]}")  # (names of the clash count, cubic time)
         taken.add(flat)
         translated.flat[(namespace, name)] = flat
         translated.chat.append(_function(tool, param, flat))

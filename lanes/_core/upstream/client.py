@@ -32,7 +32,14 @@ from lanes._core.upstream.responses import (
     in_band,
     parse_body,
 )
-from lanes._core.upstream.shapes import in_band_error, normal_chunk, normal_completion, usage_in
+from lanes._core.upstream.shapes import (
+    ToolIndexes,
+    in_band_error,
+    normal_chunk,
+    normal_completion,
+    running_usage,
+    usage_in,
+)
 from lanes._core.upstream.sse import SSEDecoder
 from lanes._core.upstream.untrusted import MAX_CODE, shown
 
@@ -132,6 +139,7 @@ class ChunkReader:
         self.usage: Mapping[str, Any] | None = None
         self.malformed = 0  # chunks that were not JSON objects, skipped
         self.saw_done = False
+        self._tool_indexes = ToolIndexes()
         self._bytes = response.aiter_bytes()
         self._max_event = max_event_bytes
         self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
@@ -216,6 +224,8 @@ class ChunkReader:
                 self._error = exc  # raised by the next receive(), after these chunks
                 break
             normal = normal_chunk(chunk) if isinstance(chunk, dict) else None
+            if isinstance(chunk, dict):
+                normal = self._tool_indexes.indexed(normal or chunk) or normal
             if not _chunk_shaped(normal or chunk):
                 self.malformed += 1
                 continue
@@ -223,7 +233,8 @@ class ChunkReader:
                 if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                     self.finish_reason = choice["finish_reason"]
             if (usage := usage_in(chunk)) is not None:
-                self.usage = usage  # a running total when it comes on every chunk: the last counts
+                # a running total when it comes on every chunk: the last counts, never less
+                self.usage = running_usage(self.usage, usage)
             if normal is not None:
                 chunks.append((normal, None))  # rewritten: encoded again when passed on
             else:

@@ -7,13 +7,20 @@ and an error inside a 200 stream. Pure.
   stream delta alike. `normal_message` / `normal_chunk` turn them into what an OpenAI-style client
   reads: the text as the `content` string, the thinking as `reasoning_content`. Both paths use the
   same function, so a streamed answer and a whole one never disagree.
+- **Tool calls without an `index`.** Gemini streams each call whole in a delta of its own with no
+  `index` (an id that may be empty), where the OpenAI contract numbers them: `ToolIndexes` gives
+  each delta the index of its call — a delta naming a call not seen yet starts the next one, one
+  that names none continues the last — so clients (and the translations to Messages and
+  Responses) never glue two calls' arguments together.
 - **Reasoning** arrives as `reasoning_content`, `reasoning` or `reasoning_details` (a list of
   `reasoning.text` / `reasoning.summary` items; several providers send `reasoning` and
   `reasoning_details` with the same text, so only the first field present is read):
   `reasoning_of`.
 - **Usage** is the top-level `usage`, else the `usage` inside a vendor extension object (a top-level
   `x_<vendor>` key), as some providers send it in streams: `usage_in`. A stream that repeats it on
-  every chunk repeats a running total, so the caller keeps the last one and never adds them up.
+  every chunk repeats a running total, so the caller keeps the last one and never adds them up —
+  but a count that falls from one report to the next is no running total: the larger stands
+  (`running_usage`), so a last chunk saying `0` never settles a paid stream at nothing.
 - **An error inside a 200** — a chunk with an `error` object, with or without `choices` — keeps the
   status the provider gave it (`status_code`, or a numeric `code` / `status`): `in_band_error`.
 """
@@ -113,6 +120,67 @@ def normal_completion(completion: Mapping[str, Any]) -> dict[str, Any] | None:
     return normal_choices(completion, "message")
 
 
+class ToolIndexes:
+    """The `index` of each streamed tool-call delta, for one stream (see the module docstring).
+    Its state is one small record per choice: a stream's own indexes are never used to size
+    anything."""
+
+    def __init__(self) -> None:
+        self._calls: dict[Any, _Calls] = {}  # per choice index
+
+    def indexed(self, chunk: Mapping[str, Any]) -> dict[str, Any] | None:
+        """`chunk` with an `index` on each tool-call delta that had none; None when none lacked
+        one."""
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return None
+        changed = False
+        out: list[Any] = []
+        for choice in choices:
+            delta = choice.get("delta") if isinstance(choice, Mapping) else None
+            if not isinstance(delta, Mapping) or not isinstance(delta.get("tool_calls"), list):
+                out.append(choice)
+                continue
+            calls = delta["tool_calls"]
+            key = choice.get("index", 0)
+            seen = self._calls.setdefault(key if isinstance(key, (int, str)) else 0, _Calls())
+            numbered = [seen.numbered(call) for call in calls]
+            changed = changed or any(
+                new is not old for new, old in zip(numbered, calls, strict=True)
+            )
+            out.append({**choice, "delta": {**delta, "tool_calls": numbered}})
+        return {**chunk, "choices": out} if changed else None
+
+
+class _Calls:
+    """The tool calls of one choice so far: how many, the last one's index, each id's index."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = -1
+        self.by_id: dict[str, int] = {}
+
+    def numbered(self, call: Any) -> Any:
+        if not isinstance(call, Mapping):
+            return call
+        call_id = call.get("id") if isinstance(call.get("id"), str) and call["id"] else None
+        index = call.get("index")
+        if isinstance(index, int) and not isinstance(index, bool):
+            self.count, self.last = max(self.count, index + 1), index
+            if call_id is not None:
+                self.by_id.setdefault(call_id, index)
+            return call
+        function = call.get("function")
+        named = isinstance(function, Mapping) and bool(function.get("name"))
+        if call_id is not None and call_id in self.by_id:
+            self.last = self.by_id[call_id]
+        elif call_id is not None or named or self.count == 0:
+            self.last, self.count = self.count, self.count + 1
+            if call_id is not None:
+                self.by_id[call_id] = self.last
+        return {**call, "index": self.last}
+
+
 def reasoning_of(message: Mapping[str, Any]) -> str:
     """The reasoning text of a chat message or delta ('' for none), from the first of
     `reasoning_content`, `reasoning`, `reasoning_details` it carries."""
@@ -145,6 +213,27 @@ def usage_in(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
             if isinstance(inner, Mapping) and inner:
                 return inner
     return None
+
+
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def running_usage(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The usage a stream has reported once `after` follows `before`: `after`, with any count
+    that fell below `before`'s raised back to it (a running total never falls; a report that
+    says less is no proof that less was used)."""
+    if before is None:
+        return after
+    raised = {
+        key: before[key]
+        for key in _COUNTS
+        if _whole(before.get(key)) and _whole(after.get(key)) and after[key] < before[key]
+    }
+    return {**after, **raised} if raised else after
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _status(value: Any) -> int | None:
