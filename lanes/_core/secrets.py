@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from lanes._core.upstream.untrusted import REDACTED, forms
+from lanes._core.upstream.untrusted import REDACTED, forms, keylike
 
 _PRINTABLE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 # A header-shaped secret wherever a library might print one: `Authorization: Bearer x`,
@@ -46,6 +46,13 @@ def read_key(env: Mapping[str, str], variable: str) -> tuple[str | None, str]:
     """(key, "") for a usable key in `env[variable]`, else (None, why) — the reason names the
     variable and never shows the value. The key is remembered for log redaction."""
     raw = env.get(variable)
+    if keylike(variable):  # a key pasted where its variable's name goes: never shown, anywhere
+        remember(variable)
+        if raw is None or not raw.strip():
+            return None, (
+                "the variable named by api_key_env is not set, and its name reads like a key: "
+                "put the key in the environment and the variable's name in the config"
+            )
     if raw is None or not raw.strip():
         return None, f"{variable} is not set"
     value = raw.strip()

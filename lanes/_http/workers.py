@@ -125,6 +125,12 @@ class _Planner:
         )
         assert config is not None
         where = source.where
+        if not config.lanes:
+            raise ConfigError(
+                f"{where}: lanes: the file names no lane (empty, or cut short mid-write?); a "
+                "reload to nothing is refused — to stop serving, stop the sidecar",
+                key="lanes",
+            )
         if (host, port) != self.address:
             raise ConfigError(
                 f"{where}: server.host / server.port: a reload can not move the sidecar (the "
