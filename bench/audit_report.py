@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lanes._core.state.report import report
+from lanes._core.audit.report import report
 from lanes._core.state.store import SQLiteStore
 
 COHORTS = ("ads", "organic", "partner", "newsletter")

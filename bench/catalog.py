@@ -24,7 +24,7 @@ import trio
 from lanes import load_config
 from lanes._http.server import serve
 from lanes.testing import open_fake
-from lanes.testing.configs import KEYS, free_lane, local_lane
+from lanes.testing.harness.configs import KEYS, free_lane, local_lane
 
 JOB = {"model": "auto", "messages": [{"role": "user", "content": "Benchmark: say the pangram."}]}
 

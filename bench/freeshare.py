@@ -25,7 +25,7 @@ import trio.testing
 
 import lanes
 from lanes.testing import open_fake, quota
-from lanes.testing.configs import KEYS, paid_lane
+from lanes.testing.harness.configs import KEYS, paid_lane
 
 # name, per minute, per day, how it reports, whether our config knows the limits
 PROVIDERS = [

@@ -16,7 +16,7 @@ import trio
 
 from bench import peers
 from bench.load import run_load
-from lanes.testing.processes import open_job_processes
+from lanes.testing.harness.processes import open_job_processes
 
 WINDOW_S = 5.0  # the fake upstream's Retry-After for the `ratelimit` model
 BODY = {"model": "up/ratelimit", "messages": [{"role": "user", "content": "Benchmark: herd."}]}

@@ -37,9 +37,9 @@ import trio
 import lanes
 from lanes.drills.hostile import GOOD_USAGE, cases, peak_rss_mb
 from lanes.testing import FakeProvider, answer, open_fake, status
-from lanes.testing.configs import KEYS, free_lane, paid_lane
-from lanes.testing.processes import dump_toml, free_port
-from lanes.testing.redis_server import RedisServer, redis_server_path
+from lanes.testing.harness.configs import KEYS, free_lane, paid_lane
+from lanes.testing.harness.processes import dump_toml, free_port
+from lanes.testing.harness.redis_server import RedisServer, redis_server_path
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [{"role": "user", "content": "Bench: say the pangram."}]

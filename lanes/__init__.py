@@ -15,10 +15,12 @@ A lane module (one provider, one file) imports only from here: `Provider`, `Mode
 kinds, and — for quirks — `OpenAICompatibleLane` and `Job`. See README, "Adding a provider".
 """
 
-from lanes._core.config import Config, load_config, read_config
-from lanes._core.config import ModelConfig as Model
+from lanes._core.audit.statistics import Statistics
+from lanes._core.config.schema import Config, load_config, read_config
+from lanes._core.config.schema import ModelConfig as Model
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.errors import (
+from lanes._core.engine.stream import ReplyStream
+from lanes._core.model.errors import (
     ConfigError,
     DeadlineExceeded,
     FallbackDenied,
@@ -36,10 +38,8 @@ from lanes._core.errors import (
     Unservable,
     UpstreamRejected,
 )
-from lanes._core.job import Attempt, Candidate, Job, Reply, Skip
+from lanes._core.model.job import Attempt, Candidate, Job, Reply, Skip
 from lanes._core.open import complete_sync, open_dispatcher
-from lanes._core.statistics import Statistics
-from lanes._core.streaming.stream import ReplyStream
 from lanes._core.upstream.lane import OpenAICompatibleLane, Provider
 from lanes.freetier.kinds import (
     AlwaysFreeLocal,

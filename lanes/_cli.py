@@ -25,8 +25,8 @@ import trio
 
 from lanes import _cli_reports
 from lanes._core.check import check_config
-from lanes._core.config import packaged
-from lanes._core.errors import ConfigError
+from lanes._core.config.schema import packaged
+from lanes._core.model.errors import ConfigError
 
 DEFAULT_URL = "http://127.0.0.1:4098"
 log = logging.getLogger("lanes")

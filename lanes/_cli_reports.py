@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx2
 
-from lanes._core.config import read_config
-from lanes._core.errors import ConfigError
-from lanes._core.state.report import GROUPS, Report, explain, parse_since, report
+from lanes._core.audit.report import GROUPS, Report, explain, parse_since, report
+from lanes._core.config.schema import read_config
+from lanes._core.model.errors import ConfigError
 from lanes._core.state.store import SQLiteStore
 
 

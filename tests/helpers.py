@@ -8,7 +8,7 @@ import trio
 
 from lanes import Config, Dispatcher, load_config
 from lanes._core.state.store import SQLiteStore
-from lanes.testing.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
+from lanes.testing.harness.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
 
 __all__ = [
     "ENGINE_POLICY",

@@ -1,5 +1,6 @@
-"""A running sidecar over fake providers, for integration tests (lives in lanes.testing.configs)."""
+"""A running sidecar over fake providers, for integration tests (it lives in
+`lanes.testing.harness.configs`)."""
 
-from lanes.testing.configs import CLIENT_KEY, open_sidecar
+from lanes.testing.harness.configs import CLIENT_KEY, open_sidecar
 
 __all__ = ["CLIENT_KEY", "open_sidecar"]

@@ -7,13 +7,14 @@ import io
 import os
 import re
 import tokenize
+import typing
 from pathlib import Path
 
 import attrs
 import pytest
 
 import lanes
-from lanes._core.config import (
+from lanes._core.config.schema import (
     ClientConfig,
     Config,
     LaneConfig,
@@ -21,8 +22,8 @@ from lanes._core.config import (
     ModelConfig,
     ServerConfig,
 )
-from lanes._core.routing.breaker import BreakerPolicy
-from lanes._core.routing.policy import PolicyConfig
+from lanes._core.policy.breaker import BreakerPolicy
+from lanes._core.policy.policy import PolicyConfig
 from lanes.freetier import kinds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,9 +53,112 @@ SOURCES = [
 ]
 
 
+#: The house, lowest first: every module belongs to the longest entry holding it, and imports only
+#: from its own entry or one below (lazy imports too; `TYPE_CHECKING` imports aside). A folder is
+#: one entry; `lanes/*.py` is the lane modules, which only the loader imports (by name, from
+#: config).
+LAYERS = (
+    "lanes/testing",  # the fakes, their behaviours and answers, the simulation: nothing of lanes
+    "lanes/_core/model",  # job, record, errors, clocks, bounds on what comes from outside
+    "lanes/_core/runtime",  # the ground's I/O: the wall source, keys and redaction, task health
+    "lanes/freetier",  # the kinds of free tier, rate-limit headers, windows, prices, the manager
+    "lanes/_core/policy",  # what a job needs, its plan, breakers, scoring, spend arithmetic
+    "lanes/_core/config",  # the config model, and how a value is read and a problem said
+    "lanes/_core/upstream",  # providers: the one pool, the lane, what they send, the loader
+    "lanes/_core/dialects",  # Responses and Messages, to and from chat completions
+    "lanes/_core/state",  # what persists and is shared: the stores, the audit tables, the clock
+    "lanes/_core/money",  # consent, approvals, the ledger, the shared terms
+    "lanes/_core/engine",  # the walk, the attempt, the gate, the calls, the stream session
+    "lanes/_core/audit",  # what every job leaves: the journal, the tally, reports, statistics
+    "lanes/_core",  # the roof: the dispatcher, open_dispatcher, the config check
+    "lanes/_http",  # the sidecar
+    "lanes/__init__.py",  # the public API
+    "lanes/*.py",  # the lane modules
+    "lanes/testing/harness",  # sidecar processes, the herd, configs for tests over the product
+    "lanes/canary",
+    "lanes/drills",
+    "lanes/_cli_reports.py",
+    "lanes/_cli.py",
+    "lanes/__main__.py",
+)
+#: Folders whose every module is pure (STYLE: values in, values out); elsewhere a module is pure
+#: when it says so (`# lanes: pure`).
+PURE_FOLDERS = ("lanes/_core/model", "lanes/_core/policy", "lanes/_core/dialects", "lanes/freetier")
+
+
+def layer_of(path: Path) -> int:
+    """The index in LAYERS of the entry holding `path` (a file of lanes/)."""
+    name = str(path.relative_to(ROOT))
+    if name in LAYERS:
+        return LAYERS.index(name)
+    folder = str(path.parent.relative_to(ROOT))
+    if folder == "lanes":
+        return LAYERS.index("lanes/*.py")
+    assert folder in LAYERS, f"{folder}/ stands on no layer: add it to LAYERS"
+    return LAYERS.index(folder)
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """The modules `path` imports when it runs: top-level and lazy imports, not those under
+    `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_every_module_stands_on_a_layer():
+    """Every file of lanes/ belongs to an entry of LAYERS, and every entry holds a file."""
+    files = sorted(PACKAGE.rglob("*.py"))
+    held = {LAYERS[layer_of(p)] for p in files}
+    assert sorted(set(LAYERS) - held) == []
+
+
+def test_nothing_imports_upward():
+    """No module imports from a layer above its own — so, collapsing modules to their folders,
+    no two folders import each other, directly or around a loop."""
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        mine = layer_of(path)
+        for name in runtime_imports(path):
+            target = module_file(name) if name.startswith("lanes") else None
+            if target is not None and layer_of(target) > mine:
+                upward.append(
+                    f"{path.relative_to(ROOT)} ({LAYERS[mine]}) imports {name} "
+                    f"({LAYERS[layer_of(target)]})"
+                )
+    assert upward == []
+
+
+def test_the_fakes_import_nothing_of_the_product():
+    """`lanes.testing`'s bottom half (everything but the harness) imports only itself: a fake
+    reads a request as the provider would, not as lanes does."""
+    outside = [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in (PACKAGE / "testing").glob("*.py")
+        for name in runtime_imports(p)
+        if name.split(".")[0] == "lanes"
+        and (not name.startswith("lanes.testing") or name.startswith("lanes.testing.harness"))
+    ]
+    assert outside == []
+
+
 def pure_modules() -> list[str]:
-    """Every module of the free-tier package, and every module carrying the pure marker."""
-    found = {p for p in (PACKAGE / "freetier").glob("*.py")}
+    """Every module of a pure folder, and every module carrying the pure marker."""
+    found = {p for folder in PURE_FOLDERS for p in (ROOT / folder).glob("*.py")}
     found |= {p for p in PACKAGE.rglob("*.py") if MARKER in p.read_text().splitlines()}
     return sorted(str(p.relative_to(ROOT)) for p in found)
 
@@ -121,17 +225,18 @@ def closure(path: Path) -> set[str]:
 
 
 def test_the_pure_set_is_found_not_listed():
-    """The pure set comes from the folder and the marker and holds the core's known pure modules."""
+    """The pure set comes from the folders and the marker and holds the core's known pure
+    modules."""
     assert {
-        "lanes/_core/routing/breaker.py",
-        "lanes/_core/routing/policy.py",
-        "lanes/_core/routing/scoring.py",
+        "lanes/_core/policy/breaker.py",
+        "lanes/_core/policy/policy.py",
+        "lanes/_core/policy/scoring.py",
         "lanes/_core/upstream/catalog.py",
         "lanes/_core/upstream/sse.py",
         "lanes/freetier/headers.py",
         "lanes/canary/score.py",
-        "lanes/_core/job.py",
-        "lanes/_core/errors.py",
+        "lanes/_core/model/job.py",
+        "lanes/_core/model/errors.py",
     } <= set(PURE)
 
 
@@ -281,19 +386,21 @@ def test_no_import_cycle():
 def test_the_dispatcher_stays_small():
     """The dispatcher holds state and two doors; the walk, attempt and gate live elsewhere."""
     sizes = {
-        p.name: len(p.read_text().splitlines())
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines())
         for p in [
             PACKAGE / "_core" / "dispatcher.py",
-            *(PACKAGE / "_core" / "routing").glob("*.py"),
+            *(PACKAGE / "_core" / "engine").glob("*.py"),
+            *(PACKAGE / "_core" / "money").glob("*.py"),
+            *(PACKAGE / "_core" / "policy").glob("*.py"),
         ]
     }
-    assert sizes["dispatcher.py"] <= 250
+    assert sizes["lanes/_core/dispatcher.py"] <= 250
     assert {k: v for k, v in sizes.items() if v > 300} == {}
 
 
 def test_the_error_tree_is_drawn_as_it_is():
     """The tree in errors.py's docstring is the class hierarchy, class for class."""
-    from lanes._core import errors
+    from lanes._core.model import errors
 
     drawn = {}
     for line in (errors.__doc__ or "").splitlines():
@@ -341,20 +448,43 @@ def test_public_api_is_sorted_and_complete():
     assert public == set(lanes.__all__)
 
 
+def config_classes(cls: type, seen: set[type] | None = None) -> set[type]:
+    """`cls` and every attrs class its fields hold (in a list, a dict, an optional or a union),
+    found by walking the annotations — so a config class added anywhere is in."""
+    seen = set() if seen is None else seen
+    if cls in seen:
+        return seen
+    seen.add(cls)
+    hints = typing.get_type_hints(cls)
+    todo = [hints[f.name] for f in attrs.fields(cls)]
+    while todo:
+        hint = todo.pop()
+        todo.extend(typing.get_args(hint))
+        if isinstance(hint, type) and attrs.has(hint):
+            config_classes(hint, seen)
+    return seen
+
+
 def config_keys() -> set[str]:
-    classes = [
+    classes = config_classes(Config) | set(kinds.KINDS.values()) | {kinds.CustomEndpoint}
+    return {field.name for cls in classes for field in attrs.fields(cls)}
+
+
+def test_the_config_classes_are_found_not_listed():
+    """Walking `Config` finds every config class, the scoring's among them."""
+    from lanes._core.policy.scoring import ScoringConfig
+
+    assert {
         Config,
         LaneConfig,
         ModelConfig,
         BreakerPolicy,
         PolicyConfig,
+        ScoringConfig,
         ServerConfig,
         ClientConfig,
         MetricsConfig,
-        *kinds.KINDS.values(),
-        kinds.CustomEndpoint,
-    ]
-    return {field.name for cls in classes for field in attrs.fields(cls)}
+    } <= config_classes(Config)
 
 
 def documentation() -> str:
@@ -428,7 +558,7 @@ def test_readme_tables_render():
 CLOCK_READS = {("time", "time"), ("time", "monotonic"), ("time", "sleep"), ("datetime", "now")}
 #: Engine modules that may read the system's wall clock: the wall source, and the probe lease's
 #: default for a caller outside a dispatcher (which passes its wall's `now`).
-WALL_READERS = {"lanes/_core/wall.py", "lanes/_core/state/store.py"}
+WALL_READERS = {"lanes/_core/runtime/wall.py", "lanes/_core/state/store.py"}
 
 
 def clock_reads(path: Path) -> list[tuple[int, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes._core.routing.breaker import Breaker, BreakerPolicy, Permit
+from lanes._core.policy.breaker import Breaker, BreakerPolicy, Permit
 
 
 def breaker(**kw) -> Breaker:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import lanes
 from helpers import config, free_lane
-from lanes._core.routing.scoring import (
+from lanes._core.policy.scoring import (
     ScoringConfig,
     Stats,
     degraded_providers,
@@ -344,12 +344,12 @@ async def test_simulation_shows_discovered_models():
     """`lanes serve --simulate`: the OpenRouter-like lane's discovered free model is routable and
     listed; its paid and unpriced models are not."""
     from lanes._http.server import serve
-    from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
+    from lanes.testing.simulate import open_simulation
 
-    async with open_simulation(flap=False) as fakes, trio.open_nursery() as nursery:
-        cfg = lanes.load_config({**simulated_config(fakes), "server": {"port": 0}}, env={})
+    async with open_simulation({}, flap=False) as sim, trio.open_nursery() as nursery:
+        cfg = lanes.load_config({**sim.config, "server": {"port": 0}}, env={})
         url = await nursery.start(
-            lambda task_status: serve(cfg, env=SIM_KEYS, task_status=task_status)
+            lambda task_status: serve(cfg, env=sim.env, task_status=task_status)
         )
         async with httpx2.AsyncClient(trust_env=False) as http:
             for _ in range(50):

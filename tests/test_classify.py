@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes._core.errors import (
+from lanes._core.model.errors import (
     ContextLengthExceeded,
     CreditExhausted,
     FinalError,
@@ -14,8 +14,8 @@ from lanes._core.errors import (
     RateLimited,
     RetryableError,
 )
+from lanes._core.model.untrusted import shown
 from lanes._core.upstream.responses import check_completion, classify_status
-from lanes._core.upstream.untrusted import shown
 
 
 @pytest.mark.parametrize(

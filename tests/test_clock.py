@@ -18,15 +18,15 @@ from trio.testing import MockClock
 
 import lanes
 from helpers import config, local_lane, paid_lane, sqlite_store
-from lanes._core.clocks import EpochTime, disagreement
-from lanes._core.errors import ConfigError
-from lanes._core.job import Candidate, Job
-from lanes._core.routing.ledger import Ledger
-from lanes._core.routing.policy import PolicyConfig
+from lanes._core.model.clocks import EpochTime, disagreement
+from lanes._core.model.errors import ConfigError
+from lanes._core.model.job import Candidate, Job
+from lanes._core.money.ledger import Ledger
+from lanes._core.policy.policy import PolicyConfig
+from lanes._core.runtime.wall import OFFSET_ENV, Wall, drill_offset
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.redis_store import RedisStore
 from lanes._core.state.store import ClockRefused, SQLiteStore
-from lanes._core.wall import OFFSET_ENV, Wall, drill_offset
 from lanes.freetier.manager import FreeTierManager
 from lanes.freetier.windows import window_id
 from lanes.testing import open_fake, status

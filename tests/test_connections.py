@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from lanes.testing import FakeProvider, answer
-from lanes.testing.clients import (
+from lanes.testing.harness.clients import (
     H2_PREFACE,
     H2_SETTINGS,
     H2C_UPGRADE,
@@ -21,7 +21,7 @@ from lanes.testing.clients import (
     leave,
     read_until_closed,
 )
-from lanes.testing.configs import open_sidecar
+from lanes.testing.harness.configs import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
 OK = {"messages": MESSAGES}

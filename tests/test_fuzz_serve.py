@@ -44,8 +44,8 @@ from hypothesis import strategies as st
 from helpers import PAID_KEY
 from lanes.freetier.prices import usage_cost
 from lanes.testing import FakeProvider, answer, open_fake
-from lanes.testing.configs import paid_lane
-from lanes.testing.processes import dump_toml, free_port
+from lanes.testing.harness.configs import paid_lane
+from lanes.testing.harness.processes import dump_toml, free_port
 
 MODELS = 60  # one fresh sick model per upstream example
 GOOD_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}

@@ -13,8 +13,8 @@ import trio
 
 import lanes
 from helpers import config, local_lane, paid_lane, sqlite_store, store_up
+from lanes._core.runtime.tasks import LISTENER, SYNC
 from lanes._core.state.sync import StateSync
-from lanes._core.tasks import LISTENER, SYNC
 from lanes._http.metrics import Metrics
 from lanes.freetier.headers import MAX_WAIT_S
 from lanes.freetier.prices import MAX_TOKENS
@@ -275,7 +275,7 @@ async def test_audit_rows_wait_in_a_bounded_queue_while_the_disk_is_full(
     in."""
     import sqlite3
 
-    from lanes._core.state import journal
+    from lanes._core.audit import journal
 
     monkeypatch.setattr(journal, "MAX_ROWS", 5)
     async with open_fake("local", models=("local-model",)) as local:

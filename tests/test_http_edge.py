@@ -16,8 +16,8 @@ from lanes._http import app as app_module
 from lanes._http.errors import BadRequest
 from lanes._http.validation import parse_decision, parse_job
 from lanes.testing import open_fake
-from lanes.testing.configs import local_lane
-from lanes.testing.processes import open_sidecar_process
+from lanes.testing.harness.configs import local_lane
+from lanes.testing.harness.processes import open_sidecar_process
 from sidecar import open_sidecar
 
 OK = {"messages": [{"role": "user", "content": "hi"}]}

@@ -15,20 +15,20 @@ from hypothesis import strategies as st
 
 import lanes
 from helpers import config, free_lane, local_lane
-from lanes._core.clocks import TrioTime
-from lanes._core.job import Candidate
-from lanes._core.routing import ranking, scoring
-from lanes._core.routing.autoplan import AutoPlan
-from lanes._core.routing.gate import Gate
-from lanes._core.routing.needs import needs_of
-from lanes._core.routing.order import _record_removed
-from lanes._core.routing.plan_queue import Queue
-from lanes._core.routing.policy import PolicyConfig, make_plan
-from lanes._core.routing.pool import Pool
-from lanes._core.routing.record import MAX_SKIPS, JobRecord
+from lanes._core.engine.gate import Gate
+from lanes._core.engine.order import _record_removed
+from lanes._core.model.clocks import TrioTime
+from lanes._core.model.job import Candidate
+from lanes._core.model.record import MAX_SKIPS, JobRecord
+from lanes._core.policy import ranking, scoring
+from lanes._core.policy.autoplan import AutoPlan
+from lanes._core.policy.needs import needs_of
+from lanes._core.policy.plan_queue import Queue
+from lanes._core.policy.policy import PolicyConfig, make_plan
+from lanes._core.policy.pool import Pool
 from lanes._http.server import serve
 from lanes.testing import open_fake, status
-from lanes.testing.configs import KEYS
+from lanes.testing.harness.configs import KEYS
 
 JOB = [{"role": "user", "content": "hi"}]
 BIG = 10_000

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes._core.dialects import messages_api, responses_api
-from lanes._core.job import MAX_DROPPED, MAX_DROPPED_NAME, Candidate, Job, bounded_names
-from lanes._core.routing.spend import as_sent, worst_case
+from lanes._core.model.job import MAX_DROPPED, MAX_DROPPED_NAME, Candidate, Job, bounded_names
+from lanes._core.policy.spend import as_sent, worst_case
 from lanes.testing.answers import chunks, completion
 
 CLIENTS = Path(__file__).parent / "fixtures" / "clients"

@@ -56,7 +56,7 @@ async def test_broken_and_empty_modules_are_skipped(
         textwrap.dedent("""
         from lanes._core.upstream.lane import Provider
         from lanes.freetier.kinds import AlwaysFreeLocal
-        from lanes._core.config import ModelConfig
+        from lanes._core.config.schema import ModelConfig
         PROVIDER = Provider(
             name="mine",
             base_url="http://127.0.0.1:1/v1",

@@ -9,11 +9,11 @@ import pytest
 import lanes
 from helpers import config, free_lane
 from lanes._core.check import check_config
-from lanes._core.config import packaged, read_config
-from lanes._core.routing.context import Routing
+from lanes._core.config.schema import packaged, read_config
+from lanes._core.engine.context import Routing
+from lanes._core.runtime.wall import Wall
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.store import SQLiteStore
-from lanes._core.wall import Wall
 from lanes.freetier.manager import FreeTierManager
 
 NAMES = {

@@ -14,10 +14,10 @@ from test_money import IN, MESSAGES, OUT, greedy, json_values, paid_candidate, r
 
 import lanes
 from helpers import config, free_lane, local_lane, paid_lane
-from lanes._core.config import LaneConfig
+from lanes._core.config.schema import LaneConfig
 from lanes._core.dialects import messages_api, responses_api
-from lanes._core.job import Candidate
-from lanes._core.routing.spend import (
+from lanes._core.model.job import Candidate
+from lanes._core.policy.spend import (
     PRICED_PARAMS,
     UNDECLARED_TOOL_PROMPT_TOKENS,
     Unbounded,

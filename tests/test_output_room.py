@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes import Job
-from lanes._core.job import Candidate
-from lanes._core.routing.needs import estimate_tokens, needs_of
-from lanes._core.routing.policy import PolicyConfig, make_plan, unfit
-from lanes._core.routing.room import MIN_CLAMPED_OUTPUT
-from lanes._core.routing.spend import as_sent, worst_case
+from lanes._core.model.job import Candidate
+from lanes._core.policy.needs import estimate_tokens, needs_of
+from lanes._core.policy.policy import PolicyConfig, make_plan, unfit
+from lanes._core.policy.room import MIN_CLAMPED_OUTPUT
+from lanes._core.policy.spend import as_sent, worst_case
 
 INPUT = "x" * 4000  # about 1,000 tokens of input
 

@@ -105,7 +105,7 @@ def test_the_wheel_is_what_runs_and_holds_the_defaults(installed):
     done = run(
         installed,
         "-c",
-        "import lanes, lanes._core.config as c; print(lanes.__file__); "
+        "import lanes, lanes._core.config.schema as c; print(lanes.__file__); "
         "print(c.packaged('lanes.toml').read_text()[:7])",
     )
     assert done.returncode == 0, done.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from lanes import Job
-from lanes._core.job import Candidate
-from lanes._core.routing.needs import needs_of
-from lanes._core.routing.policy import (
+from lanes._core.model.job import Candidate
+from lanes._core.policy.needs import needs_of
+from lanes._core.policy.policy import (
     PolicyConfig,
     after_failure,
     make_plan,

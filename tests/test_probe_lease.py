@@ -15,7 +15,7 @@ from helpers import ENGINE_POLICY, config, free_lane, paid_lane, sqlite_store
 from lanes._core.state.store import SQLiteStore
 from lanes.freetier.backoff import Backoff
 from lanes.testing import answer, hang, open_fake, rate_limited, status
-from lanes.testing.processes import open_job_processes
+from lanes.testing.harness.processes import open_job_processes
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 NOW = 1_800_000_000.0

@@ -23,12 +23,12 @@ import lanes
 from bench.freeshare import arrivals
 from helpers import config, free_lane, paid_lane
 from lanes._cli_reports import story_text
+from lanes._core.audit.report import explain, report
 from lanes._core.state.audit import audit_row
-from lanes._core.state.report import explain, report
 from lanes._core.state.store import SQLiteStore
 from lanes.testing import answer, open_fake, quota, rate_limited, status
-from lanes.testing.configs import KEYS
-from lanes.testing.processes import dump_toml, open_sidecar_processes
+from lanes.testing.harness.configs import KEYS
+from lanes.testing.harness.processes import dump_toml, open_sidecar_processes
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Plan my week."}]
@@ -363,8 +363,8 @@ def test_the_report_over_time_is_its_jobs_hour_by_hour(jobs, since):
 
 def test_the_report_groups_by_what_the_roll_ups_keep():
     """`lanes report --by` offers exactly the dimensions the audit is rolled up by."""
+    from lanes._core.audit.report import GROUPS
     from lanes._core.state.audit_tables import DIMENSIONS
-    from lanes._core.state.report import GROUPS
 
     assert GROUPS == DIMENSIONS
 

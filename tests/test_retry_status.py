@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes import Job
-from lanes._core import errors
-from lanes._core.job import Candidate
-from lanes._core.routing.needs import needs_of
-from lanes._core.routing.policy import unfit
-from lanes._core.routing.verdicts import never_served
+from lanes._core.model import errors
+from lanes._core.model.job import Candidate
+from lanes._core.policy.needs import needs_of
+from lanes._core.policy.policy import unfit
+from lanes._core.policy.verdicts import never_served
 from lanes._http.errors import error_response, job_failed
 from lanes.testing import status
 from sidecar import open_sidecar

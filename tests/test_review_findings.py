@@ -23,13 +23,13 @@ import trio
 import trio.testing
 
 import lanes
-from lanes._core.job import Candidate
-from lanes._core.routing.spend import billed_bytes, paid_request, worst_case
+from lanes._core.model.job import Candidate
+from lanes._core.policy.spend import billed_bytes, paid_request, worst_case
 from lanes.testing import answer, raw, status, stream_cut
 from sidecar import CLIENT_KEY, open_sidecar
 
 MESSAGES = [{"role": "user", "content": "What does this cost?"}]
-IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.configs)
+IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.harness.configs)
 PAID = ("paid", "paid", ["paid-model"])
 ADMIN_KEY = "lanes-admin-key-0123456789abcdef"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

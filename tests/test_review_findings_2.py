@@ -15,12 +15,12 @@ import trio
 
 import lanes
 from helpers import config, free_lane, paid_lane
-from lanes._core.streaming.recovery import Chunk, Event, relay
+from lanes._core.engine.recovery import Chunk, Event, relay
 from lanes.testing import answer, open_fake, status, stream_cut
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "What does this cost?"}]
-IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.configs)
+IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.harness.configs)
 
 # == finding 1: message content is a denylist, not an allowlist ===================================
 

@@ -16,7 +16,7 @@ from helpers import config, paid_lane
 from lanes.testing import answer, open_fake, status
 
 MESSAGES = [{"role": "user", "content": "What does this cost?"}]
-IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.configs)
+IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.harness.configs)
 PRICED = {"input_usd_per_mtok": IN, "output_usd_per_mtok": OUT}
 
 # == finding 1: a same-candidate retry pays on a grant revoked since its first attempt ===========

@@ -11,10 +11,10 @@ import trio
 
 from lanes._core.dialects import responses_api
 from lanes._core.dialects.common import BadField
-from lanes._core.job import MAX_DROPPED, bounded_names
+from lanes._core.model.job import MAX_DROPPED, bounded_names
 from lanes.testing import answer
-from lanes.testing.clients import http_request
-from lanes.testing.configs import open_sidecar
+from lanes.testing.harness.clients import http_request
+from lanes.testing.harness.configs import open_sidecar
 
 OK = {"messages": [{"role": "user", "content": "Say the pangram."}]}
 

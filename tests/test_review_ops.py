@@ -10,10 +10,10 @@ import pytest
 import trio
 from test_workers import TWO, limited, views_by_worker
 
-from lanes._core.secrets import read_key
+from lanes._core.runtime.secrets import read_key
 from lanes.testing import open_fake
-from lanes.testing.configs import KEYS
-from lanes.testing.processes import dump_toml, free_port, open_sidecar_process
+from lanes.testing.harness.configs import KEYS
+from lanes.testing.harness.processes import dump_toml, free_port, open_sidecar_process
 
 KEY = "gsk_live_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"
 

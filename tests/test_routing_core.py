@@ -12,9 +12,9 @@ import trio
 
 import lanes
 from helpers import config, free_lane, local_lane, paid_lane, sqlite_store
-from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, relay
+from lanes._core.engine.recovery import Broken, Chunk, Ended, Event, Failed, relay
 from lanes.testing import ANSWER, answer, hang, open_fake, reset, status, stream_cut
-from lanes.testing.processes import free_port
+from lanes.testing.harness.processes import free_port
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 import lanes
 from helpers import config, free_lane
-from lanes._core.errors import RetryableError
-from lanes._core.secrets import install_log_redaction, read_key, redact_log
-from lanes._core.state.report import explain
+from lanes._core.audit.report import explain
+from lanes._core.model.errors import RetryableError
+from lanes._core.model.untrusted import MAX_CODE, MAX_MESSAGE, shown
+from lanes._core.runtime.secrets import install_log_redaction, read_key, redact_log
 from lanes._core.state.store import SQLiteStore
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.responses import check_completion, classify_status
-from lanes._core.upstream.untrusted import MAX_CODE, MAX_MESSAGE, shown
 from lanes.testing import answer, open_fake, raw, status
 from sidecar import open_sidecar
 

@@ -14,7 +14,7 @@ import httpx2
 import trio
 
 from lanes.testing import answer, open_fake
-from lanes.testing.processes import free_port, open_sidecar_process, stop
+from lanes.testing.harness.processes import free_port, open_sidecar_process, stop
 
 
 async def test_startup_with_dead_providers_and_graceful_shutdown(tmp_path):

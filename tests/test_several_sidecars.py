@@ -20,10 +20,14 @@ import pytest
 import redis
 import trio
 
-from lanes._core.routing.spend import billed_bytes
+from lanes._core.policy.spend import billed_bytes
 from lanes.testing import answer, open_fake, rate_limited
-from lanes.testing.configs import KEYS, free_lane, local_lane, paid_lane
-from lanes.testing.processes import SidecarProcess, open_sidecar_process, open_sidecar_processes
+from lanes.testing.harness.configs import KEYS, free_lane, local_lane, paid_lane
+from lanes.testing.harness.processes import (
+    SidecarProcess,
+    open_sidecar_process,
+    open_sidecar_processes,
+)
 
 MESSAGES = [{"role": "user", "content": "Several sidecars: say the pangram."}]
 OUTAGE = re.compile(r"state store: redis at .*serving on this host's view")

@@ -240,7 +240,7 @@ def test_a_retry_is_told_why_the_once_it_names_can_not_pay():
     """The reason a 429 gives a retry whose `X-Lanes-Approval` can not pay: nothing kept by that
     id, a once kept without its estimate, another model, another request, a larger worst case —
     and none when it can (the same rule as `take_once`)."""
-    from lanes._core.routing.consent import why_not
+    from lanes._core.money.consent import why_not
 
     once = OnceConsent(
         id="ap-1",

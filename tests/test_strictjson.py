@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lanes._core import strictjson
+from lanes._core.model import strictjson
 
 leaves = (
     st.none()

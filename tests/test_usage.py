@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lanes
-from lanes._core.job import Candidate
-from lanes._core.routing.spend import paid_request, worst_case
+from lanes._core.model.job import Candidate
+from lanes._core.policy.spend import paid_request, worst_case
 from lanes.freetier.prices import settled_usd, usage_cost, usage_tokens, usage_total
 
 MESSAGES = [{"role": "user", "content": "What does this cost?"}]

@@ -21,11 +21,11 @@ import pytest
 import trio
 
 from helpers import paid_lane
-from lanes._core.routing.spend import billed_bytes
+from lanes._core.policy.spend import billed_bytes
 from lanes._http import workers as workers_module
 from lanes.testing import answer, open_fake
-from lanes.testing.configs import KEYS
-from lanes.testing.processes import free_port, open_sidecar_process
+from lanes.testing.harness.configs import KEYS
+from lanes.testing.harness.processes import free_port, open_sidecar_process
 
 
 def alive(pid: int) -> bool:

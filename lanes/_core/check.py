@@ -18,9 +18,9 @@ from pathlib import Path
 
 import attrs
 
-from lanes._core.config import FLAG_WORDS, Config, read_config
-from lanes._core.errors import ConfigError
-from lanes._core.strict import key_of
+from lanes._core.config.schema import FLAG_WORDS, Config, read_config
+from lanes._core.config.strict import key_of
+from lanes._core.model.errors import ConfigError
 from lanes._core.upstream.loader import find_provider
 
 

@@ -1,8 +1,8 @@
 """The dispatcher: holds the routing state and serves jobs through two doors, `complete` and
 `open_stream`.
 
-Each job gets a record and walks its plan (`routing/walk.py`) under one deadline; each attempt is
-gated, budgeted, sent and settled in one place (`routing/attempt.py`). Every job leaves one audit
+Each job gets a record and walks its plan (`engine/walk.py`) under one deadline; each attempt is
+gated, budgeted, sent and settled in one place (`engine/attempt.py`). Every job leaves one audit
 row and one log line. Operations views read `statistics()`; the state sync talks to the
 dispatcher through the methods under "the state sync".
 """
@@ -16,27 +16,27 @@ from typing import Any
 
 import trio
 
-from lanes._core.clocks import EpochTime
-from lanes._core.config import Config
-from lanes._core.errors import JobFailed
-from lanes._core.job import Candidate, Job, Reply
-from lanes._core.routing.approvals import Approvals
-from lanes._core.routing.calls import complete_call, embed_call
-from lanes._core.routing.context import Routing, open_record
-from lanes._core.routing.record import JobRecord
-from lanes._core.routing.walk import Call, walk
-from lanes._core.secrets import request_secrets
+from lanes._core.audit.journal import Journal
+from lanes._core.audit.statistics import ModelStatistics, Statistics, model_statistics, snapshot
+from lanes._core.config.schema import Config
+from lanes._core.engine.calls import complete_call, embed_call
+from lanes._core.engine.context import Routing, open_record
+from lanes._core.engine.session import StreamJob, stream_job
+from lanes._core.engine.stream import ReplyStream
+from lanes._core.engine.walk import Call, walk
+from lanes._core.model.clocks import EpochTime
+from lanes._core.model.errors import JobFailed
+from lanes._core.model.job import Candidate, Job, Reply
+from lanes._core.model.record import JobRecord
+from lanes._core.money.approvals import Approvals
+from lanes._core.runtime.secrets import request_secrets
+from lanes._core.runtime.tasks import SYNC, Background
+from lanes._core.runtime.wall import Wall
 from lanes._core.state.clock import StoreClock
-from lanes._core.state.journal import Journal
 from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, SQLiteStore, Store
 from lanes._core.state.terms import Consent
-from lanes._core.statistics import ModelStatistics, Statistics, model_statistics, snapshot
-from lanes._core.streaming.session import StreamJob, stream_job
-from lanes._core.streaming.stream import ReplyStream
-from lanes._core.tasks import SYNC, Background
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import Loaded
-from lanes._core.wall import Wall
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")

@@ -13,18 +13,18 @@ import httpx2
 import trio
 
 from lanes._core.check import check_config
-from lanes._core.config import Config, load_config, read_config
+from lanes._core.config.schema import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.errors import UpstreamError
-from lanes._core.job import Job, Reply
-from lanes._core.secrets import install_log_redaction
+from lanes._core.model.errors import UpstreamError
+from lanes._core.model.job import Job, Reply
+from lanes._core.runtime.secrets import install_log_redaction
+from lanes._core.runtime.tasks import LISTENER, SYNC, TaskHealth
+from lanes._core.runtime.wall import OFFSET_ENV, open_wall
 from lanes._core.state.store import SQLiteStore, Store, call
 from lanes._core.state.sync import StateSync
-from lanes._core.tasks import LISTENER, SYNC, TaskHealth
 from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
-from lanes._core.wall import OFFSET_ENV, open_wall
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
@@ -130,21 +130,23 @@ async def _open_simulated(
     env: Mapping[str, str],
     epoch_now: float | None,
 ) -> AsyncIterator[Dispatcher]:
-    from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
+    from lanes.testing.simulate import open_simulation  # the fakes load only when asked for
 
     if config is not None and not isinstance(config, Config):
         config = read_config(config, env=env)
-    async with open_simulation(flap=False) as fakes:
-        simulated = simulated_config(
-            fakes,
+    async with (
+        open_simulation(
+            env,
             state=config.state if config else ":memory:",
             local_state=config.local_state if config else ":memory:",
             fallback="allow",
-        )
-        async with open_dispatcher(
-            load_config(simulated, env=env), env={**SIM_KEYS, **env}, epoch_now=epoch_now
-        ) as dispatcher:
-            yield dispatcher
+            flap=False,
+        ) as sim,
+        open_dispatcher(
+            load_config(sim.config, env=env), env=sim.env, epoch_now=epoch_now
+        ) as dispatcher,
+    ):
+        yield dispatcher
 
 
 def open_store(config: Config) -> Store:

@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 
 from lanes._core.check import Checked, check_config
-from lanes._core.config import load_config
-from lanes._core.errors import ConfigError
+from lanes._core.config.schema import load_config
+from lanes._core.model.errors import ConfigError
 
 _IDENT = re.compile(r"[A-Za-z0-9_-]+")
 MAX_KEYS_SAID = 12  # changed keys named in one log line; the rest are counted

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lanes._core.config import LaneConfig
+from lanes._core.config.schema import LaneConfig
 from lanes._core.upstream.lane import Provider
 from lanes._core.upstream.loader import find_provider, shipped_lane_modules
 

@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from lanes._core.audit.report import explain, parse_since, report
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.state.report import explain, parse_since, report
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.departures import departure_shield
 from lanes._http.errors import BadRequest, error_response

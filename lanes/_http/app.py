@@ -18,8 +18,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.errors import JobFailed
-from lanes._core.job import Reply
+from lanes._core.model.errors import JobFailed
+from lanes._core.model.job import Reply
 from lanes._http.admin import Handler, admin_routes
 from lanes._http.doors import Door, door_routes
 from lanes._http.errors import (

@@ -8,7 +8,7 @@ own (`Requests`, the connection's task group), and hypercorn handing it the disc
 no task watches `receive()`, no handler has to: the job is cancelled with it: the upstream request
 is dropped at once, the breaker permits and probe are given back, a paid attempt already sent is
 settled as the upstream may bill it (its reservation) and one not sent is not billed, and the job is
-audited `abandoned` (`routing/attempt.py`, `dispatcher.py`). A client leaving mid-body ends the
+audited `abandoned` (`engine/attempt.py`, `dispatcher.py`). A client leaving mid-body ends the
 handler the same way.
 
 What counts as leaving is what hypercorn reports, which is what the socket shows: a close (FIN),

@@ -17,9 +17,9 @@ from starlette.requests import Request
 
 from lanes._core.dialects import messages_api, responses_api
 from lanes._core.dialects.common import ChatRequest, sse_event
-from lanes._core.errors import JobFailed, StreamInterrupted
-from lanes._core.job import Job, Reply
-from lanes._core.streaming.stream import ReplyStream
+from lanes._core.engine.stream import ReplyStream
+from lanes._core.model.errors import JobFailed, StreamInterrupted
+from lanes._core.model.job import Job, Reply
 from lanes._http.errors import (
     MESSAGES_REQUEST_ID,
     MESSAGES_TYPES,

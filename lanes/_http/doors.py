@@ -24,9 +24,9 @@ from starlette.routing import Route
 
 from lanes._core.dialects.common import BadField
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.errors import JobFailed
-from lanes._core.job import Job, Reply
-from lanes._core.routing.needs import estimate_tokens
+from lanes._core.model.errors import JobFailed
+from lanes._core.model.job import Job, Reply
+from lanes._core.policy.needs import estimate_tokens
 from lanes._http.dialects import API, MessagesAPI, ResponsesAPI
 from lanes._http.errors import REQUEST_ID, BadRequest, error_response, job_failed
 from lanes._http.state import model_entry

@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from lanes._core.errors import (
+from lanes._core.model.errors import (
     DeadlineExceeded,
     FallbackDenied,
     FallbackNeedsApproval,

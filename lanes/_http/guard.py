@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import attrs
 from starlette.requests import Request
 
-from lanes._core.config import ServerConfig
-from lanes._core.secrets import read_key
+from lanes._core.config.schema import ServerConfig
+from lanes._core.runtime.secrets import read_key
 
 log = logging.getLogger("lanes")
 

@@ -23,8 +23,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from lanes._core.state.tally import Histogram
-from lanes._core.statistics import Statistics
+from lanes._core.audit.statistics import Statistics
+from lanes._core.audit.tally import Histogram
 
 STATES = {"closed": 0, "half_open": 1, "open": 2}
 CONTENT_TYPE = CONTENT_TYPE_LATEST

@@ -19,8 +19,8 @@ from typing import Any
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from lanes._core.config import Config, ServerConfig, load_config, packaged
-from lanes._core.errors import ConfigError
+from lanes._core.config.schema import Config, ServerConfig, load_config, packaged
+from lanes._core.model.errors import ConfigError
 from lanes._core.open import open_dispatcher
 from lanes._core.source import Source, read_source
 from lanes._http.app import build_app
@@ -121,22 +121,16 @@ async def serve(
     base, host, port = checked(config, host=host, port=port, simulate=simulate, env=env)
     async with AsyncExitStack() as stack:
         if simulate:
-            from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
+            from lanes.testing.simulate import open_simulation
 
-            fakes = await stack.enter_async_context(open_simulation())
-            base = load_config(
-                simulated_config(
-                    fakes,
+            sim = await stack.enter_async_context(
+                open_simulation(
+                    env,
                     state=base.state if base else ":memory:",
                     local_state=base.local_state if base else ":memory:",
-                ),
-                env=env,
+                )
             )
-            env = {**SIM_KEYS, **env}
-            log.warning(
-                "simulated providers on 127.0.0.1: %s",
-                ", ".join(f"{n}={f.port}" for n, f in fakes.items()),
-            )
+            base, env = load_config(sim.config, env=env), sim.env
         assert base is not None
         config = base
         dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from lanes._core.audit.statistics import Statistics
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.job import Candidate
-from lanes._core.routing.breaker import BreakerStatistics
-from lanes._core.routing.context import Routing
-from lanes._core.statistics import Statistics
+from lanes._core.engine.context import Routing
+from lanes._core.model.job import Candidate
+from lanes._core.policy.breaker import BreakerStatistics
 
 
 def ready(stats: Statistics) -> list[str]:

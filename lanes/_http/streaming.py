@@ -1,7 +1,7 @@
 """Server-sent events for `stream: true`, as a raw ASGI response.
 
 The handler's own task runs the dispatcher's stream (with recovery,
-`_core/streaming/recovery.py`) and writes the headers and the first chunk itself, so the first byte
+`_core/engine/recovery.py`) and writes the headers and the first chunk itself, so the first byte
 waits for no other task. Then a writer task takes over: the stream's chunks go to it through a
 channel without a pause, and it sends everything that has arrived since its last write in one
 write — under load, the chunks of several upstream events at once — and a keep-alive comment after
@@ -23,10 +23,10 @@ from typing import Any, Protocol
 import trio
 
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.errors import JobFailed, StreamInterrupted
-from lanes._core.job import Job
-from lanes._core.streaming.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
-from lanes._core.streaming.stream import ReplyStream
+from lanes._core.engine.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
+from lanes._core.engine.stream import ReplyStream
+from lanes._core.model.errors import JobFailed, StreamInterrupted
+from lanes._core.model.job import Job
 from lanes._http.errors import REQUEST_ID, error_body, http_status, job_failed
 from lanes.freetier.prices import usd_text
 

@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 import trio
 
-from lanes._core.errors import ConfigError
+from lanes._core.model.errors import ConfigError
 from lanes._core.source import changed_keys, said
 
 log = logging.getLogger("lanes")

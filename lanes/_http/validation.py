@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from lanes._core import strictjson
-from lanes._core.job import Job, Privacy
+from lanes._core.model import strictjson
+from lanes._core.model.job import Job, Privacy
 from lanes._core.state.terms import CONSENTS, MAX_CEILING_USD, Consent
 from lanes._http.departures import arrived_at
 from lanes._http.errors import BadRequest

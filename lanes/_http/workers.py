@@ -47,8 +47,8 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from lanes._core.config import REDIS_SCHEMES, Config, ServerConfig, load_config, packaged
-from lanes._core.errors import ConfigError
+from lanes._core.config.schema import REDIS_SCHEMES, Config, ServerConfig, load_config, packaged
+from lanes._core.model.errors import ConfigError
 from lanes._core.source import Source, read_source
 from lanes._http.running import Running
 from lanes._http.server import checked, serve
@@ -196,16 +196,12 @@ async def serve_workers(
                 state=(base.state, base.local_state) if base else ("", ""),
             )
             if simulate:
-                from lanes.testing.simulate import SIM_KEYS, open_simulation, simulated_config
+                from lanes.testing.simulate import open_simulation
 
-                fakes = await stack.enter_async_context(open_simulation())
-                data = simulated_config(fakes, state=state, local_state=spec["local_state"])
-                plan = _sim_plan(spec, data)
-                env = {**SIM_KEYS, **env}
-                log.warning(
-                    "simulated providers on 127.0.0.1: %s",
-                    ", ".join(f"{n}={f.port}" for n, f in fakes.items()),
+                sim = await stack.enter_async_context(
+                    open_simulation(env, state=state, local_state=spec["local_state"])
                 )
+                plan, env = _sim_plan(spec, sim.config), sim.env
             else:
                 assert source is not None and base is not None
                 plan = planner.plan(source, base)

@@ -14,8 +14,8 @@ import trio
 
 import lanes
 from lanes._core.check import check_config
-from lanes._core.config import packaged
-from lanes._core.errors import ConfigError
+from lanes._core.config.schema import packaged
+from lanes._core.model.errors import ConfigError
 from lanes._core.open import open_store
 from lanes.canary import report as fmt
 from lanes.canary.prompts import read_canary

@@ -8,9 +8,9 @@ from typing import Any
 
 import attrs
 
-from lanes._core.config import read_toml, structure
-from lanes._core.errors import ConfigError
-from lanes._core.strict import strict_converter
+from lanes._core.config.schema import read_toml, structure
+from lanes._core.config.strict import strict_converter
+from lanes._core.model.errors import ConfigError
 
 
 @attrs.frozen(kw_only=True)

@@ -19,7 +19,7 @@ import attrs
 import trio
 
 import lanes
-from lanes._core.job import Candidate, digest
+from lanes._core.model.job import Candidate, digest
 from lanes.canary.checks import run_checks
 from lanes.canary.prompts import CanaryConfig, Prompt
 from lanes.canary.score import Answer, ModelReport, score_model

@@ -22,7 +22,7 @@ import trio
 
 from lanes.drills.registry import Result, check, drill
 from lanes.testing import FakeProvider, answer, open_fake, status
-from lanes.testing.clients import (
+from lanes.testing.harness.clients import (
     H2_PREFACE,
     H2_SETTINGS,
     Leaving,
@@ -30,8 +30,8 @@ from lanes.testing.clients import (
     leave,
     read_until_closed,
 )
-from lanes.testing.configs import KEYS, local_lane, paid_lane
-from lanes.testing.processes import open_sidecar_process
+from lanes.testing.harness.configs import KEYS, local_lane, paid_lane
+from lanes.testing.harness.processes import open_sidecar_process
 
 MESSAGES = [{"role": "user", "content": "Drill: say the pangram."}]
 RAN_ON_S = 0.1  # how long an upstream request may run on after its client left

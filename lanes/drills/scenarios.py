@@ -36,9 +36,9 @@ from lanes.testing import (
     stream_cut,
     stream_stall,
 )
-from lanes.testing.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane
-from lanes.testing.processes import open_sidecar_process, open_sidecar_processes
-from lanes.testing.redis_server import RedisServer, redis_server_path
+from lanes.testing.harness.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane
+from lanes.testing.harness.processes import open_sidecar_process, open_sidecar_processes
+from lanes.testing.harness.redis_server import RedisServer, redis_server_path
 
 MESSAGES = [{"role": "user", "content": "Drill: say the pangram."}]
 

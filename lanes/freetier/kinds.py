@@ -18,7 +18,7 @@ from typing import Literal
 
 import attrs
 
-from lanes._core.validators import at_least
+from lanes._core.model.validators import at_least
 
 
 def _as_patterns(value: Iterable[str]) -> tuple[str, ...]:

@@ -25,7 +25,6 @@ from typing import Any
 
 import attrs
 
-from lanes._core.routing.needs import max_output_tokens
 from lanes.testing.schema import instance
 
 #: The dimension of a simulated embedding when the request does not ask for one.
@@ -116,7 +115,9 @@ def choices(request: Mapping[str, Any], text: str) -> list[Choice]:
     messages = messages if isinstance(messages, list) else []
     n = request.get("n", 1)
     n = min(n, MAX_CHOICES) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-    cap = max_output_tokens(request)
+    # the cap as OpenAI reads it (the fakes read requests as a provider would, not as lanes does)
+    caps = (request.get(key) for key in ("max_completion_tokens", "max_tokens"))
+    cap = next((c for c in caps if type(c) is int and c > 0), None)
     tool = _tool_to_call(request, messages)
     out = []
     for index in range(n):

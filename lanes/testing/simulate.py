@@ -11,14 +11,18 @@ answering as `lanes.testing.answers` says: tool calls, JSON, embeddings — so a
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from lanes.testing import FakeProvider, answer, open_fake, quota
+
+log = logging.getLogger("lanes.simulate")
 
 SIM_KEYS = {
     "SIM_GROQ_KEY": "sim-groq-key",
@@ -189,8 +193,38 @@ async def _flap(fake: FakeProvider, up_s: float = 40.0, down_s: float = 20.0) ->
         await fake.listen()
 
 
+@attrs.frozen(kw_only=True)
+class Simulation:
+    """The simulated providers, running; the TOML-shaped config that names them; the environment
+    with their keys."""
+
+    fakes: dict[str, FakeProvider]
+    config: dict[str, Any]
+    env: dict[str, str]
+
+
 @asynccontextmanager
-async def open_simulation(*, flap: bool = True) -> AsyncIterator[dict[str, FakeProvider]]:
+async def open_simulation(
+    env: Mapping[str, str],
+    *,
+    state: str = ":memory:",
+    local_state: str = ":memory:",
+    fallback: str = "ask",
+    flap: bool = True,
+) -> AsyncIterator[Simulation]:
+    """`lanes serve --simulate`, `--workers` with it, and `open_dispatcher(simulate=True)`: the
+    simulated providers started, their config (state as given) and `env` with their keys."""
+    async with _open_fakes(flap=flap) as fakes:
+        log.warning(
+            "simulated providers on 127.0.0.1: %s",
+            ", ".join(f"{n}={f.port}" for n, f in fakes.items()),
+        )
+        data = simulated_config(fakes, state=state, local_state=local_state, fallback=fallback)
+        yield Simulation(fakes=fakes, config=data, env={**SIM_KEYS, **env})
+
+
+@asynccontextmanager
+async def _open_fakes(*, flap: bool) -> AsyncIterator[dict[str, FakeProvider]]:
     """Start the simulated providers; yield them by lane name."""
     async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
         fakes = {}

@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lanes._core.job import Attempt, Candidate, Job, digest
+from lanes._core.model.job import Attempt, Candidate, Job, digest
 from lanes.freetier.prices import usage_tokens
 
 #: Between a dimension and a client's name in the roll-ups' dimension of that client's jobs.

@@ -22,8 +22,8 @@ from typing import Any
 
 import attrs
 
-from lanes._core.clocks import EpochTime, disagreement
-from lanes._core.wall import Wall
+from lanes._core.model.clocks import EpochTime, disagreement
+from lanes._core.runtime.wall import Wall
 
 log = logging.getLogger("lanes")
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import trio
 
+from lanes._core.runtime.tasks import TaskHealth
 from lanes._core.state.store import (
     STORE_ERRORS,
     ApprovalRecord,
@@ -36,7 +37,6 @@ from lanes._core.state.store import (
     call,
 )
 from lanes._core.state.terms import Operator
-from lanes._core.tasks import TaskHealth
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.manager import FreeTierManager
 from lanes.freetier.windows import window_id
@@ -67,7 +67,7 @@ class SyncPeer(Protocol):
 
 
 class Beats(Protocol):
-    """This process's side of the shared terms and clock (`routing/terms.py`): one beat a round."""
+    """This process's side of the shared terms and clock (`money/terms.py`): one beat a round."""
 
     async def round(self) -> None: ...
     async def leave(self) -> None: ...

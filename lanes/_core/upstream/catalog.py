@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from lanes._core.upstream.untrusted import holds_key, known_forms
+from lanes._core.model.untrusted import holds_key, known_forms
 from lanes.freetier.kinds import FreeModelsOnly, FreeTierKind, NoFreeTier
 from lanes.freetier.prices import bounded, price
 

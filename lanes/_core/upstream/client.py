@@ -23,8 +23,9 @@ import attrs
 import httpx2
 import trio
 
-from lanes._core import strictjson
-from lanes._core.errors import FinalError, RetryableError, UpstreamError
+from lanes._core.model import strictjson
+from lanes._core.model.errors import FinalError, RetryableError, UpstreamError
+from lanes._core.model.untrusted import MAX_CODE, shown
 from lanes._core.upstream.responses import (
     MAX_DEPTH,
     check_completion,
@@ -41,7 +42,6 @@ from lanes._core.upstream.shapes import (
     usage_in,
 )
 from lanes._core.upstream.sse import SSEDecoder
-from lanes._core.upstream.untrusted import MAX_CODE, shown
 
 MAX_ERROR_BODY = 64 * 1024
 #: After a stream's `[DONE]`, what is left of its body (its end, normally on its way) is read for at

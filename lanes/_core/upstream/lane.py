@@ -17,10 +17,10 @@ from typing import Any
 
 import attrs
 
-from lanes._core.config import LaneConfig, ModelConfig
-from lanes._core.job import Candidate, Job
-from lanes._core.routing.spend import CAP_PARAMS
-from lanes._core.secrets import remember
+from lanes._core.config.schema import LaneConfig, ModelConfig
+from lanes._core.model.job import Candidate, Job
+from lanes._core.policy.spend import CAP_PARAMS
+from lanes._core.runtime.secrets import remember
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes._core.upstream.responses import check_embeddings

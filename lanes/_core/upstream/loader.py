@@ -12,12 +12,13 @@ import importlib
 import logging
 import pkgutil
 from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 
 import attrs
 
-from lanes._core.config import Config, LaneConfig
-from lanes._core.secrets import read_key
+from lanes._core.config.schema import Config, LaneConfig
+from lanes._core.runtime.secrets import read_key
 from lanes._core.upstream.client import Upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane, Provider, Secret
 
@@ -46,11 +47,10 @@ def load_lanes(config: Config, *, upstream: Upstream, env: Mapping[str, str]) ->
 
 def shipped_lane_modules() -> list[str]:
     """The names of the lane modules in the `lanes` package (those a config can name bare)."""
-    import lanes
-
+    package = Path(__file__).resolve().parents[2]  # lanes/, found without importing it
     return sorted(
         m.name
-        for m in pkgutil.iter_modules(lanes.__path__)
+        for m in pkgutil.iter_modules([str(package)])
         if not m.ispkg and not m.name.startswith("_")
     )
 

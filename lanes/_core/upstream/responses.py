@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lanes._core import strictjson
-from lanes._core.errors import (
+from lanes._core.model import strictjson
+from lanes._core.model.errors import (
     ContextLengthExceeded,
     CreditExhausted,
     FinalError,
@@ -27,8 +27,8 @@ from lanes._core.errors import (
     RetryableError,
     UpstreamError,
 )
+from lanes._core.model.untrusted import MAX_CODE, shown
 from lanes._core.upstream.shapes import in_band_error
-from lanes._core.upstream.untrusted import MAX_CODE, shown
 
 FINAL_STATUSES = frozenset({400, 401, 403, 413, 422})
 _CONTEXT = re.compile(

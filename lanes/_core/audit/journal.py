@@ -1,0 +1,165 @@
+"""What every job leaves behind: one audit row (flushed by the state sync), one entry in the list
+of recent jobs (for the status page), its share of the running totals (for `/metrics`), and one
+log line on `lanes.jobs` — never a body. Rows wait for the store in a bounded queue: when it is
+down for long, the oldest are dropped and counted."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from lanes._core.audit.tally import Tally
+from lanes._core.config.schema import Config
+from lanes._core.engine.context import Routing
+from lanes._core.model.clocks import EpochTime
+from lanes._core.model.record import JobRecord
+from lanes._core.runtime.tasks import TaskHealth
+from lanes._core.state.audit import audit_row
+
+job_log = logging.getLogger("lanes.jobs")
+#: Audit rows waiting for the store (it may be down for hours): at most this many, this large.
+MAX_ROWS = 10_000
+MAX_BYTES = 32 * 1024 * 1024
+
+
+def _size(row: Mapping[str, Any]) -> int:
+    """About what a row holds in memory: its text, plus a little per value."""
+    return sum(len(v) if isinstance(v, str) else 16 for v in row.values())
+
+
+class Journal:
+    def __init__(
+        self,
+        routing: Routing,
+        *,
+        config: Config,
+        now_wall: Callable[[], EpochTime],
+        recent: int = 50,
+        health: TaskHealth | None = None,
+    ) -> None:
+        self._routing = routing
+        self._config = config
+        self._now_wall = now_wall
+        self._health = health
+        self._rows: deque[tuple[int, dict[str, Any]]] = deque()  # (size, row) for the state sync
+        self._bytes = 0
+        self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
+        self.tally = Tally(declared=routing.cohorts.declared)  # the running totals /metrics shows
+
+    def take_rows(self) -> list[dict[str, Any]]:
+        rows = [row for _, row in self._rows]
+        self._rows, self._bytes = deque(), 0
+        return rows
+
+    def return_rows(self, rows: list[dict[str, Any]]) -> int:
+        """Rows the store could not take: kept, oldest first, for the next sync — within the
+        bounds (`MAX_ROWS`, `MAX_BYTES`), the oldest dropped first. Returns how many were
+        dropped."""
+        for row in reversed(rows):
+            size = _size(row)
+            self._rows.appendleft((size, row))
+            self._bytes += size
+        return self._trim()
+
+    def _trim(self) -> int:
+        dropped = 0
+        while self._rows and (len(self._rows) > MAX_ROWS or self._bytes > MAX_BYTES):
+            size, _ = self._rows.popleft()
+            self._bytes -= size
+            dropped += 1
+        return dropped
+
+    def recent(self) -> tuple[Mapping[str, Any], ...]:
+        return tuple(self._recent)
+
+    def finish(
+        self,
+        record: JobRecord,
+        outcome: str,
+        *,
+        served: str | None = None,
+        answer: Any = None,
+        usage: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write what `record`'s job leaves behind. `served` is the "lane/model" that answered."""
+        job, now_wall = record.job, self._now_wall()
+        last = record.attempts[-1] if record.attempts else None
+        served_key = served or (last.key if last else None)
+        candidate = self._routing.candidate(served_key) if served_key else None
+        route = next((a.route for a in reversed(record.attempts) if a.key == served_key), None)
+        latency_s = trio.current_time() - record.started_at
+        cost = sum(a.cost_usd for a in record.attempts)
+        lane, model = (candidate.lane, candidate.model) if candidate else ("", "")
+        self._recent.appendleft(
+            {
+                "id": job.id,
+                "at": now_wall,
+                "route": route or "",
+                "outcome": outcome,
+                "lane": lane,
+                "model": model,
+                "client": job.client,
+                "cohort": job.cohort or "",
+                "latency_s": round(latency_s, 4),
+                "attempts": len(record.attempts),
+                "cost_usd": cost,
+            }
+        )
+        self.tally.job(
+            route=route,
+            lane=lane if outcome == "ok" else "",
+            model=model if outcome == "ok" else "",
+            outcome=outcome,
+            cohort=job.cohort,
+            latency_s=latency_s,
+            attempts=record.attempts,
+            usage=usage,
+            trusted=self._routing.cohorts.trusted(job.client),
+        )
+        explored = candidate is not None and record.explored == candidate.key
+        row = audit_row(
+            job=job,
+            at=now_wall,
+            request_class=record.request_class,
+            outcome=outcome,
+            route=route,
+            lane=lane or None,
+            model=model or None,
+            attempts=record.attempts,
+            skips=record.all_skips(),
+            latency_s=latency_s,
+            answer=answer,
+            usage=usage,
+            cost_usd=cost,
+            approval=record.approval or "",
+            log_bodies=self._config.log_bodies,
+            explored=explored,
+            privacy=record.privacy,
+            served=candidate,
+            considered=record.plan,
+            paid_before=record.paid_before,
+            paid_after=None if record.paid_before is None else self._routing.ledger.spent_today(),
+        )
+        size = _size(row)
+        self._rows.append((size, row))
+        self._bytes += size
+        if self._health is not None:
+            self._health.dropped("audit rows", self._trim())
+        if explored and outcome == "ok":
+            self._routing.ranking.explored_ok += 1
+        if self._config.log_jobs:
+            job_log.info(
+                "job %s model=%s route=%s served=%s attempts=%d outcome=%s %.0f ms%s",
+                job.id,
+                job.model,
+                route or "-",
+                served_key if outcome == "ok" else "-",
+                len(record.attempts),
+                outcome,
+                latency_s * 1000,
+                f" dropped={','.join(job.dropped)}" if job.dropped else "",
+            )

@@ -1,0 +1,146 @@
+"""What every finished job adds to the running totals `/metrics` shows: jobs and attempts by
+outcome, latency histograms per route state, tokens and cost by lane, model, route and cohort.
+Pure: the journal feeds it each job's record; `statistics()` takes a frozen copy.
+
+Label sets stay bounded whatever clients send: a cohort (`X-Lanes-Cohort`, free text) is a label
+when it is declared (`[metrics] cohorts`, the clients' defaults) or a trusted (admin) client's —
+at most `max_cohorts` of those — and "other" otherwise, so no client's values take the labels
+another's would use; models beyond `max_models` count as "other" too (a catalog can be long).
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from lanes._core.model.job import Attempt
+from lanes.freetier.prices import usage_tokens
+
+#: Upper bounds (seconds) of the latency histograms' buckets.
+BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+OTHER = "other"
+NONE = "none"  # no route reached / no lane served
+
+
+@attrs.frozen(kw_only=True)
+class Histogram:
+    """Counts per bucket of `BUCKETS` (not cumulative) plus the overflow, and the sum, seconds."""
+
+    counts: tuple[int, ...]
+    sum_s: float
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(upper bound, observations at or below it) as Prometheus buckets, `+Inf` last."""
+        out, running = [], 0
+        for bound, n in zip((*(f"{b:g}" for b in BUCKETS), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+def _observe(histogram: Histogram | None, value_s: float) -> Histogram:
+    counts = list(histogram.counts if histogram else (0,) * (len(BUCKETS) + 1))
+    counts[next((i for i, b in enumerate(BUCKETS) if value_s <= b), len(BUCKETS))] += 1
+    return Histogram(counts=tuple(counts), sum_s=(histogram.sum_s if histogram else 0.0) + value_s)
+
+
+@attrs.frozen(kw_only=True)
+class TallyStatistics:
+    """The totals since this process started. Keys are label tuples, in the order named."""
+
+    jobs: Mapping[tuple[str, str, str, str], int]  # (route, lane, model, outcome)
+    attempts: Mapping[tuple[str, str, str, str], int]  # (lane, model, route, outcome)
+    tokens: Mapping[tuple[str, str, str, str, str], int]  # (lane, model, route, cohort, kind)
+    cost_usd: Mapping[tuple[str, str, str, str], float]  # (lane, model, route, cohort)
+    job_latency: Mapping[str, Histogram]  # route reached → whole-job latency
+    attempt_latency: Mapping[str, Histogram]  # route state → one attempt's latency
+
+
+class Tally:
+    def __init__(
+        self,
+        *,
+        declared: frozenset[str] = frozenset(),
+        max_cohorts: int = 20,
+        max_models: int = 200,
+    ) -> None:
+        self._max_cohorts, self._max_models = max_cohorts, max_models
+        self._declared = declared
+        self._cohorts: set[str] = set()  # the trusted clients' undeclared cohorts labelled
+        self._models: set[str] = set()
+        self._jobs: Counter[tuple[str, str, str, str]] = Counter()
+        self._attempts: Counter[tuple[str, str, str, str]] = Counter()
+        self._tokens: Counter[tuple[str, str, str, str, str]] = Counter()
+        self._cost: dict[tuple[str, str, str, str], float] = {}
+        self._job_latency: dict[str, Histogram] = {}
+        self._attempt_latency: dict[str, Histogram] = {}
+
+    def _bounded(self, seen: set[str], value: str, limit: int) -> str:
+        if value in seen:
+            return value
+        if len(seen) >= limit:
+            return OTHER
+        seen.add(value)
+        return value
+
+    def _cohort(self, cohort: str | None, trusted: bool) -> str:
+        if not cohort:
+            return NONE
+        if cohort in self._declared:
+            return cohort
+        return self._bounded(self._cohorts, cohort, self._max_cohorts) if trusted else OTHER
+
+    def _model(self, lane: str, model: str) -> str:
+        return self._bounded(self._models, f"{lane}/{model}", self._max_models).partition("/")[2]
+
+    def job(
+        self,
+        *,
+        route: str | None,
+        lane: str,
+        model: str,
+        outcome: str,
+        cohort: str | None,
+        latency_s: float,
+        attempts: Sequence[Attempt],
+        usage: Any = None,
+        trusted: bool = True,
+    ) -> None:
+        """Count one finished job: `lane`/`model` served it ("" when none did). `trusted`: its
+        client may add cohort labels (an admin)."""
+        cohort_label = self._cohort(cohort, trusted)
+        served = (lane or NONE, self._model(lane, model) if lane else NONE)
+        route_label = route or NONE
+        self._jobs[(route_label, *served, outcome)] += 1
+        self._job_latency[route_label] = _observe(self._job_latency.get(route_label), latency_s)
+        for a in attempts:
+            key = (a.lane, self._model(a.lane, a.model), a.route)
+            self._attempts[(*key, a.outcome)] += 1
+            self._attempt_latency[a.route] = _observe(
+                self._attempt_latency.get(a.route), a.duration_s
+            )
+            if a.cost_usd:
+                where = (*key, cohort_label)
+                self._cost[where] = self._cost.get(where, 0.0) + a.cost_usd
+        counted = usage_tokens(usage) if lane else None
+        if counted is not None:
+            for kind, n in zip(("prompt", "completion"), counted, strict=True):
+                self._tokens[(*served, route_label, cohort_label, kind)] += n
+
+    def statistics(self) -> TallyStatistics:
+        return TallyStatistics(
+            jobs=dict(self._jobs),
+            attempts=dict(self._attempts),
+            tokens=dict(self._tokens),
+            cost_usd=dict(self._cost),
+            job_latency=dict(self._job_latency),
+            attempt_latency=dict(self._attempt_latency),
+        )

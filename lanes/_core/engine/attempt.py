@@ -1,0 +1,294 @@
+"""One attempt, in one place: admitted at the gate, budgeted, sent, settled, recorded.
+
+```python
+async with open_attempt(routing, record, candidate, retry=False) as run:
+    if run is None:                      # skipped at the gate: the reason is recorded
+        ...
+    response = await run.lane.complete(run.job, run.candidate.model)   # under the caller's scope
+    reply = served(run, response)        # (calls.py) settles: breakers, ranking, quota, ledger
+```
+
+`open_attempt` owns everything the attempt holds — breaker permits, the probe of a cold scope, the
+paid reservation — and gives each back on every way out: success, an upstream error (settled by
+its class), the job's deadline, a client that went away, or a local exception. Nothing is released
+by remembering to: `settle` runs exactly once, and leaving the block settles what is still open.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from lanes._core.engine.gate import Admission
+from lanes._core.model.errors import (
+    AttemptTimedOut,
+    CreditExhausted,
+    JobFailed,
+    ModelGone,
+    RateLimited,
+    UpstreamError,
+)
+from lanes._core.model.job import Attempt, Candidate, Job, Outcome
+from lanes._core.model.record import JobRecord, unbilled
+from lanes._core.money.ledger import Reservation
+from lanes._core.upstream.lane import OpenAICompatibleLane
+from lanes.freetier.prices import settled_usd, usage_tokens
+
+if TYPE_CHECKING:
+    from lanes._core.engine.context import Routing
+
+log = logging.getLogger("lanes")
+# the upstream answered sanely
+_SUCCESS: frozenset[str] = frozenset({"ok", "final", "context_length", "model_gone"})
+_BACKOFF = {
+    RateLimited: "rate_limited",
+    CreditExhausted: "credit_exhausted",
+    ModelGone: "model_gone",
+}
+
+
+class AttemptRun:
+    """One admitted attempt. `job` is the job as sent (a paid attempt always carries a token
+    cap)."""
+
+    def __init__(
+        self,
+        routing: Routing,
+        record: JobRecord,
+        candidate: Candidate,
+        admission: Admission,
+        *,
+        retry: bool,
+    ) -> None:
+        self.routing = routing
+        self.record = record
+        self.candidate = candidate
+        self.lane: OpenAICompatibleLane = routing.lanes[candidate.lane]
+        self.job: Job = record.job
+        self.retry = retry
+        self.route = record.route_for(candidate)
+        # shared quotas and backoffs: not for a client's own key (bring your own key)
+        self.quota = candidate.tier != "byok"
+        self.started = trio.current_time()
+        self.reservation: Reservation | None = None
+        self.sent = False  # budgets taken, the request may have left: an attempt to record
+        self.settled = False
+        self.cost_usd = 0.0
+        self._admission: Admission | None = admission
+
+    async def begin(self) -> str | None:
+        """Hold a credit attempt's worst case (or return why it can not be sent); count the attempt
+        against the governors and the quota; reserve a paid one's worst case. Raises
+        `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
+        routing, candidate = self.routing, self.candidate
+        self.job = routing.ledger.as_sent(candidate, self.job)
+        held = routing.ledger.hold_credit(candidate, self.job)  # None: it spends no known credits
+        if isinstance(held, str):
+            return held
+        self.reservation = held
+        routing.ledger.take_attempt(self.record.job.client, shared=self.quota)
+        if self.quota:
+            routing.manager.record_usage(
+                candidate.lane, candidate.model, now=routing.now_wall(), requests=1
+            )
+        if candidate.tier == "paid":
+            if self.record.paid_before is None:
+                self.record.paid_before = routing.ledger.spent_today()
+            self.reservation = await routing.ledger.reserve(candidate, self.job)
+        self.sent = True
+        self.started = trio.current_time()
+        return None
+
+    def answered(self, status: int, headers: Mapping[str, str]) -> None:
+        """The provider answered: it is reachable, and its rate-limit headers are news."""
+        routing = self.routing
+        routing.unreachable.pop(self.candidate.lane, None)
+        if not self.quota:
+            return
+        routing.manager.update_from_headers(
+            self.candidate.lane,
+            self.candidate.model,
+            headers,
+            status=status,
+            now=routing.now_wall(),
+        )
+
+    def fail(self, exc: UpstreamError) -> Attempt:
+        """Settle an attempt that ended in an upstream error, by the error's class."""
+        outcome: Outcome = exc.outcome
+        if isinstance(exc, AttemptTimedOut) and trio.current_time() >= self.record.deadline_at:
+            outcome = "deadline"  # our own deadline, not the upstream's failure
+        routing, candidate = self.routing, self.candidate
+        reason = _BACKOFF.get(type(exc))
+        if (
+            isinstance(exc, ModelGone)
+            and (event := routing.refresh_requested.get(candidate.lane)) is not None
+        ):
+            event.set()  # the model may have left the catalog: fetch it again now
+        if reason is not None and self.quota:
+            routing.manager.record_rate_limit_error(
+                candidate.lane,
+                candidate.model,
+                reason,  # type: ignore[arg-type]
+                headers=exc.headers,
+                status=exc.status,
+                body=exc.body,
+                now=routing.now_wall(),
+            )
+            routing.backoffs_changed()  # other processes hear of it now, not at the next tick
+        if outcome != "deadline":
+            log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
+        return self.settle(
+            outcome,
+            # said inside a 200: the request was taken (and may be billed); its detail has the
+            # status the provider gave the error
+            status=200 if exc.in_band else exc.status,
+            detail=str(exc),
+            category=exc.category,
+            connection=exc.connection,
+            neutral=exc.category == "unencodable",
+        )
+
+    def settle(
+        self,
+        outcome: Outcome,
+        *,
+        status: int | None = None,
+        detail: str = "",
+        category: str = "",
+        usage: Mapping[str, Any] | None = None,
+        connection: bool = False,
+        neutral: bool = False,
+    ) -> Attempt:
+        """Close the attempt once: breakers, probe, ledger, ranking, free-tier usage, the record."""
+        assert not self.settled, "an attempt settles once"
+        self.settled = True
+        routing, candidate, now = self.routing, self.candidate, trio.current_time()
+        if usage is not None and outcome == "ok" and self.quota:
+            routing.manager.record_usage(
+                candidate.lane,
+                candidate.model,
+                now=routing.now_wall(),
+                requests=0,
+                usage=usage,
+                charge_credits=self.reservation is None,  # a reservation is settled below
+            )
+        self._release(outcome, connection=connection, neutral=neutral)
+        if (reservation := self.reservation) is not None:
+            cost = self._settled_cost(outcome, status, category, usage)
+            routing.ledger.settle(reservation, cost)
+            self.cost_usd = cost if reservation.credit is None else 0.0  # paid spend only
+            if reservation.credit is None and self.quota:  # a paid model of a credit lane spends
+                # the credits as well as the ceiling: what the ledger kept, sane usage or not
+                routing.manager.settle_credit(candidate.lane, 0.0, cost, routing.now_wall())
+            self.reservation = None
+        if outcome in ("ok", "fault", "deadline", "rate_limited"):
+            routing.ranking.note(candidate, outcome, now - self.started, routing.now_wall())
+        if outcome == "ok":
+            routing.ranking.remember(self.record.job, candidate.key, routing.now_wall())
+        return self.record.record(
+            candidate,
+            outcome,
+            route=self.route,
+            duration_s=now - self.started,
+            status=status,
+            detail=detail,
+            category=category,
+            retry=self.retry,
+            cost_usd=self.cost_usd,
+            tokens=sum(usage_tokens(usage) or ()) if outcome == "ok" else 0,
+        )
+
+    def _settled_cost(
+        self, outcome: Outcome, status: int | None, category: str, usage: Mapping[str, Any] | None
+    ) -> float:
+        """What the ledger keeps for this paid attempt: the cost its usage reports when that is
+        sane and adds up (`prices.settled_usd`); nothing for a refusal that proves no work was
+        done or a request that never reached the upstream (`record.unbilled`); otherwise (a 5xx
+        or 408 from a gateway whose model may have run, usage not to be believed, cut, cancelled)
+        the whole reservation."""
+        assert self.reservation is not None
+        if outcome == "ok":
+            cost, believed = settled_usd(
+                usage,
+                self.candidate.input_usd_per_mtok,
+                self.candidate.output_usd_per_mtok,
+                reserved_usd=self.reservation.amount_usd,
+            )
+            if not believed:
+                log.info(
+                    "lane %s: %s reported no usable usage (not sane, or not adding up); "
+                    "settled at the reservation",
+                    self.candidate.lane,
+                    self.candidate.model,
+                )
+            return cost
+        if unbilled(status, category):
+            return 0.0
+        return self.reservation.amount_usd
+
+    def _release(self, outcome: Outcome, *, connection: bool, neutral: bool = False) -> None:
+        """Give back the breaker permits (counting the outcome) and the probe — once. `neutral`: the
+        request never reached the upstream (it could not be encoded), so it proves nothing."""
+        admission, self._admission = self._admission, None
+        if admission is None:
+            return
+        breakers = self.routing.breakers[self.candidate.lane]
+        if neutral:
+            breakers.release(admission.granted)
+        elif outcome == "fault":
+            breakers.record(admission.granted, "fault", trio.current_time(), connection=connection)
+        elif outcome in _SUCCESS:
+            breakers.record(admission.granted, "success", trio.current_time())
+        else:  # rate limits, credits, our deadline, a client gone: they prove nothing about health
+            breakers.release(admission.granted)
+        self.routing.probes.release(admission.probe)
+
+    def close(self) -> None:
+        """Leaving the attempt: settle whatever is still open (the request's fate is unknown)."""
+        if self.settled:
+            return
+        if not self.sent:
+            self._release("abandoned", connection=False)
+            if self.reservation is not None:  # a credit hold, then the governors said no
+                self.routing.ledger.settle(self.reservation, 0.0)
+            return
+        outcome: Outcome = (
+            "deadline" if trio.current_time() >= self.record.deadline_at else "abandoned"
+        )
+        self.settle(
+            outcome, detail="cut by the job's deadline" if outcome == "deadline" else "abandoned"
+        )
+
+
+@asynccontextmanager
+async def open_attempt(
+    routing: Routing, record: JobRecord, candidate: Candidate, *, retry: bool
+) -> AsyncIterator[AttemptRun | None]:
+    """Admit, budget and hold one attempt for the block; yields None when the gate skipped it."""
+    admission = await routing.gate.admit(candidate, record)
+    if admission is None:
+        yield None
+        return
+    run = AttemptRun(routing, record, candidate, admission, retry=retry)
+    try:
+        try:
+            refused = await run.begin()
+        except JobFailed as exc:
+            record.attach(exc)
+            raise
+        if refused is not None:
+            record.skip(candidate, refused)
+            yield None
+            return
+        yield run
+    except UpstreamError as exc:
+        if not run.settled:
+            run.fail(exc)
+        raise
+    finally:
+        run.close()

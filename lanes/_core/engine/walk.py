@@ -1,0 +1,292 @@
+"""The free-first walk over one job's plan, under its deadline.
+
+local or free **primary** → on a retryable failure one **free retry** on a *different* free
+candidate → at most `paid_attempts` **paid** requests, gated by consent (`free_tier_fallback`) and
+each reserved under the daily paid ceiling. Budgets are counted honestly:
+
+- a transient fault (5xx, reset, refused) may be retried on the same candidate after a short
+  jittered pause — `transient_retries` per job, an allowance of its own, never the free retry;
+- a short 429 is waited out only when the alternative would cost money or there is none;
+- `free_attempts` counts distinct free candidates, so a job whose free primary faults still goes to
+  another healthy free candidate before any paid one;
+- every paid request counts against `paid_attempts`, same-candidate retries included;
+- every attempt counts against `max_attempts` and the governors.
+
+A silent candidate is not tried again; a context-length error moves on to a larger context; a final
+error ends the walk at once. Each attempt itself — gate, budgets, call, settlement — is
+`attempt.py`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Container
+from contextlib import AsyncExitStack
+from typing import TypeVar
+
+import trio
+
+from lanes._core.engine.attempt import AttemptRun, open_attempt
+from lanes._core.engine.context import Routing
+from lanes._core.engine.order import LOOKAHEAD, order
+from lanes._core.model.errors import (
+    AttemptTimedOut,
+    FinalError,
+    PaidBudgetExhausted,
+    UpstreamError,
+    UpstreamRejected,
+)
+from lanes._core.model.job import Candidate
+from lanes._core.model.record import JobRecord
+from lanes._core.policy.plan_queue import Queue
+from lanes._core.policy.policy import PolicyConfig, after_failure
+from lanes._core.policy.spend import Unbounded, worst_case
+from lanes._core.state.store import job_deadline
+
+T = TypeVar("T")
+#: What a door does with an admitted attempt: send it, and return its result (`stack` holds what
+#: must stay open with the result, such as a stream's upstream response).
+Call = Callable[[AttemptRun, AsyncExitStack], Awaitable[T]]
+_SKIPPED = object()
+
+
+async def walk(
+    routing: Routing,
+    record: JobRecord,
+    call: Call[T],
+    keep: AsyncExitStack,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    require_prefill: bool = False,
+) -> T:
+    """Walk the job's plan; return the result of the first attempt that succeeds.
+
+    What the winning attempt holds (its settlement, a stream's response) moves into `keep`.
+    `exclude` names "lane/model" keys not to try; `require_prefill` keeps only candidates that
+    continue a trailing assistant message (both for resuming a broken stream).
+    """
+    token = job_deadline.set(record.deadline_at)  # every store call this job waits on ends by it
+    try:
+        return await _walk(routing, record, call, keep, exclude, require_prefill)
+    finally:
+        job_deadline.reset(token)
+
+
+async def _walk(
+    routing: Routing,
+    record: JobRecord,
+    call: Call[T],
+    keep: AsyncExitStack,
+    exclude: frozenset[str],
+    require_prefill: bool,
+) -> T:
+    job = record.job
+    tried: Container[str] = ()
+    for round_ in (0, 1):
+
+        def kept(c: Candidate, tried: Container[str] = tried) -> bool:
+            return (
+                c.key not in exclude and (c.prefill or not require_prefill) and c.key not in tried
+            )
+
+        pool = routing.pool
+        queue, pinned = order(routing, record, kept, first_round=round_ == 0)
+        result = await _walk_plan(routing, record, call, keep, queue, pinned)
+        if result is not _SKIPPED:
+            return result  # type: ignore[return-value]  # _SKIPPED is the only other value
+        # an empty pool: fetch the catalogs once and try what they add, before saying "exhausted"
+        if round_ or not routing.discovering() or record.deadline_at - trio.current_time() < 1.0:
+            break
+        if not await routing.refresh_catalogs(record.deadline_at - 0.5):
+            break
+        tried = pool.by_key  # what the catalogs add is what the pool did not hold
+        if not any(c.key not in tried for c in routing.resolve(job)):
+            break
+    raise routing.exhausted(record)
+
+
+async def _walk_plan(
+    routing: Routing,
+    record: JobRecord,
+    call: Call[T],
+    keep: AsyncExitStack,
+    remaining: Queue,
+    pinned: bool,
+) -> T | object:
+    policy = routing.policy
+    banned: set[str] = set()  # failed in a way that rules them out for the rest of this job
+    banned_models: set[str] = set()  # a context-length error: this model, on any lane
+    context_floor = 0
+    while remaining:
+        candidate = remaining.pop()
+        if candidate.key not in record.plan:
+            record.plan.append(candidate.key)
+        if candidate.model in banned_models:  # the same model elsewhere would not fit either
+            banned.add(candidate.key)
+            record.never[candidate.key] = "context"
+        if context_floor and candidate.context is not None and candidate.context <= context_floor:
+            record.skip(candidate, f"context not larger than {context_floor}", never="context")
+            continue
+        reason = _out_of_budget(record, candidate, banned, policy)
+        if reason:
+            record.skip(candidate, reason)
+            continue
+        retry = False
+        while True:
+            if candidate.tier == "paid" and not await _may_pay(routing, record, candidate, pinned):
+                break  # asked before every paid attempt, retries too: a grant may be revoked
+            try:
+                result = await _attempt(routing, record, candidate, call, keep, retry=retry)
+            except PaidBudgetExhausted as exc:
+                record.budget_refusal = exc
+                record.skip(candidate, str(exc))
+                break
+            except FinalError as exc:
+                raise record.attach(
+                    UpstreamRejected(
+                        f"{candidate.key} rejected the request: {exc}",
+                        upstream_status=exc.status or 400,
+                        upstream_code=exc.code,
+                    )
+                ) from exc
+            except UpstreamError as exc:
+                if isinstance(exc, AttemptTimedOut) or record.attempts[-1].outcome == "deadline":
+                    banned.add(candidate.key)  # silent: not again within this job
+                    break
+                if exc.outcome == "context_length":
+                    banned_models.add(candidate.model)
+                    banned.add(candidate.key)
+                    record.never[candidate.key] = "context"
+                    context_floor = max(context_floor, candidate.context or 0)
+                    break
+                if exc.outcome == "model_gone":
+                    record.never[candidate.key] = "gone"
+                pause = _retry_pause(routing, record, candidate, exc, remaining, banned)
+                if pause is None:
+                    break
+                record.same_retries += 1
+                retry = True
+                await trio.sleep(pause)
+                continue
+            if result is _SKIPPED:
+                _pass_over_lane(routing, record, candidate, remaining)
+                break
+            return result
+    return _SKIPPED
+
+
+def _pass_over_lane(
+    routing: Routing, record: JobRecord, candidate: Candidate, remaining: Queue
+) -> None:
+    """The gate turned `candidate` away: when the reason holds for its whole lane and tier (a
+    kill switch, an account-wide hold, the lane's breaker), pass over the rest of them at once —
+    listed while the record lists skips, then in one line."""
+    reason = routing.gate.lane_refusal(candidate)
+    if reason is None:
+        return
+    rest = remaining.drop_lane(candidate.lane, candidate.tier)
+    for c in rest:
+        if record.skips_left <= 0:
+            record.skip_rest(candidate.lane, reason)
+            return
+        record.skip(c, reason)
+
+
+async def _may_pay(routing: Routing, record: JobRecord, candidate: Candidate, pinned: bool) -> bool:
+    """May this job send `candidate` a paid request now: its worst case fits, and consent holds
+    (naming one paid model is consent)."""
+    estimate = _paid_estimate(routing, record, candidate)
+    if estimate is None:
+        return False
+    if pinned:
+        return True
+    lane_min_s = routing.lanes[candidate.lane].config.min_useful_s
+    min_time_s = max(lane_min_s, routing.policy.approval_min_s)
+    return await routing.consent.ask(record, candidate, estimate=estimate, min_time_s=min_time_s)
+
+
+async def _attempt(
+    routing: Routing,
+    record: JobRecord,
+    candidate: Candidate,
+    call: Call[T],
+    keep: AsyncExitStack,
+    *,
+    retry: bool,
+) -> T | object:
+    """One attempt; what it holds moves into `keep` when it succeeds. `_SKIPPED` when the gate said
+    no."""
+    async with AsyncExitStack() as stack:
+        run = await stack.enter_async_context(open_attempt(routing, record, candidate, retry=retry))
+        if run is None:
+            return _SKIPPED
+        result = await call(run, stack)
+        keep.push_async_exit(stack.pop_all())
+        return result
+
+
+def _out_of_budget(
+    record: JobRecord, candidate: Candidate, banned: set[str], policy: PolicyConfig
+) -> str | None:
+    """Why this job may not send `candidate` anything more, or None."""
+    if candidate.key in banned:
+        return "already failed in this job"
+    if len(record.attempts) >= policy.max_attempts:
+        return f"attempt cap ({policy.max_attempts}) reached"
+    if (
+        candidate.tier == "free"
+        and len(record.free_tried - {candidate.key}) >= policy.free_attempts
+    ):
+        return f"free attempts ({policy.free_attempts}) used"
+    if candidate.tier == "paid" and record.paid_attempts >= policy.paid_attempts:
+        return f"paid attempts ({policy.paid_attempts}) used"
+    return None
+
+
+def _paid_estimate(routing: Routing, record: JobRecord, candidate: Candidate) -> float | None:
+    """The worst case of a paid attempt on `candidate` (the request as it would be sent), or None
+    after recording why it may not be sent: no bound, more than is left of today's ceiling, or a
+    wall clock that disagrees with the state store's."""
+    estimate = worst_case(candidate, routing.ledger.as_sent(candidate, record.job))
+    if isinstance(estimate, Unbounded):
+        record.skip(candidate, f"worst case can not be bounded: {estimate}")
+        return None
+    refusal = routing.ledger.closed()
+    if refusal is None and estimate > routing.ledger.left_today(record.job.client) + 1e-12:
+        refusal = routing.ledger.refusal(estimate, record.job.client)
+    if refusal is not None:
+        record.budget_refusal = refusal
+        record.skip(candidate, str(refusal))
+        return None
+    return estimate
+
+
+def _retry_pause(
+    routing: Routing,
+    record: JobRecord,
+    candidate: Candidate,
+    exc: UpstreamError,
+    remaining: Queue,
+    banned: set[str],
+) -> float | None:
+    """Seconds to pause before retrying `candidate` itself, or None to move on."""
+    policy = routing.policy
+    allowance_left = record.same_retries < policy.transient_retries and (
+        candidate.tier != "paid" or record.paid_attempts < policy.paid_attempts
+    )
+    alternatives = any(
+        c.tier != "paid" and routing.gate.free_now(c)
+        for c in remaining.peek(LOOKAHEAD)
+        if c.key not in banned
+    )
+    choice, pause = after_failure(
+        exc.outcome,
+        retried=not allowance_left,
+        wait_s=routing.backoff_wait(candidate),
+        time_left_s=record.deadline_at - trio.current_time(),
+        max_wait_s=policy.max_wait_s,
+        alternatives_free=alternatives,
+    )
+    if choice == "next" or len(record.attempts) >= policy.max_attempts:
+        return None
+    return pause or policy.retry_pause_s * (1.0 + random.random())

@@ -1,0 +1,219 @@
+"""The ledger: global attempt governors per minute and per day, and the hard daily paid ceiling.
+
+Every upstream attempt counts — primary, retry and paid — so a retry is never "free load". The
+attempt counts live in the FreeTierManager's counters (scope `governor`), shared with the other
+processes on the host through the store. The paid ceiling is a ledger in the store: each paid
+attempt reserves its own worst case before it is sent (one atomic transaction, across processes),
+and settles to the real cost after. A store that can not record the reservation fails closed: no
+paid attempt.
+
+A credit lane's attempts are held the same way against the credits left (`hold_credit`): each
+holds its own worst case while in flight — in this process; other processes see what it spent at
+the next sync — and settles to its real cost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import attrs
+
+from lanes._core.config.schema import ClientConfig
+from lanes._core.model.clocks import EpochTime
+from lanes._core.model.errors import GovernorExhausted, PaidBudgetExhausted
+from lanes._core.model.job import Candidate, Job
+from lanes._core.policy.policy import PolicyConfig
+from lanes._core.policy.spend import Unbounded, as_sent, worst_case
+from lanes._core.state.clock import StoreClock
+from lanes._core.state.store import STORE_ERRORS, ClockRefused, Store, call
+from lanes.freetier.manager import FreeTierManager
+from lanes.freetier.windows import WindowName, window_end, window_id
+
+log = logging.getLogger("lanes")
+SCOPE = "governor"
+
+
+@attrs.frozen(kw_only=True)
+class Reservation:
+    """One paid attempt's hold on today's budget: its own id, never shared with another attempt."""
+
+    id: str
+    amount_usd: float
+    credit: str | None = None  # a hold on this lane's credits, not on the paid ceiling
+
+
+class Ledger:
+    def __init__(
+        self,
+        policy: PolicyConfig,
+        manager: FreeTierManager,
+        store: Store,
+        now_wall: Callable[[], EpochTime],
+        clock: StoreClock,
+        clients: Mapping[str, ClientConfig] | None = None,
+    ) -> None:
+        self.policy = policy
+        self._clients = dict(clients or {})  # clients' own ceilings and governors
+        self._manager = manager
+        self._store = store
+        self._now = now_wall
+        self._day = clock.trusted  # the ledger's clock: the store's
+        self._clock = clock
+        self._ledger_failing = False  # one log line per outage, not one per refused job
+
+    def take_attempt(self, client: str = "anonymous", *, shared: bool = True) -> None:
+        """Count one upstream attempt (globally unless it is not `shared` — a client's own key —,
+        and for `client` when it has governors of its own), or raise `GovernorExhausted` when a
+        cap is reached."""
+        now = self._now()
+        own = self._clients.get(client)
+        caps: list[tuple[str, str, int | None, WindowName]] = []
+        if shared:
+            caps += [
+                (SCOPE, "attempt governor", self.policy.attempts_per_minute, "minute"),
+                (SCOPE, "attempt governor", self.policy.attempts_per_day, "day"),
+            ]
+        if own is not None:
+            scope, who = f"{SCOPE}:{client}", f"client {client}'s attempt governor"
+            caps += [
+                (scope, who, own.attempts_per_minute, "minute"),
+                (scope, who, own.attempts_per_day, "day"),
+            ]
+        for scope, who, cap, window in caps:
+            if cap and self._manager.usage.used(scope, "requests", window, now) >= cap:
+                wait = window_end(window, now) - now
+                raise GovernorExhausted(
+                    f"{who}: {cap} attempts per {window} used; next in {wait:.0f}s",
+                    retry_after_s=wait,
+                )
+        for scope in {scope for scope, _, cap, _ in caps if cap}:
+            self._manager.pending_usage += self._manager.usage.add(scope, now, requests=1)
+
+    async def reserve(self, candidate: Candidate, job: Job) -> Reservation:
+        """Reserve the worst case of one paid attempt (`job` as sent) under today's ceiling, or
+        raise `PaidBudgetExhausted`."""
+        amount = worst_case(candidate, job)
+        if isinstance(amount, Unbounded):  # the walk skips these before; never sent unbounded
+            raise PaidBudgetExhausted(
+                f"{candidate.key}: {amount}; it can not be held to the ceiling"
+            )
+        closed = self.closed()
+        if closed is not None:
+            raise closed
+        now = self._day()
+        try:
+            reservation = await call(
+                self._store,
+                self._store.reserve_paid,
+                day=window_id("day", now),
+                amount=amount,
+                ceiling=self.policy.paid_ceiling_usd_per_day,
+                lane=candidate.lane,
+                model=candidate.model,
+                job=job.id,
+                cohort=job.cohort,
+                client=job.client,
+                client_ceiling=self.client_ceiling(job.client),
+                wall=self._now(),
+                tolerance_s=self.policy.clock_tolerance_s,
+            )
+        except ClockRefused as exc:  # the store's own clock said so, at the reservation
+            self._clock.observe(exc.skew_s)
+            raise self.closed() or PaidBudgetExhausted(str(exc), retry_after_s=5.0) from exc
+        except STORE_ERRORS as exc:
+            if (
+                not self._ledger_failing and not self._store.shared
+            ):  # a shared store's outage is logged by the sync
+                log.warning(
+                    "paid ledger: can not record a reservation (%s); paid fallback closed", exc
+                )
+            self._ledger_failing = True
+            raise PaidBudgetExhausted(
+                "the paid ledger can not be written; paid fallback is closed", retry_after_s=5.0
+            ) from exc
+        if self._ledger_failing and not self._store.shared:
+            log.warning("paid ledger: writable again; paid fallback open")
+        self._ledger_failing = False
+        if reservation is None:
+            raise self.refusal(amount, job.client)
+        return Reservation(id=reservation, amount_usd=amount)
+
+    def closed(self) -> PaidBudgetExhausted | None:
+        """The refusal of every paid attempt while this process's wall disagrees with the state
+        store's clock (None when it agrees)."""
+        why = self._clock.refusal()
+        return PaidBudgetExhausted(why, retry_after_s=5.0) if why else None
+
+    def metered(self, candidate: Candidate) -> bool:
+        """Does an attempt on `candidate` spend credits that are known, so it must fit in them?"""
+        return candidate.tier == "free" and self._manager.credit_metered(
+            candidate.lane, candidate.model, self._now()
+        )
+
+    def as_sent(self, candidate: Candidate, job: Job) -> Job:
+        """`job` as an attempt on `candidate` sends it: a paid or credit attempt with one output
+        cap in the lane's dialect; one that is not paid without the lane's billing switches."""
+        capped = candidate.tier == "paid" or self.metered(candidate)
+        return as_sent(job, candidate, paid_max_tokens=self.policy.paid_max_tokens, capped=capped)
+
+    def hold_credit(self, candidate: Candidate, job: Job) -> Reservation | str | None:
+        """Hold the worst case of one credit attempt (`job` as sent) against the lane's credits
+        left; or say why it can not be sent: no bound, or more than is left. None: the attempt
+        spends no credits that are known (not a credit lane, a free model, no budget or balance)."""
+        if not self.metered(candidate):
+            return None
+        amount = worst_case(candidate, job)
+        if isinstance(amount, Unbounded):
+            return f"worst case can not be bounded against its credits: {amount}"
+        refused = self._manager.hold_credit(candidate.lane, amount, self._now())
+        if refused is not None:
+            return refused
+        return Reservation(id="", amount_usd=amount, credit=candidate.lane)
+
+    def settle(self, reservation: Reservation, cost: float) -> None:
+        """Replace the reservation by the attempt's real cost, as its validated usage reports it."""
+        if reservation.credit is not None:
+            self._manager.settle_credit(
+                reservation.credit, reservation.amount_usd, max(cost, 0.0), self._now()
+            )
+            return
+        try:
+            self._store.settle_paid(reservation.id, max(cost, 0.0))
+        except STORE_ERRORS as exc:  # the reservation stays counted in full: never an under-count
+            log.warning(
+                "paid ledger: can not settle a reservation (%s); it stays counted in full", exc
+            )
+
+    def client_ceiling(self, client: str) -> float | None:
+        own = self._clients.get(client)
+        return None if own is None else own.paid_ceiling_usd_per_day
+
+    def refusal(self, amount: float, client: str = "anonymous") -> PaidBudgetExhausted:
+        """The error for a paid attempt whose worst case (`amount` USD) would cross today's ceiling
+        (or `client`'s own); it says when the ceilings reset (UTC midnight)."""
+        now = self._day()
+        ceiling, whose = self.policy.paid_ceiling_usd_per_day, "paid ceiling"
+        own = self.client_ceiling(client)
+        if own is not None and self.left_today(client) < self._left_global():
+            ceiling, whose = own, f"client {client}'s paid ceiling"
+        return PaidBudgetExhausted(
+            f"{whose} ${ceiling:.2f}/day would be crossed by ${amount:.6f}",
+            retry_after_s=window_end("day", now) - now,
+        )
+
+    def left_today(self, client: str = "anonymous") -> float:
+        """USD left under today's paid ceiling — and `client`'s own, when it has one — as this
+        process last knew it."""
+        left = self._left_global()
+        own = self.client_ceiling(client)
+        if own is not None:
+            spent = self._store.paid_spent(window_id("day", self._day()), client)
+            left = min(left, max(0.0, own - spent))
+        return left
+
+    def _left_global(self) -> float:
+        return max(0.0, self.policy.paid_ceiling_usd_per_day - self.spent_today())
+
+    def spent_today(self) -> float:
+        return self._store.paid_spent(window_id("day", self._day()))
