@@ -42,9 +42,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+#: The name it is installed under (`pip install lanes-router`); `lanes` on the index is not this.
+DISTRIBUTION = "lanes-router"
+
+
 def _version() -> str:
     try:
-        return version("lanes")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
 

@@ -41,7 +41,7 @@ def installed(tmp_path_factory) -> dict[str, str]:
         capture_output=True,
         timeout=300,
     )
-    (wheel,) = (tmp / "dist").glob("lanes-*.whl")
+    (wheel,) = (tmp / "dist").glob("lanes_router-*.whl")  # the distribution is lanes-router
     site = tmp / "site"
     subprocess.run(
         [*pip, "install", "--no-deps", "--target", str(site), str(wheel)],
@@ -151,3 +151,21 @@ def test_the_quick_start_works_outside_the_repository(installed):
         code, log = stop(default)
     assert code == 0 and "Traceback" not in log
     assert (Path(installed["HOME"]) / ".local/state/lanes/lanes.db").exists()
+
+
+def test_no_page_tells_a_user_to_install_the_index_s_other_lanes():
+    """`lanes` on the public index is somebody else's project: README and the docs name the
+    distribution `lanes-router`, and no install line asks for the bare name."""
+    pages = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").rglob("*.md")),
+        *(ROOT / "docs").rglob("*.service"),
+    ]
+    wrong = [
+        f"{p.relative_to(ROOT)}: {line.strip()}"
+        for p in pages
+        for line in p.read_text().splitlines()
+        if re.search(r"pip install\s+(-\S+\s+)*['\"]?lanes(\[[^\]]*\])?['\"]?(\s|$)", line)
+    ]
+    assert wrong == []
+    assert 'name = "lanes-router"' in (ROOT / "pyproject.toml").read_text()

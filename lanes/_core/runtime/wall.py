@@ -4,7 +4,7 @@ It is read whenever a calendar decision is made — a quota window, a backoff's 
 ledger's day, an expiry, a report window — never once at start-up and extrapolated on the
 monotonic clock (which stops during a suspend and never sees an NTP step).
 
-- In a real run it reads the system clock (`time.time()`) at every call.
+- In a real run it reads the system's wall clock (the `time` module's) at every call.
 - Under trio's `MockClock` (tests, `autojump_clock`, simulated days in benchmarks) the world is
   simulated: the wall is the epoch read at open plus trio's virtual time, so it advances with
   virtual time and a test is deterministic.

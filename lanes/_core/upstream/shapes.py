@@ -28,7 +28,7 @@ and an error inside a 200 stream. Pure.
 from __future__ import annotations
 
 # lanes: pure
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: The status of an in-band error that names none: the upstream failed, as a gateway says it.
@@ -93,21 +93,27 @@ def normal_message(message: Any) -> dict[str, Any] | None:
     return out
 
 
-def normal_choices(body: Mapping[str, Any], key: str) -> dict[str, Any] | None:
-    """`body` with each choice's `key` (`message` or `delta`) normalised; None when none changed."""
+def each_choice(
+    body: Mapping[str, Any], change: Callable[[Mapping[str, Any]], dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """`body` with each choice that `change` changes replaced (`change` answers None for a choice
+    it leaves as it was); None when it changed none."""
     choices = body.get("choices")
     if not isinstance(choices, list):
         return None
-    changed = False
-    out: list[Any] = []
-    for choice in choices:
-        normal = normal_message(choice.get(key)) if isinstance(choice, Mapping) else None
-        if normal is None:
-            out.append(choice)
-        else:
-            out.append({**choice, key: normal})
-            changed = True
+    out = [(change(c) if isinstance(c, Mapping) else None) or c for c in choices]
+    changed = any(new is not old for new, old in zip(out, choices, strict=True))
     return {**body, "choices": out} if changed else None
+
+
+def normal_choices(body: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    """`body` with each choice's `key` (`message` or `delta`) normalised; None when none changed."""
+
+    def normalised(choice: Mapping[str, Any]) -> dict[str, Any] | None:
+        normal = normal_message(choice.get(key))
+        return None if normal is None else {**choice, key: normal}
+
+    return each_choice(body, normalised)
 
 
 def normal_chunk(chunk: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -131,25 +137,19 @@ class ToolIndexes:
     def indexed(self, chunk: Mapping[str, Any]) -> dict[str, Any] | None:
         """`chunk` with an `index` on each tool-call delta that had none; None when none lacked
         one."""
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
+        return each_choice(chunk, self._numbered)
+
+    def _numbered(self, choice: Mapping[str, Any]) -> dict[str, Any] | None:
+        delta = choice.get("delta")
+        if not isinstance(delta, Mapping) or not isinstance(delta.get("tool_calls"), list):
             return None
-        changed = False
-        out: list[Any] = []
-        for choice in choices:
-            delta = choice.get("delta") if isinstance(choice, Mapping) else None
-            if not isinstance(delta, Mapping) or not isinstance(delta.get("tool_calls"), list):
-                out.append(choice)
-                continue
-            calls = delta["tool_calls"]
-            key = choice.get("index", 0)
-            seen = self._calls.setdefault(key if isinstance(key, (int, str)) else 0, _Calls())
-            numbered = [seen.numbered(call) for call in calls]
-            changed = changed or any(
-                new is not old for new, old in zip(numbered, calls, strict=True)
-            )
-            out.append({**choice, "delta": {**delta, "tool_calls": numbered}})
-        return {**chunk, "choices": out} if changed else None
+        calls = delta["tool_calls"]
+        key = choice.get("index", 0)
+        seen = self._calls.setdefault(key if isinstance(key, (int, str)) else 0, _Calls())
+        numbered = [seen.numbered(call) for call in calls]
+        if all(new is old for new, old in zip(numbered, calls, strict=True)):
+            return None
+        return {**choice, "delta": {**delta, "tool_calls": numbered}}
 
 
 class _Calls:
