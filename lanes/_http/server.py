@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -26,6 +27,8 @@ from lanes._core.source import Source, read_source
 from lanes._http.app import build_app
 from lanes._http.connections import connection_cap, serve_http
 from lanes._http.guard import is_loopback, resolved_keys
+from lanes._http.host_totals import HostTotals
+from lanes._http.metrics import Metrics
 from lanes._http.running import Running
 
 log = logging.getLogger("lanes")
@@ -134,7 +137,16 @@ async def serve(
         assert base is not None
         config = base
         dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
-        app = build_app(dispatcher, env=env, bind_host=host, running=running)
+        totals = None  # under --workers: /metrics shows the host's totals, not one worker's
+        if running.status_path is not None:
+            totals = HostTotals(Path(running.status_path).parent / "metrics", dispatcher.statistics)
+        app = build_app(
+            dispatcher,
+            env=env,
+            bind_host=host,
+            running=running,
+            metrics=Metrics(totals.statistics) if totals else None,
+        )
         if dedicated:
             dedicate_gc()
         if hold is not None and not await hold():
@@ -156,6 +168,8 @@ async def serve(
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_signals, shutdown, worker is not None)
+            if totals is not None:
+                nursery.start_soon(totals.publish_every)
             if stop_when is not None:
                 nursery.start_soon(_stop_when, stop_when, shutdown)
 

@@ -144,3 +144,94 @@ class Tally:
             job_latency=dict(self._job_latency),
             attempt_latency=dict(self._attempt_latency),
         )
+
+
+#: The counters of a `TallyStatistics`, with each key's length (the label tuple's).
+COUNTERS = (("jobs", 4), ("attempts", 4), ("tokens", 5), ("cost_usd", 4))
+HISTOGRAMS = ("job_latency", "attempt_latency")
+
+
+def summed(parts: Sequence[TallyStatistics]) -> TallyStatistics:
+    """The totals of several processes' tallies (the workers of one host): counters and
+    histograms added label set by label set."""
+    out: dict[str, Any] = {}
+    for name, _ in COUNTERS:
+        total: dict[Any, Any] = {}
+        for part in parts:
+            for key, value in getattr(part, name).items():
+                total[key] = total.get(key, 0) + value
+        out[name] = total
+    for name in HISTOGRAMS:
+        merged: dict[str, Histogram] = {}
+        for part in parts:
+            for key, h in getattr(part, name).items():
+                had = merged.get(key)
+                merged[key] = (
+                    h
+                    if had is None
+                    else Histogram(
+                        counts=tuple(a + b for a, b in zip(had.counts, h.counts, strict=True)),
+                        sum_s=had.sum_s + h.sum_s,
+                    )
+                )
+        out[name] = merged
+    return TallyStatistics(**out)
+
+
+def to_json(tally: TallyStatistics) -> dict[str, Any]:
+    """`tally` as JSON-able lists (label tuples become lists), for another process to read."""
+    out: dict[str, Any] = {
+        name: [[*key, value] for key, value in getattr(tally, name).items()] for name, _ in COUNTERS
+    }
+    for name in HISTOGRAMS:
+        out[name] = [[k, list(h.counts), h.sum_s] for k, h in getattr(tally, name).items()]
+    return out
+
+
+def _label(v: Any) -> bool:
+    return isinstance(v, str) and len(v) <= 512
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e18
+
+
+def from_json(data: Any, max_entries: int = 100_000) -> TallyStatistics | None:
+    """What `to_json` wrote, checked entry by entry (None: not a tally, or over `max_entries`
+    label sets): a file another process wrote is read as untrusted."""
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, Any] = {}
+    entries = 0
+    for name, width in COUNTERS:
+        rows = data.get(name)
+        if not isinstance(rows, list):
+            return None
+        entries += len(rows)
+        if entries > max_entries:
+            return None
+        values: dict[Any, Any] = {}
+        for row in rows:
+            ok = isinstance(row, list) and len(row) == width + 1
+            if not ok or not all(map(_label, row[:width])) or not _number(row[width]):
+                return None
+            values[tuple(row[:width])] = row[width]
+        out[name] = values
+    for name in HISTOGRAMS:
+        rows = data.get(name)
+        if not isinstance(rows, list) or len(rows) > max_entries:
+            return None
+        histograms: dict[str, Histogram] = {}
+        for row in rows:
+            ok = isinstance(row, list) and len(row) == 3 and _label(row[0])
+            counts = row[1] if ok else None
+            if (
+                not isinstance(counts, list)
+                or len(counts) != len(BUCKETS) + 1
+                or not all(isinstance(c, int) and _number(c) for c in counts)
+                or not _number(row[2])
+            ):
+                return None
+            histograms[row[0]] = Histogram(counts=tuple(counts), sum_s=float(row[2]))
+        out[name] = histograms
+    return TallyStatistics(**out)

@@ -168,7 +168,9 @@ class SidecarProcess:
                 continue
         return sorted(found)
 
-    async def wait_healthy(self, within_s: float = 15.0) -> float:
+    async def wait_healthy(self, within_s: float = 60.0) -> float:
+        """Seconds until /health answered 200. The bound is wide: a loaded machine starts three
+        workers slowly; a sidecar that never answers still fails, and one that exits at once."""
         start = time.monotonic()  # wall-clock: a drill measures real startup time
         async with httpx2.AsyncClient(trust_env=False) as http:
             while time.monotonic() - start < within_s:  # wall-clock: as above
