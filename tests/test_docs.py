@@ -13,6 +13,7 @@ from types import ModuleType
 
 import attrs
 import pytest
+from test_architecture import LAYERS
 
 from lanes._core.config.schema import (
     ClientConfig,
@@ -191,6 +192,20 @@ def test_the_docs_document_every_cli_flag():
     assert missing == []
     documented = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)(?![\w-])", documentation()))
     assert "--workers" in documented and "--log-format" in documented
+
+
+def test_the_architecture_page_names_every_layer():
+    """docs/architecture.md names every entry of LAYERS (tests/test_architecture.py) and every
+    folder of lanes/_core, so the page's layer table can not fall behind the house."""
+    page = (DOCS / "architecture.md").read_text()
+    folders = [
+        f"lanes/_core/{d.name}"
+        for d in sorted((PACKAGE / "_core").iterdir())
+        if (d / "__init__.py").is_file()
+    ]
+    assert len(folders) >= 10
+    named = [e for e in (*LAYERS, *folders) if f"`{e}`" not in page and f"`{e}/`" not in page]
+    assert named == []
 
 
 #: Paths a page tells the reader to create, not ones that exist.
