@@ -52,13 +52,15 @@ lint: $(LINT_STAMP)
 	$(VENV)/bin/mypy $(MYPY_LIGHT) tests bench
 
 # The documentation site (MkDocs Material) from docs/ into site/; --strict: a broken link or a page
-# missing from the nav fails the build, as in CI.
+# missing from the nav fails the build, as in CI. The reference pages' generated blocks (the config
+# keys, the `lanes` command) are rewritten from the code first.
 DOCS_STAMP := $(VENV)/.docs-installed
 $(DOCS_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[docs]'
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
+	$(PY) docs/gen_reference.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # pytest's exit code 5 means "no tests collected"; anything else non-zero is a failure.

@@ -49,22 +49,33 @@ class RateLimitedFree:
     """Free within request and token limits per window; 0 or absent means not tracked."""
 
     kind: Literal["rate_limited"] = "rate_limited"
+    #: requests per minute (0 or absent: not tracked)
     rpm: int | None = _limit
+    #: requests per day (0 or absent: not tracked)
     rpd: int | None = _limit
+    #: requests per month (0 or absent: not tracked)
     rpmonth: int | None = _limit
+    #: tokens per minute (0 or absent: not tracked)
     tpm: int | None = _limit
+    #: tokens per day (0 or absent: not tracked)
     tpd: int | None = _limit
+    #: tokens per month (0 or absent: not tracked)
     tpmonth: int | None = _limit
-    account_wide: bool = False  # a 429 parks every model of the provider, not just one
+    #: the limits are the account's: a 429 parks every model of the provider, not just one
+    account_wide: bool = False
 
 
 @attrs.frozen(kw_only=True)
 class CustomEndpoint:
     """Where to read the remaining balance: `json_path` is dotted, e.g. `data.limit_remaining`."""
 
+    #: where to ask the remaining balance (`{base_url}` stands for the lane's)
     url: str
+    #: the HTTP method of that request
     method: Literal["GET", "POST"] = "GET"
+    #: headers sent with it, beside the lane's own (its key among them)
     headers: dict[str, str] = attrs.field(factory=dict)
+    #: the dotted path of the remaining balance, in USD, in the JSON answer
     json_path: str = "data.limit_remaining"
 
 
@@ -73,11 +84,18 @@ class CreditBased:
     """Dollar credits, optionally reset each period; detection says how the balance is known."""
 
     kind: Literal["credits"] = "credits"
+    #: the credits, in USD
     budget_usd: float = attrs.field(default=0.0, validator=at_least(0))
+    #: when the credits come back
     reset: Literal["daily", "monthly", "never"] = "never"
+    #: how the balance is known: counted here (`local`), asked from the provider's own balance
+    #: endpoint (`provider_api`), or from `endpoint` (`custom`), every `balance_poll_s`
     detection: Literal["local", "provider_api", "custom"] = "local"
+    #: `custom` detection: where the balance is read (the table below)
     endpoint: CustomEndpoint | None = None
+    #: requests per minute (0 or absent: not tracked)
     rpm: int | None = _limit
+    #: requests per day (0 or absent: not tracked)
     rpd: int | None = _limit
 
 
@@ -86,9 +104,13 @@ class FreeModelsOnly:
     """Some models are free (matched by glob patterns such as `*:free`), the rest are paid."""
 
     kind: Literal["free_models"] = "free_models"
+    #: globs naming the free models (case-sensitive); every other model is paid
     patterns: tuple[str, ...] = attrs.field(default=("*:free",), converter=_as_patterns)
+    #: requests per minute (0 or absent: not tracked)
     rpm: int | None = _limit
+    #: requests per day (0 or absent: not tracked)
     rpd: int | None = _limit
+    #: the limits are the account's: a 429 parks every free model of the provider, not just one
     account_wide: bool = True
 
     def covers(self, model: str) -> bool:

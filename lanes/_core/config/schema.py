@@ -69,24 +69,40 @@ def _model_id(instance: object, attribute: attrs.Attribute[str], value: str) -> 
 class ModelConfig:
     """One model a lane offers. Prices in USD per million tokens; `free` None = the kind decides."""
 
+    #: the model's id, as the provider names it
     id: str = attrs.field(validator=_model_id)
+    #: `true`/`false`, honoured for every kind: `false` makes any model paid, `true` makes a model
+    #: of a `none` or `free_models` lane borrowed-free; unset: the kind decides, and an unknown
+    #: price is not free
     free: bool | None = None
+    #: the context window, tokens
     context: int | None = attrs.field(default=None, validator=positive)
-    # the most tokens it writes in one answer: a larger cap a client asks for is lowered to it
+    #: the most tokens it writes in one answer: a larger cap a client asks for is lowered to it;
+    #: discovered from a catalog's `max_completion_tokens`
     max_output_tokens: int | None = attrs.field(default=None, validator=positive)
+    #: the input price, USD per million tokens
     input_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)
+    #: the output price, USD per million tokens
     output_usd_per_mtok: float | None = attrs.field(default=None, validator=non_negative)
-    zdr: bool = False  # the endpoint retains no data
-    tools: bool | None = None  # capabilities; None = not known (not filtered on)
+    #: the endpoint retains no data (zero data retention)
+    zdr: bool = False
+    #: a capability: it calls tools (unset: not known, so not filtered on)
+    tools: bool | None = None
+    #: a capability: it reads images (unset: not known, so not filtered on)
     vision: bool | None = None
+    #: a capability: it honours JSON mode (unset: not known, so not filtered on)
     json_mode: bool | None = None
-    prefill: bool | None = (
-        None  # continues a trailing assistant message; None = the lane module's default
-    )
-    image_usd: float | None = attrs.field(default=None, validator=non_negative)  # per input image
-    embedding: bool = False  # an embedding model: served on /v1/embeddings (and nowhere else)
-    # takes chat's `reasoning_effort` (low/medium/high): a Responses or Messages request's effort
-    # is sent to it, and to no model that does not declare this
+    #: it continues a trailing assistant message, used to resume a broken stream (unset: the lane
+    #: module's default)
+    prefill: bool | None = None
+    #: the most one input image costs, USD; a paid model without it is never sent images
+    image_usd: float | None = attrs.field(default=None, validator=non_negative)
+    #: an embedding model: served on `/v1/embeddings` and nowhere else (see
+    #: [Embeddings](sidecar.md#embeddings))
+    embedding: bool = False
+    #: it takes chat's `reasoning_effort`: the effort a Responses or Messages request asks for —
+    #: `reasoning.effort`, `output_config.effort` — is sent to it as `low`, `medium` or `high`,
+    #: and to no model that does not declare this
     reasoning: bool = False
 
 
@@ -94,43 +110,74 @@ class ModelConfig:
 class LaneConfig:
     """One lane. Unset values fall back to the lane module's declared defaults."""
 
+    #: unique; also the module's name unless `module` is given
     name: str = attrs.field(validator=_name)
-    module: str | None = None  # default: the lane's name; "pkg.mod" for a lane outside `lanes`
+    #: the lane module: `groq` means `lanes.groq`; a dotted name (`mypkg.mylane`) loads a lane of
+    #: your own
+    #: default: its `name`
+    module: str | None = None
+    #: `false` leaves the lane out (one log line)
     enabled: bool = True
+    #: the OpenAI-compatible base URL, e.g. `https://api.groq.com/openai/v1`
+    #: default: the module's
     base_url: str | None = attrs.field(default=None, validator=_url)
-    api_key_env: str | None = None  # "" = no key needed
+    #: the environment variable holding the key; `""`: no key needed
+    #: default: the module's
+    api_key_env: str | None = None
+    #: the free-tier kind, a table with `kind` (below)
+    #: default: the module's
     free_tier: FreeTierKind | None = None
+    #: the models this lane offers (`[[lanes.models]]`, below)
+    #: default: the module's catalog
     models: list[ModelConfig] | None = None
+    #: the longest one non-streamed attempt may take, seconds
     attempt_timeout_s: float = attrs.field(default=30.0, validator=positive)
+    #: streams: the longest wait for the first chunk, seconds
     first_token_s: float = attrs.field(default=10.0, validator=positive)
+    #: streams: the longest silence between bytes once streaming, seconds
     idle_s: float = attrs.field(default=10.0, validator=positive)
+    #: skip the lane when less time than this is left before the deadline, seconds
     min_useful_s: float = attrs.field(default=0.25, validator=non_negative)
-    balance_poll_s: float = attrs.field(
-        default=600.0, validator=positive
-    )  # credits: how often to ask the balance
-    # fetch the provider's model list (in the background) and route to its free models
+    #: credit lanes whose `detection` is `provider_api` or `custom`: how often to ask the balance,
+    #: seconds
+    balance_poll_s: float = attrs.field(default=600.0, validator=positive)
+    #: fetch the provider's model list at startup (in the background) and every
+    #: `catalog_refresh_s`, and route to the free (or owned) models it lists beside the
+    #: configured ones
     discover: bool = False
-    byok: bool = False  # bring your own key: each client's request carries its provider key
-    catalog_refresh_s: float = attrs.field(
-        default=21_600.0, validator=positive
-    )  # how often to fetch it again
-    # the most discovered models kept as candidates (configured ones are never dropped): the rest
-    # of a longer list is left out, with one log line naming the numbers
+    #: bring your own key: the lane's key comes with each client's request
+    #: (`X-Lanes-Key-<lane>`), for that job only — see
+    #: [Reports](policy-and-money.md#reports-explain-every-cent)
+    byok: bool = False
+    #: how often to fetch the model list again, seconds (a 404 / model-not-found fetches it at
+    #: once)
+    catalog_refresh_s: float = attrs.field(default=21_600.0, validator=positive)
+    #: the most models discovery keeps as candidates (in the list's order; configured models are
+    #: always kept): a longer list's rest is left out, with one warning naming the lane and the
+    #: numbers
     max_models: int = attrs.field(default=1000, validator=positive)
+    #: the breaker of the lane, and of each of its models (`[lanes.breaker]`, below)
     breaker: BreakerPolicy = attrs.field(factory=BreakerPolicy)
-    headers: dict[str, str] = attrs.field(factory=dict)  # extra request headers (no secrets)
-    # the output cap this provider honours (`max_tokens` or `max_completion_tokens`); unset: the
-    # lane module's. A paid attempt sends its cap there and only there.
+    #: extra request headers (never secrets: use `api_key_env`)
+    headers: dict[str, str] = attrs.field(factory=dict)
+    #: the output cap this upstream honours, `max_tokens` or `max_completion_tokens`; a paid
+    #: attempt sends its cap there, and only there
+    #: default: the module's
     output_cap: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.in_(CAP_PARAMS))
     )
-    # request parameters that make this provider bill beyond the request, beside the lane module's
-    # (taken out of free and credit attempts; a paid attempt carrying one is refused)
+    #: request parameters that make this provider bill beyond the request (fallback models,
+    #: plugins, searches), beside the ones the lane module declares: taken out of every attempt
+    #: that is not paid or `byok`; a paid attempt carrying one is refused
     billing_switches: list[str] = attrs.field(factory=list)
-    # input tokens the provider adds to a request with tools; unset: the lane module's
+    #: input tokens the provider adds itself to a request with tools (a tool-use system prompt),
+    #: added to a paid or credit attempt's worst case
+    #: default: the module's (else 1024)
     tool_prompt_tokens: int | None = attrs.field(default=None, validator=non_negative)
-    # the most of an answer read (JSON: the whole body; streams: one event), decompressed
+    #: the most of a JSON answer (a completion, the model list) read, decompressed: reading stops
+    #: there and the attempt is a fault (the walk moves on; 502 when nothing else serves)
     max_response_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=positive)
+    #: the most one event of a stream may hold: a larger one is a fault
     max_event_bytes: int = attrs.field(default=1024 * 1024, validator=positive)
 
     @property
@@ -143,13 +190,17 @@ class LaneConfig:
 class ClientConfig:
     """One client of the sidecar: `clients.NAME = "VAR"`, or a table `[server.clients.NAME]`."""
 
-    key_env: str  # the environment variable holding the client's key
-    admin: bool = False  # may switch lanes, decide approvals and revoke grants
-    cohort: str | None = None  # the cohort of its jobs when a request names none
-    # its own paid ceiling, inside the global one (None: only the global one)
+    #: the environment variable holding the client's key
+    key_env: str
+    #: `true` for a client that may act: switch lanes, decide approvals, revoke grants
+    admin: bool = False
+    #: its jobs' cohort when a request names none
+    cohort: str | None = None
+    #: its own paid ceiling per day, USD, inside the global one (unset: only the global one)
     paid_ceiling_usd_per_day: float | None = attrs.field(default=None, validator=non_negative)
-    # its own attempt governors, beside the global ones (None: none)
+    #: its own attempt governor, beside the global ones (unset: none)
     attempts_per_minute: int | None = attrs.field(default=None, validator=at_least(1))
+    #: its own attempt governor, beside the global ones (unset: none)
     attempts_per_day: int | None = attrs.field(default=None, validator=at_least(1))
 
 
@@ -157,21 +208,30 @@ class ClientConfig:
 class ServerConfig:
     """`[server]`: the sidecar's HTTP side."""
 
+    #: the address to listen on (a non-loopback one needs client keys)
     host: str = "127.0.0.1"
+    #: the port to listen on
     port: int = attrs.field(default=4098, validator=non_negative)
+    #: the largest request body accepted
     max_body_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=positive)
-    keepalive_s: float = attrs.field(
-        default=5.0, validator=positive
-    )  # SSE comment while a stream waits
-    # client name → the env variable holding its key (or a table: key_env, admin)
+    #: a stream that waits sends an SSE comment after this much silence, seconds
+    keepalive_s: float = attrs.field(default=5.0, validator=positive)
+    #: client name → the environment variable holding its key, e.g.
+    #: `clients = { ci = "LANES_KEY_CI" }`, or a table `[server.clients.NAME]` (below); keys are
+    #: compared in constant time; with none, loopback callers are one anonymous client
     clients: dict[str, ClientConfig] = attrs.field(factory=dict)
-    admin_key_env: str | None = None  # the env variable holding the admin key, if any
+    #: the environment variable holding the admin key, if any
+    admin_key_env: str | None = None
+    #: in-flight jobs may finish for this long after SIGTERM, seconds
     shutdown_grace_s: float = attrs.field(default=30.0, validator=non_negative)
-    # connections: a request's headers must arrive, and an idle keep-alive connection is closed,
-    # within idle_timeout_s; its body within body_timeout_s; at most max_connections at once
-    # (and never more than the descriptor limit leaves room for: see _http/connections.py)
+    #: a request's headers must arrive, and an idle kept-alive connection is closed, within this,
+    #: seconds — slow-loris clients are shed
     idle_timeout_s: float = attrs.field(default=10.0, validator=positive)
+    #: a request's body must arrive within this, seconds, else 408
     body_timeout_s: float = attrs.field(default=10.0, validator=positive)
+    #: open connections at once, and never more than half the descriptors the process may open;
+    #: one more is answered 503 `too_many_connections` at once and closed
+    # (the descriptor limit: see _http/connections.py)
     max_connections: int = attrs.field(default=4096, validator=positive)
 
 
@@ -191,11 +251,15 @@ def _cohorts(instance: object, attribute: attrs.Attribute[list[str]], value: lis
 class MetricsConfig:
     """`[metrics]`: what `/metrics` and `/v1/lanes` show, and the cohorts clients may name."""
 
-    # cohort labels /metrics shows (beside the clients' default cohorts, and what admins send)
+    #: cohort names `/metrics` always labels, beside the clients' default cohorts; an admin's jobs
+    #: may add up to 20 more
     cohorts: list[str] = attrs.field(factory=list, validator=_cohorts)
-    # per lane, the models shown one by one (the most used first); the rest summed up as `other`
+    #: per lane, the models `/v1/lanes`, the page and the per-model gauges show one by one (the
+    #: most used first); the rest are summed up as `other`
     models_per_lane: int = attrs.field(default=50, validator=at_least(1))
-    # distinct undeclared cohorts one client's jobs may name (per process); beyond, "other"
+    #: distinct cohorts not declared that one client's jobs may name in a process; a later new one
+    #: is kept as `other` in the audit, the reports and `/metrics`, with one warning naming the
+    #: client
     cohorts_per_client: int = attrs.field(default=20, validator=non_negative)
 
 
@@ -203,29 +267,51 @@ class MetricsConfig:
 class Config:
     """The whole file. `lanes` are tried in the order written."""
 
+    #: the lanes, tried in the order written (`[[lanes]]`, below)
     lanes: list[LaneConfig] = attrs.field(factory=list)
+    #: logical model names → ordered `"lane/model"` lists, e.g.
+    #: `fast = ["groq/llama-3.1-8b-instant", "openai/gpt-4.1-mini"]`; Claude-style names for
+    #: Messages API clients are aliases too (`"claude-haiku-4-5" = [...]`; a dated name finds its
+    #: alias without the date); for embeddings an alias declares its candidates the same model
     aliases: dict[str, list[str]] = attrs.field(factory=dict)
-    # a model name no alias, lane/model or model id matches → the alias of the first glob it
-    # matches, in the order written (`"claude-*haiku*" = "claude-haiku-4-5"`)
+    #: globs → aliases, for model names nothing else matches: the first glob (in the order
+    #: written, case-sensitive) that a name matches gives its alias, e.g.
+    #: `"claude-*opus*" = "claude-opus-4-7"`; an alias, a `lane/model` or a model id of that exact
+    #: name wins. The shipped config (and `--simulate`) map `claude-*haiku*`, `claude-*sonnet*`,
+    #: `claude-*opus*` to their tier's alias and any other `claude-*` to `claude-sonnet-4-6`
     alias_patterns: dict[str, str] = attrs.field(factory=dict)
+    #: a job's deadline when the caller gives none, seconds
     default_deadline_s: float = attrs.field(default=30.0, validator=positive)
-    free_lane: bool = True  # FREE_LANE=off in the environment wins over this
+    #: `false` switches off borrowed-free capacity, as `FREE_LANE=off` in the environment does
+    #: (which wins over this)
+    free_lane: bool = True
+    #: keep prompt and answer bodies in the audit (otherwise only SHA-256 and byte counts)
     log_bodies: bool = False
-    audit_days: float = attrs.field(
-        default=30.0, validator=non_negative
-    )  # 0: keep the audit forever
-    log_jobs: bool = (
-        True  # one INFO line per job on the `lanes.jobs` logger (id, route, lane, outcome, ms)
-    )
-    state: str = attrs.field(
-        default=":memory:"
-    )  # the SQLite file shared on this host, or redis://host:port/db
-    local_state: str = (
-        ":memory:"  # with a Redis `state`: the SQLite file for this host's audit and canary answers
-    )
+    #: how long the audit keeps a job, days (deleted hourly in the background); `0` keeps it
+    #: forever
+    audit_days: float = attrs.field(default=30.0, validator=non_negative)
+    #: one INFO line per job on the `lanes.jobs` logger: id, model asked, route, what served it,
+    #: attempts, outcome, ms, the fields a translated request dropped (never a body)
+    log_jobs: bool = True
+    #: where shared state lives: a SQLite file (usage counters, credit spend, header snapshots,
+    #: backoffs, probe leases, the paid ledger, grants and pending approvals, the runtime kill
+    #: switch, the canary's quarantine, the audit) that every process on the host opening the
+    #: same file shares (`~` is expanded; a `<state>-changes` file beside it tells them of new
+    #: switches and backoffs); or `redis://[:password@]host:port/db` (also `rediss://`,
+    #: `unix://`) for several hosts — see
+    #: [Running several sidecars](operations.md#running-several-sidecars). In memory, nothing
+    #: survives a restart (under `--workers N`, a private file the workers share for the run)
+    state: str = attrs.field(default=":memory:")
+    #: with a Redis `state`: the SQLite file for what stays on this host — the audit and the
+    #: canary's answers
+    local_state: str = ":memory:"
+    #: the free-first policy (`[policy]`, below)
     policy: PolicyConfig = attrs.field(factory=PolicyConfig)
+    #: the sidecar (`[server]`, below)
     server: ServerConfig = attrs.field(factory=ServerConfig)
+    #: how free candidates are ranked (`[scoring]`, below)
     scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
+    #: what `/metrics` and `/v1/lanes` show, and the cohorts clients may name (`[metrics]`, below)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
 
     @state.validator

@@ -30,26 +30,26 @@ Verdict = Literal["success", "fault", "neutral"]
 class BreakerPolicy:
     """When a breaker opens and for how long. Durations in seconds."""
 
-    failures: int = attrs.field(default=3, validator=at_least(1))  # consecutive faults that open it
-    ratio: float = attrs.field(default=0.5, validator=above(0))  # or this failure ratio ...
-    window_s: float = attrs.field(default=60.0, validator=positive)  # ... over this window ...
-    min_calls: int = attrs.field(
-        default=10, validator=at_least(1)
-    )  # ... once it holds this many calls
-    cooldown_s: float = attrs.field(default=15.0, validator=non_negative)  # first open period
-    # Cap for the growing open period (never below `cooldown_s`). Kept short so that traffic returns
-    # to a preferred candidate within ~cooldown_max_s × (1 + jitter) of its recovery (22 s by
-    # default), one probe at a time.
+    #: consecutive faults that open it
+    failures: int = attrs.field(default=3, validator=at_least(1))
+    #: or this share of failed calls ...
+    ratio: float = attrs.field(default=0.5, validator=above(0))
+    #: ... over this window, seconds ...
+    window_s: float = attrs.field(default=60.0, validator=positive)
+    #: ... once the window holds this many calls
+    min_calls: int = attrs.field(default=10, validator=at_least(1))
+    #: the first open period, seconds
+    cooldown_s: float = attrs.field(default=15.0, validator=non_negative)
+    #: the cap of the growing open period, seconds (never below `cooldown_s`)
+    # Kept short so that traffic returns to a preferred candidate within ~cooldown_max_s ×
+    # (1 + jitter) of its recovery (22 s by default), one probe at a time.
     cooldown_max_s: float = attrs.field(default=20.0, validator=non_negative)
-    growth: float = attrs.field(
-        default=2.0, validator=at_least(1)
-    )  # each reopening multiplies the cooldown
-    jitter: float = attrs.field(
-        default=0.1, validator=non_negative
-    )  # up to +10 % added to each cooldown
-    lane_models: int = attrs.field(
-        default=3, validator=at_least(1)
-    )  # open models that darken the whole lane
+    #: each reopening multiplies the open period by this
+    growth: float = attrs.field(default=2.0, validator=at_least(1))
+    #: up to this share (0.1: +10 %) added at random to each open period
+    jitter: float = attrs.field(default=0.1, validator=non_negative)
+    #: this many of the lane's models with open breakers open the lane's own breaker
+    lane_models: int = attrs.field(default=3, validator=at_least(1))
 
     @ratio.validator
     def _ratio(self, attribute: attrs.Attribute[float], value: float) -> None:

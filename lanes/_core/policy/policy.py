@@ -32,45 +32,66 @@ FallbackMode = Literal["off", "ask", "allow"]
 class PolicyConfig:
     """`[policy]` in config. Durations in seconds, money in USD."""
 
-    free_tier_fallback: FallbackMode = "off"  # when free capacity is gone: fail, ask, or pay
-    free_tier_only: bool = False  # never use a paid candidate, even one asked for by name
-    free_attempts: int = attrs.field(
-        default=2, validator=at_least(0)
-    )  # distinct free candidates: primary + free retry
-    paid_attempts: int = attrs.field(
-        default=1, validator=at_least(0)
-    )  # paid requests, same-candidate retries included
-    transient_retries: int = attrs.field(
-        default=1, validator=at_least(0)
-    )  # same-candidate retries per job
-    max_attempts: int = attrs.field(default=4, validator=at_least(1))  # per job, retries included
-    max_wait_s: float = attrs.field(default=5.0, validator=at_least(0))  # wait out a 429 this short
-    retry_pause_s: float = attrs.field(
-        default=0.25, validator=at_least(0)
-    )  # before retrying a blip
-    classes: dict[str, list[str]] = attrs.field(
-        factory=dict
-    )  # request class → preferred "lane/model"
+    #: when free capacity is gone: `off` fails with 429 `free_tier_exhausted` and the exact wait;
+    #: `ask` holds the job for a decision (approve once, approve for a duration, deny); `allow`
+    #: falls back to paid without asking. A job that names one paid model
+    #: (`"openai/gpt-4.1-mini"`) has consented by naming it
+    free_tier_fallback: FallbackMode = "off"
+    #: never use a paid candidate, even one named
+    free_tier_only: bool = False
+    #: distinct free candidates per job: the primary and one free retry
+    free_attempts: int = attrs.field(default=2, validator=at_least(0))
+    #: paid requests per job that could be billed, same-candidate retries and stream recoveries
+    #: included (an unbilled refusal, or a request that never connected, does not count)
+    paid_attempts: int = attrs.field(default=1, validator=at_least(0))
+    #: same-candidate retries per job after a transient fault (5xx, reset, refused): an allowance
+    #: of its own, never the free retry
+    transient_retries: int = attrs.field(default=1, validator=at_least(0))
+    #: every upstream attempt per job, retries included
+    max_attempts: int = attrs.field(default=4, validator=at_least(1))
+    #: a 429 asking for at most this long is waited out on the same candidate — only when the
+    #: alternative would cost money or there is none
+    max_wait_s: float = attrs.field(default=5.0, validator=at_least(0))
+    #: a transient fault (5xx, reset, refused) is retried once on the same candidate after this
+    #: pause (× 1–2, jittered)
+    retry_pause_s: float = attrs.field(default=0.25, validator=at_least(0))
+    #: request class → preferred free `"lane/model"`s, tried first for that class; classes come
+    #: from `X-Lanes-Class` / `Job.request_class`, else tools → `agentic`, code fences → `coding`,
+    #: long input → `long_context`, else `general`
+    classes: dict[str, list[str]] = attrs.field(factory=dict)
+    #: estimated input above which a job is `long_context`
     long_context_tokens: int = attrs.field(default=32_000, validator=at_least(1))
+    #: a global attempt governor: every attempt counts, shared through `state`
     attempts_per_minute: int | None = attrs.field(default=None, validator=at_least(1))
+    #: a global attempt governor: every attempt counts, shared through `state`
     attempts_per_day: int | None = attrs.field(default=None, validator=at_least(1))
+    #: the hard paid budget per UTC day (of the state store's clock; every host sharing the store
+    #: holds to the lowest any of them is configured with, or to what `lanes ceiling set` set):
+    #: each paid attempt reserves its worst case first (((input bytes + a tool prompt) × input
+    #: price + max tokens × output price + images × `image_usd`) × `n`), then settles to the real
+    #: cost
     paid_ceiling_usd_per_day: float = attrs.field(default=1.0, validator=at_least(0))
-    # a wall this far from the state store's clock closes paid
+    #: how far this process's wall clock may be from the state store's (the host's clock for a
+    #: SQLite file, the server's `TIME` for Redis) before paid fallback closes on it — see
+    #: [Time and the ceiling](operations.md#time-and-the-ceiling-one-for-every-host)
     clock_tolerance_s: float = attrs.field(default=120.0, validator=at_least(0))
-    paid_max_tokens: int = attrs.field(
-        default=4096, validator=at_least(1)
-    )  # sent when a paid job sets none
-    approval_wait_s: float | None = attrs.field(
-        default=None, validator=at_least(0)
-    )  # None: until the deadline
+    #: the output cap of a paid (or credit) attempt: the smaller of the client's cap and this, sent
+    #: in the parameter the lane honours (`max_tokens`, or `max_completion_tokens` for OpenAI),
+    #: the other cap parameter not sent — so the reservation is a true worst case
+    paid_max_tokens: int = attrs.field(default=4096, validator=at_least(1))
+    #: `ask`: how long a job waits for a decision (unset: until its deadline)
+    approval_wait_s: float | None = attrs.field(default=None, validator=at_least(0))
+    #: the duration "approve for a while" grants
     approval_default_s: float = attrs.field(default=3600.0, validator=at_least(0))
-    approval_min_s: float = attrs.field(
-        default=1.0, validator=at_least(0)
-    )  # less left: 504, no approval
-    once_ttl_s: float = attrs.field(
-        default=600.0, validator=at_least(0)
-    )  # an unused "once" awaits the retry
-    privacy: Literal["any", "zdr", "local"] = "any"  # the default for jobs that say nothing
+    #: a job with less time left than this is not held for a decision: it ends in 504
+    #: `deadline_exceeded`, leaving no approval behind
+    approval_min_s: float = attrs.field(default=1.0, validator=at_least(0))
+    #: how long an unused "approve once" (no waiting job took it) is kept for the client's retry of
+    #: the same request
+    once_ttl_s: float = attrs.field(default=600.0, validator=at_least(0))
+    #: the default privacy need: `local` (owned lanes only), `zdr` (zero-data-retention models or
+    #: local), `any`
+    privacy: Literal["any", "zdr", "local"] = "any"
 
 
 def request_class(job: Job, long_context_tokens: int, *, input_tokens: int | None = None) -> str:

@@ -25,13 +25,21 @@ from lanes._core.model.validators import at_least
 class ScoringConfig:
     """`[scoring]` in config."""
 
+    #: below this many outcomes a model's reliability is shrunk toward `prior`; from then on it is
+    #: the Wilson lower bound
     min_samples: int = attrs.field(default=5, validator=at_least(1))
+    #: the reliability of a model with no outcomes yet
     prior: float = 0.5
+    #: the Wilson bound's z (1.96: 95 %), so a model that is 1 for 1 never outranks one that is
+    #: 200 for 205
     z: float = 1.96
+    #: the penalties of recent outcomes halve every this many seconds
     half_life_s: float = attrs.field(default=600.0, validator=at_least(1))
+    #: taken off reliability for each recent `rate_limited`, `fault` and `deadline` outcome
     penalties: dict[str, float] = attrs.field(
         factory=lambda: {"rate_limited": 0.05, "fault": 0.1, "deadline": 0.05}
     )
+    #: how reliability, latency, context fit and capability fit are combined into the score
     weights: dict[str, float] = attrs.field(
         factory=lambda: {"reliability": 0.5, "latency": 0.2, "context": 0.1, "capability": 0.2}
     )
@@ -46,18 +54,22 @@ class ScoringConfig:
                 hint = f"did you mean {near[0]}?" if near else f"the keys are {', '.join(known)}"
                 raise ValueError(f"{attribute.name}.{key}: unknown key; {hint}")
 
+    #: the latency a model is scored against, seconds
     latency_ref_s: float = attrs.field(default=2.0, validator=at_least(0.001))
-    degraded_ratio: float = (
-        0.5  # a provider failing this share of its recent outcomes is degraded …
-    )
-    degraded_multiplier: float = 0.5  # … and its models' reliability is multiplied by this
-    explore_rate: float = attrs.field(
-        default=0.05, validator=at_least(0)
-    )  # share of jobs that explore
-    explore_gap: float = attrs.field(
-        default=0.15, validator=at_least(0)
-    )  # how close a runner-up must be
-    sticky: bool = True  # keep a multi-turn conversation on the model that served it while healthy
+    #: a provider failing this share of its recent outcomes is degraded …
+    degraded_ratio: float = 0.5
+    #: … and its models' reliability is multiplied by this
+    degraded_multiplier: float = 0.5
+    #: about this share of jobs go to a healthy runner-up, or to an under-sampled model, among the
+    #: next 16 of the plan, so the ranking does not ossify (the reply says so in
+    #: `X-Lanes-Explored`, the audit marks it)
+    explore_rate: float = attrs.field(default=0.05, validator=at_least(0))
+    #: how close to the leader's score a runner-up must be to be explored
+    explore_gap: float = attrs.field(default=0.15, validator=at_least(0))
+    #: keep a multi-turn conversation on the model that served it while healthy, keeping provider
+    #: prompt caches warm
+    sticky: bool = True
+    #: how long a conversation stays on its model, seconds
     sticky_ttl_s: float = attrs.field(default=3600.0, validator=at_least(0))
 
 
