@@ -8,14 +8,16 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import httpx2
 import trio
 
+from lanes._core.audit.tracing import target
 from lanes._core.check import check_config
 from lanes._core.config.schema import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.model.errors import UpstreamError
+from lanes._core.model.errors import ConfigError, UpstreamError
 from lanes._core.model.job import Job, Reply
 from lanes._core.runtime.secrets import install_log_redaction
 from lanes._core.runtime.tasks import LISTENER, SYNC, TaskHealth
@@ -26,6 +28,9 @@ from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
 from lanes.freetier.manager import FreeTierManager
+
+if TYPE_CHECKING:  # imported when a collector is configured, and only then
+    from lanes._core.audit.telemetry import Telemetry
 
 log = logging.getLogger("lanes")
 
@@ -62,6 +67,8 @@ async def open_dispatcher(
             "open_dispatcher needs a config (a Config or a TOML path), or simulate=True"
         )
     config = check_config(config, env=env).config  # the check `lanes check-config` makes
+    traces_to = target(config.telemetry, env)  # None: no traces, and no OpenTelemetry loaded
+    opening_telemetry = _telemetry() if traces_to is not None else None
     wall = open_wall(epoch_now, env)
     if wall.offset_s:
         log.warning(
@@ -73,6 +80,7 @@ async def open_dispatcher(
         )
     store = open_store(config)
     failure: Exception | None = None  # the caller's own error, raised as itself (never as a group)
+    telemetry: Telemetry | None = None
     try:
         async with open_upstream() as upstream, trio.open_nursery() as nursery:
             manager = FreeTierManager()
@@ -85,6 +93,10 @@ async def open_dispatcher(
                 wall=wall,
             )
             tasks = dispatcher.background
+            if opening_telemetry is not None and traces_to is not None:
+                telemetry = opening_telemetry(traces_to, tasks.task("telemetry"))
+                dispatcher.journal.traces = telemetry.note
+                nursery.start_soon(telemetry.run)
             sync = StateSync(
                 manager,
                 store,
@@ -119,9 +131,24 @@ async def open_dispatcher(
             finally:
                 nursery.cancel_scope.cancel()
     finally:
+        if telemetry is not None:
+            await telemetry.aclose()  # the last jobs' spans, within the export timeout
         store.close()
     if failure is not None:
         raise failure
+
+
+def _telemetry() -> type[Telemetry]:
+    """The traces' exporter (OpenTelemetry's SDK): imported here, only when configured."""
+    try:
+        from lanes._core.audit.telemetry import Telemetry
+    except ImportError as exc:
+        raise ConfigError(
+            f"telemetry.otlp_endpoint: traces need OpenTelemetry ({exc.name} is not installed); "
+            "pip install 'lanes[otel]', or unset the endpoint",
+            key="telemetry.otlp_endpoint",
+        ) from None
+    return Telemetry
 
 
 @asynccontextmanager

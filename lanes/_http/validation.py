@@ -98,7 +98,8 @@ def chat_fields(messages: Any, params: Mapping[str, Any]) -> list[dict[str, Any]
 
 def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     """The `Job` fields our request headers set: deadline, cohort, class, approval, the client's
-    own keys, privacy. Raises BadRequest."""
+    own keys, privacy, and the W3C `traceparent` (a malformed one is ignored, never refused).
+    Raises BadRequest."""
     pairs = list(headers.items())
     headers = {}  # one pass (the first of a repeated header wins, as a lookup gives it), then a
     for name, value in pairs:  # plain dict for the lookups: most of them find nothing
@@ -120,6 +121,7 @@ def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
         "approval": approval[:64] if approval else None,
         "keys": byok_keys(pairs),
         "privacy": PRIVACY[privacy],
+        "traceparent": headers.get("traceparent"),  # the Job keeps it when valid, else ignores it
     }
 
 

@@ -13,9 +13,11 @@ from typing import Any
 import trio
 
 from lanes._core.audit.tally import Tally
+from lanes._core.audit.tracing import JobTrace, job_trace
 from lanes._core.config.schema import Config
 from lanes._core.engine.context import Routing
 from lanes._core.model.clocks import EpochTime
+from lanes._core.model.job import Candidate
 from lanes._core.model.record import JobRecord
 from lanes._core.runtime.tasks import TaskHealth
 from lanes._core.state.audit import audit_row
@@ -49,6 +51,8 @@ class Journal:
         self._bytes = 0
         self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
         self.tally = Tally(declared=routing.cohorts.declared)  # the running totals /metrics shows
+        # where each finished job's spans go when telemetry is on (`telemetry.py`); None: off
+        self.traces: Callable[[JobTrace], None] | None = None
 
     def take_rows(self) -> list[dict[str, Any]]:
         rows = [row for _, row in self._rows]
@@ -91,7 +95,8 @@ class Journal:
         served_key = served or (last.key if last else None)
         candidate = self._routing.candidate(served_key) if served_key else None
         route = next((a.route for a in reversed(record.attempts) if a.key == served_key), None)
-        latency_s = trio.current_time() - record.started_at
+        ended_at = trio.current_time()
+        latency_s = ended_at - record.started_at
         cost = sum(a.cost_usd for a in record.attempts)
         lane, model = (candidate.lane, candidate.model) if candidate else ("", "")
         self._recent.appendleft(
@@ -151,6 +156,8 @@ class Journal:
             self._health.dropped("audit rows", self._trim())
         if explored and outcome == "ok":
             self._routing.ranking.explored_ok += 1
+        if self.traces is not None:
+            self.traces(self._trace(record, outcome, now_wall, ended_at, candidate, route, usage))
         if self._config.log_jobs:
             job_log.info(
                 "job %s model=%s route=%s served=%s attempts=%d outcome=%s %.0f ms%s",
@@ -163,3 +170,25 @@ class Journal:
                 latency_s * 1000,
                 f" dropped={','.join(job.dropped)}" if job.dropped else "",
             )
+
+    def _trace(
+        self,
+        record: JobRecord,
+        outcome: str,
+        ended_wall: float,
+        ended_at: float,
+        served: Candidate | None,
+        route: str | None,
+        usage: Mapping[str, Any] | None,
+    ) -> JobTrace:
+        lanes = self._routing.lanes
+        return job_trace(
+            record,
+            outcome,
+            ended_wall=ended_wall,
+            ended_at=ended_at,
+            served=served,
+            route=route,
+            usage=usage,
+            provider_of=lambda lane: lanes[lane].provider.name if lane in lanes else lane,
+        )

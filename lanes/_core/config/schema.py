@@ -25,7 +25,7 @@ from cattrs.gen import make_dict_structure_fn
 
 from lanes._core.config.strict import FromEnv, Refused, key_of, messages, shown, strict_converter
 from lanes._core.model.errors import ConfigError
-from lanes._core.model.validators import at_least, non_negative, positive
+from lanes._core.model.validators import at_least, at_most, non_negative, positive
 from lanes._core.policy.breaker import BreakerPolicy
 from lanes._core.policy.policy import PolicyConfig
 from lanes._core.policy.scoring import ScoringConfig
@@ -263,6 +263,33 @@ class MetricsConfig:
     cohorts_per_client: int = attrs.field(default=20, validator=non_negative)
 
 
+_SERVICE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,126}[\x21-\x7e])?")
+
+
+def _service(instance: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and not _SERVICE.fullmatch(value):
+        raise ValueError(
+            f"{attribute.name}: {value!r} is not a service name; use printable ASCII, at most 128 "
+            "characters, no leading or trailing space"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class TelemetryConfig:
+    """`[telemetry]`: OpenTelemetry traces of every job, sent over OTLP/HTTP (the `otel` extra).
+    Unset, the standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_SERVICE_NAME` variables apply."""
+
+    #: the collector's OTLP/HTTP base URL, e.g. `http://127.0.0.1:4318` (traces go to its
+    #: `/v1/traces`); unset: `OTEL_EXPORTER_OTLP_ENDPOINT`, else no traces
+    otlp_endpoint: str | None = attrs.field(default=None, validator=_url)
+    #: the `service.name` the spans carry; unset: `OTEL_SERVICE_NAME`, else `lanes`
+    service_name: str | None = attrs.field(default=None, validator=_service)
+    #: spans waiting for the collector, at most: beyond, a job's spans are dropped and counted
+    queue_size: int = attrs.field(default=2048, validator=[at_least(1), at_most(100_000)])
+    #: how long one export may take, seconds, retries included (a dead collector costs no more)
+    export_timeout_s: float = attrs.field(default=10.0, validator=[positive, at_most(300.0)])
+
+
 @attrs.frozen(kw_only=True)
 class Config:
     """The whole file. `lanes` are tried in the order written."""
@@ -313,6 +340,8 @@ class Config:
     scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
     #: what `/metrics` and `/v1/lanes` show, and the cohorts clients may name (`[metrics]`, below)
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
+    #: OpenTelemetry traces of every job, to an OTLP/HTTP collector (`[telemetry]`, below)
+    telemetry: TelemetryConfig = attrs.field(factory=TelemetryConfig)
 
     @state.validator
     def _state(self, attribute: attrs.Attribute[str], value: str) -> None:

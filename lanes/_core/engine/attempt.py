@@ -201,6 +201,7 @@ class AttemptRun:
             retry=self.retry,
             cost_usd=self.cost_usd,
             tokens=sum(usage_tokens(usage) or ()) if outcome == "ok" else 0,
+            started_at=self.started,
         )
 
     def _settled_cost(

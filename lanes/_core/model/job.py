@@ -17,6 +17,7 @@ from typing import Any, Literal
 import attrs
 
 from lanes._core.model.clocks import TrioTime
+from lanes._core.model.traceparent import normalised
 
 Tier = Literal["local", "byok", "free", "paid"]  # byok: the client's own provider key
 Route = Literal["local", "byok", "primary", "free_retry", "paid_fallback"]
@@ -129,6 +130,8 @@ class Job:
         default=None, validator=attrs.validators.optional(attrs.validators.in_(REASONING_EFFORTS))
     )
     id: str = attrs.field(factory=_new_id)
+    # the caller's W3C `traceparent`: the job's span is its child (a malformed one is dropped)
+    traceparent: str | None = attrs.field(default=None, converter=normalised)
 
     @messages.validator
     def _check_messages(
@@ -254,6 +257,7 @@ class Attempt:
     retry: bool = False  # a same-candidate retry after a transient fault
     cost_usd: float = 0.0  # what the ledger settled for it (paid attempts)
     tokens: int = 0  # prompt + completion tokens its (sane) usage reported
+    started_at: float | None = None  # when it was sent, on trio's clock (for its trace span)
 
     @property
     def key(self) -> str:

@@ -81,6 +81,8 @@ class JobRecord:
         # a candidate passed over "not now" that the record did not list (beyond `MAX_SKIPS`, or a
         # lane passed over whole): the job may be served later, so it is never `Unservable`
         self.maybe_later = False
+        # each wait for a paid-fallback approval: (started_at, ended_at on trio's clock, its id)
+        self.waits: list[tuple[float, float, str]] = []
 
     @property
     def id(self) -> str:

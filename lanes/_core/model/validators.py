@@ -39,6 +39,18 @@ def above(minimum: float) -> Validator:
     return check
 
 
+def at_most(maximum: float) -> Validator:
+    """`value <= maximum` (None passes). NaN never passes."""
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+        if value is None:
+            return
+        if not value <= maximum:
+            raise ValueError(f"{attribute.name}: must be <= {maximum:g} (got {_shown(value)})")
+
+    return check
+
+
 def _shown(value: Any) -> str:
     if isinstance(value, (int, float)) and math.isfinite(value):
         return f"{value:g}"

@@ -121,11 +121,13 @@ class Consent:
             else min(record.deadline_at, trio.current_time() + wait_s)
         )
         approval.waiting += 1
+        waited_from = trio.current_time()
         try:
             with trio.move_on_at(until):
                 await approval.event.wait()
         finally:
             approval.waiting -= 1
+            record.waits.append((waited_from, trio.current_time(), approval.id))
         kw: dict[str, Any] = {
             "attempts": record.attempts,
             "skips": record.skips,
