@@ -22,6 +22,7 @@ from lanes._core.model.clocks import EpochTime, disagreement
 from lanes._core.model.errors import ConfigError
 from lanes._core.model.job import Candidate, Job
 from lanes._core.money.ledger import Ledger
+from lanes._core.money.quote import quote
 from lanes._core.policy.policy import PolicyConfig
 from lanes._core.runtime.wall import OFFSET_ENV, Wall, drill_offset
 from lanes._core.state.clock import StoreClock
@@ -194,9 +195,8 @@ def test_processes_on_one_file_never_bill_past_one_ceiling_a_day(walls, steps):
                 which %= len(ledgers)
                 job = Job(messages=MESSAGES, params={"max_tokens": tokens})
                 ledger = ledgers[which]
-                sent = ledger.as_sent(CANDIDATE, job)
                 try:
-                    reservation = await ledger.reserve(CANDIDATE, sent)
+                    reservation = await ledger.reserve(quote(CANDIDATE, job, policy))
                 except lanes.PaidBudgetExhausted:
                     continue
                 assert abs(walls[which]) <= TOLERANCE_S

@@ -1,7 +1,7 @@
 """One attempt, in one place: admitted at the gate, budgeted, sent, settled, recorded.
 
 ```python
-async with open_attempt(routing, record, candidate, retry=False) as run:
+async with open_attempt(routing, record, candidate, quotes=quotes, retry=False) as run:
     if run is None:                      # skipped at the gate: the reason is recorded
         ...
     response = await run.lane.complete(run.job, run.candidate.model)   # under the caller's scope
@@ -9,9 +9,10 @@ async with open_attempt(routing, record, candidate, retry=False) as run:
 ```
 
 `open_attempt` owns everything the attempt holds — breaker permits, the probe of a cold scope, the
-paid reservation — and gives each back on every way out: success, an upstream error (settled by
-its class), the job's deadline, a client that went away, or a local exception. Nothing is released
-by remembering to: `settle` runs exactly once, and leaving the block settles what is still open.
+paid gate's hold (`money/paid.py`) — and gives each back on every way out: success, an upstream
+error (settled by its class), the job's deadline, a client that went away, or a local exception.
+Nothing is released by remembering to: `settle` runs exactly once, and leaving the block settles
+what is still open. The job it sends is its quote's, worked out once per candidate by the walk.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from lanes._core.model.errors import (
     UpstreamError,
 )
 from lanes._core.model.job import Attempt, Candidate, Job, Outcome
-from lanes._core.model.record import JobRecord, unbilled
-from lanes._core.money.ledger import Reservation
+from lanes._core.model.record import JobRecord
+from lanes._core.money.paid import Hold, Permit
+from lanes._core.money.quote import Quotes
 from lanes._core.upstream.lane import OpenAICompatibleLane
-from lanes.freetier.prices import settled_usd, usage_tokens
+from lanes.freetier.prices import usage_tokens
 
 if TYPE_CHECKING:
     from lanes._core.engine.context import Routing
@@ -52,8 +54,8 @@ _BACKOFF = {
 
 
 class AttemptRun:
-    """One admitted attempt. `job` is the job as sent (a paid attempt always carries a token
-    cap)."""
+    """One admitted attempt. `job` is the job as sent, from its quote (a paid attempt always
+    carries a token cap); `permit` is the paid gate's consent, for a paid one."""
 
     def __init__(
         self,
@@ -62,6 +64,8 @@ class AttemptRun:
         candidate: Candidate,
         admission: Admission,
         *,
+        quotes: Quotes,
+        permit: Permit | None,
         retry: bool,
     ) -> None:
         self.routing = routing
@@ -74,31 +78,30 @@ class AttemptRun:
         # shared quotas and backoffs: not for a client's own key (bring your own key)
         self.quota = candidate.tier != "byok"
         self.started = trio.current_time()
-        self.reservation: Reservation | None = None
+        self.hold: Hold | None = None
+        self._quotes = quotes
+        self._permit = permit
         self.sent = False  # budgets taken, the request may have left: an attempt to record
         self.settled = False
         self.cost_usd = 0.0
         self._admission: Admission | None = admission
 
     async def begin(self) -> str | None:
-        """Hold a credit attempt's worst case (or return why it can not be sent); count the attempt
-        against the governors and the quota; reserve a paid one's worst case. Raises
+        """Take the candidate's quote; have the paid gate count the attempt against the governors
+        and hold its worst case — a credit attempt's against its credits, a paid one's under the
+        ceiling — (or return why it can not be sent); count it against the quota. Raises
         `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
         routing, candidate = self.routing, self.candidate
-        self.job = routing.ledger.as_sent(candidate, self.job)
-        held = routing.ledger.hold_credit(candidate, self.job)  # None: it spends no known credits
-        if isinstance(held, str):
-            return held
-        self.reservation = held
-        routing.ledger.take_attempt(self.record.job.client, shared=self.quota)
+        quote = routing.paid.quote(self._quotes, candidate)
+        self.job = quote.job
+        hold = await routing.paid.hold(self.record, quote, self._permit, shared=self.quota)
+        if isinstance(hold, str):
+            return hold
+        self.hold = hold
         if self.quota:
             routing.manager.record_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=1
             )
-        if candidate.tier == "paid":
-            if self.record.paid_before is None:
-                self.record.paid_before = routing.ledger.spent_today()
-            self.reservation = await routing.ledger.reserve(candidate, self.job)
         self.sent = True
         self.started = trio.current_time()
         return None
@@ -175,17 +178,20 @@ class AttemptRun:
                 now=routing.now_wall(),
                 requests=0,
                 usage=usage,
-                charge_credits=self.reservation is None,  # a reservation is settled below
+                # a hold is settled below
+                charge_credits=self.hold is None or not self.hold.holds_money,
             )
         self._release(outcome, connection=connection, neutral=neutral)
-        if (reservation := self.reservation) is not None:
-            cost = self._settled_cost(outcome, status, category, usage)
-            routing.ledger.settle(reservation, cost)
-            self.cost_usd = cost if reservation.credit is None else 0.0  # paid spend only
-            if reservation.credit is None and self.quota:  # a paid model of a credit lane spends
-                # the credits as well as the ceiling: what the ledger kept, sane usage or not
-                routing.manager.settle_credit(candidate.lane, 0.0, cost, routing.now_wall())
-            self.reservation = None
+        if (hold := self.hold) is not None:
+            self.cost_usd = routing.paid.settle(
+                hold,
+                outcome,
+                status=status,
+                category=category,
+                usage=usage,
+                spend_credits=self.quota,
+            )
+            self.hold = None
         if outcome in ("ok", "fault", "deadline", "rate_limited"):
             routing.ranking.note(candidate, outcome, now - self.started, routing.now_wall())
         if outcome == "ok":
@@ -203,34 +209,6 @@ class AttemptRun:
             tokens=sum(usage_tokens(usage) or ()) if outcome == "ok" else 0,
             started_at=self.started,
         )
-
-    def _settled_cost(
-        self, outcome: Outcome, status: int | None, category: str, usage: Mapping[str, Any] | None
-    ) -> float:
-        """What the ledger keeps for this paid attempt: the cost its usage reports when that is
-        sane and adds up (`prices.settled_usd`); nothing for a refusal that proves no work was
-        done or a request that never reached the upstream (`record.unbilled`); otherwise (a 5xx
-        or 408 from a gateway whose model may have run, usage not to be believed, cut, cancelled)
-        the whole reservation."""
-        assert self.reservation is not None
-        if outcome == "ok":
-            cost, believed = settled_usd(
-                usage,
-                self.candidate.input_usd_per_mtok,
-                self.candidate.output_usd_per_mtok,
-                reserved_usd=self.reservation.amount_usd,
-            )
-            if not believed:
-                log.info(
-                    "lane %s: %s reported no usable usage (not sane, or not adding up); "
-                    "settled at the reservation",
-                    self.candidate.lane,
-                    self.candidate.model,
-                )
-            return cost
-        if unbilled(status, category):
-            return 0.0
-        return self.reservation.amount_usd
 
     def _release(self, outcome: Outcome, *, connection: bool, neutral: bool = False) -> None:
         """Give back the breaker permits (counting the outcome) and the probe — once. `neutral`: the
@@ -255,8 +233,8 @@ class AttemptRun:
             return
         if not self.sent:
             self._release("abandoned", connection=False)
-            if self.reservation is not None:  # a credit hold, then the governors said no
-                self.routing.ledger.settle(self.reservation, 0.0)
+            if self.hold is not None:  # held, then never sent
+                self.routing.paid.release(self.hold)
             return
         outcome: Outcome = (
             "deadline" if trio.current_time() >= self.record.deadline_at else "abandoned"
@@ -268,14 +246,23 @@ class AttemptRun:
 
 @asynccontextmanager
 async def open_attempt(
-    routing: Routing, record: JobRecord, candidate: Candidate, *, retry: bool
+    routing: Routing,
+    record: JobRecord,
+    candidate: Candidate,
+    *,
+    quotes: Quotes,
+    permit: Permit | None = None,
+    retry: bool,
 ) -> AsyncIterator[AttemptRun | None]:
-    """Admit, budget and hold one attempt for the block; yields None when the gate skipped it."""
+    """Admit, budget and hold one attempt for the block; yields None when the gate skipped it.
+    `quotes` holds the walk's quotes; `permit` is the paid gate's consent (a paid candidate)."""
     admission = await routing.gate.admit(candidate, record)
     if admission is None:
         yield None
         return
-    run = AttemptRun(routing, record, candidate, admission, retry=retry)
+    run = AttemptRun(
+        routing, record, candidate, admission, quotes=quotes, permit=permit, retry=retry
+    )
     try:
         try:
             refused = await run.begin()

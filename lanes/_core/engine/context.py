@@ -1,5 +1,5 @@
 """Everything a job's walk consults: the lanes and their candidates, the gate, the breakers, the
-ledger, consent, the ranking and the FreeTierManager — built once per dispatcher."""
+paid gate (ledger, consent), the ranking and the FreeTierManager — built once per dispatcher."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from lanes._core.model.record import JobRecord
 from lanes._core.money.approvals import Approvals
 from lanes._core.money.consent import Consent
 from lanes._core.money.ledger import Ledger
+from lanes._core.money.paid import PaidGate
 from lanes._core.money.terms import SharedTerms
 from lanes._core.policy.autoplan import AutoPlan
 from lanes._core.policy.breakers import LaneBreakers
@@ -79,12 +80,12 @@ class Routing:
         )
         self.approvals = Approvals(store, self.clock.trusted, once_ttl_s=self.policy.once_ttl_s)
         self.consent = Consent(self.policy, self.approvals, self.seconds_to_next_free)
+        self.paid = PaidGate(self.ledger, self.consent, manager, now_wall)  # the money door
         self.terms = SharedTerms(config.policy, self.clock, store, self.govern)
         self.ranking = Ranking(config.scoring)
         self.cohorts = cohorts_of(config)
-        self.unreachable: dict[
-            str, str
-        ] = {}  # lanes that accepted no connection at startup (until they answer)
+        # lanes that accepted no connection at startup (until they answer)
+        self.unreachable: dict[str, str] = {}
         self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
         for lane in self.lanes.values():
             self.register_prices(lane)

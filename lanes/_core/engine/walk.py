@@ -14,7 +14,8 @@ each reserved under the daily paid ceiling. Budgets are counted honestly:
 
 A silent candidate is not tried again; a context-length error moves on to a larger context; a final
 error ends the walk at once. Each attempt itself — gate, budgets, call, settlement — is
-`attempt.py`.
+`attempt.py`; what it sends and may cost, consent and the money it holds are the paid gate's
+(`money/paid.py`), quoted once per candidate per walk.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from lanes._core.model.errors import (
 )
 from lanes._core.model.job import Candidate
 from lanes._core.model.record import JobRecord
+from lanes._core.money.paid import Permit
+from lanes._core.money.quote import Quotes
 from lanes._core.policy.plan_queue import Queue
 from lanes._core.policy.policy import PolicyConfig, after_failure
-from lanes._core.policy.spend import Unbounded, worst_case
 from lanes._core.state.store import job_deadline
 
 T = TypeVar("T")
@@ -81,6 +83,7 @@ async def _walk(
     require_prefill: bool,
 ) -> T:
     job = record.job
+    quotes = Quotes(job)  # each candidate's quote, worked out once in this walk
     tried: Container[str] = ()
     for round_ in (0, 1):
 
@@ -91,7 +94,7 @@ async def _walk(
 
         pool = routing.pool
         queue, pinned = order(routing, record, kept, first_round=round_ == 0)
-        result = await _walk_plan(routing, record, call, keep, queue, pinned)
+        result = await _walk_plan(routing, record, call, keep, queue, pinned, quotes)
         if result is not _SKIPPED:
             return result  # type: ignore[return-value]  # _SKIPPED is the only other value
         # an empty pool: fetch the catalogs once and try what they add, before saying "exhausted"
@@ -112,6 +115,7 @@ async def _walk_plan(
     keep: AsyncExitStack,
     remaining: Queue,
     pinned: bool,
+    quotes: Quotes,
 ) -> T | object:
     policy = routing.policy
     banned: set[str] = set()  # failed in a way that rules them out for the rest of this job
@@ -133,10 +137,15 @@ async def _walk_plan(
             continue
         retry = False
         while True:
-            if candidate.tier == "paid" and not await _may_pay(routing, record, candidate, pinned):
-                break  # asked before every paid attempt, retries too: a grant may be revoked
+            permit = None
+            if candidate.tier == "paid":  # asked before every paid attempt: a grant may be revoked
+                permit = await _may_pay(routing, record, candidate, quotes, pinned)
+                if permit is None:
+                    break
             try:
-                result = await _attempt(routing, record, candidate, call, keep, retry=retry)
+                result = await _attempt(
+                    routing, record, candidate, call, keep, quotes, permit, retry=retry
+                )
             except PaidBudgetExhausted as exc:
                 record.budget_refusal = exc
                 record.skip(candidate, str(exc))
@@ -192,17 +201,17 @@ def _pass_over_lane(
         record.skip(c, reason)
 
 
-async def _may_pay(routing: Routing, record: JobRecord, candidate: Candidate, pinned: bool) -> bool:
-    """May this job send `candidate` a paid request now: its worst case fits, and consent holds
-    (naming one paid model is consent)."""
-    estimate = _paid_estimate(routing, record, candidate)
-    if estimate is None:
-        return False
-    if pinned:
-        return True
-    lane_min_s = routing.lanes[candidate.lane].config.min_useful_s
-    min_time_s = max(lane_min_s, routing.policy.approval_min_s)
-    return await routing.consent.ask(record, candidate, estimate=estimate, min_time_s=min_time_s)
+async def _may_pay(
+    routing: Routing, record: JobRecord, candidate: Candidate, quotes: Quotes, pinned: bool
+) -> Permit | None:
+    """The paid gate's consent to send `candidate` a paid request now (naming one paid model is
+    consent), or None with the reason recorded."""
+    return await routing.paid.may_pay(
+        record,
+        routing.paid.quote(quotes, candidate),
+        pinned=pinned,
+        lane_min_s=routing.lanes[candidate.lane].config.min_useful_s,
+    )
 
 
 async def _attempt(
@@ -211,13 +220,16 @@ async def _attempt(
     candidate: Candidate,
     call: Call[T],
     keep: AsyncExitStack,
+    quotes: Quotes,
+    permit: Permit | None,
     *,
     retry: bool,
 ) -> T | object:
     """One attempt; what it holds moves into `keep` when it succeeds. `_SKIPPED` when the gate said
     no."""
+    attempt = open_attempt(routing, record, candidate, quotes=quotes, permit=permit, retry=retry)
     async with AsyncExitStack() as stack:
-        run = await stack.enter_async_context(open_attempt(routing, record, candidate, retry=retry))
+        run = await stack.enter_async_context(attempt)
         if run is None:
             return _SKIPPED
         result = await call(run, stack)
@@ -241,24 +253,6 @@ def _out_of_budget(
     if candidate.tier == "paid" and record.paid_attempts >= policy.paid_attempts:
         return f"paid attempts ({policy.paid_attempts}) used"
     return None
-
-
-def _paid_estimate(routing: Routing, record: JobRecord, candidate: Candidate) -> float | None:
-    """The worst case of a paid attempt on `candidate` (the request as it would be sent), or None
-    after recording why it may not be sent: no bound, more than is left of today's ceiling, or a
-    wall clock that disagrees with the state store's."""
-    estimate = worst_case(candidate, routing.ledger.as_sent(candidate, record.job))
-    if isinstance(estimate, Unbounded):
-        record.skip(candidate, f"worst case can not be bounded: {estimate}")
-        return None
-    refusal = routing.ledger.closed()
-    if refusal is None and estimate > routing.ledger.left_today(record.job.client) + 1e-12:
-        refusal = routing.ledger.refusal(estimate, record.job.client)
-    if refusal is not None:
-        record.budget_refusal = refusal
-        record.skip(candidate, str(refusal))
-        return None
-    return estimate
 
 
 def _retry_pause(

@@ -22,9 +22,10 @@ import attrs
 from lanes._core.config.schema import ClientConfig
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted, PaidBudgetExhausted
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.job import Candidate
+from lanes._core.money.quote import Quote
 from lanes._core.policy.policy import PolicyConfig
-from lanes._core.policy.spend import Unbounded, as_sent, worst_case
+from lanes._core.policy.spend import Unbounded
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.store import STORE_ERRORS, ClockRefused, Store, call
 from lanes.freetier.manager import FreeTierManager
@@ -90,13 +91,13 @@ class Ledger:
         for scope in {scope for scope, _, cap, _ in caps if cap}:
             self._manager.pending_usage += self._manager.usage.add(scope, now, requests=1)
 
-    async def reserve(self, candidate: Candidate, job: Job) -> Reservation:
-        """Reserve the worst case of one paid attempt (`job` as sent) under today's ceiling, or
+    async def reserve(self, quote: Quote) -> Reservation:
+        """Reserve the worst case of one paid attempt (its `quote`) under today's ceiling, or
         raise `PaidBudgetExhausted`."""
-        amount = worst_case(candidate, job)
-        if isinstance(amount, Unbounded):  # the walk skips these before; never sent unbounded
+        candidate, job, amount = quote.candidate, quote.job, quote.worst_usd
+        if amount is None or isinstance(amount, Unbounded):  # the gate skips these before
             raise PaidBudgetExhausted(
-                f"{candidate.key}: {amount}; it can not be held to the ceiling"
+                f"{candidate.key}: {amount or 'not held'}; it can not be held to the ceiling"
             )
         closed = self.closed()
         if closed is not None:
@@ -139,6 +140,15 @@ class Ledger:
             raise self.refusal(amount, job.client)
         return Reservation(id=reservation, amount_usd=amount)
 
+    def refused(self, amount: float, client: str = "anonymous") -> PaidBudgetExhausted | None:
+        """Why a paid attempt whose worst case is `amount` USD may not be reserved now, as this
+        process last knew today's spend: the ledger is closed, or it is more than is left of the
+        ceiling (`client`'s own too). None: it may be asked for."""
+        refusal = self.closed()
+        if refusal is None and amount > self.left_today(client) + 1e-12:
+            refusal = self.refusal(amount, client)
+        return refusal
+
     def closed(self) -> PaidBudgetExhausted | None:
         """The refusal of every paid attempt while this process's wall disagrees with the state
         store's clock (None when it agrees)."""
@@ -151,20 +161,15 @@ class Ledger:
             candidate.lane, candidate.model, self._now()
         )
 
-    def as_sent(self, candidate: Candidate, job: Job) -> Job:
-        """`job` as an attempt on `candidate` sends it: a paid or credit attempt with one output
-        cap in the lane's dialect; one that is not paid without the lane's billing switches."""
-        capped = candidate.tier == "paid" or self.metered(candidate)
-        return as_sent(job, candidate, paid_max_tokens=self.policy.paid_max_tokens, capped=capped)
-
-    def hold_credit(self, candidate: Candidate, job: Job) -> Reservation | str | None:
-        """Hold the worst case of one credit attempt (`job` as sent) against the lane's credits
+    def hold_credit(self, quote: Quote) -> Reservation | str | None:
+        """Hold the worst case of one credit attempt (its `quote`) against the lane's credits
         left; or say why it can not be sent: no bound, or more than is left. None: the attempt
-        spends no credits that are known (not a credit lane, a free model, no budget or balance)."""
-        if not self.metered(candidate):
+        spends no credits that are known (not a credit lane, a free model, no budget or balance:
+        its quote is not held) or it is paid (reserved under the ceiling instead)."""
+        candidate, amount = quote.candidate, quote.worst_usd
+        if not quote.held or quote.paid:
             return None
-        amount = worst_case(candidate, job)
-        if isinstance(amount, Unbounded):
+        if amount is None or isinstance(amount, Unbounded):
             return f"worst case can not be bounded against its credits: {amount}"
         refused = self._manager.hold_credit(candidate.lane, amount, self._now())
         if refused is not None:
