@@ -40,7 +40,8 @@ from lanes._core.model.errors import (
 )
 from lanes._core.model.job import Attempt, Candidate, Job, Reply, Skip
 from lanes._core.open import complete_sync, open_dispatcher
-from lanes._core.upstream.lane import OpenAICompatibleLane, Provider
+from lanes._core.upstream.lane import OpenAICompatibleLane
+from lanes._core.upstream.spec import Provider
 from lanes.freetier.kinds import (
     AlwaysFreeLocal,
     CreditBased,
