@@ -1,17 +1,25 @@
-"""A lane's settings are settled once (`resolve`), by one rule per field."""
+"""A lane's settings are settled once (`resolve`), by one rule per field; and a lane module written
+with only the names `lanes` exports can subclass the shared lane, rewrite its requests and load."""
 
 from __future__ import annotations
 
-from typing import Any
+import ast
+import sys
+import textwrap
+from typing import Any, cast
 
 import attrs
 import hypothesis.strategies as st
 from hypothesis import given
 
+import lanes
+from helpers import config
 from lanes._core.config.schema import LaneConfig, ModelConfig
 from lanes._core.policy.spend import CAP_PARAMS
+from lanes._core.upstream.loader import find_module
 from lanes._core.upstream.spec import LaneSpec, Provider, resolve
 from lanes.freetier.kinds import AlwaysFreeLocal, NoFreeTier, RateLimitedFree
+from lanes.testing import open_fake
 
 #: How each setting both the lane module and the operator may give is settled (spec.py's docstring).
 #: `override`: the operator's when given, else the module's, else the default; `per_header`: both,
@@ -130,3 +138,120 @@ def test_resolve_settles_each_field_by_its_rule(given_sides):
             assert got == {k: mine.get(k, theirs.get(k)) for k in {*mine, *theirs}}, field
         else:
             assert got == settled(field, [*module.get(field, ()), *operator.get(field, ())]), field
+
+
+#: A lane module written as a lane author would: `import lanes` and the standard library only.
+AUTHORED = '''
+"""Acme: a local server that wants `safe_mode` in every request."""
+
+from typing import Any
+
+import lanes
+
+PROVIDER = lanes.Provider(
+    name="acme",
+    base_url="http://127.0.0.1:1/v1",
+    free_tier=lanes.AlwaysFreeLocal(),
+    models=(lanes.Model(id="acme-small"),),
+)
+
+
+class Lane(lanes.OpenAICompatibleLane):
+    def __init__(
+        self, spec: lanes.LaneSpec, *, api_key: lanes.Secret | None, upstream: lanes.Upstream
+    ) -> None:
+        super().__init__(spec, api_key=api_key, upstream=upstream)
+        self.greeting = f"hello from {spec.provider} at {spec.base_url}"
+
+    def adapt_request(self, body: dict[str, Any], job: lanes.Job) -> dict[str, Any]:
+        body.setdefault("safe_mode", False)
+        return body
+'''
+
+
+def imported(source: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+    return found
+
+
+async def test_a_lane_module_of_public_names_subclasses_and_loads(
+    env, tmp_path, monkeypatch, autojump_clock
+):
+    """A module importing only `lanes` subclasses the shared lane, is loaded, and its hook
+    rewrites what is sent."""
+    assert imported(AUTHORED) == {"typing", "lanes"}
+    pkg = tmp_path / "authored"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "acme.py").write_text(textwrap.dedent(AUTHORED))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        async with open_fake("local", models=("acme-small",)) as fake:
+            cfg = config({"name": "acme", "module": "authored.acme", "base_url": fake.base_url})
+            async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+                reply = await dispatcher.complete(
+                    lanes.Job(messages=[{"role": "user", "content": "hi"}])
+                )
+                lane = dispatcher.lanes["acme"]
+            [sent] = fake.requests("acme-small")
+    finally:
+        sys.modules.pop("authored.acme", None)
+        sys.modules.pop("authored", None)
+    assert reply.lane == "acme"
+    assert type(lane).__module__ == "authored.acme"
+    assert vars(lane)["greeting"] == f"hello from acme at {fake.base_url}"
+    assert sent.body["safe_mode"] is False
+
+
+def openrouter(**table: Any) -> lanes.OpenAICompatibleLane:
+    """The shipped OpenRouter lane, built as the loader builds it (no request is sent)."""
+    lane_config = LaneConfig(name="openrouter", **table)
+    module, why = find_module(lane_config)
+    assert module is not None, why
+    spec = resolve(module.PROVIDER, lane_config)
+    return cast(
+        lanes.OpenAICompatibleLane,
+        module.Lane(spec, api_key=None, upstream=cast(lanes.Upstream, None)),
+    )
+
+
+def test_openrouter_asks_for_zero_retention_through_the_hook():
+    """OpenRouter's quirk goes through `adapt_request`: a zdr job's body asks its router for zero
+    retention and no fallbacks, streamed or not; any other job's body is the job's own."""
+    lane = openrouter()
+    messages = [{"role": "user", "content": "hi"}]
+    zdr = lanes.Job(messages=messages, privacy="zdr", params={"provider": {"order": ["a"]}})
+    for stream in (False, True):
+        body = lane.request_body(zdr, "m:free", stream=stream)
+        assert body["provider"] == {
+            "order": ["a"],
+            "data_collection": "deny",
+            "zdr": True,
+            "allow_fallbacks": False,
+        }
+    plain = lanes.Job(messages=messages)
+    assert lane.request_body(plain, "m:free", stream=False) == plain.body("m:free")
+
+
+def test_the_lane_reads_its_settings_from_the_spec():
+    """The lane's URL, kind, configured models, headers and money parameters are the spec's."""
+    lane = openrouter(
+        base_url="https://proxy.example/or/",
+        headers={"X-Title": "mine"},
+        billing_switches=["transforms"],
+        tool_prompt_tokens=7,
+        output_cap="max_completion_tokens",
+        models=[ModelConfig(id="only:free")],
+    )
+    assert lane.base_url == lane.spec.base_url == "https://proxy.example/or"
+    assert lane.free_tier is lane.spec.free_tier
+    assert [c.model for c in lane.candidates] == ["only:free"]
+    assert lane.headers(stream=False)["X-Title"] == "mine"
+    [candidate] = lane.candidates
+    assert candidate.billing_switches == {"transforms", *lane.spec.declared.billing_switches}
+    assert (candidate.tool_prompt_tokens, candidate.cap_param) == (7, "max_completion_tokens")

@@ -1,9 +1,10 @@
 """The shared OpenAI-compatible lane that does the work, built from one settled `LaneSpec`.
 
 A lane module is a few lines: `PROVIDER = Provider(...)` (`spec.py`), and optionally a `Lane`
-subclass of `OpenAICompatibleLane` for quirks (request rewriting, extra headers); it reads its
-settings from `self.spec`. Only the loader reads them. The lane's door is `complete(job, model)`
-and `open_stream(job, model)`; neither takes a timeout: the dispatcher's cancel scope bounds them.
+subclass of `OpenAICompatibleLane` for quirks. Only the loader reads them. A subclass needs only
+names `lanes` exports: it reads its settings from `self.spec` and rewrites what it sends in the one
+documented hook, `adapt_request(body, job)`. The lane's door is `complete(job, model)` and
+`open_stream(job, model)`; neither takes a timeout: the dispatcher's cancel scope bounds them.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ class Secret:
 class OpenAICompatibleLane:
     """A lane that speaks OpenAI's chat completions at `spec.base_url`.
 
-    Subclass it to add quirks. The loader builds the lane: `spec`, the key read from
-    `spec.api_key_env`, the shared `upstream`.
+    Subclass it for a provider's quirks and override `adapt_request`; the loader builds the lane
+    (`spec`, the key read from `spec.api_key_env`, the shared `upstream`), so a subclass need not
+    define `__init__` (one that does passes its arguments on to this one).
     """
 
     def __init__(self, spec: LaneSpec, *, api_key: Secret | None, upstream: Upstream) -> None:
@@ -209,9 +211,16 @@ class OpenAICompatibleLane:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
+    def adapt_request(self, body: dict[str, Any], job: Job) -> dict[str, Any]:
+        """The hook for a provider's quirks: the chat completions body about to be sent for `job`
+        (streamed or not, `body["model"]` the model), returned as the provider wants it. This one
+        returns it unchanged. Keep the caller's params, and add no parameter the provider bills
+        beyond the request (its `billing_switches`): they have been taken out for a reason."""
+        return body
+
     def request_body(self, job: Job, model: str, *, stream: bool) -> dict[str, Any]:
-        """The body sent upstream. Override for provider quirks; keep the caller's params."""
-        return job.body(model, stream=stream)
+        """The body sent upstream: the job's own, through `adapt_request`."""
+        return self.adapt_request(job.body(model, stream=stream), job)
 
     async def complete(self, job: Job, model: str) -> Response:
         return await self._upstream.post_json(
