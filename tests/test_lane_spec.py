@@ -208,6 +208,40 @@ async def test_a_lane_module_of_public_names_subclasses_and_loads(
     assert sent.body["safe_mode"] is False
 
 
+async def test_a_lane_class_that_fails_to_build_is_one_line(
+    env, caplog_lanes, tmp_path, monkeypatch, autojump_clock
+):
+    """A `Lane` whose constructor raises (written against another signature) leaves its lane out
+    with one line naming the module; the rest start."""
+    pkg = tmp_path / "stale"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "old.py").write_text(
+        textwrap.dedent("""
+        import lanes
+        PROVIDER = lanes.Provider(
+            name="old", base_url="http://127.0.0.1:1/v1", free_tier=lanes.AlwaysFreeLocal(),
+            models=(lanes.Model(id="m"),),
+        )
+        class Lane(lanes.OpenAICompatibleLane):
+            def __init__(self, *, provider, config, api_key, upstream):
+                raise AssertionError("not reached")
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        async with lanes.open_dispatcher(
+            config({"name": "old", "module": "stale.old"}, {"name": "ollama"}), env=env
+        ) as dispatcher:
+            assert list(dispatcher.lanes) == ["ollama"]
+    finally:
+        sys.modules.pop("stale.old", None)
+        sys.modules.pop("stale", None)
+    why = "module stale.old: its Lane failed to build (TypeError) — skipped"
+    assert dispatcher.unavailable == {"old": why}
+    assert f"lane old: {why}" in caplog_lanes.messages
+
+
 def openrouter(**table: Any) -> lanes.OpenAICompatibleLane:
     """The shipped OpenRouter lane, built as the loader builds it (no request is sent)."""
     lane_config = LaneConfig(name="openrouter", **table)

@@ -1,8 +1,8 @@
 """Finds lane modules by the names written in config. The only place that imports a lane module.
 
 A lane that can not be loaded — module deleted, import broken, key variable unset or malformed
-(`secrets.read_key`), disabled in config — costs one log line and is left out; the rest start.
-Its settings are settled once, by `spec.resolve`.
+(`secrets.read_key`), its `Lane` class failing to build, disabled in config — costs one log line
+and is left out; the rest start. Its settings are settled once, by `spec.resolve`.
 Startup never fails for a lane.
 """
 
@@ -101,7 +101,12 @@ def _load_one(
             return None, f"{problem} — lane off"
         api_key = Secret(value)
     lane_class = getattr(module, "Lane", OpenAICompatibleLane)
-    lane = lane_class(spec, api_key=api_key, upstream=upstream)
+    try:
+        lane = lane_class(spec, api_key=api_key, upstream=upstream)
+    except Exception as exc:  # a lane module's own class must not stop startup either; its words
+        # are not shown (they may hold the key it was given), only their type
+        why = f"module {config.module_path}: its Lane failed to build ({type(exc).__name__})"
+        return None, f"{why} — skipped"
     if not lane.candidates and not config.discover:
         return None, "no models configured (and discover is off) — skipped"
     return lane, ""
