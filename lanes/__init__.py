@@ -12,7 +12,9 @@ trio.run(main)
 ```
 
 A lane module (one provider, one file) imports only from here: `Provider`, `Model`, the free-tier
-kinds, and — for quirks — `OpenAICompatibleLane` and `Job`. See README, "Adding a provider".
+kinds, and — for quirks — `OpenAICompatibleLane` (its hook `adapt_request` takes a body and a `Job`;
+its settings are a `LaneSpec`; its constructor takes a `Secret` and the shared `Upstream`). See
+docs/lane-authors.md.
 """
 
 from lanes._core.audit.statistics import Statistics
@@ -40,7 +42,9 @@ from lanes._core.model.errors import (
 )
 from lanes._core.model.job import Attempt, Candidate, Job, Reply, Skip
 from lanes._core.open import complete_sync, open_dispatcher
-from lanes._core.upstream.lane import OpenAICompatibleLane, Provider
+from lanes._core.upstream.client import Upstream
+from lanes._core.upstream.lane import OpenAICompatibleLane, Secret
+from lanes._core.upstream.spec import LaneSpec, Provider
 from lanes.freetier.kinds import (
     AlwaysFreeLocal,
     CreditBased,
@@ -68,6 +72,7 @@ __all__ = [
     "GovernorExhausted",
     "Job",
     "JobFailed",
+    "LaneSpec",
     "LanesError",
     "Model",
     "ModelNotFound",
@@ -80,12 +85,14 @@ __all__ = [
     "Reply",
     "ReplyStream",
     "RetryLater",
+    "Secret",
     "Skip",
     "Statistics",
     "StreamInterrupted",
     "Subscription",
     "UnknownModel",
     "Unservable",
+    "Upstream",
     "UpstreamRejected",
     "complete_sync",
     "load_config",

@@ -33,8 +33,7 @@ PROVIDER = Provider(
 
 
 class Lane(OpenAICompatibleLane):
-    def request_body(self, job: Job, model: str, *, stream: bool) -> dict[str, Any]:
-        body = super().request_body(job, model, stream=stream)
+    def adapt_request(self, body: dict[str, Any], job: Job) -> dict[str, Any]:
         if job.privacy == "zdr":
             provider = dict(body.get("provider") or {})
             provider.update({"data_collection": "deny", "zdr": True, "allow_fallbacks": False})

@@ -22,6 +22,7 @@ from lanes._core.config.schema import FLAG_WORDS, Config, read_config
 from lanes._core.config.strict import key_of
 from lanes._core.model.errors import ConfigError
 from lanes._core.upstream.loader import find_provider
+from lanes._core.upstream.spec import resolve
 
 
 @attrs.frozen(kw_only=True)
@@ -46,9 +47,8 @@ def _offered(config: Config) -> tuple[dict[str, set[str] | None], dict[str, str]
         if provider is None:
             missing[lane.name] = why
             continue
-        models = lane.models if lane.models is not None else provider.models
         if not lane.discover:
-            offered[lane.name] = {m.id for m in models}
+            offered[lane.name] = {m.id for m in resolve(provider, lane).models}
     return offered, missing
 
 

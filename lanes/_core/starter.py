@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lanes._core.config.schema import LaneConfig
-from lanes._core.upstream.lane import Provider
 from lanes._core.upstream.loader import find_provider, shipped_lane_modules
+from lanes._core.upstream.spec import LaneSpec, resolve
 
 _ORDER = {"local": 0, "subscription": 1, "rate_limited": 1, "free_models": 1, "credits": 2}
 _WHAT = {0: "owned local capacity", 1: "borrowed free capacity", 2: "credits", 3: "paid"}
@@ -30,18 +30,23 @@ paid_ceiling_usd_per_day = 1.0    # the hard paid budget per UTC day
 """
 
 
-def _usable(env: Mapping[str, str]) -> list[tuple[int, str, Provider]]:
+def _usable(env: Mapping[str, str]) -> list[tuple[int, str, LaneSpec]]:
+    """The shipped lanes this machine can use, as a table naming only the lane would set them."""
     found = []
     for name in shipped_lane_modules():
-        provider, _ = find_provider(LaneConfig(name=name))
-        if provider is None or not provider.base_url.startswith("http"):
+        config = LaneConfig(name=name)
+        provider, _ = find_provider(config)
+        if provider is None:
             continue
-        if provider.api_key_env and not env.get(provider.api_key_env):
+        spec = resolve(provider, config)
+        if not spec.base_url.startswith("http"):
             continue
-        kind = provider.free_tier.kind
-        if not provider.api_key_env and kind != "local":
+        if spec.api_key_env and not env.get(spec.api_key_env):
+            continue
+        kind = spec.free_tier.kind
+        if not spec.api_key_env and kind != "local":
             continue  # a remote endpoint without a key variable needs a base_url of your own
-        found.append((_ORDER.get(kind, 3), name, provider))
+        found.append((_ORDER.get(kind, 3), name, spec))
     return sorted(found, key=lambda item: item[0])
 
 
@@ -49,15 +54,15 @@ def starter_config(env: Mapping[str, str], *, path: str = "lanes.toml") -> tuple
     """The starter config's text, and the lanes it names."""
     lines = [HEADER.format(path=path)]
     names, group = [], None
-    for order, name, provider in _usable(env):
+    for order, name, spec in _usable(env):
         if order != group:
             lines.append(f"\n# {_WHAT[order]}")
             group = order
         lines.append("[[lanes]]")
         note = (
-            f"key from ${provider.api_key_env}"
-            if provider.api_key_env
-            else f"a server on this machine ({provider.base_url})"
+            f"key from ${spec.api_key_env}"
+            if spec.api_key_env
+            else f"a server on this machine ({spec.base_url})"
         )
         lines.append(f'name = "{name}"'.ljust(30) + f"# {note}")
         if order == 0:

@@ -1,17 +1,17 @@
-"""What a lane module declares (`Provider`) and the shared OpenAI-compatible lane that does the
-work.
+"""The shared OpenAI-compatible lane that does the work, built from one settled `LaneSpec`.
 
-A lane module is a few lines: `PROVIDER = Provider(...)`, and optionally a `Lane` subclass of
-`OpenAICompatibleLane` for quirks (request rewriting, extra headers). Only the loader reads them.
-The lane's door is `complete(job, model)` and `open_stream(job, model)`; neither takes a timeout:
-the dispatcher's cancel scope bounds them.
+A lane module is a few lines: `PROVIDER = Provider(...)` (`spec.py`), and optionally a `Lane`
+subclass of `OpenAICompatibleLane` for quirks. Only the loader reads them. A subclass needs only
+names `lanes` exports: it reads its settings from `self.spec` and rewrites what it sends in the one
+documented hook, `adapt_request(body, job)`. The lane's door is `complete(job, model)` and
+`open_stream(job, model)`; neither takes a timeout: the dispatcher's cancel scope bounds them.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,56 +19,16 @@ import attrs
 
 from lanes._core.config.schema import LaneConfig, ModelConfig
 from lanes._core.model.job import Candidate, Job
-from lanes._core.policy.spend import CAP_PARAMS
 from lanes._core.runtime.secrets import remember
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes._core.upstream.responses import check_embeddings
+from lanes._core.upstream.spec import LaneSpec
+from lanes._core.upstream.spec import Provider as Provider  # where lane modules long found it
 from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
 from lanes.freetier.prices import usd_amount
 
 log = logging.getLogger("lanes")
-
-
-def _names(value: Iterable[str]) -> frozenset[str]:
-    return frozenset(value)
-
-
-@attrs.frozen(kw_only=True)
-class Provider:
-    """A provider's defaults, as a lane module declares them. Config overrides each per lane."""
-
-    name: str
-    base_url: str
-    api_key_env: str = ""  # "" = no key needed
-    free_tier: FreeTierKind
-    models: tuple[ModelConfig, ...] = ()
-    headers: Mapping[str, str] = attrs.field(factory=dict)
-    prefill: bool = False  # accepts a trailing assistant message and continues it
-    conventions: Mapping[str, float] = attrs.field(
-        factory=dict
-    )  # unsuffixed header windows, e.g. requests → 86400
-    balance: CustomEndpoint | None = (
-        None  # where `detection = "provider_api"` reads the balance ({base_url} allowed)
-    )
-    # The output cap the provider honours: `max_tokens`, or `max_completion_tokens` (OpenAI's
-    # newer models accept only that one). A paid attempt sends its cap there, and only there.
-    output_cap: str = attrs.field(default="max_tokens", validator=attrs.validators.in_(CAP_PARAMS))
-    # Request parameters that make the provider bill beyond the request itself — another model to
-    # fall back to, a plugin or a search billed per use. They are taken out of every attempt that is
-    # not paid (a free or credit attempt has no reservation to cover them), and a paid attempt that
-    # carries one is refused. Parameters the reservation does not price are refused for paid anyway.
-    billing_switches: frozenset[str] = attrs.field(default=frozenset(), converter=_names)
-    # Input tokens the provider adds itself to a request with tools (a tool-use system prompt),
-    # added to a paid or credit attempt's worst case. None: not declared — the engine assumes the
-    # most any provider documents (`spend.UNDECLARED_TOOL_PROMPT_TOKENS`).
-    tool_prompt_tokens: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
-    )
-    catalog_path: str = "/models"  # GET {base_url}{catalog_path} lists the models
-    catalog_style: str = (
-        "openai"  # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
-    )
 
 
 #: Header names whose values are secrets (an `x-api-key`, a token), wherever config puts them.
@@ -100,30 +60,48 @@ class Secret:
 
 
 class OpenAICompatibleLane:
-    """A lane that speaks OpenAI's chat completions at `base_url`. Subclass to add quirks."""
+    """A lane that speaks OpenAI's chat completions at `spec.base_url`.
 
-    def __init__(
-        self,
-        *,
-        provider: Provider,
-        config: LaneConfig,
-        api_key: Secret | None,
-        upstream: Upstream,
-    ) -> None:
-        self.name = config.name
-        self.provider = provider
-        self.config = config
-        self.free_tier: FreeTierKind = config.free_tier or provider.free_tier
-        self.base_url = (config.base_url or provider.base_url).rstrip("/")
+    Subclass it for a provider's quirks and override `adapt_request`; the loader builds the lane
+    (`spec`, the key read from `spec.api_key_env`, the shared `upstream`), so a subclass need not
+    define `__init__` (one that does passes its arguments on to this one).
+    """
+
+    def __init__(self, spec: LaneSpec, *, api_key: Secret | None, upstream: Upstream) -> None:
+        self.spec = spec
+        self.name = spec.name
         self._api_key = api_key
         self._upstream = upstream
-        self.configured = config.models if config.models is not None else list(provider.models)
         # what the provider's model list said last time, of the models kept
         self.catalog: tuple[ModelRecord, ...] = ()
         self.catalog_at: float | None = None
-        self._header_secrets = _header_secrets({**provider.headers, **config.headers})
+        self._header_secrets = _header_secrets(spec.headers)
         self._said_left_out = 0  # the last `left_out` logged: one line when the cap bites anew
         self._rebuild()
+
+    # What the engine reads of a lane, each from the spec (one source, read-only).
+    @property
+    def provider(self) -> Provider:
+        """The lane module's declaration as written: its name, and what only it declares."""
+        return self.spec.declared
+
+    @property
+    def config(self) -> LaneConfig:
+        """The operator's table as written: the knobs only it sets (timeouts, breaker, limits)."""
+        return self.spec.config
+
+    @property
+    def free_tier(self) -> FreeTierKind:
+        return self.spec.free_tier
+
+    @property
+    def base_url(self) -> str:
+        return self.spec.base_url
+
+    @property
+    def configured(self) -> tuple[ModelConfig, ...]:
+        """The models config (or else the lane module) names; discovery may add others."""
+        return self.spec.models
 
     def _rebuild(self) -> None:
         """Configured models first (config wins); then discovered models that are free or owned,
@@ -159,14 +137,14 @@ class OpenAICompatibleLane:
 
         Returns how many models it listed. Raises `UpstreamError` when the list can not be had.
         """
-        url = f"{self.base_url}{self.provider.catalog_path}"
+        url = f"{self.base_url}{self.spec.catalog_path}"
         document = await self._upstream.get_json(
             url,
             headers=self.headers(stream=False),
             secrets=self.secrets,
             max_bytes=self.config.max_response_bytes,
         )
-        catalog = normalise(self.provider.catalog_style, document, self.secrets)
+        catalog = normalise(self.spec.catalog_style, document, self.secrets)
         self.catalog = tuple(catalog)
         self._rebuild()
         kept = set(self.models)  # keep only the records of the models routed to (their `created`)
@@ -198,17 +176,13 @@ class OpenAICompatibleLane:
             tools=model.tools,
             vision=model.vision,
             json_mode=model.json_mode,
-            prefill=model.prefill if model.prefill is not None else self.provider.prefill,
+            prefill=model.prefill if model.prefill is not None else self.spec.prefill,
             image_usd=model.image_usd,
-            cap_param=self.config.output_cap or self.provider.output_cap,
+            cap_param=self.spec.output_cap,
             embedding=model.embedding,
             reasoning=model.reasoning,
-            billing_switches=self.provider.billing_switches | set(self.config.billing_switches),
-            tool_prompt_tokens=(
-                self.config.tool_prompt_tokens
-                if self.config.tool_prompt_tokens is not None
-                else self.provider.tool_prompt_tokens
-            ),
+            billing_switches=self.spec.billing_switches,
+            tool_prompt_tokens=self.spec.tool_prompt_tokens,
         )
 
     @property
@@ -231,15 +205,22 @@ class OpenAICompatibleLane:
         return ((key,) if key else ()) + self._header_secrets
 
     def headers(self, *, stream: bool, job: Job | None = None) -> dict[str, str]:
-        headers = {**self.provider.headers, **self.config.headers}
+        headers = dict(self.spec.headers)
         headers["Accept"] = "text/event-stream" if stream else "application/json"
         if key := self.key_for(job):
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
+    def adapt_request(self, body: dict[str, Any], job: Job) -> dict[str, Any]:
+        """The hook for a provider's quirks: the chat completions body about to be sent for `job`
+        (streamed or not, `body["model"]` the model), returned as the provider wants it. This one
+        returns it unchanged. Keep the caller's params, and add no parameter the provider bills
+        beyond the request (its `billing_switches`): they have been taken out for a reason."""
+        return body
+
     def request_body(self, job: Job, model: str, *, stream: bool) -> dict[str, Any]:
-        """The body sent upstream. Override for provider quirks; keep the caller's params."""
-        return job.body(model, stream=stream)
+        """The body sent upstream: the job's own, through `adapt_request`."""
+        return self.adapt_request(job.body(model, stream=stream), job)
 
     async def complete(self, job: Job, model: str) -> Response:
         return await self._upstream.post_json(
@@ -268,7 +249,7 @@ class OpenAICompatibleLane:
         kind = self.free_tier
         if not isinstance(kind, CreditBased) or kind.detection == "local":
             return None
-        endpoint = kind.endpoint if kind.detection == "custom" else self.provider.balance
+        endpoint = kind.endpoint if kind.detection == "custom" else self.spec.balance
         if endpoint is None:
             return None
         return attrs.evolve(endpoint, url=endpoint.url.replace("{base_url}", self.base_url))

@@ -1,7 +1,8 @@
 """Finds lane modules by the names written in config. The only place that imports a lane module.
 
 A lane that can not be loaded — module deleted, import broken, key variable unset or malformed
-(`secrets.read_key`), disabled in config — costs one log line and is left out; the rest start.
+(`secrets.read_key`), its `Lane` class failing to build, disabled in config — costs one log line
+and is left out; the rest start. Its settings are settled once, by `spec.resolve`.
 Startup never fails for a lane.
 """
 
@@ -20,7 +21,8 @@ import attrs
 from lanes._core.config.schema import Config, LaneConfig
 from lanes._core.runtime.secrets import read_key
 from lanes._core.upstream.client import Upstream
-from lanes._core.upstream.lane import OpenAICompatibleLane, Provider, Secret
+from lanes._core.upstream.lane import OpenAICompatibleLane, Secret
+from lanes._core.upstream.spec import Provider, resolve
 
 log = logging.getLogger("lanes")
 
@@ -91,16 +93,20 @@ def _load_one(
     module, why = find_module(config)
     if module is None:
         return None, f"{why} — skipped"
-    provider = module.PROVIDER
-    key_env = config.api_key_env if config.api_key_env is not None else provider.api_key_env
+    spec = resolve(module.PROVIDER, config)
     api_key = None
-    if key_env and not config.byok:  # a bring-your-own-key lane's key comes with each request
-        value, problem = read_key(env, key_env)
+    if spec.api_key_env and not config.byok:  # a bring-your-own-key lane's key comes with each job
+        value, problem = read_key(env, spec.api_key_env)
         if value is None:
             return None, f"{problem} — lane off"
         api_key = Secret(value)
     lane_class = getattr(module, "Lane", OpenAICompatibleLane)
-    lane = lane_class(provider=provider, config=config, api_key=api_key, upstream=upstream)
+    try:
+        lane = lane_class(spec, api_key=api_key, upstream=upstream)
+    except Exception as exc:  # a lane module's own class must not stop startup either; its words
+        # are not shown (they may hold the key it was given), only their type
+        why = f"module {config.module_path}: its Lane failed to build ({type(exc).__name__})"
+        return None, f"{why} — skipped"
     if not lane.candidates and not config.discover:
         return None, "no models configured (and discover is off) — skipped"
     return lane, ""

@@ -1,0 +1,126 @@
+"""What a lane module declares (`Provider`), and a lane's settings settled once (`LaneSpec`). Pure.
+
+A lane's settings come from two places: the lane module's `Provider` (the provider's defaults) and
+the operator's `[[lanes]]` table (`LaneConfig`). `resolve(provider, config)` settles them in one
+place, by one rule per field, and everything that needs a lane's URL, key variable, kind, models,
+headers or money parameters reads the `LaneSpec` it returns — never the two sources side by side:
+
+- the operator's value when the table gives one, else the lane module's, else the default —
+  `base_url` (trailing `/` dropped), `api_key_env`, `free_tier`, `models`, `output_cap`,
+  `tool_prompt_tokens` (None: undeclared, `spend.UNDECLARED_TOOL_PROMPT_TOKENS` is assumed);
+- `headers`: both, the operator's value winning for a header both name;
+- `billing_switches`: both (the operator adds parameters; it can not take the module's away);
+- `name`: the operator's (the lane's name; the provider's is `provider`).
+
+What only the lane module declares (`prefill`, `conventions`, `balance`, `catalog_*`) is carried as
+declared; what only the operator sets (timeouts, breaker, limits, `byok`, `discover`) is read from
+`config`, the table as written.
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from lanes._core.config.schema import LaneConfig, ModelConfig
+from lanes._core.policy.spend import CAP_PARAMS
+from lanes.freetier.kinds import CustomEndpoint, FreeTierKind
+
+
+def _names(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
+
+
+@attrs.frozen(kw_only=True)
+class Provider:
+    """A provider's defaults, as a lane module declares them; `resolve` settles them with each
+    lane's config."""
+
+    name: str
+    base_url: str
+    api_key_env: str = ""  # "" = no key needed
+    free_tier: FreeTierKind
+    models: tuple[ModelConfig, ...] = ()
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    prefill: bool = False  # accepts a trailing assistant message and continues it
+    conventions: Mapping[str, float] = attrs.field(
+        factory=dict
+    )  # unsuffixed header windows, e.g. requests → 86400
+    balance: CustomEndpoint | None = (
+        None  # where `detection = "provider_api"` reads the balance ({base_url} allowed)
+    )
+    # The output cap the provider honours: `max_tokens`, or `max_completion_tokens` (OpenAI's
+    # newer models accept only that one). A paid attempt sends its cap there, and only there.
+    output_cap: str = attrs.field(default="max_tokens", validator=attrs.validators.in_(CAP_PARAMS))
+    # Request parameters that make the provider bill beyond the request itself — another model to
+    # fall back to, a plugin or a search billed per use. They are taken out of every attempt that is
+    # not paid (a free or credit attempt has no reservation to cover them), and a paid attempt that
+    # carries one is refused. Parameters the reservation does not price are refused for paid anyway.
+    billing_switches: frozenset[str] = attrs.field(default=frozenset(), converter=_names)
+    # Input tokens the provider adds itself to a request with tools (a tool-use system prompt),
+    # added to a paid or credit attempt's worst case. None: not declared — the engine assumes the
+    # most any provider documents (`spend.UNDECLARED_TOOL_PROMPT_TOKENS`).
+    tool_prompt_tokens: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+    )
+    catalog_path: str = "/models"  # GET {base_url}{catalog_path} lists the models
+    catalog_style: str = (
+        "openai"  # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
+    )
+
+
+@attrs.frozen(kw_only=True)
+class LaneSpec:
+    """One lane's settings, settled once by `resolve`: the operator's config over the lane
+    module's declaration, defaults applied. Read-only; a lane keeps it as `lane.spec`."""
+
+    name: str  # the lane's name, as config gives it
+    provider: str  # the provider's name, as the lane module declares it
+    base_url: str  # without a trailing "/": requests go to f"{base_url}/chat/completions"
+    api_key_env: str  # the variable holding the key; "" = no key needed
+    free_tier: FreeTierKind
+    models: tuple[ModelConfig, ...]  # the configured models (discovery may add others)
+    headers: Mapping[str, str]  # extra request headers, the operator's over the module's
+    output_cap: str  # `max_tokens` or `max_completion_tokens`
+    billing_switches: frozenset[str]  # the module's and the operator's
+    tool_prompt_tokens: int | None  # None: undeclared (the engine assumes the most documented)
+    prefill: bool  # the default for a model that does not say
+    conventions: Mapping[str, float]
+    balance: CustomEndpoint | None
+    catalog_path: str
+    catalog_style: str
+    declared: Provider  # the lane module's declaration, as written
+    config: LaneConfig  # the operator's table, as written: the knobs only it sets are read here
+
+
+def resolve(provider: Provider, config: LaneConfig) -> LaneSpec:
+    """The settings of the lane `config` describes over `provider`, each settled by its rule (the
+    module docstring lists them). Pure; raises nothing the two validated records can hold."""
+    base_url = config.base_url if config.base_url is not None else provider.base_url
+    return LaneSpec(
+        name=config.name,
+        provider=provider.name,
+        base_url=base_url.rstrip("/"),
+        api_key_env=(
+            config.api_key_env if config.api_key_env is not None else provider.api_key_env
+        ),
+        free_tier=config.free_tier if config.free_tier is not None else provider.free_tier,
+        models=tuple(config.models) if config.models is not None else tuple(provider.models),
+        headers={**provider.headers, **config.headers},
+        output_cap=config.output_cap if config.output_cap is not None else provider.output_cap,
+        billing_switches=provider.billing_switches | frozenset(config.billing_switches),
+        tool_prompt_tokens=(
+            config.tool_prompt_tokens
+            if config.tool_prompt_tokens is not None
+            else provider.tool_prompt_tokens
+        ),
+        prefill=provider.prefill,
+        conventions=provider.conventions,
+        balance=provider.balance,
+        catalog_path=provider.catalog_path,
+        catalog_style=provider.catalog_style,
+        declared=provider,
+        config=config,
+    )
