@@ -469,3 +469,46 @@ def test_every_clock_read_is_marked_and_the_engine_reads_the_wall_in_one_place()
             if name.startswith("lanes/_core/") and call == "time.time" and name not in WALL_READERS:
                 engine.append(f"{name}:{line}")
     assert unmarked == [] and engine == []
+
+
+def record_writes(path: Path) -> list[str]:
+    """Where `path` changes a job record's fields itself: `record.x = …`, `record.x += …`, or
+    `record.x.append(…)` (and the like), the record being any name or attribute `record`."""
+
+    def is_record(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "record") or (
+            isinstance(node, ast.Attribute) and node.attr == "record"
+        )
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in ast.walk(target)]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in {"append", "extend", "add", "update", "pop", "clear", "remove"}
+        ):
+            targets = [node.func.value]
+        found += [
+            f"{path.relative_to(ROOT)}:{t.lineno} record.{t.attr}"
+            for t in targets
+            if isinstance(t, ast.Attribute) and is_record(t.value)
+        ]
+    return found
+
+
+def test_a_job_record_changes_only_through_its_own_methods():
+    """The record of a job is written by its named methods (`skip`, `consented`, `planned`, …)
+    alone: no module that imports `JobRecord` sets or mutates one of its fields directly."""
+    users = [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != PACKAGE / "_core" / "model" / "record.py"
+        and "lanes._core.model.record" in imports(p)
+    ]
+    assert len(users) >= 5  # the walk, the gate, consent, the paid gate, the journal…
+    assert [w for p in users for w in record_writes(p)] == []

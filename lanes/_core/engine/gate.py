@@ -126,13 +126,13 @@ class Gate:
         probe = None
         while True:
             if record.deadline_at - trio.current_time() < max(lane.config.min_useful_s, 1e-9):
-                record.short_of_time = True
+                record.short_of()
                 record.skip(candidate, "too little time left")
                 return None
             reason = self.held_back(candidate)
             if reason is not None:
                 if candidate.tier == "free" and not self.quarantined(candidate):
-                    record.free_blocked.append(candidate)  # a quarantine is no capacity wait
+                    record.held_back(candidate)  # a quarantine is no capacity wait
                 record.skip(candidate, reason, never="gone" if self.gone(candidate) else None)
                 return None
             if candidate.tier != "free" or not self._manager.needs_probe(

@@ -44,21 +44,21 @@ def order(
         pinned = len(candidates) == 1 and candidates[0].key == job.model
         klass, privacy = plan.request_class, plan.privacy
     if first_round and not record.attempts:  # the job's first plan (a resumed walk keeps it)
+        verdict = None
         if auto is not None:
             _record_removed(record, auto.removed, needs, privacy)
             if auto.fits_none:  # say why, should nothing ever serve it
                 firsts = [group.first for group, _ in auto.removed]
-                record.verdict = never_served(job, firsts, needs, privacy)
+                verdict = never_served(job, firsts, needs, privacy)
         else:
             for skip in plan.removed:
                 record.skip(skip, never=plan.unfit.get(f"{skip.lane}/{skip.model}"))
             if not plan.candidates:  # say why, should nothing ever serve it
-                record.verdict = never_served(job, candidates, needs, privacy)
-        record.request_class = klass
-        record.privacy = privacy
+                verdict = never_served(job, candidates, needs, privacy)
+        record.classified(klass, privacy, verdict)
     if auto is not None:
         _front(routing, record, queue, auto)
-    record.plan += [c.key for c in queue.peek(PLAN_SHOWN) if c.key not in record.plan]
+    record.planned(c.key for c in queue.peek(PLAN_SHOWN))
     return queue, pinned
 
 
@@ -82,9 +82,9 @@ def _record_removed(
             break
         record.skip(c, reason, never=why)
         listed += 1
-    record.skips_more += sum(len(group.members) for group, _ in removed) - listed
-    if listed < sum(len(group.members) for group, _ in removed):  # some not listed:
-        record.maybe_later = record.maybe_later or any(v is None for v in never.values())
+    total = sum(len(group.members) for group, _ in removed)
+    # some not listed, and one of them only "not now": the job may yet be served
+    record.passed_over(total - listed, maybe_later=listed < total and None in never.values())
 
 
 def _front(routing: Routing, record: JobRecord, queue: Queue, plan: AutoPlan) -> None:
@@ -103,7 +103,6 @@ def _front(routing: Routing, record: JobRecord, queue: Queue, plan: AutoPlan) ->
     ):
         looked.append(sticky)
     scores = {c.key: plan.score_of(c) for c in looked if c.tier == "free"}
-    order, record.explored, record.sticky = routing.ranking.front(
-        looked, job, scores, now, routing.gate.free_now
-    )
+    order, runner_up, kept = routing.ranking.front(looked, job, scores, now, routing.gate.free_now)
+    record.fronted(runner_up, kept)
     queue.put_ahead(order, len(ahead))

@@ -45,7 +45,8 @@ class StreamJob:
         the delivered text as a trailing assistant message. Raises what a walk raises."""
         record = self.record
         before = self._last.delivered_text if self._last is not None and require_prefill else ""
-        record.job = job if job is not None else record.job
+        if job is not None:
+            record.sending(job)
         async with AsyncExitStack() as keep:
             try:
                 stream = await walk(
@@ -60,7 +61,7 @@ class StreamJob:
                 self._failure = record.attach(exc).code
                 raise
             finally:
-                record.job = self.origin
+                record.sending(self.origin)
             self._last, self._before, self._failure = stream, before, None
             try:
                 yield stream

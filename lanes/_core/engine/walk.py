@@ -123,11 +123,10 @@ async def _walk_plan(
     context_floor = 0
     while remaining:
         candidate = remaining.pop()
-        if candidate.key not in record.plan:
-            record.plan.append(candidate.key)
+        record.planned([candidate.key])
         if candidate.model in banned_models:  # the same model elsewhere would not fit either
             banned.add(candidate.key)
-            record.never[candidate.key] = "context"
+            record.never_again(candidate, "context")
         if context_floor and candidate.context is not None and candidate.context <= context_floor:
             record.skip(candidate, f"context not larger than {context_floor}", never="context")
             continue
@@ -147,7 +146,7 @@ async def _walk_plan(
                     routing, record, candidate, call, keep, quotes, permit, retry=retry
                 )
             except PaidBudgetExhausted as exc:
-                record.budget_refusal = exc
+                record.refused_by_ceiling(exc)
                 record.skip(candidate, str(exc))
                 break
             except FinalError as exc:
@@ -165,15 +164,15 @@ async def _walk_plan(
                 if exc.outcome == "context_length":
                     banned_models.add(candidate.model)
                     banned.add(candidate.key)
-                    record.never[candidate.key] = "context"
+                    record.never_again(candidate, "context")
                     context_floor = max(context_floor, candidate.context or 0)
                     break
                 if exc.outcome == "model_gone":
-                    record.never[candidate.key] = "gone"
+                    record.never_again(candidate, "gone")
                 pause = _retry_pause(routing, record, candidate, exc, remaining, banned)
                 if pause is None:
                     break
-                record.same_retries += 1
+                record.retried_same()
                 retry = True
                 await trio.sleep(pause)
                 continue

@@ -7,6 +7,7 @@ trio's clock and passed in.
 from __future__ import annotations
 
 # lanes: pure
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from lanes._core.model.clocks import TrioTime
@@ -140,6 +141,67 @@ class JobRecord:
         """The rest of `lane`'s candidates were passed over for `reason`, without a line each."""
         self.lanes_skipped.setdefault(f"{lane}/*", reason)
         self.maybe_later = True
+
+    def passed_over(self, count: int, *, maybe_later: bool) -> None:
+        """`count` more candidates passed over without a line each; `maybe_later`: one of them
+        only for now (so the job is never `Unservable`)."""
+        self.skips_more += count
+        self.maybe_later = self.maybe_later or maybe_later
+
+    def planned(self, keys: Iterable[str]) -> None:
+        """The candidates (keys) the plan holds, in the order to try, each once."""
+        self.plan += [k for k in keys if k not in self.plan]
+
+    def classified(self, request_class: str, privacy: str, verdict: Verdict | None) -> None:
+        """The first plan's reading of the job: its class, the privacy it needs, and — when no
+        candidate was left — why none could ever serve it."""
+        self.request_class, self.privacy = request_class, privacy
+        if verdict is not None:
+            self.verdict = verdict
+
+    def fronted(self, explored: str | None, sticky: bool) -> None:
+        """The ranking put a runner-up first on purpose (`explored`), or kept a conversation on
+        the model that served it (`sticky`)."""
+        self.explored, self.sticky = explored, sticky
+
+    def short_of(self) -> None:
+        """Too little time was left for a candidate (or to ask for approval)."""
+        self.short_of_time = True
+
+    def held_back(self, candidate: Candidate) -> None:
+        """The free-tier manager held `candidate` back for now (a capacity wait)."""
+        self.free_blocked.append(candidate)
+
+    def consented(self, how: str, candidate: Candidate | None = None) -> None:
+        """Paid fallback was consented to: "allow", "granted", or "once" for `candidate`."""
+        self.approval = how
+        if candidate is not None:
+            self.approved = candidate.key
+
+    def waited(self, since: float, until: float, approval: str) -> None:
+        """A wait for the approval `approval`, on trio's clock."""
+        self.waits.append((since, until, approval))
+
+    def refused_by_ceiling(self, refusal: PaidBudgetExhausted) -> None:
+        self.budget_refusal = refusal
+
+    def paying_from(self, spent_usd: float) -> None:
+        """Today's paid spend before the job's first paid attempt (kept from the first)."""
+        if self.paid_before is None:
+            self.paid_before = spent_usd
+
+    def retried_same(self) -> None:
+        """A same-candidate retry after a transient fault (its own allowance)."""
+        self.same_retries += 1
+
+    def never_again(self, candidate: Candidate, why: str) -> None:
+        """`candidate` can never serve this job: "context" (the prompt does not fit it), "gone"
+        (its model does not exist), or a need it does not meet."""
+        self.never[candidate.key] = why
+
+    def sending(self, job: Job) -> None:
+        """The conversation sent from now on (a resumed stream's prefill); same id, deadline."""
+        self.job = job
 
     def all_skips(self) -> list[Skip]:
         """The skips listed, then one line per lane passed over whole and one for the count of

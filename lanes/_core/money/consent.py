@@ -58,19 +58,19 @@ class Consent:
         if record.approval == "granted" and self.approvals.granted(job.client):
             return True  # still granted: a grant revoked since the job began pays for nothing more
         if mode == "allow":
-            record.approval = "allow"
+            record.consented("allow")
             return True
         if mode == "off":
             record.skip(candidate, "paid fallback off (free_tier_fallback = off)")
             return False
         if self.approvals.granted(job.client):
-            record.approval = "granted"
+            record.consented("granted")
             return True
         if await self.approvals.take_once(job, candidate.key, estimate):
-            record.approval, record.approved = "once", candidate.key
+            record.consented("once", candidate)
             return True
         if record.deadline_at - trio.current_time() < min_time_s:
-            record.short_of_time = True
+            record.short_of()
             record.skip(candidate, "too little time left to ask for approval")
             return False
         unusable = await self._unusable(job, candidate.key, estimate)
@@ -127,7 +127,7 @@ class Consent:
                 await approval.event.wait()
         finally:
             approval.waiting -= 1
-            record.waits.append((waited_from, trio.current_time(), approval.id))
+            record.waited(waited_from, trio.current_time(), approval.id)
         kw: dict[str, Any] = {
             "attempts": record.attempts,
             "skips": record.skips,
@@ -140,7 +140,7 @@ class Consent:
                 f"paid fallback to {approval.candidate} was denied ({approval.id})", **kw
             )
         if approval.decision == "granted":
-            record.approval = "granted"
+            record.consented("granted")
             return True
         if approval.candidate != candidate.key:  # "once" names the model it lets through
             record.skip(candidate, f"the approval is for {approval.candidate}")
@@ -149,7 +149,7 @@ class Consent:
             fresh = await self._open(record, candidate, estimate)  # another job took the "once"
             used = f"{approval.id} was approved once, and another request used it"
             raise self._needs(fresh, job, used, kw)
-        record.approval, record.approved = "once", candidate.key
+        record.consented("once", candidate)
         return True
 
     def _needs(

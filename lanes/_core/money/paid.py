@@ -96,7 +96,7 @@ class PaidGate:
             return None
         refusal = self.ledger.refused(estimate, record.job.client)
         if refusal is not None:
-            record.budget_refusal = refusal
+            record.refused_by_ceiling(refusal)
             record.skip(candidate, str(refusal))
             return None
         if pinned:
@@ -125,8 +125,7 @@ class PaidGate:
                 self.ledger.settle(held, 0.0)
             raise
         if quote.paid:
-            if record.paid_before is None:
-                record.paid_before = self.ledger.spent_today()
+            record.paying_from(self.ledger.spent_today())
             held = await self.ledger.reserve(quote)
         return Hold(quote=quote, reservation=held)
 
