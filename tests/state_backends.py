@@ -75,6 +75,7 @@ class State:
     def _redis(self) -> Any:
         import redis
 
+        assert self.url is not None, "a SQLite state has no Redis"
         return redis.Redis.from_url(self.url, decode_responses=True)
 
 
