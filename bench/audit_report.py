@@ -81,7 +81,7 @@ def fill(store: SQLiteStore, rows: int, *, now: float, seed: int = 7) -> None:
             }
         )
         if len(batch) >= 10_000 or i == rows - 1:
-            store.add_audit(batch)
+            store.records.add_audit(batch)
             batch = []
 
 
@@ -96,9 +96,9 @@ def measure(rows: int = 1_000_000, repeats: int = 3) -> dict[str, Any]:
         for _ in range(repeats):
             for by in timings:
                 started = time.perf_counter()
-                result = report(store.query, since=now - 7 * 86400, by=by, ceiling_usd=1.0)
+                result = report(store.records.query, since=now - 7 * 86400, by=by, ceiling_usd=1.0)
                 timings[by].append(time.perf_counter() - started)
-        (attempt_rows,) = store.query("SELECT COUNT(*) FROM audit_attempt")[0]
+        (attempt_rows,) = store.records.query("SELECT COUNT(*) FROM audit_attempt")[0]
         store.close()
     assert result.total.jobs == rows
     return {

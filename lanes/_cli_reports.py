@@ -65,7 +65,9 @@ def run_report(args: argparse.Namespace) -> int:
         else:
             store, ceiling = _store(args.config)
             since = parse_since(args.since, time.time())  # wall-clock: "since" is a date
-            body = report(store.query, since=since, by=args.by, ceiling_usd=ceiling).as_dict()
+            body = report(
+                store.records.query, since=since, by=args.by, ceiling_usd=ceiling
+            ).as_dict()
             store.close()
     except (ConfigError, ValueError) as exc:
         print(f"lanes: {exc}", file=sys.stderr)
@@ -86,7 +88,7 @@ def run_explain(args: argparse.Namespace) -> int:
             story = story if code == 200 else None
         else:
             store, _ = _store(args.config)
-            story = explain(store.query, args.request_id)
+            story = explain(store.records.query, args.request_id)
             store.close()
     except ConfigError as exc:
         print(f"lanes: {exc}", file=sys.stderr)

@@ -40,7 +40,7 @@ def config(*lanes: dict[str, Any], **top: Any) -> Config:
 
 def sqlite_store(dispatcher: Dispatcher) -> SQLiteStore:
     """The dispatcher's store, for a test whose config keeps state in SQLite and reads its tables
-    with `query()` (which the `Store` protocol does not declare)."""
+    through `records` (raw SQL over its file, which no protocol offers)."""
     store = dispatcher.store
     assert isinstance(store, SQLiteStore), f"this test expects SQLite state, not {store.kind}"
     return store

@@ -439,7 +439,7 @@ def test_public_api_is_sorted_and_complete():
 CLOCK_READS = {("time", "time"), ("time", "monotonic"), ("time", "sleep"), ("datetime", "now")}
 #: Engine modules that may read the system's wall clock: the wall source, and the probe lease's
 #: default for a caller outside a dispatcher (which passes its wall's `now`).
-WALL_READERS = {"lanes/_core/runtime/wall.py", "lanes/_core/state/store.py"}
+WALL_READERS = {"lanes/_core/runtime/wall.py", "lanes/_core/state/leases.py"}
 
 
 def clock_reads(path: Path) -> list[tuple[int, str]]:

@@ -186,7 +186,7 @@ async def test_probes_count_against_the_quota(env, tmp_path, autojump_clock):
         )
         async with lanes.open_dispatcher(cfg, env=env) as d:
             await run_canary(d, PROMPTS)
-            rows = sqlite_store(d).query(
+            rows = sqlite_store(d).records.query(
                 "SELECT status, COUNT(*) FROM canary_answer GROUP BY status", ()
             )
     assert dict(rows) == {"ok": 6, "skipped": 4} and len(a.requests()) == 6
@@ -274,7 +274,9 @@ async def test_a_snapshot_past_its_reset_is_not_believed(env, tmp_path, autojump
             await trio.sleep(61)
             assert d.statistics().model("a/m").requests_remaining is None
             await run_canary(d, PROMPTS)
-            statuses = sqlite_store(d).query("SELECT DISTINCT status FROM canary_answer", ())
+            statuses = sqlite_store(d).records.query(
+                "SELECT DISTINCT status FROM canary_answer", ()
+            )
     assert statuses == [("ok",)]
 
 

@@ -81,7 +81,7 @@ async def test_the_wall_follows_the_system_clock_at_every_read(tmp_path, env, mo
         monkeypatch.setattr(time, "time", lambda: stepped)
         assert dispatcher.now_wall() == pytest.approx(stepped)
         await dispatcher.complete(lanes.Job(messages=MESSAGES, model="paid/paid-model"))
-        [(day,)] = sqlite_store(dispatcher).query("SELECT day FROM paid_ledger")
+        [(day,)] = sqlite_store(dispatcher).records.query("SELECT day FROM paid_ledger")
     assert day == window_id("day", stepped) == window_id("day", before) + 1
 
 
@@ -123,7 +123,7 @@ async def test_a_process_whose_wall_steps_a_day_closes_paid_and_says_why_once(
                 refused.append(exc.value)
             shown = dispatcher.statistics().clock
             await trio.sleep(1)  # a sync: the audit rows reach the file
-            [(stamped,)] = sqlite_store(dispatcher).query("SELECT MAX(at) FROM audit")
+            [(stamped,)] = sqlite_store(dispatcher).records.query("SELECT MAX(at) FROM audit")
             assert abs(stamped - dispatcher.clock.trusted()) < 5  # on the host's day, not ahead
             dispatcher.wall.step(-DAY_S)
             reopened = await dispatcher.complete(lanes.Job(messages=MESSAGES))
@@ -205,7 +205,9 @@ def test_processes_on_one_file_never_bill_past_one_ceiling_a_day(walls, steps):
 
         try:
             trio.run(run, clock=MockClock())
-            rows = stores[0].query("SELECT day, SUM(reserved) FROM paid_ledger GROUP BY day")
+            rows = stores[0].records.query(
+                "SELECT day, SUM(reserved) FROM paid_ledger GROUP BY day"
+            )
         finally:
             for store in stores:
                 store.close()

@@ -77,7 +77,7 @@ async def test_absurd_usage_is_bounded_before_it_is_counted(
         bought = await dispatcher.complete(job(model="paid/paid-model", params={"max_tokens": 10}))
         await trio.sleep(1.5)  # three syncs
         stats = dispatcher.statistics()
-        counts = sqlite_store(dispatcher).query("SELECT MAX(count) FROM usage")
+        counts = sqlite_store(dispatcher).records.query("SELECT MAX(count) FROM usage")
     assert local.lane == "sick" and bought.lane == "paid"
     assert bought.cost_usd == pytest.approx(bought.attempts[0].cost_usd) and bought.cost_usd > 0
     assert stats.background.failing == {} and stats.background.dropped == {}
@@ -252,8 +252,8 @@ async def test_the_sync_drops_a_poison_batch_and_carries_on(
             await dispatcher.complete(job())
             await trio.sleep(0.6)
             after = dispatcher.statistics().background
-            audited = store.query("SELECT COUNT(*) FROM audit")[0][0]
-            requests = store.query(
+            audited = store.records.query("SELECT COUNT(*) FROM audit")[0][0]
+            requests = store.records.query(
                 "SELECT SUM(count) FROM usage WHERE dimension = 'requests' AND window = 'day' "
                 "AND scope = 'local/local-model'"
             )[0][0]
@@ -282,18 +282,18 @@ async def test_audit_rows_wait_in_a_bounded_queue_while_the_disk_is_full(
         cfg = config(local_lane("local", local.base_url), state=str(tmp_path / "state.db"))
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
             store = sqlite_store(dispatcher)
-            real = store.add_audit
+            real = store.records.add_audit
 
             def full(rows):
                 raise sqlite3.OperationalError("database or disk is full")
 
-            store.add_audit = full  # type: ignore[method-assign]
+            store.records.add_audit = full  # type: ignore[method-assign]
             for _ in range(20):
                 await dispatcher.complete(job())
                 await trio.sleep(0.3)
             waiting = len(dispatcher.journal.take_rows())
             dispatcher.journal.return_rows([])
-            store.add_audit = real  # type: ignore[method-assign]
+            store.records.add_audit = real  # type: ignore[method-assign]
             await trio.sleep(0.6)
             stats = dispatcher.statistics().background
     assert waiting <= 5 and stats.dropped["audit rows"] >= 15

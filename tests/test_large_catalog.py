@@ -228,7 +228,7 @@ async def test_a_free_job_costs_what_it_reaches(env, autojump_clock, monkeypatch
             counted.reset()
             replies = [await d.complete(lanes.Job(messages=JOB)) for _ in range(5)]
             await trio.sleep(2)  # the audit rows reach the store
-            plans = [p for (p,) in d.store.query("SELECT plan FROM audit", ())]
+            plans = [p for (p,) in d.store.records.query("SELECT plan FROM audit", ())]
     assert {r.lane for r in replies} == {"big"}
     assert counted.scored <= 5 * 3, counted.scored
     assert counted.checked <= 5 * 20, counted.checked

@@ -430,7 +430,7 @@ async def test_audit_of_a_burst_answers_seed_004s_questions(
         for i in range(40):
             await d.complete(job(cohort="ads" if i % 2 else "organic", request_class="general"))
             await trio.sleep(2)
-        query = sqlite_store(d).query
+        query = sqlite_store(d).records.query
         await trio.sleep(1)  # one sync: the audit rows reach the store
         rows = query("SELECT COUNT(*), SUM(body != ''), SUM(request_bytes > 0) FROM audit", ())
         by_class = report(query, since=0.0, by="class", ceiling_usd=1.0)

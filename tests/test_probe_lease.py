@@ -26,7 +26,7 @@ def closed(until: float) -> Backoff:
 
 
 def leases(store: SQLiteStore) -> list[tuple[object, ...]]:
-    return store.query("SELECT scope, token FROM probe_lease")
+    return store.records.query("SELECT scope, token FROM probe_lease")
 
 
 def test_one_process_probes_and_its_release_carries_the_backoff(tmp_path):
@@ -179,7 +179,7 @@ async def test_the_lease_is_handed_back_on_every_way_out(tmp_path, env, autojump
                 except lanes.JobFailed:
                     pass
             after = leases(store)
-            backoffs = store.query("SELECT scope FROM backoff WHERE until > ?", (0,))
+            backoffs = store.records.query("SELECT scope FROM backoff WHERE until > ?", (0,))
     if how == "stream broken off":
         assert len(during) == 1  # held while the probe streamed
     assert after == []
@@ -232,7 +232,7 @@ async def test_a_lease_holder_killed_mid_probe_is_released_by_its_expiry(tmp_pat
             herd.processes[0].send_signal(signal.SIGKILL)
             await herd.processes[0].wait()
         store = SQLiteStore(str(tmp_path / "state.db"))
-        [(scope, until)] = store.query("SELECT scope, until FROM probe_lease")
+        [(scope, until)] = store.records.query("SELECT scope, until FROM probe_lease")
         assert until <= time.time() + 3.0  # the lane's timeouts + 1 s
         assert store.probe_lease(scope, 3.0, until - 0.5) is False
         store.close()

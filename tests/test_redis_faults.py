@@ -1,42 +1,16 @@
-"""Redis faults a job must not wait on: its own host's probe lease, and a Redis that hangs."""
+"""Redis faults a job must not wait on: its own host's probe lease (the lease's own rules are
+tests/test_state_contract_leases.py's), and a Redis that hangs."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 import trio
 
 import lanes
 from helpers import config, free_lane, paid_lane, store_up
-from lanes._core.state.redis_store import RedisStore
-from lanes._core.state.store import SQLiteStore
 from lanes.testing import open_fake, status
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-
-
-def host(url: str) -> RedisStore:
-    store = RedisStore(url, local=SQLiteStore(":memory:"))
-    store.begin_sync(time.time())
-    store.flush()
-    return store
-
-
-def test_a_host_takes_over_its_own_lease_and_its_old_release_leaves_it(redis_server):
-    """A host whose probe finished (its release not yet flushed) may probe again at once — never
-    waiting on its own lease — while the other hosts still may not; flushing the old release does
-    not free the new lease; flushing the new one does."""
-    a, b = host(redis_server.url), host(redis_server.url)
-    assert a.probe_lease("free/m", ttl_s=30.0) is True
-    a.probe_done("free/m", ok=False)  # queued, not flushed
-    assert a.probe_lease("free/m", ttl_s=30.0) is True  # no wait on its own lease
-    assert b.probe_lease("free/m", ttl_s=30.0) is False
-    a.flush()  # the first release: published, but the lease is the second one now
-    assert b.probe_lease("free/m", ttl_s=30.0) is False
-    a.probe_done("free/m", ok=False)
-    a.flush()
-    assert b.probe_lease("free/m", ttl_s=30.0) is True
 
 
 @pytest.mark.free_lane

@@ -1,4 +1,7 @@
-"""The Redis store against a real redis-server: the same contract as SQLite, shared between hosts.
+"""The Redis store against a real redis-server: what only Redis does — keys that expire on their
+own, events published to the other hosts, an outage and a restart that forgot everything, exact
+pico-dollar totals. The rules both backends keep are the contract suites'
+(tests/test_state_contract_*.py).
 
 Two `RedisStore` objects on one server stand for two hosts. Nothing here sleeps for timing: expiry
 is checked through Redis' own TTLs, concurrency with real threads racing on real sockets.
@@ -6,7 +9,6 @@ is checked through Redis' own TTLs, concurrency with real threads racing on real
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -16,7 +18,6 @@ import redis
 from lanes._core.state.redis_store import RedisStore, redacted
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
 from lanes.freetier.backoff import Backoff, Reason
-from lanes.freetier.headers import RateLimitSnapshot, Window
 from lanes.freetier.windows import end_of, window_id
 
 
@@ -37,106 +38,26 @@ def backoff(until: float, reason: Reason = "rate_limited") -> Backoff:
     return Backoff(until=until, step=1, reason=reason, source="retry-after")
 
 
-def test_backoff_race_keeps_the_later_deadline_and_expires_on_its_own(redis_server):
-    """Two hosts racing on one scope: the later deadline wins, and the key expires at it."""
+def test_a_backoff_key_expires_on_its_own_at_the_deadline(redis_server):
+    """A backoff is a key that expires by itself at its deadline (the race between two hosts is
+    the contract's: tests/test_state_contract_memory.py)."""
     a, b = host(redis_server.url), host(redis_server.url)
     now = time.time()
     a.put_backoffs({"groq/*": backoff(now + 30)})
-    b.put_backoffs({"groq/*": backoff(now + 10)})  # the earlier one loses, whoever writes last
-    b.put_backoffs({"groq/m": backoff(now + 5)})
-    a.put_backoffs({"groq/m": backoff(now + 8)})
-    seen = dict(b.backoffs(now))
-    assert seen["groq/*"].until == pytest.approx(now + 30)
-    assert seen["groq/m"].until == pytest.approx(now + 8)
+    b.put_backoffs({"groq/*": backoff(now + 10)})
     ttl_ms = redis.Redis.from_url(redis_server.url).pttl("lanes:backoff:groq/*")
-    assert 29_000 < ttl_ms <= 30_001  # the key expires by itself at the deadline
-    assert dict(a.backoffs(now + 9)).keys() == {"groq/*"}  # past deadlines are not reported
+    assert 29_000 < ttl_ms <= 30_001
 
 
-def test_usage_counters_add_up_across_hosts_and_expire_at_the_window_end(redis_server):
-    """Counts from two hosts add up; each window's hash expires at its UTC end."""
-    a, b = host(redis_server.url), host(redis_server.url)
+def test_usage_counters_expire_at_the_window_end(redis_server):
+    """Each window's hash of counts expires at its UTC end, plus a minute's grace (that counts add
+    up across hosts is the contract's: tests/test_state_contract_memory.py)."""
+    a = host(redis_server.url)
     now = time.time()
-    day, minute = window_id("day", now), window_id("minute", now)
-    a.add_usage(
-        [(("groq/*", "requests", "day", day), 3), (("groq/*", "requests", "minute", minute), 3)],
-        {("openrouter", day): 0.5},
-    )
-    b.add_usage([(("groq/*", "requests", "day", day), 4)], {("openrouter", day): 0.25})
-    totals = dict(a.usage_totals(now))
-    assert totals[("groq/*", "requests", "day", day)] == 7
-    assert totals[("groq/*", "requests", "minute", minute)] == 3
-    assert b.spend_totals() == {("openrouter", day): 0.75}
+    day = window_id("day", now)
+    a.add_usage([(("groq/*", "requests", "day", day), 3)], {})
     ttl = redis.Redis.from_url(redis_server.url).ttl(f"lanes:usage:day:{day}")
-    assert abs(ttl - (end_of("day", day) + 60 - now)) <= 2  # UTC midnight (plus a minute's grace)
-    assert a.usage_totals(end_of("day", day) + 1) == []  # the next day starts from zero
-
-
-def test_a_host_that_never_called_a_provider_knows_its_last_headers(redis_server):
-    """A header snapshot written by one host is read by another."""
-    a, b = host(redis_server.url), host(redis_server.url)
-    window = Window(dimension="requests", window_s=60.0, limit=30, remaining=2, reset_s=12.0)
-    snapshot = RateLimitSnapshot(
-        requests_remaining=2,
-        requests_limit=30,
-        tokens_remaining=None,
-        tokens_limit=None,
-        reset_requests_s=12.0,
-        reset_tokens_s=None,
-        retry_after_s=None,
-        windows=(window,),
-    )
-    a.put_snapshots({"groq/*": (123.0, snapshot)})
-    at, seen = b.snapshots()["groq/*"]
-    assert (at, seen.requests_remaining, seen.windows) == (123.0, 2, (window,))
-
-
-def test_paid_reservations_from_two_hosts_never_cross_the_ceiling(redis_server):
-    """4 threads on 2 hosts race 200 $0.01 reservations under a $0.50 ceiling: exactly 50 win."""
-    a, b = host(redis_server.url), host(redis_server.url)
-    day = window_id("day", time.time())
-    won: list[str] = []
-
-    def spend(store: RedisStore, name: str) -> None:
-        for i in range(50):
-            reservation = store.reserve_paid(
-                day=day,
-                amount=0.01,
-                ceiling=0.5,
-                lane="paid",
-                model="m",
-                job=f"{name}-{i}",
-                cohort=None,
-            )
-            if reservation is not None:
-                won.append(reservation)
-
-    threads = [
-        threading.Thread(target=spend, args=(s, f"t{i}")) for i, s in enumerate((a, b, a, b))
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(won) == 50
-    ledger = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    total = ledger.get(f"lanes:paid-total:{day}")
-    assert total is not None  # the ledger's total key exists once anything was reserved
-    assert sum(map(int, ledger.hvals(f"lanes:paid:{day}"))) == int(total) == 5 * 10**11
-    jobs = {r.split(":")[3].split("-")[0] for r in won}  # ids: day:client tag:uuid:job:lane/model
-    assert jobs >= {"t0", "t1"}  # both hosts got some
-    # settling to the real (lower) cost frees budget for everyone after the next flush
-    for reservation in won[:10]:
-        a.settle_paid(reservation, 0.0) if reservation in a._own else b.settle_paid(
-            reservation, 0.0
-        )
-    a.flush()
-    b.flush()
-    assert b.reserve_paid(
-        day=day, amount=0.05, ceiling=0.5, lane="paid", model="m", job="late", cohort=None
-    )
-    b.begin_sync(time.time())
-    assert b.paid_spent(day) == pytest.approx(0.45)
+    assert abs(ttl - (end_of("day", day) + 60 - now)) <= 2
 
 
 def test_kill_switch_grants_and_probe_results_are_published(redis_server):
@@ -270,103 +191,6 @@ def test_settling_a_large_reservation_keeps_the_total_exact(redis_server):
     total = redis.Redis.from_url(redis_server.url).get(f"lanes:paid-total:{day}")
     assert total is not None
     assert int(total) == 1_000_000_000_001
-
-
-def test_the_shared_ledger_matches_a_model_through_settlements_and_data_loss(redis_server):
-    """Reservations, settlements and a Redis that forgets everything, on two hosts: the ledger's
-    total is always the exact sum of its entries, never over the ceiling, and whole again after a
-    reseed."""
-    from hypothesis import settings
-    from hypothesis import strategies as st
-    from hypothesis.stateful import (
-        RuleBasedStateMachine,
-        invariant,
-        rule,
-        run_state_machine_as_test,
-    )
-
-    from lanes._core.state.redis_scripts import pico
-
-    ceiling = 1.0
-    day = window_id("day", time.time())
-    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
-
-    class Ledger(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            client.flushall()
-            self.hosts = [host(redis_server.url), host(redis_server.url)]
-            self.expected: dict[str, int] = {}  # reservation → pico-dollars it counts for
-            self.owner: dict[str, int] = {}
-            self.jobs = 0
-
-        @rule(which=st.integers(0, 1), amount=st.floats(1e-6, 0.4))
-        def reserve(self, which: int, amount: float) -> None:
-            self.jobs += 1
-            fits = sum(self.expected.values()) + pico(amount) <= round(ceiling * 1e12) + 1
-            reservation = self.hosts[which].reserve_paid(
-                day=day,
-                amount=amount,
-                ceiling=ceiling,
-                lane="p",
-                model="m",
-                job=f"j{self.jobs}",
-                cohort=None,
-            )
-            assert (reservation is not None) == fits
-            if reservation:
-                self.expected[reservation], self.owner[reservation] = pico(amount), which
-
-        @rule(data=st.data(), share=st.floats(0.0, 1.0))
-        def settle(self, data: st.DataObject, share: float) -> None:
-            if self.expected:
-                reservation = data.draw(
-                    st.sampled_from(list(self.expected))
-                )  # in reservation order
-                store = self.hosts[self.owner[reservation]]
-                cost = store._own[reservation][1] * share
-                store.settle_paid(reservation, cost)
-                store.flush()
-                self.expected[reservation] = pico(cost)
-
-        @rule()
-        def forget_everything(self) -> None:
-            client.flushall()  # a restart without persistence
-            for store in self.hosts:
-                with pytest.raises(StoreUnavailable):
-                    store.up = False  # as a failed call would leave it
-                    store.reserve_paid(
-                        day=day,
-                        amount=0.01,
-                        ceiling=ceiling,
-                        lane="p",
-                        model="m",
-                        job="x",
-                        cohort=None,
-                    )
-                assert store.begin_sync(time.time())
-                store.reseed(
-                    LocalView(
-                        usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()
-                    ),
-                    time.time(),
-                )
-                store.flush()
-
-        @invariant()
-        def whole(self) -> None:
-            entries = client.hgetall(f"lanes:paid:{day}")
-            total = int(client.get(f"lanes:paid-total:{day}") or 0)
-            assert {k: int(v) for k, v in entries.items()} == self.expected
-            assert total == sum(self.expected.values()) <= round(ceiling * 1e12) + 1
-
-        def teardown(self) -> None:
-            for store in self.hosts:
-                store.close()
-
-    run_state_machine_as_test(
-        Ledger, settings=settings(max_examples=25, stateful_step_count=25, deadline=None)
-    )
 
 
 def test_a_probe_lease_is_released_only_after_its_backoff_is_written(redis_server):

@@ -70,7 +70,7 @@ async def test_a_simulated_morning_adds_up(env, tmp_path, autojump_clock):
                 for i, at in enumerate(times):
                     nursery.start_soon(one, i, at)
             await trio.sleep(1)  # one sync: the audit reaches the file
-            query = d.store.query
+            query = d.store.records.query
             by_cohort = report(query, since=0.0, by="cohort", ceiling_usd=0.02)
             (ledger,) = query(
                 "SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger"
@@ -110,7 +110,7 @@ async def test_explain_tells_the_worked_examples_apart(outcome, env, tmp_path, a
         async with lanes.open_dispatcher(cfg, env=env) as d:
             reply = await d.complete(lanes.Job(messages=MESSAGES, cohort="ads"))
             await trio.sleep(1)
-            story = explain(d.store.query, reply.request_id)
+            story = explain(d.store.records.query, reply.request_id)
     assert story is not None
     routes = [(s["route"], s["lane"], s["outcome"]) for s in story["attempt_list"]]
     expected = {
@@ -305,10 +305,10 @@ def test_audit_retention_deletes_old_jobs():
         {"job": f"j{i}", "at": at, "attempt_rows": [{"job": f"j{i}", "n": 0, "at": at}]}
         for i, at in enumerate((100.0, 200.0, 300.0))
     ]
-    store.add_audit(rows)
-    assert store.prune_audit(250.0) == 2
-    assert store.query("SELECT job FROM audit") == [("j2",)]
-    assert store.query("SELECT job FROM audit_attempt") == [("j2",)]
+    store.records.add_audit(rows)
+    assert store.records.prune_audit(250.0) == 2
+    assert store.records.query("SELECT job FROM audit") == [("j2",)]
+    assert store.records.query("SELECT job FROM audit_attempt") == [("j2",)]
 
 
 AUDITED_JOB = st.fixed_dictionaries(
@@ -328,8 +328,8 @@ def test_the_report_over_time_is_its_jobs_hour_by_hour(jobs, since):
     """Each hour of the report holds exactly its jobs (answers, free and paid shares of them,
     attempts per answer, paid cost); the days add up their hours, and both add up to the total."""
     store = SQLiteStore(":memory:")
-    store.add_audit([{**j, "job": f"j{i}", "attempt_rows": []} for i, j in enumerate(jobs)])
-    got = report(store.query, since=since, by="cohort", ceiling_usd=0.5)
+    store.records.add_audit([{**j, "job": f"j{i}", "attempt_rows": []} for i, j in enumerate(jobs)])
+    got = report(store.records.query, since=since, by="cohort", ceiling_usd=0.5)
     by_hour: dict[int, list[dict[str, Any]]] = {}
     for j in jobs:
         if j["at"] // 3600 >= since // 3600:
@@ -400,8 +400,8 @@ def test_a_state_file_from_before_dropped_opens_and_explains(tmp_path):
         attempts=(),
         latency_s=0.1,
     )
-    store.add_audit([row])
-    old, new = explain(store.query, "old"), explain(store.query, job.id)
+    store.records.add_audit([row])
+    old, new = explain(store.records.query, "old"), explain(store.records.query, job.id)
     assert old is not None and old["dropped"] == [] and old["summary"]
     assert new is not None and new["dropped"] == ["client_metadata", "tools.web_search"]
     assert "dropped (not sent): client_metadata, tools.web_search" in story_text(new)

@@ -174,7 +174,9 @@ async def test_paid_only_when_both_free_models_failed(env, autojump_clock):
                 await d.complete(job(model="pair"))
             spent = d.paid_spent_today()
             reply = await d.complete(job(model="pair"))  # the paid lane answers this time
-            rows = sqlite_store(d).query("SELECT COUNT(*), COUNT(DISTINCT id) FROM paid_ledger", ())
+            rows = sqlite_store(d).records.query(
+                "SELECT COUNT(*), COUNT(DISTINCT id) FROM paid_ledger", ()
+            )
     assert [(a.model, a.retry) for a in caught.value.attempts] == [
         ("sick", False),
         ("sick", True),

@@ -203,7 +203,7 @@ async def test_no_key_from_an_upstream_reaches_any_observable(tmp_path, caplog):
                 seen.append((await http.get(base + path)).text)
     ids = [a.headers["x-lanes-request-id"] for a in answers]
     store = SQLiteStore(str(tmp_path / "state.db"))  # the sidecar's last sync wrote the audit
-    stories = [explain(store.query, i) for i in ids]  # what /v1/requests/{id} answers
+    stories = [explain(store.records.query, i) for i in ids]  # what /v1/requests/{id} answers
     store.close()
     files = b"".join(p.read_bytes() for p in tmp_path.glob("state.db*"))
     logged = [r.getMessage() for r in caplog.records]

@@ -3,8 +3,8 @@ mode) settle to the strictest a live host announces, or what an operator set (is
 
 The rule is pure (`state/terms.py`, Hypothesis below); both stores run it in one atomic step — a
 SQLite immediate transaction, a Redis WATCH transaction — and hold every reservation to the
-settled ceiling in the reservation's own transaction or script (the contract tests, parametrized
-over SQLite and a real redis-server).
+settled ceiling in the reservation's own transaction or script (the contract tests,
+tests/test_state_contract_terms.py, parametrized over SQLite and a real redis-server).
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ from __future__ import annotations
 import sqlite3
 import time
 
-import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes._core.state import terms
-from lanes._core.state.redis_store import RedisStore
 from lanes._core.state.store import SQLiteStore, Store
 from lanes._core.state.terms import CONSENTS, LIVE_S, Announced, Operator, Terms, settle
-from lanes.freetier.windows import window_id
 
 NOW = 1_800_000_000.0
 ceilings = st.floats(0, 100, allow_nan=False)
@@ -108,23 +105,7 @@ def test_a_stored_entry_we_can_not_read_is_skipped(data):
     terms.operator_from(data)
 
 
-# -- the stores (contract: SQLite and Redis) ---------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def two(request, tmp_path):
-    """Two processes (SQLite: one file) or two hosts (Redis: one server) sharing one store."""
-    if request.param == "sqlite":
-        stores: list[Store] = [SQLiteStore(str(tmp_path / "s.db")) for _ in range(2)]
-    else:
-        url = request.getfixturevalue("redis_server").url
-        stores = [RedisStore(url, local=SQLiteStore(":memory:")) for _ in range(2)]
-        for store in stores:
-            store.begin_sync(time.time())
-            store.flush()
-    yield stores
-    for store in stores:
-        store.close()
+# -- the stores (their contract: tests/test_state_contract_terms.py) -------------------------------
 
 
 def beat(store: Store, ceiling: float, consent: str = "allow", *, fresh: bool = False):
@@ -142,61 +123,6 @@ def beat(store: Store, ceiling: float, consent: str = "allow", *, fresh: bool = 
     )
     assert pulse is not None and pulse.settled is not None
     return pulse
-
-
-def reserve(store: Store, amount: float, ceiling: float) -> str | None:
-    return store.reserve_paid(
-        day=window_id("day", time.time()),
-        amount=amount,
-        ceiling=ceiling,
-        lane="paid",
-        model="m",
-        job="j",
-        cohort=None,
-        wall=time.time(),
-        tolerance_s=120.0,
-    )
-
-
-def test_two_hosts_settle_on_the_stricter_terms(two):
-    """Hosts announcing $0.01/allow and $0.002/ask both read $0.002 and ask, named by who set
-    them; each host's configured terms stay listed."""
-    loose, strict = two
-    beat(loose, 0.01, "allow", fresh=True)
-    beat(strict, 0.002, "ask", fresh=True)
-    pulse = beat(loose, 0.01, "allow")
-    assert pulse.settled.terms == Terms(ceiling_usd=0.002, consent="ask")
-    assert pulse.settled.ceiling_by == strict.host_id
-    assert sorted(h.announced.terms.ceiling_usd for h in pulse.hosts) == [0.002, 0.01]
-
-
-def test_a_reservation_is_held_to_the_stores_ceiling_whatever_the_host_asks(two):
-    """A host that passes its own looser ceiling (it has not seen the stricter announcement yet)
-    is still held to the store's: the cap is in the reservation's own transaction or script."""
-    loose, strict = two
-    beat(loose, 0.01, fresh=True)
-    beat(strict, 0.002, fresh=True)
-    assert reserve(loose, 0.0015, ceiling=0.01) is not None
-    assert reserve(loose, 0.001, ceiling=0.01) is None  # 0.0025 would cross the store's 0.002
-    assert reserve(loose, 0.0005, ceiling=0.01) is not None  # exactly 0.002: allowed
-
-
-def test_an_operator_sets_the_terms_until_a_stricter_host_arrives(two):
-    """`lanes ceiling set` raises (or lowers) the store's ceiling over earlier announcements; a
-    host announcing a stricter one afterwards is stricter again; a host leaving stops holding
-    the others back."""
-    a, b = two
-    beat(a, 0.002, fresh=True)
-    beat(b, 0.01, fresh=True)
-    a.set_terms(Operator(ceiling_usd=0.05, ceiling_at=time.time(), by="ops", consent_at=0.0))
-    raised = beat(b, 0.01)
-    assert raised.settled.terms.ceiling_usd == 0.05
-    assert raised.settled.ceiling_by == "operator via ops"
-    assert raised.settled.terms.consent == "allow"  # the operator set no consent
-    lowered = beat(b, 0.001, fresh=True)  # b reloads with a stricter ceiling
-    assert lowered.settled.terms.ceiling_usd == 0.001
-    b.withdraw()
-    assert beat(a, 0.002).settled.terms.ceiling_usd == 0.05  # b is gone: the operator's again
 
 
 def test_a_host_not_seen_for_a_while_holds_no_one_back(tmp_path):

@@ -284,7 +284,7 @@ async def _keep_audit(dispatcher: Dispatcher, days: float, every_s: float = 3600
     while True:
         try:
             before = dispatcher.clock.trusted() - days * 86400.0
-            removed = await call(dispatcher.store, dispatcher.store.prune_audit, before)
+            removed = await call(dispatcher.store, dispatcher.store.records.prune_audit, before)
         except Exception as exc:  # a background task must not take the sidecar down
             log.warning(
                 "audit retention: can not delete old rows (%s); trying again in an hour", exc

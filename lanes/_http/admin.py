@@ -161,7 +161,7 @@ def admin_routes(
                 ceiling = min(ceiling, own.paid_ceiling_usd_per_day)
             read = partial(
                 report,
-                dispatcher.store.query,
+                dispatcher.store.records.query,
                 since=since,
                 by=by,
                 ceiling_usd=ceiling,
@@ -176,7 +176,7 @@ def admin_routes(
 
     async def request_view(request: Request) -> Response:
         try:
-            story = explain(dispatcher.store.query, request.path_params["request_id"])
+            story = explain(dispatcher.store.records.query, request.path_params["request_id"])
         except STORE_ERRORS:
             return error_response(503, "the audit can not be read now", "state_store_down")
         if story is None or not own(request, [story]):  # another client's: as unknown

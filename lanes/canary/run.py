@@ -132,7 +132,7 @@ async def run_canary(
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Probe every selected free model with every prompt; store the answers; return the run id."""
-    db = dispatcher.store.db
+    db = dispatcher.store.records.db
     ensure_tables(db)
     dispatcher.canary_probing(True)  # quarantined models are probed too, so they can pass again
     settings = config.settings
@@ -202,7 +202,7 @@ def latest_run(db: Any) -> int | None:
 def pin(store: Any, *, keys: Sequence[str] = ()) -> list[str]:
     """Record the latest run's answered prompts as each model's baseline; release its quarantine
     (a model named in `keys` is released even when it has no answer to pin)."""
-    db = store.db
+    db = store.records.db
     for key in keys:
         store.set_quarantine(key, None)
     run = latest_run(db)
@@ -241,7 +241,7 @@ def apply_verdicts(store: Any, reports: Sequence[ModelReport], config: CanaryCon
 
 def report(store: Any, config: CanaryConfig) -> list[ModelReport]:
     """Verdicts for the latest run against the baseline. Reads only."""
-    db = store.db
+    db = store.records.db
     run = latest_run(db)
     if run is None:
         return []

@@ -20,8 +20,8 @@ from lanes._core.model.job import Candidate
 from lanes._core.money.terms import TermsStatistics
 from lanes._core.policy.breaker import BreakerStatistics
 from lanes._core.runtime.tasks import BackgroundStatistics
+from lanes._core.state.backend import Backend
 from lanes._core.state.clock import ClockStatistics
-from lanes._core.state.store import Store
 from lanes.freetier.kinds import CreditBased
 
 
@@ -182,7 +182,7 @@ def _lane_models(
 def snapshot(
     routing: Routing,
     *,
-    store: Store,
+    store: Backend,
     unavailable: Mapping[str, str],
     journal: Journal,
     background: BackgroundStatistics | None = None,

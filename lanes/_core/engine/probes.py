@@ -15,22 +15,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.record import JobRecord
-from lanes._core.state.store import STORE_ERRORS, Store, call
+from lanes._core.state.backend import STORE_ERRORS, Backend, call
+from lanes._core.state.leases import ProbeLeases
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
 
 
+class LeaseStore(Backend, ProbeLeases, Protocol):
+    """What the probes need of the state store: its leases, and how a call reaches it."""
+
+
 class Probes:
     def __init__(
         self,
-        store: Store,
+        store: LeaseStore,
         manager: FreeTierManager,
         now_wall: Callable[[], EpochTime],
         nudge: Callable[[], None],

@@ -9,11 +9,12 @@ are created in one `BEGIN IMMEDIATE` transaction, so two processes never interle
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 OPEN_WITHIN_S = 10.0  # how long a first open may wait for other processes opening the same file
@@ -66,6 +67,20 @@ def reopen(path: str, schema: str, migrate: Migrate | None = None) -> sqlite3.Co
         for suffix in ("-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     return connect(path, schema, migrate)
+
+
+@contextlib.contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One `BEGIN IMMEDIATE` transaction (it waits for the other writers, so what it reads stays
+    true until it commits): committed when the block ends, rolled back when it raises — whatever
+    happens, the transaction does not outlive the block."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
 
 def _prepare(conn: sqlite3.Connection, path: str, schema: str, migrate: Migrate | None) -> None:

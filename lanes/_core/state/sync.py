@@ -180,7 +180,7 @@ class StateSync:
             if view is not None:
                 self.store.reseed(view, now)
                 batch.written("usage")  # the view held the pending counts
-            self.store.add_audit(batch.audit)
+            self.store.records.add_audit(batch.audit)
             batch.written("audit")
             self.store.add_usage(batch.usage, batch.spend)
             batch.written("usage")

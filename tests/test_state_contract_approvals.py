@@ -1,6 +1,7 @@
-"""Pending approvals in the state store: listed by every process (or host) sharing it, decided once
-by whichever decides first; an "approve once" kept with its decision and consumed by exactly one
-request — the same contract for the SQLite file and for Redis."""
+"""The approvals' contract (`Approvals`), on both backends: pending approvals listed by every
+process (or host) sharing the store, decided once by whichever decides first; an "approve once"
+kept with its decision and consumed by exactly one request — the same rules for the SQLite file
+and for Redis."""
 
 from __future__ import annotations
 

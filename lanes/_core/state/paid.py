@@ -1,0 +1,302 @@
+"""The paid ledger: what paid attempts reserved and what they really cost, per UTC day.
+
+The rules, on both backends, each one atomic step across every process and host sharing the store:
+
+- a reservation is granted only when the day's reserved-or-settled total plus its amount stays
+  within the ceiling — the lower of the caller's and the store's terms' (see `beats.py`) — and,
+  for a client with a ceiling of its own, the client's total within that too; an unsettled
+  reservation counts in full, so a crash never under-counts;
+- settling replaces a reservation by what the attempt cost (never more than it reserved);
+- a store that lost its data gets this process's own reservations back (`reseed`), so the ceiling
+  holds across the loss.
+
+SQLite: rows of `paid_ledger`, checked and written in one `BEGIN IMMEDIATE` transaction. Redis: a
+hash per day and its running total in integer pico-dollars (a client's too), checked and written
+by one Lua script (`RESERVE`) that also decides the day by the server's clock (TIME).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+
+import attrs
+
+from lanes._core.state.backend import ClockRefused, RedisBase, SQLiteBase, StoreUnavailable, guarded
+from lanes._core.state.beats import shared_ceiling
+from lanes._core.state.redis_scripts import PICO, RESERVE, RESTORE, SETTLE, pico
+from lanes._core.state.sqlite_file import immediate
+from lanes.freetier.windows import end_of, window_id
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS paid_ledger (
+    id TEXT PRIMARY KEY, day INTEGER, reserved FLOAT, settled FLOAT, lane TEXT, model TEXT,
+    job TEXT, cohort TEXT, client TEXT);
+CREATE INDEX IF NOT EXISTS idx_paid_ledger_day ON paid_ledger (day);
+"""
+EPSILON_USD = 1e-12  # a float sum that lands exactly on the ceiling is within it
+
+
+@attrs.frozen(kw_only=True)
+class PaidAsk:
+    """One paid attempt's reservation request (see `PaidLedger.reserve_paid`)."""
+
+    day: int  # the UTC day (this host's guess: a store with a clock of its own decides it)
+    amount: float  # USD: the attempt's worst case
+    ceiling: float  # USD: the day's paid ceiling, as this host's config has it
+    lane: str
+    model: str
+    job: str
+    cohort: str | None
+    client: str | None = None
+    client_ceiling: float | None = None  # USD: the client's own ceiling, if it has one
+    wall: float | None = None  # this host's wall clock, for a store with a clock of its own
+    tolerance_s: float | None = None  # how far that wall may be from the store's clock
+
+
+class PaidLedger(Protocol):
+    """Reserve, settle and read the day's paid spend."""
+
+    def reserve_paid(
+        self,
+        *,
+        day: int,
+        amount: float,
+        ceiling: float,
+        lane: str,
+        model: str,
+        job: str,
+        cohort: str | None,
+        client: str | None = None,
+        client_ceiling: float | None = None,
+        wall: float | None = None,
+        tolerance_s: float | None = None,
+    ) -> str | None:
+        """Reserve `amount` USD of the day's paid budget, atomically across every process and
+        host; the reservation's id, or None if it would cross `ceiling` or the store's terms'
+        ceiling, whichever is lower — or, for a `client` with a ceiling of its own,
+        `client_ceiling`. Raises `StoreUnavailable` while the ledger is not known to be whole and
+        `ClockRefused` when `wall` is further than `tolerance_s` from the store's own clock."""
+        return self.reserve(
+            PaidAsk(
+                day=day,
+                amount=amount,
+                ceiling=ceiling,
+                lane=lane,
+                model=model,
+                job=job,
+                cohort=cohort,
+                client=client,
+                client_ceiling=client_ceiling,
+                wall=wall,
+                tolerance_s=tolerance_s,
+            )
+        )
+
+    def reserve(self, ask: PaidAsk) -> str | None: ...
+    def settle_paid(self, reservation: str, cost: float) -> None: ...
+    def paid_spent(self, day: int, client: str | None = None) -> float: ...
+
+
+class SQLitePaid(PaidLedger, SQLiteBase):
+    """The ledger in the host's SQLite file (the processes of one host share the host's clock,
+    which the ledger checks: `wall` and `tolerance_s` are not needed)."""
+
+    # this process's paid reservations of today and yesterday, with what they settled at;
+    # written back when the file is found replaced
+    _own: dict[str, tuple[PaidAsk, float | None]]
+
+    def reserve(self, ask: PaidAsk) -> str | None:
+        reservation = f"{ask.job}:{ask.lane}/{ask.model}:{uuid.uuid4().hex}"  # one per attempt
+        self._check_file()
+        with self._lock:
+            with immediate(self._conn):
+                shared = shared_ceiling(self._conn)
+                ceiling = ask.ceiling if shared is None else min(ask.ceiling, shared)
+                over = self._spent(ask.day) + ask.amount > ceiling + EPSILON_USD
+                if not over and ask.client_ceiling is not None:
+                    over = (
+                        self._spent(ask.day, ask.client) + ask.amount
+                        > ask.client_ceiling + EPSILON_USD
+                    )
+                if over:
+                    return None
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO paid_ledger "
+                    "(id, day, reserved, settled, lane, model, job, cohort, client) "
+                    "VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?)",
+                    (reservation, ask.day, ask.amount, *_described(ask)),
+                )
+            if self._path != ":memory:":
+                self._own[reservation] = (ask, None)
+        return reservation
+
+    def settle_paid(self, reservation: str, cost: float) -> None:
+        """Replace a reservation by what the attempt really cost, as reported by its usage."""
+        with self._lock, self._conn:
+            self._conn.execute(
+                "UPDATE paid_ledger SET settled = ? WHERE id = ?", (cost, reservation)
+            )
+            if reservation in self._own:
+                self._own[reservation] = (self._own[reservation][0], cost)
+
+    def paid_spent(self, day: int, client: str | None = None) -> float:
+        with self._lock:
+            return self._spent(day, client)
+
+    def _spent(self, day: int, client: str | None = None) -> float:
+        """Reserved-or-settled USD of `day` (unsettled reservations count in full), all clients'
+        or one's. Hold the lock."""
+        where, args = (
+            ("day = ?", (day,)) if client is None else ("day = ? AND client = ?", (day, client))
+        )
+        (spent,) = self._conn.execute(
+            f"SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE {where}",
+            args,
+        ).fetchone()
+        return float(spent)
+
+    def _forget_own(self, now: float) -> None:
+        """Only today's and yesterday's reservations can need writing back."""
+        day = window_id("day", now)
+        with self._lock:
+            self._own = {r: own for r, own in self._own.items() if own[0].day >= day - 1}
+
+    def _reseed_paid(self) -> None:
+        """This process's own reservations back — inside the reseed's transaction."""
+        self._conn.executemany(
+            "INSERT OR IGNORE INTO paid_ledger "
+            "(id, day, reserved, lane, model, job, cohort, client, settled) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (r, ask.day, ask.amount, *_described(ask), settled)
+                for r, (ask, settled) in self._own.items()
+            ],
+        )
+
+
+def _described(ask: PaidAsk) -> tuple[Any, ...]:
+    """What a `paid_ledger` row says of the attempt: lane, model, job, cohort, client."""
+    return ask.lane, ask.model, ask.job, ask.cohort, ask.client
+
+
+class RedisPaid(PaidLedger, RedisBase):
+    """The ledger in Redis, shared by every host; the day is the server's."""
+
+    _spent_cache: dict[int, float]  # the day's total, as of the last sync or reservation
+    _client_spent: dict[tuple[int, str], float]  # as of this host's last reservation for it
+    _settles: dict[str, float]  # settlements waiting for the next flush
+    _own: dict[str, tuple[int, float]]  # reservation → (day, amount now counted)
+
+    @guarded
+    def reserve(self, ask: PaidAsk) -> str | None:
+        """In one script across every host. The day is the server's (`ask.day` is this host's
+        guess; asked again once with the server's when it guessed wrong)."""
+        if not self.up:
+            raise StoreUnavailable(
+                f"redis at {self.where}: the shared paid ledger is not synchronised yet"
+            )
+        client, day = ask.client, ask.day
+        tag = client.encode().hex() if ask.client_ceiling is not None and client else ""
+        checked = (
+            ["", "0"]
+            if ask.wall is None or ask.tolerance_s is None
+            else [repr(ask.wall), repr(ask.tolerance_s)]
+        )
+        for _ in range(2):
+            # one per attempt, never merged; day and client tag first, so settling finds the ledgers
+            reservation = f"{day}:{tag}:{uuid.uuid4().hex}:{ask.job}:{ask.lane}/{ask.model}"
+            granted, total, mine, server = self._script(RESERVE)(
+                keys=[*self._ledger(day, tag), self._k("ceiling")],
+                args=[
+                    reservation,
+                    pico(ask.amount),
+                    round(ask.ceiling * PICO),
+                    int(end_of("day", day)) + 86400,
+                    round(ask.client_ceiling * PICO)
+                    if tag and ask.client_ceiling is not None
+                    else -1,
+                    day,
+                    *checked,
+                ],
+            )
+            if int(granted) == -1:
+                raise ClockRefused(float(server) - float(checked[0]))
+            if int(granted) != -2:
+                break
+            day = window_id("day", float(server))  # midnight fell between our guess and the script
+        else:
+            return None  # the server's day changed twice within a call: refuse, never guess
+        with self._lock:
+            self._spent_cache[day] = int(total) / PICO
+            if tag and client:
+                self._client_spent[(day, client)] = int(mine) / PICO
+            if not int(granted):
+                return None
+            self._own[reservation] = (day, ask.amount)
+        return reservation
+
+    def _ledger(self, day: int | str, tag: str = "") -> list[str]:
+        """The day's ledger and total, then the client's (tagged by its hex name; "" for none)."""
+        return [
+            self._k("paid", day),
+            self._k("paid-total", day),
+            self._k("paid-client", day, tag),
+            self._k("paid-client-total", day, tag),
+        ]
+
+    @staticmethod
+    def _parts(reservation: str) -> tuple[str, str]:
+        """(day, client tag) of a reservation id made here."""
+        day, tag, *_ = reservation.split(":", 2)
+        return day, tag
+
+    def settle_paid(self, reservation: str, cost: float) -> None:
+        """Replace a reservation by its real cost at the next flush (it counts in full until
+        then)."""
+        with self._lock:
+            if reservation in self._own:
+                day, _ = self._own[reservation]
+                self._own[reservation] = (day, cost)
+            self._settles[reservation] = cost
+
+    def paid_spent(self, day: int, client: str | None = None) -> float:
+        """Today's spend as of the last sync or reservation (all hosts); a client's own, when
+        named, as of this host's last reservation for it."""
+        with self._lock:
+            if client is not None:
+                return self._client_spent.get((day, client), 0.0)
+            return self._spent_cache.get(day, 0.0)
+
+    def _queue_settles(self, pipe: Any, settles: dict[str, float]) -> None:
+        for reservation, cost in settles.items():
+            self._script(SETTLE)(
+                keys=self._ledger(*self._parts(reservation)),
+                args=[reservation, pico(cost)],
+                client=pipe,
+            )
+
+    def _take_totals(self, day: int, totals: list[Any]) -> None:
+        """The totals of the days around `day` read by the sync; this host's reservations older
+        than yesterday forgotten (only today's and yesterday's can need pushing back). Hold the
+        lock."""
+        near = (day - 1, day, day + 1)
+        self._spent_cache = {d: int(t or 0) / PICO for d, t in zip(near, totals, strict=True)}
+        if any(d < day - 1 for d, _ in self._own.values()):
+            self._own = {r: (d, amount) for r, (d, amount) in self._own.items() if d >= day - 1}
+
+    def _reseed_paid(self, pipe: Any) -> None:
+        """This host's own unexpired reservations back (`RESTORE`), queued on `pipe`. Hold the
+        lock."""
+        for reservation, (day, amount) in self._own.items():
+            tag = self._parts(reservation)[1]
+            self._script(RESTORE)(
+                keys=self._ledger(day, tag),
+                args=[
+                    reservation,
+                    pico(amount),
+                    int(end_of("day", day)) + 86400,
+                    "1" if tag else "0",
+                ],
+                client=pipe,
+            )
