@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from lanes._core.dispatcher import Dispatcher
-from lanes._http import app as app_module
+from lanes._http import endpoints
 from lanes._http.errors import BadRequest
 from lanes._http.validation import parse_decision, parse_job
 from lanes.testing import open_fake
@@ -270,7 +270,7 @@ async def test_the_chat_front_door_leaves_everything_else_to_starlette(monkeypat
         def broken_models(*args: object, **kw: object) -> None:
             raise RuntimeError("a bug in the models path")
 
-        monkeypatch.setattr(app_module, "models_list", broken_models)
+        monkeypatch.setattr(endpoints, "models_list", broken_models)
         failed = await http.post(f"{url}/chat/completions", json=OK)
         failed_elsewhere = await http.get(f"{url}/models")
     assert served.status_code == 200 and served.headers["x-lanes-lane"] == "local"

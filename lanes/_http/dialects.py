@@ -2,6 +2,8 @@
 request, answers, streams and fails. The translations themselves are pure, in
 `lanes/_core/dialects/`; this module only fits them to the sidecar (ids, clocks, error shapes).
 
+- `ChatCompletions` — `POST /v1/chat/completions` and every route not named below: OpenAI's
+  error shape (a `Shape` only: chat completions need no translation);
 - `ResponsesAPI` — `POST /v1/responses`: OpenAI's error shape; a stream of Responses events whose
   unrecoverable break is the in-band `error` event followed by `response.failed`.
 - `MessagesAPI` — `POST /v1/messages`: the Messages API's own error shape (`rate_limit_error`,
@@ -32,22 +34,42 @@ from lanes._http.errors import (
 from lanes._http.streaming import Dialect
 
 
-class API(Protocol):
+class Shape(Protocol):
+    """How an API's requests come in and its refusals and failures go out (`routes.py`)."""
+
+    def incoming(self, request: Request) -> Request: ...
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]: ...
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
+
+
+class API(Shape, Protocol):
     """One API the sidecar translates onto chat-completion jobs; its SDK reads the request id from
     `request_id_header`."""
 
     request_id_header: str
 
-    def incoming(self, request: Request) -> Request: ...
     def to_chat(self, body: Mapping[str, Any]) -> ChatRequest: ...
     def answer(
         self, body: Mapping[str, Any], reply: Reply, job: Job, now: float
     ) -> dict[str, Any]: ...
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect: ...
+
+
+class ChatCompletions:
+    """OpenAI's chat completions, and every route that speaks as they do."""
+
+    def incoming(self, request: Request) -> Request:
+        return request
+
     def error_body(
         self, status: int, message: str, code: str | None, param: str | None
-    ) -> dict[str, Any]: ...
-    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
+    ) -> dict[str, Any]:
+        return error_body(status, message, code, param)
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return job_failed(exc)
 
 
 class _Events:
@@ -84,13 +106,10 @@ class _Events:
         return self._failed(exc)
 
 
-class ResponsesAPI:
-    """`POST /v1/responses`."""
+class ResponsesAPI(ChatCompletions):
+    """`POST /v1/responses`: chat completions' requests and error shape."""
 
     request_id_header = REQUEST_ID
-
-    def incoming(self, request: Request) -> Request:
-        return request
 
     def to_chat(self, body: Mapping[str, Any]) -> ChatRequest:
         return responses_api.to_chat(body)
@@ -112,11 +131,6 @@ class ResponsesAPI:
             self.failed,
             REQUEST_ID,
         )
-
-    def error_body(
-        self, status: int, message: str, code: str | None, param: str | None
-    ) -> dict[str, Any]:
-        return error_body(status, message, code, param)
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
         """The failure as chat completions says it, the field it names as this API calls it."""
@@ -142,7 +156,8 @@ class MessagesAPI:
 
     def incoming(self, request: Request) -> Request:
         """A request whose client key came in `x-api-key`, as this API's clients send it, with the
-        key presented as a bearer token — so the one key check (app.py) reads it."""
+        key presented as a bearer token — so the one key check (`guard.py`, at the route's door,
+        `routes.py`) reads it."""
         key = request.headers.get("x-api-key")
         if key is None or "authorization" in request.headers:
             return request

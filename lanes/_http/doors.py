@@ -1,4 +1,4 @@
-"""The sidecar's other doors, beside chat completions (app.py):
+"""The sidecar's other doors, beside chat completions (`endpoints.py`):
 
 - `POST /v1/responses` and `POST /v1/messages` (and `/v1/messages/count_tokens`): translated into
   a chat-completion `Job` (`_core/dialects/`), served by `dispatcher.complete` or streamed through
@@ -7,129 +7,84 @@
   quotas, consent and ceiling, and only ever the model the request names;
 - `GET /v1/models/{id}`: one entry of the model list.
 
-What the chat door owns — the client-key check, the bounded body read, our request headers and
-the `X-Lanes-*` reply headers — it lends through `Door`, so there is one of each.
+What every door shares is written once: the bounded body read and the `X-Lanes-*` reply headers
+(`context.py`), our request headers (`validation.py`), and — at the route's door (`routes.py`) —
+the client-key check and every refusal, in the API's own error shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
+from collections.abc import Mapping
 from typing import Any
 
-import attrs
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
-from lanes._core.dialects.common import BadField
-from lanes._core.dispatcher import Dispatcher
-from lanes._core.model.errors import JobFailed
-from lanes._core.model.job import Job, Reply
+from lanes._core.model.job import Job
 from lanes._core.policy.needs import estimate_tokens
+from lanes._http.context import Context, caller, read_body, replied, reply_headers, resolve
 from lanes._http.dialects import API, MessagesAPI, ResponsesAPI
-from lanes._http.errors import REQUEST_ID, BadRequest, error_response, job_failed
+from lanes._http.errors import BadRequest, error_response
 from lanes._http.state import model_entry
 from lanes._http.streaming import SSERelay
-from lanes._http.validation import chat_fields
+from lanes._http.validation import chat_fields, job_headers, json_object
 
 #: OpenAI's limit on the inputs of one embeddings request.
 MAX_EMBEDDING_INPUTS = 2048
+RESPONSES, MESSAGES = ResponsesAPI(), MessagesAPI()
 
 
-@attrs.frozen(kw_only=True)
-class Door:
-    """What the chat door lends the others: the dispatcher, the client-key check, the
-    bounded body read and its JSON reading, the `Job` fields our request headers set, and the
-    reply's headers."""
-
-    dispatcher: Dispatcher
-    keepalive_s: float
-    client_of: Callable[[Request], str]
-    read_body: Callable[[Request], Awaitable[bytes]]
-    json_object: Callable[[bytes], dict[str, Any]]
-    job_headers: Callable[[Mapping[str, str]], dict[str, Any]]
-    reply_headers: Callable[[Reply, str], dict[str, str]]  # and where the SDK reads the id
+async def responses(request: Request, ctx: Context) -> Response | SSERelay:
+    """`POST /v1/responses`."""
+    return await translated(RESPONSES, request, ctx)
 
 
-def door_routes(door: Door) -> list[Route]:
-    responses, messages = ResponsesAPI(), MessagesAPI()
-    return [
-        Route("/v1/responses", partial(translated, door, responses), methods=["POST"]),
-        Route("/v1/messages", partial(translated, door, messages), methods=["POST"]),
-        Route("/v1/messages/count_tokens", partial(count_tokens, door, messages), methods=["POST"]),
-        Route("/v1/embeddings", partial(embeddings, door), methods=["POST"]),
-        Route("/v1/models/{model_id:path}", partial(model_by_id, door)),
-    ]
+async def messages(request: Request, ctx: Context) -> Response | SSERelay:
+    """`POST /v1/messages`."""
+    return await translated(MESSAGES, request, ctx)
 
 
-async def _read_job(door: Door, api: API, request: Request) -> tuple[dict[str, Any], Job, bool]:
+async def messages_count_tokens(request: Request, ctx: Context) -> Response:
+    """`POST /v1/messages/count_tokens`."""
+    return await count_tokens(MESSAGES, request, ctx)
+
+
+async def _read_job(api: API, request: Request, ctx: Context) -> tuple[dict[str, Any], Job, bool]:
     """(the body as sent, its chat-completion job, streamed?). Raises BadRequest or BadField."""
-    client = door.client_of(request)
-    body = door.json_object(await door.read_body(request))
+    body = json_object(await read_body(request, ctx))
     chat = api.to_chat(body)
     job = Job(
         messages=chat_fields(chat.messages, chat.params),
         params=chat.params,
         model=chat.model,
-        client=client,
+        client=caller(request).client,
         dropped=chat.dropped,
         reasoning_effort=chat.reasoning_effort,
-        **door.job_headers(request.headers),
+        **job_headers(request.headers),
     )
     return body, job, chat.stream
 
 
-async def translated(door: Door, api: API, request: Request) -> Response | SSERelay:
+async def translated(api: API, request: Request, ctx: Context) -> Response | SSERelay:
     """A Responses or Messages API request, served as a chat-completion job."""
-    request = api.incoming(request)
-    job_id = None
-    try:
-        body, job, stream = await _read_job(door, api, request)
-        job_id = job.id
-        door.dispatcher.resolve(job)  # an unknown model is a 404 before anything is sent
-    except (BadRequest, BadField) as exc:
-        return _refused(api, exc)
-    except JobFailed as exc:
-        exc.request_id = exc.request_id or job_id
-        status, failure, headers = api.failed(exc)
-        return JSONResponse(failure, status_code=status, headers=headers)
-    now = door.dispatcher.now_wall()
+    body, job, stream = await _read_job(api, request, ctx)
+    resolve(ctx, job)
+    dispatcher = ctx.dispatcher
+    now = dispatcher.now_wall()
     if stream:
         dialect = api.stream(body, job, now)
-        return SSERelay(
-            door.dispatcher,
-            job,
-            keepalive_s=door.keepalive_s,
-            dialect=dialect,
-        )
-    try:
-        reply = await door.dispatcher.complete(job)
-    except JobFailed as exc:
-        status, failure, headers = api.failed(exc)
-        return JSONResponse(failure, status_code=status, headers=headers)
-    headers = door.reply_headers(reply, api.request_id_header)
+        return SSERelay(dispatcher, job, keepalive_s=ctx.server.keepalive_s, dialect=dialect)
+    reply = await dispatcher.complete(job)
+    headers = reply_headers(reply, api.request_id_header)
     return JSONResponse(api.answer(body, reply, job, now), headers=headers)
 
 
-def _refused(api: API, exc: BadRequest | BadField) -> JSONResponse:
-    """A request refused before routing, in `api`'s error shape."""
-    status, code = (
-        (exc.status, exc.code) if isinstance(exc, BadRequest) else (400, "invalid_request")
-    )
-    return JSONResponse(api.error_body(status, str(exc), code, exc.param), status_code=status)
-
-
-async def count_tokens(door: Door, api: API, request: Request) -> Response:
+async def count_tokens(api: API, request: Request, ctx: Context) -> Response:
     """`/v1/messages/count_tokens`: the same estimate the policy plans with (one token per four
     bytes of the messages and tools); nothing is sent upstream."""
-    request = api.incoming(request)
-    try:
-        client = door.client_of(request)
-        body = door.json_object(await door.read_body(request))
-        chat = api.to_chat({"max_tokens": 1, **body})
-    except (BadRequest, BadField) as exc:
-        return _refused(api, exc)
+    body = json_object(await read_body(request, ctx))
+    chat = api.to_chat({"max_tokens": 1, **body})
+    client = caller(request).client
     job = Job(messages=chat.messages, params=chat.params, model=chat.model, client=client)
     return JSONResponse({"input_tokens": estimate_tokens(job)})
 
@@ -161,36 +116,18 @@ def _embedding_job(body: Mapping[str, Any], client: str, headers: dict[str, Any]
         raise BadRequest(str(exc), "input") from None
 
 
-async def embeddings(door: Door, request: Request) -> Response:
+async def embeddings(request: Request, ctx: Context) -> Response:
     """`POST /v1/embeddings`: the upstream's own body, with who served it in `X-Lanes-*`."""
-    job_id = None
-    try:
-        client = door.client_of(request)
-        body = door.json_object(await door.read_body(request))
-        job = _embedding_job(body, client, door.job_headers(request.headers))
-        job_id = job.id
-        door.dispatcher.resolve(job)
-        reply = await door.dispatcher.embed(job)
-    except BadRequest as exc:
-        return error_response(exc.status, str(exc), exc.code, param=exc.param)
-    except JobFailed as exc:
-        exc.request_id = exc.request_id or job_id
-        status, failure, headers = job_failed(exc)
-        return JSONResponse(failure, status_code=status, headers=headers)
-    if reply.raw:  # the upstream's own bytes, not a re-encoding of them
-        headers = door.reply_headers(reply, REQUEST_ID)
-        return Response(reply.raw, media_type="application/json", headers=headers)
-    return JSONResponse(dict(reply.body), headers=door.reply_headers(reply, REQUEST_ID))
+    body = json_object(await read_body(request, ctx))
+    job = _embedding_job(body, caller(request).client, job_headers(request.headers))
+    resolve(ctx, job)
+    return replied(await ctx.dispatcher.embed(job))
 
 
-async def model_by_id(door: Door, request: Request) -> Response:
+async def model_by_id(request: Request, ctx: Context) -> Response:
     """`GET /v1/models/{id}`: the model list's entry for `id` (`auto`, an alias or `lane/model`)."""
-    try:
-        door.client_of(request)
-    except BadRequest as exc:
-        return error_response(exc.status, str(exc), exc.code)
     model_id = request.path_params["model_id"]
-    found = model_entry(door.dispatcher, model_id)
+    found = model_entry(ctx.dispatcher, model_id)
     if found is None:
         return error_response(404, f"no model {model_id!r}", "model_not_found", param="model")
     return JSONResponse(found)

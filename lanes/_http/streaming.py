@@ -18,6 +18,7 @@ same chunks into their events (`_http/dialects.py`).
 from __future__ import annotations
 
 import json
+from collections.abc import MutableMapping
 from typing import Any, Protocol
 
 import trio
@@ -93,7 +94,7 @@ class SSERelay:
         self.dispatcher, self.job, self.keepalive_s = dispatcher, job, keepalive_s
         self.dialect: Dialect = dialect or ChatDialect()
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         to_writer, from_producer = trio.open_memory_channel[Event](64)
         head = _Head(self, send)
         async with trio.open_nursery() as nursery:

@@ -10,17 +10,16 @@ reloads the config when told to, and stops them all.
   stays. Otherwise a new worker is started for every slot beside the old one, on the slot's
   socket, and only when every new worker serves are the old ones stopped gracefully: the port
   never stops answering. One line names the keys that changed. A new worker that is not ready
-  within `READY_S` refuses the reload: the new ones are stopped, the old ones keep serving. A new
-  worker serves nothing until the reload is decided: it says it is ready (config checked,
-  dispatcher open) and waits to be told to serve.
+  within `READY_S` (`processes.py`) refuses the reload: the new ones are stopped, the old ones
+  keep serving. A new worker serves nothing until the reload is decided: it says it is ready
+  (config checked, dispatcher open) and waits to be told to serve.
 - **Restarts back off.** A worker that exits on its own is started again after
   `restart_delay_s`: at once when it had served `STABLE_S`, else 0.5 s doubling to 30 s, per slot.
   The parent never gives up; it exits 1 only when no worker at all could start at start-up.
 - **Status.** The parent writes `status.json` beside the config copies whenever what runs changes
   (what each worker runs, whether it serves, the last reload's outcome); the workers read it for
   `/ready`, `/v1/lanes` and `POST /v1/reload` (`running.py`).
-- A worker says it is ready by writing to a pipe the parent gave it (EOF first: it exited), and
-  serves when the parent writes to another (EOF: it exits without serving).
+- **Processes.** Starting, releasing and stopping a worker process is `processes.py`'s.
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import signal
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,14 +37,12 @@ import trio
 
 from lanes._core.model.errors import ConfigError
 from lanes._core.source import changed_keys, said
+from lanes._http.processes import Plan, Processes, how_it_ended
 
 log = logging.getLogger("lanes")
-WORKER_ENV = "LANES_WORKER"  # the spec a worker process is started with (JSON)
-READY_S = 30.0  # a worker not ready within this is stopped: it could not start
 STABLE_S = 60.0  # a worker that served this long and exits is started again at once
 FIRST_RESTART_S = 0.5
 MAX_RESTART_S = 30.0
-KILL_AFTER_S = 5.0  # past the grace, a worker that has not stopped is killed
 
 
 def restart_delay_s(failures: int) -> float:
@@ -63,19 +58,6 @@ def short(sha256: str | None) -> str:
     return (sha256 or "none")[:12]
 
 
-@attrs.frozen(kw_only=True)
-class Plan:
-    """What every worker is started on: `spec` (its private config copy, `file`, and everything
-    else a worker is told), the config's hash, its parsed TOML (for the change line: None under
-    `--simulate`) and the graceful-stop time its workers get."""
-
-    spec: Mapping[str, Any]
-    sha256: str
-    raw: Mapping[str, Any] | None
-    grace_s: float
-    file: Path | None = None
-
-
 @attrs.define
 class _Slot:
     number: int
@@ -84,15 +66,6 @@ class _Slot:
     serving: bool = False
     started_at: float = 0.0
     failures: int = 0
-
-
-def _how(status: int) -> str:
-    if status < 0:
-        try:
-            return f"was killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with code {status}"
 
 
 def _again(delay_s: float) -> str:
@@ -117,11 +90,10 @@ class Team:
         status_path: Path,
         replan: Callable[[], Plan] | None,
     ) -> None:
-        self._plan, self._env, self._log_format = plan, env, log_format
+        self._plan = plan
         self._status_path, self._replan = status_path, replan
         self._slots = [_Slot(number=n) for n in range(1, count + 1)]
-        self._live: set[trio.Process] = set()
-        self._held: dict[trio.Process, int] = {}  # ready workers waiting to be told to serve
+        self._processes = Processes(env=env, log_format=log_format)
         self._lock = trio.Lock()  # one reload or restart starts workers at a time
         self._wanted = trio.Event()
         self._stopping = trio.Event()
@@ -141,67 +113,13 @@ class Team:
                             work.start_soon(self._keep, slot)
                         work.start_soon(self._reloader, work)
                         await trio.sleep_forever()
-            await self._stop_all()
+            await self._processes.stop_all(self._plan.grace_s)
             outer.cancel_scope.cancel()
         return self._code
 
-    async def _start(self, number: int, plan: Plan) -> tuple[trio.Process, str | None]:
-        """Start worker `number` on `plan` and wait until it can serve — its config checked, its
-        dispatcher open — which it then does only when told to (`_took`): the process, and None —
-        or how it failed (it is gone by then)."""
-        fds = plan.spec["fds"]
-        fd = fds[(number - 1) % len(fds)]
-        reader, writer = os.pipe()  # the worker says "ready" on it
-        hold, go = os.pipe()  # we say "serve" on it, or close it: "do not"
-        spec = {**plan.spec, "worker": number, "fd": fd, "ready": writer, "go": hold}
-        command = [sys.executable, "-m", "lanes", "serve", "--log-format", self._log_format]
-        try:
-            with trio.CancelScope(shield=True):  # a process started is a process we track
-                process = await trio.lowlevel.open_process(
-                    command,
-                    env={**self._env, WORKER_ENV: json.dumps(spec)},
-                    pass_fds=(fd, spec["watch"], writer, hold),
-                )
-                self._live.add(process)
-                self._held[process] = go
-        except BaseException:
-            os.close(go)
-            raise
-        finally:
-            os.close(writer)
-            os.close(hold)
-        pipe = trio.lowlevel.FdStream(reader)
-        try:
-            with trio.move_on_after(READY_S) as waiting:
-                if await pipe.receive_some(16):
-                    return process, None
-        finally:
-            with trio.CancelScope(shield=True):
-                await pipe.aclose()
-        if waiting.cancelled_caught:  # EOF instead means it exited (maybe not yet reaped)
-            process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
-            why = f"was not ready within {READY_S:g}s (killed)"
-        else:
-            why = _how(await process.wait())
-        self._live.discard(process)
-        self._release(process)
-        return process, why
-
-    def _release(self, process: trio.Process, serve: bool = False) -> None:
-        """Tell a worker that is ready to serve, or (closing its pipe) to exit without serving."""
-        go = self._held.pop(process, None)
-        if go is None:
-            return
-        if serve:
-            with contextlib.suppress(OSError):  # it died meanwhile: its slot starts it again
-                os.write(go, b"1")
-        os.close(go)
-
     def _took(self, slot: _Slot, process: trio.Process, plan: Plan) -> None:
         """`process` (ready on `plan`) is slot's worker now: it serves from here on."""
-        self._release(process, serve=True)
+        self._processes.release(process, serve=True)
         slot.process, slot.sha256, slot.serving = process, plan.sha256, True
         slot.started_at = trio.current_time()
 
@@ -210,7 +128,7 @@ class Team:
         failed: list[str] = []  # said in worker order, whichever ended first
 
         async def one(slot: _Slot) -> None:
-            process, why = await self._start(slot.number, self._plan)
+            process, why = await self._processes.start(slot.number, self._plan)
             if why is None:
                 self._took(slot, process, self._plan)
                 self._publish()  # serving: its `/ready` must not call it missing
@@ -241,7 +159,7 @@ class Team:
             if slot.serving and slot.process is not None:
                 process = slot.process
                 status = await process.wait()
-                self._live.discard(process)
+                self._processes.discard(process)
                 if slot.process is not process:
                     continue  # retired by a reload: its successor serves
                 lived_s = trio.current_time() - slot.started_at
@@ -252,14 +170,14 @@ class Team:
                     "worker %d (pid %d) %s; %s",
                     slot.number,
                     process.pid,
-                    _how(status),
+                    how_it_ended(status),
                     _again(restart_delay_s(slot.failures)),
                 )
             await trio.sleep(restart_delay_s(slot.failures))
             async with self._lock:
                 if slot.serving:
                     continue  # a reload started it meanwhile
-                process, why = await self._start(slot.number, self._plan)
+                process, why = await self._processes.start(slot.number, self._plan)
                 if why is None:
                     self._took(slot, process, self._plan)
                     self._publish()
@@ -298,7 +216,7 @@ class Team:
             failed: list[str] = []
 
             async def one(slot: _Slot) -> None:
-                process, why = await self._start(slot.number, plan)
+                process, why = await self._processes.start(slot.number, plan)
                 if why is None:
                     started[slot.number] = process
                     return
@@ -309,8 +227,8 @@ class Team:
                     nursery.start_soon(one, slot)
             if failed:  # those that are ready never serve: they exit on their own
                 for process in started.values():
-                    self._release(process)
-                    work.start_soon(self._retire, process, plan.grace_s, False)
+                    self._processes.release(process)
+                    work.start_soon(self._processes.retire, process, plan.grace_s, False)
                 self._unlink(plan)
                 self._reloaded(
                     False, f"reload refused: a worker could not start on it ({'; '.join(failed)})"
@@ -329,20 +247,8 @@ class Team:
             )
             for process in old:
                 if process.returncode is None:
-                    work.start_soon(self._retire, process, running.grace_s)
+                    work.start_soon(self._processes.retire, process, running.grace_s)
             self._unlink(running)
-
-    async def _retire(self, process: trio.Process, grace_s: float, serving: bool = True) -> None:
-        """Stop a worker whose successor serves (or, not `serving`, one released to exit without
-        serving): gracefully, then at once past its grace."""
-        if serving:
-            process.terminate()
-        with trio.move_on_after(grace_s + KILL_AFTER_S):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        self._live.discard(process)
 
     def _reloaded(self, ok: bool, message: str) -> None:
         """The outcome of a reload: one line, and the status file (what `POST /v1/reload`
@@ -392,24 +298,4 @@ class Team:
                     self._work.cancel()
                     continue
                 log.warning("stopping the workers at once")
-                self._kill()
-
-    async def _stop_all(self) -> None:
-        for process in list(self._held):
-            self._release(process)
-        live = [p for p in self._live if p.returncode is None]
-        if live:
-            log.warning("stopping %d workers (in-flight jobs may finish)", len(live))
-        for process in live:
-            process.terminate()
-        with trio.move_on_after(self._plan.grace_s + KILL_AFTER_S):
-            for process in live:
-                await process.wait()
-        self._kill()
-        for process in live:
-            await process.wait()
-
-    def _kill(self) -> None:
-        for process in self._live:
-            if process.returncode is None:
-                process.kill()
+                self._processes.kill()

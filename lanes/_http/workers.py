@@ -50,9 +50,10 @@ from hypercorn.config import Config as HypercornConfig
 from lanes._core.config.schema import REDIS_SCHEMES, Config, ServerConfig, load_config, packaged
 from lanes._core.model.errors import ConfigError
 from lanes._core.source import Source, read_source
+from lanes._http.processes import WORKER_ENV, Plan
 from lanes._http.running import Running
 from lanes._http.server import checked, serve
-from lanes._http.team import WORKER_ENV, Plan, Team
+from lanes._http.team import Team
 
 log = logging.getLogger("lanes")
 MAX_WORKERS = 64

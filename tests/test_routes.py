@@ -1,0 +1,46 @@
+"""The route table: every route in one place, each behind the door its method needs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from lanes._http.app import CHAT, CHAT_PATH, ROUTES
+from lanes._http.doors import MESSAGES
+from lanes._http.routes import Door
+
+OPEN_PATHS = {"/health", "/ready", "/metrics", "/", "/favicon.ico"}  # as guard.py says
+JOBS = {  # what may spend quota or money: from a known client, never a cross-site form
+    CHAT_PATH,
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/embeddings",
+}
+
+
+def test_every_state_changing_route_needs_an_admin_or_is_a_job():
+    """A POST or DELETE is an admin's action (JSON, same origin) or a job's (its sender checked)."""
+    for row in ROUTES:
+        if set(row.methods) - {"GET"}:
+            assert row.door is (Door.SENDER if row.path in JOBS else Door.ADMIN), row.path
+    assert {row.path for row in ROUTES if row.door is Door.SENDER} >= JOBS
+
+
+def test_only_liveness_metrics_and_the_page_are_open():
+    """No key is asked of exactly the routes guard.py names, and they are all reads."""
+    open_rows = [row for row in ROUTES if row.door is Door.OPEN]
+    assert {row.path for row in open_rows} == OPEN_PATHS
+    assert all(row.methods == ("GET",) for row in open_rows)
+
+
+def test_each_path_and_method_is_routed_once():
+    """No row shadows another; the chat front door is the table's chat row."""
+    pairs = Counter((row.path, method) for row in ROUTES for method in row.methods)
+    assert max(pairs.values()) == 1
+    assert CHAT in ROUTES and CHAT.path == CHAT_PATH and CHAT.methods == ("POST",)
+
+
+def test_only_the_messages_routes_speak_the_messages_api():
+    """A refusal is in the Messages API's shape on its routes, in OpenAI's everywhere else."""
+    messages = {row.path for row in ROUTES if row.shape is MESSAGES}
+    assert messages == {"/v1/messages", "/v1/messages/count_tokens"}
