@@ -482,7 +482,7 @@ def record_writes(path: Path) -> list[str]:
 
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        targets: list[ast.expr] = []
+        targets: list[ast.AST] = []
         if isinstance(node, ast.Assign):
             targets = [t for target in node.targets for t in ast.walk(target)]
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):

@@ -153,7 +153,8 @@ class Bench:
 
     def rows(self) -> dict[str, float]:
         """Every reservation in the store, and what it counts now (settled, else reserved)."""
-        return dict(self.store.query("SELECT id, COALESCE(settled, reserved) FROM paid_ledger"))
+        sql = "SELECT id, COALESCE(settled, reserved) FROM paid_ledger"
+        return dict(self.store.records.query(sql))
 
     def spent(self) -> float:
         return self.store.paid_spent(window_id("day", self.wall()))
