@@ -402,6 +402,25 @@ def _shortest(windows: tuple[Window, ...], dimension: str) -> Window | None:
     return found[0] if found else None  # sorted: known windows first, shortest first
 
 
+def snapshot_of(
+    windows: tuple[Window, ...], *, retry_after_s: float | None, **more: Any
+) -> RateLimitSnapshot:
+    """The snapshot of `windows` (sorted: known windows first, shortest first): each dimension's
+    summary read off its shortest window — as parsed, and as read back from a store."""
+    requests, tokens = _shortest(windows, "requests"), _shortest(windows, "tokens")
+    return RateLimitSnapshot(
+        requests_remaining=requests.remaining if requests else None,
+        requests_limit=requests.limit if requests else None,
+        tokens_remaining=tokens.remaining if tokens else None,
+        tokens_limit=tokens.limit if tokens else None,
+        reset_requests_s=requests.reset_s if requests else None,
+        reset_tokens_s=tokens.reset_s if tokens else None,
+        retry_after_s=retry_after_s,
+        windows=windows,
+        **more,
+    )
+
+
 def parse_rate_limit(
     headers: Any,
     *,
@@ -436,16 +455,9 @@ def _parse(
     retry = clamp(_retry_after(merged, now_wall), MAX_WAIT_S, "retry-after", builder.clamped)
     if retry is None:
         retry = clamp(retry_body, MAX_WAIT_S, "retry delay in the body", builder.clamped)
-    requests, tokens = _shortest(windows, "requests"), _shortest(windows, "tokens")
-    return RateLimitSnapshot(
-        requests_remaining=requests.remaining if requests else None,
-        requests_limit=requests.limit if requests else None,
-        tokens_remaining=tokens.remaining if tokens else None,
-        tokens_limit=tokens.limit if tokens else None,
-        reset_requests_s=requests.reset_s if requests else None,
-        reset_tokens_s=tokens.reset_s if tokens else None,
+    return snapshot_of(
+        windows,
         retry_after_s=retry,
-        windows=windows,
         exhausted_window_s=exhausted_window,
         clamped=tuple(dict.fromkeys(builder.clamped)),
     )

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from lanes._core.state.backend import SEP, LocalView, RedisBase, SQLiteBase, guarded, text
 from lanes._core.state.redis_scripts import BACKOFF, MAX
 from lanes.freetier.backoff import LADDERS, Backoff
-from lanes.freetier.headers import RateLimitSnapshot, Window
+from lanes.freetier.headers import RateLimitSnapshot, Window, snapshot_of
 from lanes.freetier.windows import WINDOWS, Key, WindowName, end_of, window_id
 
 UsageKey = Key  # (scope, dimension, window, window id)
@@ -94,18 +94,7 @@ def snapshot_from(data: dict[str, Any]) -> RateLimitSnapshot:
         Window(dimension=d, window_s=ws, limit=lim, remaining=rem, reset_s=rs)
         for d, ws, lim, rem, rs in data["windows"]
     )
-    requests = next((w for w in windows if w.dimension == "requests"), None)
-    tokens = next((w for w in windows if w.dimension == "tokens"), None)
-    return RateLimitSnapshot(
-        requests_remaining=requests.remaining if requests else None,
-        requests_limit=requests.limit if requests else None,
-        tokens_remaining=tokens.remaining if tokens else None,
-        tokens_limit=tokens.limit if tokens else None,
-        reset_requests_s=requests.reset_s if requests else None,
-        reset_tokens_s=tokens.reset_s if tokens else None,
-        retry_after_s=data.get("retry_after_s"),
-        windows=windows,
-    )
+    return snapshot_of(windows, retry_after_s=data.get("retry_after_s"))
 
 
 class SQLiteMemory(SQLiteBase):
