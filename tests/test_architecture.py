@@ -512,3 +512,33 @@ def test_a_job_record_changes_only_through_its_own_methods():
     ]
     assert len(users) >= 5  # the walk, the gate, consent, the paid gate, the journal…
     assert [w for p in users for w in record_writes(p)] == []
+
+
+def test_the_free_tier_manager_s_state_is_its_own():
+    """Outside `lanes/freetier/`, no module reaches into the manager's state: its fields are
+    private, read and changed through its methods (`used`, `count_request`, `backoff`,
+    `give_back`, …). A manager is whatever is named `manager` or `…_manager`."""
+    names = {
+        "terms", "backoffs", "snapshots", "usage", "spend", "balances", "credit_held",
+        "confirmed", "pending_usage", "pending_spend", "changed_backoffs", "changed_snapshots",
+    }  # fmt: skip
+
+    def a_manager(node: ast.expr) -> bool:
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+        return name == "manager" or name.endswith("_manager")
+
+    reached = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        if "freetier" in p.parts:
+            continue
+        tree = ast.parse(p.read_text())
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}  # its methods
+        reached += [
+            f"{p.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and id(node) not in called
+            and node.attr.lstrip("_") in names
+            and a_manager(node.value)
+        ]
+    assert reached == []

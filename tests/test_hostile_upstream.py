@@ -101,10 +101,10 @@ async def test_an_absurd_retry_after_is_clamped_and_said_once(
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         now = dispatcher.now_wall()
         for _ in range(3):
-            dispatcher.routing.manager.backoffs.clear()
+            dispatcher.routing.manager.forget_backoff("sick/sick-model")
             await dispatcher.complete(job())
         await trio.sleep(0.6)
-        backoff = dispatcher.routing.manager.backoffs.get("sick/sick-model")
+        backoff = dispatcher.routing.manager.backoff("sick/sick-model")
         stats = dispatcher.statistics()
     assert backoff is None or backoff.until <= now + MAX_WAIT_S * 1.1 + 1
     assert stats.background.failing == {}
@@ -324,7 +324,7 @@ async def test_unreadable_events_from_other_hosts_are_dropped_and_counted(env, a
         )
         stats = d.statistics().background
     assert stats.dropped["unreadable events"] == 6
-    assert "x" not in d.routing.manager.backoffs
+    assert d.routing.manager.backoff("x") is None
 
 
 async def test_a_catalog_that_breaks_the_refresh_never_kills_it(env, autojump_clock, caplog_lanes):

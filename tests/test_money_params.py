@@ -290,7 +290,7 @@ def test_credits_are_never_overdrawn_by_bills_within_their_holds(budget, steps):
         assert spent_and_held <= budget + 1e-9
     for held in in_flight:
         m.settle_credit("c", held, held, now=0.0)
-    assert m.credit_spent("c", 0.0) <= budget + 1e-9 and m.credit_held == {}
+    assert m.credit_spent("c", 0.0) <= budget + 1e-9 and m.credit_held() == {}
 
 
 PRICED_M = {"id": "m", "input_usd_per_mtok": IN, "output_usd_per_mtok": OUT}
@@ -322,7 +322,7 @@ async def test_concurrent_credit_attempts_never_overdraw_the_credits(env, autoju
                 for _ in range(20):
                     nursery.start_soon(one)
             left = d.routing.manager.credit_left("cred", d.now_wall())
-            held = dict(d.routing.manager.credit_held)
+            held = d.routing.manager.credit_held()
     bills = [
         (u["prompt_tokens"] * IN + u["completion_tokens"] * OUT) / 1e6
         for u in (greedy()(dict(r.body)) for r in cred.requests())
@@ -361,7 +361,7 @@ async def test_a_paid_model_of_a_credit_lane_spends_its_credits_too(env, autojum
         async with lanes.open_dispatcher(config(table, policy=policy), env=env) as d:
             reply = await d.complete(lanes.Job(messages=MESSAGES, model="cred/m"))
             spent = d.routing.manager.credit_spent("cred", d.now_wall())
-            held = dict(d.routing.manager.credit_held)
+            held = d.routing.manager.credit_held()
     assert reply.cost_usd > 0 and spent == pytest.approx(reply.cost_usd)
     assert held == {}
 

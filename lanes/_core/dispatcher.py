@@ -191,7 +191,7 @@ class Dispatcher:
     def probe_answered(self, scope: str, ok: bool) -> None:
         """Another host's probe of a cold scope answered."""
         if ok:
-            self.routing.manager.confirmed.add(scope)
+            self.routing.manager.confirm(scope)
         self.routing.probes.remote_answered(scope)
 
     # -- the doors ---------------------------------------------------------------------------------

@@ -89,33 +89,33 @@ class FreeTierManager:
     ) -> None:
         self._random = random
         self._jitter = jitter
-        self.terms: dict[str, LaneTerms] = {}
-        self.backoffs: dict[str, Backoff] = {}  # scope ("lane/model" or "lane/*") → backoff
-        self.snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}  # scope → (at, snapshot)
-        self.usage = UsageCounter()
-        self.spend: dict[tuple[str, int], float] = {}  # (lane, period id) → USD spent from credits
-        self.balances: dict[
+        self._terms: dict[str, LaneTerms] = {}
+        self._backoffs: dict[str, Backoff] = {}  # scope ("lane/model" or "lane/*") → backoff
+        self._snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}  # scope → (at, snapshot)
+        self._usage = UsageCounter()
+        self._spend: dict[tuple[str, int], float] = {}  # (lane, period id) → USD spent from credits
+        self._balances: dict[
             str, tuple[float, float, float]
         ] = {}  # lane → (at, remaining USD, spend then)
-        self.credit_held: dict[str, float] = {}  # lane → USD held by its attempts in flight here
-        self.confirmed: set[str] = (
+        self._credit_held: dict[str, float] = {}  # lane → USD held by its attempts in flight here
+        self._confirmed: set[str] = (
             set()
         )  # scopes known to be serving: no single-flight probe needed
         self._steps: dict[str, int] = {}
-        self.pending_usage: list[tuple[UsageKey, int]] = []
-        self.pending_spend: dict[tuple[str, int], float] = {}
-        self.changed_backoffs: dict[str, Backoff] = {}
-        self.changed_snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}
+        self._pending_usage: list[tuple[UsageKey, int]] = []
+        self._pending_spend: dict[tuple[str, int], float] = {}
+        self._changed_backoffs: dict[str, Backoff] = {}
+        self._changed_snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}
         self._clamped: dict[tuple[str, str], bool] = {}  # (lane, what) → already handed out
 
     def register(self, lane: str, terms: LaneTerms) -> None:
-        self.terms[lane] = terms
+        self._terms[lane] = terms
 
     # -- scopes ---------------------------------------------------------------------------------
     def _account_wide(self, lane: str, model: str) -> bool:
         """Does the lane's account-wide free quota cover `model`? Never a paid model's: a free
         quota used up must not hold back what the account pays for."""
-        terms = self.terms.get(lane)
+        terms = self._terms.get(lane)
         if terms is None or not getattr(terms.kind, "account_wide", False):
             return False
         return terms.is_free(model)
@@ -130,13 +130,13 @@ class FreeTierManager:
         """The backoff in force for this candidate (its own, or its lane's account-wide one when
         that covers it), or None."""
         keys = (f"{lane}/{model}", self.scope(lane, model))
-        found = [b for key in keys if (b := self.backoffs.get(key)) and b.until > now]
+        found = [b for key in keys if (b := self._backoffs.get(key)) and b.until > now]
         return max(found, key=lambda b: b.until) if found else None
 
     def classify(self, lane: str, model: str, now: float) -> Verdict:
         """AlwaysFree (owned or subscribed), FreeWithinLimits, or NotFree with the reason and
         when."""
-        terms = self.terms.get(lane) or LaneTerms(kind=NoFreeTier())
+        terms = self._terms.get(lane) or LaneTerms(kind=NoFreeTier())
         kind = terms.kind
         if not terms.is_free(model):
             return Verdict(kind="not_free", reason="paid model")
@@ -165,14 +165,14 @@ class FreeTierManager:
     def held_lane_wide(self, lane: str, model: str, now: float) -> str | None:
         """Why every free model of `lane` is held back now — an account-wide backoff or limit that
         covers `model`, or its credits used up — or None (then `model`'s own state may be why)."""
-        terms = self.terms.get(lane)
+        terms = self._terms.get(lane)
         if terms is None or not terms.is_free(model):
             return None
         kind = terms.kind
         if isinstance(kind, (AlwaysFreeLocal, Subscription)):
             return None
         if self._account_wide(lane, model):
-            backoff = self.backoffs.get(f"{lane}/*")
+            backoff = self._backoffs.get(f"{lane}/*")
             if backoff is not None and backoff.until > now:
                 return f"backoff ({backoff.reason}, {backoff.source})"
             over = self._over_local_limit(lane, model, kind, now)
@@ -194,7 +194,7 @@ class FreeTierManager:
             limit = getattr(kind, key, None)
             if not limit or (dimension, window) in fresh:
                 continue
-            if self.usage.used(scope, dimension, window, now) >= limit:
+            if self._usage.used(scope, dimension, window, now) >= limit:
                 return Verdict(
                     kind="not_free",
                     reason=f"{key}={limit} used up (counted here)",
@@ -204,7 +204,7 @@ class FreeTierManager:
 
     def _fresh_windows(self, scope: str, now: float) -> set[tuple[str, str]]:
         names = {60.0: "minute", 86400.0: "day", 2592000.0: "month"}
-        entry = self.snapshots.get(scope)
+        entry = self._snapshots.get(scope)
         if entry is None:
             return set()
         at, snapshot = entry
@@ -217,7 +217,7 @@ class FreeTierManager:
     def reported(self, scope: str, now: float) -> tuple[float | None, float | None]:
         """Requests and tokens remaining as last reported — None for a figure whose window has
         reset since (a reset not given counts as a minute): an old "0 left" is not believed."""
-        entry = self.snapshots.get(scope)
+        entry = self._snapshots.get(scope)
         if entry is None:
             return None, None
         at, snap = entry
@@ -232,10 +232,10 @@ class FreeTierManager:
 
     def needs_probe(self, lane: str, model: str) -> bool:
         """True while nothing proves the candidate serving: send one request, hold the others."""
-        terms = self.terms.get(lane)
+        terms = self._terms.get(lane)
         if terms is None or isinstance(terms.kind, (AlwaysFreeLocal, Subscription, NoFreeTier)):
             return False
-        return self.scope(lane, model) not in self.confirmed
+        return self.scope(lane, model) not in self._confirmed
 
     # -- after a response --------------------------------------------------------------------------
     def update_from_headers(
@@ -243,7 +243,7 @@ class FreeTierManager:
     ) -> RateLimitSnapshot:
         """Parse and keep what the provider reported; `remaining: 0` parks the scope until its
         reset."""
-        terms = self.terms.get(lane)
+        terms = self._terms.get(lane)
         snapshot = parse_rate_limit(
             headers,
             status=status,
@@ -255,12 +255,12 @@ class FreeTierManager:
             self._clamped.setdefault((lane, what), False)
         scope = self.scope(lane, model)
         if snapshot.windows:
-            self.snapshots[scope] = self.changed_snapshots[scope] = (now, snapshot)
+            self._snapshots[scope] = self._changed_snapshots[scope] = (now, snapshot)
         if 200 <= status < 300:
             if any(w.remaining == 0 for w in snapshot.windows):
                 self._enter(scope, "quota_exhausted", snapshot, now)
             else:
-                self.confirmed.add(scope)
+                self._confirmed.add(scope)
                 self._steps[scope] = relax(self._steps.get(scope, 0))
         return snapshot
 
@@ -280,10 +280,10 @@ class FreeTierManager:
         if usage:
             total = usage_total(usage)  # bounded: an upstream's usage is never trusted raw
             tokens = total if total is not None else tokens
-        self.pending_usage += self.usage.add(
+        self._pending_usage += self._usage.add(
             self.scope(lane, model), now, requests=requests, tokens=tokens
         )
-        terms = self.terms.get(lane)
+        terms = self._terms.get(lane)
         if terms and isinstance(terms.kind, CreditBased) and usage and charge_credits:
             prices = terms.prices.get(model)
             cost = usage_cost(usage, *prices) if prices else None
@@ -292,8 +292,8 @@ class FreeTierManager:
 
     def _spend_credit(self, lane: str, kind: CreditBased, cost: float, now: float) -> None:
         key = (lane, self._period_id(kind, now))
-        self.spend[key] = self.spend.get(key, 0.0) + cost
-        self.pending_spend[key] = self.pending_spend.get(key, 0.0) + cost
+        self._spend[key] = self._spend.get(key, 0.0) + cost
+        self._pending_spend[key] = self._pending_spend.get(key, 0.0) + cost
 
     # -- after an error ----------------------------------------------------------------------------
     def record_rate_limit_error(
@@ -317,7 +317,7 @@ class FreeTierManager:
     def _enter(
         self, scope: str, reason: Reason, snapshot: RateLimitSnapshot, now: float
     ) -> Backoff:
-        current = self.backoffs.get(scope)
+        current = self._backoffs.get(scope)
         step = self._steps.get(scope, 0)
         if current is not None and now - current.until > 60.0:
             step = relax(step)  # it expired and stayed quiet: one burst must not climb for ever
@@ -325,10 +325,10 @@ class FreeTierManager:
             reason, snapshot, step=step, now=now, random=self._random, jitter=self._jitter
         )
         self._steps[scope] = proposed.step
-        self.confirmed.discard(scope)
+        self._confirmed.discard(scope)
         if current is not None and current.until >= proposed.until:
             return current  # never shorten a longer backoff already in force
-        self.backoffs[scope] = self.changed_backoffs[scope] = proposed
+        self._backoffs[scope] = self._changed_backoffs[scope] = proposed
         return proposed
 
     # -- credits -----------------------------------------------------------------------------------
@@ -343,26 +343,26 @@ class FreeTierManager:
         )
 
     def credit_spent(self, lane: str, now: float) -> float:
-        kind = self.terms[lane].kind
+        kind = self._terms[lane].kind
         assert isinstance(kind, CreditBased)
-        return self.spend.get((lane, self._period_id(kind, now)), 0.0)
+        return self._spend.get((lane, self._period_id(kind, now)), 0.0)
 
     def credit_left(self, lane: str, now: float) -> float | None:
         """USD left: the provider's last reported balance less what was spent since, else the
         estimate."""
-        kind = self.terms[lane].kind
+        kind = self._terms[lane].kind
         if not isinstance(kind, CreditBased):
             return None
         spent = self.credit_spent(lane, now)
-        if lane in self.balances:
-            _, remaining, spent_then = self.balances[lane]
+        if lane in self._balances:
+            _, remaining, spent_then = self._balances[lane]
             return remaining - max(0.0, spent - spent_then)
         return kind.budget_usd - spent if kind.budget_usd else None
 
     def credit_metered(self, lane: str, model: str, now: float) -> bool:
         """Does an attempt on `model` spend the lane's credits, and are they known (a budget, or a
         balance the provider reported)? A model whose `free` flag is set costs no credits."""
-        terms = self.terms.get(lane)
+        terms = self._terms.get(lane)
         if terms is None or not isinstance(terms.kind, CreditBased):
             return False
         return terms.declared.get(model) is not True and self.credit_left(lane, now) is not None
@@ -371,30 +371,30 @@ class FreeTierManager:
         """Hold `amount_usd` (an attempt's worst case) against the credits left, less what this
         process's attempts in flight hold; or say why it does not fit (nothing held then)."""
         left = self.credit_left(lane, now)
-        held = self.credit_held.get(lane, 0.0)
+        held = self._credit_held.get(lane, 0.0)
         if left is not None and amount_usd > left - held + 1e-12:
             in_flight = f" (${held:.6f} of it held by attempts in flight)" if held else ""
             return (
                 f"worst case ${amount_usd:.6f} is more than the ${max(left, 0.0):.6f} of credits "
                 f"left{in_flight}"
             )
-        self.credit_held[lane] = held + amount_usd
+        self._credit_held[lane] = held + amount_usd
         return None
 
     def settle_credit(self, lane: str, held_usd: float, cost_usd: float, now: float) -> None:
         """Release a hold and spend what the attempt cost (`cost_usd`, never below 0)."""
-        left = self.credit_held.get(lane, 0.0) - held_usd
+        left = self._credit_held.get(lane, 0.0) - held_usd
         if left > 1e-12:
-            self.credit_held[lane] = left
+            self._credit_held[lane] = left
         else:
-            self.credit_held.pop(lane, None)
-        kind = self.terms[lane].kind
+            self._credit_held.pop(lane, None)
+        kind = self._terms[lane].kind
         if isinstance(kind, CreditBased) and cost_usd > 0:
             self._spend_credit(lane, kind, cost_usd, now)
 
     def set_balance(self, lane: str, remaining_usd: float, *, now: float) -> None:
         """The provider's own balance figure: it wins over the local estimate."""
-        self.balances[lane] = (now, remaining_usd, self.credit_spent(lane, now))
+        self._balances[lane] = (now, remaining_usd, self.credit_spent(lane, now))
 
     # -- the soonest reopening ---------------------------------------------------------------------
     def next_free_at(
@@ -424,18 +424,104 @@ class FreeTierManager:
         """Hand over what changed since the last call (usage, spend, backoffs, snapshots) for the
         store."""
         out = (
-            self.pending_usage,
-            self.pending_spend,
-            self.changed_backoffs,
-            self.changed_snapshots,
+            self._pending_usage,
+            self._pending_spend,
+            self._changed_backoffs,
+            self._changed_snapshots,
         )
-        self.pending_usage, self.pending_spend, self.changed_backoffs, self.changed_snapshots = (
+        (
+            self._pending_usage,
+            self._pending_spend,
+            self._changed_backoffs,
+            self._changed_snapshots,
+        ) = (
             [],
             {},
             {},
             {},
         )
         return out
+
+    # What the rest of lanes reads and changes of the manager, by name (its state stays private).
+
+    def used(self, scope: str, dimension: str, window: WindowName, now: float) -> int:
+        """This host's count of `dimension` in `scope`'s current `window`."""
+        return self._usage.used(scope, dimension, window, now)
+
+    def count_request(self, scope: str, now: float) -> None:
+        """One request against `scope` (a governor's count), queued for the store."""
+        self._pending_usage += self._usage.add(scope, now, requests=1)
+
+    def confirm(self, scope: str) -> None:
+        """`scope` answered: its first probe is done, it needs no other."""
+        self._confirmed.add(scope)
+
+    def confirmed(self, scope: str) -> bool:
+        return scope in self._confirmed
+
+    def backoff(self, scope: str) -> Backoff | None:
+        """The backoff `scope` is under (whether or not it has ended), if any."""
+        return self._backoffs.get(scope)
+
+    def forget_backoff(self, scope: str) -> None:
+        """Drop `scope`'s backoff here (it comes back with the next sync if another wrote it)."""
+        self._backoffs.pop(scope, None)
+
+    def changed_backoffs(self) -> dict[str, Backoff]:
+        """The backoffs changed since the store last took them (a copy; `take_pending` takes)."""
+        return dict(self._changed_backoffs)
+
+    def credit_held(self) -> dict[str, float]:
+        """USD held per lane by this process's attempts in flight (a copy)."""
+        return dict(self._credit_held)
+
+    def scopes(self) -> list[str]:
+        """Every scope the manager knows something of — a backoff, a snapshot, a count — each
+        once, in that order."""
+        found = [*self._backoffs, *self._snapshots, *(key[0] for key in self._usage.counts)]
+        return list(dict.fromkeys(found))
+
+    def view(
+        self,
+    ) -> tuple[
+        list[tuple[UsageKey, int]],
+        dict[tuple[str, int], float],
+        dict[str, Backoff],
+        dict[str, tuple[float, RateLimitSnapshot]],
+    ]:
+        """Copies of what a store reseeds from: counts, credit spend, backoffs, snapshots."""
+        return (
+            list(self._usage.counts.items()),
+            dict(self._spend),
+            dict(self._backoffs),
+            dict(self._snapshots),
+        )
+
+    def give_back(
+        self,
+        usage: Iterable[tuple[UsageKey, int]],
+        spend: Mapping[tuple[str, int], float],
+        backoffs: Mapping[str, Backoff],
+        snapshots: Mapping[str, tuple[float, RateLimitSnapshot]],
+        now: float,
+    ) -> None:
+        """Queue again what the store did not take: counts of windows still running, spend,
+        backoffs still live, snapshots (what changed since stays the newer)."""
+        merged: dict[UsageKey, int] = {}
+        for counter, delta in [*usage, *self._pending_usage]:
+            if counter[3] >= window_id(counter[2], now):  # an ended window is read by no one
+                merged[counter] = merged.get(counter, 0) + delta
+        self._pending_usage = list(merged.items())
+        for period, usd in spend.items():
+            self._pending_spend[period] = self._pending_spend.get(period, 0.0) + usd
+        live = {s: b for s, b in backoffs.items() if b.until > now}
+        self._changed_backoffs = {**live, **self._changed_backoffs}
+        self._changed_snapshots = {**snapshots, **self._changed_snapshots}
+
+    def merge_usage(self, counts: Iterable[tuple[UsageKey, int]], now: float) -> None:
+        """Take the host's (or fleet's) counts, then drop the windows that ended."""
+        self._usage.merge(counts)
+        self._usage.prune(now)
 
     def take_clamped(self) -> list[tuple[str, str]]:
         """(lane, what) for each kind of out-of-bounds value a lane sent that was not handed out
@@ -448,18 +534,18 @@ class FreeTierManager:
     def merge_spend(self, totals: Mapping[tuple[str, int], float]) -> None:
         """Take spend totals read from the store (they include other processes' spend)."""
         for key, usd in totals.items():
-            if usd > self.spend.get(key, 0.0):
-                self.spend[key] = usd
+            if usd > self._spend.get(key, 0.0):
+                self._spend[key] = usd
 
     def merge_snapshots(self, snapshots: Mapping[str, tuple[float, RateLimitSnapshot]]) -> None:
         for scope, (at, snapshot) in snapshots.items():
-            if scope not in self.snapshots or self.snapshots[scope][0] < at:
-                self.snapshots[scope] = (at, snapshot)
+            if scope not in self._snapshots or self._snapshots[scope][0] < at:
+                self._snapshots[scope] = (at, snapshot)
 
     def merge_backoffs(self, rows: Iterable[tuple[str, Backoff]]) -> None:
         """Take backoffs other processes wrote; the later deadline wins."""
         for scope, backoff in rows:
-            current = self.backoffs.get(scope)
+            current = self._backoffs.get(scope)
             if current is None or backoff.until > current.until:
-                self.backoffs[scope] = backoff
-                self.confirmed.discard(scope)
+                self._backoffs[scope] = backoff
+                self._confirmed.discard(scope)

@@ -126,7 +126,7 @@ def model_statistics(routing: Routing, c: Candidate) -> ModelStatistics:
         backoff_reason=backoff.reason if backoff else None,
         requests_remaining=requests_left,
         tokens_remaining=tokens_left,
-        used_today=manager.usage.used(scope, "requests", "day", now_wall),
+        used_today=manager.used(scope, "requests", "day", now_wall),
         quarantined=gate.quarantine.get(c.key),
     )
 
@@ -140,9 +140,7 @@ def touched(routing: Routing) -> dict[str, set[str]]:
     manager = routing.manager
     keys = [
         *routing.ranking.stats,
-        *manager.backoffs,
-        *manager.snapshots,
-        *(key[0] for key in manager.usage.counts),
+        *manager.scopes(),
         *routing.gate.quarantine,
     ]
     keys += [f"{lane}/{model}" for lane, b in routing.breakers.items() for model in b.models]

@@ -99,7 +99,7 @@ class Routing:
         """A rate limit changed a backoff: the other processes must see it before their next
         attempt. A store on this host (SQLite) takes it now, inline; a shared one (Redis) with the
         sync, run now."""
-        changed = self.manager.changed_backoffs
+        changed = self.manager.changed_backoffs()
         if not changed:
             return
         if self._store.limiter is None:

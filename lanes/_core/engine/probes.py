@@ -106,10 +106,10 @@ class Probes:
         if scope is None or (event := self._local.pop(scope, None)) is None:
             return
         event.set()
-        backoff = self._manager.backoffs.get(scope)  # written before the lease is released
+        backoff = self._manager.backoff(scope)  # written before the lease is released
         live = backoff if backoff is not None and backoff.until > self._now() else None
         try:
-            self._store.probe_done(scope, scope in self._manager.confirmed, live)
+            self._store.probe_done(scope, self._manager.confirmed(scope), live)
         except STORE_ERRORS as exc:
             log.warning(
                 "probe of %s: the lease could not be handed back (%s); it lapses", scope, exc

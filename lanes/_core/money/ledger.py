@@ -82,14 +82,14 @@ class Ledger:
                 (scope, who, own.attempts_per_day, "day"),
             ]
         for scope, who, cap, window in caps:
-            if cap and self._manager.usage.used(scope, "requests", window, now) >= cap:
+            if cap and self._manager.used(scope, "requests", window, now) >= cap:
                 wait = window_end(window, now) - now
                 raise GovernorExhausted(
                     f"{who}: {cap} attempts per {window} used; next in {wait:.0f}s",
                     retry_after_s=wait,
                 )
         for scope in {scope for scope, _, cap, _ in caps if cap}:
-            self._manager.pending_usage += self._manager.usage.add(scope, now, requests=1)
+            self._manager.count_request(scope, now)
 
     async def reserve(self, quote: Quote) -> Reservation:
         """Reserve the worst case of one paid attempt (its `quote`) under today's ceiling, or

@@ -39,7 +39,6 @@ from lanes._core.state.store import (
 from lanes._core.state.terms import Operator
 from lanes.freetier.backoff import Backoff
 from lanes.freetier.manager import FreeTierManager
-from lanes.freetier.windows import window_id
 
 log = logging.getLogger("lanes")
 POISON_STRIKES = 3  # a shared store that answers but fails one batch this often: the batch is bad
@@ -95,16 +94,7 @@ class _Batch:
     def give_back(self, manager: FreeTierManager, peer: SyncPeer, now: float) -> int:
         """Queue what was not written again for the next try, bounded; returns the audit rows
         dropped to stay within the bound."""
-        usage: dict[UsageKey, int] = {}
-        for counter, delta in [*self.usage, *manager.pending_usage]:
-            if counter[3] >= window_id(counter[2], now):  # an ended window is read by no one
-                usage[counter] = usage.get(counter, 0) + delta
-        manager.pending_usage = list(usage.items())
-        for period, usd in self.spend.items():
-            manager.pending_spend[period] = manager.pending_spend.get(period, 0.0) + usd
-        live = {s: b for s, b in self.backoffs.items() if b.until > now}
-        manager.changed_backoffs = {**live, **manager.changed_backoffs}
-        manager.changed_snapshots = {**self.snapshots, **manager.changed_snapshots}
+        manager.give_back(self.usage, self.spend, self.backoffs, self.snapshots, now)
         return peer.return_audit_rows(self.audit)
 
     def count(self) -> str:
@@ -148,11 +138,12 @@ class StateSync:
         await self.sync(now)
 
     def _view(self) -> LocalView:
+        usage, spend, backoffs, snapshots = self.manager.view()
         return LocalView(
-            usage=list(self.manager.usage.counts.items()),
-            spend=dict(self.manager.spend),
-            backoffs=dict(self.manager.backoffs),
-            snapshots=dict(self.manager.snapshots),
+            usage=usage,
+            spend=spend,
+            backoffs=backoffs,
+            snapshots=snapshots,
             switched_off=self.peer.switches(),
             operator=None if self.beats is None else self.beats.operator(),
         )
@@ -238,10 +229,9 @@ class StateSync:
             log.warning("state store: reachable again")
         self._failing = False
         self.health.ok()
-        self.manager.usage.merge(usage)
+        self.manager.merge_usage(usage, now)
         self.manager.merge_spend(spends)
         self.manager.merge_backoffs(others)
-        self.manager.usage.prune(now)
         self._take_quarantine(quarantined)
         self._take_switches(switches)
         self._synced = True
