@@ -105,8 +105,7 @@ async def open_dispatcher(
                 tasks.task(LISTENER),
                 beats=dispatcher.routing.terms,
             )
-            dispatcher.routing.nudge = sync.kick
-            dispatcher.routing.catch_up = lambda: sync.catch_up(dispatcher.now_wall())
+            dispatcher.routing.attach_sync(sync.kick, lambda: sync.catch_up(dispatcher.now_wall()))
             await sync.load(dispatcher.now_wall())
             nursery.start_soon(sync.run, dispatcher.now_wall)
             if store.shared:

@@ -58,14 +58,13 @@ class Routing:
         self.now_wall = now_wall  # wall-clock epoch seconds, read from the wall source
         self.clock = clock  # the store's clock: the ledger's day and every expiry
         self.store_shared = store.shared
-        self.nudge: Callable[[], None] = lambda: None  # run the state sync now (set when it starts)
-        # take what other processes on the host wrote since the last look (set when the sync starts)
-        self.catch_up: Callable[[], None] = lambda: None
+        self._kick: Callable[[], None] = lambda: None  # the state sync's, once it starts
+        self._catch_up: Callable[[], None] = lambda: None
         self._store = store
         self.breakers = {
             name: LaneBreakers(lane.config.breaker) for name, lane in self.lanes.items()
         }
-        self.probes = Probes(store, manager, now_wall, lambda: self.nudge())
+        self.probes = Probes(store, manager, now_wall, self.nudge)
         self.gate = Gate(
             lanes=self.lanes,
             breakers=self.breakers,
@@ -73,7 +72,7 @@ class Routing:
             probes=self.probes,
             now_wall=now_wall,
             free_lane_on=free_lane_on,
-            catch_up=lambda: self.catch_up(),
+            catch_up=self.catch_up,
         )
         self.ledger = Ledger(
             self.policy, manager, store, now_wall, self.clock, clients=config.server.clients
@@ -83,7 +82,7 @@ class Routing:
         self.paid = PaidGate(self.ledger, self.consent, manager, now_wall)  # the money door
         self.terms = SharedTerms(config.policy, self.clock, store, self.govern)
         self.ranking = Ranking(config.scoring)
-        self.cohorts = cohorts_of(config)
+        self.cohorts = Cohorts.of(config)
         # lanes that accepted no connection at startup (until they answer)
         self.unreachable: dict[str, str] = {}
         self.refresh_requested: dict[str, trio.Event] = {}  # lane → wake its catalog refresh early
@@ -94,6 +93,19 @@ class Routing:
     def govern(self, policy: PolicyConfig) -> None:
         """Route by `policy` from now on (the store's terms govern the ceiling and consent)."""
         self.policy = self.ledger.policy = self.consent.policy = policy
+
+    def attach_sync(self, kick: Callable[[], None], catch_up: Callable[[], None]) -> None:
+        """The state sync, started: `kick` runs it now, `catch_up` takes what other processes on
+        the host wrote since the last look. Until then both do nothing (no sync: no store)."""
+        self._kick, self._catch_up = kick, catch_up
+
+    def nudge(self) -> None:
+        """Run the state sync now (a probe's answer or a backoff others are waiting for)."""
+        self._kick()
+
+    def catch_up(self) -> None:
+        """Take what other processes on the host wrote a moment ago (switches, backoffs)."""
+        self._catch_up()
 
     def backoffs_changed(self) -> None:
         """A rate limit changed a backoff: the other processes must see it before their next
@@ -258,22 +270,6 @@ class Routing:
         return record.failed(
             now=trio.current_time(), next_free=self.next_free(record.job), now_wall=self.now_wall()
         )
-
-
-def cohorts_of(config: Config) -> Cohorts:
-    """The cohorts jobs may name: `[metrics] cohorts` and the clients' defaults declared, the
-    rest bounded per client; admins (or, with no keys, every caller) may add `/metrics` labels."""
-    server = config.server
-    declared = [*config.metrics.cohorts, *(c.cohort for c in server.clients.values() if c.cohort)]
-    keyed = bool(server.clients or server.admin_key_env)
-    admins = {name for name, c in server.clients.items() if c.admin}
-    if server.admin_key_env:
-        admins.add("admin")
-    return Cohorts(
-        declared=declared,
-        per_client=config.metrics.cohorts_per_client,
-        trusted=admins if keyed else None,
-    )
 
 
 def open_record(job: Job, routing: Routing, *, embedding: bool = False) -> JobRecord:

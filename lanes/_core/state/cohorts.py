@@ -13,6 +13,10 @@ from __future__ import annotations
 
 # lanes: pure
 from collections.abc import Container, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lanes._core.config.schema import Config
 
 OTHER = "other"
 #: Clients whose cohorts are tracked at most (a keyless sidecar's in-process jobs may name any).
@@ -20,6 +24,25 @@ MAX_CLIENTS = 10_000
 
 
 class Cohorts:
+    @classmethod
+    def of(cls, config: Config) -> Cohorts:
+        """The cohorts jobs may name: `[metrics] cohorts` and the clients' defaults declared, the
+        rest bounded per client; admins (or, with no keys, every caller) may add `/metrics` labels."""
+        server = config.server
+        declared = [
+            *config.metrics.cohorts,
+            *(c.cohort for c in server.clients.values() if c.cohort),
+        ]
+        keyed = bool(server.clients or server.admin_key_env)
+        admins = {name for name, c in server.clients.items() if c.admin}
+        if server.admin_key_env:
+            admins.add("admin")
+        return cls(
+            declared=declared,
+            per_client=config.metrics.cohorts_per_client,
+            trusted=admins if keyed else None,
+        )
+
     def __init__(
         self, *, declared: Iterable[str], per_client: int, trusted: Container[str] | None
     ) -> None:
