@@ -25,7 +25,7 @@ from lanes._core.policy.spend import billed_bytes
 from lanes._http import workers as workers_module
 from lanes.testing import answer, open_fake
 from lanes.testing.harness.configs import KEYS
-from lanes.testing.harness.processes import free_port, open_sidecar_process
+from lanes.testing.harness.processes import dump_toml, free_port, open_sidecar_process
 
 
 def alive(pid: int) -> bool:
@@ -86,6 +86,27 @@ async def test_two_workers_share_the_port_and_sigterm_stops_them_all(tmp_path):
     assert not any(alive(pid) for pid in workers)
     log = sidecar.log()
     assert "with 2 workers" in log and log.count("shutting down") == 2 and "Traceback" not in log
+
+
+@pytest.mark.xfail(strict=True, reason="review: SIGHUP before the parent's handler kills it")
+async def test_a_sighup_during_startup_does_not_kill_the_parent(tmp_path):
+    """`lanes serve --workers 2` sent SIGHUP as it starts (systemd's reload, a storm): the parent
+    does not die of it — it reloads or ignores it, and stops on SIGTERM with exit 0."""
+    command = [sys.executable, "-m", "lanes", "serve", "--simulate", "--workers", "2"]
+    command += ["--port", str(free_port())]
+    process = await trio.lowlevel.open_process(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        process.send_signal(signal.SIGHUP)
+        with trio.move_on_after(5):
+            await process.wait()
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            with trio.fail_after(30):
+                await process.wait()
+    assert process.returncode == 0
 
 
 async def test_a_worker_that_dies_is_logged_and_started_again(tmp_path):
@@ -392,6 +413,28 @@ async def test_lanes_reload_refuses_a_bad_file_naming_the_key_and_keeps_the_conf
     assert {v["config"]["sha256"] for v in kept_views.values()} == {first}
     assert good.returncode == 0 and good.stdout.startswith("config reloaded: ")
     assert kept(views) == {("allow", 5.0)}
+
+
+async def test_a_reload_to_an_empty_file_keeps_the_running_config(tmp_path):
+    """SIGHUP while the file is truncated to 0 bytes (cut mid-write; --port on the command line):
+    the reload is refused and every worker keeps its lanes."""
+    port = free_port()
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        args = (*TWO, "--port", str(port))
+        config = limited(paid.base_url)
+        async with open_sidecar_process(config, tmp_path, env=KEYS, args=args, port=port) as sc:
+            (tmp_path / "lanes.toml").write_text(dump_toml(config))  # no [server]: --port binds
+            sc.process.send_signal(signal.SIGHUP)
+            await sc.until_host(lambda h: h["reloads"] == 1)
+            (tmp_path / "lanes.toml").write_text("")
+            sc.process.send_signal(signal.SIGHUP)
+            host = await sc.until_host(lambda h: h["reloads"] == 2)
+            views = await views_by_worker(sc.base)
+    assert host["last_reload"]["ok"] is False
+    assert {w: [lane["name"] for lane in v["lanes"]] for w, v in views.items()} == {
+        1: ["paid"],
+        2: ["paid"],
+    }
 
 
 async def test_restarts_back_off_and_the_parent_never_gives_up(tmp_path):
