@@ -248,6 +248,7 @@ async def test_a_retry_naming_an_approval_can_not_spend_more_than_was_approved()
         assert isinstance(sent, float) and sent <= approved + 1e-9, (sent, approved)
 
 
+@pytest.mark.slow
 @pytest.mark.free_lane
 async def test_grants_are_listed_and_revoked_over_http_and_the_cli():
     """An hour's grant shows in GET /v1/grants and `lanes approvals grants`, and `lanes approvals

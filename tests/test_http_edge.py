@@ -310,6 +310,7 @@ async def test_a_responses_cap_out_of_range_names_the_clients_field():
     assert response.status_code == 400 and response.json()["error"]["param"] == "max_output_tokens"
 
 
+@pytest.mark.slow
 async def test_sighup_is_logged_and_ignored(tmp_path):
     """SIGHUP does not stop the sidecar: one line says the config is read at startup only."""
     async with open_fake("local", models=("local-model",)) as local:

@@ -26,6 +26,8 @@ from helpers import http_client
 from lanes.testing import rate_limited
 from sidecar import CLIENT_KEY, open_sidecar
 
+pytestmark = pytest.mark.slow  # every test here drives Chromium
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
     "--headless",

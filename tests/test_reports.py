@@ -171,6 +171,7 @@ async def test_a_recovered_stream_explains_every_cent(tmp_path):
     assert trailer == pytest.approx(ledger)
 
 
+@pytest.mark.slow
 async def test_lanes_report_and_explain_read_the_state_file(env, tmp_path, autojump_clock):
     """`lanes report --by cohort` and `lanes explain ID` read a config's state file, as text,
     JSON and Markdown."""
@@ -214,6 +215,7 @@ async def test_lanes_report_and_explain_read_the_state_file(env, tmp_path, autoj
     assert missing.returncode == 1
 
 
+@pytest.mark.slow
 async def test_a_clients_budget_holds_across_two_processes(tmp_path):
     """Alice's own ceiling ($0.01 a day) holds across two sidecar processes sharing one state file,
     while Bob, without one, still gets paid fallback under the global ceiling."""
