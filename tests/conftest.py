@@ -1,4 +1,5 @@
-"""Shared fixtures: fake providers on loopback, configs pointing at them, the FREE_LANE switch."""
+"""Shared fixtures: fake providers on loopback, configs pointing at them, the FREE_LANE switch, and
+the `slow` mark for every test that asks for a fixture starting a process."""
 
 from __future__ import annotations
 
@@ -44,7 +45,23 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+#: Fixtures that start a process: a test asking for one is `slow`.
+PROCESS_FIXTURES = {"redis_server", "simulated"}
+
+
+def starts_a_process(item: pytest.Item) -> bool:
+    """The test asks for a fixture that starts a process, or is parametrized onto Redis (whose
+    fixture then asks for `redis_server` through `request.getfixturevalue`)."""
+    if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "redis" in callspec.params.values()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if starts_a_process(item):
+            item.add_marker(pytest.mark.slow)
     if not FREE_LANE_OFF:
         return
     skip = pytest.mark.skip(reason="about the borrowed-free lane itself; FREE_LANE=off")

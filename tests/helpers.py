@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import httpx2
 import trio
 
 from lanes import Config, Dispatcher, load_config
@@ -15,11 +17,14 @@ __all__ = [
     "NO_EXPLORATION",
     "FREE_KEY",
     "PAID_KEY",
+    "PREFILL_PAIR",
     "config",
     "free_lane",
+    "http_client",
     "lane",
     "local_lane",
     "paid_lane",
+    "spent",
     "sqlite_store",
     "store_up",
 ]
@@ -30,6 +35,14 @@ __all__ = [
 ENGINE_POLICY = {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 100.0}
 # Exploration is random by design; tests that are not about it switch it off to stay deterministic.
 NO_EXPLORATION = {"explore_rate": 0.0}
+# Two paid models a cut stream can be resumed on (prefill), at the paid fakes' prices (USD per
+# million tokens, lanes.testing.harness.configs).
+PREFILL_PAIR = {
+    "models": [
+        {"id": m, "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0, "prefill": True}
+        for m in ("p1", "p2")
+    ]
+}
 
 
 def config(*lanes: dict[str, Any], **top: Any) -> Config:
@@ -51,3 +64,14 @@ async def store_up(dispatcher: Dispatcher, within_s: float = 10.0) -> None:
     with trio.fail_after(within_s):
         while not dispatcher.store.up:  # noqa: ASYNC110 - the sync sets no event to wait on
             await trio.sleep(0.02)
+
+
+def http_client(**kw: Any) -> httpx2.AsyncClient:
+    """A plain HTTP client for a sidecar on loopback: no proxy from the environment, 30 s."""
+    return httpx2.AsyncClient(trust_env=False, timeout=30, **kw)
+
+
+async def spent(http: httpx2.AsyncClient, url: str, headers: Mapping[str, str] = {}) -> float:
+    """Today's paid spend as the ledger has it (reservations and settlements)."""
+    state = (await http.get(f"{url}/lanes", headers=dict(headers))).json()
+    return float(state["paid"]["spent_today_usd"])

@@ -17,6 +17,8 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from lanes.testing import ANSWER
 
+pytestmark = pytest.mark.slow  # every test here asks a `lanes serve --simulate` process
+
 
 class Joke(BaseModel):
     setup: str

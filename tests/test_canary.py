@@ -192,6 +192,7 @@ async def test_probes_count_against_the_quota(env, tmp_path, autojump_clock):
     assert dict(rows) == {"ok": 6, "skipped": 4} and len(a.requests()) == 6
 
 
+@pytest.mark.slow
 async def test_cli_exit_codes(tmp_path, env):
     """`lanes canary run` exits 0 when stable, 1 once the fake drifts; pin and report behave."""
     async with open_fake("a", models=("m",)) as a:

@@ -35,12 +35,14 @@ def one_line(text: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_version():
     """`lanes --version` names the installed version."""
     done = lanes_cli("--version")
     assert done.returncode == 0 and done.stdout.startswith("lanes 0.")
 
 
+@pytest.mark.slow
 def test_a_bad_flag_is_one_line_and_exit_2():
     """An unknown flag or a missing argument: one line naming it, exit 2."""
     done = lanes_cli("serve", "--bogus")
@@ -51,6 +53,7 @@ def test_a_bad_flag_is_one_line_and_exit_2():
     assert caught.value.code == 2
 
 
+@pytest.mark.slow
 def test_simulate_refuses_a_public_bind_with_exit_2():
     """`serve --simulate --host 0.0.0.0` is refused before anything starts: one line, exit 2."""
     done = lanes_cli("serve", "--simulate", "--host", "0.0.0.0")
@@ -58,6 +61,7 @@ def test_simulate_refuses_a_public_bind_with_exit_2():
     assert "server.host: refusing to bind 0.0.0.0 with no client keys" in one_line(done.stderr)
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_one_line_and_exit_1():
     """A port another process holds: one line saying so, exit 1; logs as JSON lines on request."""
     with socket.socket() as taken:
@@ -75,6 +79,7 @@ def test_a_port_in_use_is_one_line_and_exit_1():
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_unwritable_paths_are_one_line_and_exit_2(tmp_path):
     """A path that can not be written — the canary's Markdown report, init's output — is one line
     naming it, exit 2, and nothing else is changed."""
@@ -89,6 +94,7 @@ def test_unwritable_paths_are_one_line_and_exit_2(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly():
     """A reader that went away (`lanes … | head`): exit 141, no BrokenPipeError traceback."""
     read, write = os.pipe()
@@ -106,6 +112,7 @@ def test_a_closed_pipe_ends_quietly():
     assert done.returncode == 141 and done.stderr == ""
 
 
+@pytest.mark.slow
 def test_an_unreachable_sidecar_is_one_line_and_exit_1():
     """`lanes status` against nothing: one line naming the URL, exit 1."""
     with socket.socket() as free:
@@ -128,6 +135,7 @@ def test_json_log_lines():
     assert line["message"] == "lane g: off" and line["time"]
 
 
+@pytest.mark.slow
 def test_init_writes_a_starter_config_for_the_keys_found(tmp_path):
     """`lanes init` names the local lanes and the lanes whose keys are set — never a key's value —
     and the file passes check-config; an existing file is kept unless --force."""

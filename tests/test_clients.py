@@ -19,7 +19,8 @@ from lanes.testing import ANSWER
 
 # These clients are served on the simulator's free models: with FREE_LANE=off each would, rightly,
 # wait for paid consent instead (a 429 approval_required, as the free-lane tests show elsewhere).
-pytestmark = pytest.mark.free_lane
+# Each asks a `lanes serve --simulate` process: slow.
+pytestmark = [pytest.mark.free_lane, pytest.mark.slow]
 CLIENTS = Path(__file__).parent / "fixtures" / "clients"
 #: Headers the clients sent that are about this sidecar's own connection, not the request.
 _HOP = {"host", "content-length", "connection", "accept-encoding"}

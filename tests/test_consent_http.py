@@ -1,8 +1,11 @@
 """Consent over HTTP, through a real sidecar on loopback: admin actions need a key and can not be
-forged from a page, approvals that work ("approve once" then retry), grants listed and revoked."""
+forged from a page (nor clicked through a frame), approvals that work ("approve once" then retry,
+for exactly one request, never a dearer or another client's one), grants listed and revoked — and,
+in the dispatcher, a grant revoked mid-job pays for nothing more."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -10,8 +13,14 @@ import sys
 import httpx2
 import pytest
 import trio
+import trio.testing
 
-from lanes.testing import rate_limited
+import lanes
+from helpers import PREFILL_PAIR, config, http_client, paid_lane
+from lanes._core.engine.recovery import Chunk, Event, relay
+from lanes._core.model.job import Candidate
+from lanes._core.policy.spend import worst_case
+from lanes.testing import answer, open_fake, rate_limited, status, stream_cut
 from sidecar import CLIENT_KEY, open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Please, the pangram."}]
@@ -21,6 +30,9 @@ ASK = {"free_tier_fallback": "ask", "paid_ceiling_usd_per_day": 1.0, "approval_w
 LANES = (("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]))
 ALICE = {"authorization": f"Bearer {CLIENT_KEY}"}
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+PAID = ("paid", "paid", ["paid-model"])
+IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.harness.configs)
+PRICED = {"input_usd_per_mtok": IN, "output_usd_per_mtok": OUT}
 
 
 def free_gone(fakes) -> None:
@@ -160,6 +172,83 @@ async def test_a_retry_naming_an_approval_it_can_not_use_is_asked_again_and_told
     assert len(fakes["paid"].requests()) == 1
 
 
+async def test_approve_once_lets_exactly_one_request_through():
+    """docs/security.md: "an 'approve once' is consumed by exactly one request". Four identical
+    requests of one client wait on the same approval; one "once" must pay for one of them."""
+    async with open_sidecar(PAID, policy={"free_tier_fallback": "ask"}) as (url, fakes):
+        codes: list[int] = []
+        async with http_client() as http:
+
+            async def held() -> None:
+                response = await http.post(
+                    f"{url}/chat/completions",
+                    json={"messages": MESSAGES},
+                    headers={"x-lanes-deadline-ms": "20000"},
+                )
+                codes.append(response.status_code)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(held)
+                await trio.testing.wait_all_tasks_blocked(cushion=0.2)
+                pending = (await http.get(f"{url}/approvals")).json()["data"]
+                assert len(pending) == 1
+                await http.post(f"{url}/approvals/{pending[0]['id']}", json={"decision": "once"})
+    assert len(fakes["paid"].requests()) == 1, codes
+
+
+async def test_an_approved_embedding_does_not_pay_for_a_different_one():
+    """An "approve once" is for the request it was asked for. An embedding's fingerprint leaves
+    out its `input`, so the once approved for embedding "hi" (at most $0.000046) pays for the
+    client's next, different embedding of 500 KB — no `X-Lanes-Approval` needed."""
+    model = {"id": "emb", "input_usd_per_mtok": IN, "output_usd_per_mtok": 0.0, "embedding": True}
+    policy = {"free_tier_fallback": "ask", "approval_wait_s": 0.2}
+    async with (
+        open_sidecar(("paid", "paid", ["emb"], {"models": [model]}), policy=policy) as (
+            url,
+            fakes,
+        ),
+        http_client() as http,
+    ):
+        first = await http.post(f"{url}/embeddings", json={"model": "emb", "input": "hi"})
+        approval = first.json()["error"]["approval_id"]
+        await http.post(f"{url}/approvals/{approval}", json={"decision": "once"})
+        other = await http.post(
+            f"{url}/embeddings", json={"model": "emb", "input": ["z" * 100_000] * 5}
+        )
+        assert fakes["paid"].requests() == []
+        same = await http.post(f"{url}/embeddings", json={"model": "emb", "input": "hi"})
+    assert first.status_code == 429
+    assert other.status_code == 429, other.headers
+    assert same.status_code == 200 and len(fakes["paid"].requests()) == 1  # what was approved
+
+
+async def test_a_retry_naming_an_approval_can_not_spend_more_than_was_approved():
+    """The approval shows its worst case ("at most $0.008276") and the admin approves that. A
+    request carrying `X-Lanes-Approval` may be a different body: it must not be sent to paid with
+    a worst case above the estimate that was approved."""
+    policy = {"free_tier_fallback": "ask", "approval_wait_s": 0.2}
+    async with open_sidecar(PAID, policy=policy) as (url, fakes), http_client() as http:
+        first = await http.post(f"{url}/chat/completions", json={"messages": MESSAGES})
+        error = first.json()["error"]
+        await http.post(f"{url}/approvals/{error['approval_id']}", json={"decision": "once"})
+        bigger = {"messages": [{"role": "user", "content": "y" * 50_000}], "n": 4}
+        await http.post(
+            f"{url}/chat/completions",
+            json=bigger,
+            headers={"x-lanes-approval": error["approval_id"]},
+        )
+    approved = float(error["message"].split("at most $")[1].split(")")[0])
+    paid = Candidate(
+        lane="paid", model="paid-model", tier="paid", input_usd_per_mtok=IN, output_usd_per_mtok=OUT
+    )
+    for request in fakes["paid"].requests():
+        body = dict(request.body)
+        sent = worst_case(paid, lanes.Job(messages=body.pop("messages"), params=body))
+        assert isinstance(sent, float) and sent <= approved + 1e-9, (sent, approved)
+
+
+@pytest.mark.slow
 @pytest.mark.free_lane
 async def test_grants_are_listed_and_revoked_over_http_and_the_cli():
     """An hour's grant shows in GET /v1/grants and `lanes approvals grants`, and `lanes approvals
@@ -193,6 +282,79 @@ async def test_grants_are_listed_and_revoked_over_http_and_the_cli():
     assert shown.returncode == 0 and "grant-anonymous  duration client anonymous" in shown.stdout
     assert revoked.returncode == 0 and "grant-anonymous: revoked" in revoked.stdout
     assert again.status_code == 429 and after == [] and missing.status_code == 404
+
+
+async def test_a_grant_revoked_mid_stream_is_not_spent_by_its_recovery(env, autojump_clock):
+    """No paid request without consent; a grant is revoked with `DELETE /v1/grants/{id}`. A
+    stream served by a paid model under a grant keeps `record.approval = "granted"` for the whole
+    job, so when the stream is cut after the grant was revoked, the recovery's walk (same record)
+    sends a paid request to another model without asking."""
+    async with open_fake("c", models=("p1", "p2")) as c:
+        c.script("p1", stream_cut(after=3))
+        cfg = config(
+            paid_lane("c", c.base_url, models=["p1", "p2"]) | PREFILL_PAIR,
+            aliases={"pp": ["c/p1", "c/p2"]},  # an alias is not a pinned model: consent is asked
+            policy={
+                "free_tier_fallback": "ask",
+                "paid_attempts": 2,
+                "paid_ceiling_usd_per_day": 100.0,
+            },
+        )
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            approvals = d.routing.approvals
+            revoked: list[bool] = []
+
+            async def emit(event: Event) -> None:
+                if isinstance(event, Chunk) and not revoked:  # the user stops paid fallback
+                    revoked.append(await approvals.revoke("grant-anonymous"))
+
+            async def grant() -> None:
+                while not approvals.pending():  # noqa: ASYNC110 - no event for a new approval
+                    await trio.sleep(0.05)
+                await approvals.decide(approvals.pending()[0].id, 3600.0)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(grant)
+                await relay(d, lanes.Job(messages=MESSAGES, model="pp", deadline_s=60), emit)
+    assert revoked == [True]
+    assert [r.model for r in c.requests()] == ["p1"]
+
+
+async def test_a_grant_revoked_before_a_retry_pays_for_no_retry(env, autojump_clock):
+    """ "A revoked grant pays for nothing more, not even the next attempt of a job that began
+    under it." Consent is asked once per candidate, before the walk's same-candidate retry loop:
+    a paid attempt that fails transiently (a 503) is retried on the same model after the grant
+    was revoked, without asking again."""
+    async with open_fake("c", models=("p1",)) as c:
+        c.script("p1", status(503), answer())
+        cfg = config(
+            paid_lane("c", c.base_url, models=["p1"]) | {"models": [{"id": "p1", **PRICED}]},
+            aliases={"pp": ["c/p1"]},  # an alias is not a pinned model: consent is asked
+            policy={
+                "free_tier_fallback": "ask",
+                "paid_attempts": 2,
+                "transient_retries": 1,
+                "paid_ceiling_usd_per_day": 100.0,
+            },
+        )
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            approvals = d.routing.approvals
+            revoked: list[bool] = []
+
+            async def grant_then_revoke() -> None:
+                while not approvals.pending():  # noqa: ASYNC110 - no event for a new approval
+                    await trio.sleep(0.001)
+                await approvals.decide(approvals.pending()[0].id, 3600.0)
+                while not c.requests():  # noqa: ASYNC110 - the fake sets no event
+                    await trio.sleep(0.001)
+                revoked.append(await approvals.revoke("grant-anonymous"))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(grant_then_revoke)
+                with contextlib.suppress(lanes.JobFailed):
+                    await d.complete(lanes.Job(messages=MESSAGES, model="pp", deadline_s=60))
+    assert revoked == [True]
+    assert len(c.requests("p1")) == 1
 
 
 @pytest.mark.free_lane
@@ -297,6 +459,19 @@ async def test_a_page_can_not_spend_through_any_door():
     assert len(fakes["paid"].requests()) == 3
 
 
+async def test_the_page_can_not_be_framed_by_another_origin():
+    """The page is the console (lane switches, approvals): a page of another origin that frames
+    it can make the user's click land on a button (clickjacking). It must say `frame-ancestors
+    'none'` (or `X-Frame-Options: DENY`)."""
+    async with (
+        open_sidecar(("local", "local", ["local-model"])) as (url, _fakes),
+        http_client() as http,
+    ):
+        page = await http.get(url.removesuffix("/v1") + "/")
+    policy = page.headers.get("content-security-policy", "")
+    assert "frame-ancestors 'none'" in policy and page.headers.get("x-frame-options") == "DENY"
+
+
 @pytest.mark.free_lane
 async def test_a_client_sees_only_its_own_approvals_grants_and_requests():
     """With client keys, a client lists only its own pending approvals and grants, can not read
@@ -338,3 +513,37 @@ async def test_a_client_sees_only_its_own_approvals_grants_and_requests():
     assert [g["client"] for g in seen["admin"]["grants"]] == ["alice"]
     assert [seen[w]["story"] for w in ("alice", "bob", "admin")] == [200, 404, 200]
     assert [seen[w]["by client"] for w in ("alice", "bob", "admin")] == [403, 403, 200]
+
+
+async def test_another_clients_approval_id_pays_for_nothing():
+    """Held: bob's request carrying alice's approved "once" (X-Lanes-Approval) is asked again;
+    alice's own retry is the one served."""
+    policy = {"free_tier_fallback": "ask", "approval_wait_s": 0.2}
+    server = {"clients": {"alice": "CLIENT_KEY", "bob": "BOB_KEY"}, "admin_key_env": "ADMIN_KEY"}
+    env = {"BOB_KEY": "bob-key-0123456789abcdefghij", "ADMIN_KEY": ADMIN_KEY}
+    alice = {"authorization": f"Bearer {CLIENT_KEY}"}
+    bob = {"authorization": "Bearer bob-key-0123456789abcdefghij"}
+    async with (
+        open_sidecar(PAID, policy=policy, server=server, env=env) as (url, fakes),
+        http_client() as http,
+    ):
+        first = await http.post(
+            f"{url}/chat/completions", json={"messages": MESSAGES}, headers=alice
+        )
+        approval = first.json()["error"]["approval_id"]
+        decided = await http.post(
+            f"{url}/approvals/{approval}",
+            json={"decision": "once"},
+            headers={"authorization": f"Bearer {ADMIN_KEY}"},
+        )
+        by_bob = await http.post(
+            f"{url}/chat/completions",
+            json={"messages": MESSAGES},
+            headers={**bob, "x-lanes-approval": approval},
+        )
+        by_alice = await http.post(
+            f"{url}/chat/completions", json={"messages": MESSAGES}, headers=alice
+        )
+    assert decided.status_code == 200
+    assert by_bob.status_code == 429 and by_bob.json()["error"]["approval_id"] != approval
+    assert by_alice.status_code == 200 and len(fakes["paid"].requests()) == 1

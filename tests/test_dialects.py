@@ -555,3 +555,14 @@ def test_a_messages_error_event_names_its_type():
     """fail(): one `error` event in the Messages API's shape."""
     [event] = messages_api.MessageEvents(message_id="m", model="m").fail("api_error", "cut")
     assert event == {"type": "error", "error": {"type": "api_error", "message": "cut"}}
+
+
+@pytest.mark.parametrize("kind", [{}, ["message"], {"a": "b" * 100_000}])
+def test_an_input_item_type_of_the_wrong_type_is_a_400_naming_it(kind):
+    """`/v1/responses` with `input: [{"type": {}}]`: a 400 naming `input[0].type`, with the value
+    shown at most briefly. It raised TypeError (a dict is no member of a set): a 500 from the
+    sidecar, and a traceback in its log, for any client's malformed item."""
+    with pytest.raises(BadField) as refused:
+        responses_api.to_chat({"input": [{"type": kind}]})
+    assert refused.value.param == "input[0].type"
+    assert len(str(refused.value)) < 300

@@ -22,6 +22,7 @@ def job(**kw) -> lanes.Job:
     return lanes.Job(messages=JOB, **kw)
 
 
+@pytest.mark.slow
 async def test_herd_sends_one_request_per_backoff_window(env, autojump_clock):
     """200 concurrent jobs against a 429 + Retry-After: 5 fake: one request per window, no more."""
     async with (
@@ -147,6 +148,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 async def test_two_processes_share_one_state_file(env, tmp_path):
     """Another process hits the 429; this one, already running, skips the model within a second."""
     state = str(tmp_path / "lanes.db")

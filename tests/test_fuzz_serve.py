@@ -47,6 +47,8 @@ from lanes.testing import FakeProvider, answer, open_fake
 from lanes.testing.harness.configs import paid_lane
 from lanes.testing.harness.processes import dump_toml, free_port
 
+pytestmark = pytest.mark.slow  # one `lanes serve` process for the module
+
 MODELS = 60  # one fresh sick model per upstream example
 GOOD_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 MESSAGES = [{"role": "user", "content": "Say the pangram, in full, please."}]

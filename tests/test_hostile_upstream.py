@@ -7,18 +7,20 @@ import gzip
 import json
 import logging
 import time
+from typing import Any
 
 import pytest
 import trio
 
 import lanes
-from helpers import config, local_lane, paid_lane, sqlite_store, store_up
+from helpers import config, http_client, local_lane, paid_lane, sqlite_store, store_up
 from lanes._core.runtime.tasks import LISTENER, SYNC
 from lanes._core.state.sync import StateSync
 from lanes._http.metrics import Metrics
 from lanes.freetier.headers import MAX_WAIT_S
 from lanes.freetier.prices import MAX_TOKENS
 from lanes.testing import ANSWER, answer, open_fake, rate_limited, raw
+from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
 MiB = 1024 * 1024
@@ -348,3 +350,30 @@ async def test_a_catalog_that_breaks_the_refresh_never_kills_it(env, autojump_cl
     lines = [r for r in caplog_lanes.records if "a bug in the catalog code" in r.getMessage()]
     assert len(lines) == 1
     assert all(r.levelno == logging.WARNING for r in lines) and time.time()
+
+
+@pytest.mark.parametrize("door", ["/v1/messages", "/v1/responses"])
+async def test_an_upstream_finish_reason_that_is_no_string_is_not_a_500(door):
+    """A 200 completion whose `finish_reason` is a list passes `check_completion`; the Messages
+    and Responses translations look it up in a dict (TypeError): the job was served — and, if
+    paid, billed — and the client gets a bare 500 and a traceback in the log."""
+    completion = {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "b",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": [1]}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+    async with open_sidecar(("odd", "local", ["b"])) as (url, fakes):
+        fakes["odd"].script("b", raw(200, json.dumps(completion).encode()))
+        async with http_client() as http:
+            body: dict[str, Any] = (
+                {"model": "odd/b", "max_tokens": 5, "messages": MESSAGES}
+                if door == "/v1/messages"
+                else {"model": "odd/b", "input": "hi"}
+            )
+            response = await http.post(url.removesuffix("/v1") + door, json=body)
+    assert response.status_code != 500, response.text
+    assert response.headers["content-type"].startswith("application/json")

@@ -11,6 +11,7 @@ import httpx2
 import pytest
 import trio
 
+from helpers import http_client
 from lanes._core.dispatcher import Dispatcher
 from lanes._http import endpoints
 from lanes._http.errors import BadRequest
@@ -127,6 +128,14 @@ def _shaped(response: bytes, status: int) -> dict[str, object]:
     return error
 
 
+def openai_shaped(response: httpx2.Response) -> bool:
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), dict)
+
+
 async def test_protocol_errors_are_openai_shaped():
     """A malformed request line and headers over 16 KiB: hypercorn's own 400 and 431 carry an
     OpenAI-shaped body."""
@@ -232,6 +241,76 @@ async def test_client_mistakes_leave_no_traceback(caplog):
     assert "Traceback" not in caplog.text
 
 
+@pytest.mark.parametrize("since", ["9" * 25 + "d", "9" * 400 + "d"])
+async def test_a_huge_report_window_is_a_400(since):
+    """`GET /v1/report?since=…` with a huge number of days: a 400 naming `since`, not a 500
+    (OverflowError in the float product, or in SQLite's integer)."""
+    async with (
+        open_sidecar(("local", "local", ["local-model"])) as (url, _fakes),
+        http_client() as http,
+    ):
+        response = await http.get(f"{url}/report", params={"since": since})
+    assert response.status_code == 400 and openai_shaped(response)
+
+
+@pytest.mark.parametrize("metadata", ["abc", [1], [[1, 2, 3]]])
+async def test_responses_metadata_that_is_no_object_is_a_400_before_anything_is_sent(metadata):
+    """`metadata` is echoed in the response; one that is not an object is read by `dict()` only
+    after the job was served (and, on a paid lane, billed): the client gets a 500 and retries."""
+    async with (
+        open_sidecar(("local", "local", ["local-model"])) as (url, fakes),
+        http_client() as http,
+    ):
+        response = await http.post(f"{url}/responses", json={"input": "hi", "metadata": metadata})
+    assert response.status_code == 400 and openai_shaped(response)
+    assert fakes["local"].requests() == []
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/embeddings", "/lanes/local/off"])
+async def test_a_malformed_origin_is_refused_cleanly(path):
+    """`Origin: http://[::1` (an unclosed IPv6 literal) makes `urlsplit` raise: a 500 and a
+    traceback on every job door and every action, instead of a 403."""
+    async with (
+        open_sidecar(("local", "local", ["local-model"])) as (url, _fakes),
+        http_client() as http,
+    ):
+        response = await http.post(
+            f"{url}{path}",
+            json={**OK, "model": "local-model", "input": "x"},
+            headers={"origin": "http://[::1"},
+        )
+    assert response.status_code == 403 and openai_shaped(response)
+
+
+@pytest.mark.parametrize("role", [{"x": 1}, ["user"]])
+async def test_a_responses_input_role_that_is_no_string_is_a_400(role):
+    """`input[0].role` an object or an array: `_ROLES.get(role)` raises TypeError (unhashable),
+    a 500, where every other wrong type is a 400 naming the field."""
+    async with (
+        open_sidecar(("local", "local", ["local-model"])) as (url, _fakes),
+        http_client() as http,
+    ):
+        response = await http.post(
+            f"{url}/responses",
+            json={"input": [{"type": "message", "role": role, "content": "hi"}]},
+        )
+    assert response.status_code == 400 and openai_shaped(response)
+
+
+async def test_a_responses_cap_out_of_range_names_the_clients_field():
+    """`max_output_tokens` above 10^8 on `/v1/responses`: the 400 names `max_tokens` (the
+    translation's field), which the client never sent."""
+    async with (
+        open_sidecar(("local", "local", ["local-model"])) as (url, _fakes),
+        http_client() as http,
+    ):
+        response = await http.post(
+            f"{url}/responses", json={"input": "hi", "max_output_tokens": 10**9}
+        )
+    assert response.status_code == 400 and response.json()["error"]["param"] == "max_output_tokens"
+
+
+@pytest.mark.slow
 async def test_sighup_is_logged_and_ignored(tmp_path):
     """SIGHUP does not stop the sidecar: one line says the config is read at startup only."""
     async with open_fake("local", models=("local-model",)) as local:

@@ -5,6 +5,7 @@ output, system entries mid-conversation), on the bodies real clients sent."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +302,41 @@ def test_an_effort_leaves_a_paid_worst_case_as_it_was():
     extra = len(',"reasoning_effort":"high"')  # its bytes are input the worst case prices
     assert isinstance(cases[0], float) and isinstance(cases[1], float)
     assert cases[1] == pytest.approx(cases[0] + extra * 1.0 / 1e6)
+
+
+def test_naming_dropped_fields_is_linear_in_their_count():
+    """A body of many unknown keys (a 4 MiB body holds ~350,000) is named as dropped in one pass:
+    the names were deduplicated against a list, so 40,000 keys took 18 s of the event loop. Here
+    100,000 names (and each twice) are named at once — the list's way would take minutes, so this
+    test would hang, not pass; no time is asserted."""
+    names = [f"k{i}" for i in range(100_000)]
+    named = bounded_names(names + names)
+    assert len(named) == MAX_DROPPED and named[-1] == f"+{100_000 - MAX_DROPPED + 1} more"
+    assert named[: MAX_DROPPED - 1] == tuple(names[: MAX_DROPPED - 1])
+
+
+def test_colliding_namespaced_tools_get_short_distinct_flat_names():
+    """1,000 namespace tools of one name, each with a member `x` (62 KB of body): every flat name
+    stays short and distinct. Each collision added one `_` and tried again, so names grew to the
+    count (1,003 characters, sent upstream) and the translation was cubic: 4,000 such tools
+    (250 KB) held the event loop 20 s."""
+    tools = [{"type": "namespace", "name": "n", "tools": [{"name": "x"}]} for _ in range(1_000)]
+    chat = responses_api.to_chat({"input": "hi", "tools": tools})
+    names = [t["function"]["name"] for t in chat.params["tools"]]
+    assert len(set(names)) == len(names) == 1_000
+    assert max(map(len, names)) <= len("n__x") + 6, max(map(len, names))
+
+
+def test_a_namespaced_tools_flat_name_fits_chats_limit():
+    """Two MCP servers of long names that both offer `search_documents_by_query`: each member's
+    flat name (namespace joined to name) is at most 64 characters of `[A-Za-z0-9_-]`, the limit
+    OpenAI's and Groq's chat APIs enforce on a function name — else every request with those
+    tools is a 400 upstream, for a client that sent nothing wrong (the joined name was 65)."""
+    servers = ["mcp__acme_corp_internal_knowledge_base__", "mcp__acme_corp_engineering_wiki__"]
+    member = {"type": "function", "name": "search_documents_by_query", "parameters": {}}
+    tools = [{"type": "namespace", "name": s, "tools": [member]} for s in servers]
+    chat = responses_api.to_chat({"input": "hi", "tools": tools})
+    names = [t["function"]["name"] for t in chat.params["tools"]]
+    assert len(set(names)) == 2
+    for name in names:
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name), name

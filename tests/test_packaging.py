@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
+pytestmark = pytest.mark.slow  # builds the wheel and runs it in child processes
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -1,22 +1,32 @@
 """The status page in a real headless Chromium: a pending approval appears, a click approves it, and
-the held request completes; the console switches lanes and revokes grants; the report is drawn as
-SVG charts; nothing is fetched from another origin and the page's CSP is never violated."""
+the held request completes; the console switches lanes and revokes grants, and works with client
+keys configured; the report is drawn as SVG charts; nothing is fetched from another origin, the
+page's CSP is never violated, and a page of another origin that frames it switches nothing."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 import trio
 
+from helpers import http_client
 from lanes.testing import rate_limited
 from sidecar import CLIENT_KEY, open_sidecar
+
+pytestmark = pytest.mark.slow  # every test here drives Chromium
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
@@ -394,3 +404,97 @@ async def test_the_page_draws_the_report_as_svg_charts():
     assert policy["default-src"] == "'none'" and policy["connect-src"] == "'self'"
     assert policy["script-src"].startswith("'sha256-") and "unsafe" not in seen["csp"]
     assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]
+
+
+def click_through_a_frame(attacker: str) -> bool:
+    """A user with a stock profile (third-party storage allowed) clicks a decoy on `attacker`,
+    which frames the sidecar's page invisibly over it. False when the framed page never showed
+    its switches (the browser refused to frame it)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
+    profile = Path(tempfile.mkdtemp(prefix="lanes-review-"))
+    (profile / "Default").mkdir()
+    (profile / "Default" / "Preferences").write_text(
+        json.dumps({"profile": {"cookie_controls_mode": 0, "block_third_party_cookies": False}})
+    )
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            args=[*FLAGS, "--disable-features=TrackingProtection3pcd"],
+        )
+        try:
+            page = context.new_page()
+            page.goto(attacker)
+            button = page.frame_locator("iframe").locator("button.switch").first
+            try:
+                button.wait_for(timeout=5_000)
+            except PlaywrightTimeout:
+                return False
+            box = button.bounding_box()
+            assert box is not None
+            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            page.wait_for_timeout(1500)
+            return True
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+async def test_a_framing_page_can_not_switch_a_lane_off(tmp_path):
+    """The same, end to end in Chromium: a page on another origin (localhost:other-port) frames
+    the console at opacity 0.05 over a decoy; the user's click switches the local lane off —
+    under `allow`, every later job then pays."""
+    await needs_a_browser()
+    async with open_sidecar(*LOCAL_AND_PAID) as (url, _fakes):
+        base = url.removesuffix("/v1")
+        await trio.Path(tmp_path / "index.html").write_text(
+            "<h1>Click the button to win</h1>"
+            f'<iframe src="{base}/" width="1200" height="800" '
+            'style="opacity:0.05;position:absolute;top:0;left:0"></iframe>'
+        )
+        handler = partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            attacker = f"http://localhost:{server.server_address[1]}/index.html"
+            clicked = await trio.to_thread.run_sync(click_through_a_frame, attacker)
+        finally:
+            await trio.to_thread.run_sync(server.shutdown)
+            server.server_close()
+        async with http_client() as http:
+            lanes_now = (await http.get(f"{url}/lanes")).json()["lanes"]
+    assert not clicked and not any(lane["off"] for lane in lanes_now), lanes_now
+
+
+def read_the_console(base: str) -> str:
+    """Open the page, enter the admin key, and read its summary line."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(base + "/")
+            page.fill("#admin-key", ADMIN_KEY)
+            page.click("#admin-save")
+            page.wait_for_function(
+                "document.getElementById('summary').textContent !== 'loading…'", timeout=10_000
+            )
+            page.wait_for_timeout(1_500)  # a refresh after the key was entered
+            return page.locator("#summary").inner_text()
+        finally:
+            browser.close()
+
+
+async def test_the_console_works_when_client_keys_are_configured():
+    """With `[server.clients]` set, the page reads `/v1/lanes` and `/v1/approvals` without a key:
+    both answer 401 and the page says "sidecar unreachable" — no lanes, no approvals, nothing to
+    click — even after the admin key is entered."""
+    await needs_a_browser()
+    async with open_sidecar(
+        ("local", "local", ["local-model"]), server=KEYED, env={"ADMIN_KEY": ADMIN_KEY}
+    ) as (url, _fakes):
+        summary = await trio.to_thread.run_sync(read_the_console, url.removesuffix("/v1"))
+    assert "free lane" in summary

@@ -9,10 +9,11 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane, local_lane, paid_lane, sqlite_store
+from helpers import config, free_lane, http_client, local_lane, paid_lane, sqlite_store
 from lanes._core.audit.report import report
 from lanes._http.errors import http_status
 from lanes.testing import ANSWER, answer, hang, open_fake, rate_limited, status
+from sidecar import open_sidecar
 
 JOB = [{"role": "user", "content": "Plan my week."}]
 
@@ -453,3 +454,27 @@ async def test_audit_of_a_burst_answers_seed_004s_questions(
     assert total.errors == {"rate_limited": failed_primaries}
     assert total.requests == len(a.requests()) + len(b.requests())  # one row per upstream request
     assert "Plan my week" not in text
+
+
+async def test_a_clients_own_key_does_not_use_up_the_shared_attempt_governor():
+    """ "It never counts against the shared quotas": a client calling its bring-your-own-key lane
+    uses up the global `attempts_per_minute` governor, and every other client gets 429."""
+    byok = ("mine", "free", ["own"], {"byok": True, "free_tier": {"kind": "rate_limited"}})
+    policy = {"free_tier_fallback": "off", "attempts_per_minute": 2}
+    async with (
+        open_sidecar(byok, ("local", "local", ["local-model"]), policy=policy) as (url, _),
+        http_client() as http,
+    ):
+        own = [
+            await http.post(
+                f"{url}/chat/completions",
+                json={"messages": JOB, "model": "mine/own"},
+                headers={"x-lanes-key-mine": "sk-mine-0123456789abcdef"},
+            )
+            for _ in range(2)
+        ]
+        shared = await http.post(
+            f"{url}/chat/completions", json={"messages": JOB, "model": "local/local-model"}
+        )
+    assert [r.headers.get("x-lanes-route") for r in own] == ["byok", "byok"]
+    assert shared.status_code == 200, shared.text

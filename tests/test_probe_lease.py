@@ -187,6 +187,7 @@ async def test_the_lease_is_handed_back_on_every_way_out(tmp_path, env, autojump
     assert len(free.requests()) == (0 if how == "unencodable" else 1)
 
 
+@pytest.mark.slow
 @pytest.mark.free_lane
 async def test_three_job_processes_on_one_file_knock_once_per_window(tmp_path):
     """Three processes that import the dispatcher, one SQLite state file, 30 jobs each at once
@@ -214,6 +215,7 @@ async def test_three_job_processes_on_one_file_knock_once_per_window(tmp_path):
         assert sum(outcomes.values()) == 30 and "ok" not in outcomes
 
 
+@pytest.mark.slow
 @pytest.mark.free_lane
 async def test_a_lease_holder_killed_mid_probe_is_released_by_its_expiry(tmp_path, env):
     """A job process SIGKILLed while its probe hangs leaves its lease behind: refused to everyone

@@ -36,6 +36,7 @@ def run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_python_example_runs_on_a_fresh_machine(tmp_path):
     """The library example, in an empty directory with no provider keys: answers, a stream, and
     vectors, from the simulated providers in-process."""
@@ -46,6 +47,7 @@ def test_the_python_example_runs_on_a_fresh_machine(tmp_path):
     assert "2 vectors from local" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_client_examples_run_against_the_simulator(simulated, tmp_path):
     """Every client example of the sidecar page (chat, Responses, Messages, embeddings and models)
     and README's own runs as written against `lanes serve --simulate`."""

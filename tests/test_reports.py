@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 
 import lanes
 from bench.freeshare import arrivals
-from helpers import config, free_lane, paid_lane
+from helpers import PREFILL_PAIR, config, free_lane, http_client, paid_lane, spent
 from lanes._cli_reports import story_text
 from lanes._core.audit.report import explain, report
 from lanes._core.state.audit import audit_row
 from lanes._core.state.store import SQLiteStore
-from lanes.testing import answer, open_fake, quota, rate_limited, status
+from lanes.testing import answer, open_fake, quota, rate_limited, status, stream_cut
 from lanes.testing.harness.configs import KEYS
 from lanes.testing.harness.processes import dump_toml, open_sidecar_processes
 from sidecar import open_sidecar
@@ -139,6 +139,39 @@ async def test_explain_tells_the_worked_examples_apart(outcome, env, tmp_path, a
     assert "Plan my week" not in json.dumps(story)  # hashes and sizes, never the body
 
 
+async def test_a_recovered_stream_explains_every_cent(tmp_path):
+    """ "The reply's cost, the SSE trailer, the audit and /v1/lanes show the same settled figure",
+    and `lanes explain` tells the request's story. After a cut paid stream is resumed, the
+    recovery's audit row (same job id) replaces the first one: the cut attempt's full
+    reservation is in the ledger but in neither the trailer nor the story. (`paid_attempts = 2`:
+    the job may send the second paid request a recovery needs.)"""
+    policy = {"free_tier_fallback": "allow", "paid_attempts": 2}
+    async with open_sidecar(
+        ("paid", "paid", ["p1", "p2"], PREFILL_PAIR),
+        policy=policy,
+        aliases={"pp": ["paid/p1", "paid/p2"]},
+        state=str(tmp_path / "state.db"),
+    ) as (url, fakes):
+        fakes["paid"].script("p1", stream_cut(after=3))
+        async with http_client() as http:
+            streamed = await http.post(
+                f"{url}/chat/completions",
+                json={"messages": MESSAGES, "model": "pp", "stream": True},
+            )
+            request_id = streamed.headers["x-lanes-request-id"]
+            with trio.fail_after(10):
+                story = await http.get(f"{url}/requests/{request_id}")
+                while story.status_code != 200:  # the audit row is flushed in the background
+                    await trio.sleep(0.05)
+                    story = await http.get(f"{url}/requests/{request_id}")
+            ledger = await spent(http, url)
+    trailer = float(streamed.text.split("cost_usd=")[1].split()[0])
+    assert len(story.json()["attempt_list"]) == 2, story.json()["summary"]
+    assert story.json()["cost_usd"] == pytest.approx(ledger)
+    assert trailer == pytest.approx(ledger)
+
+
+@pytest.mark.slow
 async def test_lanes_report_and_explain_read_the_state_file(env, tmp_path, autojump_clock):
     """`lanes report --by cohort` and `lanes explain ID` read a config's state file, as text,
     JSON and Markdown."""
@@ -182,6 +215,7 @@ async def test_lanes_report_and_explain_read_the_state_file(env, tmp_path, autoj
     assert missing.returncode == 1
 
 
+@pytest.mark.slow
 async def test_a_clients_budget_holds_across_two_processes(tmp_path):
     """Alice's own ceiling ($0.01 a day) holds across two sidecar processes sharing one state file,
     while Bob, without one, still gets paid fallback under the global ceiling."""

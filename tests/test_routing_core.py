@@ -11,7 +11,15 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane, local_lane, paid_lane, sqlite_store
+from helpers import (
+    PREFILL_PAIR,
+    config,
+    free_lane,
+    http_client,
+    local_lane,
+    paid_lane,
+    sqlite_store,
+)
 from lanes._core.engine.recovery import Broken, Chunk, Ended, Event, Failed, relay
 from lanes.testing import ANSWER, answer, hang, open_fake, reset, status, stream_cut
 from lanes.testing.harness.processes import free_port
@@ -71,6 +79,23 @@ async def test_a_recovered_stream_is_one_job_with_every_attempt(env, autojump_cl
     assert sum(stats.tally.jobs.values()) == 1
     assert len(rows) == 1 and rows[0]["outcome"] == "ok" and rows[0]["attempts"] == 2
     assert [a.route for a in events[-1].stream.attempts] == ["primary", "free_retry"]
+
+
+async def test_a_recovered_stream_keeps_the_jobs_paid_attempt_budget():
+    """`paid_attempts = 1`: "paid requests per job". A paid stream cut mid-answer is resumed on
+    another paid model by a fresh walk with fresh budgets: two paid requests for one job."""
+    policy = {"free_tier_fallback": "allow", "paid_attempts": 1}
+    aliases = {"pp": ["paid/p1", "paid/p2"]}
+    async with open_sidecar(
+        ("paid", "paid", ["p1", "p2"], PREFILL_PAIR), policy=policy, aliases=aliases
+    ) as (url, fakes):
+        fakes["paid"].script("p1", stream_cut(after=3))
+        async with http_client() as http:
+            await http.post(
+                f"{url}/chat/completions",
+                json={"messages": MESSAGES, "model": "pp", "stream": True},
+            )
+    assert len(fakes["paid"].requests()) <= 1, [r.model for r in fakes["paid"].requests()]
 
 
 async def test_an_unbilled_paid_refusal_leaves_the_paid_attempt_for_the_next(env, autojump_clock):

@@ -90,6 +90,7 @@ def runnable_copies(tmp_path: Path) -> list[Path]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine"
 )
@@ -136,6 +137,7 @@ def test_crontab_line():
     assert "set -a && . /etc/lanes/keys.env && set +a" in line and "%" not in line
 
 
+@pytest.mark.slow
 @pytest.mark.free_lane
 async def test_the_crontab_line_runs_under_cron_conditions(tmp_path):
     """The documented line, run as cron runs it — `env -i` with cron's few variables, `/bin/sh -c`

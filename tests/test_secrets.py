@@ -29,6 +29,7 @@ GOOD = "sk-good-Qx7Vb2Lm9Tz4Rk8Wn3"
 FAILING = "sk-fail-Hj5Pd8Cs2Yf6Ug1Ea4"
 BROKEN = "sk-brok-Mv3Nq7Zx1Kt5Wr9Bp2"
 CLIENT = "lanes-client-Gd4Js8Lf2Xc6"
+PASTED_KEY = "gsk_live_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd"  # a key where its name goes
 
 
 def test_a_key_is_stripped_of_surrounding_whitespace():
@@ -51,6 +52,14 @@ def test_an_unset_or_blank_key_is_not_set():
     """An unset variable and one holding only whitespace read the same: not set."""
     assert read_key({}, "K") == (None, "K is not set")
     assert read_key({"K": " \r\n"}, "K") == (None, "K is not set")
+
+
+def test_a_key_pasted_as_the_variable_name_is_never_shown():
+    """A key written where its variable's name goes: the reason a lane is off never shows it."""
+    key, why = read_key({}, PASTED_KEY)
+    assert key is None and PASTED_KEY not in why and "reads like a key" in why
+    assert read_key({"GROQ_API_KEY": "x" * 8}, "GROQ_API_KEY") == ("x" * 8, "")  # a name is shown
+    assert read_key({}, "GROQ_API_KEY") == (None, "GROQ_API_KEY is not set")
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,13 @@ import sys
 from pathlib import Path
 
 import httpx2
+import pytest
 import trio
 
 from lanes.testing import answer, open_fake
 from lanes.testing.harness.processes import free_port, open_sidecar_process, stop
+
+pytestmark = pytest.mark.slow  # real `lanes serve` processes
 
 
 async def test_startup_with_dead_providers_and_graceful_shutdown(tmp_path):

@@ -29,6 +29,8 @@ from lanes.testing.harness.processes import (
     open_sidecar_processes,
 )
 
+pytestmark = pytest.mark.slow  # real `lanes serve` processes and redis-server
+
 MESSAGES = [{"role": "user", "content": "Several sidecars: say the pangram."}]
 OUTAGE = re.compile(r"state store: redis at .*serving on this host's view")
 

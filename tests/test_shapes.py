@@ -1,12 +1,15 @@
 """What real providers send, read one way (pure): typed content parts, reasoning, usage wherever it
-is put, errors inside a 200."""
+is put, errors inside a 200, tool-call deltas numbered where the provider left out their index."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes._core.upstream.shapes import (
+    ToolIndexes,
     in_band_error,
     normal_chunk,
     normal_completion,
@@ -187,3 +190,26 @@ def test_the_readers_never_raise(body):
     usage_in(body)
     in_band_error(body)
     reasoning_of(body)
+
+
+def test_tool_indexes_keep_what_the_provider_numbered_and_number_the_rest():
+    """ToolIndexes leaves a delta with its own index as it is (even a huge one, at no cost), and
+    numbers indexless deltas by call: a new id or a named call is the next index, an id seen
+    before its own index, a bare continuation the last call's."""
+    indexes = ToolIndexes()
+
+    def delta(*calls: dict[str, Any]) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": {"tool_calls": list(calls)}}]}
+
+    def numbers(chunk: dict[str, Any] | None) -> list[int]:
+        assert chunk is not None
+        return [c["index"] for c in chunk["choices"][0]["delta"]["tool_calls"]]
+
+    assert indexes.indexed(delta({"index": 10**12, "id": "x"})) is None
+    fresh = ToolIndexes()
+    first = fresh.indexed(delta({"id": "a", "function": {"name": "f", "arguments": "{"}}))
+    assert numbers(first) == [0]
+    assert numbers(fresh.indexed(delta({"function": {"arguments": "}"}}))) == [0]
+    both = delta({"id": "", "function": {"name": "g"}}, {"id": "b", "function": {"name": "h"}})
+    assert numbers(fresh.indexed(both)) == [1, 2]
+    assert numbers(fresh.indexed(delta({"id": "a", "function": {"arguments": " "}}))) == [0]

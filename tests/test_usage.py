@@ -11,11 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lanes
+from helpers import http_client, spent
 from lanes._core.model.job import Candidate
 from lanes._core.policy.spend import paid_request, worst_case
 from lanes.freetier.prices import settled_usd, usage_cost, usage_tokens, usage_total
+from lanes.testing import answer
+from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "What does this cost?"}]
+PAID = ("paid", "paid", ["paid-model"])
+IN = 1.0  # the paid fakes' input price, USD per million tokens (lanes.testing.harness.configs)
 
 
 def _ten_and_ten(total: Any) -> dict[str, Any]:
@@ -179,3 +184,22 @@ def test_the_ledger_is_never_below_what_an_honest_upstream_could_bill(
     assert settled >= could_bill * (1 - 1e-9), (settled, could_bill)
     if not believed:
         assert settled == reserved
+
+
+async def test_usage_whose_total_exceeds_its_parts_is_not_believed():
+    """Some providers bill reasoning (or audio, cache) tokens outside `completion_tokens` and count
+    them in `total_tokens` only. Usage whose total is 2,000× its parts is not sane: it must settle
+    at no less than its total at the input price (the reservation), not at 2 tokens."""
+    usage = {
+        "prompt_tokens": 1,
+        "completion_tokens": 1,
+        "total_tokens": 4000,
+        "completion_tokens_details": {"reasoning_tokens": 3998},
+    }
+    async with open_sidecar(PAID, policy={"free_tier_fallback": "allow"}) as (url, fakes):
+        fakes["paid"].script("paid-model", answer(usage=usage))
+        async with http_client() as http:
+            response = await http.post(f"{url}/chat/completions", json={"messages": MESSAGES})
+            ledger = await spent(http, url)
+    assert response.status_code == 200
+    assert ledger >= 4000 * IN / 1e6, ledger
