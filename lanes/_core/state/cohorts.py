@@ -26,8 +26,9 @@ MAX_CLIENTS = 10_000
 class Cohorts:
     @classmethod
     def of(cls, config: Config) -> Cohorts:
-        """The cohorts jobs may name: `[metrics] cohorts` and the clients' defaults declared, the
-        rest bounded per client; admins (or, with no keys, every caller) may add `/metrics` labels."""
+        """The cohorts jobs may name: `[metrics] cohorts` and the clients' defaults declared,
+        the rest bounded per client; admins (or, with no keys, every caller) may add `/metrics`
+        labels."""
         server = config.server
         declared = [
             *config.metrics.cohorts,
