@@ -23,8 +23,8 @@ import trio
 
 from lanes import load_config
 from lanes._http.server import serve
+from lanes.harness.configs import KEYS, free_lane, local_lane
 from lanes.testing import open_fake
-from lanes.testing.harness.configs import KEYS, free_lane, local_lane
 
 JOB = {"model": "auto", "messages": [{"role": "user", "content": "Benchmark: say the pangram."}]}
 

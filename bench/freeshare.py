@@ -24,8 +24,8 @@ import trio
 import trio.testing
 
 import lanes
+from lanes.harness.configs import KEYS, paid_lane
 from lanes.testing import open_fake, quota
-from lanes.testing.harness.configs import KEYS, paid_lane
 
 # name, per minute, per day, how it reports, whether our config knows the limits
 PROVIDERS = [

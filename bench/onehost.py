@@ -16,7 +16,7 @@ import trio
 
 from bench import peers
 from bench.load import run_load
-from lanes.testing.harness.processes import open_job_processes
+from lanes.harness.processes import open_job_processes
 
 WINDOW_S = 5.0  # the fake upstream's Retry-After for the `ratelimit` model
 BODY = {"model": "up/ratelimit", "messages": [{"role": "user", "content": "Benchmark: herd."}]}
@@ -99,8 +99,8 @@ def look_cost(workdir: Path, n: int = 20_000) -> dict[str, Any]:
     """What a job's gate pays to see what other processes wrote (µs per call, one thread): the look
     when nothing changed (one `pread` of the change word), the look after another process wrote a
     backoff (the word, then the backoff and switch tables), and that write itself."""
+    from lanes._core.freetier.backoff import Backoff
     from lanes._core.state.store import SQLiteStore
-    from lanes.freetier.backoff import Backoff
 
     path = str(workdir / "look.db")
     mine, other = SQLiteStore(path), SQLiteStore(path)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 import trio
 
-from lanes.testing.harness.processes import dump_toml, free_port, stop
+from lanes.harness.processes import dump_toml, free_port, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 LITELLM = ROOT / "bench" / ".venv-litellm" / "bin" / "litellm"

@@ -36,10 +36,10 @@ import trio
 
 import lanes
 from lanes.drills.hostile import GOOD_USAGE, cases, peak_rss_mb
+from lanes.harness.configs import KEYS, free_lane, paid_lane
+from lanes.harness.processes import dump_toml, free_port
+from lanes.harness.redis_server import RedisServer, redis_server_path
 from lanes.testing import FakeProvider, answer, open_fake, status
-from lanes.testing.harness.configs import KEYS, free_lane, paid_lane
-from lanes.testing.harness.processes import dump_toml, free_port
-from lanes.testing.harness.redis_server import RedisServer, redis_server_path
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [{"role": "user", "content": "Bench: say the pangram."}]

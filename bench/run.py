@@ -27,7 +27,7 @@ import trio
 
 from bench import audit_report, onehost, peers, shared
 from bench.load import percentile, run_load, summary
-from lanes.testing.harness.processes import free_port
+from lanes.harness.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

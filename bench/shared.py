@@ -20,7 +20,7 @@ import trio
 
 from bench import peers
 from bench.load import percentile, run_load
-from lanes.testing.harness.redis_server import RedisServer, redis_server_path
+from lanes.harness.redis_server import RedisServer, redis_server_path
 
 PRICES = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
 
@@ -141,8 +141,8 @@ async def in_process(redis_url: str, workdir: Path, quick: bool) -> dict[str, An
     time against an in-process fake (free lane, then paid lane), SQLite file against Redis,
     interleaved."""
     import lanes
+    from lanes.harness.configs import KEYS, free_lane, paid_lane
     from lanes.testing import open_fake
-    from lanes.testing.harness.configs import KEYS, free_lane, paid_lane
 
     reps, total = (2, 200) if quick else (5, 400)
     added: dict[str, list[float]] = {"free": [], "paid": []}

@@ -22,6 +22,15 @@ from lanes._core.config.schema import Config, load_config, read_config
 from lanes._core.config.schema import ModelConfig as Model
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.engine.stream import ReplyStream
+from lanes._core.freetier.kinds import (
+    AlwaysFreeLocal,
+    CreditBased,
+    CustomEndpoint,
+    FreeModelsOnly,
+    NoFreeTier,
+    RateLimitedFree,
+    Subscription,
+)
 from lanes._core.model.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -45,15 +54,6 @@ from lanes._core.open import complete_sync, open_dispatcher
 from lanes._core.upstream.client import Upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane, Secret
 from lanes._core.upstream.spec import LaneSpec, Provider
-from lanes.freetier.kinds import (
-    AlwaysFreeLocal,
-    CreditBased,
-    CustomEndpoint,
-    FreeModelsOnly,
-    NoFreeTier,
-    RateLimitedFree,
-    Subscription,
-)
 
 __all__ = [
     "AlwaysFreeLocal",

@@ -76,7 +76,7 @@ def redis_server(tmp_path):
 
     Missing binary: the test skips — unless LANES_REQUIRE_REDIS=1 (as `.ci/run` sets), where it
     fails."""
-    from lanes.testing.harness.redis_server import RedisServer, redis_server_path
+    from lanes.harness.redis_server import RedisServer, redis_server_path
 
     if redis_server_path() is None:
         message = "redis-server is not installed (make redis, or apt-get install redis-server)"
@@ -105,7 +105,7 @@ def caplog_lanes(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`lanes serve --simulate` in a child process; its base URL (…/v1)."""
-    from lanes.testing.harness.processes import free_port
+    from lanes.harness.processes import free_port
 
     port = free_port()
     log = Path(tmp_path_factory.mktemp("simulate")) / "serve.log"

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 from hypothesis import strategies as st
 
-from lanes.freetier.prices import usage_cost
+from lanes._core.freetier.prices import usage_cost
 from lanes.testing import ANSWER, Behaviour, raw
 from lanes.testing.fakes import stream_events
 

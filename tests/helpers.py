@@ -10,7 +10,7 @@ import trio
 
 from lanes import Config, Dispatcher, load_config
 from lanes._core.state.store import SQLiteStore
-from lanes.testing.harness.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
+from lanes.harness.configs import FREE_KEY, PAID_KEY, free_lane, lane, local_lane, paid_lane
 
 __all__ = [
     "ENGINE_POLICY",
@@ -36,7 +36,7 @@ ENGINE_POLICY = {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 100.
 # Exploration is random by design; tests that are not about it switch it off to stay deterministic.
 NO_EXPLORATION = {"explore_rate": 0.0}
 # Two paid models a cut stream can be resumed on (prefill), at the paid fakes' prices (USD per
-# million tokens, lanes.testing.harness.configs).
+# million tokens, lanes.harness.configs).
 PREFILL_PAIR = {
     "models": [
         {"id": m, "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0, "prefill": True}

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import lanes
 from helpers import config, free_lane
+from lanes._core.freetier.kinds import FreeModelsOnly, NoFreeTier, RateLimitedFree, tier_of
 from lanes._core.policy.scoring import (
     ScoringConfig,
     Stats,
@@ -21,7 +22,6 @@ from lanes._core.policy.scoring import (
     wilson_lower,
 )
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
-from lanes.freetier.kinds import FreeModelsOnly, NoFreeTier, RateLimitedFree, tier_of
 from lanes.testing import open_fake, rate_limited, status
 
 # -- recorded-shape catalogs -----------------------------------------------------------------------

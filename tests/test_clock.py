@@ -18,6 +18,8 @@ from trio.testing import MockClock
 
 import lanes
 from helpers import config, local_lane, paid_lane, sqlite_store
+from lanes._core.freetier.manager import FreeTierManager
+from lanes._core.freetier.windows import window_id
 from lanes._core.model.clocks import EpochTime, disagreement
 from lanes._core.model.errors import ConfigError
 from lanes._core.model.job import Candidate, Job
@@ -28,8 +30,6 @@ from lanes._core.runtime.wall import OFFSET_ENV, Wall, drill_offset
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.redis_store import RedisStore
 from lanes._core.state.store import ClockRefused, SQLiteStore
-from lanes.freetier.manager import FreeTierManager
-from lanes.freetier.windows import window_id
 from lanes.testing import open_fake, status
 
 MESSAGES = [{"role": "user", "content": "What day is it?"}]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lanes import ConfigError, load_config, read_config
-from lanes.freetier.kinds import CreditBased, FreeModelsOnly, RateLimitedFree
+from lanes._core.freetier.kinds import CreditBased, FreeModelsOnly, RateLimitedFree
 
 ROOT = Path(__file__).resolve().parent.parent
 

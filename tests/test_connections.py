@@ -10,8 +10,7 @@ import httpx2
 import pytest
 import trio
 
-from lanes.testing import FakeProvider, answer
-from lanes.testing.harness.clients import (
+from lanes.harness.clients import (
     H2_PREFACE,
     H2_SETTINGS,
     H2C_UPGRADE,
@@ -21,7 +20,8 @@ from lanes.testing.harness.clients import (
     leave,
     read_until_closed,
 )
-from lanes.testing.harness.configs import open_sidecar
+from lanes.harness.configs import open_sidecar
+from lanes.testing import FakeProvider, answer
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
 OK = {"messages": MESSAGES}

@@ -31,7 +31,7 @@ LANES = (("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]))
 ALICE = {"authorization": f"Bearer {CLIENT_KEY}"}
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 PAID = ("paid", "paid", ["paid-model"])
-IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.harness.configs)
+IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.harness.configs)
 PRICED = {"input_usd_per_mtok": IN, "output_usd_per_mtok": OUT}
 
 

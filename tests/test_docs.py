@@ -23,9 +23,9 @@ from lanes._core.config.schema import (
     ModelConfig,
     ServerConfig,
 )
+from lanes._core.freetier import kinds
 from lanes._core.policy.breaker import BreakerPolicy
 from lanes._core.policy.policy import PolicyConfig
-from lanes.freetier import kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "lanes"

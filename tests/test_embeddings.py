@@ -8,7 +8,7 @@ import trio
 
 import lanes
 from helpers import config, free_lane, local_lane, paid_lane
-from lanes.freetier.prices import usage_cost, usage_tokens
+from lanes._core.freetier.prices import usage_cost, usage_tokens
 from lanes.testing import ANSWER, open_fake, rate_limited, status
 
 EMB = [{"id": "emb", "embedding": True}]

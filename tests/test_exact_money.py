@@ -9,7 +9,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes.freetier.prices import usd_text
+from lanes._core.freetier.prices import usd_text
 from sidecar import open_sidecar
 
 #: A cheap paid model: a short answer costs well under a millionth of a dollar.

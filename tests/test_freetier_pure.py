@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes.freetier.backoff import CREDIT_LADDER_S, RATE_LADDER_S, backoff_for
-from lanes.freetier.headers import RateLimitSnapshot, Window
-from lanes.freetier.kinds import CreditBased, FreeModelsOnly, NoFreeTier, RateLimitedFree
-from lanes.freetier.manager import FreeTierManager, LaneTerms
-from lanes.freetier.windows import UsageCounter, window_end, window_id
+from lanes._core.freetier.backoff import CREDIT_LADDER_S, RATE_LADDER_S, backoff_for
+from lanes._core.freetier.headers import RateLimitSnapshot, Window
+from lanes._core.freetier.kinds import CreditBased, FreeModelsOnly, NoFreeTier, RateLimitedFree
+from lanes._core.freetier.manager import FreeTierManager, LaneTerms
+from lanes._core.freetier.windows import UsageCounter, window_end, window_id
 
 NOW = 1_764_000_000.0  # 2025-11-24T16:00:00Z
 EMPTY = RateLimitSnapshot()

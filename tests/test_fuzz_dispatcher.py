@@ -19,9 +19,9 @@ from trio.testing import MockClock
 
 import lanes
 from helpers import PAID_KEY, config, paid_lane
+from lanes._core.freetier.prices import usage_cost
 from lanes._core.model.errors import StreamInterrupted
 from lanes._http.errors import http_status, job_failed
-from lanes.freetier.prices import usage_cost
 from lanes.testing import answer, open_fake
 
 MESSAGES = [{"role": "user", "content": "Say the pangram, in full, please."}]

@@ -42,10 +42,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from helpers import PAID_KEY
-from lanes.freetier.prices import usage_cost
+from lanes._core.freetier.prices import usage_cost
+from lanes.harness.configs import paid_lane
+from lanes.harness.processes import dump_toml, free_port
 from lanes.testing import FakeProvider, answer, open_fake
-from lanes.testing.harness.configs import paid_lane
-from lanes.testing.harness.processes import dump_toml, free_port
 
 pytestmark = pytest.mark.slow  # one `lanes serve` process for the module
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes.freetier.headers import _parse, go_duration, parse_rate_limit
+from lanes._core.freetier.headers import _parse, go_duration, parse_rate_limit
 
 NOW = 1_764_000_000.0  # 2025-11-24T16:00:00Z, the wall clock in these cases
 

@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lanes._core.audit import tally
 from lanes._core.audit.tally import BUCKETS, Histogram, TallyStatistics
+from lanes.harness.processes import open_sidecar_process
 from lanes.testing import answer, open_fake
-from lanes.testing.harness.processes import open_sidecar_process
 
 label = st.text(alphabet="abcxyz-/", max_size=6)
 count = st.integers(min_value=0, max_value=10**6)

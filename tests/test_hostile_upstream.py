@@ -14,11 +14,11 @@ import trio
 
 import lanes
 from helpers import config, http_client, local_lane, paid_lane, sqlite_store, store_up
+from lanes._core.freetier.headers import MAX_WAIT_S
+from lanes._core.freetier.prices import MAX_TOKENS
 from lanes._core.runtime.tasks import LISTENER, SYNC
 from lanes._core.state.sync import StateSync
 from lanes._http.metrics import Metrics
-from lanes.freetier.headers import MAX_WAIT_S
-from lanes.freetier.prices import MAX_TOKENS
 from lanes.testing import ANSWER, answer, open_fake, rate_limited, raw
 from sidecar import open_sidecar
 

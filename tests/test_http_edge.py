@@ -16,9 +16,9 @@ from lanes._core.dispatcher import Dispatcher
 from lanes._http import endpoints
 from lanes._http.errors import BadRequest
 from lanes._http.validation import parse_decision, parse_job
+from lanes.harness.configs import local_lane
+from lanes.harness.processes import open_sidecar_process
 from lanes.testing import open_fake
-from lanes.testing.harness.configs import local_lane
-from lanes.testing.harness.processes import open_sidecar_process
 from sidecar import open_sidecar
 
 OK = {"messages": [{"role": "user", "content": "hi"}]}

@@ -15,10 +15,10 @@ from hypothesis import given
 import lanes
 from helpers import config
 from lanes._core.config.schema import LaneConfig, ModelConfig
+from lanes._core.freetier.kinds import AlwaysFreeLocal, NoFreeTier, RateLimitedFree
 from lanes._core.policy.spend import CAP_PARAMS
 from lanes._core.upstream.loader import find_module
 from lanes._core.upstream.spec import LaneSpec, Provider, resolve
-from lanes.freetier.kinds import AlwaysFreeLocal, NoFreeTier, RateLimitedFree
 from lanes.testing import open_fake
 
 #: How each setting both the lane module and the operator may give is settled (spec.py's docstring).

@@ -27,8 +27,8 @@ from lanes._core.policy.plan_queue import Queue
 from lanes._core.policy.policy import PolicyConfig, make_plan
 from lanes._core.policy.pool import Pool
 from lanes._http.server import serve
+from lanes.harness.configs import KEYS
 from lanes.testing import open_fake, status
-from lanes.testing.harness.configs import KEYS
 
 JOB = [{"role": "user", "content": "hi"}]
 BIG = 10_000

@@ -55,7 +55,7 @@ async def test_broken_and_empty_modules_are_skipped(
     (pkg / "mine.py").write_text(
         textwrap.dedent("""
         from lanes._core.upstream.lane import Provider
-        from lanes.freetier.kinds import AlwaysFreeLocal
+        from lanes._core.freetier.kinds import AlwaysFreeLocal
         from lanes._core.config.schema import ModelConfig
         PROVIDER = Provider(
             name="mine",

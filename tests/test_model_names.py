@@ -11,10 +11,10 @@ from helpers import config, free_lane
 from lanes._core.check import check_config
 from lanes._core.config.schema import packaged, read_config
 from lanes._core.engine.context import Routing
+from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.runtime.wall import Wall
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.store import SQLiteStore
-from lanes.freetier.manager import FreeTierManager
 
 NAMES = {
     "claude-opus-4-8": "claude-opus-4-7",

@@ -18,6 +18,10 @@ from trio.testing import MockClock
 
 import lanes
 from helpers import config, free_lane, paid_lane
+from lanes._core.freetier.kinds import NoFreeTier
+from lanes._core.freetier.manager import FreeTierManager, LaneTerms
+from lanes._core.freetier.prices import cost_usd
+from lanes._core.freetier.windows import window_id
 from lanes._core.model.clocks import TrioTime
 from lanes._core.model.errors import FallbackDenied, FallbackNeedsApproval, PaidBudgetExhausted
 from lanes._core.model.job import Candidate, Job, Outcome
@@ -32,10 +36,6 @@ from lanes._core.policy.policy import FallbackMode, PolicyConfig
 from lanes._core.runtime.wall import Wall
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.store import SQLiteStore
-from lanes.freetier.kinds import NoFreeTier
-from lanes.freetier.manager import FreeTierManager, LaneTerms
-from lanes.freetier.prices import cost_usd
-from lanes.freetier.windows import window_id
 from lanes.testing import answer, open_fake, rate_limited, status
 
 MESSAGES = [{"role": "user", "content": "What does this cost?"}]

@@ -16,6 +16,8 @@ import lanes
 from helpers import config, free_lane, local_lane, paid_lane
 from lanes._core.config.schema import LaneConfig
 from lanes._core.dialects import messages_api, responses_api
+from lanes._core.freetier.kinds import CreditBased
+from lanes._core.freetier.manager import FreeTierManager, LaneTerms
 from lanes._core.model.job import Candidate
 from lanes._core.policy.spend import (
     PRICED_PARAMS,
@@ -28,8 +30,6 @@ from lanes._core.policy.spend import (
     worst_case,
 )
 from lanes._core.upstream.loader import find_provider
-from lanes.freetier.kinds import CreditBased
-from lanes.freetier.manager import FreeTierManager, LaneTerms
 from lanes.testing import answer, open_fake
 
 #: The most any provider documents adding to a request with tools (Claude 3 Opus, `auto`).

@@ -24,7 +24,7 @@ from lanes.testing import answer, open_fake, status
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "What does this cost?"}]
-IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.testing.harness.configs)
+IN, OUT = 1.0, 2.0  # the paid fakes' prices, USD per million tokens (lanes.harness.configs)
 PAID = ("paid", "paid", ["paid-model"])
 PRICED = {"input_usd_per_mtok": IN, "output_usd_per_mtok": OUT}
 

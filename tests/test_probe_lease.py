@@ -12,10 +12,10 @@ import trio
 
 import lanes
 from helpers import ENGINE_POLICY, config, free_lane, paid_lane, sqlite_store
+from lanes._core.freetier.backoff import Backoff
 from lanes._core.state.store import SQLiteStore
-from lanes.freetier.backoff import Backoff
+from lanes.harness.processes import open_job_processes
 from lanes.testing import answer, hang, open_fake, rate_limited, status
-from lanes.testing.harness.processes import open_job_processes
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 NOW = 1_800_000_000.0

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import redis
 
+from lanes._core.freetier.backoff import Backoff, Reason
+from lanes._core.freetier.windows import end_of, window_id
 from lanes._core.state.redis_store import RedisStore, redacted
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
-from lanes.freetier.backoff import Backoff, Reason
-from lanes.freetier.windows import end_of, window_id
 
 
 def host(url: str) -> RedisStore:

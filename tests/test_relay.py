@@ -165,7 +165,7 @@ async def test_usage_repeated_on_every_chunk_is_counted_once():
         chunks, request_id = await chat_stream(url)
         told = await story(url, request_id)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "ab"
-    # 1 USD per million input tokens, 2 per million output (lanes.testing.harness.configs)
+    # 1 USD per million input tokens, 2 per million output (lanes.harness.configs)
     assert told["attempt_list"][0]["tokens"] == 103
     assert told["cost_usd"] == pytest.approx((100 * 1.0 + 3 * 2.0) / 1e6, rel=1e-9)
 

@@ -22,8 +22,8 @@ from lanes._core.source import Source, changed_keys, read_source, said
 from lanes._http.running import Running
 from lanes._http.server import serve
 from lanes._http.team import MAX_RESTART_S, restart_delay_s
+from lanes.harness.configs import KEYS, local_lane
 from lanes.testing import open_fake
-from lanes.testing.harness.configs import KEYS, local_lane
 
 NAMES = st.text("abcxyz_", min_size=1, max_size=4)
 LEAVES = st.one_of(st.integers(), st.booleans(), st.text(max_size=4), st.floats(allow_nan=False))

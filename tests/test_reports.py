@@ -26,9 +26,9 @@ from lanes._cli_reports import story_text
 from lanes._core.audit.report import explain, report
 from lanes._core.state.audit import audit_row
 from lanes._core.state.store import SQLiteStore
+from lanes.harness.configs import KEYS
+from lanes.harness.processes import dump_toml, open_sidecar_processes
 from lanes.testing import answer, open_fake, quota, rate_limited, status, stream_cut
-from lanes.testing.harness.configs import KEYS
-from lanes.testing.harness.processes import dump_toml, open_sidecar_processes
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Plan my week."}]

@@ -21,8 +21,8 @@ from helpers import (
     sqlite_store,
 )
 from lanes._core.engine.recovery import Broken, Chunk, Ended, Event, Failed, relay
+from lanes.harness.processes import free_port
 from lanes.testing import ANSWER, answer, hang, open_fake, reset, status, stream_cut
-from lanes.testing.harness.processes import free_port
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]

@@ -14,8 +14,8 @@ import httpx2
 import pytest
 import trio
 
+from lanes.harness.processes import free_port, open_sidecar_process, stop
 from lanes.testing import answer, open_fake
-from lanes.testing.harness.processes import free_port, open_sidecar_process, stop
 
 pytestmark = pytest.mark.slow  # real `lanes serve` processes
 

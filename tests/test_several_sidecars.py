@@ -21,13 +21,13 @@ import redis
 import trio
 
 from lanes._core.policy.spend import billed_bytes
-from lanes.testing import answer, open_fake, rate_limited
-from lanes.testing.harness.configs import KEYS, free_lane, local_lane, paid_lane
-from lanes.testing.harness.processes import (
+from lanes.harness.configs import KEYS, free_lane, local_lane, paid_lane
+from lanes.harness.processes import (
     SidecarProcess,
     open_sidecar_process,
     open_sidecar_processes,
 )
+from lanes.testing import answer, open_fake, rate_limited
 
 pytestmark = pytest.mark.slow  # real `lanes serve` processes and redis-server
 

@@ -12,7 +12,7 @@ import time
 import pytest
 from state_backends import BACKENDS, open_state
 
-from lanes.freetier.backoff import Backoff
+from lanes._core.freetier.backoff import Backoff
 
 TTL_S = 30.0  # no lease here lapses within a test: expiry is each backend's own test
 

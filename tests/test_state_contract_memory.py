@@ -11,10 +11,10 @@ import attrs
 import pytest
 from state_backends import BACKENDS, EMPTY_VIEW, open_state, resync
 
+from lanes._core.freetier.backoff import Backoff, Reason
+from lanes._core.freetier.headers import RateLimitSnapshot, Window
+from lanes._core.freetier.windows import end_of, window_id
 from lanes._core.state.store import LocalView
-from lanes.freetier.backoff import Backoff, Reason
-from lanes.freetier.headers import RateLimitSnapshot, Window
-from lanes.freetier.windows import end_of, window_id
 
 FIELDS = attrs.asdict(EMPTY_VIEW, recurse=False)
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from state_backends import BACKENDS, State, open_state, resync, sync
 
+from lanes._core.freetier.windows import window_id
 from lanes._core.state.store import Store, StoreUnavailable
-from lanes.freetier.windows import window_id
 
 DAY = window_id("day", time.time())  # today: Redis expires a day's ledger after its end
 EPS = 1e-9

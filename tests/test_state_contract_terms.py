@@ -10,10 +10,10 @@ import time
 import pytest
 from state_backends import BACKENDS, open_state
 
+from lanes._core.freetier.windows import window_id
 from lanes._core.state import terms
 from lanes._core.state.store import Store
 from lanes._core.state.terms import Operator, Terms
-from lanes.freetier.windows import window_id
 
 
 @pytest.fixture(params=BACKENDS)

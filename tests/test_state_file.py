@@ -13,8 +13,8 @@ import pytest
 
 import lanes
 from helpers import config, paid_lane, store_up
+from lanes._core.freetier.backoff import Backoff
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
-from lanes.freetier.backoff import Backoff
 from lanes.testing import open_fake
 
 DAY = 20_000

@@ -9,12 +9,12 @@ import trio
 
 import lanes
 from helpers import PAID_KEY, config, local_lane
+from lanes._core.freetier.prices import usage_cost
 from lanes._core.model.clocks import TrioTime
 from lanes._core.model.job import Candidate
 from lanes._core.model.record import JobRecord
-from lanes.freetier.prices import usage_cost
+from lanes.harness.processes import free_port
 from lanes.testing import open_fake
-from lanes.testing.harness.processes import free_port
 
 
 def test_job_validation():

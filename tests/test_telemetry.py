@@ -28,8 +28,8 @@ from lanes._core.model.clocks import TrioTime
 from lanes._core.model.job import Job
 from lanes._core.model.record import JobRecord
 from lanes._core.model.traceparent import normalised, parse
+from lanes.harness.configs import CLIENT_KEY, FREE_KEY, PAID_KEY
 from lanes.testing import open_fake, status
-from lanes.testing.harness.configs import CLIENT_KEY, FREE_KEY, PAID_KEY
 from sidecar import open_sidecar
 
 PROMPT = "Recite the secret pangram Zq8-Vx3-Lm7 backwards."

@@ -11,7 +11,7 @@ import httpx2
 import pytest
 import trio
 
-from lanes.testing.harness.configs import open_sidecar
+from lanes.harness.configs import open_sidecar
 
 ADMIN, CI, WEB = "admin-key-0123456789abcdef", "ci-key-0123456789abcdef", "web-key-0123456789abc"
 ENV = {"ADMIN_KEY": ADMIN, "CI_KEY": CI, "WEB_KEY": WEB}

@@ -13,16 +13,16 @@ from hypothesis import strategies as st
 
 import lanes
 from helpers import config, http_client, paid_lane, spent
+from lanes._core.freetier.prices import settled_usd, usage_cost, usage_tokens, usage_total
 from lanes._core.model.job import Candidate
 from lanes._core.policy.spend import paid_request, worst_case
 from lanes._core.upstream.shapes import running_usage
-from lanes.freetier.prices import settled_usd, usage_cost, usage_tokens, usage_total
 from lanes.testing import answer, open_fake, raw
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "What does this cost?"}]
 PAID = ("paid", "paid", ["paid-model"])
-IN = 1.0  # the paid fakes' input price, USD per million tokens (lanes.testing.harness.configs)
+IN = 1.0  # the paid fakes' input price, USD per million tokens (lanes.harness.configs)
 
 
 def _ten_and_ten(total: Any) -> dict[str, Any]:

@@ -23,9 +23,9 @@ import trio
 from helpers import paid_lane
 from lanes._core.policy.spend import billed_bytes
 from lanes._http import workers as workers_module
+from lanes.harness.configs import KEYS
+from lanes.harness.processes import dump_toml, free_port, open_sidecar_process
 from lanes.testing import answer, open_fake
-from lanes.testing.harness.configs import KEYS
-from lanes.testing.harness.processes import dump_toml, free_port, open_sidecar_process
 
 
 def alive(pid: int) -> bool:

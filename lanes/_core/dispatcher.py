@@ -24,6 +24,7 @@ from lanes._core.engine.context import Routing, open_record
 from lanes._core.engine.session import StreamJob, stream_job
 from lanes._core.engine.stream import ReplyStream
 from lanes._core.engine.walk import Call, walk
+from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import JobFailed
 from lanes._core.model.job import Candidate, Job, Reply
@@ -37,7 +38,6 @@ from lanes._core.state.store import STORE_ERRORS, ApprovalRecord, SQLiteStore, S
 from lanes._core.state.terms import Consent
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import Loaded
-from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
 

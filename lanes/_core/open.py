@@ -17,6 +17,7 @@ from lanes._core.audit.tracing import target
 from lanes._core.check import check_config
 from lanes._core.config.schema import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
+from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.errors import ConfigError, UpstreamError
 from lanes._core.model.job import Job, Reply
 from lanes._core.runtime.secrets import install_log_redaction
@@ -27,7 +28,6 @@ from lanes._core.state.sync import StateSync
 from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
-from lanes.freetier.manager import FreeTierManager
 
 if TYPE_CHECKING:  # imported when a collector is configured, and only then
     from lanes._core.audit.telemetry import Telemetry

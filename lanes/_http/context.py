@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from lanes._core.config.schema import ServerConfig
 from lanes._core.dispatcher import Dispatcher
+from lanes._core.freetier.prices import usd_text
 from lanes._core.model.errors import JobFailed
 from lanes._core.model.job import Job, Reply
 from lanes._http.errors import REQUEST_ID, BadRequest, request_id_headers
@@ -17,7 +18,6 @@ from lanes._http.guard import Caller, Guard
 from lanes._http.metrics import Metrics
 from lanes._http.running import Running
 from lanes._http.validation import digits
-from lanes.freetier.prices import usd_text
 
 
 @attrs.frozen(kw_only=True)

@@ -26,10 +26,10 @@ import trio
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.engine.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
 from lanes._core.engine.stream import ReplyStream
+from lanes._core.freetier.prices import usd_text
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job
 from lanes._http.errors import REQUEST_ID, error_body, http_status, job_failed
-from lanes.freetier.prices import usd_text
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),

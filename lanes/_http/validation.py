@@ -15,13 +15,13 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from lanes._core.freetier.headers import go_duration
+from lanes._core.freetier.prices import MAX_TOKENS, bounded
 from lanes._core.model import strictjson
 from lanes._core.model.job import Job, Privacy
 from lanes._core.state.terms import CONSENTS, MAX_CEILING_USD, Consent
 from lanes._http.departures import arrived_at
 from lanes._http.errors import BadRequest
-from lanes.freetier.headers import go_duration
-from lanes.freetier.prices import MAX_TOKENS, bounded
 
 ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
 PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}

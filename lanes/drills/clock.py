@@ -12,9 +12,9 @@ import trio
 
 from lanes._core.runtime.wall import OFFSET_ENV
 from lanes.drills.registry import Result, check, drill
+from lanes.harness.configs import KEYS, paid_lane
+from lanes.harness.processes import SidecarProcess, open_sidecar_process
 from lanes.testing import answer, open_fake
-from lanes.testing.harness.configs import KEYS, paid_lane
-from lanes.testing.harness.processes import SidecarProcess, open_sidecar_process
 
 MESSAGES = [{"role": "user", "content": "Drill: whose day is it?"}]
 CEILING_USD = 0.002

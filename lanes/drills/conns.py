@@ -21,8 +21,7 @@ import httpx2
 import trio
 
 from lanes.drills.registry import Result, check, drill
-from lanes.testing import FakeProvider, answer, open_fake, status
-from lanes.testing.harness.clients import (
+from lanes.harness.clients import (
     H2_PREFACE,
     H2_SETTINGS,
     Leaving,
@@ -30,8 +29,9 @@ from lanes.testing.harness.clients import (
     leave,
     read_until_closed,
 )
-from lanes.testing.harness.configs import KEYS, local_lane, paid_lane
-from lanes.testing.harness.processes import open_sidecar_process
+from lanes.harness.configs import KEYS, local_lane, paid_lane
+from lanes.harness.processes import open_sidecar_process
+from lanes.testing import FakeProvider, answer, open_fake, status
 
 MESSAGES = [{"role": "user", "content": "Drill: say the pangram."}]
 RAN_ON_S = 0.1  # how long an upstream request may run on after its client left

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx2
 
 from lanes.drills.registry import Result, check, drill
+from lanes.harness.configs import KEYS, paid_lane
+from lanes.harness.processes import open_sidecar_process
 from lanes.testing import Behaviour, answer, open_fake, raw
-from lanes.testing.harness.configs import KEYS, paid_lane
-from lanes.testing.harness.processes import open_sidecar_process
 
 MiB = 1024 * 1024
 DEADLINE_MS = 5000

@@ -24,6 +24,9 @@ import redis
 import trio
 
 from lanes.drills.registry import DRILLS, Drill, Result, check, drill
+from lanes.harness.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane
+from lanes.harness.processes import open_sidecar_process, open_sidecar_processes
+from lanes.harness.redis_server import RedisServer, redis_server_path
 from lanes.testing import (
     ANSWER,
     answer,
@@ -36,9 +39,6 @@ from lanes.testing import (
     stream_cut,
     stream_stall,
 )
-from lanes.testing.harness.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane
-from lanes.testing.harness.processes import open_sidecar_process, open_sidecar_processes
-from lanes.testing.harness.redis_server import RedisServer, redis_server_path
 
 MESSAGES = [{"role": "user", "content": "Drill: say the pangram."}]
 

@@ -12,9 +12,9 @@ from typing import Any
 import httpx2
 
 from lanes.drills.registry import Result, check, drill
+from lanes.harness.configs import KEYS, paid_lane
+from lanes.harness.processes import SidecarProcess, open_sidecar_process
 from lanes.testing import open_fake
-from lanes.testing.harness.configs import KEYS, paid_lane
-from lanes.testing.harness.processes import SidecarProcess, open_sidecar_process
 
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "Drill: say the pangram."}]}
 

@@ -16,13 +16,13 @@ import trio
 from lanes._core.audit.journal import Journal
 from lanes._core.audit.tally import TallyStatistics
 from lanes._core.engine.context import Routing
+from lanes._core.freetier.kinds import CreditBased
 from lanes._core.model.job import Candidate
 from lanes._core.money.terms import TermsStatistics
 from lanes._core.policy.breaker import BreakerStatistics
 from lanes._core.runtime.tasks import BackgroundStatistics
 from lanes._core.state.backend import Backend
 from lanes._core.state.clock import ClockStatistics
-from lanes.freetier.kinds import CreditBased
 
 
 @attrs.frozen(kw_only=True)

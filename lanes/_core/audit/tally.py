@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
+from lanes._core.freetier.prices import usage_tokens
 from lanes._core.model.job import Attempt
-from lanes.freetier.prices import usage_tokens
 
 #: Upper bounds (seconds) of the latency histograms' buckets.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

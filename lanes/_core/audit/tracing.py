@@ -24,11 +24,11 @@ from typing import Literal
 import attrs
 
 from lanes._core.config.schema import TelemetryConfig
+from lanes._core.freetier.prices import usage_tokens
 from lanes._core.model.errors import ConfigError
 from lanes._core.model.job import Attempt, Candidate
 from lanes._core.model.record import JobRecord
 from lanes._core.model.traceparent import TraceParent, parse
-from lanes.freetier.prices import usage_tokens
 
 Value = str | bool | int | float | tuple[str, ...]
 Kind = Literal["server", "client", "internal"]

@@ -24,13 +24,13 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn
 
 from lanes._core.config.strict import FromEnv, Refused, key_of, messages, shown, strict_converter
+from lanes._core.freetier.kinds import KINDS, FreeTierKind
 from lanes._core.model.errors import ConfigError
 from lanes._core.model.validators import at_least, at_most, non_negative, positive
 from lanes._core.policy.breaker import BreakerPolicy
 from lanes._core.policy.policy import PolicyConfig
 from lanes._core.policy.scoring import ScoringConfig
 from lanes._core.policy.spend import CAP_PARAMS
-from lanes.freetier.kinds import KINDS, FreeTierKind
 
 T = TypeVar("T")
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")

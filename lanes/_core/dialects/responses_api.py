@@ -37,8 +37,8 @@ from lanes._core.dialects.common import (
     token_counts,
     tool_calls_of,
 )
+from lanes._core.freetier.prices import MAX_TOKENS
 from lanes._core.upstream.shapes import reasoning_of, usage_in
-from lanes.freetier.prices import MAX_TOKENS
 
 #: Fields that are read; the others are dropped (and named), except `STATEFUL` ones when set.
 TRANSLATED = {

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from lanes._core.engine.gate import Admission
+from lanes._core.freetier.prices import usage_tokens
 from lanes._core.model.errors import (
     AttemptTimedOut,
     CreditExhausted,
@@ -38,7 +39,6 @@ from lanes._core.model.record import JobRecord
 from lanes._core.money.paid import Hold, Permit
 from lanes._core.money.quote import Quotes
 from lanes._core.upstream.lane import OpenAICompatibleLane
-from lanes.freetier.prices import usage_tokens
 
 if TYPE_CHECKING:
     from lanes._core.engine.context import Routing

@@ -14,6 +14,7 @@ import trio
 from lanes._core.config.schema import Config
 from lanes._core.engine.gate import Gate
 from lanes._core.engine.probes import Probes
+from lanes._core.freetier.manager import FreeTierManager, LaneTerms
 from lanes._core.model.clocks import EpochTime, TrioTime
 from lanes._core.model.errors import JobFailed, UnknownModel, Unservable, UpstreamError
 from lanes._core.model.job import Candidate, Job
@@ -34,7 +35,6 @@ from lanes._core.state.clock import StoreClock
 from lanes._core.state.cohorts import Cohorts
 from lanes._core.state.store import STORE_ERRORS, Store
 from lanes._core.upstream.lane import OpenAICompatibleLane
-from lanes.freetier.manager import FreeTierManager, LaneTerms
 
 log = logging.getLogger("lanes")
 

@@ -16,12 +16,12 @@ import attrs
 import trio
 
 from lanes._core.engine.probes import Probes
+from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.job import Candidate
 from lanes._core.model.record import JobRecord
 from lanes._core.policy.breakers import LaneBreakers, Pass
 from lanes._core.upstream.lane import OpenAICompatibleLane
-from lanes.freetier.manager import FreeTierManager
 
 
 @attrs.frozen(kw_only=True)

@@ -19,12 +19,12 @@ from typing import Protocol
 
 import trio
 
+from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.record import JobRecord
 from lanes._core.state.backend import STORE_ERRORS, Backend, call
 from lanes._core.state.leases import ProbeLeases
 from lanes._core.upstream.lane import OpenAICompatibleLane
-from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 # lanes: pure
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import attrs
 
 from lanes._core.model.clocks import TrioTime
 from lanes._core.model.errors import (
@@ -21,9 +23,6 @@ from lanes._core.model.errors import (
     Unservable,
 )
 from lanes._core.model.job import Attempt, Candidate, Job, Outcome, Route, Skip
-
-if TYPE_CHECKING:  # a verdict is the policy's: the record only carries one
-    from lanes._core.policy.verdicts import Verdict
 
 #: Refusals an upstream answers before any model runs: an attempt ending so costs nothing and does
 #: not count against `paid_attempts`. A 5xx or a 408 proves nothing (a gateway may time out while
@@ -42,6 +41,16 @@ def unbilled(status: int | None, category: str) -> bool:
 _SHORT = 120  # characters of an attempt's detail quoted in a failure's message
 #: Skips a record lists one by one; beyond, they are counted (a catalog may hold a thousand models).
 MAX_SKIPS = 64
+
+
+@attrs.frozen(kw_only=True)
+class Verdict:
+    """Why no candidate could ever serve a request (`policy/verdicts.py` says which): the error's
+    code, what to say, the field."""
+
+    code: str
+    message: str
+    param: str | None = None
 
 
 class JobRecord:

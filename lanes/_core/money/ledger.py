@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 import attrs
 
 from lanes._core.config.schema import ClientConfig
+from lanes._core.freetier.manager import FreeTierManager
+from lanes._core.freetier.windows import WindowName, window_end, window_id
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.model.job import Candidate
@@ -28,8 +30,6 @@ from lanes._core.policy.policy import PolicyConfig
 from lanes._core.policy.spend import Unbounded
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.store import STORE_ERRORS, ClockRefused, Store, call
-from lanes.freetier.manager import FreeTierManager
-from lanes.freetier.windows import WindowName, window_end, window_id
 
 log = logging.getLogger("lanes")
 SCOPE = "governor"

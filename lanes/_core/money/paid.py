@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted
 from lanes._core.model.job import Candidate, Outcome
@@ -37,7 +38,6 @@ from lanes._core.money.consent import Consent
 from lanes._core.money.ledger import Ledger, Reservation
 from lanes._core.money.quote import Quote, Quotes, settled_cost
 from lanes._core.policy.spend import Unbounded
-from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
 

@@ -38,10 +38,10 @@ from typing import Any
 
 import attrs
 
+from lanes._core.freetier.prices import cost_usd
 from lanes._core.model.job import Candidate, Job
 from lanes._core.policy.needs import estimate_tokens
 from lanes._core.policy.room import output_room
-from lanes.freetier.prices import cost_usd
 
 # lanes: pure
 

@@ -10,20 +10,10 @@ from __future__ import annotations
 # lanes: pure
 from collections.abc import Sequence
 
-import attrs
-
 from lanes._core.model.job import Candidate, Job
+from lanes._core.model.record import Verdict
 from lanes._core.policy.needs import Needs
 from lanes._core.policy.policy import STAGES, unmet
-
-
-@attrs.frozen(kw_only=True)
-class Verdict:
-    """Why no candidate could ever serve a request: the error's code, what to say, the field."""
-
-    code: str
-    message: str
-    param: str | None = None
 
 
 def never_served(

@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lanes._core.freetier.prices import usage_tokens
 from lanes._core.model.job import Attempt, Candidate, Job, digest
-from lanes.freetier.prices import usage_tokens
 
 #: Between a dimension and a client's name in the roll-ups' dimension of that client's jobs.
 CLIENT_SEP = "\x1f"

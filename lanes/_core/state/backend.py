@@ -25,12 +25,12 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
+from lanes._core.freetier.backoff import Backoff
+from lanes._core.freetier.headers import RateLimitSnapshot
+from lanes._core.freetier.windows import Key as UsageKey
 from lanes._core.state import terms
 from lanes._core.state.change_word import ChangeWord
 from lanes._core.state.sqlite_file import identity
-from lanes.freetier.backoff import Backoff
-from lanes.freetier.headers import RateLimitSnapshot
-from lanes.freetier.windows import Key as UsageKey
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])

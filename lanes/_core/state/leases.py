@@ -24,6 +24,7 @@ import time
 import uuid
 from typing import Any, Protocol
 
+from lanes._core.freetier.backoff import Backoff
 from lanes._core.state.backend import guarded
 from lanes._core.state.memory import (
     PUT_BACKOFF,
@@ -34,7 +35,6 @@ from lanes._core.state.memory import (
 )
 from lanes._core.state.redis_scripts import LEASE, RELEASE
 from lanes._core.state.sqlite_file import immediate
-from lanes.freetier.backoff import Backoff
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS probe_lease (scope TEXT PRIMARY KEY, token TEXT, until FLOAT);

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from lanes._core.freetier.backoff import LADDERS, Backoff
+from lanes._core.freetier.headers import RateLimitSnapshot, Window, snapshot_of
+from lanes._core.freetier.windows import WINDOWS, Key, WindowName, end_of, window_id
 from lanes._core.state.backend import SEP, LocalView, RedisBase, SQLiteBase, guarded, text
 from lanes._core.state.redis_scripts import BACKOFF, MAX
-from lanes.freetier.backoff import LADDERS, Backoff
-from lanes.freetier.headers import RateLimitSnapshot, Window, snapshot_of
-from lanes.freetier.windows import WINDOWS, Key, WindowName, end_of, window_id
 
 UsageKey = Key  # (scope, dimension, window, window id)
 SCHEMA = """

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 import attrs
 
+from lanes._core.freetier.windows import end_of, window_id
 from lanes._core.state.backend import ClockRefused, RedisBase, SQLiteBase, StoreUnavailable, guarded
 from lanes._core.state.beats import shared_ceiling
 from lanes._core.state.redis_scripts import PICO, RESERVE, RESTORE, SETTLE, pico
 from lanes._core.state.sqlite_file import immediate
-from lanes.freetier.windows import end_of, window_id
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS paid_ledger (

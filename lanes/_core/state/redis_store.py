@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import redis
 import trio
 
+from lanes._core.freetier.windows import window_id
 from lanes._core.state.approvals import RedisApprovals
 from lanes._core.state.backend import LocalView, News, guarded
 from lanes._core.state.beats import RedisBeats
@@ -40,7 +41,6 @@ from lanes._core.state.paid import RedisPaid
 from lanes._core.state.records import LocalRecords
 from lanes._core.state.store import SQLiteStore
 from lanes._core.state.switches import RedisSwitches
-from lanes.freetier.windows import window_id
 
 
 def redacted(url: str) -> str:

@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import trio
 
+from lanes._core.freetier.backoff import Backoff
+from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.runtime.tasks import TaskHealth
 from lanes._core.state.store import (
     STORE_ERRORS,
@@ -37,8 +39,6 @@ from lanes._core.state.store import (
     call,
 )
 from lanes._core.state.terms import Operator
-from lanes.freetier.backoff import Backoff
-from lanes.freetier.manager import FreeTierManager
 
 log = logging.getLogger("lanes")
 POISON_STRIKES = 3  # a shared store that answers but fails one batch this often: the batch is bad

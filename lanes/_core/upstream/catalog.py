@@ -20,9 +20,9 @@ from typing import Any
 
 import attrs
 
+from lanes._core.freetier.kinds import FreeModelsOnly, FreeTierKind, NoFreeTier
+from lanes._core.freetier.prices import bounded, price
 from lanes._core.model.untrusted import holds_key, known_forms
-from lanes.freetier.kinds import FreeModelsOnly, FreeTierKind, NoFreeTier
-from lanes.freetier.prices import bounded, price
 
 
 @attrs.frozen(kw_only=True)

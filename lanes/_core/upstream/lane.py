@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 
 from lanes._core.config.schema import LaneConfig, ModelConfig
+from lanes._core.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
+from lanes._core.freetier.prices import usd_amount
 from lanes._core.model.job import Candidate, Job
 from lanes._core.runtime.secrets import remember
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
@@ -25,8 +27,6 @@ from lanes._core.upstream.client import ChunkReader, Response, Upstream
 from lanes._core.upstream.responses import check_embeddings
 from lanes._core.upstream.spec import LaneSpec
 from lanes._core.upstream.spec import Provider as Provider  # where lane modules long found it
-from lanes.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
-from lanes.freetier.prices import usd_amount
 
 log = logging.getLogger("lanes")
 

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from lanes._core.config.schema import LaneConfig, ModelConfig
+from lanes._core.freetier.kinds import CustomEndpoint, FreeTierKind
 from lanes._core.policy.spend import CAP_PARAMS
-from lanes.freetier.kinds import CustomEndpoint, FreeTierKind
 
 
 def _names(value: Iterable[str]) -> frozenset[str]:

@@ -264,7 +264,7 @@ async def stop(process: trio.Process, grace_s: float = 10.0) -> None:
 
 
 class JobProcesses:
-    """Processes that import the dispatcher (`python -m lanes.testing.harness.herd`), started by
+    """Processes that import the dispatcher (`python -m lanes.harness.herd`), started by
     `open_job_processes`, each ready to send a round of jobs when told."""
 
     def __init__(self, processes: list[trio.Process], outputs: list[Path], go: Path) -> None:
@@ -328,7 +328,7 @@ async def open_job_processes(
         for output in outputs:
             out = await trio.to_thread.run_sync(output.open, "wb")
             with out:
-                command = [sys.executable, "-m", "lanes.testing.harness.herd", str(path)]
+                command = [sys.executable, "-m", "lanes.harness.herd", str(path)]
                 command += ["--jobs", str(jobs), "--rounds", str(rounds), "--model", model]
                 command += ["--deadline-s", str(deadline_s), "--go", str(go)]
                 processes.append(

@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 import attrs
 
-from lanes.freetier.backoff import Backoff, Reason, backoff_for, relax
-from lanes.freetier.headers import RateLimitSnapshot, parse_rate_limit
-from lanes.freetier.kinds import (
+from lanes._core.freetier.backoff import Backoff, Reason, backoff_for, relax
+from lanes._core.freetier.headers import RateLimitSnapshot, parse_rate_limit
+from lanes._core.freetier.kinds import (
     AlwaysFreeLocal,
     CreditBased,
     FreeModelsOnly,
@@ -29,9 +29,9 @@ from lanes.freetier.kinds import (
     NoFreeTier,
     Subscription,
 )
-from lanes.freetier.prices import usage_cost, usage_total
-from lanes.freetier.windows import Key as UsageKey
-from lanes.freetier.windows import UsageCounter, WindowName, window_end, window_id
+from lanes._core.freetier.prices import usage_cost, usage_total
+from lanes._core.freetier.windows import Key as UsageKey
+from lanes._core.freetier.windows import UsageCounter, WindowName, window_end, window_id
 
 VerdictKind = Literal["always_free", "free_within_limits", "not_free"]
 _LIMITS: tuple[tuple[str, str, WindowName], ...] = (

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from lanes.testing.harness.processes import free_port
+from lanes.harness.processes import free_port
 
 CANDIDATES = ("/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server")
 

@@ -1,4 +1,4 @@
-"""`python -m lanes.testing.harness.herd CONFIG --jobs N [--rounds R] [--model M] [--go PATH]`:
+"""`python -m lanes.harness.herd CONFIG --jobs N [--rounds R] [--model M] [--go PATH]`:
 a job process that imports the dispatcher, for tests and benchmarks of several processes sharing
 one state file (see `open_job_processes` in `processes.py`).
 
@@ -54,7 +54,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m lanes.testing.harness.herd")
+    parser = argparse.ArgumentParser(prog="python -m lanes.harness.herd")
     parser.add_argument("config")
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=1)

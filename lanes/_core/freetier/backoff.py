@@ -15,8 +15,8 @@ from typing import Literal
 
 import attrs
 
-from lanes.freetier.headers import MAX_WAIT_S, RateLimitSnapshot
-from lanes.freetier.windows import window_end
+from lanes._core.freetier.headers import MAX_WAIT_S, RateLimitSnapshot
+from lanes._core.freetier.windows import window_end
 
 Reason = Literal["rate_limited", "credit_exhausted", "model_gone", "quota_exhausted"]
 
