@@ -54,6 +54,7 @@ from lanes._core.open import complete_sync, open_dispatcher
 from lanes._core.upstream.client import Upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane, Secret
 from lanes._core.upstream.spec import LaneSpec, Provider
+from lanes._whatif import WhatIf, whatif
 
 __all__ = [
     "AlwaysFreeLocal",
@@ -94,8 +95,10 @@ __all__ = [
     "Unservable",
     "Upstream",
     "UpstreamRejected",
+    "WhatIf",
     "complete_sync",
     "load_config",
     "open_dispatcher",
     "read_config",
+    "whatif",
 ]

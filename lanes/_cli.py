@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import httpx2
 import trio
 
-from lanes import _cli_reports
+from lanes import _cli_reports, _cli_whatif
 from lanes._core.check import check_config
 from lanes._core.config.schema import packaged
 from lanes._core.model.errors import ConfigError
@@ -142,6 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("path")
     check.add_argument("--json", action="store_true")
     _cli_reports.add_parsers(sub, DEFAULT_URL)
+    _cli_whatif.add_parser(sub)
     init = sub.add_parser("init", help="write a starter config for the keys in the environment")
     init.add_argument("path", nargs="?", default="lanes.toml", help='where ("-" for stdout)')
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -534,6 +535,7 @@ def _run(args: argparse.Namespace) -> int:
         "drill": _drill,
         "report": _cli_reports.run_report,
         "explain": _cli_reports.run_explain,
+        "whatif": _cli_whatif.run,
         "init": _init,
     }
     try:

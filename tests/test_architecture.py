@@ -59,6 +59,7 @@ LAYERS = (
     "lanes/_core/engine",  # the walk, the attempt, the gate, the calls, the stream session
     "lanes/_core/audit",  # what every job leaves: the journal, the tally, reports, statistics
     "lanes/_core",  # the roof: the dispatcher, open_dispatcher, the config check
+    "lanes/_whatif",  # replays of the audit under another config, on in-process providers
     "lanes/_http",  # the sidecar
     "lanes/__init__.py",  # the public API
     "lanes/*.py",  # the lane modules
@@ -66,6 +67,7 @@ LAYERS = (
     "lanes/canary",
     "lanes/drills",
     "lanes/_cli_reports.py",
+    "lanes/_cli_whatif.py",
     "lanes/_cli.py",
     "lanes/__main__.py",
 )

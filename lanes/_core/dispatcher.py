@@ -244,7 +244,7 @@ class Dispatcher:
         """A streamed job whose walks — the first, and any resuming a broken answer — share one
         record: one set of attempt budgets, one story, one audit row when it is over. The job's
         own keys are kept out of every log line made meanwhile."""
-        record = open_record(job, self.routing)
+        record = open_record(job, self.routing, streamed=True)
         with request_secrets(job.keys.values()):
             async with stream_job(self.routing, record, self.journal.finish) as streamed:
                 yield streamed

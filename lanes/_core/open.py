@@ -66,6 +66,24 @@ async def open_dispatcher(
         raise ValueError(
             "open_dispatcher needs a config (a Config or a TOML path), or simulate=True"
         )
+    async with open_over(config, env=env, epoch_now=epoch_now) as dispatcher:
+        yield dispatcher
+
+
+@asynccontextmanager
+async def open_over(
+    config: Config | str | os.PathLike[str],
+    *,
+    env: Mapping[str, str],
+    epoch_now: float | None = None,
+    transport: httpx2.AsyncBaseTransport | None = None,
+    sync_interval_s: float = 0.5,
+    store: Store | None = None,
+) -> AsyncIterator[Dispatcher]:
+    """`open_dispatcher` with the knobs a replay needs (`lanes whatif`): the upstreams' transport
+    (in-process simulated providers instead of sockets), how often the state sync runs, and a
+    store of its own (the config's is not opened)."""
+    install_log_redaction()  # before any key is read or any request is sent
     config = check_config(config, env=env).config  # the check `lanes check-config` makes
     traces_to = target(config.telemetry, env)  # None: no traces, and no OpenTelemetry loaded
     opening_telemetry = _telemetry() if traces_to is not None else None
@@ -78,11 +96,14 @@ async def open_dispatcher(
             wall.offset_s,
             config.policy.clock_tolerance_s,
         )
-    store = open_store(config)
+    store = open_store(config) if store is None else store
     failure: Exception | None = None  # the caller's own error, raised as itself (never as a group)
     telemetry: Telemetry | None = None
     try:
-        async with open_upstream() as upstream, trio.open_nursery() as nursery:
+        async with (
+            open_upstream(transport=transport) as upstream,
+            trio.open_nursery() as nursery,
+        ):
             manager = FreeTierManager()
             dispatcher = Dispatcher(
                 config=config,
@@ -107,7 +128,7 @@ async def open_dispatcher(
             )
             dispatcher.routing.attach_sync(sync.kick, lambda: sync.catch_up(dispatcher.now_wall()))
             await sync.load(dispatcher.now_wall())
-            nursery.start_soon(sync.run, dispatcher.now_wall)
+            nursery.start_soon(sync.run, dispatcher.now_wall, sync_interval_s)
             if store.shared:
                 nursery.start_soon(sync.listen)
             for lane in dispatcher.routing.lanes.values():

@@ -19,11 +19,20 @@ import httpx2
 import trio
 
 
+def toml_key(key: str) -> str:
+    """A bare key when TOML allows one, else a quoted one (`"claude-*"`)."""
+    return (
+        key
+        if key and all(c.isascii() and (c.isalnum() or c in "-_") for c in key)
+        else json.dumps(key)
+    )
+
+
 def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(value)

@@ -148,6 +148,8 @@ class Journal:
             considered=record.plan,
             paid_before=record.paid_before,
             paid_after=None if record.paid_before is None else self._routing.ledger.spent_today(),
+            streamed=record.streamed,
+            deadline_s=record.deadline_at - record.started_at,
         )
         size = _size(row)
         self._rows.append((size, row))

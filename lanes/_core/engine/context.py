@@ -272,7 +272,9 @@ class Routing:
         )
 
 
-def open_record(job: Job, routing: Routing, *, embedding: bool = False) -> JobRecord:
+def open_record(
+    job: Job, routing: Routing, *, embedding: bool = False, streamed: bool = False
+) -> JobRecord:
     """A job's record as it enters a door: its deadline fixed now, the client's default cohort
     when the job names none, and its cohort within the client's bound (see `cohorts.py`).
     Raises ValueError for a job at the wrong door."""
@@ -293,4 +295,4 @@ def open_record(job: Job, routing: Routing, *, embedding: bool = False) -> JobRe
         )
     if counted != job.cohort:
         job = attrs.evolve(job, cohort=counted)
-    return JobRecord(job, deadline_at=deadline_at, started_at=now)
+    return JobRecord(job, deadline_at=deadline_at, started_at=now, streamed=streamed)

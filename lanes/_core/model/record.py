@@ -56,10 +56,13 @@ class Verdict:
 class JobRecord:
     """One job's progress through its candidates: what was sent, what was skipped, and when."""
 
-    def __init__(self, job: Job, *, deadline_at: TrioTime, started_at: TrioTime) -> None:
+    def __init__(
+        self, job: Job, *, deadline_at: TrioTime, started_at: TrioTime, streamed: bool = False
+    ) -> None:
         self.job = job
         self.deadline_at = deadline_at
         self.started_at = started_at
+        self.streamed = streamed  # asked for as a stream (the audit says so, for a replay)
         self.attempts: list[Attempt] = []
         self.skips: list[Skip] = []
         self.considered: dict[str, None] = {}  # every candidate key the walk looked at, in order

@@ -13,6 +13,7 @@ from typing import Any
 
 from lanes._core.freetier.prices import usage_tokens
 from lanes._core.model.job import Attempt, Candidate, Job, digest
+from lanes._core.policy.needs import max_output_tokens
 
 #: Between a dimension and a client's name in the roll-ups' dimension of that client's jobs.
 CLIENT_SEP = "\x1f"
@@ -67,6 +68,8 @@ def audit_row(
     considered: Sequence[str] = (),
     paid_before: float | None = None,
     paid_after: float | None = None,
+    streamed: bool = False,
+    deadline_s: float | None = None,
 ) -> dict[str, Any]:
     """One job's audit row (table `audit`, documented in docs/audit.md). Its attempts ride along
     under `attempt_rows`, for the table `audit_attempt`."""
@@ -102,6 +105,14 @@ def audit_row(
         "dropped": json.dumps(list(job.dropped)),
         "latency_s": latency_s,
         "tokens": sum(counted) if counted else 0,
+        # what a replay (`lanes whatif`) needs to ask the same again: no body, only its shape
+        "asked": job.model,
+        "embedding": int(job.embedding),
+        "streamed": int(streamed),
+        "max_tokens": max_output_tokens(job.params),
+        "deadline_s": deadline_s,
+        "prompt_tokens": counted[0] if counted else None,
+        "completion_tokens": counted[1] if counted else None,
         "cost_usd": cost_usd,
         "paid_before_usd": paid_before,
         "paid_after_usd": paid_after,

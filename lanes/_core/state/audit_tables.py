@@ -20,7 +20,9 @@ CREATE TABLE IF NOT EXISTS audit (
     answer_sha256 TEXT, answer_bytes INTEGER, attempts INTEGER, attempt_log TEXT, skip_log TEXT,
     latency_s FLOAT, tokens INTEGER, cost_usd FLOAT, approval TEXT, explored INTEGER, body TEXT,
     tier TEXT, privacy TEXT, zdr INTEGER, free_attempts INTEGER, first_free_outcome TEXT,
-    plan TEXT, paid_before_usd FLOAT, paid_after_usd FLOAT, dropped TEXT);
+    plan TEXT, paid_before_usd FLOAT, paid_after_usd FLOAT, dropped TEXT, asked TEXT,
+    embedding INTEGER, streamed INTEGER, max_tokens INTEGER, deadline_s FLOAT,
+    prompt_tokens INTEGER, completion_tokens INTEGER);
 CREATE INDEX IF NOT EXISTS idx_audit_at ON audit (at);
 CREATE TABLE IF NOT EXISTS audit_attempt (
     job TEXT, n INTEGER, at FLOAT, client TEXT, cohort TEXT, class TEXT, lane TEXT, model TEXT,
@@ -50,6 +52,13 @@ ADDED = (
     ("paid_before_usd", "FLOAT"),
     ("paid_after_usd", "FLOAT"),
     ("dropped", "TEXT"),
+    ("asked", "TEXT"),
+    ("embedding", "INTEGER"),
+    ("streamed", "INTEGER"),
+    ("max_tokens", "INTEGER"),
+    ("deadline_s", "FLOAT"),
+    ("prompt_tokens", "INTEGER"),
+    ("completion_tokens", "INTEGER"),
 )
 AUDIT_COLUMNS = (
     "job",

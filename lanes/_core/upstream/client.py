@@ -423,10 +423,14 @@ async def _read_capped(response: httpx2.Response, secrets: Iterable[str]) -> byt
 
 
 @asynccontextmanager
-async def open_upstream(*, max_connections: int = 2048) -> AsyncIterator[Upstream]:
-    """The shared pool: sized for many long streams; no timeouts of its own (the caller's scope)."""
+async def open_upstream(
+    *, max_connections: int = 2048, transport: httpx2.AsyncBaseTransport | None = None
+) -> AsyncIterator[Upstream]:
+    """The shared pool: sized for many long streams; no timeouts of its own (the caller's scope).
+    `transport` replaces the sockets (a replay's in-process providers)."""
     limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=256)
     timeout = httpx2.Timeout(None)
-    transport = httpx2.AsyncHTTPTransport(limits=limits, trust_env=False)
+    if transport is None:
+        transport = httpx2.AsyncHTTPTransport(limits=limits, trust_env=False)
     async with httpx2.AsyncClient(transport=transport, timeout=timeout, trust_env=False) as client:
         yield Upstream(client, transport)

@@ -1,0 +1,124 @@
+"""`lanes whatif`: the audit's jobs of a window replayed under a new config (and the current one),
+side by side with what was recorded and the oracle's bound; exits 1 when a `--fail-if-…` gate
+fails, so a config change can be checked in CI. How to read it: docs/whatif.md."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lanes._core.config.schema import read_config
+from lanes._core.model.errors import ConfigError
+from lanes._whatif import WhatIf, whatif
+from lanes._whatif.figures import as_json, markdown, table, text
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "whatif", help="replay the audit under another config: free share, spend, failures"
+    )
+    p.add_argument("--config", required=True, help="the config to try (TOML)")
+    p.add_argument(
+        "--against",
+        default=None,
+        help="the current config (TOML), replayed the same way for a like-for-like difference",
+    )
+    p.add_argument(
+        "--audit",
+        default=None,
+        help="the SQLite file holding the audit (default: the state file of --against, "
+        "else config/lanes.toml's)",
+    )
+    p.add_argument(
+        "--since", default="7d", help="7d, 12h, a UTC date such as 2026-11-24, or epoch s"
+    )
+    p.add_argument("--until", default=None, type=float, help="epoch seconds (default: now)")
+    p.add_argument("--faults", action="store_true", help="answer the recorded failures again")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--md", default=None, help="also write the comparison as Markdown to this file")
+    p.add_argument("--fail-if-free-share-below", type=float, default=None, metavar="X")
+    p.add_argument("--fail-if-spend-above", type=float, default=None, metavar="USD")
+
+
+def _audit_path(args: argparse.Namespace) -> str:
+    if args.audit:
+        return str(args.audit)
+    source = args.against or "config/lanes.toml"
+    config = read_config(source, env={})
+    state = config.local_state if config.shared_state else config.state
+    if state == ":memory:":
+        raise ConfigError(f"{source}: its state is :memory:, no audit to read; pass --audit FILE")
+    return state
+
+
+def _progress(done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(1, total)
+    end = "\n" if done >= total else ""
+    sys.stderr.write(f"\rreplaying {'#' * filled}{'.' * (width - filled)} {done:,}/{total:,}{end}")
+    sys.stderr.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    audit = _audit_path(args)
+    if not Path(audit).expanduser().is_file():
+        raise ConfigError(f"{audit}: no audit here (no such file); pass --audit FILE")
+    since: str | float = args.since
+    with contextlib.suppress(ValueError):  # epoch seconds, else "7d" or a date
+        since = float(args.since)
+    try:
+        result = whatif(
+            args.config,
+            audit,
+            since=since,
+            until=args.until if args.until is not None else time.time(),  # wall-clock: "now"
+            against=args.against,
+            faults=args.faults,
+            progress=_progress if sys.stderr.isatty() and not args.json else None,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"--since: {exc}", key="since") from None
+    rows = table(result.columns)
+    if args.md:
+        Path(args.md).write_text(markdown(rows) + "\n\n" + _notes_md(result), encoding="utf-8")
+    if args.json:
+        print(as_json(result))
+    else:
+        print(_heading(result))
+        print(text(rows))
+        for note in result.notes:
+            print(f"- {note}")
+    return _gates(args, result)
+
+
+def _heading(result: WhatIf) -> str:
+    def at(epoch: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch))
+
+    return (
+        f"lanes whatif: {result.jobs:,} jobs from {at(result.since)} to {at(result.until)} UTC, "
+        f"replayed in {result.wall_s:.1f} s\n"
+    )
+
+
+def _notes_md(result: WhatIf) -> str:
+    return _heading(result) + "\n" + "\n".join(f"- {n}" for n in result.notes) + "\n"
+
+
+def _gates(args: argparse.Namespace, result: WhatIf) -> int:
+    failed = []
+    share = result.new.free_share or 0.0
+    if args.fail_if_free_share_below is not None and share < args.fail_if_free_share_below:
+        failed.append(
+            f"free share {100 * share:.1f} % is below {100 * args.fail_if_free_share_below:.1f} %"
+        )
+    worst = max((d.spent_usd for d in result.new.days), default=0.0)
+    if args.fail_if_spend_above is not None and worst > args.fail_if_spend_above:
+        failed.append(f"a day's paid spend ${worst:.4f} is above ${args.fail_if_spend_above:.4f}")
+    for line in failed:
+        print(f"lanes whatif: {line} ({result.new.label})", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,213 @@
+"""Know before you change: `lanes.whatif(config, audit)` replays the audit's jobs of a window under
+a config — on a virtual clock, through the real dispatcher, against in-process providers with the
+config's quotas and prices — and returns the figures beside what was recorded and the oracle's
+bound on the free share. `lanes whatif` prints them. How to read them: docs/whatif.md.
+
+```python
+result = lanes.whatif("new.toml", "state/lanes.db", since="7d", against="lanes.toml")
+result.new.free_share, result.new.paid_usd, result.new.days[0].reached_at
+```
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from lanes._core.audit.report import parse_since
+from lanes._core.config.schema import Config, read_config
+from lanes._whatif.figures import Figures, summarise
+from lanes._whatif.oracle import Need, ScopeLimits, bound
+from lanes._whatif.recorded import Recorded, Window, read_window
+from lanes._whatif.replay import Replayed, replay
+
+__all__ = ["Figures", "WhatIf", "whatif"]
+
+#: The stated tolerance: a replay of the recorded config reproduces the recorded free share within
+#: this many points (quotas are counted in fixed windows here, and latency is as recorded, so the
+#: two differ only where timing decides; tests/test_whatif.py checks it).
+TOLERANCE = 0.05
+
+
+@attrs.frozen(kw_only=True)
+class WhatIf:
+    """The answer: the window, the recorded figures, the new config's, and (with `against`) the
+    current config's — each replayed config with the oracle's bound — and what to know of them."""
+
+    since: float
+    until: float
+    jobs: int
+    recorded: Figures
+    new: Figures
+    against: Figures | None
+    notes: tuple[str, ...]
+    wall_s: float
+
+    @property
+    def columns(self) -> list[Figures]:
+        return [self.recorded, *([self.against] if self.against else []), self.new]
+
+
+def whatif(
+    config: Config | str | os.PathLike[str],
+    audit: str | os.PathLike[str],
+    *,
+    since: str | float = "7d",
+    until: float | None = None,
+    against: Config | str | os.PathLike[str] | None = None,
+    faults: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    processes: int | None = None,
+) -> WhatIf:
+    """Replay the jobs `audit` (a SQLite state file) recorded in the window under `config` (and
+    `against`). `since`: "7d", "12h", a UTC date, or epoch seconds; `until` defaults to now.
+    `faults`: the failures the audit recorded are answered again. With `against`, the two replays
+    run in two processes (`processes=1`: one after the other, here). Never reaches the network;
+    reads the audit read-only and opens no other file of the configs' (their state stays in
+    memory). Runs its own trio loop: from inside one, call it in a thread."""
+    started = time.perf_counter()  # wall-clock: how long the answer took
+    now = time.time() if until is None else until  # wall-clock: the window ends now
+    start = float(since) if isinstance(since, int | float) else parse_since(since, now)
+    window = read_window(audit, start, now)
+    new = _config(config)
+    current = None if against is None else _config(against)
+    jobs = window.jobs
+    fault_list = window.faults if faults else ()
+    configs = [c for c in (current, new) if c is not None]
+    if len(configs) == 2 and processes != 1 and len(jobs) > 1000:
+        # the current config in a second process, the new one here (with the progress bar)
+        from concurrent.futures import ProcessPoolExecutor  # only when asked for
+
+        with ProcessPoolExecutor(max_workers=1) as pool:
+            other = pool.submit(replay, configs[0], jobs, since=start, faults=fault_list)
+            mine = replay(configs[1], jobs, since=start, faults=fault_list, progress=progress)
+            runs = [other.result(), mine]
+    else:
+        runs = [replay(c, jobs, since=start, faults=fault_list, progress=progress) for c in configs]
+    named = _labels(config, against)
+    figures = [
+        summarise(
+            label,
+            run.rows,
+            ceiling_usd=c.policy.paid_ceiling_usd_per_day,
+            oracle_free=oracle_of(run, jobs),
+        )
+        for label, run, c in zip(named, runs, configs, strict=True)
+    ]
+    recorded_ceiling = (current or new).policy.paid_ceiling_usd_per_day
+    return WhatIf(
+        since=start,
+        until=now,
+        jobs=len(jobs),
+        recorded=summarise("recorded", _rows(jobs), ceiling_usd=recorded_ceiling),
+        new=figures[-1],
+        against=figures[0] if current is not None else None,
+        notes=tuple(_notes(window, runs, named)),
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _config(value: Config | str | os.PathLike[str]) -> Config:
+    return value if isinstance(value, Config) else read_config(value, env={})
+
+
+def _labels(config: object, against: object) -> list[str]:
+    def name(value: object, default: str) -> str:
+        return Path(value).name if isinstance(value, str | os.PathLike) else default
+
+    new = name(config, "new")
+    if against is None:
+        return [new]
+    old = name(against, "current")
+    return [old, new if new != old else f"{new} (new)"]
+
+
+def oracle_of(run: Replayed, jobs: Sequence[Recorded]) -> int:
+    """The oracle's bound for one replay: each job's free candidates are those its plan held."""
+    limits = {}
+    for lane in run.lanes.values():
+        for model in lane.models:
+            if lane.limited(model):
+                limits[lane.scope(model)] = ScopeLimits(rpm=lane.limits.rpm, rpd=lane.limits.rpd)
+    needs = []
+    for row in run.rows:
+        index = int(row.get("index", -1))
+        if not 0 <= index < len(jobs):
+            continue
+        keys = _plan(row)
+        if row.get("outcome") == "ok" and row.get("lane"):
+            keys.append(f"{row['lane']}/{row['model']}")
+        scopes, unlimited = set(), False
+        for key in keys:
+            if run.tiers.get(key) not in ("local", "free"):
+                continue
+            lane_name, _, model = key.partition("/")
+            found = run.lanes.get(lane_name)
+            if found is None or not found.limited(model):
+                unlimited = True
+            else:
+                scopes.add(found.scope(model))
+        needs.append(
+            Need(
+                arrived=jobs[index].arrived,
+                deadline_s=jobs[index].deadline_s or 30.0,
+                scopes=frozenset(scopes),
+                unlimited=unlimited,
+            )
+        )
+    return bound(needs, limits)
+
+
+def _plan(row: Mapping[str, object]) -> list[str]:
+    raw = row.get("plan")
+    try:
+        plan = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return []
+    return [k for k in plan if isinstance(k, str)]
+
+
+def _rows(jobs: Sequence[Recorded]) -> list[dict[str, object]]:
+    return [
+        {
+            "at": job.arrived + job.latency_s,
+            "outcome": job.outcome,
+            "route": job.route,
+            "lane": job.lane,
+            "tier": job.tier,
+            "cost_usd": job.cost_usd,
+            "approval": job.approval,
+        }
+        for job in jobs
+    ]
+
+
+def _notes(window: Window, runs: Sequence[Replayed], labels: Sequence[str]) -> list[str]:
+    notes = [
+        "free share counts every job of the window, failed ones included; the oracle's bound is "
+        "the most any router could have served free from the candidates each job's plan held, "
+        "under the requests-a-minute and requests-a-day quotas (token, monthly and credit limits "
+        "relaxed: a higher bound, never a lower one)",
+        f"a replay of the recorded config reproduces its free share within "
+        f"{100 * TOLERANCE:.0f} points: quotas count in fixed UTC windows here and latency is "
+        "as recorded",
+    ]
+    if window.older_rows:
+        notes.append(
+            f"{window.older_rows:,} jobs were audited by an older version: their model asked "
+            "(read as auto), stream and output cap are guessed"
+        )
+    if window.left_out:
+        notes.append(f"{window.left_out:,} jobs past the first {len(window.jobs):,} not replayed")
+    for label, run in zip(labels, runs, strict=True):
+        if run.unstated:
+            notes.append(
+                f"{label}: {', '.join(run.unstated)} state no limits in the config: never "
+                "refused in the replay (state rpm/rpd to replay them)"
+            )
+    return notes

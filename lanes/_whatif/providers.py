@@ -1,0 +1,343 @@
+"""The replay's providers: one in-process transport standing in for every lane of a config, with
+the quotas and prices that config declares — so `lanes whatif` runs the real dispatcher, its real
+pool, parsers and ledger, without a socket.
+
+Each lane's base URL is rewritten to `http://<n>.whatif.invalid/v1` (a name that never resolves:
+nothing here connects anywhere); the transport finds the lane by that host and answers:
+
+- `POST …/chat/completions` and `…/embeddings`: the recorded job's usage (the job's index rides
+  in its synthetic prompt), after the recorded latency (virtual time), or — over a quota — a 429
+  with `Retry-After` to the window's end; a credit lane past its budget answers 402;
+- `GET …/models`: the lane's configured models and those the audit saw it serve; `GET …/key`: an
+  OpenRouter-shaped balance (the credit budget left).
+
+Quotas count in fixed UTC windows (minute, day, calendar month), by the scope the lane's free tier
+names (the lane when account-wide, else each model), requests and tokens both. A local lane is
+always up; a lane whose limits its config does not state is never refused (the report says so).
+With faults, the outages the audit recorded are answered again (`Fault`).
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import fnmatch
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import httpx2
+import trio
+
+#: How long a recorded failure is answered again around its time, seconds (a replay of `--faults`).
+FAULT_S = 20.0
+#: The longest synthetic prompt, in tokens (about 4 bytes each): bounds a replay's memory.
+MAX_PROMPT_TOKENS = 200_000
+_INDEX = re.compile(r"\[whatif (\d+)\]")
+
+
+@attrs.frozen(kw_only=True)
+class Ask:
+    """What a replayed job sends and is answered with: no body, only its shape."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+
+
+@attrs.frozen(kw_only=True)
+class Fault:
+    """A failure the audit recorded on a lane (or one of its models, for a 429) at `at`."""
+
+    at: float  # epoch seconds
+    lane: str
+    model: str
+    kind: str  # "rate_limited", "connect", "reset", "server_error", "credit_exhausted"
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """A quota scope's limits (None: none stated)."""
+
+    rpm: int | None = None
+    rpd: int | None = None
+    rpmonth: int | None = None
+    tpm: int | None = None
+    tpd: int | None = None
+    tpmonth: int | None = None
+
+    @property
+    def stated(self) -> bool:
+        return any(v is not None for v in attrs.astuple(self))
+
+
+@attrs.frozen(kw_only=True)
+class SimLane:
+    """One lane as the replay's provider sees it."""
+
+    name: str
+    kind: str  # the free-tier kind: local, rate_limited, free_models, credits, none, subscription
+    limits: Limits = Limits()
+    account_wide: bool = False
+    free_patterns: tuple[str, ...] = ()  # free_models: which models are free (others are paid)
+    budget_usd: float | None = None  # credits
+    prices: Mapping[str, tuple[float, float]] = attrs.field(factory=dict)  # model → $/Mtok in, out
+    models: tuple[str, ...] = ()  # what GET /models lists
+
+    def scope(self, model: str) -> str:
+        return self.name if self.account_wide else f"{self.name}/{model}"
+
+    def limited(self, model: str) -> bool:
+        """Whether this model's requests count against a stated quota."""
+        if self.kind in ("local", "none", "subscription") or not self.limits.stated:
+            return False
+        if self.kind == "free_models":
+            return any(fnmatch.fnmatchcase(model, p) for p in self.free_patterns)
+        return True
+
+
+def host_of(index: int) -> str:
+    return f"lane-{index}.whatif.invalid"
+
+
+def prompt_for(index: int, prompt_tokens: int) -> str:
+    """A synthetic prompt of about `prompt_tokens` tokens (lanes estimates 4 bytes a token)
+    naming the job's index: nothing of the recorded prompt."""
+    head = f"[whatif {index}] "
+    tokens = max(0, min(prompt_tokens, MAX_PROMPT_TOKENS))
+    return head + "x" * max(0, 4 * tokens - len(head) - 48)
+
+
+def _windows(wall: float) -> tuple[int, int, int]:
+    day = dt.datetime.fromtimestamp(wall, dt.UTC)
+    return int(wall // 60), int(wall // 86400), day.year * 12 + day.month
+
+
+class Quotas:
+    """Requests and tokens counted per scope in the current minute, day and month."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, int], list[int]] = {}  # (scope, window, n) → [req, tok]
+
+    def admit(self, scope: str, limits: Limits, wall: float, tokens: int) -> float | None:
+        """Count one request of `tokens`; or, over a limit, the seconds to that window's end."""
+        minute, day, month = _windows(wall)
+        checks = (
+            ("m", minute, limits.rpm, limits.tpm, (minute + 1) * 60.0),
+            ("d", day, limits.rpd, limits.tpd, (day + 1) * 86400.0),
+            ("mo", month, limits.rpmonth, limits.tpmonth, _month_end(wall)),
+        )
+        for window, n, requests, token_limit, ends in checks:
+            used = self._counts.get((scope, window, n), [0, 0])
+            if (requests is not None and used[0] + 1 > requests) or (
+                token_limit is not None and used[1] + tokens > token_limit
+            ):
+                return max(1.0, ends - wall)
+        for window, n, *_ in checks:
+            used = self._counts.setdefault((scope, window, n), [0, 0])
+            used[0] += 1
+            used[1] += tokens
+        if len(self._counts) > 4096:  # old windows are never read again
+            self._counts = {k: v for k, v in self._counts.items() if k[2] in (minute, day, month)}
+        return None
+
+
+def _month_end(wall: float) -> float:
+    day = dt.datetime.fromtimestamp(wall, dt.UTC)
+    year, month = (day.year + 1, 1) if day.month == 12 else (day.year, day.month + 1)
+    return float(calendar.timegm((year, month, 1, 0, 0, 0)))
+
+
+class _Body(httpx2.AsyncByteStream):
+    def __init__(self, parts: Sequence[bytes]) -> None:
+        self._parts = parts
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for part in self._parts:
+            yield part
+
+
+class ReplayTransport(httpx2.AsyncBaseTransport):
+    """Every lane of one replayed config, answered in-process (see the module docstring)."""
+
+    def __init__(
+        self,
+        lanes: Mapping[str, SimLane],
+        asks: Sequence[Ask],
+        wall: Callable[[], float],
+        faults: Sequence[Fault] = (),
+    ) -> None:
+        self._lanes = dict(lanes)  # host → lane
+        self._asks = asks
+        self._wall = wall
+        self._quotas = Quotas()
+        self._spent: dict[str, float] = {}  # credit lane → USD used
+        self._faults: dict[str, list[Fault]] = {}
+        for fault in sorted(faults, key=lambda f: f.at):
+            self._faults.setdefault(fault.lane, []).append(fault)
+        self.requests = 0
+        self.refused: dict[str, int] = {}  # lane → requests refused over a quota
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        lane = self._lanes.get(request.url.host)
+        if lane is None:
+            return _json(404, {"error": {"message": "no such provider in the replay"}})
+        path = request.url.path
+        if request.method == "GET":
+            if path.endswith("/models"):
+                return _json(200, {"object": "list", "data": [{"id": m} for m in lane.models]})
+            left = (
+                None if lane.budget_usd is None else lane.budget_usd - self._spent.get(lane.name, 0)
+            )
+            return _json(200, {"data": {"limit_remaining": left}})
+        self.requests += 1
+        body = json.loads(await request.aread())
+        model = str(body.get("model") or "")
+        text = _text_of(body)
+        found = _INDEX.search(text[:64])
+        ask = (
+            self._asks[int(found.group(1))]
+            if found
+            else Ask(prompt_tokens=len(text) // 4, completion_tokens=1, latency_s=0.0)
+        )
+        wall = self._wall()
+        fault = self._fault(lane, model, wall)
+        if fault is not None:
+            return fault
+        embedding = path.endswith("/embeddings")
+        cap = _cap(body)
+        completion = 0 if embedding else min(ask.completion_tokens, cap or ask.completion_tokens)
+        tokens = ask.prompt_tokens + completion
+        if lane.limited(model):
+            wait = self._quotas.admit(lane.scope(model), lane.limits, wall, tokens)
+            if wait is not None:
+                self.refused[lane.name] = self.refused.get(lane.name, 0) + 1
+                return _json(
+                    429,
+                    {"error": {"message": "rate limit reached", "type": "rate_limit_exceeded"}},
+                    {"retry-after": str(int(wait + 0.999))},
+                )
+        if lane.budget_usd is not None:
+            price_in, price_out = lane.prices.get(model, (0.0, 0.0))
+            cost = (ask.prompt_tokens * price_in + completion * price_out) / 1e6
+            if self._spent.get(lane.name, 0.0) + cost > lane.budget_usd:
+                return _json(402, {"error": {"message": "insufficient credits"}})
+            self._spent[lane.name] = self._spent.get(lane.name, 0.0) + cost
+        if ask.latency_s > 0:
+            await trio.sleep(ask.latency_s)
+        usage = {
+            "prompt_tokens": ask.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": tokens,
+        }
+        if embedding:
+            return _json(
+                200,
+                {
+                    "object": "list",
+                    "model": model,
+                    "data": [{"object": "embedding", "index": 0, "embedding": [0.0, 1.0]}],
+                    "usage": {
+                        "prompt_tokens": ask.prompt_tokens,
+                        "total_tokens": ask.prompt_tokens,
+                    },
+                },
+            )
+        if body.get("stream"):
+            return _stream(model, usage)
+        return _json(
+            200,
+            {
+                "id": "whatif",
+                "object": "chat.completion",
+                "created": int(wall),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": usage,
+            },
+        )
+
+    def _fault(self, lane: SimLane, model: str, wall: float) -> httpx2.Response | None:
+        for fault in self._faults.get(lane.name, ()):
+            if fault.at > wall:
+                break
+            if wall - fault.at >= FAULT_S or (
+                fault.kind == "rate_limited" and fault.model != model
+            ):
+                continue
+            if fault.kind == "connect":
+                raise httpx2.ConnectError("replayed outage: connection refused")
+            if fault.kind == "reset":
+                raise httpx2.ReadError("replayed outage: connection reset")
+            if fault.kind == "rate_limited":
+                left = int(FAULT_S - (wall - fault.at)) + 1
+                return _json(
+                    429, {"error": {"message": "replayed 429"}}, {"retry-after": str(left)}
+                )
+            if fault.kind == "credit_exhausted":
+                return _json(402, {"error": {"message": "replayed 402"}})
+            return _json(503, {"error": {"message": "replayed outage"}})
+        return None
+
+
+def _text_of(body: Mapping[str, Any]) -> str:
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[0], Mapping):
+        content = messages[0].get("content")
+        return content if isinstance(content, str) else ""
+    value = body.get("input")
+    return value if isinstance(value, str) else ""
+
+
+def _cap(body: Mapping[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _json(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> httpx2.Response:
+    return httpx2.Response(
+        status,
+        headers={"content-type": "application/json", **(headers or {})},
+        content=json.dumps(payload).encode(),
+    )
+
+
+def _stream(model: str, usage: Mapping[str, int]) -> httpx2.Response:
+    def event(delta: Mapping[str, Any], finish: str | None, **extra: Any) -> bytes:
+        chunk = {
+            "id": "whatif",
+            "object": "chat.completion.chunk",
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    parts = [
+        event({"role": "assistant", "content": "ok"}, None),
+        event({}, "stop"),
+        b"data: "
+        + json.dumps(
+            {
+                "id": "whatif",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [],
+                "usage": dict(usage),
+            }
+        ).encode()
+        + b"\n\n",
+        b"data: [DONE]\n\n",
+    ]
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=_Body(parts))

@@ -1,0 +1,170 @@
+"""What the audit recorded in a window, as the replay needs it: each job's arrival and shape (never
+its body — the audit holds none unless `log_bodies`, and the replay never reads that column), how
+it was served, and the failures each lane answered (for `--faults`)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+from lanes._whatif.providers import Fault
+
+#: At most this many jobs are replayed from one window (about a week of a busy sidecar): what a
+#: replay holds in memory is bounded where the audit enters.
+MAX_JOBS = 2_000_000
+
+
+@attrs.frozen(kw_only=True)
+class Recorded:
+    """One job as the audit recorded it."""
+
+    arrived: float  # epoch seconds: when it ended, less its latency
+    asked: str  # the model or alias it named ("auto" when an older row did not say)
+    client: str
+    cohort: str
+    request_class: str
+    privacy: str
+    embedding: bool
+    streamed: bool
+    prompt_tokens: int
+    completion_tokens: int
+    max_tokens: int | None
+    deadline_s: float | None
+    latency_s: float
+    # how it went
+    outcome: str
+    route: str
+    lane: str
+    model: str
+    tier: str
+    cost_usd: float
+    approval: str
+
+
+@attrs.frozen(kw_only=True)
+class Window:
+    """The recorded jobs of a window (by arrival), the faults, and what was left out."""
+
+    since: float
+    until: float
+    jobs: tuple[Recorded, ...]
+    faults: tuple[Fault, ...]
+    older_rows: int  # rows written before the audit kept what a replay needs (their shape guessed)
+    left_out: int  # rows past MAX_JOBS, not replayed
+
+
+_COLUMNS = (
+    "at, latency_s, asked, client, cohort, class, privacy, embedding, streamed, prompt_tokens, "
+    "completion_tokens, tokens, request_bytes, max_tokens, deadline_s, outcome, route, lane, "
+    "model, tier, cost_usd, approval"
+)
+
+
+def read_window(path: str | os.PathLike[str], since: float, until: float) -> Window:
+    """The audit in the SQLite file at `path` between `since` and `until` (epoch seconds),
+    read-only. Raises FileNotFoundError or sqlite3.Error for a file that is not an audit."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no audit here (no such file)")
+    conn = sqlite3.connect(f"file:{file}?mode=ro", uri=True)
+    try:
+        have = {row[1] for row in conn.execute('PRAGMA table_info("audit")')}
+        if not have:
+            raise sqlite3.DatabaseError(f"{file}: holds no audit table")
+        wanted = [c.strip() for c in _COLUMNS.split(",")]
+        select = ", ".join(c if c in have else "NULL" for c in wanted)
+        rows = conn.execute(
+            f"SELECT {select} FROM audit WHERE at >= ? AND at < ? ORDER BY at LIMIT ?",
+            (since, until + 3600.0, MAX_JOBS + 1),
+        ).fetchall()
+        faults = _faults(conn, since, until)
+    finally:
+        conn.close()
+    jobs, older = [], 0
+    for row in rows[:MAX_JOBS]:
+        job, old = _recorded(dict(zip(wanted, row, strict=True)))
+        if since <= job.arrived < until:
+            jobs.append(job)
+            older += old
+    jobs.sort(key=lambda j: j.arrived)
+    return Window(
+        since=since,
+        until=until,
+        jobs=tuple(jobs),
+        faults=tuple(faults),
+        older_rows=older,
+        left_out=max(0, len(rows) - MAX_JOBS),
+    )
+
+
+def _recorded(row: dict[str, object]) -> tuple[Recorded, bool]:
+    def num(name: str, default: float = 0.0) -> float:
+        value = row.get(name)
+        return float(value) if isinstance(value, int | float) else default
+
+    older = row.get("asked") is None
+    tokens = int(num("tokens"))
+    prompt = row.get("prompt_tokens")
+    completion = row.get("completion_tokens")
+    if isinstance(prompt, int) and isinstance(completion, int):
+        prompt_tokens, completion_tokens = prompt, completion
+    else:  # an older row, or no sane usage: the request's size says the prompt
+        prompt_tokens = int(num("request_bytes") // 4) + 1
+        completion_tokens = max(0, tokens - prompt_tokens) if tokens else 16
+    latency = max(0.0, num("latency_s"))
+    max_tokens = row.get("max_tokens")
+    deadline = row.get("deadline_s")
+    return (
+        Recorded(
+            arrived=num("at") - latency,
+            asked=str(row.get("asked") or "auto"),
+            client=str(row.get("client") or "anonymous"),
+            cohort=str(row.get("cohort") or ""),
+            request_class=str(row.get("class") or "general"),
+            privacy=str(row.get("privacy") or "any"),
+            embedding=bool(row.get("embedding")),
+            streamed=bool(row.get("streamed")),
+            prompt_tokens=max(0, prompt_tokens),
+            completion_tokens=max(0, completion_tokens),
+            max_tokens=max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None,
+            deadline_s=float(deadline)
+            if isinstance(deadline, int | float) and deadline > 0
+            else None,
+            latency_s=latency,
+            outcome=str(row.get("outcome") or ""),
+            route=str(row.get("route") or ""),
+            lane=str(row.get("lane") or ""),
+            model=str(row.get("model") or ""),
+            tier=str(row.get("tier") or ""),
+            cost_usd=num("cost_usd"),
+            approval=str(row.get("approval") or ""),
+        ),
+        older,
+    )
+
+
+_FAULT_KINDS = {"connect": "connect", "reset": "reset", "transport": "connect"}
+
+
+def _faults(conn: sqlite3.Connection, since: float, until: float) -> Sequence[Fault]:
+    """Each failed attempt the audit recorded, as the kind of failure a replay answers again."""
+    have = {row[1] for row in conn.execute('PRAGMA table_info("audit_attempt")')}
+    if not have:
+        return []
+    found = []
+    for at, lane, model, outcome, category in conn.execute(
+        "SELECT at, lane, model, outcome, category FROM audit_attempt "
+        "WHERE at >= ? AND at < ? AND outcome IN ('fault', 'rate_limited', 'credit_exhausted') "
+        "ORDER BY at LIMIT ?",
+        (since, until, MAX_JOBS),
+    ):
+        if outcome == "fault":
+            kind = _FAULT_KINDS.get(str(category), "server_error")
+        else:
+            kind = str(outcome)
+        found.append(Fault(at=float(at), lane=str(lane), model=str(model), kind=kind))
+    return found

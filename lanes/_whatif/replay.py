@@ -1,0 +1,277 @@
+"""One config replayed: the recorded jobs, at their recorded arrival times on a virtual clock,
+through the real dispatcher built from that config, against the in-process providers of
+`providers.py`. What it yields is the replay's own audit rows — the same rows a sidecar writes —
+so the recorded and the replayed figures come from one summary (`figures.py`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from lanes._core.config.schema import Config, LaneConfig, TelemetryConfig
+from lanes._core.freetier.kinds import CreditBased, FreeModelsOnly, RateLimitedFree
+from lanes._core.model.errors import JobFailed
+from lanes._core.model.job import Job
+from lanes._core.open import open_over
+from lanes._core.state.records import LocalRecords
+from lanes._core.state.store import SQLiteStore
+from lanes._core.upstream.loader import find_provider
+from lanes._core.upstream.spec import resolve
+from lanes._whatif.providers import (
+    Ask,
+    Fault,
+    Limits,
+    ReplayTransport,
+    SimLane,
+    host_of,
+    prompt_for,
+)
+from lanes._whatif.recorded import Recorded
+
+log = logging.getLogger("lanes.whatif")
+
+#: The replay's state sync runs this often (virtual seconds): one process, nothing to share.
+SYNC_S = 300.0
+#: What each replayed audit row keeps (the rest is dropped as it arrives: bounded memory).
+KEPT = ("job", "at", "outcome", "route", "lane", "model", "tier", "cost_usd", "approval", "plan")
+#: An approval the audit shows granted is granted again within this many virtual seconds.
+APPROVE_WITHIN_S = 5.0
+
+
+@attrs.frozen(kw_only=True)
+class Replayed:
+    """A replay's audit rows (one per job, `KEPT` columns, plus `index`: the recorded job's
+    position), each candidate's tier, the replay's providers and what they refused."""
+
+    rows: tuple[Mapping[str, Any], ...]
+    tiers: Mapping[str, str]  # "lane/model" → local, free, byok, paid
+    lanes: Mapping[str, SimLane]  # by lane name
+    unstated: tuple[str, ...]  # free lanes whose config states no limits: never refused here
+    refused: Mapping[str, int]  # lane → requests its provider refused over a quota
+    upstream_requests: int
+    wall_s: float  # how long the replay took (wall clock)
+
+
+class _Kept(LocalRecords):
+    """The replay's audit: rows kept in memory as the sync hands them over, not written."""
+
+    def __init__(self, inner: LocalRecords) -> None:
+        super().__init__(inner._conn, inner._lock)
+        self.rows: list[dict[str, Any]] = []
+
+    def add_audit(self, rows: list[dict[str, Any]]) -> None:
+        self.rows.extend({k: row.get(k) for k in KEPT} for row in rows)
+
+
+def sim_lanes(config: Config, seen: Mapping[str, set[str]]) -> dict[str, SimLane]:
+    """Each enabled lane of `config` as a replay's provider: its resolved free tier's limits and
+    its models' prices; `seen` adds the models the audit saw a lane serve to its catalog."""
+    found = {}
+    for lane_config in config.lanes:
+        provider, _ = find_provider(lane_config)
+        if provider is None or not lane_config.enabled:
+            continue  # the dispatcher will not load it either (and says why)
+        spec = resolve(provider, lane_config)
+        kind = spec.free_tier
+        limits, account_wide, budget = Limits(), False, None
+        patterns: tuple[str, ...] = ()
+        if isinstance(kind, RateLimitedFree):
+            limits = Limits(
+                rpm=kind.rpm,
+                rpd=kind.rpd,
+                rpmonth=kind.rpmonth,
+                tpm=kind.tpm,
+                tpd=kind.tpd,
+                tpmonth=kind.tpmonth,
+            )
+            account_wide = kind.account_wide
+        elif isinstance(kind, FreeModelsOnly):
+            limits, account_wide, patterns = Limits(rpm=kind.rpm, rpd=kind.rpd), True, kind.patterns
+        elif isinstance(kind, CreditBased):
+            limits, account_wide, budget = Limits(rpm=kind.rpm, rpd=kind.rpd), True, kind.budget_usd
+        models = tuple(m.id for m in spec.models)
+        found[lane_config.name] = SimLane(
+            name=lane_config.name,
+            kind=kind.kind,
+            limits=limits,
+            account_wide=account_wide,
+            free_patterns=tuple(patterns),
+            budget_usd=budget,
+            prices={
+                m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0)
+                for m in spec.models
+            },
+            models=models + tuple(sorted(seen.get(lane_config.name, set()) - set(models))),
+        )
+    return found
+
+
+def replay_config(config: Config) -> tuple[Config, dict[str, str], dict[str, str]]:
+    """`config` pointed at the replay's providers, with its state in memory (the operator's files
+    are never opened), no traces and no job log lines; the environment its lanes read keys from
+    (placeholders: nothing is sent anywhere); and each lane's host there."""
+    rewritten: list[LaneConfig] = []
+    env: dict[str, str] = {}
+    hosts = {}
+    for n, lane_config in enumerate(config.lanes):
+        host = host_of(n)
+        hosts[lane_config.name] = host
+        rewritten.append(attrs.evolve(lane_config, base_url=f"http://{host}/v1"))
+        provider, _ = find_provider(lane_config)
+        if provider is not None:
+            key_env = resolve(provider, lane_config).api_key_env
+            if key_env:
+                env[key_env] = "whatif-placeholder-key"
+    replayed = attrs.evolve(
+        config,
+        lanes=rewritten,
+        state=":memory:",
+        local_state=":memory:",
+        telemetry=TelemetryConfig(),
+        log_jobs=False,
+        audit_days=0.0,
+    )
+    return replayed, env, hosts
+
+
+def replay(
+    config: Config,
+    jobs: Sequence[Recorded],
+    *,
+    since: float,
+    faults: Sequence[Fault] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> Replayed:
+    """Replay `jobs` (sorted by arrival) under `config`, the virtual clock starting at `since` or
+    a minute before the first arrival, whichever is later (an empty stretch costs nothing, but a
+    window reaching back years would be synced through). Runs its own trio loop: call it from a
+    thread when you are inside one."""
+    if jobs:
+        since = max(since, jobs[0].arrived - 60.0)
+    seen: dict[str, set[str]] = {}
+    for job in jobs:
+        if job.lane and job.model:
+            seen.setdefault(job.lane, set()).add(job.model)
+    lanes = sim_lanes(config, seen)
+    replayed, env, hosts = replay_config(config)
+    by_host = {hosts[name]: lane for name, lane in lanes.items()}
+    asks = [
+        Ask(
+            prompt_tokens=job.prompt_tokens,
+            completion_tokens=job.completion_tokens,
+            latency_s=job.latency_s,
+        )
+        for job in jobs
+    ]
+    started = time.perf_counter()  # wall-clock: how long the replay itself took
+    holder: dict[str, Any] = {}
+
+    async def main() -> None:
+        t0 = trio.current_time()
+        transport = ReplayTransport(
+            by_host, asks, lambda: since + trio.current_time() - t0, faults=faults
+        )
+        store = SQLiteStore(":memory:")
+        kept = _Kept(store.records)
+        store.records = kept
+        async with open_over(
+            replayed,
+            env=env,
+            epoch_now=since,
+            transport=transport,
+            sync_interval_s=SYNC_S,
+            store=store,
+        ) as dispatcher:
+            ids: dict[str, int] = {}
+            done = [0]
+            step = max(1, len(jobs) // 100)
+
+            async def one(index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
+                job = _job(index, recorded)
+                ids[job.id] = index
+                if recorded.approval in ("once", "granted"):
+                    nursery.start_soon(_approve, dispatcher, job)
+                try:
+                    await _run(dispatcher, job, recorded)
+                except JobFailed:
+                    pass  # its audit row says how it ended
+                except Exception as exc:  # a job the dispatcher refused outright (a bad shape)
+                    log.warning("replayed job %d: %s", index, type(exc).__name__)
+                done[0] += 1
+                if progress is not None and (done[0] % step == 0 or done[0] == len(jobs)):
+                    progress(done[0], len(jobs))
+
+            async with trio.open_nursery() as nursery:
+                for index, recorded in enumerate(jobs):
+                    await trio.sleep_until(t0 + max(0.0, recorded.arrived - since))
+                    nursery.start_soon(one, index, recorded, nursery)
+            holder["tiers"] = {key: c.tier for key, c in dispatcher.routing.pool.by_key.items()}
+        holder["rows"] = [{**row, "index": ids.get(str(row["job"]), -1)} for row in kept.rows]
+        holder["transport"] = transport
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    transport: ReplayTransport = holder["transport"]
+    unstated = tuple(
+        name
+        for name, lane in lanes.items()
+        if lane.kind in ("rate_limited", "free_models", "credits") and not lane.limits.stated
+    )
+    return Replayed(
+        rows=tuple(holder["rows"]),
+        tiers=holder["tiers"],
+        lanes=lanes,
+        unstated=unstated,
+        refused=dict(transport.refused),
+        upstream_requests=transport.requests,
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def _job(index: int, recorded: Recorded) -> Job:
+    prompt = prompt_for(index, recorded.prompt_tokens)
+    params: dict[str, Any] = {}
+    if recorded.max_tokens is not None and not recorded.embedding:
+        params["max_tokens"] = recorded.max_tokens
+    common: dict[str, Any] = {
+        "model": recorded.asked,
+        "client": recorded.client,
+        "cohort": recorded.cohort or None,
+        "request_class": recorded.request_class,
+        "privacy": recorded.privacy if recorded.privacy in ("any", "zdr", "local") else "any",
+        "deadline_s": recorded.deadline_s,
+        "params": params,
+    }
+    if recorded.embedding:
+        return Job(input=prompt, **common)
+    return Job(messages=[{"role": "user", "content": prompt}], **common)
+
+
+async def _run(dispatcher: Any, job: Job, recorded: Recorded) -> None:
+    if recorded.embedding:
+        await dispatcher.embed(job)
+    elif recorded.streamed:
+        async with dispatcher.open_stream(job) as stream:
+            async for _ in stream:
+                pass
+    else:
+        await dispatcher.complete(job)
+
+
+async def _approve(dispatcher: Any, job: Job) -> None:
+    """Grant `job`'s approval once, as the audit shows its recorded job's was."""
+    fingerprint = job.request_fingerprint()
+    with trio.move_on_after(APPROVE_WITHIN_S):
+        while True:
+            for asked in dispatcher.approvals.pending():
+                if asked.client == job.client and asked.fingerprint == fingerprint:
+                    with contextlib.suppress(KeyError):  # decided or expired meanwhile
+                        await dispatcher.approvals.decide(asked.id, "once")
+                    return
+            await trio.sleep(0.05)
