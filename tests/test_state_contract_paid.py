@@ -6,6 +6,7 @@ before paid reopens."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -41,6 +42,8 @@ def entries(state: State, day: int = DAY) -> dict[str, float]:
         rows = store.records.query(
             "SELECT id, COALESCE(settled, reserved) FROM paid_ledger WHERE day = ?", (day,)
         )
+        summed = math.fsum(usd for _, usd in rows)  # the running totals are the rows' sum
+        assert math.isclose(store.paid_spent(day), summed, rel_tol=1e-15, abs_tol=1e-15)
         return {reservation: usd for reservation, usd in rows}
     client = state._redis()
     held = {r: int(pico) for r, pico in client.hgetall(f"lanes:paid:{day}").items()}

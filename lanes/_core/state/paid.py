@@ -10,14 +10,22 @@ The rules, on both backends, each one atomic step across every process and host 
 - a store that lost its data gets this process's own reservations back (`reseed`), so the ceiling
   holds across the loss.
 
-SQLite: rows of `paid_ledger`, checked and written in one `BEGIN IMMEDIATE` transaction. Redis: a
-hash per day and its running total in integer pico-dollars (a client's too), checked and written
-by one Lua script (`RESERVE`) that also decides the day by the server's clock (TIME).
+SQLite: rows of `paid_ledger` and their running totals per day and client (`paid_totals`, kept by
+triggers), checked and written in one `BEGIN IMMEDIATE` transaction. Redis: a hash per day and its
+running total in integer pico-dollars (a client's too), checked and written by one Lua script
+(`RESERVE`) that also decides the day by the server's clock (TIME).
+
+Rows are never deleted: the file keeps every day's reservations (and a totals row per day and
+client), for the reports.
 """
 
 from __future__ import annotations
 
+import math
+import sqlite3
 import uuid
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, Protocol
 
 import attrs
@@ -35,6 +43,70 @@ CREATE TABLE IF NOT EXISTS paid_ledger (
 CREATE INDEX IF NOT EXISTS idx_paid_ledger_day ON paid_ledger (day);
 """
 EPSILON_USD = 1e-12  # a float sum that lands exactly on the ceiling is within it
+
+#: What `paid_ledger`'s rows of a day and client add up to (`named` 0: the rows without a client),
+#: so a reservation reads one row, not the day's. A compensated sum (Neumaier's): `spent + carry`
+#: is the rows' sum to within a few ulps however many settlements moved it, where a plain running
+#: sum would gain one rounding error per write. Created by `migrate`, never by `SCHEMA`.
+TOTALS = """
+CREATE TABLE paid_totals (
+    day INTEGER NOT NULL, named INTEGER NOT NULL, client TEXT NOT NULL,
+    spent FLOAT NOT NULL, carry FLOAT NOT NULL, PRIMARY KEY (day, named, client)) WITHOUT ROWID
+"""
+
+
+def _key(row: str = "") -> str:
+    """The key of ledger row `row`'s totals row (NEW, OLD, or "" for the row at hand)."""
+    of = f"{row}." if row else ""
+    return f"{of}day, {of}client IS NOT NULL, IFNULL({of}client, '')"
+
+
+def _count(row: str, sign: str) -> str:
+    """The statement adding (`sign` "+") or taking ("-") ledger row `row` (NEW or OLD) to or from
+    its totals row."""
+    return f"""
+    INSERT INTO paid_totals (day, named, client, spent, carry)
+    VALUES ({_key(row)}, {sign}COALESCE({row}.settled, {row}.reserved, 0), 0)
+    ON CONFLICT (day, named, client) DO UPDATE SET
+        spent = spent + excluded.spent,
+        carry = carry + CASE WHEN abs(spent) >= abs(excluded.spent)
+            THEN (spent - (spent + excluded.spent)) + excluded.spent
+            ELSE (excluded.spent - (spent + excluded.spent)) + spent END;"""
+
+
+#: In the transaction of every write to the ledger, whoever writes it (this version, an older one
+#: sharing the file, an operator's DELETE). An INSERT OR REPLACE that replaces a row would delete
+#: it without the DELETE trigger (recursive_triggers is off): no writer here replaces — a
+#: reservation's id is fresh, and a reseed keeps a row it finds.
+TRIGGERS = (
+    f"CREATE TRIGGER paid_totals_insert AFTER INSERT ON paid_ledger BEGIN {_count('NEW', '+')} END",
+    "CREATE TRIGGER paid_totals_update AFTER UPDATE OF day, client, reserved, settled "
+    f"ON paid_ledger BEGIN {_count('OLD', '-')} {_count('NEW', '+')} END",
+    f"CREATE TRIGGER paid_totals_delete AFTER DELETE ON paid_ledger BEGIN {_count('OLD', '-')} END",
+)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Give a file without running totals (new, or made by an older version) the totals of the
+    rows it holds and the triggers that keep them. Run inside the schema's immediate transaction
+    (`sqlite_file.connect`): of several processes opening the file at once, one creates them and
+    the others find them — the totals are filled once."""
+    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'paid_totals'"
+    if conn.execute(found).fetchone() is not None:
+        return
+    conn.execute(TOTALS)
+    rows = conn.execute(
+        f"SELECT {_key()}, COALESCE(settled, reserved, 0) FROM paid_ledger ORDER BY 1, 2, 3"
+    )
+    conn.executemany(  # each sum correctly rounded (fsum): the carry starts at 0
+        "INSERT INTO paid_totals (day, named, client, spent, carry) VALUES (?, ?, ?, ?, 0)",
+        [
+            (*key, math.fsum(r[3] for r in group))
+            for key, group in groupby(rows, itemgetter(0, 1, 2))
+        ],
+    )
+    for trigger in TRIGGERS:
+        conn.execute(trigger)
 
 
 @attrs.frozen(kw_only=True)
@@ -121,8 +193,8 @@ class SQLitePaid(PaidLedger, SQLiteBase):
                     )
                 if over:
                     return None
-                self._conn.execute(
-                    "INSERT OR REPLACE INTO paid_ledger "
+                self._conn.execute(  # never OR REPLACE: see TRIGGERS
+                    "INSERT INTO paid_ledger "
                     "(id, day, reserved, settled, lane, model, job, cohort, client) "
                     "VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?)",
                     (reservation, ask.day, ask.amount, *_described(ask)),
@@ -146,15 +218,14 @@ class SQLitePaid(PaidLedger, SQLiteBase):
 
     def _spent(self, day: int, client: str | None = None) -> float:
         """Reserved-or-settled USD of `day` (unsettled reservations count in full), all clients'
-        or one's. Hold the lock."""
+        or one's: from `paid_totals` (the day's few rows, or the client's one). Hold the lock."""
         where, args = (
-            ("day = ?", (day,)) if client is None else ("day = ? AND client = ?", (day, client))
+            ("day = ?", (day,))
+            if client is None
+            else ("day = ? AND named = 1 AND client = ?", (day, client))
         )
-        (spent,) = self._conn.execute(
-            f"SELECT COALESCE(SUM(COALESCE(settled, reserved)), 0) FROM paid_ledger WHERE {where}",
-            args,
-        ).fetchone()
-        return float(spent)
+        rows = self._conn.execute(f"SELECT spent, carry FROM paid_totals WHERE {where}", args)
+        return math.fsum(usd for row in rows for usd in row)
 
     def _forget_own(self, now: float) -> None:
         """Only today's and yesterday's reservations can need writing back."""

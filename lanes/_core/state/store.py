@@ -98,6 +98,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
             if name not in have:
                 conn.execute(f'ALTER TABLE "{table}" ADD COLUMN {name} {kind}')
     conn.execute("CREATE INDEX IF NOT EXISTS idx_paid_ledger_client ON paid_ledger (day, client)")
+    paid.migrate(conn)  # after the columns: the totals are per client
     audit_tables.migrate(conn)
 
 
