@@ -373,6 +373,14 @@ async def test_a_paid_model_of_a_credit_lane_spends_its_credits_too(env, autojum
         {"role": "user", "content": [{"type": "document_url", "document_url": "https://x"}]},
         {"role": "assistant", "content": None, "audio": {"id": "audio_1"}},
         {"role": "user", "content": ["a bare string part"]},
+        # a cache write bills above the input price (1.25x, or 2x for an hour), as a message's
+        # own `cache_control` would: a content part's fields are an allowlist too
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+            ],
+        },
     ],
 )
 def test_content_outside_the_message_allowlist_is_unbounded_and_never_crashes(message):

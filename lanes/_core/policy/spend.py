@@ -14,7 +14,7 @@ caps could bill, so both are computed from the request *as sent*:
   bounded price here, nor do images on a model without `image_usd`: such a request is refused for
   paid, never guessed. Messages are an allowlist too: a message field other than
   `_MESSAGE_FIELDS` (e.g. a reference to an earlier audio answer) or a content part other than
-  text or an image (e.g. a document the provider fetches and bills) can not be bounded.
+  text or an image (a document the provider fetches), or a part's `cache_control`, is unbounded.
 - **Tools** may cost more than their bytes: a provider that wraps them in a tool-use prompt of
   its own bills that prompt too. The lane module declares its size (`tool_prompt_tokens`); a lane
   that declares none is assumed to add `UNDECLARED_TOOL_PROMPT_TOKENS`, twice the largest such
@@ -56,6 +56,8 @@ _TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
 _MESSAGE_FIELDS = frozenset(
     {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal"}
 )
+#: The content-part fields priced by their bytes (not `cache_control`: a cache write bills more).
+_PART_FIELDS = frozenset({"type", "text", "refusal", "image_url", "input_image", "image", "detail"})
 #: Twice the largest tool-use prompt a provider documents adding itself (530 tokens): what a lane
 #: that declares no `tool_prompt_tokens` is assumed to add to a request with tools.
 UNDECLARED_TOOL_PROMPT_TOKENS = 1024
@@ -274,6 +276,8 @@ def _unpriced_content(messages: Any) -> str | None:
             kind = part.get("type") if isinstance(part, Mapping) else None
             if not isinstance(kind, str) or (kind not in _TEXT_PARTS and kind not in _IMAGES):
                 return f"a content part of type {str(kind)[:40]!r}"
+            if extra := sorted(str(k) for k in part if k not in _PART_FIELDS):
+                return f"the content part field {extra[0][:40]!r}"
     return None
 
 
