@@ -24,6 +24,7 @@ import httpx2
 import trio
 
 from lanes import _cli_reports, _cli_whatif
+from lanes._core.audit.forecast import status_lines
 from lanes._core.check import check_config
 from lanes._core.config.schema import packaged
 from lanes._core.model.errors import ConfigError
@@ -83,7 +84,9 @@ def _parser() -> argparse.ArgumentParser:
         help="N processes serving the port under a parent that restarts them and reloads the "
         "config on SIGHUP (default: one process, which never reloads)",
     )
-    for name, text in (("status", "lanes, breakers, backoffs and spend of a running sidecar"),):
+    for name, text in (
+        ("status", "lanes, breakers, backoffs, spend and the forecast of a running sidecar"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--url", default=DEFAULT_URL)
         p.add_argument("--json", action="store_true")
@@ -218,8 +221,18 @@ def _status(args: argparse.Namespace) -> int:
             lines.append(f"    … {other['models']} more models ({other['free_now']} free now)")
     for name, why in state["unavailable"].items():
         lines.append(f"{name:<14} unavailable: {why}")
+    forecast = _forecast(args.url)
+    if forecast is not None:
+        lines += status_lines(forecast)
+        state = {**state, "forecast": forecast}
     _print(args, state, "\n".join(lines))
     return 0
+
+
+def _forecast(url: str) -> dict[str, Any] | None:
+    """The sidecar's forecast (`GET /v1/forecast`), or None from one that has none to give."""
+    code, body = _call("GET", f"{url}/v1/forecast")
+    return body if code == 200 and isinstance(body, dict) else None
 
 
 def _lane(args: argparse.Namespace) -> int:

@@ -21,9 +21,13 @@ from typing import Any
 import httpx2
 import pytest
 import trio
+from test_forecast import DAY_HEADERS
+from test_forecast import LANES as FORECAST_LANES
+from test_forecast import POLICY as FORECAST_POLICY
+from test_forecast import jobs as forecast_jobs
 
 from helpers import http_client
-from lanes.testing import rate_limited
+from lanes.testing import answer, rate_limited
 from sidecar import CLIENT_KEY, open_sidecar
 
 pytestmark = pytest.mark.slow  # every test here drives Chromium
@@ -403,6 +407,75 @@ async def test_the_page_draws_the_report_as_svg_charts():
     policy = dict(part.strip().split(" ", 1) for part in seen["csp"].split(";"))
     assert policy["default-src"] == "'none'" and policy["connect-src"] == "'self'"
     assert policy["script-src"].startswith("'sha256-") and "unsafe" not in seen["csp"]
+    assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]
+
+
+def forecast_in_browser(base: str, screenshot: str | None) -> dict[str, Any]:
+    """Open the page, wait until its forecast panel shows the free quota's rate, and read the
+    panel: each quota's row, the paid day, the method; a picture of the panel when asked."""
+    seen: dict[str, Any] = {}
+    with open_page(base, seen) as page:
+        rate = "#forecast tr.quota[data-scope='free/free-model']:not([data-outlook=no_rate])"
+        page.locator(rate).first.wait_for(timeout=15_000)
+        seen["rows"] = {
+            f"{r.get_attribute('data-scope')} {r.locator('td').nth(1).inner_text()}": (
+                r.get_attribute("data-outlook"),
+                r.inner_text(),
+            )
+            for r in page.locator("#forecast tr.quota").all()
+        }
+        seen["meters"] = page.locator("#forecast meter").count()
+        seen["paid"] = page.inner_text("#forecast-paid")
+        seen["method"] = page.inner_text("#forecast-method")
+        seen["heading"] = page.inner_text("#forecast-panel h2")
+        if screenshot:
+            page.locator("#forecast-panel").screenshot(
+                path=screenshot.replace(".png", "-forecast.png")
+            )
+    return seen
+
+
+@pytest.mark.free_lane
+async def test_the_page_shows_the_forecast_as_projections():
+    """The forecast panel reads GET /v1/forecast: a row per quota with used / limit (a meter),
+    the window, the last hour's rate and the sidecar's note — "projected", or "no use in the
+    last hour" with no time — the paid day against its ceiling, and how it was all made."""
+    await needs_a_browser()
+    async with open_sidecar(*FORECAST_LANES, policy=FORECAST_POLICY) as (url, fakes):
+        fakes["told"].script("big-model", answer(headers=DAY_HEADERS))
+        async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+            await forecast_jobs(http, url, "free/free-model", 4)
+            await forecast_jobs(http, url, "told/big-model", 1)
+            await forecast_jobs(http, url, "paid/paid-model", 1)
+            with trio.fail_after(20):  # the state sync writes the audit within a second
+                while True:
+                    forecast = (await http.get(f"{url}/forecast")).json()
+                    if forecast["paid"]["rate_per_hour_usd"] is not None:
+                        break
+                    await trio.sleep(0.1)
+        seen = await trio.to_thread.run_sync(
+            forecast_in_browser, url.removesuffix("/v1"), os.environ.get("LANES_PAGE_SCREENSHOT")
+        )
+    rows = seen["rows"]
+    assert set(rows) == {
+        "free/free-model requests per day",
+        "free/free-model tokens per day",
+        "spare/spare-model requests per day",
+        "told/big-model requests per day (reported)",
+    }
+    outlook, free = rows["free/free-model requests per day"]
+    assert outlook in ("runs_out", "lasts")  # which, by how near UTC midnight the test runs
+    assert "4 / 10" in free and "4 requests/h" in free and "projected" in free
+    assert "at the last 60 min's rate: 4 requests/h" in free
+    outlook, spare = rows["spare/spare-model requests per day"]
+    assert outlook == "no_rate" and "0 / 50" in spare and "no use in the last hour" in spare
+    assert "projected" not in spare
+    assert "300 / 1,000" in rows["told/big-model requests per day (reported)"][1]
+    assert seen["meters"] == 4
+    assert seen["paid"].startswith("paid today: $0.0000") and "of $1.00" in seen["paid"]
+    assert "projected $" in seen["paid"] and "at the last 60 min's rate: $" in seen["paid"]
+    assert "last 60 min" in seen["method"] and "projected, not a fact" in seen["method"]
+    assert "projected" in seen["heading"] and "not facts" in seen["heading"]
     assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]
 
 

@@ -12,6 +12,14 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from lanes._core.audit.forecast import (
+    WINDOW_S,
+    forecast_body,
+    rate_per_hour,
+    recent_use,
+    scope_rates,
+)
+from lanes._core.audit.quotas import free_quotas, paid_day
 from lanes._core.audit.report import explain, parse_since, report
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.context import Context, caller, read_body
@@ -152,6 +160,26 @@ async def report_view(request: Request, ctx: Context) -> Response:
     except STORE_ERRORS:
         return error_response(503, "the audit can not be read now", "state_store_down")
     return JSONResponse(body.as_dict())
+
+
+async def forecast_view(request: Request, ctx: Context) -> Response:
+    """Each free quota's projected end and the paid day's, at the last hour's rate (a client: its
+    own paid spend only; the free quotas are every client's)."""
+    who = caller(request)
+    client = None if who.admin else who.client
+    routing = ctx.dispatcher.routing
+    routing.catch_up()  # what other processes on the host counted a moment ago
+    now = routing.now_wall()
+    quotas = free_quotas(routing, now)
+    query = ctx.dispatcher.store.records.query
+    read = partial(recent_use, query, since=now - WINDOW_S, client=client)
+    try:
+        paid = paid_day(routing, client)
+        use = await trio.to_thread.run_sync(read, limiter=ctx.reading)  # the last hour's rows
+    except STORE_ERRORS:
+        return error_response(503, "the audit can not be read now", "state_store_down")
+    rates, paid_rate = scope_rates(use, routing.manager.scope), rate_per_hour(use.paid_usd)
+    return JSONResponse(forecast_body(quotas, rates, paid, paid_rate=paid_rate, now=now))
 
 
 async def request_view(request: Request, ctx: Context) -> Response:

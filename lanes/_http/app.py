@@ -38,6 +38,7 @@ ROUTES: tuple[Row, ...] = (
     Row("/ready", GET, endpoints.is_ready, OPEN),
     Row("/v1/models", GET, endpoints.models, CALLER),
     Row("/v1/report", GET, admin.report_view, CALLER),
+    Row("/v1/forecast", GET, admin.forecast_view, CALLER),
     Row("/v1/requests/{request_id}", GET, admin.request_view, CALLER),
     Row("/v1/lanes", GET, admin.lanes_view, CALLER),
     Row("/v1/lanes/{name}/{action:str}", POST, admin.switch, ADMIN),

@@ -4,6 +4,7 @@
 // this tab only, and never in a URL. Every text from the sidecar goes in through textContent.
 const KEY = 'lanes-admin-key';
 const REPORT_EVERY_S = 15;  // the report changes by the hour: no need to ask every second
+const FORECAST_EVERY_S = 5;  // a rate over the last hour moves slowly
 
 function el(tag, text, cls){
   const e = document.createElement(tag);
@@ -165,19 +166,64 @@ function showRecent(state){
   }
 }
 
-let reportAt = -Infinity;
+const OUTLOOK = {used_up: 'used up', runs_out: 'runs out', lasts: 'lasts', no_rate: 'no rate',
+  at_ceiling: 'at the ceiling', reaches_ceiling: 'reaches the ceiling', within: 'within'};
+function count(v){ return v >= 100 ? Math.round(v).toLocaleString('en') : String(+v.toPrecision(3)); }
+function dollars(v){ return '$' + (v >= 0.1 || v === 0 ? v.toFixed(2) : v.toFixed(6)); }
+function utc(epoch){ return new Date(epoch * 1000).toISOString().slice(0, 16).replace('T', ' ') + ' UTC'; }
+function outlook(name){ return el('span', OUTLOOK[name] || name, 'pill ' + name); }
+// GET /v1/forecast: every free quota's projected end, and the paid day's; each says how it was
+// made (the notes come from the sidecar), and nothing here is shown as a fact.
+function showForecast(forecast){
+  const paid = document.getElementById('forecast-paid'), body = document.getElementById('forecast');
+  const method = document.getElementById('forecast-method');
+  paid.replaceChildren(); body.replaceChildren(); method.textContent = '';
+  if(!forecast.ok){ paid.appendChild(el('span', forecast.why, 'bad')); return; }
+  const f = forecast.data, p = f.paid;
+  const who = p.client === null ? 'paid today' : `paid today (client ${p.client})`;
+  paid.append(el('strong', `${who}: ${dollars(p.spent_usd)} of ${dollars(p.ceiling_usd)} `),
+    outlook(p.outlook), el('span', ' ' + p.note));
+  paid.dataset.outlook = p.outlook;
+  if(!f.quotas.length){
+    const tr = el('tr', undefined, 'none'), td = el('td', 'no free quota per day or month');
+    td.colSpan = 6; tr.appendChild(td); body.appendChild(tr);
+  }
+  for(const q of f.quotas){
+    const used = el('span'), bar = el('meter');
+    bar.max = q.limit; bar.value = Math.min(q.used, q.limit); bar.high = q.limit * 0.8;
+    used.append(bar, `${count(q.used)} / ${count(q.limit)}`);
+    const note = el('span'); note.append(outlook(q.outlook), ' ' + q.note);
+    const tr = row([q.scope, `${q.dimension} per ${q.window}` +
+        (q.source === 'reported' ? ' (reported)' : ''), used,
+      q.rate_per_hour === null ? '—' : `${count(q.rate_per_hour)} ${q.dimension}/h`,
+      utc(q.resets_at), note]);
+    tr.className = 'quota'; tr.dataset.scope = q.scope; tr.dataset.outlook = q.outlook;
+    body.appendChild(tr);
+  }
+  if(f.left_off){
+    const tr = el('tr', undefined, 'other'), td = el('td', `… ${f.left_off} more quotas`);
+    td.colSpan = 6; tr.appendChild(td); body.appendChild(tr);
+  }
+  method.textContent = `Rates: ${f.method.rate}, the window being the last ` +
+    `${f.method.window_s / 60} min. Projections: ${f.method.projection}. Times: ${f.method.clock}.`;
+}
+
+let reportAt = -Infinity, forecastAt = -Infinity;
 async function refresh(force){
   try{
     const now = Date.now() / 1000, wantReport = force || now - reportAt >= REPORT_EVERY_S;
-    const [state, approvals, grants, report] = await Promise.all([
+    const wantForecast = force || now - forecastAt >= FORECAST_EVERY_S;
+    const [state, approvals, grants, report, forecast] = await Promise.all([
       get('/v1/lanes'), get('/v1/approvals'), get('/v1/grants'),
-      wantReport ? get('/v1/report?since=7d') : null]);
+      wantReport ? get('/v1/report?since=7d') : null,
+      wantForecast ? get('/v1/forecast') : null]);
     draw('approvals', approvals, showApprovals);
     draw('grants', grants, showGrants);
     if(report){  // redrawn when the report changes, and when the hour turns
       reportAt = now;
       draw('report', {report, hour: Math.floor(now / 3600)}, (d) => showReport(d.report));
     }
+    if(forecast){ forecastAt = now; draw('forecast', forecast, showForecast); }
     if(!state.ok){ document.getElementById('summary').textContent = state.why; return; }
     showSummary(state.data);
     draw('lanes', state.data, showLanes);

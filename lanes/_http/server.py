@@ -103,6 +103,7 @@ async def serve(
     stop_when: Callable[[], Awaitable[object]] | None = None,
     hold: Callable[[], Awaitable[bool]] | None = None,
     dedicated: bool = False,
+    epoch_now: float | None = None,
 ) -> None:
     """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL.
 
@@ -112,7 +113,8 @@ async def serve(
     stop, as for SIGTERM — and `hold`, once all is ready to serve, says whether to (the parent
     decides: a reload's new workers serve only when every one of them is ready). `dedicated`:
     this process does nothing but serve (`lanes serve`): its garbage collector is tuned for that
-    (`dedicate_gc`)."""
+    (`dedicate_gc`). `epoch_now`: the wall-clock epoch second trio's clock reads now, as
+    `open_dispatcher` takes it (tests under a virtual clock, on a day of their choosing)."""
     env = dict(os.environ if env is None else env)
     if config is None and not simulate:
         config = packaged("lanes.toml")
@@ -136,7 +138,9 @@ async def serve(
             base, env = load_config(sim.config, env=env), sim.env
         assert base is not None
         config = base
-        dispatcher = await stack.enter_async_context(open_dispatcher(config, env=env))
+        dispatcher = await stack.enter_async_context(
+            open_dispatcher(config, env=env, epoch_now=epoch_now)
+        )
         totals = None  # under --workers: /metrics shows the host's totals, not one worker's
         if running.status_path is not None:
             totals = HostTotals(Path(running.status_path).parent / "metrics", dispatcher.statistics)

@@ -69,10 +69,13 @@ async def open_sidecar(
     policy: dict[str, Any] | None = None,
     server: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
+    epoch_now: float | None = None,
     **top: Any,
 ) -> AsyncIterator[tuple[str, dict[str, FakeProvider]]]:
     """Fakes for `lanes` ((name, kind, models[, extra lane keys]) with kind local/free/paid) and a
-    sidecar in front of them in this process. Yields the sidecar's base URL (…/v1) and the fakes."""
+    sidecar in front of them in this process. Yields the sidecar's base URL (…/v1) and the fakes.
+    `epoch_now`: the sidecar's wall reads it now (under a virtual clock: a day and hour of the
+    test's choosing)."""
     from lanes import load_config
     from lanes._http.server import serve
 
@@ -102,7 +105,9 @@ async def open_sidecar(
         )
         full_env = {**KEYS, **os.environ, **(env or {})}
         url = await nursery.start(
-            lambda task_status: serve(config, env=full_env, task_status=task_status)
+            lambda task_status: serve(
+                config, env=full_env, task_status=task_status, epoch_now=epoch_now
+            )
         )
         try:
             yield f"{url}/v1", fakes

@@ -230,6 +230,10 @@ class FreeTierManager:
             fresh(snap.tokens_remaining, snap.reset_tokens_s),
         )
 
+    def snapshot(self, scope: str) -> tuple[float, RateLimitSnapshot] | None:
+        """What the provider last reported of `scope`'s limits, and when (epoch s), if ever."""
+        return self._snapshots.get(scope)
+
     def needs_probe(self, lane: str, model: str) -> bool:
         """True while nothing proves the candidate serving: send one request, hold the others."""
         terms = self._terms.get(lane)

@@ -220,5 +220,10 @@ class Ledger:
     def _left_global(self) -> float:
         return max(0.0, self.policy.paid_ceiling_usd_per_day - self.spent_today())
 
-    def spent_today(self) -> float:
-        return self._store.paid_spent(window_id("day", self._day()))
+    def spent_today(self, client: str | None = None) -> float:
+        """USD spent (or held) today under the ceiling: every client's, or `client`'s own."""
+        return self._store.paid_spent(window_id("day", self._day()), client)
+
+    def day_ends_at(self) -> float:
+        """When the ledger's day ends: the next UTC midnight on the store's clock (epoch s)."""
+        return window_end("day", self._day())
