@@ -350,6 +350,7 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         "",
     ]
     lines += _audit_report(data.get("audit_report"))
+    lines += whatif_section(data.get("whatif"))
     path = DOCS / "benchmarks.md"
     path.write_text("\n".join(lines))
     return path
@@ -368,6 +369,29 @@ def _audit_report(a: dict[str, Any] | None) -> list[str]:
         "|---|---|---|---|---|",
         f"| {a['jobs']:,} | {a['attempts']:,} | {a['fill_s']:.0f} s | "
         f"{a['report_by_cohort_s'] * 1000:.0f} ms | {a['report_by_model_s'] * 1000:.0f} ms |",
+        "",
+    ]
+
+
+def whatif_section(w: dict[str, Any] | None) -> list[str]:
+    if not w:
+        return []
+    return [
+        "## `lanes whatif` over a busy day",
+        "",
+        f"A synthetic audit of one UTC day ({w['jobs']:,} jobs: Poisson arrivals with ten bursts, "
+        "a fifth streamed, a twentieth embeddings) replayed through the real dispatcher on a "
+        "virtual clock, in one process (one core), against in-process providers: three free "
+        "lanes with per-minute and per-day quotas, a paid lane under a $2 ceiling "
+        "(`python -m bench.whatif`):",
+        "",
+        "| jobs | replay | per job | upstream requests | free share | oracle's bound | paid "
+        "jobs, spend | failed | oracle |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {w['jobs']:,} | {w['replay_wall_s']:.1f} s | {w['ms_per_job']:.2f} ms | "
+        f"{w['upstream_requests']:,} | {w['free_share']:.1%} | {w['oracle_share']:.1%} | "
+        f"{w['paid_jobs']:,}, ${w['paid_usd']:.2f} | {sum(w['failed'].values()):,} | "
+        f"{w['oracle_wall_s']:.1f} s |",
         "",
     ]
 

@@ -25,7 +25,7 @@ from typing import Any
 import httpx2
 import trio
 
-from bench import audit_report, onehost, peers, shared
+from bench import audit_report, onehost, peers, shared, whatif
 from bench.load import percentile, run_load, summary
 from lanes.harness.processes import free_port
 
@@ -305,6 +305,10 @@ async def main(quick: bool) -> dict[str, Any]:
         print("bench: lanes report over a large audit …", file=sys.stderr, flush=True)
         result["audit_report"] = await trio.to_thread.run_sync(
             audit_report.measure, 100_000 if quick else 1_000_000
+        )
+        print("bench: lanes whatif over a busy day …", file=sys.stderr, flush=True)
+        result["whatif"] = await trio.to_thread.run_sync(
+            whatif.measure, 10_000 if quick else 100_000
         )
     return result
 

@@ -119,25 +119,22 @@ def synthetic_audit(path: Path, jobs: int, midnight: float, seed: int = 3) -> No
     conn.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args()
+def measure(jobs: int = 100_000) -> dict[str, Any]:
+    """Write a synthetic day of `jobs` into a temporary audit, replay it under `config()` here (one
+    core), compute the oracle's bound; the figures and how long each took."""
     midnight = float(calendar.timegm((dt.date.today() - dt.timedelta(days=1)).timetuple()))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "audit.db"
-        synthetic_audit(path, args.jobs, midnight)
+        synthetic_audit(path, jobs, midnight)
         window = read_window(path, midnight, midnight + DAY)
-        cfg = config()
         started = time.perf_counter()  # wall-clock: the replay's own duration is the measure
-        run = replay(cfg, window.jobs, since=midnight)
+        run = replay(config(), window.jobs, since=midnight)
         replayed_s = time.perf_counter() - started  # wall-clock: as above
         started = time.perf_counter()  # wall-clock: the oracle's duration
         best = oracle_of(run, window.jobs)
         oracle_s = time.perf_counter() - started  # wall-clock: as above
     figures = summarise("bench", run.rows, ceiling_usd=2.0, oracle_free=best)
-    result = {
+    return {
         "date": dt.date.today().isoformat(),
         "jobs": len(window.jobs),
         "replay_wall_s": round(replayed_s, 2),
@@ -151,6 +148,14 @@ def main() -> None:
         "failed": dict(figures.failed),
         "by_lane": dict(figures.by_lane),
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    result = measure(args.jobs)
     print(json.dumps(result, indent=2))
     if not args.no_write:
         out = ROOT / "bench" / "results" / f"whatif-{result['date']}.json"

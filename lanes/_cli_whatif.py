@@ -5,12 +5,13 @@ fails, so a config change can be checked in CI. How to read it: docs/whatif.md."
 from __future__ import annotations
 
 import argparse
-import contextlib
+import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from lanes._core.audit.report import parse_since
 from lanes._core.config.schema import read_config
 from lanes._core.model.errors import ConfigError
 from lanes._whatif import WhatIf, whatif
@@ -67,21 +68,27 @@ def run(args: argparse.Namespace) -> int:
     audit = _audit_path(args)
     if not Path(audit).expanduser().is_file():
         raise ConfigError(f"{audit}: no audit here (no such file); pass --audit FILE")
-    since: str | float = args.since
-    with contextlib.suppress(ValueError):  # epoch seconds, else "7d" or a date
+    now = args.until if args.until is not None else time.time()  # wall-clock: "now"
+    since: float
+    try:
         since = float(args.since)
+    except ValueError:  # not epoch seconds: "7d", "12h", a date
+        try:
+            since = parse_since(args.since, now)
+        except ValueError as exc:
+            raise ConfigError(f"--since: {exc}", key="since") from None
     try:
         result = whatif(
             args.config,
             audit,
             since=since,
-            until=args.until if args.until is not None else time.time(),  # wall-clock: "now"
+            until=now,
             against=args.against,
             faults=args.faults,
             progress=_progress if sys.stderr.isatty() and not args.json else None,
         )
-    except ValueError as exc:
-        raise ConfigError(f"--since: {exc}", key="since") from None
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{audit}: not an audit lanes can read ({exc})") from None
     rows = table(result.columns)
     if args.md:
         Path(args.md).write_text(markdown(rows) + "\n\n" + _notes_md(result), encoding="utf-8")

@@ -351,3 +351,25 @@ def test_the_oracle_never_falls_below_the_quota_a_provider_enforces(
             served += 1
     needs = [Need(arrived=t, deadline_s=0.0, scopes=frozenset("a"), unlimited=False) for t in times]
     assert served <= bound(needs, {"a": ScopeLimits(rpm=rpm, rpd=rpd)})
+
+
+def test_jobs_a_config_can_not_serve_fail_and_say_why(recorded: dict[str, Any]) -> None:
+    def without_fast(config: dict[str, Any]) -> None:
+        del config["aliases"]["fast"]
+
+    result = _whatif(recorded, _variant(recorded, "no-fast", without_fast))
+    asked_fast = sum(1 for _, model, _ in _arrivals() if model == "fast")
+    assert result.new.failed.get("model_not_found") == asked_fast
+    assert result.new.jobs == len(_arrivals())
+
+
+def test_a_file_that_is_no_audit_is_a_clear_error(recorded: dict[str, Any], tmp_path: Path) -> None:
+    bogus = tmp_path / "not-an-audit.db"
+    bogus.write_bytes(b"this is not SQLite" * 100)
+    done = subprocess.run(
+        [sys.executable, "-m", "lanes", "whatif", "--config", str(recorded["current"]),
+         "--audit", str(bogus), "--since", "1d"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "not an audit" in done.stderr and "Traceback" not in done.stderr
