@@ -379,6 +379,6 @@ def test_the_totals_equal_the_rows_through_any_sequence(tmp_path):
     """Random reservations, settlements, deletions and file replacements with reseeds: the
     running totals equal the rows' sums (exactly, to a few ulps), per day and client."""
     run_state_machine_as_test(
-        lambda: Totals(tmp_path),
+        lambda: Totals(tmp_path),  # type: ignore[arg-type]  # a factory: Hypothesis calls it
         settings=settings(max_examples=40, stateful_step_count=30, deadline=None),
     )
