@@ -126,6 +126,10 @@ def _money(value: float) -> str:
     return f"${digits}00" if digits.endswith(".") else f"${digits}"
 
 
+def _signed(value: float) -> str:
+    return ("-" if value < 0 else "+") + _money(abs(value))
+
+
 def table(columns: Sequence[Figures], *, deltas: bool = True) -> list[list[str]]:
     """The figures side by side, one column each (and the last against the one before it)."""
     head = ["", *(f.label for f in columns)]
@@ -150,7 +154,7 @@ def table(columns: Sequence[Figures], *, deltas: bool = True) -> list[list[str]]
     line(
         "paid jobs, spend",
         [f"{f.paid_jobs:,}, {_money(f.paid_usd)}" for f in columns],
-        f"{b.paid_jobs - a.paid_jobs:+,}, {b.paid_usd - a.paid_usd:+,.4f} $" if a and b else "",
+        f"{b.paid_jobs - a.paid_jobs:+,}, {_signed(b.paid_usd - a.paid_usd)}" if a and b else "",
     )
     line(
         "failed jobs",
