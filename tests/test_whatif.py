@@ -373,3 +373,42 @@ def test_a_file_that_is_no_audit_is_a_clear_error(recorded: dict[str, Any], tmp_
     )  # fmt: skip
     assert done.returncode == 2
     assert "not an audit" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- hostile audits ----------------------------------------------------------------------------
+
+
+def _audit_file(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """An audit table holding `rows` as given (any type in any column), as a hand-edited file."""
+    import sqlite3
+
+    from lanes._core.state.audit_tables import AUDIT_COLUMNS
+
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(f"CREATE TABLE audit ({', '.join(AUDIT_COLUMNS)})")
+        for row in rows:
+            names = ", ".join(f'"{k}"' for k in row)
+            marks = ", ".join("?" for _ in row)
+            conn.execute(f"INSERT INTO audit ({names}) VALUES ({marks})", list(row.values()))
+    conn.close()
+    return path
+
+
+_T = 1_780_000_000.0
+_ROW: dict[str, Any] = {
+    "at": _T + 10, "latency_s": 1.0, "asked": "fast", "outcome": "ok", "route": "primary",
+    "lane": "groq", "model": "m", "tier": "free", "cost_usd": 0.0, "prompt_tokens": 10,
+    "completion_tokens": 5, "deadline_s": 20.0, "max_tokens": 64,
+}  # fmt: skip
+
+
+def test_infinite_numbers_in_an_audit_row_are_read_as_missing(tmp_path: Path) -> None:
+    """SQLite's infinity in a numeric column is no deadline, latency or cost."""
+    inf = float("inf")
+    path = _audit_file(
+        tmp_path / "a.db", [_ROW | {"deadline_s": inf, "latency_s": inf, "cost_usd": inf}]
+    )
+    (job,) = read_window(path, _T, _T + 100).jobs
+    assert (job.deadline_s, job.latency_s, job.cost_usd) == (None, 0.0, 0.0)
+    assert job.arrived == _T + 10
