@@ -412,3 +412,18 @@ def test_infinite_numbers_in_an_audit_row_are_read_as_missing(tmp_path: Path) ->
     (job,) = read_window(path, _T, _T + 100).jobs
     assert (job.deadline_s, job.latency_s, job.cost_usd) == (None, 0.0, 0.0)
     assert job.arrived == _T + 10
+
+
+@pytest.mark.parametrize("flag", [["--since", "nan"], ["--since", "1e400"], ["--until", "nan"]])
+def test_a_time_no_calendar_holds_is_a_clear_error(tmp_path: Path, flag: list[str]) -> None:
+    """--since or --until nan, inf or 1e400: exit 2 and one line, no traceback."""
+    path = _audit_file(tmp_path / "a.db", [_ROW])
+    config = tmp_path / "c.toml"
+    config.write_text('[[lanes]]\nname = "ollama"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "lanes", "whatif", "--config", str(config), "--audit", str(path),
+         "--since", str(_T), *flag],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and f"{flag[0]} must be" in done.stderr
