@@ -427,3 +427,17 @@ def test_a_time_no_calendar_holds_is_a_clear_error(tmp_path: Path, flag: list[st
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and f"{flag[0]} must be" in done.stderr
+
+
+def test_odd_lane_names_from_the_audit_can_not_break_the_table() -> None:
+    """A recorded lane name holding a newline, an escape or a pipe stays in its one cell."""
+    from lanes._whatif.figures import markdown, summarise, table, text
+
+    odd = "a|b\nc\x1b[2J\\"
+    rows = [{"at": _T, "outcome": "ok", "route": "primary", "lane": odd, "tier": "free"}]
+    shown = table([summarise("x|y.toml", rows, ceiling_usd=1.0)])
+    printed = text(shown)
+    assert "\x1b" not in printed and len(printed.splitlines()) == len(shown)
+    md = markdown(shown).splitlines()
+    assert len(md) == len(shown) + 1
+    assert all(line.count("|") - line.count("\\|") == 3 for line in md if not line.startswith("|-"))
