@@ -441,3 +441,68 @@ def test_odd_lane_names_from_the_audit_can_not_break_the_table() -> None:
     md = markdown(shown).splitlines()
     assert len(md) == len(shown) + 1
     assert all(line.count("|") - line.count("\\|") == 3 for line in md if not line.startswith("|-"))
+
+
+def _direct(needs: list[Need], limits: dict[str, ScopeLimits]) -> int:
+    """The bound's network with an edge from each job to each minute it may be sent in."""
+    from lanes._whatif.oracle import INFINITE, _Graph
+
+    graph = _Graph()
+    source, sink = graph.node(), graph.node()
+    nodes: dict[tuple[str, int, str], int] = {}
+
+    def node(scope: str, n: int, kind: str) -> int:
+        if (scope, n, kind) not in nodes:
+            nodes[(scope, n, kind)] = graph.node()
+            cap = limits[scope].rpd if kind == "d" else limits[scope].rpm
+            out = sink if kind == "d" else node(scope, n // 1440, "d")
+            graph.edge(nodes[(scope, n, kind)], out, INFINITE if cap is None else cap)
+        return nodes[(scope, n, kind)]
+
+    for need in needs:
+        job = graph.node()
+        graph.edge(source, job, 1)
+        for scope in sorted(need.scopes):
+            first = int(need.arrived // 60)
+            for minute in range(first, int((need.arrived + need.deadline_s) // 60) + 1):
+                graph.edge(job, node(scope, minute, "m"), 1)
+    return int(graph.max_flow(source, sink))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 86400 * 2),
+            st.sampled_from([0.0, 90.0, 3600.0, 86400.0]),
+            st.sets(st.sampled_from("ab"), min_size=1),
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 3),
+    st.integers(1, 30),
+)
+def test_the_oracle_over_long_windows_is_the_direct_networks_flow(
+    jobs: list[Any], rpm: int, rpd: int
+) -> None:
+    """Windows of an hour or a day, reached through blocks of minutes, give the same maximum."""
+    needs = [
+        Need(arrived=a, deadline_s=d, scopes=frozenset(s), unlimited=False) for a, d, s in jobs
+    ]
+    limits = {"a": ScopeLimits(rpm=rpm, rpd=rpd), "b": ScopeLimits(rpm=1, rpd=None)}
+    assert bound(needs, limits) == _direct(needs, limits)
+
+
+def test_the_oracle_stays_small_for_jobs_that_may_wait_a_day_or_forever() -> None:
+    """Day-long deadlines build no minute edges per job; longer (or infinite) ones count free."""
+    import time
+
+    rng = random.Random(3)
+    week = [rng.uniform(0, 7 * DAY) for _ in range(5000)]
+    needs = [Need(arrived=t, deadline_s=DAY, scopes=frozenset("a"), unlimited=False) for t in week]
+    started = time.perf_counter()
+    assert bound(needs, {"a": ScopeLimits(rpm=1, rpd=100)}) == 800  # 7 days' arrivals, 8 days
+    assert time.perf_counter() - started < 3.0
+    forever = [Need(arrived=0.0, deadline_s=d, scopes=frozenset("a"), unlimited=False)
+               for d in (float("inf"), float("nan"), 2 * DAY)]  # fmt: skip
+    assert bound(forever, {"a": ScopeLimits(rpm=1, rpd=1)}) == 3
