@@ -506,3 +506,23 @@ def test_the_oracle_stays_small_for_jobs_that_may_wait_a_day_or_forever() -> Non
     forever = [Need(arrived=0.0, deadline_s=d, scopes=frozenset("a"), unlimited=False)
                for d in (float("inf"), float("nan"), 2 * DAY)]  # fmt: skip
     assert bound(forever, {"a": ScopeLimits(rpm=1, rpd=1)}) == 3
+
+
+def test_the_oracle_gives_a_job_without_a_deadline_the_configs_default() -> None:
+    """An older row keeps no deadline: the replay waits the config's default, so may the bound."""
+    from lanes._whatif import oracle_of
+    from lanes._whatif.providers import SimLane
+    from lanes._whatif.recorded import Recorded
+    from lanes._whatif.replay import Replayed
+
+    shape = dict(_ROW, arrived=_T - _T % 60, client="c", cohort="", request_class="general",
+                 privacy="any", embedding=False, streamed=False, deadline_s=None,
+                 approval="")  # fmt: skip
+    del shape["at"]
+    jobs = [Recorded(**shape) for _ in range(3)]
+    lane = SimLane(name="g", kind="rate_limited", limits=Limits(rpm=1), models=("m",))
+    rows = [{"index": i, "outcome": "paid_budget_exhausted", "plan": '["g/m"]'} for i in range(3)]
+    run = Replayed(rows=tuple(rows), tiers={"g/m": "free"}, lanes={"g": lane}, unstated=(),
+                   refused={}, upstream_requests=0, wall_s=0.0)  # fmt: skip
+    assert oracle_of(run, jobs, default_deadline_s=150.0) == 3  # minutes 0, 1 and 2
+    assert oracle_of(run, jobs) == 1
