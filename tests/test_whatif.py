@@ -526,3 +526,10 @@ def test_the_oracle_gives_a_job_without_a_deadline_the_configs_default() -> None
                    refused={}, upstream_requests=0, wall_s=0.0)  # fmt: skip
     assert oracle_of(run, jobs, default_deadline_s=150.0) == 3  # minutes 0, 1 and 2
     assert oracle_of(run, jobs) == 1
+
+
+def test_text_in_the_flag_columns_is_no_flag(tmp_path: Path) -> None:
+    """`embedding = 'no'` in a hand-edited row does not replay a chat as an embedding."""
+    path = _audit_file(tmp_path / "a.db", [_ROW | {"embedding": "no", "streamed": "false"}])
+    (job,) = read_window(path, _T, _T + 100).jobs
+    assert not job.embedding and not job.streamed

@@ -128,8 +128,8 @@ def _recorded(row: dict[str, object]) -> tuple[Recorded, bool]:
             cohort=str(row.get("cohort") or ""),
             request_class=str(row.get("class") or "general"),
             privacy=str(row.get("privacy") or "any"),
-            embedding=bool(row.get("embedding")),
-            streamed=bool(row.get("streamed")),
+            embedding=num("embedding") != 0,  # text ("no", "false") is no flag: a chat
+            streamed=num("streamed") != 0,
             prompt_tokens=max(0, prompt_tokens),
             completion_tokens=max(0, completion_tokens),
             max_tokens=max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None,
