@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
             since = parse_since(args.since, now)
         except ValueError as exc:
             raise ConfigError(f"--since: {exc}", key="since") from None
+    for name, value in (("since", since), ("until", now)):
+        if not 0 <= value < 1e11:  # nan, inf, before 1970, past the year 5000
+            raise ConfigError(f"--{name} must be epoch seconds or a date (got {value})", key=name)
     try:
         result = whatif(
             args.config,

@@ -373,3 +373,163 @@ def test_a_file_that_is_no_audit_is_a_clear_error(recorded: dict[str, Any], tmp_
     )  # fmt: skip
     assert done.returncode == 2
     assert "not an audit" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- hostile audits ----------------------------------------------------------------------------
+
+
+def _audit_file(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """An audit table holding `rows` as given (any type in any column), as a hand-edited file."""
+    import sqlite3
+
+    from lanes._core.state.audit_tables import AUDIT_COLUMNS
+
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(f"CREATE TABLE audit ({', '.join(AUDIT_COLUMNS)})")
+        for row in rows:
+            names = ", ".join(f'"{k}"' for k in row)
+            marks = ", ".join("?" for _ in row)
+            conn.execute(f"INSERT INTO audit ({names}) VALUES ({marks})", list(row.values()))
+    conn.close()
+    return path
+
+
+_T = 1_780_000_000.0
+_ROW: dict[str, Any] = {
+    "at": _T + 10, "latency_s": 1.0, "asked": "fast", "outcome": "ok", "route": "primary",
+    "lane": "groq", "model": "m", "tier": "free", "cost_usd": 0.0, "prompt_tokens": 10,
+    "completion_tokens": 5, "deadline_s": 20.0, "max_tokens": 64,
+}  # fmt: skip
+
+
+def test_infinite_numbers_in_an_audit_row_are_read_as_missing(tmp_path: Path) -> None:
+    """SQLite's infinity in a numeric column is no deadline, latency or cost."""
+    inf = float("inf")
+    path = _audit_file(
+        tmp_path / "a.db", [_ROW | {"deadline_s": inf, "latency_s": inf, "cost_usd": inf}]
+    )
+    (job,) = read_window(path, _T, _T + 100).jobs
+    assert (job.deadline_s, job.latency_s, job.cost_usd) == (None, 0.0, 0.0)
+    assert job.arrived == _T + 10
+
+
+@pytest.mark.parametrize("flag", [["--since", "nan"], ["--since", "1e400"], ["--until", "nan"]])
+def test_a_time_no_calendar_holds_is_a_clear_error(tmp_path: Path, flag: list[str]) -> None:
+    """--since or --until nan, inf or 1e400: exit 2 and one line, no traceback."""
+    path = _audit_file(tmp_path / "a.db", [_ROW])
+    config = tmp_path / "c.toml"
+    config.write_text('[[lanes]]\nname = "ollama"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "lanes", "whatif", "--config", str(config), "--audit", str(path),
+         "--since", str(_T), *flag],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and f"{flag[0]} must be" in done.stderr
+
+
+def test_odd_lane_names_from_the_audit_can_not_break_the_table() -> None:
+    """A recorded lane name holding a newline, an escape or a pipe stays in its one cell."""
+    from lanes._whatif.figures import markdown, summarise, table, text
+
+    odd = "a|b\nc\x1b[2J\\"
+    rows = [{"at": _T, "outcome": "ok", "route": "primary", "lane": odd, "tier": "free"}]
+    shown = table([summarise("x|y.toml", rows, ceiling_usd=1.0)])
+    printed = text(shown)
+    assert "\x1b" not in printed and len(printed.splitlines()) == len(shown)
+    md = markdown(shown).splitlines()
+    assert len(md) == len(shown) + 1
+    assert all(line.count("|") - line.count("\\|") == 3 for line in md if not line.startswith("|-"))
+
+
+def _direct(needs: list[Need], limits: dict[str, ScopeLimits]) -> int:
+    """The bound's network with an edge from each job to each minute it may be sent in."""
+    from lanes._whatif.oracle import INFINITE, _Graph
+
+    graph = _Graph()
+    source, sink = graph.node(), graph.node()
+    nodes: dict[tuple[str, int, str], int] = {}
+
+    def node(scope: str, n: int, kind: str) -> int:
+        if (scope, n, kind) not in nodes:
+            nodes[(scope, n, kind)] = graph.node()
+            cap = limits[scope].rpd if kind == "d" else limits[scope].rpm
+            out = sink if kind == "d" else node(scope, n // 1440, "d")
+            graph.edge(nodes[(scope, n, kind)], out, INFINITE if cap is None else cap)
+        return nodes[(scope, n, kind)]
+
+    for need in needs:
+        job = graph.node()
+        graph.edge(source, job, 1)
+        for scope in sorted(need.scopes):
+            first = int(need.arrived // 60)
+            for minute in range(first, int((need.arrived + need.deadline_s) // 60) + 1):
+                graph.edge(job, node(scope, minute, "m"), 1)
+    return int(graph.max_flow(source, sink))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 86400 * 2),
+            st.sampled_from([0.0, 90.0, 3600.0, 86400.0]),
+            st.sets(st.sampled_from("ab"), min_size=1),
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 3),
+    st.integers(1, 30),
+)
+def test_the_oracle_over_long_windows_is_the_direct_networks_flow(
+    jobs: list[Any], rpm: int, rpd: int
+) -> None:
+    """Windows of an hour or a day, reached through blocks of minutes, give the same maximum."""
+    needs = [
+        Need(arrived=a, deadline_s=d, scopes=frozenset(s), unlimited=False) for a, d, s in jobs
+    ]
+    limits = {"a": ScopeLimits(rpm=rpm, rpd=rpd), "b": ScopeLimits(rpm=1, rpd=None)}
+    assert bound(needs, limits) == _direct(needs, limits)
+
+
+def test_the_oracle_stays_small_for_jobs_that_may_wait_a_day_or_forever() -> None:
+    """Day-long deadlines build no minute edges per job; longer (or infinite) ones count free."""
+    import time
+
+    rng = random.Random(3)
+    week = [rng.uniform(0, 7 * DAY) for _ in range(5000)]
+    needs = [Need(arrived=t, deadline_s=DAY, scopes=frozenset("a"), unlimited=False) for t in week]
+    started = time.perf_counter()
+    assert bound(needs, {"a": ScopeLimits(rpm=1, rpd=100)}) == 800  # 7 days' arrivals, 8 days
+    assert time.perf_counter() - started < 3.0
+    forever = [Need(arrived=0.0, deadline_s=d, scopes=frozenset("a"), unlimited=False)
+               for d in (float("inf"), float("nan"), 2 * DAY)]  # fmt: skip
+    assert bound(forever, {"a": ScopeLimits(rpm=1, rpd=1)}) == 3
+
+
+def test_the_oracle_gives_a_job_without_a_deadline_the_configs_default() -> None:
+    """An older row keeps no deadline: the replay waits the config's default, so may the bound."""
+    from lanes._whatif import oracle_of
+    from lanes._whatif.providers import SimLane
+    from lanes._whatif.recorded import Recorded
+    from lanes._whatif.replay import Replayed
+
+    shape = dict(_ROW, arrived=_T - _T % 60, client="c", cohort="", request_class="general",
+                 privacy="any", embedding=False, streamed=False, deadline_s=None,
+                 approval="")  # fmt: skip
+    del shape["at"]
+    jobs = [Recorded(**shape) for _ in range(3)]
+    lane = SimLane(name="g", kind="rate_limited", limits=Limits(rpm=1), models=("m",))
+    rows = [{"index": i, "outcome": "paid_budget_exhausted", "plan": '["g/m"]'} for i in range(3)]
+    run = Replayed(rows=tuple(rows), tiers={"g/m": "free"}, lanes={"g": lane}, unstated=(),
+                   refused={}, upstream_requests=0, wall_s=0.0)  # fmt: skip
+    assert oracle_of(run, jobs, default_deadline_s=150.0) == 3  # minutes 0, 1 and 2
+    assert oracle_of(run, jobs) == 1
+
+
+def test_text_in_the_flag_columns_is_no_flag(tmp_path: Path) -> None:
+    """`embedding = 'no'` in a hand-edited row does not replay a chat as an embedding."""
+    path = _audit_file(tmp_path / "a.db", [_ROW | {"embedding": "no", "streamed": "false"}])
+    (job,) = read_window(path, _T, _T + 100).jobs
+    assert not job.embedding and not job.streamed

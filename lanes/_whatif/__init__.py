@@ -95,7 +95,7 @@ def whatif(
             label,
             run.rows,
             ceiling_usd=c.policy.paid_ceiling_usd_per_day,
-            oracle_free=oracle_of(run, jobs),
+            oracle_free=oracle_of(run, jobs, default_deadline_s=c.default_deadline_s),
         )
         for label, run, c in zip(named, runs, configs, strict=True)
     ]
@@ -127,8 +127,10 @@ def _labels(config: object, against: object) -> list[str]:
     return [old, new if new != old else f"{new} (new)"]
 
 
-def oracle_of(run: Replayed, jobs: Sequence[Recorded]) -> int:
-    """The oracle's bound for one replay: each job's free candidates are those its plan held."""
+def oracle_of(run: Replayed, jobs: Sequence[Recorded], *, default_deadline_s: float = 30.0) -> int:
+    """The oracle's bound for one replay: each job's free candidates are those its plan held; a
+    job the audit kept no deadline of has the replayed config's `default_deadline_s`, as in the
+    replay."""
     limits = {}
     for lane in run.lanes.values():
         for model in lane.models:
@@ -155,7 +157,7 @@ def oracle_of(run: Replayed, jobs: Sequence[Recorded]) -> int:
         needs.append(
             Need(
                 arrived=jobs[index].arrived,
-                deadline_s=jobs[index].deadline_s or 30.0,
+                deadline_s=jobs[index].deadline_s or default_deadline_s,
                 scopes=frozenset(scopes),
                 unlimited=unlimited,
             )

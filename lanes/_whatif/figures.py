@@ -185,7 +185,14 @@ def _points(a: float | None, b: float | None) -> str:
     return "" if a is None or b is None else f"{100 * (b - a):+.1f} pts"
 
 
+def _printable(cell: str) -> str:
+    """`cell` without control characters (a lane name read from a hand-edited audit may hold a
+    newline or a terminal escape): each becomes `?`."""
+    return "".join(c if c.isprintable() else "?" for c in cell)
+
+
 def text(rows: list[list[str]]) -> str:
+    rows = [[_printable(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(
@@ -197,8 +204,9 @@ def text(rows: list[list[str]]) -> str:
 
 
 def markdown(rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows[1:]]
+    cells = [[_printable(c).replace("\\", "\\\\").replace("|", "\\|") for c in r] for r in rows]
+    out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(cells[0])]
+    out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
     return "\n".join(out)
 
 

@@ -9,7 +9,8 @@ maximum flow of the network
            → (scope, day) [the scope's requests a minute] → sink [its requests a day]
 
 computed exactly (Dinic's algorithm). A job with a candidate that no stated quota limits (a local
-lane, a lane whose limits its config does not state) counts as free at once. Token, monthly and
+lane, a lane whose limits its config does not state), or that may wait more than a day, counts as
+free at once. Token, monthly and
 credit limits are left out: relaxing a limit only raises the bound, so it stays an upper bound on
 every replay under the same quotas — the tests check it never falls below one.
 """
@@ -41,12 +42,21 @@ class ScopeLimits:
     rpd: int | None
 
 
+#: A job that may wait longer than this (seconds) counts as free at once: the bound stays an upper
+#: bound, and the network stays the size of a day's minutes per job at most.
+HORIZON_S = 86400.0
+
+
 def bound(needs: Iterable[Need], limits: Mapping[str, ScopeLimits]) -> int:
     """The most of `needs` servable free under `limits` (a scope missing from it: unlimited)."""
     free = 0
     groups: Counter[tuple[int, int, frozenset[str]]] = Counter()
     for need in needs:
-        if need.unlimited or any(s not in limits for s in need.scopes):
+        if (
+            need.unlimited
+            or any(s not in limits for s in need.scopes)
+            or not need.deadline_s <= HORIZON_S  # a day or more to wait (or nan): relaxed
+        ):
             free += 1
         elif need.scopes:
             first = int(need.arrived // 60)
@@ -62,31 +72,51 @@ def _flow(
         return 0
     graph = _Graph()
     source, sink = graph.node(), graph.node()
-    minutes: dict[tuple[str, int], int] = {}
+    blocks: dict[tuple[str, int, int], int] = {}  # (scope, level, n): minutes n·2^level onwards
     days: dict[tuple[str, int], int] = {}
 
-    def minute_node(scope: str, minute: int) -> int:
-        key = (scope, minute)
-        node = minutes.get(key)
-        if node is None:
-            node = minutes[key] = graph.node()
-            day = (scope, minute // 1440)
-            day_node = days.get(day)
-            if day_node is None:
-                day_node = days[day] = graph.node()
-                rpd = limits[scope].rpd
-                graph.edge(day_node, sink, INFINITE if rpd is None else rpd)
-            rpm = limits[scope].rpm
-            graph.edge(node, day_node, INFINITE if rpm is None else rpm)
+    def block(scope: str, level: int, n: int) -> int:
+        """The node reaching the 2^level minutes from n·2^level: a minute's own node at level 0
+        (to its day, at most rpm), else one to its two halves (each minute once: the network
+        holds at most two nodes a minute a scope, however long the jobs' windows)."""
+        key = (scope, level, n)
+        node = blocks.get(key)
+        if node is not None:
+            return node
+        node = blocks[key] = graph.node()
+        if level:
+            graph.edge(node, block(scope, level - 1, 2 * n), INFINITE)
+            graph.edge(node, block(scope, level - 1, 2 * n + 1), INFINITE)
+            return node
+        day = (scope, n // 1440)
+        day_node = days.get(day)
+        if day_node is None:
+            day_node = days[day] = graph.node()
+            rpd = limits[scope].rpd
+            graph.edge(day_node, sink, INFINITE if rpd is None else rpd)
+        rpm = limits[scope].rpm
+        graph.edge(node, day_node, INFINITE if rpm is None else rpm)
         return node
 
     for (first, last, scopes), count in groups.items():
         group = graph.node()
         graph.edge(source, group, count)
         for scope in sorted(scopes):
-            for minute in range(first, min(last, first + 1440) + 1):
-                graph.edge(group, minute_node(scope, minute), count)
+            for level, n in _cover(first, last):
+                graph.edge(group, block(scope, level, n), count)
     return int(graph.max_flow(source, sink))
+
+
+def _cover(first: int, last: int) -> list[tuple[int, int]]:
+    """The fewest aligned blocks (level, n) covering the minutes first..last: O(log) of them."""
+    found, at, end = [], first, last + 1
+    while at < end:
+        level = 0
+        while at % (2 ** (level + 1)) == 0 and at + 2 ** (level + 1) <= end:
+            level += 1
+        found.append((level, at >> level))
+        at += 2**level
+    return found
 
 
 class _Graph:

@@ -4,6 +4,7 @@ it was served, and the failures each lane answered (for `--faults`)."""
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -103,8 +104,9 @@ def read_window(path: str | os.PathLike[str], since: float, until: float) -> Win
 
 def _recorded(row: dict[str, object]) -> tuple[Recorded, bool]:
     def num(name: str, default: float = 0.0) -> float:
-        value = row.get(name)
-        return float(value) if isinstance(value, int | float) else default
+        value = row.get(name)  # a hand-edited file may hold text, or 9e999 (SQLite's infinity)
+        ok = isinstance(value, int | float) and math.isfinite(value)
+        return float(value) if ok else default
 
     older = row.get("asked") is None
     tokens = int(num("tokens"))
@@ -117,7 +119,7 @@ def _recorded(row: dict[str, object]) -> tuple[Recorded, bool]:
         completion_tokens = max(0, tokens - prompt_tokens) if tokens else 16
     latency = max(0.0, num("latency_s"))
     max_tokens = row.get("max_tokens")
-    deadline = row.get("deadline_s")
+    deadline = num("deadline_s")
     return (
         Recorded(
             arrived=num("at") - latency,
@@ -126,14 +128,12 @@ def _recorded(row: dict[str, object]) -> tuple[Recorded, bool]:
             cohort=str(row.get("cohort") or ""),
             request_class=str(row.get("class") or "general"),
             privacy=str(row.get("privacy") or "any"),
-            embedding=bool(row.get("embedding")),
-            streamed=bool(row.get("streamed")),
+            embedding=num("embedding") != 0,  # text ("no", "false") is no flag: a chat
+            streamed=num("streamed") != 0,
             prompt_tokens=max(0, prompt_tokens),
             completion_tokens=max(0, completion_tokens),
             max_tokens=max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None,
-            deadline_s=float(deadline)
-            if isinstance(deadline, int | float) and deadline > 0
-            else None,
+            deadline_s=deadline if deadline > 0 else None,
             latency_s=latency,
             outcome=str(row.get("outcome") or ""),
             route=str(row.get("route") or ""),
