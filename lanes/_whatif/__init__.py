@@ -24,7 +24,7 @@ from lanes._core.config.schema import Config, read_config
 from lanes._whatif.figures import Figures, summarise
 from lanes._whatif.oracle import Need, ScopeLimits, bound
 from lanes._whatif.recorded import Recorded, Window, read_window
-from lanes._whatif.replay import Replayed, replay
+from lanes._whatif.replay import MAX_IN_FLIGHT, Replayed, replay
 
 __all__ = ["Figures", "WhatIf", "whatif"]
 
@@ -207,6 +207,11 @@ def _notes(window: Window, runs: Sequence[Replayed], labels: Sequence[str]) -> l
     if window.left_out:
         notes.append(f"{window.left_out:,} jobs past the first {len(window.jobs):,} not replayed")
     for label, run in zip(labels, runs, strict=True):
+        if run.late:
+            notes.append(
+                f"{label}: {run.late:,} jobs started after their arrival: more than "
+                f"{MAX_IN_FLIGHT:,} were in flight at once (the replay's bound on its memory)"
+            )
         if run.unstated:
             notes.append(
                 f"{label}: {', '.join(run.unstated)} state no limits in the config: never "

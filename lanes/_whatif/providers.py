@@ -22,6 +22,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import fnmatch
+import functools
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -104,10 +105,22 @@ def host_of(index: int) -> str:
 
 def prompt_for(index: int, prompt_tokens: int) -> str:
     """A synthetic prompt of about `prompt_tokens` tokens (lanes estimates 4 bytes a token)
-    naming the job's index: nothing of the recorded prompt."""
-    head = f"[whatif {index}] "
+    naming the job's index: nothing of the recorded prompt (an embedding's input)."""
+    head = index_line(index) + " "
+    return head + padding(max(0, prompt_tokens - len(head) // 4))
+
+
+def index_line(index: int) -> str:
+    """What names a replayed job to its provider (a chat's first message)."""
+    return f"[whatif {index}]"
+
+
+@functools.lru_cache(maxsize=512)
+def padding(prompt_tokens: int) -> str:
+    """About `prompt_tokens` tokens of filler (at most `MAX_PROMPT_TOKENS`), one string shared by
+    every job of that size: jobs in flight hold a reference, not a copy each."""
     tokens = max(0, min(prompt_tokens, MAX_PROMPT_TOKENS))
-    return head + "x" * max(0, 4 * tokens - len(head) - 48)
+    return "x" * max(0, 4 * tokens - 48)
 
 
 def _windows(wall: float) -> tuple[int, int, int]:

@@ -105,8 +105,9 @@ def read_window(path: str | os.PathLike[str], since: float, until: float) -> Win
 def _recorded(row: dict[str, object]) -> tuple[Recorded, bool]:
     def num(name: str, default: float = 0.0) -> float:
         value = row.get(name)  # a hand-edited file may hold text, or 9e999 (SQLite's infinity)
-        ok = isinstance(value, int | float) and math.isfinite(value)
-        return float(value) if ok else default
+        if isinstance(value, int | float) and math.isfinite(value):
+            return float(value)
+        return default
 
     older = row.get("asked") is None
     tokens = int(num("tokens"))

@@ -31,14 +31,21 @@ from lanes._whatif.providers import (
     ReplayTransport,
     SimLane,
     host_of,
+    index_line,
+    padding,
     prompt_for,
 )
 from lanes._whatif.recorded import Recorded
 
 log = logging.getLogger("lanes.whatif")
 
-#: The replay's state sync runs this often (virtual seconds): one process, nothing to share.
-SYNC_S = 300.0
+#: The replay's state sync runs this often (virtual seconds): one process, nothing to share (the
+#: audit rows are taken as each job ends), and an idle stretch of the window costs a wake-up an
+#: hour.
+SYNC_S = 3600.0
+#: At most this many replayed jobs in flight at once: a later arrival waits for one to end (and is
+#: counted as started late). Bounds the replay's memory to this many prompts.
+MAX_IN_FLIGHT = 1024
 #: What each replayed audit row keeps (the rest is dropped as it arrives: bounded memory).
 KEPT = ("job", "at", "outcome", "route", "lane", "model", "tier", "cost_usd", "approval", "plan")
 #: An approval the audit shows granted is granted again within this many virtual seconds.
@@ -57,6 +64,7 @@ class Replayed:
     refused: Mapping[str, int]  # lane → requests its provider refused over a quota
     upstream_requests: int
     wall_s: float  # how long the replay took (wall clock)
+    late: int = 0  # jobs started after their arrival: MAX_IN_FLIGHT were in flight
 
 
 class _Kept(LocalRecords):
@@ -190,10 +198,19 @@ def replay(
             store=store,
         ) as dispatcher:
             ids: dict[str, int] = {}
-            done = [0]
+            done, late = [0], [0]
             step = max(1, len(jobs) // 100)
 
+            room = trio.Semaphore(MAX_IN_FLIGHT)
+
             async def one(index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
+                async with room:
+                    await _one(index, recorded, nursery)
+                kept.rows.extend(
+                    {k: row.get(k) for k in KEPT} for row in dispatcher.journal.take_rows()
+                )
+
+            async def _one(index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
                 job = _job(index, recorded)
                 ids[job.id] = index
                 if recorded.approval in ("once", "granted"):
@@ -211,10 +228,13 @@ def replay(
             async with trio.open_nursery() as nursery:
                 for index, recorded in enumerate(jobs):
                     await trio.sleep_until(t0 + max(0.0, recorded.arrived - since))
+                    if room.value == 0:
+                        late[0] += 1
                     nursery.start_soon(one, index, recorded, nursery)
             holder["tiers"] = {key: c.tier for key, c in dispatcher.routing.pool.by_key.items()}
         holder["rows"] = [{**row, "index": ids.get(str(row["job"]), -1)} for row in kept.rows]
         holder["transport"] = transport
+        holder["late"] = late[0]
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     transport: ReplayTransport = holder["transport"]
@@ -231,11 +251,11 @@ def replay(
         refused=dict(transport.refused),
         upstream_requests=transport.requests,
         wall_s=time.perf_counter() - started,
+        late=holder["late"],
     )
 
 
 def _job(index: int, recorded: Recorded) -> Job:
-    prompt = prompt_for(index, recorded.prompt_tokens)
     params: dict[str, Any] = {}
     if recorded.max_tokens is not None and not recorded.embedding:
         params["max_tokens"] = recorded.max_tokens
@@ -249,8 +269,12 @@ def _job(index: int, recorded: Recorded) -> Job:
         "params": params,
     }
     if recorded.embedding:
-        return Job(input=prompt, **common)
-    return Job(messages=[{"role": "user", "content": prompt}], **common)
+        return Job(input=prompt_for(index, recorded.prompt_tokens), **common)
+    messages = [
+        {"role": "system", "content": index_line(index)},
+        {"role": "user", "content": padding(recorded.prompt_tokens)},
+    ]
+    return Job(messages=messages, **common)
 
 
 async def _run(dispatcher: Any, job: Job, recorded: Recorded) -> None:
