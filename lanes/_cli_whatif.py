@@ -5,6 +5,7 @@ fails, so a config change can be checked in CI. How to read it: docs/whatif.md."
 from __future__ import annotations
 
 import argparse
+import math
 import sqlite3
 import sys
 import time
@@ -64,7 +65,18 @@ def _progress(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
+def _check_gates(args: argparse.Namespace) -> None:
+    share, spend = args.fail_if_free_share_below, args.fail_if_spend_above
+    if share is not None and not 0.0 <= share <= 1.0:  # nan fails this too
+        raise ConfigError(
+            f"--fail-if-free-share-below: {share!r} is not a share from 0 to 1 (0.8 for 80 %)"
+        )
+    if spend is not None and not (math.isfinite(spend) and spend >= 0):
+        raise ConfigError(f"--fail-if-spend-above: {spend!r} is not a sum of dollars")
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_gates(args)
     audit = _audit_path(args)
     if not Path(audit).expanduser().is_file():
         raise ConfigError(f"{audit}: no audit here (no such file); pass --audit FILE")
@@ -121,6 +133,10 @@ def _notes_md(result: WhatIf) -> str:
 
 def _gates(args: argparse.Namespace, result: WhatIf) -> int:
     failed = []
+    gated = args.fail_if_free_share_below is not None or args.fail_if_spend_above is not None
+    if gated and result.jobs == 0:
+        print("lanes whatif: no jobs in the window: nothing to check", file=sys.stderr)
+        return 1
     share = result.new.free_share or 0.0
     if args.fail_if_free_share_below is not None and share < args.fail_if_free_share_below:
         failed.append(

@@ -555,3 +555,35 @@ def test_a_burst_beyond_the_jobs_in_flight_waits_and_is_counted(
     assert run.late == 3
     assert sorted(row["index"] for row in run.rows) == [0, 1, 2, 3, 4]
     assert all(row["outcome"] == "ok" for row in run.rows)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--fail-if-free-share-below", "80"),
+        ("--fail-if-free-share-below", "nan"),
+        ("--fail-if-spend-above", "-1"),
+        ("--fail-if-spend-above", "inf"),
+    ],
+)
+def test_a_gate_that_could_never_mean_what_was_meant_is_refused(
+    recorded: dict[str, Any], flag: str, value: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lanes", "whatif", "--config", str(recorded["current"]),
+         "--audit", str(recorded["state"]), flag, value],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert flag in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_gate_over_an_empty_window_fails_and_says_why(recorded: dict[str, Any]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lanes", "whatif", "--config", str(recorded["current"]),
+         "--audit", str(recorded["state"]), "--since", "1000", "--until", "2000",
+         "--fail-if-spend-above", "1"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "no jobs in the window" in done.stderr
