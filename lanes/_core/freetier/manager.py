@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random as _random
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import attrs
 
@@ -42,6 +42,16 @@ _LIMITS: tuple[tuple[str, str, WindowName], ...] = (
     ("tpd", "tokens", "day"),
     ("tpmonth", "tokens", "month"),
 )
+
+
+class Held(NamedTuple):
+    """What the manager holds for a store: usage counts, credit spend by (lane, day), backoffs
+    and header snapshots by scope (`take_pending` hands over the changes, `view` copies it all)."""
+
+    usage: list[tuple[UsageKey, int]]
+    spend: dict[tuple[str, int], float]
+    backoffs: dict[str, Backoff]
+    snapshots: dict[str, tuple[float, RateLimitSnapshot]]
 
 
 @attrs.frozen(kw_only=True)
@@ -419,15 +429,10 @@ class FreeTierManager:
     # -- sharing through a store -------------------------------------------------------------------
     def take_pending(
         self,
-    ) -> tuple[
-        list[tuple[UsageKey, int]],
-        dict[tuple[str, int], float],
-        dict[str, Backoff],
-        dict[str, tuple[float, RateLimitSnapshot]],
-    ]:
+    ) -> Held:
         """Hand over what changed since the last call (usage, spend, backoffs, snapshots) for the
         store."""
-        out = (
+        out = Held(
             self._pending_usage,
             self._pending_spend,
             self._changed_backoffs,
@@ -487,14 +492,9 @@ class FreeTierManager:
 
     def view(
         self,
-    ) -> tuple[
-        list[tuple[UsageKey, int]],
-        dict[tuple[str, int], float],
-        dict[str, Backoff],
-        dict[str, tuple[float, RateLimitSnapshot]],
-    ]:
+    ) -> Held:
         """Copies of what a store reseeds from: counts, credit spend, backoffs, snapshots."""
-        return (
+        return Held(
             list(self._usage.counts.items()),
             dict(self._spend),
             dict(self._backoffs),
