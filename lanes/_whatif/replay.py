@@ -204,7 +204,10 @@ def replay(
             room = trio.Semaphore(MAX_IN_FLIGHT)
 
             async def one(index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
+                arrived = trio.current_time()
                 async with room:
+                    if trio.current_time() > arrived:  # it waited for room: it starts late
+                        late[0] += 1
                     await _one(index, recorded, nursery)
                 kept.rows.extend(
                     {k: row.get(k) for k in KEPT} for row in dispatcher.journal.take_rows()
@@ -228,8 +231,6 @@ def replay(
             async with trio.open_nursery() as nursery:
                 for index, recorded in enumerate(jobs):
                     await trio.sleep_until(t0 + max(0.0, recorded.arrived - since))
-                    if room.value == 0:
-                        late[0] += 1
                     nursery.start_soon(one, index, recorded, nursery)
             holder["tiers"] = {key: c.tier for key, c in dispatcher.routing.pool.by_key.items()}
         holder["rows"] = [{**row, "index": ids.get(str(row["job"]), -1)} for row in kept.rows]
