@@ -47,7 +47,8 @@ async def audited(http: httpx2.AsyncClient, url: str, jobs: int) -> None:
 async def test_a_client_sees_only_its_own_jobs():
     """`web` runs a paid job in a cohort of its own; `ci` runs a local one. With ci's key, neither
     `/v1/lanes` nor `/v1/report` (by cohort, class, lane or model) shows web's job id, cohort,
-    model or cost — nor counts it; the admin's key sees both."""
+    model or cost — nor counts it, nor its share of the day's paid spend; the admin's key sees
+    both."""
     lanes_spec: list[Any] = [("own", "local", ["local-model"]), ("paid", "paid", ["paid-model"])]
     async with (
         open_sidecar(*lanes_spec, server=SERVER, env=ENV) as (url, _),
@@ -64,6 +65,9 @@ async def test_a_client_sees_only_its_own_jobs():
         }
         every = await http.get(f"{url}/report", params={"by": "cohort"}, headers=auth(ADMIN))
     assert [r["id"] for r in mine["recent"]] == [ci_job]
+    # the day's paid spend too: ci's own (nothing), against its ceiling; the admin's is web's job
+    assert mine["paid"]["spent_today_usd"] == 0 and mine["paid"]["client"] == "ci"
+    assert admin["paid"]["spent_today_usd"] > 0 and "client" not in admin["paid"]
     assert {r["id"] for r in admin["recent"]} == {ci_job, web_job}
     seen = json.dumps([mine, reports])  # (the lanes themselves list every configured model)
     for leak in (web_job, SECRET, '"web"'):

@@ -42,6 +42,16 @@ async def lanes_view(request: Request, ctx: Context) -> Response:
     who = caller(request)
     client = None if who.admin else who.client  # a client sees its own jobs only
     body = lanes_state(ctx.dispatcher.statistics(), trio.current_time(), client=client)
+    if client is not None:  # a client key: its own paid spend, against its own ceiling too
+        try:
+            own = paid_day(ctx.dispatcher.routing, client)
+        except STORE_ERRORS:
+            return error_response(503, "the paid ledger can not be read now", "state_store_down")
+        body["paid"] |= {
+            "spent_today_usd": own.spent_usd,
+            "ceiling_usd": own.ceiling_usd,
+            "client": client,
+        }
     body["config"] = ctx.running.view()
     return JSONResponse(body)
 
