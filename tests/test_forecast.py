@@ -451,3 +451,14 @@ async def test_lanes_status_prints_a_line_for_each_quota_and_the_paid_day():
     assert " 2/10; projected " in free and "at the last 60 min's rate: 2 requests/h" in free
     assert "no use in the last hour" in quota_lines["spare/spare-model requests/day"]
     assert json.loads(data.stdout)["forecast"]["method"]["window_s"] == 3600
+
+
+def test_a_day_the_others_closed_shows_closed_to_a_client() -> None:
+    """A client under its own ceiling, on a day the other clients' spend took the global one:
+    its paid day says the ceiling is reached (not how much the others spent)."""
+    open_day = PaidDay(spent_usd=0.01, ceiling_usd=1.0, ends_at=86400.0, client="ci")
+    closed_day = PaidDay(spent_usd=0.01, ceiling_usd=1.0, ends_at=86400.0, client="ci", closed=True)
+    assert project_paid(open_day, None, now=3600.0).outlook == "no_rate"
+    shut = project_paid(closed_day, 0.5, now=3600.0)
+    assert shut.outlook == "at_ceiling" and shut.projected_ceiling_at is None
+    assert "global ceiling is reached" in shut.note

@@ -589,3 +589,11 @@ def test_a_gate_over_an_empty_window_fails_and_says_why(recorded: dict[str, Any]
     )  # fmt: skip
     assert done.returncode == 1
     assert "no jobs in the window" in done.stderr
+
+
+def test_an_audit_whose_path_holds_uri_characters_is_read(tmp_path: Path) -> None:
+    """`?`, `#` and `%` in the audit's path are part of the name, not of a URI."""
+    folder = tmp_path / "odd ?name #1 %41"
+    folder.mkdir()
+    path = _audit_file(folder / "a?b#c%20.db", [_ROW])
+    assert len(read_window(path, _T, _T + 100).jobs) == 1

@@ -47,10 +47,11 @@ async def lanes_view(request: Request, ctx: Context) -> Response:
             own = paid_day(ctx.dispatcher.routing, client)
         except STORE_ERRORS:
             return error_response(503, "the paid ledger can not be read now", "state_store_down")
-        body["paid"] |= {
+        body["paid"] |= {  # `client` null: every client's (a shared store keeps no total of its)
             "spent_today_usd": own.spent_usd,
             "ceiling_usd": own.ceiling_usd,
-            "client": client,
+            "client": own.client,
+            "closed": own.closed,  # the others' spend took what the global ceiling held
         }
     body["config"] = ctx.running.view()
     return JSONResponse(body)

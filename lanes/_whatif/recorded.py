@@ -71,7 +71,7 @@ def read_window(path: str | os.PathLike[str], since: float, until: float) -> Win
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"{file}: no audit here (no such file)")
-    conn = sqlite3.connect(f"file:{file}?mode=ro", uri=True)
+    conn = sqlite3.connect(file.resolve().as_uri() + "?mode=ro", uri=True)  # escaped: ?, #, %
     try:
         have = {row[1] for row in conn.execute('PRAGMA table_info("audit")')}
         if not have:

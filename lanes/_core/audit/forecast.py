@@ -63,6 +63,9 @@ class PaidDay:
     ceiling_usd: float
     ends_at: float
     client: str | None = None
+    # the day is closed to paid although this spend is under its ceiling: the others' spend took
+    # what the global ceiling held (a client's view; how much is not said)
+    closed: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -143,6 +146,9 @@ def project_paid(day: PaidDay, rate: float | None, now: float) -> PaidForecast:
     if day.spent_usd >= day.ceiling_usd:
         outlook, reach = "at_ceiling", None
         note = f"the ceiling {ceiling} is reached: no paid fallback until {end}"
+    elif day.closed:
+        outlook, reach = "at_ceiling", None
+        note = f"the day's global ceiling is reached: no paid fallback until {end}"
     elif rate is None:
         outlook = "no_rate"
         note = (

@@ -108,15 +108,27 @@ def _reported(
 
 def paid_day(routing: Routing, client: str | None = None) -> PaidDay:
     """Today's paid spend against the ceiling in force: every client's, or `client`'s own against
-    the lower of the ceiling and its own (as `GET /v1/report` shows a client)."""
+    the lower of the ceiling and its own (as `GET /v1/report` shows a client) — and `closed` when
+    the others' spend took what the global ceiling held (not how much: that is theirs).
+
+    A shared store (Redis) keeps a client's own total only when it has a ceiling of its own: for
+    any other client this is every client's spend (`client` None), never a made-up zero."""
     ledger = routing.ledger
     ceiling = routing.policy.paid_ceiling_usd_per_day
     own = None if client is None else ledger.client_ceiling(client)
+    if client is not None and own is None and routing.store_shared:
+        client = None  # no per-client total kept: say every client's, and say so
+    if client is None:
+        return PaidDay(
+            spent_usd=ledger.spent_today(), ceiling_usd=ceiling, ends_at=ledger.day_ends_at()
+        )
+    spent = ledger.spent_today(client)
     if own is not None:
         ceiling = min(ceiling, own)
     return PaidDay(
-        spent_usd=ledger.spent_today(client),
+        spent_usd=spent,
         ceiling_usd=ceiling,
         ends_at=ledger.day_ends_at(),
         client=client,
+        closed=ledger.left_today(client) <= 0.0,
     )
