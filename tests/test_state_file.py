@@ -14,6 +14,7 @@ import traceback
 import uuid
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -45,23 +46,28 @@ def _open_and_write(path: str, barrier, results) -> None:
         results.put(traceback.format_exc())
 
 
+def _at_once(context: Any, target: Any, path: Any) -> tuple[list[str], list[int | None]]:
+    """Eight processes running `target(path, barrier, results)` at the same instant: the failures
+    they reported, and their exit codes."""
+    barrier, results = context.Barrier(8), context.Queue()
+    processes = [context.Process(target=target, args=(path, barrier, results)) for _ in range(8)]
+    for process in processes:
+        process.start()
+    failures = [failure for failure in (results.get(timeout=60) for _ in processes) if failure]
+    for process in processes:
+        process.join(timeout=30)
+    return failures, [p.exitcode for p in processes]
+
+
 def test_eight_processes_create_one_new_file_at_once(tmp_path):
     """Eight processes opening one new state file at the same instant, twenty times: every one
     opens it, writes to it, and the eight reservations are all there."""
     context = multiprocessing.get_context("fork")
     for round_ in range(20):
         path = str(tmp_path / f"round-{round_}" / "state.db")
-        barrier, results = context.Barrier(8), context.Queue()
-        processes = [
-            context.Process(target=_open_and_write, args=(path, barrier, results)) for _ in range(8)
-        ]
-        for process in processes:
-            process.start()
-        failures = [failure for failure in (results.get(timeout=60) for _ in processes) if failure]
-        for process in processes:
-            process.join(timeout=30)
+        failures, exits = _at_once(context, _open_and_write, path)
         assert not failures, f"round {round_}: {failures[0]}"
-        assert [p.exitcode for p in processes] == [0] * 8
+        assert exits == [0] * 8
         store = SQLiteStore(path)
         assert store.paid_spent(DAY) == pytest.approx(0.08)
         store.close()
@@ -242,16 +248,7 @@ def test_eight_processes_opening_an_older_file_at_once_fill_its_totals_once(tmp_
     for round_ in range(5):
         path = tmp_path / f"round-{round_}.db"
         _old_file(path, [("a", DAY, 0.2, None), ("b", DAY, 0.3, 0.05)])
-        barrier, results = context.Barrier(8), context.Queue()
-        processes = [
-            context.Process(target=_open_old_and_reserve, args=(str(path), barrier, results))
-            for _ in range(8)
-        ]
-        for process in processes:
-            process.start()
-        failures = [failure for failure in (results.get(timeout=60) for _ in processes) if failure]
-        for process in processes:
-            process.join(timeout=30)
+        failures, _ = _at_once(context, _open_old_and_reserve, str(path))
         assert not failures, f"round {round_}: {failures[0]}"
         store = SQLiteStore(str(path))
         assert store.paid_spent(DAY) == pytest.approx(0.25 + 8 * 0.01)

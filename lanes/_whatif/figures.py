@@ -12,6 +12,8 @@ from typing import Any
 
 import attrs
 
+from lanes._core.audit.forecast import usd
+
 FREE_TIERS = ("local", "free")
 
 
@@ -118,16 +120,8 @@ def _share(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f} %"
 
 
-def _money(value: float) -> str:
-    """Dollars to the cent from $10, else to six places without trailing zeros ($0.00003)."""
-    if abs(value) >= 10:
-        return f"${value:,.2f}"
-    digits = f"{value:.6f}".rstrip("0")
-    return f"${digits}00" if digits.endswith(".") else f"${digits}"
-
-
 def _signed(value: float) -> str:
-    return ("-" if value < 0 else "+") + _money(abs(value))
+    return ("-" if value < 0 else "+") + usd(abs(value))
 
 
 def table(columns: Sequence[Figures], *, deltas: bool = True) -> list[list[str]]:
@@ -153,7 +147,7 @@ def table(columns: Sequence[Figures], *, deltas: bool = True) -> list[list[str]]
     )
     line(
         "paid jobs, spend",
-        [f"{f.paid_jobs:,}, {_money(f.paid_usd)}" for f in columns],
+        [f"{f.paid_jobs:,}, {usd(f.paid_usd)}" for f in columns],
         f"{b.paid_jobs - a.paid_jobs:+,}, {_signed(b.paid_usd - a.paid_usd)}" if a and b else "",
     )
     line(
@@ -176,7 +170,7 @@ def table(columns: Sequence[Figures], *, deltas: bool = True) -> list[list[str]]
                 cells.append("—")
             else:
                 when = f", ceiling at {found.reached_at[11:]}" if found.reached_at else ""
-                cells.append(f"{_money(found.spent_usd)} of {_money(found.ceiling_usd)}{when}")
+                cells.append(f"{usd(found.spent_usd)} of {usd(found.ceiling_usd)}{when}")
         line(f"paid {day}", cells)
     return rows
 

@@ -191,7 +191,11 @@ def amount(value: float) -> str:
 
 
 def usd(value: float) -> str:
-    return f"${value:.2f}" if value >= 0.1 or value == 0 else f"${value:.6f}"
+    """Dollars: to the cent from $0.10 (and for nothing), else to six places without trailing
+    zeros ($0.00003) — the forecast's notes, `lanes status` and `lanes whatif` alike."""
+    if abs(value) >= 0.1 or value == 0:
+        return f"${value:,.2f}"
+    return "$" + f"{value:.6f}".rstrip("0")
 
 
 def rate_text(rate: float | None, unit: str, window_s: float = WINDOW_S) -> str:
