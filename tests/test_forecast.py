@@ -362,6 +362,7 @@ async def test_a_client_sees_its_own_paid_day_and_the_admin_all(autojump_clock):
     assert seen["web"]["spent_usd"] > 0 and seen["web"]["rate_per_hour_usd"] is not None
     assert seen["ci"] | {"note": "", "day_ends_at": 0} == {
         "client": "ci",
+        "this_host": False,
         "spent_usd": 0,
         "ceiling_usd": 1.0,
         "day_ends_at": 0,
@@ -462,3 +463,39 @@ def test_a_day_the_others_closed_shows_closed_to_a_client() -> None:
     shut = project_paid(closed_day, 0.5, now=3600.0)
     assert shut.outlook == "at_ceiling" and shut.projected_ceiling_at is None
     assert "global ceiling is reached" in shut.note
+
+
+def test_under_a_shared_store_a_client_without_a_ceiling_sees_its_own_audited_spend() -> None:
+    """Redis keeps no total for a client without a ceiling of its own: its paid day is what this
+    host's audit settled for it — never every client's spend (which, less its own, would be the
+    other tenants'), never a zero made up."""
+    from types import SimpleNamespace
+
+    from lanes._core.audit.quotas import paid_day
+
+    class Ledger:
+        def client_ceiling(self, client: str) -> float | None:
+            return None
+
+        def spent_today(self, client: str | None = None) -> float:
+            return 9.0 if client is None else 0.0  # the store's total; no client total kept
+
+        def left_today(self, client: str = "anonymous") -> float:
+            return 1.0
+
+        def day_ends_at(self) -> float:
+            return 86400.0
+
+    routing: Any = SimpleNamespace(
+        ledger=Ledger(), policy=SimpleNamespace(paid_ceiling_usd_per_day=10.0), store_shared=True
+    )
+    asked: list[tuple[str, float]] = []
+
+    def audited(client: str, since: float) -> float:
+        asked.append((client, since))
+        return 0.5
+
+    day = paid_day(routing, "alice", audited=audited)
+    assert (day.client, day.spent_usd, day.this_host, day.closed) == ("alice", 0.5, True, False)
+    assert asked == [("alice", 0.0)]  # since the ledger's day began
+    assert paid_day(routing).spent_usd == 9.0 and paid_day(routing).client is None  # the admin's

@@ -19,7 +19,7 @@ from lanes._core.audit.forecast import (
     recent_use,
     scope_rates,
 )
-from lanes._core.audit.quotas import free_quotas, paid_day
+from lanes._core.audit.quotas import audited_spend, free_quotas, paid_day
 from lanes._core.audit.report import explain, parse_since, report
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.context import Context, caller, read_body
@@ -38,13 +38,18 @@ def own(request: Request, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows if who.admin else [r for r in rows if r.get("client") == who.client]
 
 
+def _audited(ctx: Context) -> Any:
+    """A client's spend today as this host's audit has it (for a shared store without its total)."""
+    return partial(audited_spend, ctx.dispatcher.store.records.query)
+
+
 async def lanes_view(request: Request, ctx: Context) -> Response:
     who = caller(request)
     client = None if who.admin else who.client  # a client sees its own jobs only
     body = lanes_state(ctx.dispatcher.statistics(), trio.current_time(), client=client)
     if client is not None:  # a client key: its own paid spend, against its own ceiling too
         try:
-            own = paid_day(ctx.dispatcher.routing, client)
+            own = paid_day(ctx.dispatcher.routing, client, audited=_audited(ctx))
         except STORE_ERRORS:
             return error_response(503, "the paid ledger can not be read now", "state_store_down")
         body["paid"] |= {  # `client` null: every client's (a shared store keeps no total of its)
@@ -52,6 +57,7 @@ async def lanes_view(request: Request, ctx: Context) -> Response:
             "ceiling_usd": own.ceiling_usd,
             "client": own.client,
             "closed": own.closed,  # the others' spend took what the global ceiling held
+            "this_host": own.this_host,  # the spend as this host's audit has it (Redis)
         }
     body["config"] = ctx.running.view()
     return JSONResponse(body)
@@ -185,7 +191,7 @@ async def forecast_view(request: Request, ctx: Context) -> Response:
     query = ctx.dispatcher.store.records.query
     read = partial(recent_use, query, since=now - WINDOW_S, client=client)
     try:
-        paid = paid_day(routing, client)
+        paid = paid_day(routing, client, audited=_audited(ctx))
         use = await trio.to_thread.run_sync(read, limiter=ctx.reading)  # the last hour's rows
     except STORE_ERRORS:
         return error_response(503, "the audit can not be read now", "state_store_down")

@@ -66,6 +66,8 @@ class PaidDay:
     # the day is closed to paid although this spend is under its ceiling: the others' spend took
     # what the global ceiling held (a client's view; how much is not said)
     closed: bool = False
+    # `spent_usd` is what this host's audit settled (a shared store keeps no total for the client)
+    this_host: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -303,6 +305,7 @@ def paid_entry(f: PaidForecast) -> dict[str, Any]:
     day = f.day
     return {
         "client": day.client,  # None: every client's spend
+        "this_host": day.this_host,  # the client's spend as this host's audit has it
         "spent_usd": day.spent_usd,
         "ceiling_usd": day.ceiling_usd,
         "day_ends_at": day.ends_at,

@@ -10,8 +10,8 @@ has been used or reported on; an account-wide one always.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
 
 from lanes._core.audit.forecast import PaidDay, Quota
 from lanes._core.engine.context import Routing
@@ -106,21 +106,42 @@ def _reported(
     return found
 
 
-def paid_day(routing: Routing, client: str | None = None) -> PaidDay:
+def audited_spend(query: Callable[..., list[tuple[Any, ...]]], client: str, since: float) -> float:
+    """What this host's audit settled for `client`'s jobs that ended since `since` (epoch s)."""
+    ((spent,),) = query(
+        "SELECT COALESCE(SUM(cost_usd), 0) FROM audit WHERE client = ? AND at >= ?", (client, since)
+    )
+    return float(spent)
+
+
+def paid_day(
+    routing: Routing,
+    client: str | None = None,
+    *,
+    audited: Callable[[str, float], float] | None = None,
+) -> PaidDay:
     """Today's paid spend against the ceiling in force: every client's, or `client`'s own against
     the lower of the ceiling and its own (as `GET /v1/report` shows a client) — and `closed` when
     the others' spend took what the global ceiling held (not how much: that is theirs).
 
     A shared store (Redis) keeps a client's own total only when it has a ceiling of its own: for
-    any other client this is every client's spend (`client` None), never a made-up zero."""
+    any other client the spend is what this host's audit settled for it since the day began
+    (`audited(client, day_start)`), never every client's and never a made-up zero."""
     ledger = routing.ledger
     ceiling = routing.policy.paid_ceiling_usd_per_day
-    own = None if client is None else ledger.client_ceiling(client)
-    if client is not None and own is None and routing.store_shared:
-        client = None  # no per-client total kept: say every client's, and say so
+    ends_at = ledger.day_ends_at()
     if client is None:
+        return PaidDay(spent_usd=ledger.spent_today(), ceiling_usd=ceiling, ends_at=ends_at)
+    own = ledger.client_ceiling(client)
+    if own is None and routing.store_shared:
+        spent = audited(client, ends_at - 86400.0) if audited is not None else 0.0
         return PaidDay(
-            spent_usd=ledger.spent_today(), ceiling_usd=ceiling, ends_at=ledger.day_ends_at()
+            spent_usd=spent,
+            ceiling_usd=ceiling,
+            ends_at=ends_at,
+            client=client,
+            closed=ledger.left_today(client) <= 0.0,
+            this_host=True,
         )
     spent = ledger.spent_today(client)
     if own is not None:
@@ -128,7 +149,7 @@ def paid_day(routing: Routing, client: str | None = None) -> PaidDay:
     return PaidDay(
         spent_usd=spent,
         ceiling_usd=ceiling,
-        ends_at=ledger.day_ends_at(),
+        ends_at=ends_at,
         client=client,
         closed=ledger.left_today(client) <= 0.0,
     )
