@@ -7,7 +7,7 @@ first byte and JSON latency at 8. It prints each round's ratios lanes / limit �
 `make bench` reports once, measured here side by side so that the noise of a shared machine falls
 on both peers alike — and writes them to `bench/results/hot-<date>.json`.
 
-`python -m bench.hot --profile json|sse --py-spy PATH [--peer lanes|limit] [--concurrency 32]
+`python -m bench.hot --profile json|sse --py-spy PATH [--peer lanes|floor|limit] [--concurrency 32]
 [--seconds 20] [--out FILE] [--samples FILE]` samples `lanes serve` (or the limit) with py-spy —
 not a dependency: `pip install py-spy` anywhere and give its path — while the load runs, and
 writes the summary `bench.flame.summarise` makes of the samples to `--out` (and py-spy's raw
@@ -180,6 +180,8 @@ async def profile(
             (
                 peers.ours(upstream, workdir, models=MODELS)
                 if peer == "lanes"
+                else peers.floor(upstream, workdir)
+                if peer == "floor"
                 else peers.limit(upstream, workdir)
             ) as ours,
         ):
@@ -209,8 +211,9 @@ async def profile(
                 url, concurrency=concurrency, duration_s=seconds + 1.0, stream=stream, body=body()
             )
             await spy.wait()
+            who = {"lanes": "lanes serve", "floor": "the floor"}.get(peer, "the limit")
             header = (
-                f"{'lanes serve' if peer == 'lanes' else 'the limit'} under {kind.upper()} load "
+                f"{who} under {kind.upper()} load "
                 f"at c={concurrency} for {seconds:g} s: {summary(samples, wall)['rps']:.0f} req/s "
                 "while sampled (py-spy, 250 Hz)"
             )
@@ -227,7 +230,7 @@ def main() -> None:
     parser.add_argument("--py-spy", default="py-spy")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--peer", choices=("lanes", "limit"), default="lanes")
+    parser.add_argument("--peer", choices=("lanes", "floor", "limit"), default="lanes")
     parser.add_argument("--samples", type=Path, help="keep py-spy's raw samples here")
     parser.add_argument(
         "--floor", action="store_true", help="measure the floor (bench/floor.py) beside them"

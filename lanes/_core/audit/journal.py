@@ -1,14 +1,22 @@
 """What every job leaves behind: one audit row (flushed by the state sync), one entry in the list
 of recent jobs (for the status page), its share of the running totals (for `/metrics`), and one
 log line on `lanes.jobs` — never a body. Rows wait for the store in a bounded queue: when it is
-down for long, the oldest are dropped and counted."""
+down for long, the oldest are dropped and counted.
+
+Off the reply's path: `finish` keeps one small record of the job's end — its times, the candidate
+that served, the answer's digest (never the answer), the paid spend after it — and the reply leaves.
+The audit row, the recent entry and the running totals are built from those records in batches
+(`fold`): by the state sync each time it takes the rows (every half second), by any reader of the
+recent jobs or the totals before it reads, and at once when `MAX_ENDED` are waiting. No reader
+sees a job missing that has finished.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -17,7 +25,7 @@ from lanes._core.audit.tracing import JobTrace, job_trace
 from lanes._core.config.schema import Config
 from lanes._core.engine.context import Routing
 from lanes._core.model.clocks import EpochTime
-from lanes._core.model.job import Candidate
+from lanes._core.model.job import Candidate, digest
 from lanes._core.model.record import JobRecord
 from lanes._core.runtime.tasks import TaskHealth
 from lanes._core.state.audit import audit_row
@@ -26,6 +34,24 @@ job_log = logging.getLogger("lanes.jobs")
 #: Audit rows waiting for the store (it may be down for hours): at most this many, this large.
 MAX_ROWS = 10_000
 MAX_BYTES = 32 * 1024 * 1024
+#: Finished jobs waiting to be folded into rows, recent entries and totals: at most this many (each
+#: holds its job's record, so its request too, until then).
+MAX_ENDED = 1024
+
+
+class _Ended(NamedTuple):
+    """One job's end as `finish` saw it: what the fold needs that may not be read later."""
+
+    record: JobRecord
+    outcome: str
+    at: EpochTime
+    ended_at: float
+    candidate: Candidate | None
+    route: str | None
+    usage: Mapping[str, Any] | None
+    answer_digest: tuple[str, int]
+    answer: Any  # kept only for `log_bodies`: otherwise its digest is all that is needed
+    paid_after: float | None
 
 
 def _size(row: Mapping[str, Any]) -> int:
@@ -50,11 +76,19 @@ class Journal:
         self._rows: deque[tuple[int, dict[str, Any]]] = deque()  # (size, row) for the state sync
         self._bytes = 0
         self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
-        self.tally = Tally(declared=routing.cohorts.declared)  # the running totals /metrics shows
+        self._tally = Tally(declared=routing.cohorts.declared)  # the running totals /metrics shows
+        self._ended: list[_Ended] = []  # finished, not yet folded (see `fold`)
         # where each finished job's spans go when telemetry is on (`telemetry.py`); None: off
         self.traces: Callable[[JobTrace], None] | None = None
 
+    @property
+    def tally(self) -> Tally:
+        """The running totals, every finished job counted."""
+        self.fold()
+        return self._tally
+
     def take_rows(self) -> list[dict[str, Any]]:
+        self.fold()
         rows = [row for _, row in self._rows]
         self._rows, self._bytes = deque(), 0
         return rows
@@ -78,6 +112,7 @@ class Journal:
         return dropped
 
     def recent(self) -> tuple[Mapping[str, Any], ...]:
+        self.fold()
         return tuple(self._recent)
 
     def finish(
@@ -89,75 +124,29 @@ class Journal:
         answer: Any = None,
         usage: Mapping[str, Any] | None = None,
     ) -> None:
-        """Write what `record`'s job leaves behind. `served` is the "lane/model" that answered."""
+        """Note that `record`'s job ended; what it leaves behind is built by the next `fold`.
+        `served` is the "lane/model" that answered."""
         job, now_wall = record.job, self._now_wall()
         last = record.attempts[-1] if record.attempts else None
         served_key = served or (last.key if last else None)
         candidate = self._routing.candidate(served_key) if served_key else None
         route = next((a.route for a in reversed(record.attempts) if a.key == served_key), None)
         ended_at = trio.current_time()
-        latency_s = ended_at - record.started_at
-        cost = sum(a.cost_usd for a in record.attempts)
-        lane, model = (candidate.lane, candidate.model) if candidate else ("", "")
-        self._recent.appendleft(
-            {
-                "id": job.id,
-                "at": now_wall,
-                "route": route or "",
-                "outcome": outcome,
-                "lane": lane,
-                "model": model,
-                "client": job.client,
-                "cohort": job.cohort or "",
-                "latency_s": round(latency_s, 4),
-                "attempts": len(record.attempts),
-                "cost_usd": cost,
-            }
-        )
-        self.tally.job(
-            route=route,
-            lane=lane if outcome == "ok" else "",
-            model=model if outcome == "ok" else "",
-            outcome=outcome,
-            cohort=job.cohort,
-            latency_s=latency_s,
-            attempts=record.attempts,
-            usage=usage,
-            trusted=self._routing.cohorts.trusted(job.client),
-        )
-        explored = candidate is not None and record.explored == candidate.key
-        row = audit_row(
-            job=job,
-            at=now_wall,
-            request_class=record.request_class,
-            outcome=outcome,
-            route=route,
-            lane=lane or None,
-            model=model or None,
-            attempts=record.attempts,
-            skips=record.all_skips(),
-            latency_s=latency_s,
-            answer=answer,
-            usage=usage,
-            cost_usd=cost,
-            approval=record.approval or "",
-            log_bodies=self._config.log_bodies,
-            explored=explored,
-            privacy=record.privacy,
-            served=candidate,
-            considered=record.plan,
-            paid_before=record.paid_before,
-            paid_after=None if record.paid_before is None else self._routing.ledger.spent_today(),
-            streamed=record.streamed,
-            deadline_s=record.deadline_at - record.started_at,
-        )
-        size = _size(row)
-        self._rows.append((size, row))
-        self._bytes += size
-        if self._health is not None:
-            self._health.dropped("audit rows", self._trim())
-        if explored and outcome == "ok":
+        if candidate is not None and record.explored == candidate.key and outcome == "ok":
             self._routing.ranking.explored_ok += 1
+        paid_after = None if record.paid_before is None else self._routing.ledger.spent_today()
+        ended = _Ended(
+            record,
+            outcome,
+            now_wall,
+            ended_at,
+            candidate,
+            route,
+            usage,
+            digest(answer) if answer is not None else ("", 0),
+            answer if self._config.log_bodies else None,
+            paid_after,
+        )
         if self.traces is not None:
             self.traces(self._trace(record, outcome, now_wall, ended_at, candidate, route, usage))
         if self._config.log_jobs:
@@ -169,9 +158,83 @@ class Journal:
                 served_key if outcome == "ok" else "-",
                 len(record.attempts),
                 outcome,
-                latency_s * 1000,
+                (ended_at - record.started_at) * 1000,
                 f" dropped={','.join(job.dropped)}" if job.dropped else "",
             )
+        self._ended.append(ended)
+        if len(self._ended) >= MAX_ENDED:
+            self.fold()
+
+    def fold(self) -> None:
+        """Build what the finished jobs leave behind: their audit rows, recent entries and their
+        share of the running totals."""
+        ended, self._ended = self._ended, []
+        for end in ended:
+            self._fold_one(end)
+        if ended and self._health is not None:
+            self._health.dropped("audit rows", self._trim())
+
+    def _fold_one(self, end: _Ended) -> None:
+        record, outcome, candidate, route = end.record, end.outcome, end.candidate, end.route
+        job = record.job
+        latency_s = end.ended_at - record.started_at
+        cost = sum(a.cost_usd for a in record.attempts)
+        lane, model = (candidate.lane, candidate.model) if candidate else ("", "")
+        self._recent.appendleft(
+            {
+                "id": job.id,
+                "at": end.at,
+                "route": route or "",
+                "outcome": outcome,
+                "lane": lane,
+                "model": model,
+                "client": job.client,
+                "cohort": job.cohort or "",
+                "latency_s": round(latency_s, 4),
+                "attempts": len(record.attempts),
+                "cost_usd": cost,
+            }
+        )
+        self._tally.job(
+            route=route,
+            lane=lane if outcome == "ok" else "",
+            model=model if outcome == "ok" else "",
+            outcome=outcome,
+            cohort=job.cohort,
+            latency_s=latency_s,
+            attempts=record.attempts,
+            usage=end.usage,
+            trusted=self._routing.cohorts.trusted(job.client),
+        )
+        row = audit_row(
+            job=job,
+            at=end.at,
+            request_class=record.request_class,
+            outcome=outcome,
+            route=route,
+            lane=lane or None,
+            model=model or None,
+            attempts=record.attempts,
+            skips=record.all_skips(),
+            latency_s=latency_s,
+            answer=end.answer,
+            answer_digest=end.answer_digest,
+            usage=end.usage,
+            cost_usd=cost,
+            approval=record.approval or "",
+            log_bodies=self._config.log_bodies,
+            explored=candidate is not None and record.explored == candidate.key,
+            privacy=record.privacy,
+            served=candidate,
+            considered=record.plan,
+            paid_before=record.paid_before,
+            paid_after=end.paid_after,
+            streamed=record.streamed,
+            deadline_s=record.deadline_at - record.started_at,
+        )
+        size = _size(row)
+        self._rows.append((size, row))
+        self._bytes += size
 
     def _trace(
         self,

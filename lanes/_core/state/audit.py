@@ -58,6 +58,7 @@ def audit_row(
     latency_s: float,
     skips: Sequence[Any] = (),
     answer: Any = None,
+    answer_digest: tuple[str, int] | None = None,
     usage: Mapping[str, Any] | None = None,
     cost_usd: float = 0.0,
     approval: str = "",
@@ -72,9 +73,12 @@ def audit_row(
     deadline_s: float | None = None,
 ) -> dict[str, Any]:
     """One job's audit row (table `audit`, documented in docs/audit.md). Its attempts ride along
-    under `attempt_rows`, for the table `audit_attempt`."""
+    under `attempt_rows`, for the table `audit_attempt`. `answer_digest`: the answer's `digest`,
+    when it was taken already (the answer itself is then needed only for `log_bodies`)."""
     request_sha, request_bytes = job.fingerprint()
-    answer_sha, answer_bytes = digest(answer) if answer is not None else ("", 0)
+    if answer_digest is None:
+        answer_digest = digest(answer) if answer is not None else ("", 0)
+    answer_sha, answer_bytes = answer_digest
     counted = usage_tokens(usage)
     free = [a for a in attempts if a.tier == "free"]
     return {

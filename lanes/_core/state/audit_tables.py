@@ -7,7 +7,6 @@ however many jobs the audit holds. Documented in docs/audit.md.
 from __future__ import annotations
 
 import sqlite3
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -112,10 +111,15 @@ JOB_KEYS = ("route", "tier", "outcome", "privacy", "zdr", "first_free_outcome", 
 ATTEMPT_KEYS = ("route", "outcome", "category")
 
 
-def _dimensions(row: Mapping[str, Any]) -> list[tuple[str, str]]:
-    every = [("all", "all"), *((dim, str(row.get(dim) or "")) for dim in DIMENSIONS)]
-    client = str(row.get("client") or "")
+def _dimensions(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The roll-ups' (dimension, value) pairs of a row whose `DIMENSIONS` hold `values`."""
+    every = [("all", "all"), *zip(DIMENSIONS, values, strict=True)]
+    client = values[DIMENSIONS.index("client")]
     return every + [(client_dim(dim, client), value) for dim, value in every]
+
+
+def _values(row: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(str(row.get(dim) or "") for dim in DIMENSIONS)
 
 
 def _key(row: Mapping[str, Any], names: Iterable[str]) -> tuple[Any, ...]:
@@ -124,27 +128,35 @@ def _key(row: Mapping[str, Any], names: Iterable[str]) -> tuple[Any, ...]:
 
 def write(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
     """Insert audit rows (each with its `attempt_rows`) and fold them into the hourly roll-ups,
-    in one transaction."""
+    in one transaction. Rows alike in hour, dimensions and facts (most of a batch) are summed once
+    before they are spread over the dimensions."""
     jobs = [{k: v for k, v in row.items() if k != "attempt_rows"} for row in rows]
     attempts = [a for row in rows for a in row.get("attempt_rows", ())]
-    job_sums: Counter[tuple[Any, ...]] = Counter()
-    job_attempts: Counter[tuple[Any, ...]] = Counter()
-    job_cost: dict[tuple[Any, ...], float] = {}
+    alike: dict[tuple[Any, ...], list[Any]] = {}  # (hour, values, facts) → [jobs, attempts, cost]
     for row in jobs:
         facts = _key({**row, "retried": int((row.get("free_attempts") or 0) >= 2)}, JOB_KEYS)
-        for dim, value in _dimensions(row):
-            key = (int(row["at"] // 3600), dim, value, *facts)
-            job_sums[key] += 1
-            job_attempts[key] += int(row.get("attempts") or 0)
-            job_cost[key] = job_cost.get(key, 0.0) + float(row.get("cost_usd") or 0.0)
-    attempt_sums: Counter[tuple[Any, ...]] = Counter()
-    attempt_latency: dict[tuple[Any, ...], float] = {}
+        sums = alike.setdefault((int(row["at"] // 3600), _values(row), facts), [0, 0, 0.0])
+        sums[0] += 1
+        sums[1] += int(row.get("attempts") or 0)
+        sums[2] += float(row.get("cost_usd") or 0.0)
+    job_sums: dict[tuple[Any, ...], list[Any]] = {}
+    for (hour, values, facts), (n, tried, cost) in alike.items():
+        for dim, value in _dimensions(values):
+            sums = job_sums.setdefault((hour, dim, value, *facts), [0, 0, 0.0])
+            sums[0] += n
+            sums[1] += tried
+            sums[2] += cost
+    alike = {}  # (hour, values, facts) → [attempts, latency]
     for a in attempts:
-        facts = _key(a, ATTEMPT_KEYS)
-        for dim, value in _dimensions(a):
-            key = (int(a["at"] // 3600), dim, value, *facts)
-            attempt_sums[key] += 1
-            attempt_latency[key] = attempt_latency.get(key, 0.0) + float(a.get("latency_s") or 0.0)
+        sums = alike.setdefault((int(a["at"] // 3600), _values(a), _key(a, ATTEMPT_KEYS)), [0, 0.0])
+        sums[0] += 1
+        sums[1] += float(a.get("latency_s") or 0.0)
+    attempt_sums: dict[tuple[Any, ...], list[Any]] = {}
+    for (hour, values, facts), (n, latency) in alike.items():
+        for dim, value in _dimensions(values):
+            sums = attempt_sums.setdefault((hour, dim, value, *facts), [0, 0.0])
+            sums[0] += n
+            sums[1] += latency
     conn.execute("BEGIN IMMEDIATE")
     try:
         _insert(conn, "audit", AUDIT_COLUMNS, jobs)
@@ -155,14 +167,14 @@ def write(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
             f"VALUES ({', '.join('?' * (len(JOB_KEYS) + 6))}) ON CONFLICT DO UPDATE SET "
             "jobs = jobs + excluded.jobs, attempts = attempts + excluded.attempts, "
             "cost_usd = cost_usd + excluded.cost_usd",
-            [(*key, n, job_attempts[key], job_cost[key]) for key, n in job_sums.items()],
+            [(*key, *sums) for key, sums in job_sums.items()],
         )
         conn.executemany(
             f"INSERT INTO audit_attempts_hourly (hour, dim, value, {', '.join(ATTEMPT_KEYS)}, "
             "attempts, latency_s) "
             f"VALUES ({', '.join('?' * (len(ATTEMPT_KEYS) + 5))}) ON CONFLICT DO UPDATE SET "
             "attempts = attempts + excluded.attempts, latency_s = latency_s + excluded.latency_s",
-            [(*key, n, attempt_latency[key]) for key, n in attempt_sums.items()],
+            [(*key, *sums) for key, sums in attempt_sums.items()],
         )
         conn.execute("COMMIT")
     finally:  # whatever happened, the transaction does not outlive the call
