@@ -223,15 +223,21 @@ class ChunkReader:
                     raise exc
                 self._error = exc  # raised by the next receive(), after these chunks
                 break
-            normal = normal_chunk(chunk) if isinstance(chunk, dict) else None
-            if isinstance(chunk, dict):
-                normal = self._tool_indexes.indexed(normal or chunk) or normal
-            if not _chunk_shaped(normal or chunk):
-                self.malformed += 1
-                continue
-            for choice in chunk.get("choices") or ():
-                if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
-                    self.finish_reason = choice["finish_reason"]
+            plain, finish = _plain_chunk(chunk)
+            if plain:  # most chunks: text deltas, nothing to rewrite (one pass over the choices)
+                normal = None
+                if finish is not None:
+                    self.finish_reason = finish
+            else:
+                normal = normal_chunk(chunk) if isinstance(chunk, dict) else None
+                if isinstance(chunk, dict):
+                    normal = self._tool_indexes.indexed(normal or chunk) or normal
+                if not _chunk_shaped(normal or chunk):
+                    self.malformed += 1
+                    continue
+                for choice in chunk.get("choices") or ():
+                    if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                        self.finish_reason = choice["finish_reason"]
             if (usage := usage_in(chunk)) is not None:
                 # a running total when it comes on every chunk: the last counts, never less
                 self.usage = running_usage(self.usage, usage)
@@ -240,6 +246,35 @@ class ChunkReader:
             else:
                 chunks.append((chunk, None if "\n" in data else data))
         return chunks
+
+
+def _plain_chunk(chunk: Any) -> tuple[bool, str | None]:
+    """(True, its last finish reason or None) for a chunk that needs no rewriting and is shaped as
+    `_chunk_shaped` asks — an object whose choices, if any, are objects whose delta, if any, has
+    text or no `content` and no `tool_calls` — in one pass; (False, None) for any other (the
+    full path then looks at it)."""
+    if not isinstance(chunk, dict):
+        return False, None
+    choices = chunk.get("choices")
+    if choices is None:
+        return True, None
+    if not isinstance(choices, list):
+        return False, None
+    finish = None
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return False, None
+        delta = choice.get("delta")
+        if delta is not None:
+            if not isinstance(delta, dict) or "tool_calls" in delta:
+                return False, None
+            content = delta.get("content")
+            if content is not None and not isinstance(content, str):
+                return False, None
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            finish = reason
+    return True, finish
 
 
 def _chunk_shaped(chunk: Any) -> bool:

@@ -1,0 +1,215 @@
+"""The hot path does less per request and loses nothing: a finished job's audit row, recent entry
+and totals are folded off the reply's path, yet every reader sees every finished job; the roll-ups
+summed in batches equal the roll-ups written row by row; a plain stream chunk's one-pass check
+agrees with the full rewriting path."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lanes
+from helpers import config, local_lane
+from lanes._core.audit import journal
+from lanes._core.model.job import digest
+from lanes._core.state import audit_tables
+from lanes._core.upstream.client import _chunk_shaped, _plain_chunk
+from lanes._core.upstream.shapes import ToolIndexes, normal_chunk
+from lanes.testing import open_fake
+
+MESSAGES = [{"role": "user", "content": "Say the pangram."}]
+
+# -- a stream chunk: the one-pass check against the full path ------------------------------------
+
+_text = st.text(max_size=4)
+_content = st.one_of(
+    st.none(),
+    _text,
+    st.integers(),
+    st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _text}), max_size=2),
+)
+_delta = st.one_of(
+    st.none(),
+    st.integers(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "content": _content,
+            "role": st.just("assistant"),
+            "tool_calls": st.one_of(
+                st.none(),
+                st.lists(st.fixed_dictionaries({"id": _text}), max_size=2),
+            ),
+        },
+    ),
+)
+_choice = st.one_of(
+    st.integers(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "index": st.integers(0, 2),
+            "delta": _delta,
+            "finish_reason": st.one_of(st.none(), st.sampled_from(["", "stop", "length"])),
+        },
+    ),
+)
+_chunk = st.one_of(
+    st.lists(st.integers(), max_size=1),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "choices": st.one_of(st.none(), _text, st.lists(_choice, max_size=3)),
+            "usage": st.just({"prompt_tokens": 1}),
+        },
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_chunk)
+def test_a_chunk_the_one_pass_check_calls_plain_needs_nothing_of_the_full_path(chunk):
+    plain, finish = _plain_chunk(chunk)
+    if not plain:
+        assert finish is None
+        return
+    # the full path would rewrite nothing, refuse nothing, and see the same finish reason
+    assert normal_chunk(chunk) is None
+    assert ToolIndexes().indexed(chunk) is None
+    assert _chunk_shaped(chunk)
+    seen = None
+    for choice in chunk.get("choices") or ():
+        if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+            seen = choice["finish_reason"]
+    assert finish == seen
+
+
+def test_text_deltas_and_a_finish_are_plain_and_typed_parts_or_tool_calls_are_not():
+    text = {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}
+    assert _plain_chunk(text) == (True, None)
+    assert _plain_chunk({"choices": [{"delta": {}, "finish_reason": "stop"}]}) == (True, "stop")
+    assert _plain_chunk({"choices": [], "usage": {"prompt_tokens": 3}}) == (True, None)
+    parts = {"choices": [{"delta": {"content": [{"type": "text", "text": "Hi"}]}}]}
+    calls = {"choices": [{"delta": {"tool_calls": [{"id": "c1"}]}}]}
+    assert _plain_chunk(parts) == (False, None) and normal_chunk(parts) is not None
+    assert _plain_chunk(calls) == (False, None)
+
+
+# -- the roll-ups: summed per batch, equal to row by row -----------------------------------------
+
+_attempt = st.fixed_dictionaries(
+    {
+        "lane": st.sampled_from(["a", "b"]),
+        "model": st.sampled_from(["m", "n"]),
+        "route": st.sampled_from(["primary", "free_retry", "paid_fallback"]),
+        "outcome": st.sampled_from(["ok", "fault"]),
+        "category": st.sampled_from(["", "5xx"]),
+        "latency_s": st.floats(0, 5),
+    }
+)
+_row = st.fixed_dictionaries(
+    {
+        "at": st.floats(0, 3 * 3600),
+        "client": st.sampled_from(["anonymous", "ci", "x\x1fy"]),
+        "cohort": st.sampled_from(["", "eval"]),
+        "class": st.sampled_from(["general", "long"]),
+        "lane": st.sampled_from(["", "a", "b"]),
+        "model": st.sampled_from(["", "m"]),
+        "route": st.sampled_from(["", "primary", "paid_fallback"]),
+        "tier": st.sampled_from(["", "free", "paid"]),
+        "outcome": st.sampled_from(["ok", "deadline"]),
+        "privacy": st.just("any"),
+        "zdr": st.sampled_from([0, 1]),
+        "first_free_outcome": st.sampled_from(["", "ok", "fault"]),
+        "free_attempts": st.integers(0, 3),
+        "attempts": st.integers(0, 3),
+        "cost_usd": st.floats(0, 0.01),
+        "attempts_made": st.lists(_attempt, max_size=3),
+    }
+)
+
+
+def _rollups(rows, *, one_by_one: bool):
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.executescript(audit_tables.SCHEMA)
+    for batch in ([row] for row in rows) if one_by_one else [rows]:
+        audit_tables.write(conn, batch)
+    jobs = conn.execute("SELECT * FROM audit_jobs_hourly ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10")
+    attempts = conn.execute("SELECT * FROM audit_attempts_hourly ORDER BY 1, 2, 3, 4, 5, 6")
+    return jobs.fetchall(), attempts.fetchall()
+
+
+def _rounded(table):
+    return [tuple(round(v, 9) if isinstance(v, float) else v for v in row) for row in table]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_row, max_size=12))
+def test_the_rollups_summed_per_batch_equal_the_rollups_written_row_by_row(drawn):
+    rows = []
+    for n, d in enumerate(drawn):
+        row = {k: v for k, v in d.items() if k != "attempts_made"}
+        row["job"] = f"j{n}"
+        row["attempt_rows"] = [
+            {**a, "job": f"j{n}", "n": i, "at": d["at"], "client": d["client"]}
+            | {"cohort": d["cohort"], "class": d["class"]}
+            for i, a in enumerate(d["attempts_made"])
+        ]
+        rows.append(row)
+    batched, single = _rollups(rows, one_by_one=False), _rollups(rows, one_by_one=True)
+    assert [_rounded(t) for t in batched] == [_rounded(t) for t in single]
+
+
+# -- the journal: folded off the reply's path, never missing from a reader -----------------------
+
+
+async def test_a_finished_job_is_in_every_reader_before_any_sync(env, autojump_clock):
+    async with open_fake("local", models=("local-model",)) as local:
+        async with lanes.open_dispatcher(
+            config(local_lane("local", local.base_url)), env=env
+        ) as d:
+            replies = [await d.complete(lanes.Job(messages=MESSAGES)) for _ in range(3)]
+            recent = d.statistics().recent
+            assert [r["id"] for r in recent] == [r.request_id for r in reversed(replies)]
+            assert sum(d.statistics().tally.jobs.values()) == 3
+            rows = d.take_audit_rows()
+    assert [row["job"] for row in rows] == [r.request_id for r in replies]
+    sha, size = digest(replies[0].body["choices"])
+    assert rows[0]["answer_sha256"] == sha and rows[0]["answer_bytes"] == size
+    assert all(row["outcome"] == "ok" and row["route"] == "local" for row in rows)
+
+
+async def test_finished_jobs_are_folded_at_once_when_too_many_wait(
+    env, autojump_clock, monkeypatch
+):
+    """Each waiting end holds its job's request: no more than `MAX_ENDED` of them wait, whether or
+    not anything reads."""
+    monkeypatch.setattr(journal, "MAX_ENDED", 4)
+    async with open_fake("local", models=("local-model",)) as local:
+        async with lanes.open_dispatcher(
+            config(local_lane("local", local.base_url)), env=env
+        ) as d:
+            waiting = []
+            for _ in range(10):
+                await d.complete(lanes.Job(messages=MESSAGES))
+                waiting.append(len(d.journal._ended))
+            assert max(waiting) < 4 and waiting[3] == 0  # the fourth end folded all four
+            assert len(d.take_audit_rows()) == 10
+
+
+@pytest.mark.parametrize("log_bodies", [False, True])
+async def test_the_answer_is_kept_only_for_log_bodies(env, autojump_clock, log_bodies):
+    async with open_fake("local", models=("local-model",)) as local:
+        async with lanes.open_dispatcher(
+            config(local_lane("local", local.base_url), log_bodies=log_bodies), env=env
+        ) as d:
+            reply = await d.complete(lanes.Job(messages=MESSAGES))
+            (ended,) = d.journal._ended
+            assert (ended.answer is not None) is log_bodies
+            (row,) = d.take_audit_rows()
+    assert bool(row["body"]) is log_bodies
+    if log_bodies:
+        assert reply.body["choices"][0]["message"]["content"] in row["body"]
