@@ -167,15 +167,15 @@ def test_the_rollups_summed_per_batch_equal_the_rollups_written_row_by_row(drawn
 
 
 async def test_a_finished_job_is_in_every_reader_before_any_sync(env, autojump_clock):
-    async with open_fake("local", models=("local-model",)) as local:
-        async with lanes.open_dispatcher(
-            config(local_lane("local", local.base_url)), env=env
-        ) as d:
-            replies = [await d.complete(lanes.Job(messages=MESSAGES)) for _ in range(3)]
-            recent = d.statistics().recent
-            assert [r["id"] for r in recent] == [r.request_id for r in reversed(replies)]
-            assert sum(d.statistics().tally.jobs.values()) == 3
-            rows = d.take_audit_rows()
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as d,
+    ):
+        replies = [await d.complete(lanes.Job(messages=MESSAGES)) for _ in range(3)]
+        recent = d.statistics().recent
+        assert [r["id"] for r in recent] == [r.request_id for r in reversed(replies)]
+        assert sum(d.statistics().tally.jobs.values()) == 3
+        rows = d.take_audit_rows()
     assert [row["job"] for row in rows] == [r.request_id for r in replies]
     sha, size = digest(replies[0].body["choices"])
     assert rows[0]["answer_sha256"] == sha and rows[0]["answer_bytes"] == size
@@ -188,28 +188,30 @@ async def test_finished_jobs_are_folded_at_once_when_too_many_wait(
     """Each waiting end holds its job's request: no more than `MAX_ENDED` of them wait, whether or
     not anything reads."""
     monkeypatch.setattr(journal, "MAX_ENDED", 4)
-    async with open_fake("local", models=("local-model",)) as local:
-        async with lanes.open_dispatcher(
-            config(local_lane("local", local.base_url)), env=env
-        ) as d:
-            waiting = []
-            for _ in range(10):
-                await d.complete(lanes.Job(messages=MESSAGES))
-                waiting.append(len(d.journal._ended))
-            assert max(waiting) < 4 and waiting[3] == 0  # the fourth end folded all four
-            assert len(d.take_audit_rows()) == 10
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as d,
+    ):
+        waiting = []
+        for _ in range(10):
+            await d.complete(lanes.Job(messages=MESSAGES))
+            waiting.append(len(d.journal._ended))
+        assert max(waiting) < 4 and waiting[3] == 0  # the fourth end folded all four
+        assert len(d.take_audit_rows()) == 10
 
 
 @pytest.mark.parametrize("log_bodies", [False, True])
 async def test_the_answer_is_kept_only_for_log_bodies(env, autojump_clock, log_bodies):
-    async with open_fake("local", models=("local-model",)) as local:
-        async with lanes.open_dispatcher(
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        lanes.open_dispatcher(
             config(local_lane("local", local.base_url), log_bodies=log_bodies), env=env
-        ) as d:
-            reply = await d.complete(lanes.Job(messages=MESSAGES))
-            (ended,) = d.journal._ended
-            assert (ended.answer is not None) is log_bodies
-            (row,) = d.take_audit_rows()
+        ) as d,
+    ):
+        reply = await d.complete(lanes.Job(messages=MESSAGES))
+        (ended,) = d.journal._ended
+        assert (ended.answer is not None) is log_bodies
+        (row,) = d.take_audit_rows()
     assert bool(row["body"]) is log_bodies
     if log_bodies:
         assert reply.body["choices"][0]["message"]["content"] in row["body"]

@@ -11,6 +11,7 @@ another's would use; models beyond `max_models` count as "other" too (a catalog 
 from __future__ import annotations
 
 # lanes: pure
+import bisect
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,10 +47,15 @@ class Histogram:
         return out
 
 
-def _observe(histogram: Histogram | None, value_s: float) -> Histogram:
-    counts = list(histogram.counts if histogram else (0,) * (len(BUCKETS) + 1))
-    counts[next((i for i, b in enumerate(BUCKETS) if value_s <= b), len(BUCKETS))] += 1
-    return Histogram(counts=tuple(counts), sum_s=(histogram.sum_s if histogram else 0.0) + value_s)
+def _observe(counts: list[float], value_s: float) -> None:
+    """Count one observation into a histogram being kept: its buckets' counts, then its sum."""
+    # the first bucket whose bound holds it (a NaN, holding in none, is overflow)
+    counts[bisect.bisect_left(BUCKETS, value_s) if value_s == value_s else len(BUCKETS)] += 1
+    counts[-1] += value_s
+
+
+def _frozen(counts: list[float]) -> Histogram:
+    return Histogram(counts=tuple(int(n) for n in counts[:-1]), sum_s=counts[-1])
 
 
 @attrs.frozen(kw_only=True)
@@ -80,8 +86,9 @@ class Tally:
         self._attempts: Counter[tuple[str, str, str, str]] = Counter()
         self._tokens: Counter[tuple[str, str, str, str, str]] = Counter()
         self._cost: dict[tuple[str, str, str, str], float] = {}
-        self._job_latency: dict[str, Histogram] = {}
-        self._attempt_latency: dict[str, Histogram] = {}
+        # histograms being kept: each bucket's count (overflow last), then the sum of seconds
+        self._job_latency: dict[str, list[float]] = {}
+        self._attempt_latency: dict[str, list[float]] = {}
 
     def _bounded(self, seen: set[str], value: str, limit: int) -> str:
         if value in seen:
@@ -120,13 +127,11 @@ class Tally:
         served = (lane or NONE, self._model(lane, model) if lane else NONE)
         route_label = route or NONE
         self._jobs[(route_label, *served, outcome)] += 1
-        self._job_latency[route_label] = _observe(self._job_latency.get(route_label), latency_s)
+        _observe(self._kept(self._job_latency, route_label), latency_s)
         for a in attempts:
             key = (a.lane, self._model(a.lane, a.model), a.route)
             self._attempts[(*key, a.outcome)] += 1
-            self._attempt_latency[a.route] = _observe(
-                self._attempt_latency.get(a.route), a.duration_s
-            )
+            _observe(self._kept(self._attempt_latency, a.route), a.duration_s)
             if a.cost_usd:
                 where = (*key, cohort_label)
                 self._cost[where] = self._cost.get(where, 0.0) + a.cost_usd
@@ -135,14 +140,21 @@ class Tally:
             for kind, n in zip(("prompt", "completion"), counted, strict=True):
                 self._tokens[(*served, route_label, cohort_label, kind)] += n
 
+    @staticmethod
+    def _kept(histograms: dict[str, list[float]], label: str) -> list[float]:
+        counts = histograms.get(label)
+        if counts is None:
+            counts = histograms[label] = [0] * (len(BUCKETS) + 2)
+        return counts
+
     def statistics(self) -> TallyStatistics:
         return TallyStatistics(
             jobs=dict(self._jobs),
             attempts=dict(self._attempts),
             tokens=dict(self._tokens),
             cost_usd=dict(self._cost),
-            job_latency=dict(self._job_latency),
-            attempt_latency=dict(self._attempt_latency),
+            job_latency={k: _frozen(v) for k, v in self._job_latency.items()},
+            attempt_latency={k: _frozen(v) for k, v in self._attempt_latency.items()},
         )
 
 

@@ -7,6 +7,7 @@ docs/audit.md.
 from __future__ import annotations
 
 # lanes: pure
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,6 +24,12 @@ def client_dim(dim: str, client: str) -> str:
     """The hourly roll-ups' dimension `dim` of one client's jobs only, e.g. "cohort\x1fci": what
     a client's own report reads (see `audit_tables.py`)."""
     return f"{dim}{CLIENT_SEP}{client}"
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_json(considered: tuple[str, ...]) -> str:
+    """A plan's keys as JSON: most jobs of an alias share one plan."""
+    return json.dumps(list(considered))
 
 
 def attempt_log(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
@@ -104,9 +111,11 @@ def audit_row(
         "attempt_log": json.dumps(attempt_log(attempts)),
         "skip_log": json.dumps(
             [{"lane": s.lane, "model": s.model, "reason": s.reason} for s in skips]
-        ),
-        "plan": json.dumps(list(considered)),
-        "dropped": json.dumps(list(job.dropped)),
+        )
+        if skips
+        else "[]",
+        "plan": _plan_json(tuple(considered)),
+        "dropped": json.dumps(list(job.dropped)) if job.dropped else "[]",
         "latency_s": latency_s,
         "tokens": sum(counted) if counted else 0,
         # what a replay (`lanes whatif`) needs to ask the same again: no body, only its shape
