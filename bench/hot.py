@@ -12,6 +12,9 @@ on both peers alike — and writes them to `bench/results/hot-<date>.json`.
 not a dependency: `pip install py-spy` anywhere and give its path — while the load runs, and
 writes the summary `bench.flame.summarise` makes of the samples to `--out` (and py-spy's raw
 samples to `--samples`, if given).
+
+`python -m bench.hot --memory` prints the RSS of the floor and of `lanes serve`, idle and with
+1,000 SSE streams held open (as `make bench` measures it).
 """
 
 from __future__ import annotations
@@ -141,6 +144,31 @@ async def compare(
     return out
 
 
+async def memory(streams: int) -> dict[str, Any]:
+    """Each peer's RSS idle (started, nothing asked yet: as `make bench` reads it), after a
+    warm-up, and with `streams` SSE streams held open — the
+    figures `make bench` reports, for lanes and the floor alone."""
+    from bench.run import streams_held
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="lanes-hot-") as tmp:
+        workdir = Path(tmp)
+        async with peers.fake_upstream("all", workdir) as (upstream, _):
+            for name in ("floor", "lanes"):
+                async with (
+                    peers.ours(upstream, workdir, models=MODELS)
+                    if name == "lanes"
+                    else peers.floor(upstream, workdir)
+                ) as p:
+                    url, idle = p.url + "/chat/completions", p.rss_mb()
+                    await run_load(url, concurrency=8, total=50, body=body())  # warm-up
+                    warm = p.rss_mb()
+                    held = await streams_held(p, quick=streams < 1000)
+                    out[name] = {"idle_rss_mb": idle, "warm_rss_mb": warm, **held}
+                    print(f"{name}: {out[name]}", file=sys.stderr, flush=True)
+    return out
+
+
 def _line(i: int, row: dict[str, Any], peer: str = "lanes") -> str:
     r, lim, ours = row["ratios"], row["limit"], row[peer]
     if peer != "lanes":
@@ -238,7 +266,13 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="+", choices=MEASURES, default=list(MEASURES), help="measure only these"
     )
+    parser.add_argument(
+        "--memory", action="store_true", help="RSS idle and with 1,000 streams held, and exit"
+    )
     args = parser.parse_args()
+    if args.memory:
+        trio.run(memory, 1000)
+        return
     if args.profile:
         out = args.out or ROOT / "bench" / "results" / f"profile-{args.profile}.txt"
         trio.run(
