@@ -351,6 +351,7 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     ]
     lines += _audit_report(data.get("audit_report"))
     lines += whatif_section(data.get("whatif"))
+    lines += hot_section(latest_hot())
     path = DOCS / "benchmarks.md"
     path.write_text("\n".join(lines))
     return path
@@ -369,6 +370,72 @@ def _audit_report(a: dict[str, Any] | None) -> list[str]:
         "|---|---|---|---|---|",
         f"| {a['jobs']:,} | {a['attempts']:,} | {a['fill_s']:.0f} s | "
         f"{a['report_by_cohort_s'] * 1000:.0f} ms | {a['report_by_model_s'] * 1000:.0f} ms |",
+        "",
+    ]
+
+
+def latest_hot() -> dict[str, Any] | None:
+    """The newest `python -m bench.hot --floor` run in bench/results, if any."""
+    runs = sorted((ROOT / "bench" / "results").glob("hot-*.json"))
+    return json.loads(runs[-1].read_text()) if runs else None
+
+
+#: The hot path's figures: name, measure, figure, how lanes must stand to the floor (issue 32).
+HOT = (
+    ("throughput, JSON c=64", "json_c64", "rps", "≥ 0.90×"),
+    ("throughput, SSE c=64", "sse_c64", "rps", "≥ 0.90×"),
+    ("CPU per request, JSON c=64", "json_c64", "cpu_ms_per_request", "≤ 1.15×"),
+    ("CPU per request, SSE c=64", "sse_c64", "cpu_ms_per_request", "≤ 1.15×"),
+    ("SSE first byte p50, c=8", "sse_c8", "ttfb_p50_ms", "≤ 1.3×"),
+    ("JSON p50, c=8", "json_c8", "p50_ms", ""),
+)
+
+
+def hot_section(h: dict[str, Any] | None) -> list[str]:
+    """lanes beside the floor and the limit, round by round (`python -m bench.hot --floor`)."""
+    if not h or not h.get("rounds") or "floor" not in h["rounds"][0]:
+        return []
+    rounds = h["rounds"]
+    head = " | ".join(f"round {i + 1}: lanes / floor (lanes / limit)" for i in range(len(rounds)))
+    lines = [
+        "## The hot path: lanes beside the floor",
+        "",
+        f"`python -m bench.hot --floor --rounds {len(rounds)}` on {h['date']}: the limit, lanes "
+        "and the floor interleaved in short turns (each going first in turn), so a neighbour's "
+        "load falls on all three alike; CPU per request is the process's user + system time "
+        "over the answers it gave. Raw numbers: `bench/results/hot-" + h["date"] + ".json`.",
+        "",
+        f"| figure | lanes, floor, limit (round 1) | {head} | target (lanes / floor) |",
+        "|---|---|" + "---|" * len(rounds) + "---|",
+    ]
+    for name, measure, figure, target in HOT:
+        first = rounds[0]
+        values = ", ".join(f"{first[p][measure][figure]:,.2f}" for p in ("lanes", "floor", "limit"))
+        cells = " | ".join(
+            f"{r['lanes'][measure][figure] / r['floor'][measure][figure]:.2f}× "
+            f"({r['lanes'][measure][figure] / r['limit'][measure][figure]:.2f}×)"
+            for r in rounds
+        )
+        lines.append(f"| {name} | {values} | {cells} | {target} |")
+    lines.append("")
+    for kind in ("json", "sse"):
+        profile = ROOT / "bench" / "results" / f"profile-{h['date']}-{kind}.txt"
+        if profile.exists():
+            lines += _layers(profile)
+    return lines
+
+
+def _layers(profile: Path) -> list[str]:
+    """A py-spy summary's first line and its share of samples by layer, as one paragraph."""
+    text = profile.read_text().splitlines()
+    block = text[text.index("by layer (innermost named layer on the stack):") + 1 :]
+    layers = [
+        " ".join(reversed([part.strip() for part in line.split("%", 1)])) + " %"
+        for line in block[: next(i for i, v in enumerate(block) if not v)]
+    ]
+    return [
+        f"Profile (`{profile.relative_to(ROOT)}`): {text[0]}; by the innermost named layer on "
+        f"the stack: {', '.join(layers)}.",
         "",
     ]
 

@@ -5,6 +5,7 @@ agrees with the full rewriting path."""
 
 from __future__ import annotations
 
+import datetime
 import sqlite3
 
 import pytest
@@ -215,3 +216,37 @@ async def test_the_answer_is_kept_only_for_log_bodies(env, autojump_clock, log_b
     assert bool(row["body"]) is log_bodies
     if log_bodies:
         assert reply.body["choices"][0]["message"]["content"] in row["body"]
+
+
+async def test_a_job_whose_row_can_not_be_built_costs_no_other_job_its_row(env, autojump_clock):
+    """A library caller's message holding a value JSON can not write (a date) with bodies logged:
+    that job's row is dropped and counted, the jobs around it keep theirs."""
+    messages = [{"role": "user", "content": "Say the pangram.", "x": datetime.date(2026, 12, 2)}]
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        lanes.open_dispatcher(
+            config(local_lane("local", local.base_url), log_bodies=True), env=env
+        ) as d,
+    ):
+        first = await d.complete(lanes.Job(messages=MESSAGES))
+        with pytest.raises(lanes.JobFailed):  # nor can it be sent: JSON can not write it
+            await d.complete(lanes.Job(messages=messages))
+        last = await d.complete(lanes.Job(messages=MESSAGES))
+        stats = d.statistics()
+        rows = d.take_audit_rows()
+    assert [row["job"] for row in rows] == [first.request_id, last.request_id]
+    assert [r["id"] for r in stats.recent] == [last.request_id, first.request_id]
+    assert sum(stats.tally.jobs.values()) == 2
+    assert stats.background.dropped.get("audit rows") == 1
+
+
+async def test_a_waiting_end_holds_no_message_and_no_key(env, autojump_clock):
+    secret = "sk-test-" + "k" * 24
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as d,
+    ):
+        await d.complete(lanes.Job(messages=MESSAGES, keys={"local": secret}))
+        (ended,) = d.journal._ended
+        assert "pangram" not in repr(ended) and secret not in repr(ended)
+        assert ended.job.request() is None and ended.job.fingerprint()[1] > 0

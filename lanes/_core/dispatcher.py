@@ -103,6 +103,7 @@ class Dispatcher:
     def statistics(self) -> Statistics:
         """A frozen snapshot of lanes, breakers, quotas, spend, approvals and recent jobs."""
         self.routing.catch_up()  # the host's view: what other processes wrote a moment ago
+        self.journal.fold()  # every finished job counted, its dropped rows too, before reading
         return snapshot(
             self.routing,
             store=self.store,

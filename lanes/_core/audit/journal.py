@@ -4,7 +4,8 @@ log line on `lanes.jobs` — never a body. Rows wait for the store in a bounded 
 down for long, the oldest are dropped and counted.
 
 Off the reply's path: `finish` keeps one small record of the job's end — its times, the candidate
-that served, the answer's digest (never the answer), the paid spend after it — and the reply leaves.
+that served, the request's and the answer's digests (never a body, but for `log_bodies`), its
+attempts and skips, the paid spend after it — and the reply leaves.
 The audit row, the recent entry and the running totals are built from those records in batches
 (`fold`): by the state sync each time it takes the rows (every half second), by any reader of the
 recent jobs or the totals before it reads, and at once when `MAX_ENDED` are waiting. No reader
@@ -25,38 +26,55 @@ from lanes._core.audit.tracing import JobTrace, job_trace
 from lanes._core.config.schema import Config
 from lanes._core.engine.context import Routing
 from lanes._core.model.clocks import EpochTime
-from lanes._core.model.job import Candidate, digest
+from lanes._core.model.job import Attempt, Candidate, Skip, digest
 from lanes._core.model.record import JobRecord
 from lanes._core.runtime.tasks import TaskHealth
-from lanes._core.state.audit import audit_row
+from lanes._core.state.audit import JobFacts, audit_row
 
 job_log = logging.getLogger("lanes.jobs")
+log = logging.getLogger("lanes")
 #: Audit rows waiting for the store (it may be down for hours): at most this many, this large.
 MAX_ROWS = 10_000
 MAX_BYTES = 32 * 1024 * 1024
-#: Finished jobs waiting to be folded into rows, recent entries and totals: at most this many (each
-#: holds its job's record, so its request too, until then).
+#: Finished jobs waiting to be folded into rows, recent entries and totals: at most this many.
 MAX_ENDED = 1024
 
 
 class _Ended(NamedTuple):
-    """One job's end as `finish` saw it: what the fold needs that may not be read later."""
+    """One job's end as `finish` saw it: what the fold needs, and no body (but for `log_bodies`):
+    the job's names and digests, its record's figures."""
 
-    record: JobRecord
+    job: JobFacts
     outcome: str
     at: EpochTime
     ended_at: float
+    started_at: float
+    deadline_s: float
     candidate: Candidate | None
     route: str | None
     usage: Mapping[str, Any] | None
     answer_digest: tuple[str, int]
     answer: Any  # kept only for `log_bodies`: otherwise its digest is all that is needed
+    paid_before: float | None
     paid_after: float | None
+    attempts: tuple[Attempt, ...]
+    skips: tuple[Skip, ...]
+    plan: tuple[str, ...]
+    request_class: str
+    privacy: str
+    approval: str
+    explored: bool
+    streamed: bool
+
+
+#: A row's values that may be long (the rest are names, hashes and numbers of bounded size).
+_LONG = ("attempt_log", "skip_log", "plan", "dropped", "body")
 
 
 def _size(row: Mapping[str, Any]) -> int:
-    """About what a row holds in memory: its text, plus a little per value."""
-    return sum(len(v) if isinstance(v, str) else 16 for v in row.values())
+    """About what a row holds in memory: its long texts, plus a little per value and attempt."""
+    long = sum(len(v) for name in _LONG if isinstance(v := row.get(name), str))
+    return long + 96 * len(row) + 256 * len(row.get("attempt_rows") or ())
 
 
 class Journal:
@@ -135,17 +153,29 @@ class Journal:
         if candidate is not None and record.explored == candidate.key and outcome == "ok":
             self._routing.ranking.explored_ok += 1
         paid_after = None if record.paid_before is None else self._routing.ledger.spent_today()
+        bodies = self._config.log_bodies
         ended = _Ended(
-            record,
+            JobFacts.of(job, keep_body=bodies),
             outcome,
             now_wall,
             ended_at,
+            record.started_at,
+            record.deadline_at - record.started_at,
             candidate,
             route,
             usage,
             digest(answer) if answer is not None else ("", 0),
-            answer if self._config.log_bodies else None,
+            answer if bodies else None,
+            record.paid_before,
             paid_after,
+            tuple(record.attempts),
+            tuple(record.all_skips()),
+            tuple(record.plan),
+            record.request_class,
+            record.privacy,
+            record.approval or "",
+            candidate is not None and record.explored == candidate.key,
+            record.streamed,
         )
         if self.traces is not None:
             self.traces(self._trace(record, outcome, now_wall, ended_at, candidate, route, usage))
@@ -169,17 +199,48 @@ class Journal:
         """Build what the finished jobs leave behind: their audit rows, recent entries and their
         share of the running totals."""
         ended, self._ended = self._ended, []
+        failed = 0
         for end in ended:
-            self._fold_one(end)
+            try:
+                self._fold_one(end)
+            except Exception as exc:  # one job's row must not cost the others theirs
+                failed += 1
+                log.error("job %s: its audit row could not be built (%s)", end.job.id, exc)
         if ended and self._health is not None:
-            self._health.dropped("audit rows", self._trim())
+            self._health.dropped("audit rows", self._trim() + failed)
 
     def _fold_one(self, end: _Ended) -> None:
-        record, outcome, candidate, route = end.record, end.outcome, end.candidate, end.route
-        job = record.job
-        latency_s = end.ended_at - record.started_at
-        cost = sum(a.cost_usd for a in record.attempts)
+        job, outcome, candidate, route = end.job, end.outcome, end.candidate, end.route
+        latency_s = end.ended_at - end.started_at
+        cost = sum(a.cost_usd for a in end.attempts)
         lane, model = (candidate.lane, candidate.model) if candidate else ("", "")
+        # the row first: should it fail, nothing of this job is counted
+        row = audit_row(
+            job=job,
+            at=end.at,
+            request_class=end.request_class,
+            outcome=outcome,
+            route=route,
+            lane=lane or None,
+            model=model or None,
+            attempts=end.attempts,
+            skips=end.skips,
+            latency_s=latency_s,
+            answer=end.answer,
+            answer_digest=end.answer_digest,
+            usage=end.usage,
+            cost_usd=cost,
+            approval=end.approval,
+            log_bodies=self._config.log_bodies,
+            explored=end.explored,
+            privacy=end.privacy,
+            served=candidate,
+            considered=end.plan,
+            paid_before=end.paid_before,
+            paid_after=end.paid_after,
+            streamed=end.streamed,
+            deadline_s=end.deadline_s,
+        )
         self._recent.appendleft(
             {
                 "id": job.id,
@@ -191,7 +252,7 @@ class Journal:
                 "client": job.client,
                 "cohort": job.cohort or "",
                 "latency_s": round(latency_s, 4),
-                "attempts": len(record.attempts),
+                "attempts": len(end.attempts),
                 "cost_usd": cost,
             }
         )
@@ -202,35 +263,9 @@ class Journal:
             outcome=outcome,
             cohort=job.cohort,
             latency_s=latency_s,
-            attempts=record.attempts,
+            attempts=end.attempts,
             usage=end.usage,
             trusted=self._routing.cohorts.trusted(job.client),
-        )
-        row = audit_row(
-            job=job,
-            at=end.at,
-            request_class=record.request_class,
-            outcome=outcome,
-            route=route,
-            lane=lane or None,
-            model=model or None,
-            attempts=record.attempts,
-            skips=record.all_skips(),
-            latency_s=latency_s,
-            answer=end.answer,
-            answer_digest=end.answer_digest,
-            usage=end.usage,
-            cost_usd=cost,
-            approval=record.approval or "",
-            log_bodies=self._config.log_bodies,
-            explored=candidate is not None and record.explored == candidate.key,
-            privacy=record.privacy,
-            served=candidate,
-            considered=record.plan,
-            paid_before=record.paid_before,
-            paid_after=end.paid_after,
-            streamed=record.streamed,
-            deadline_s=record.deadline_at - record.started_at,
         )
         size = _size(row)
         self._rows.append((size, row))

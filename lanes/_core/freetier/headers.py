@@ -24,6 +24,7 @@ it, a limit or remaining count beyond `MAX_COUNT` too, and the snapshot names wh
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -229,33 +230,49 @@ class _Builder:
         )
 
 
+#: A header's place in a snapshot, as its name alone says: (dimension, window seconds — or
+#: `_CONVENTION` for the provider's convention for that dimension — field, reset read as an epoch
+#: by its magnitude?).
+_Slot = tuple[Dimension, Any, str, bool]
+_CONVENTION = object()
+
+
+@functools.lru_cache(maxsize=1024)
+def _slot_of(name: str) -> _Slot | None:
+    """Where a (lower-case) header name's value goes, or None for a name that says no rate limit:
+    worked out once per name (the names a provider sends are few; their values change)."""
+    if "limit" not in name:  # every name below says ratelimit or tokenlimit
+        return None
+    if match := _ANTHROPIC.match(name):
+        return _DIMENSIONS[match.group(1)], None, match.group(2), True
+    if match := _MISTRAL_ORDER.match(name):
+        field, dimension, window = match.groups()
+        return _DIMENSIONS[dimension], WINDOWS_S[window], field, True
+    if match := _OPENAI.match(name):
+        field, dimension, window = match.groups()
+        return _DIMENSIONS[dimension], WINDOWS_S[window] if window else _CONVENTION, field, True
+    if name in ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"):
+        return "requests", _CONVENTION, name.rsplit("-", 1)[1], True
+    if name in ("x-tokenlimit-limit", "x-tokenlimit-remaining"):
+        return "tokens", _CONVENTION, name.rsplit("-", 1)[1], True
+    if name in ("ratelimitbysize-limit", "ratelimitbysize-remaining", "ratelimitbysize-reset"):
+        return "tokens", 60.0, name.rsplit("-", 1)[1], True
+    if name in ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"):
+        return "requests", None, name.rsplit("-", 1)[1], False
+    return None
+
+
 def _read_headers(
     headers: Mapping[str, str], builder: _Builder, conventions: Mapping[str, float]
 ) -> None:
     for name, value in headers.items():
-        if "limit" not in name:  # every name below says ratelimit or tokenlimit
+        slot = _slot_of(name) if "limit" in name else None
+        if slot is None:
             continue
-        if match := _ANTHROPIC.match(name):
-            builder.put(_DIMENSIONS[match.group(1)], None, match.group(2), value)
-        elif match := _MISTRAL_ORDER.match(name):
-            field, dimension, window = match.groups()
-            builder.put(_DIMENSIONS[dimension], WINDOWS_S[window], field, value)
-        elif match := _OPENAI.match(name):
-            field, dimension, window = match.groups()
-            dim = _DIMENSIONS[dimension]
-            builder.put(dim, WINDOWS_S[window] if window else conventions.get(dim), field, value)
-        elif name in ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"):
-            builder.put("requests", conventions.get("requests"), name.rsplit("-", 1)[1], value)
-        elif name in ("x-tokenlimit-limit", "x-tokenlimit-remaining"):
-            builder.put("tokens", conventions.get("tokens"), name.rsplit("-", 1)[1], value)
-        elif name in (
-            "ratelimitbysize-limit",
-            "ratelimitbysize-remaining",
-            "ratelimitbysize-reset",
-        ):
-            builder.put("tokens", 60.0, name.rsplit("-", 1)[1], value)
-        elif name in ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"):
-            builder.put("requests", None, name.rsplit("-", 1)[1], value, epoch=False)
+        dimension, window, field, epoch = slot
+        if window is _CONVENTION:
+            window = conventions.get(dimension)
+        builder.put(dimension, window, field, value, epoch=epoch)
     _read_ietf(headers, builder)
 
 

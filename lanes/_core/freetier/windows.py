@@ -5,6 +5,7 @@ Times are wall-clock epoch seconds (quota windows are calendar facts: a day ends
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Literal
@@ -20,7 +21,14 @@ def window_id(window: WindowName, now: float) -> int:
         return int(now // 60)
     if window == "day":
         return int(now // 86400)
-    moment = datetime.fromtimestamp(now, tz=UTC)
+    return _month_of_day(int(now // 86400))
+
+
+@functools.lru_cache(maxsize=64)
+def _month_of_day(day: int) -> int:
+    """The month (y*12+m) of UTC day number `day`: months begin at UTC midnight, so one day
+    lies in one month (computed once per day, not once per count)."""
+    moment = datetime.fromtimestamp(day * 86400, tz=UTC)
     return moment.year * 12 + moment.month - 1
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
+
+import attrs
 
 from lanes._core.freetier.prices import usage_tokens
 from lanes._core.model.job import Attempt, Candidate, Job, digest
@@ -18,6 +20,64 @@ from lanes._core.policy.needs import max_output_tokens
 
 #: Between a dimension and a client's name in the roll-ups' dimension of that client's jobs.
 CLIENT_SEP = "\x1f"
+
+
+class AuditedJob(Protocol):
+    """What an audit row reads of a job: a `Job`, or the `JobFacts` kept of one."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def client(self) -> str: ...
+    @property
+    def cohort(self) -> str | None: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def embedding(self) -> bool: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def dropped(self) -> tuple[str, ...]: ...
+    def fingerprint(self) -> tuple[str, int]: ...
+    def request(self) -> Any: ...
+
+
+@attrs.frozen(kw_only=True)
+class JobFacts:
+    """What the audit keeps of a finished job until its row is written: names, the output cap
+    and the request's digest — never its messages or keys (but for `log_bodies`)."""
+
+    id: str
+    client: str
+    cohort: str | None
+    model: str
+    embedding: bool
+    params: Mapping[str, Any]  # the output cap only
+    dropped: tuple[str, ...]
+    digest: tuple[str, int]
+    body: Any = None  # the request itself, kept only when bodies are logged
+
+    @classmethod
+    def of(cls, job: Job, *, keep_body: bool = False) -> JobFacts:
+        cap = max_output_tokens(job.params)
+        return cls(
+            id=job.id,
+            client=job.client,
+            cohort=job.cohort,
+            model=job.model,
+            embedding=job.embedding,
+            params={"max_tokens": cap} if cap else {},
+            dropped=job.dropped,
+            digest=job.fingerprint(),
+            body=job.request() if keep_body else None,
+        )
+
+    def fingerprint(self) -> tuple[str, int]:
+        return self.digest
+
+    def request(self) -> Any:
+        return self.body
 
 
 def client_dim(dim: str, client: str) -> str:
@@ -54,7 +114,7 @@ def attempt_log(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
 
 def audit_row(
     *,
-    job: Job,
+    job: AuditedJob,
     at: float,
     request_class: str,
     outcome: str,
