@@ -5,6 +5,7 @@ agrees with the full rewriting path."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import sqlite3
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 import lanes
 from helpers import config, local_lane
 from lanes._core.audit import journal
+from lanes._core.freetier import headers, prices
 from lanes._core.model.job import digest
 from lanes._core.state import audit_tables
 from lanes._core.upstream.client import _chunk_shaped, _plain_chunk
@@ -250,3 +252,38 @@ async def test_a_waiting_end_holds_no_message_and_no_key(env, autojump_clock):
         (ended,) = d.journal._ended
         assert "pangram" not in repr(ended) and secret not in repr(ended)
         assert ended.job.request() is None and ended.job.fingerprint()[1] > 0
+
+
+# -- the rate-limit headers and the usage: the quick ways agree with the careful ones ------------
+
+_names = st.sampled_from(
+    ["X-RateLimit-Remaining-Requests", "x-ratelimit-limit-tokens", "Retry-After", " date ", "A"]
+)
+_values = st.one_of(st.text(max_size=6), st.binary(max_size=3), st.none(), st.integers())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.one_of(_names, st.binary(max_size=3)), _values, max_size=6))
+def test_headers_as_a_dict_normalise_as_the_same_pairs_do(given_headers):
+    assert headers._normalise(given_headers) == headers._normalise(list(given_headers.items()))
+
+
+_count = st.one_of(st.integers(-2, 50), st.none(), st.text(max_size=2))
+_usage = st.one_of(
+    st.none(),
+    st.integers(),
+    st.fixed_dictionaries(
+        {},
+        optional={"prompt_tokens": _count, "completion_tokens": _count, "total_tokens": _count},
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_usage, min_size=1, max_size=4), st.lists(st.integers(0, 3), max_size=8))
+def test_reading_the_same_usage_again_reads_what_reading_it_afresh_does(usages, order):
+    for i in [*order, *range(len(usages))]:
+        usage = usages[i % len(usages)]
+        assert prices.usage_tokens(usage) == prices.usage_tokens(copy.deepcopy(usage))
+        read = prices._read_usage_of(usage)
+        assert prices._read_usage(usage) == read

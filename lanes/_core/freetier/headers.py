@@ -392,6 +392,14 @@ def _read_body(body: Any, now_wall: float) -> tuple[float | None, float | None, 
 
 
 def _normalise(headers: Any) -> dict[str, str]:
+    if type(headers) is dict:  # what the upstream client hands over: text names and values
+        fast: dict[str, str] = {}
+        for name, value in headers.items():
+            if type(name) is not str or type(value) is not str:
+                break  # something else in it: the careful way below
+            fast[name.strip().lower()] = value.strip()
+        else:
+            return fast
     items = (
         headers.items()
         if isinstance(headers, Mapping)

@@ -105,9 +105,24 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
     return None if read is None else (read[0], read[1] + read[2])
 
 
+#: The last usage read, and what it read as: an answer's usage is read by the quota, the
+#: attempt, the tally and the audit in turn (the same object, never changed once parsed).
+_last_read: tuple[Any, tuple[int, int, int] | None] = (None, None)
+
+
 def _read_usage(usage: Any) -> tuple[int, int, int] | None:
     """(prompt, completion, excess of the total over them), or None: not sane, or not adding
     up."""
+    global _last_read
+    last, read = _last_read
+    if usage is last and usage is not None:
+        return read
+    read = _read_usage_of(usage)
+    _last_read = (usage, read)
+    return read
+
+
+def _read_usage_of(usage: Any) -> tuple[int, int, int] | None:
     if not isinstance(usage, Mapping):
         return None
     prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
