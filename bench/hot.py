@@ -13,8 +13,9 @@ not a dependency: `pip install py-spy` anywhere and give its path — while the 
 writes the summary `bench.flame.summarise` makes of the samples to `--out` (and py-spy's raw
 samples to `--samples`, if given).
 
-`python -m bench.hot --memory` prints the RSS of the floor and of `lanes serve`, idle and with
-1,000 SSE streams held open (as `make bench` measures it).
+`python -m bench.hot --memory` writes (to `bench/results/memory-<date>.json`) the RSS of the floor
+and of `lanes serve`, idle, warm and with 1,000 SSE streams held open (as `make bench` measures
+it).
 """
 
 from __future__ import annotations
@@ -271,7 +272,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.memory:
-        trio.run(memory, 1000)
+        rss = trio.run(memory, 1000)
+        path = ROOT / "bench" / "results" / f"memory-{dt.date.today().isoformat()}.json"
+        path.write_text(json.dumps(rss, indent=2))
+        print(f"bench: wrote {path.relative_to(ROOT)}", file=sys.stderr)
         return
     if args.profile:
         out = args.out or ROOT / "bench" / "results" / f"profile-{args.profile}.txt"

@@ -17,7 +17,11 @@ import lanes
 from helpers import config, local_lane
 from lanes._core.audit import journal
 from lanes._core.freetier import headers, prices
-from lanes._core.model.job import digest
+from lanes._core.model.job import Candidate, digest
+from lanes._core.policy.needs import Needs
+from lanes._core.policy.policy import fit
+from lanes._core.policy.ranking import Ranking
+from lanes._core.policy.scoring import ScoringConfig, score
 from lanes._core.state import audit_tables
 from lanes._core.upstream.client import _chunk_shaped, _plain_chunk
 from lanes._core.upstream.shapes import ToolIndexes, normal_chunk
@@ -287,3 +291,101 @@ def test_reading_the_same_usage_again_reads_what_reading_it_afresh_does(usages, 
         assert prices.usage_tokens(usage) == prices.usage_tokens(copy.deepcopy(usage))
         read = prices._read_usage_of(usage)
         assert prices._read_usage(usage) == read
+
+
+# -- the ranking: a score kept from the last time equals the score worked out afresh -------------
+
+_CANDIDATES = [Candidate(lane=lane, model=m, tier="free") for lane in ("a", "b") for m in "xy"]
+_step = st.tuples(
+    st.sampled_from(["note", "score"]),
+    st.integers(0, len(_CANDIDATES) - 1),
+    st.sampled_from(["ok", "fault", "deadline", "rate_limited", "abandoned"]),
+    st.floats(0, 10),
+    st.floats(0, 2000),
+    st.booleans(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_step, max_size=30))
+def test_a_score_kept_from_before_is_the_score_worked_out_afresh(steps):
+    ranking, now = Ranking(ScoringConfig()), 1_000.0
+    for kind, i, outcome, latency_s, later, tools in steps:
+        now += later
+        if kind == "note":
+            ranking.note(_CANDIDATES[i], outcome, latency_s, now)
+            continue
+        needs = Needs(tools=tools, tokens=int(latency_s * 1000))
+        degraded = ranking.degraded()
+        got = ranking.scores(_CANDIDATES, needs, now, degraded=degraded)
+        for c in _CANDIDATES:
+            context, capability = fit(c, needs)
+            fresh = score(
+                ranking.stats.get(c.key),
+                now=now,
+                config=ranking.config,
+                degraded=c.lane in degraded,
+                context_fit=context,
+                capability_fit=capability,
+            )
+            assert got[c.key] == fresh
+
+
+def _front_as_it_was(ranking, ordered, job, scores, now, healthy):
+    """`Ranking.front` before it looked at one candidate's health first (its code then)."""
+    from lanes._core.policy.ranking import _to_front
+    from lanes._core.policy.scoring import Stats, pick_exploration
+
+    ordered = list(ordered)
+    free = [c for c in ordered if c.tier == "free" and healthy(c)]
+    if not free:
+        return ordered, None, False
+    remembered = ranking.remembered(job, now)
+    if remembered:
+        chosen = next((c for c in free if c.key == remembered), None)
+        if chosen is not None:
+            return _to_front(ordered, free[0], chosen), None, True
+    ranked = [(c.key, scores.get(c.key, 0.0), ranking.stats.get(c.key, Stats()).n) for c in free]
+    pick = pick_exploration(ranked, ranking.config, ranking.rng.random())
+    if pick is None:
+        return ordered, None, False
+    ranking.explored += 1
+    chosen = next(c for c in free if c.key == pick)
+    return _to_front(ordered, free[0], chosen), pick, False
+
+
+_plan_member = st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from("xyz"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_plan_member, st.sampled_from(["local", "free", "paid"]), st.booleans()),
+        max_size=8,
+        unique_by=lambda m: m[0],
+    ),
+    st.floats(0, 1),
+    st.integers(0, 2**32),
+    st.booleans(),
+)
+def test_the_front_looks_at_less_and_answers_as_it_did(members, rate, seed, conversation):
+    import random
+
+    ordered = [Candidate(lane=lane, model=m, tier=tier) for (lane, m), tier, _ in members]
+    sick = {c.key for c, (_, _, ok) in zip(ordered, members, strict=True) if not ok}
+    scores = {c.key: (hash(c.key) % 100) / 100 for c in ordered}
+    messages = [{"role": "user", "content": "hi"}]
+    if conversation:
+        messages += [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "?"}]
+    job = lanes.Job(messages=messages)
+    both = []
+    for _ in range(2):
+        ranking = Ranking(ScoringConfig(explore_rate=rate, explore_gap=1.0), random.Random(seed))
+        if conversation and ordered:
+            ranking.remember(job, ordered[-1].key, 0.0)
+        both.append(ranking)
+    new = both[0].front(ordered, job, scores, 1.0, lambda c: c.key not in sick)
+    old = _front_as_it_was(both[1], ordered, job, scores, 1.0, lambda c: c.key not in sick)
+    assert new == old
+    assert both[0].rng.random() == both[1].rng.random()  # the same draws taken
+    assert both[0].explored == both[1].explored

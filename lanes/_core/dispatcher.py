@@ -1,5 +1,4 @@
-"""The dispatcher: holds the routing state and serves jobs through two doors, `complete` and
-`open_stream`.
+"""The dispatcher: the routing state, and the doors jobs come through (`complete`, `open_stream`).
 
 Each job gets a record and walks its plan (`engine/walk.py`) under one deadline; each attempt is
 gated, budgeted, sent and settled in one place (`engine/attempt.py`). Every job leaves one audit
@@ -102,8 +101,8 @@ class Dispatcher:
 
     def statistics(self) -> Statistics:
         """A frozen snapshot of lanes, breakers, quotas, spend, approvals and recent jobs."""
-        self.routing.catch_up()  # the host's view: what other processes wrote a moment ago
-        self.journal.fold()  # every finished job counted, its dropped rows too, before reading
+        self.journal.fold()  # every job finished here counted (its dropped rows too) before reading
+        self.routing.catch_up()  # and the host's view: what other processes wrote a moment ago
         return snapshot(
             self.routing,
             store=self.store,

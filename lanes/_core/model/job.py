@@ -8,6 +8,7 @@ when the job enters.
 from __future__ import annotations
 
 # lanes: pure
+import functools
 import hashlib
 import json
 import os
@@ -242,8 +243,9 @@ class Candidate:
     # the tool-use prompt the provider adds to a request with tools (None: not declared)
     tool_prompt_tokens: int | None = None
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        """ "lane/model": worked out once (a plan's walk asks it hundreds of times a job)."""
         return f"{self.lane}/{self.model}"
 
 

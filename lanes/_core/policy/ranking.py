@@ -14,10 +14,14 @@ from lanes._core.policy.policy import fit
 from lanes._core.policy.scoring import (
     ScoringConfig,
     Stats,
+    base_score,
     degraded_providers,
     pick_exploration,
     score,
 )
+
+#: Candidates whose score before the penalties is kept (a catalog is bounded well below).
+MAX_KEPT = 10_000
 
 
 class Ranking:
@@ -30,6 +34,8 @@ class Ranking:
         self.explored = 0  # jobs that went to a runner-up on purpose
         self.explored_ok = 0
         self.scored = 0  # scores computed, all jobs (a plan scores groups, not every model)
+        # per candidate key: what its score before the penalties was made of, and that score
+        self._base: dict[str, tuple[tuple[object, ...], float]] = {}
 
     def note(self, candidate: Candidate, outcome: str, latency_s: float, now: float) -> None:
         if outcome not in ("ok", "fault", "deadline", "rate_limited"):
@@ -67,14 +73,40 @@ class Ranking:
     ) -> float:
         self.scored += 1
         context, capability = fit(c, needs)
-        return score(
-            stats,
-            now=now,
-            config=self.config,
-            degraded=c.lane in degraded,
-            context_fit=context,
-            capability_fit=capability,
+        if stats is None:
+            return score(
+                None,
+                now=now,
+                config=self.config,
+                degraded=c.lane in degraded,
+                context_fit=context,
+                capability_fit=capability,
+            )
+        # what the score is made of but time: the same as last time (most candidates, most jobs:
+        # only the one that served has new outcomes), the same score before the penalties
+        made_of = (
+            stats.successes,
+            stats.n,
+            stats.latency_s,
+            context,
+            capability,
+            c.lane in degraded,
         )
+        kept = self._base.get(c.key)
+        if kept is not None and kept[0] == made_of:
+            base = kept[1]
+        else:
+            base = base_score(
+                stats,
+                config=self.config,
+                degraded=made_of[5],
+                context_fit=context,
+                capability_fit=capability,
+            )
+            if len(self._base) >= MAX_KEPT:
+                self._base.clear()
+            self._base[c.key] = (made_of, base)
+        return base - stats.penalty(now, self.config)
 
     def degraded(self) -> set[str]:
         """The lanes whose recent outcomes are mostly failures (see `degraded_providers`)."""
@@ -114,16 +146,25 @@ class Ranking:
         for about `explore_rate` of jobs, a close runner-up or an under-sampled model first.
         Returns (order, explored key or None, sticky)."""
         ordered = list(ordered)
-        free = [c for c in ordered if c.tier == "free" and healthy(c)]
-        if not free:
+        # the free leader, and only then — when the draw says this job may explore — the rest of
+        # the healthy free candidates: most jobs look at one candidate's health, not at all of them
+        leader = next((c for c in ordered if c.tier == "free" and healthy(c)), None)
+        if leader is None:
             return ordered, None, False
         remembered = self.remembered(job, now)
         if remembered:
-            chosen = next((c for c in free if c.key == remembered), None)
+            chosen = next(
+                (c for c in ordered if c.key == remembered and c.tier == "free" and healthy(c)),
+                None,
+            )
             if chosen is not None:
-                return _to_front(ordered, free[0], chosen), None, True
+                return _to_front(ordered, leader, chosen), None, True
+        draw = self.rng.random()
+        if draw >= self.config.explore_rate:  # `pick_exploration` would pick nothing
+            return ordered, None, False
+        free = [c for c in ordered if c.tier == "free" and healthy(c)]
         ranked = [(c.key, scores.get(c.key, 0.0), self.stats.get(c.key, Stats()).n) for c in free]
-        pick = pick_exploration(ranked, self.config, self.rng.random())
+        pick = pick_exploration(ranked, self.config, draw)
         if pick is None:
             return ordered, None, False
         self.explored += 1

@@ -136,6 +136,25 @@ def score(
 ) -> float:
     """The candidate's ranking score (higher is better)."""
     stats = stats or Stats()
+    base = base_score(
+        stats,
+        config=config,
+        degraded=degraded,
+        context_fit=context_fit,
+        capability_fit=capability_fit,
+    )
+    return base - stats.penalty(now, config)
+
+
+def base_score(
+    stats: Stats,
+    *,
+    config: ScoringConfig,
+    degraded: bool,
+    context_fit: float,
+    capability_fit: float,
+) -> float:
+    """The score before the recent penalties: what does not change with time."""
     w = config.weights
     rel = reliability(stats.successes, stats.n, config) * (
         config.degraded_multiplier if degraded else 1.0
@@ -148,7 +167,6 @@ def score(
         + w.get("latency", 0) * latency
         + w.get("context", 0) * context_fit
         + w.get("capability", 0) * capability_fit
-        - stats.penalty(now, config)
     )
 
 
