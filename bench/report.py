@@ -352,6 +352,8 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     lines += _audit_report(data.get("audit_report"))
     lines += whatif_section(data.get("whatif"))
     lines += hot_section(latest_hot())
+    lines += plan_section(_latest("plan"))
+    lines += workers_section(_latest("workers-cpu"))
     path = DOCS / "benchmarks.md"
     path.write_text("\n".join(lines))
     return path
@@ -374,10 +376,77 @@ def _audit_report(a: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _latest(kind: str) -> dict[str, Any] | None:
+    """The newest `bench/results/<kind>-<date>.json`, if any."""
+    runs = sorted((ROOT / "bench" / "results").glob(f"{kind}-2*.json"))
+    return json.loads(runs[-1].read_text()) if runs else None
+
+
 def latest_hot() -> dict[str, Any] | None:
     """The newest `python -m bench.hot --floor` run in bench/results, if any."""
-    runs = sorted((ROOT / "bench" / "results").glob("hot-*.json"))
-    return json.loads(runs[-1].read_text()) if runs else None
+    return _latest("hot")
+
+
+def workers_section(w: dict[str, Any] | None) -> list[str]:
+    """`--workers 2` against one worker, with where the machine's CPU went (bench.workers_cpu)."""
+    if not w or "json_per_sidecar_cpu_w2_over_w1" not in w:
+        return []
+    lines = [
+        "## `--workers 2` on this machine",
+        "",
+        f"`python -m bench.workers_cpu` on {w['date']}, at 64 connections: CPU seconds per wall "
+        f"second of the sidecar's processes, the fake upstream and the load generator "
+        f"({w['cores']} cores in all).",
+        "",
+        "| | req/s | sidecar | upstream | load generator | all | req/s per sidecar CPU s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind in ("json", "sse"):
+        for workers in (1, 2):
+            row = w[f"{kind}_w{workers}"]
+            cpu = row["cpu_per_wall_s"]
+            lines.append(
+                f"| {kind.upper()}, {workers} worker{'s' if workers > 1 else ''} | "
+                f"{row['rps']:.0f} | {cpu['sidecar']:.2f} | {cpu['upstream']:.2f} | "
+                f"{cpu['load_generator']:.2f} | {sum(cpu.values()):.2f} | "
+                f"{row['rps'] / cpu['sidecar']:.0f} |"
+            )
+    lines += [
+        "",
+        f"Two workers against one: JSON {w['json_w2_over_w1']:.2f}×, SSE "
+        f"{w['sse_w2_over_w1']:.2f}×; per CPU second the sidecar used, JSON "
+        f"{w['json_per_sidecar_cpu_w2_over_w1']:.2f}×, SSE "
+        f"{w['sse_per_sidecar_cpu_w2_over_w1']:.2f}×. With two workers the machine is full: the "
+        "sidecar gets what the upstream and the load generator leave of its two cores, so the "
+        "ratio here measures the cores left, not the sidecar's scaling.",
+        "",
+    ]
+    return lines
+
+
+def plan_section(p: dict[str, Any] | None) -> list[str]:
+    """The dispatcher's own CPU per job, without HTTP (`python -m bench.plan`)."""
+    if not p:
+        return []
+    lines = [
+        "## The dispatcher alone, per job",
+        "",
+        f"`python -m bench.plan` on {p['date']}: one dispatcher over an in-process upstream "
+        f"(httpx2's `MockTransport`), {p['jobs']:,} jobs one at a time, the best of "
+        f"{len(next(iter(p['cases'].values()))['runs'])} runs: CPU per job on the reply's path, "
+        "and what the state sync adds later (the journal's fold and the audit write).",
+        "",
+        "| asked | free models | µs a job | + later |",
+        "|---|---|---|---|",
+    ]
+    for name, c in p["cases"].items():
+        asked = "an alias of two" if name == "alias" else "`auto`"
+        lines.append(
+            f"| {asked} | {c['models']} | {c['us_per_job']:.0f} | "
+            f"{c['fold_and_write_us_per_job']:.0f} |"
+        )
+    lines.append("")
+    return lines
 
 
 #: The hot path's figures: name, measure, figure, how lanes must stand to the floor (issue 32).
@@ -424,7 +493,7 @@ def hot_section(h: dict[str, Any] | None) -> list[str]:
         "0.45 ms of CPU per JSON request), "
         "and the rest — parsing and checking the job, the plan, the gate and breakers, the quota "
         "counts and header parsing, the money path's quote and hold, the journal — is spread "
-        "over some sixty functions, none above about 2 % of the samples:",
+        "over some sixty functions, none above about 2 % of the samples on its own:",
         "",
     ]
     for kind in ("json", "sse"):

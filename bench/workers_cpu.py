@@ -3,7 +3,9 @@ is loaded, JSON and SSE at 64 connections — the sidecar's processes, the fake 
 generator (this process), in CPU seconds per wall second (2.0 = both cores of this machine).
 
 Issue 32 asks why two workers scale JSON 2.0× but SSE 1.6×. If the three together use the whole
-machine under SSE, the ceiling is the machine's, not the sidecar's: the answer is in the split.
+machine under SSE, the ceiling is the machine's, not the sidecar's: the answer is in the split, and
+in the answers per CPU second the sidecar itself used (the same with two workers as with one when
+nothing is lost to the second process).
 Writes bench/results/workers-cpu-DATE.json. Loopback only.
 """
 
@@ -112,6 +114,13 @@ async def measure(seconds: float) -> dict[str, Any]:
                         }
     for kind in ("json", "sse"):
         out[f"{kind}_w2_over_w1"] = out[f"{kind}_w2"]["rps"] / out[f"{kind}_w1"]["rps"]
+        # answers per CPU second the sidecar itself used: 1.0 when two workers do as much with a
+        # core as one does (the scaling then is the cores the sidecar gets, no more)
+        per_cpu = [
+            out[f"{kind}_w{w}"]["rps"] / out[f"{kind}_w{w}"]["cpu_per_wall_s"]["sidecar"]
+            for w in (1, 2)
+        ]
+        out[f"{kind}_per_sidecar_cpu_w2_over_w1"] = per_cpu[1] / per_cpu[0]
     return out
 
 
@@ -129,6 +138,11 @@ def main() -> None:
                 f"all {sum(cpu.values()):.2f} of {result['cores']}"
             )
     print(f"w2/w1: JSON {result['json_w2_over_w1']:.2f}x, SSE {result['sse_w2_over_w1']:.2f}x")
+    print(
+        "w2/w1 per CPU second of the sidecar's own: "
+        f"JSON {result['json_per_sidecar_cpu_w2_over_w1']:.2f}x, "
+        f"SSE {result['sse_per_sidecar_cpu_w2_over_w1']:.2f}x"
+    )
     path = ROOT / "bench" / "results" / f"workers-cpu-{result['date']}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path.relative_to(ROOT)}")
