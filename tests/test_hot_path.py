@@ -5,6 +5,7 @@ agrees with the full rewriting path."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import sqlite3
@@ -28,6 +29,17 @@ from lanes._core.upstream.shapes import ToolIndexes, normal_chunk
 from lanes.testing import open_fake
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
+
+
+@contextlib.asynccontextmanager
+async def local_dispatcher(env, **top):
+    """A dispatcher over one local lane on a loopback fake (so the test runs with FREE_LANE=off)."""
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        lanes.open_dispatcher(config(local_lane("local", local.base_url), **top), env=env) as d,
+    ):
+        yield d
+
 
 # -- a stream chunk: the one-pass check against the full path ------------------------------------
 
@@ -174,10 +186,7 @@ def test_the_rollups_summed_per_batch_equal_the_rollups_written_row_by_row(drawn
 
 
 async def test_a_finished_job_is_in_every_reader_before_any_sync(env, autojump_clock):
-    async with (
-        open_fake("local", models=("local-model",)) as local,
-        lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as d,
-    ):
+    async with local_dispatcher(env) as d:
         replies = [await d.complete(lanes.Job(messages=MESSAGES)) for _ in range(3)]
         recent = d.statistics().recent
         assert [r["id"] for r in recent] == [r.request_id for r in reversed(replies)]
@@ -195,10 +204,7 @@ async def test_finished_jobs_are_folded_at_once_when_too_many_wait(
     """Each waiting end holds its job's request: no more than `MAX_ENDED` of them wait, whether or
     not anything reads."""
     monkeypatch.setattr(journal, "MAX_ENDED", 4)
-    async with (
-        open_fake("local", models=("local-model",)) as local,
-        lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as d,
-    ):
+    async with local_dispatcher(env) as d:
         waiting = []
         for _ in range(10):
             await d.complete(lanes.Job(messages=MESSAGES))
@@ -209,12 +215,7 @@ async def test_finished_jobs_are_folded_at_once_when_too_many_wait(
 
 @pytest.mark.parametrize("log_bodies", [False, True])
 async def test_the_answer_is_kept_only_for_log_bodies(env, autojump_clock, log_bodies):
-    async with (
-        open_fake("local", models=("local-model",)) as local,
-        lanes.open_dispatcher(
-            config(local_lane("local", local.base_url), log_bodies=log_bodies), env=env
-        ) as d,
-    ):
+    async with local_dispatcher(env, log_bodies=log_bodies) as d:
         reply = await d.complete(lanes.Job(messages=MESSAGES))
         (ended,) = d.journal._ended
         assert (ended.answer is not None) is log_bodies
@@ -228,12 +229,7 @@ async def test_a_job_whose_row_can_not_be_built_costs_no_other_job_its_row(env, 
     """A library caller's message holding a value JSON can not write (a date) with bodies logged:
     that job's row is dropped and counted, the jobs around it keep theirs."""
     messages = [{"role": "user", "content": "Say the pangram.", "x": datetime.date(2026, 12, 2)}]
-    async with (
-        open_fake("local", models=("local-model",)) as local,
-        lanes.open_dispatcher(
-            config(local_lane("local", local.base_url), log_bodies=True), env=env
-        ) as d,
-    ):
+    async with local_dispatcher(env, log_bodies=True) as d:
         first = await d.complete(lanes.Job(messages=MESSAGES))
         with pytest.raises(lanes.JobFailed):  # nor can it be sent: JSON can not write it
             await d.complete(lanes.Job(messages=messages))
@@ -248,10 +244,7 @@ async def test_a_job_whose_row_can_not_be_built_costs_no_other_job_its_row(env, 
 
 async def test_a_waiting_end_holds_no_message_and_no_key(env, autojump_clock):
     secret = "sk-test-" + "k" * 24
-    async with (
-        open_fake("local", models=("local-model",)) as local,
-        lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as d,
-    ):
+    async with local_dispatcher(env) as d:
         await d.complete(lanes.Job(messages=MESSAGES, keys={"local": secret}))
         (ended,) = d.journal._ended
         assert "pangram" not in repr(ended) and secret not in repr(ended)
