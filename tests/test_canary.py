@@ -313,7 +313,7 @@ async def test_a_quarantined_model_says_so_in_errors_and_state(env, tmp_path, au
         cfg = config(free_lane("a", a.base_url, models=["m"]), state=str(tmp_path / "s.db"))
         async with lanes.open_dispatcher(cfg, env=env) as d:
             d.store.set_quarantine("a/m", "drifted", "drift 0.9")
-            d.apply_quarantine(d.store.quarantined())
+            d.quarantine(d.store.quarantined())
             with pytest.raises(lanes.JobFailed) as caught:
                 await d.complete(
                     lanes.Job(messages=[{"role": "user", "content": "x"}], model="a/m")

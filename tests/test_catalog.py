@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import types
 
 import httpx2
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 import lanes
 from helpers import config, free_lane
 from lanes._core.freetier.kinds import FreeModelsOnly, NoFreeTier, RateLimitedFree, tier_of
+from lanes._core.policy import ranking
 from lanes._core.policy.scoring import (
     ScoringConfig,
     Stats,
@@ -22,7 +24,7 @@ from lanes._core.policy.scoring import (
     wilson_lower,
 )
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
-from lanes.testing import open_fake, rate_limited, status
+from lanes.testing import answer, open_fake, rate_limited, status
 
 # -- recorded-shape catalogs -----------------------------------------------------------------------
 
@@ -261,7 +263,7 @@ JOB = [{"role": "user", "content": "hi"}]
 
 
 @pytest.mark.free_lane
-async def test_exploration_rate_within_tolerance(env, autojump_clock):
+async def test_exploration_rate_within_tolerance(env, autojump_clock, monkeypatch):
     """With explore_rate 0.2 about a fifth of 500 jobs go to the runner-up, marked as explored."""
     async with open_fake("a", models=("m",)) as a, open_fake("b", models=("m",)) as b:
         cfg = config(
@@ -269,14 +271,14 @@ async def test_exploration_rate_within_tolerance(env, autojump_clock):
             free_lane("b", b.base_url, ["m"]),
             scoring={"explore_rate": 0.2},
         )
+        seeded = types.SimpleNamespace(Random=lambda: random.Random(42))  # the draw, repeatable
+        monkeypatch.setattr(ranking, "random", seeded)
         async with lanes.open_dispatcher(cfg, env=env) as d:
-            d.routing.ranking.rng = random.Random(42)
             replies = [await d.complete(lanes.Job(messages=JOB)) for _ in range(500)]
+            counted = d.statistics().explored
     explored = sum(r.explored for r in replies)
     assert 70 <= explored <= 130, explored
-    assert (
-        all(r.lane == "b" for r in replies if r.explored) and d.routing.ranking.explored == explored
-    )
+    assert all(r.lane == "b" for r in replies if r.explored) and counted == explored
 
 
 @pytest.mark.free_lane
@@ -328,7 +330,10 @@ async def test_sticky_conversation_stays_on_its_model(env, autojump_clock):
             first = await d.complete(lanes.Job(messages=JOB, client="c1"))
             for _ in range(30):  # b builds a better record through pinned jobs; a gets a penalty
                 await d.complete(lanes.Job(messages=JOB, model="b/m"))
-            d.routing.ranking.note(d.lanes["a"].candidates[0], "fault", 1.0, d.now_wall())
+            a.script("m", status(503))  # a fault: a gets a penalty
+            with pytest.raises(lanes.JobFailed):
+                await d.complete(lanes.Job(messages=JOB, model="a/m"))
+            a.script("m", answer())
             second_turn = JOB + [
                 {"role": "assistant", "content": first.text},
                 {"role": "user", "content": "more"},

@@ -113,7 +113,7 @@ async def test_a_process_whose_wall_steps_a_day_closes_paid_and_says_why_once(
             state=str(tmp_path / "s.db"),
         )
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
-            dispatcher.wall.step(DAY_S)
+            dispatcher.clock.wall.step(DAY_S)
             served = await dispatcher.complete(lanes.Job(messages=MESSAGES))
             local.script("local-model", status(503))
             refused = []
@@ -125,7 +125,7 @@ async def test_a_process_whose_wall_steps_a_day_closes_paid_and_says_why_once(
             await trio.sleep(1)  # a sync: the audit rows reach the file
             [(stamped,)] = sqlite_store(dispatcher).records.query("SELECT MAX(at) FROM audit")
             assert abs(stamped - dispatcher.clock.trusted()) < 5  # on the host's day, not ahead
-            dispatcher.wall.step(-DAY_S)
+            dispatcher.clock.wall.step(-DAY_S)
             reopened = await dispatcher.complete(lanes.Job(messages=MESSAGES))
     assert served.lane == "local" and reopened.lane == "paid" and len(paid.log) == 1
     assert all("ahead of the host's clock" in str(e) for e in refused)
@@ -186,7 +186,7 @@ def test_processes_on_one_file_never_bill_past_one_ceiling_a_day(walls, steps):
             clock = StoreClock(
                 SteppedWall(host, offset), tolerance_s=TOLERANCE_S, kind="sqlite", where=path
             )
-            ledgers.append(Ledger(policy, FreeTierManager(), store, clock.wall, clock))
+            ledgers.append(Ledger(lambda: policy, FreeTierManager(), store, clock.wall, clock))
         granted: dict[int, float] = {}
 
         async def run() -> None:

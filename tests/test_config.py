@@ -306,7 +306,7 @@ async def test_startup_skips_a_missing_module_with_one_line(caplog):
         env={},
     )
     async with open_dispatcher(config, env={}) as dispatcher:
-        assert "not found" in dispatcher.unavailable["cerebrass"]
+        assert "not found" in dispatcher.statistics().unavailable["cerebrass"]
         assert list(dispatcher.lanes) == ["l"]
 
 

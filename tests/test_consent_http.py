@@ -301,7 +301,7 @@ async def test_a_grant_revoked_mid_stream_is_not_spent_by_its_recovery(env, auto
             },
         )
         async with lanes.open_dispatcher(cfg, env=env) as d:
-            approvals = d.routing.approvals
+            approvals = d.approvals
             revoked: list[bool] = []
 
             async def emit(event: Event) -> None:
@@ -338,7 +338,7 @@ async def test_a_grant_revoked_before_a_retry_pays_for_no_retry(env, autojump_cl
             },
         )
         async with lanes.open_dispatcher(cfg, env=env) as d:
-            approvals = d.routing.approvals
+            approvals = d.approvals
             revoked: list[bool] = []
 
             async def grant_then_revoke() -> None:

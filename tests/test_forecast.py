@@ -469,33 +469,33 @@ def test_under_a_shared_store_a_client_without_a_ceiling_sees_its_own_audited_sp
     """Redis keeps no total for a client without a ceiling of its own: its paid day is what this
     host's audit settled for it — never every client's spend (which, less its own, would be the
     other tenants'), never a zero made up."""
-    from types import SimpleNamespace
-
     from lanes._core.audit.quotas import paid_day
 
     class Ledger:
+        def ceiling(self, client: str | None = None) -> float:
+            return 10.0
+
         def client_ceiling(self, client: str) -> float | None:
             return None
 
         def spent_today(self, client: str | None = None) -> float:
             return 9.0 if client is None else 0.0  # the store's total; no client total kept
 
-        def left_today(self, client: str = "anonymous") -> float:
+        def left_today(self, client: str | None = None) -> float:
             return 1.0
 
         def day_ends_at(self) -> float:
             return 86400.0
 
-    routing: Any = SimpleNamespace(
-        ledger=Ledger(), policy=SimpleNamespace(paid_ceiling_usd_per_day=10.0), store_shared=True
-    )
+    ledger = Ledger()
     asked: list[tuple[str, float]] = []
 
     def audited(client: str, since: float) -> float:
         asked.append((client, since))
         return 0.5
 
-    day = paid_day(routing, "alice", audited=audited)
+    day = paid_day(ledger, True, "alice", audited=audited)
     assert (day.client, day.spent_usd, day.this_host, day.closed) == ("alice", 0.5, True, False)
     assert asked == [("alice", 0.0)]  # since the ledger's day began
-    assert paid_day(routing).spent_usd == 9.0 and paid_day(routing).client is None  # the admin's
+    every = paid_day(ledger, True)
+    assert every.spent_usd == 9.0 and every.client is None  # the admin's

@@ -193,10 +193,10 @@ async def test_provider_balance_beats_the_local_estimate(env, autojump_clock):
         credit.balance = 0.0
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
             await trio.sleep(1)
-            assert dispatcher.routing.manager.credit_left("credit", dispatcher.now_wall()) == 0.0
+            assert dispatcher.manager.credit_left("credit", dispatcher.now_wall()) == 0.0
             assert (await dispatcher.complete(job())).lane == "paid"
             credit.balance = 4.5
             await trio.sleep(60)
-            assert dispatcher.routing.manager.credit_left("credit", dispatcher.now_wall()) == 4.5
+            assert dispatcher.manager.credit_left("credit", dispatcher.now_wall()) == 4.5
             assert (await dispatcher.complete(job())).lane == "credit"
     assert [r.authorization for r in credit.requests() if r.behaviour == "key"] == [True, True]

@@ -16,8 +16,6 @@ import lanes
 from helpers import config, http_client, local_lane, paid_lane, sqlite_store, store_up
 from lanes._core.freetier.headers import MAX_WAIT_S
 from lanes._core.freetier.prices import MAX_TOKENS
-from lanes._core.runtime.tasks import LISTENER, SYNC
-from lanes._core.state.sync import StateSync
 from lanes._http.metrics import Metrics
 from lanes.testing import ANSWER, answer, open_fake, rate_limited, raw
 from sidecar import open_sidecar
@@ -103,10 +101,10 @@ async def test_an_absurd_retry_after_is_clamped_and_said_once(
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         now = dispatcher.now_wall()
         for _ in range(3):
-            dispatcher.routing.manager.forget_backoff("sick/sick-model")
+            dispatcher.manager.forget_backoff("sick/sick-model")
             await dispatcher.complete(job())
         await trio.sleep(0.6)
-        backoff = dispatcher.routing.manager.backoff("sick/sick-model")
+        backoff = dispatcher.manager.backoff("sick/sick-model")
         stats = dispatcher.statistics()
     assert backoff is None or backoff.until <= now + MAX_WAIT_S * 1.1 + 1
     assert stats.background.failing == {}
@@ -293,8 +291,7 @@ async def test_audit_rows_wait_in_a_bounded_queue_while_the_disk_is_full(
             for _ in range(20):
                 await dispatcher.complete(job())
                 await trio.sleep(0.3)
-            waiting = len(dispatcher.journal.take_rows())
-            dispatcher.journal.return_rows([])
+            waiting = len(dispatcher.take_audit_rows())
             store.records.add_audit = real  # type: ignore[method-assign]
             await trio.sleep(0.6)
             stats = dispatcher.statistics().background
@@ -310,9 +307,7 @@ async def test_unreadable_events_from_other_hosts_are_dropped_and_counted(env, a
         open_fake("local", models=("local-model",)) as local,
         lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as d,
     ):
-        sync = StateSync(
-            d.routing.manager, d.store, d, d.background.task(SYNC), d.background.task(LISTENER)
-        )
+        sync = d._sync  # the dispatcher's own: what another host publishes reaches it
         bad = {"t": "backoff", "scope": "x", "s": 1, "r": "rate_limited", "o": ""}
         sync.apply(
             [
@@ -326,7 +321,7 @@ async def test_unreadable_events_from_other_hosts_are_dropped_and_counted(env, a
         )
         stats = d.statistics().background
     assert stats.dropped["unreadable events"] == 6
-    assert d.routing.manager.backoff("x") is None
+    assert d.manager.backoff("x") is None
 
 
 async def test_a_catalog_that_breaks_the_refresh_never_kills_it(env, autojump_clock, caplog_lanes):

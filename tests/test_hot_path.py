@@ -208,7 +208,7 @@ async def test_finished_jobs_are_folded_at_once_when_too_many_wait(
         waiting = []
         for _ in range(10):
             await d.complete(lanes.Job(messages=MESSAGES))
-            waiting.append(len(d.journal._ended))
+            waiting.append(len(d._journal._ended))
         assert max(waiting) < 4 and waiting[3] == 0  # the fourth end folded all four
         assert len(d.take_audit_rows()) == 10
 
@@ -217,7 +217,7 @@ async def test_finished_jobs_are_folded_at_once_when_too_many_wait(
 async def test_the_answer_is_kept_only_for_log_bodies(env, autojump_clock, log_bodies):
     async with local_dispatcher(env, log_bodies=log_bodies) as d:
         reply = await d.complete(lanes.Job(messages=MESSAGES))
-        (ended,) = d.journal._ended
+        (ended,) = d._journal._ended
         assert (ended.answer is not None) is log_bodies
         (row,) = d.take_audit_rows()
     assert bool(row["body"]) is log_bodies
@@ -246,7 +246,7 @@ async def test_a_waiting_end_holds_no_message_and_no_key(env, autojump_clock):
     secret = "sk-test-" + "k" * 24
     async with local_dispatcher(env) as d:
         await d.complete(lanes.Job(messages=MESSAGES, keys={"local": secret}))
-        (ended,) = d.journal._ended
+        (ended,) = d._journal._ended
         assert "pangram" not in repr(ended) and secret not in repr(ended)
         assert ended.job.request() is None and ended.job.fingerprint()[1] > 0
 

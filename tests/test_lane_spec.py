@@ -234,11 +234,12 @@ async def test_a_lane_class_that_fails_to_build_is_one_line(
             config({"name": "old", "module": "stale.old"}, {"name": "ollama"}), env=env
         ) as dispatcher:
             assert list(dispatcher.lanes) == ["ollama"]
+            unavailable = dispatcher.statistics().unavailable
     finally:
         sys.modules.pop("stale.old", None)
         sys.modules.pop("stale", None)
     why = "module stale.old: its Lane failed to build (TypeError) — skipped"
-    assert dispatcher.unavailable == {"old": why}
+    assert unavailable == {"old": why}
     assert f"lane old: {why}" in caplog_lanes.messages
 
 

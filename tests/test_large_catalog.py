@@ -268,7 +268,7 @@ async def test_discovery_keeps_at_most_max_models(env, autojump_clock, caplog_la
             await loaded(d, 1000)
             await trio.sleep(1)
             models = [c.model for c in d.lanes["big"].candidates]
-            await d.routing.refresh_catalogs(trio.current_time() + 30)
+            await d.catalog.refresh_catalogs(trio.current_time() + 30)
             kept_records = len(d.lanes["big"].catalog)
     assert models == [f"vendor/m{i}:free" for i in range(1000)]
     assert kept_records == 1000  # the records of the models left out are not kept either

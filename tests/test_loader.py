@@ -22,10 +22,11 @@ async def test_missing_module_is_one_log_line_and_the_rest_serve(env, caplog_lan
             reply = await dispatcher.complete(
                 lanes.Job(messages=[{"role": "user", "content": "hi"}])
             )
+            unavailable = dispatcher.statistics().unavailable
     assert reply.lane == "local"
     lines = [r.getMessage() for r in caplog_lanes.records if "groq" in r.getMessage()]
     assert lines == ["lane groq: module lanes.no_such_lane not found — skipped"]
-    assert dispatcher.unavailable == {"groq": "module lanes.no_such_lane not found — skipped"}
+    assert unavailable == {"groq": "module lanes.no_such_lane not found — skipped"}
 
 
 async def test_missing_key_switches_the_lane_off(env, caplog_lanes, autojump_clock):
@@ -75,7 +76,8 @@ async def test_broken_and_empty_modules_are_skipped(
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         assert list(dispatcher.lanes) == ["c"]
         assert dispatcher.lanes["c"].candidates[0].tier == "local"
-    assert dispatcher.unavailable == {
+        unavailable = dispatcher.statistics().unavailable
+    assert unavailable == {
         "a": "module extlanes.broken failed to import (RuntimeError) — skipped",
         "b": "module extlanes.empty declares no PROVIDER — skipped",
         "d": "disabled in config — skipped",

@@ -10,11 +10,8 @@ import lanes
 from helpers import config, free_lane
 from lanes._core.check import check_config
 from lanes._core.config.schema import packaged, read_config
-from lanes._core.engine.context import Routing
+from lanes._core.engine.catalog import Catalog
 from lanes._core.freetier.manager import FreeTierManager
-from lanes._core.runtime.wall import Wall
-from lanes._core.state.clock import StoreClock
-from lanes._core.state.store import SQLiteStore
 
 NAMES = {
     "claude-opus-4-8": "claude-opus-4-7",
@@ -28,16 +25,13 @@ NAMES = {
 }
 
 
-def routing(cfg: lanes.Config) -> Routing:
-    store = SQLiteStore(":memory:")
-    return Routing(
-        config=cfg,
-        lanes={},
-        store=store,
-        clock=StoreClock(Wall(), tolerance_s=120.0, kind=store.kind, where=store.where),
-        manager=FreeTierManager(),
-        now_wall=lambda: 0.0,  # type: ignore[arg-type,return-value]
-        free_lane_on=True,
+def routing(cfg: lanes.Config) -> Catalog:
+    """The config's names resolved over no lanes (aliases and their patterns only)."""
+    return Catalog(
+        (),
+        aliases=cfg.aliases,
+        alias_patterns=cfg.alias_patterns,
+        register=FreeTierManager().register,
     )
 
 

@@ -27,7 +27,7 @@ from lanes._core.model.clocks import TrioTime
 from lanes._core.model.errors import FallbackDenied, FallbackNeedsApproval, PaidBudgetExhausted
 from lanes._core.model.job import Candidate, Job, Outcome
 from lanes._core.model.record import JobRecord
-from lanes._core.money.approvals import Approvals
+from lanes._core.money.approvals import PendingApprovals
 from lanes._core.money.consent import Consent
 from lanes._core.money.ledger import Ledger
 from lanes._core.money.paid import Hold, PaidGate
@@ -145,12 +145,13 @@ class Bench:
         self.store = store
         self.wall = Wall(base=1_800_000_000.0, simulated=True)  # 08:00 UTC: no midnight in a run
         clock = StoreClock(self.wall, tolerance_s=120.0, kind="sqlite", where=":memory:")
-        self.ledger = Ledger(policy, FreeTierManager(), store, self.wall, clock)
-        self.approvals = Approvals(store, self.wall, once_ttl_s=policy.once_ttl_s)
-        self.consent = Consent(policy, self.approvals, lambda job: None)
+        self.policy = policy  # the policy in force: each payment sets its consent mode
+        self.ledger = Ledger(lambda: self.policy, FreeTierManager(), store, self.wall, clock)
+        self.approvals = PendingApprovals(store, self.wall, once_ttl_s=policy.once_ttl_s)
+        self.consent = Consent(lambda: self.policy, self.approvals, lambda job: None)
         manager = FreeTierManager()
         manager.register(PAID.lane, LaneTerms(kind=NoFreeTier()))
-        self.gate = PaidGate(self.ledger, self.consent, manager, self.wall)
+        self.gate = PaidGate(self.ledger, self.consent, manager, self.wall, lambda: self.policy)
         self.granted: set[str] = set()  # clients granted paid fallback (for an hour: the run)
 
     def rows(self) -> dict[str, float]:
@@ -171,7 +172,7 @@ class Bench:
         if person == "grant":
             self.store.put_grant(client, self.wall() + 3600.0, self.wall())
             self.granted.add(client)
-        self.consent.policy = attrs.evolve(self.consent.policy, free_tier_fallback=fallback)
+        self.policy = attrs.evolve(self.policy, free_tier_fallback=fallback)
         permit = None
         async with trio.open_nursery() as nursery:
             if person == "once" or person == "deny":

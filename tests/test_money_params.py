@@ -321,8 +321,8 @@ async def test_concurrent_credit_attempts_never_overdraw_the_credits(env, autoju
             async with trio.open_nursery() as nursery:
                 for _ in range(20):
                     nursery.start_soon(one)
-            left = d.routing.manager.credit_left("cred", d.now_wall())
-            held = d.routing.manager.credit_held()
+            left = d.manager.credit_left("cred", d.now_wall())
+            held = d.manager.credit_held()
     bills = [
         (u["prompt_tokens"] * IN + u["completion_tokens"] * OUT) / 1e6
         for u in (greedy()(dict(r.body)) for r in cred.requests())
@@ -360,8 +360,8 @@ async def test_a_paid_model_of_a_credit_lane_spends_its_credits_too(env, autojum
         policy = {"free_tier_fallback": "allow"}
         async with lanes.open_dispatcher(config(table, policy=policy), env=env) as d:
             reply = await d.complete(lanes.Job(messages=MESSAGES, model="cred/m"))
-            spent = d.routing.manager.credit_spent("cred", d.now_wall())
-            held = d.routing.manager.credit_held()
+            spent = d.manager.credit_spent("cred", d.now_wall())
+            held = d.manager.credit_held()
     assert reply.cost_usd > 0 and spent == pytest.approx(reply.cost_usd)
     assert held == {}
 

@@ -122,7 +122,7 @@ async def test_a_job_waits_for_another_process_probe_and_takes_its_answer(
         )
         other = SQLiteStore(str(tmp_path / "state.db"))
         async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
-            scope = dispatcher.routing.manager.scope("free", "free-model")
+            scope = dispatcher.manager.scope("free", "free-model")
             assert other.probe_lease(scope, 30.0, dispatcher.now_wall()) is True
             failed: list[lanes.JobFailed] = []
 

@@ -94,13 +94,16 @@ def test_kill_switch_grants_and_probe_results_are_published(redis_server):
 
 def test_quarantine_is_shared_and_kept_while_redis_is_down(redis_server, tmp_path):
     """The canary's quarantine is shared; with Redis down the last view stands, verdicts wait."""
-    a, b = host(redis_server.url), host(redis_server.url)
+    local = SQLiteStore(":memory:")
+    a, b = RedisStore(redis_server.url, local=local), host(redis_server.url)
+    a.begin_sync(time.time())
+    a.flush()
     a.set_quarantine("free/m", "drifted", "3 of 10 answers moved", at=1.0)
     assert "drifted" in b.quarantined()["free/m"]
     redis_server.kill()
     assert "drifted" in b.quarantined()["free/m"]  # the last view stands
     a.set_quarantine("free/n", "failed", "no answer", at=2.0)  # kept in the local file and queued
-    assert a.local.quarantined().keys() == {"free/m", "free/n"}
+    assert local.quarantined().keys() == {"free/m", "free/n"}
     redis_server.start()
     a.begin_sync(time.time())
     a.flush()

@@ -137,7 +137,7 @@ async def test_usage_in_a_vendor_extension_counts_toward_the_free_tier(env):
                 assert "".join(
                     [c["choices"][0]["delta"].get("content") or "" async for c in stream]
                 )
-            manager = dispatcher.routing.manager
+            manager = dispatcher.manager
             used = manager.used(
                 manager.scope("free", "free-model"), "tokens", "minute", dispatcher.now_wall()
             )

@@ -182,19 +182,13 @@ def test_reading_terms_never_trusts_a_malformed_row(tmp_path):
     store.close()
 
 
-def announce(dispatcher, policy) -> None:
-    """Announce `policy`'s terms to the store again, now."""
-    dispatcher.routing.terms.announce(policy)
-    dispatcher.routing.nudge()
-
-
-async def test_a_reload_reannounces_and_a_reload_on_every_host_raises_the_ceiling(
+async def test_a_reload_s_new_worker_announces_and_a_reload_on_every_host_raises_the_ceiling(
     autojump_clock, tmp_path, env, caplog_lanes
 ):
-    """A process announcing new terms (as a reload's new config does): a stricter ceiling
-    governs at once; a looser one only once the store has settled it (until then, the store's
-    last) — here, the only host, so a reload on every host raises the ceiling; another host's
-    stricter one holds it down. Only a disagreement is logged, and its end."""
+    """A reload starts a new worker with the new config, which announces its terms: a looser
+    ceiling governs only once every host announces it (the old worker gone, its announcement
+    withdrawn); another host's stricter one holds it down. Only a disagreement is logged, and its
+    end."""
     import attrs
 
     import lanes
@@ -205,17 +199,32 @@ async def test_a_reload_reannounces_and_a_reload_on_every_host_raises_the_ceilin
         state=str(tmp_path / "s.db"),
         policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.01},
     )
-    async with lanes.open_dispatcher(cfg, env=env) as one:
-        announce(one, attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.002))
-        at_once = one.routing.policy.paid_ceiling_usd_per_day
-        announce(one, attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.05))
-        before_sync = one.routing.policy.paid_ceiling_usd_per_day
-        await trio.sleep(1)  # a sync: the store settles the new announcement
-        raised = one.routing.policy.paid_ceiling_usd_per_day
-        strict = attrs.evolve(cfg, policy=attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.003))
-        async with lanes.open_dispatcher(strict, env=env):
+    looser = attrs.evolve(cfg, policy=attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.05))
+    strict = attrs.evolve(cfg, policy=attrs.evolve(cfg.policy, paid_ceiling_usd_per_day=0.003))
+
+    def ceiling(dispatcher: lanes.Dispatcher) -> float:
+        return dispatcher.statistics().paid_ceiling_usd
+
+    leave, olds = trio.Event(), []
+
+    async def old_worker() -> None:
+        async with lanes.open_dispatcher(cfg, env=env) as old:
+            olds.append(old)
+            await leave.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(old_worker)
+        await trio.sleep(0.1)
+        async with lanes.open_dispatcher(looser, env=env) as new:  # the reload's new worker
+            await trio.sleep(1)  # a sync of each
+            while_both = (ceiling(olds[0]), ceiling(new))
+            leave.set()  # the old worker leaves: its announcement is withdrawn
             await trio.sleep(1)
-            held = one.routing.policy.paid_ceiling_usd_per_day
-    assert (at_once, before_sync, raised, held) == (0.002, 0.01, 0.05, 0.003)
+            raised = ceiling(new)
+            async with lanes.open_dispatcher(strict, env=env):  # another host, stricter
+                await trio.sleep(1)
+                held = ceiling(new)
+    assert (while_both, raised, held) == ((0.01, 0.01), 0.05, 0.003)
     said = [r.getMessage() for r in caplog_lanes.records if "paid terms" in r.getMessage()]
-    assert len(said) == 2 and "the state store's are $0.003" in said[0] and "again" in said[1]
+    assert len(said) == 4 and "again" in said[1] and "again" in said[3], said  # the strict left
+    assert "the state store's are $0.01 " in said[0] and "the state store's are $0.003" in said[2]

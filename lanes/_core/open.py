@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -17,16 +16,13 @@ from lanes._core.audit.tracing import target
 from lanes._core.check import check_config
 from lanes._core.config.schema import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.freetier.manager import FreeTierManager
-from lanes._core.model.errors import ConfigError, UpstreamError
+from lanes._core.model.errors import ConfigError
 from lanes._core.model.job import Job, Reply
 from lanes._core.runtime.secrets import install_log_redaction
-from lanes._core.runtime.tasks import LISTENER, SYNC, TaskHealth
+from lanes._core.runtime.tasks import Background
 from lanes._core.runtime.wall import OFFSET_ENV, open_wall
-from lanes._core.state.store import SQLiteStore, Store, call
-from lanes._core.state.sync import StateSync
+from lanes._core.state.store import SQLiteStore, Store
 from lanes._core.upstream.client import open_upstream
-from lanes._core.upstream.lane import OpenAICompatibleLane
 from lanes._core.upstream.loader import load_lanes
 
 if TYPE_CHECKING:  # imported when a collector is configured, and only then
@@ -104,49 +100,26 @@ async def open_over(
             open_upstream(transport=transport) as upstream,
             trio.open_nursery() as nursery,
         ):
-            manager = FreeTierManager()
+            background = Background()  # the background tasks' health
+            if opening_telemetry is not None and traces_to is not None:
+                telemetry = opening_telemetry(traces_to, background.task("telemetry"))
+                nursery.start_soon(telemetry.run)
             dispatcher = Dispatcher(
                 config=config,
                 loaded=load_lanes(config, upstream=upstream, env=env),
                 env=env,
                 store=store,
-                manager=manager,
                 wall=wall,
+                background=background,
+                traces=None if telemetry is None else telemetry.note,
             )
-            tasks = dispatcher.background
-            if opening_telemetry is not None and traces_to is not None:
-                telemetry = opening_telemetry(traces_to, tasks.task("telemetry"))
-                dispatcher.journal.traces = telemetry.note
-                nursery.start_soon(telemetry.run)
-            sync = StateSync(
-                manager,
-                store,
-                dispatcher,
-                tasks.task(SYNC),
-                tasks.task(LISTENER),
-                beats=dispatcher.routing.terms,
-            )
-            dispatcher.routing.attach_sync(sync.kick, lambda: sync.catch_up(dispatcher.now_wall()))
-            await sync.load(dispatcher.now_wall())
-            nursery.start_soon(sync.run, dispatcher.now_wall, sync_interval_s)
-            if store.shared:
-                nursery.start_soon(sync.listen)
-            for lane in dispatcher.routing.lanes.values():
-                nursery.start_soon(_check_reachable, dispatcher, lane)
-                if lane.config.discover:
-                    nursery.start_soon(_discover, dispatcher, lane)
-                if lane.balance_endpoint() is not None:
-                    nursery.start_soon(_poll_balance, dispatcher, lane)
-            if config.audit_days:
-                nursery.start_soon(_keep_audit, dispatcher, config.audit_days)
+            await dispatcher.start(nursery, sync_interval_s=sync_interval_s)
             if not dispatcher.free_lane_on:
                 log.warning("free lane off (FREE_LANE=off): serving from local and paid lanes only")
-            log.info("lanes ready: %s", ", ".join(dispatcher.routing.lanes) or "none")
+            log.info("lanes ready: %s", ", ".join(dispatcher.lanes) or "none")
             try:
                 yield dispatcher
-            except (
-                Exception
-            ) as exc:  # re-raised below, outside the nursery, so it is not wrapped in a group
+            except Exception as exc:  # re-raised below, outside the nursery: never in a group
                 failure = exc
             finally:
                 nursery.cancel_scope.cancel()
@@ -203,116 +176,6 @@ def open_store(config: Config) -> Store:
 
         return RedisStore(config.state, local=SQLiteStore(config.local_state))
     return SQLiteStore(config.state)
-
-
-async def _check_reachable(
-    dispatcher: Dispatcher, lane: OpenAICompatibleLane, within_s: float = 2.0
-) -> None:
-    """At startup, in the background: one log line for a provider on an IP address or localhost
-    that does not accept a connection. Hostnames are not looked up here (a lookup can hang and
-    leaves the machine); the first request finds out. Startup never waits for this."""
-    url = httpx2.URL(lane.base_url)
-    host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
-    if host != "localhost":
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            return
-    with trio.move_on_after(within_s):
-        try:
-            stream = await trio.open_tcp_stream(host, port)
-        except Exception as exc:  # refused, unreachable, or anything else: a log line, never fatal
-            reason = getattr(exc, "strerror", None) or str(exc)[:120] or type(exc).__name__
-            dispatcher.routing.unreachable[lane.name] = f"unreachable at startup ({reason})"
-            log.warning(
-                "lane %s: provider unreachable at startup (%s); "
-                "serving from the others until it answers",
-                lane.name,
-                reason,
-            )
-            return
-        await stream.aclose()
-        return
-    dispatcher.routing.unreachable[lane.name] = (
-        f"accepted no connection within {within_s:g}s at startup"
-    )
-    log.warning(
-        "lane %s: provider accepted no connection within %gs at startup", lane.name, within_s
-    )
-
-
-async def _round(
-    health: TaskHealth, what: str, work: Callable[[], Awaitable[None]], within_s: float
-) -> bool:
-    """One round of a background task within `within_s`: True when it worked. Never raises (but
-    for cancellation): a failure, of any kind, goes to the task's health."""
-    with trio.move_on_after(within_s):
-        try:
-            await work()
-        except Exception as exc:  # a background task must not die: report, carry on
-            health.failed(exc, what if isinstance(exc, UpstreamError) else f"{what} (unreadable)")
-            return False
-        health.ok()
-        return True
-    health.failed(TimeoutError(f"no answer within {within_s:g} s"), what)
-    return False
-
-
-async def _discover(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
-    """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404). Never
-    dies: a failed round is reported to the task's health and the configured models serve."""
-    health = dispatcher.background.task(f"catalog {lane.name}")
-    listed = 0
-
-    async def refresh() -> None:
-        nonlocal listed
-        listed = await lane.refresh_catalog()
-        dispatcher.routing.catalog_changed(lane)
-
-    first = True
-    while True:
-        event = dispatcher.routing.refresh_requested[lane.name] = trio.Event()
-        what = "model list unavailable; routing to configured models"
-        if await _round(health, what, refresh, 30.0) and first:
-            first = False
-            log.info(
-                "lane %s: %d models listed, %d routable", lane.name, listed, len(lane.candidates)
-            )
-        with trio.move_on_after(lane.config.catalog_refresh_s):
-            await event.wait()
-
-
-async def _poll_balance(dispatcher: Dispatcher, lane: OpenAICompatibleLane) -> None:
-    """Ask a credit lane's balance endpoint now and every `balance_poll_s`; its figure beats the
-    estimate. Never dies: a failed round is reported to the task's health."""
-    health = dispatcher.background.task(f"balance {lane.name}")
-
-    async def poll() -> None:
-        remaining = await lane.fetch_balance()
-        if remaining is not None:
-            dispatcher.routing.manager.set_balance(lane.name, remaining, now=dispatcher.now_wall())
-
-    while True:
-        what = "balance endpoint failed; keeping the local estimate"
-        await _round(health, what, poll, min(30.0, lane.config.balance_poll_s))
-        await trio.sleep(lane.config.balance_poll_s)
-
-
-async def _keep_audit(dispatcher: Dispatcher, days: float, every_s: float = 3600.0) -> None:
-    """Delete the audit of jobs older than `days`, now and every hour. It never dies: a failure is
-    one log line, and the next hour tries again."""
-    while True:
-        try:
-            before = dispatcher.clock.trusted() - days * 86400.0
-            removed = await call(dispatcher.store, dispatcher.store.records.prune_audit, before)
-        except Exception as exc:  # a background task must not take the sidecar down
-            log.warning(
-                "audit retention: can not delete old rows (%s); trying again in an hour", exc
-            )
-        else:
-            if removed:
-                log.info("audit retention: %d job(s) older than %g days deleted", removed, days)
-        await trio.sleep(every_s)
 
 
 def complete_sync(

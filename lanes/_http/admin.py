@@ -19,12 +19,12 @@ from lanes._core.audit.forecast import (
     recent_use,
     scope_rates,
 )
-from lanes._core.audit.quotas import audited_spend, free_quotas, paid_day
+from lanes._core.audit.quotas import audited_spend
 from lanes._core.audit.report import explain, parse_since, report
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.context import Context, caller, read_body
 from lanes._http.errors import error_response
-from lanes._http.guard import Refused
+from lanes._http.guard import RequestRefused
 from lanes._http.state import lanes_state, terms_view
 from lanes._http.validation import json_object, parse_decision, parse_terms
 
@@ -49,7 +49,7 @@ async def lanes_view(request: Request, ctx: Context) -> Response:
     body = lanes_state(ctx.dispatcher.statistics(), trio.current_time(), client=client)
     if client is not None:  # a client key: its own paid spend, against its own ceiling too
         try:
-            own = paid_day(ctx.dispatcher.routing, client, audited=_audited(ctx))
+            own = ctx.dispatcher.paid_day(client, audited=_audited(ctx))
         except STORE_ERRORS:
             return error_response(503, "the paid ledger can not be read now", "state_store_down")
         body["paid"] |= {  # `client` null: every client's (a shared store keeps no total of its)
@@ -158,7 +158,7 @@ async def report_view(request: Request, ctx: Context) -> Response:
         by = request.query_params.get("by", "cohort")
         who = caller(request)
         if by == "client" and not who.admin:
-            raise Refused(403, "admin_key_required", "a report by client needs an admin key")
+            raise RequestRefused(403, "admin_key_required", "a report by client needs an admin key")
         ceiling = ctx.dispatcher.config.policy.paid_ceiling_usd_per_day
         terms = ctx.server.clients.get(who.client)
         if not who.admin and terms is not None and terms.paid_ceiling_usd_per_day is not None:
@@ -184,18 +184,18 @@ async def forecast_view(request: Request, ctx: Context) -> Response:
     own paid spend only; the free quotas are every client's)."""
     who = caller(request)
     client = None if who.admin else who.client
-    routing = ctx.dispatcher.routing
-    routing.catch_up()  # what other processes on the host counted a moment ago
-    now = routing.now_wall()
-    quotas = free_quotas(routing, now)
-    query = ctx.dispatcher.store.records.query
+    dispatcher = ctx.dispatcher
+    dispatcher.catch_up()  # what other processes on the host counted a moment ago
+    now = dispatcher.now_wall()
+    quotas = dispatcher.free_quotas()
+    query = dispatcher.store.records.query
     read = partial(recent_use, query, since=now - WINDOW_S, client=client)
     try:
-        paid = paid_day(routing, client, audited=_audited(ctx))
+        paid = dispatcher.paid_day(client, audited=_audited(ctx))
         use = await trio.to_thread.run_sync(read, limiter=ctx.reading)  # the last hour's rows
     except STORE_ERRORS:
         return error_response(503, "the audit can not be read now", "state_store_down")
-    rates, paid_rate = scope_rates(use, routing.manager.scope), rate_per_hour(use.paid_usd)
+    rates, paid_rate = scope_rates(use, dispatcher.quota_scope), rate_per_hour(use.paid_usd)
     return JSONResponse(forecast_body(quotas, rates, paid, paid_rate=paid_rate, now=now))
 
 

@@ -116,7 +116,7 @@ class _Connection(TCPServer):
         await self.idle_task.stop()
 
 
-class Gate:
+class ConnectionGate:
     """Counts open connections against the cap."""
 
     def __init__(self, cap: int) -> None:
@@ -137,7 +137,7 @@ async def serve_http(
     requests in flight finish within `hc.graceful_timeout`."""
     wrapped = wrap_app(app, hc.wsgi_max_body_size, "asgi")
     context = WorkerContext(None)
-    gate = Gate(cap)
+    gate = ConnectionGate(cap)
     sockets = hc.create_sockets().insecure_sockets
     for sock in sockets:
         sock.listen(hc.backlog)
@@ -167,7 +167,7 @@ async def serve_http(
 
 async def _accept(
     listener: trio.socket.SocketType,
-    gate: Gate,
+    gate: ConnectionGate,
     nursery: trio.Nursery,
     serve_one: Callable[[trio.socket.SocketType], Awaitable[None]],
 ) -> None:

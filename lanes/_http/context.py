@@ -79,7 +79,7 @@ def resolve(ctx: Context, job: Job) -> None:
     try:
         ctx.dispatcher.resolve(job)
     except JobFailed as exc:
-        exc.request_id = exc.request_id or job.id
+        exc.told(request_id=job.id)
         raise
 
 

@@ -35,7 +35,7 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
 
 
-class Refused(Exception):
+class RequestRefused(Exception):
     """A request refused before it does anything: status, OpenAI error code, message."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -109,7 +109,7 @@ class Guard:
             if hmac.compare_digest(token.encode("utf-8", "replace"), key.encode()):
                 found = caller
         if found is None:
-            raise Refused(401, "invalid_api_key", "unknown client key")
+            raise RequestRefused(401, "invalid_api_key", "unknown client key")
         return found
 
     def admin(self, request: Request) -> Caller:
@@ -117,14 +117,16 @@ class Guard:
         self.unforged(request)
         caller = self.caller(request)
         if not caller.admin:
-            raise Refused(403, "admin_key_required", "this action needs an admin key")
+            raise RequestRefused(403, "admin_key_required", "this action needs an admin key")
         return caller
 
     def unforged(self, request: Request) -> None:
         """Refuse what a page of another origin could have sent."""
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media != "application/json":
-            raise Refused(415, "json_required", "state-changing requests must be application/json")
+            raise RequestRefused(
+                415, "json_required", "state-changing requests must be application/json"
+            )
         self.same_origin(request)
 
     def sender(self, request: Request) -> Caller:
@@ -132,16 +134,20 @@ class Guard:
         origin, in no body type a cross-site form can send."""
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media in FORM_TYPES:
-            raise Refused(415, "json_required", "a job's body must be application/json")
+            raise RequestRefused(415, "json_required", "a job's body must be application/json")
         self.same_origin(request)
         return self.caller(request)
 
     def same_origin(self, request: Request) -> None:
         if request.headers.get("sec-fetch-site", "") in ("cross-site", "same-site"):
-            raise Refused(403, "cross_origin", "cross-origin requests may not change anything")
+            raise RequestRefused(
+                403, "cross_origin", "cross-origin requests may not change anything"
+            )
         origin = request.headers.get("origin")
         if origin is not None and _netloc(origin) != request.headers.get("host", "").lower():
-            raise Refused(403, "cross_origin", "cross-origin requests may not change anything")
+            raise RequestRefused(
+                403, "cross_origin", "cross-origin requests may not change anything"
+            )
 
     def check_host(self, request: Request) -> None:
         """On a loopback bind, refuse a `Host` that is not a loopback name (DNS rebinding)."""
@@ -150,4 +156,6 @@ class Guard:
         host = request.headers.get("host", "")
         name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
         if not is_loopback(name.lower()):
-            raise Refused(421, "misdirected_request", "this sidecar answers only to loopback names")
+            raise RequestRefused(
+                421, "misdirected_request", "this sidecar answers only to loopback names"
+            )

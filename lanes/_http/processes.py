@@ -1,5 +1,5 @@
-"""The parent's worker processes (`team.py` decides which run): each started on a `Plan`, told to
-serve or to exit without serving, and stopped — gracefully, then at once.
+"""The parent's worker processes (`team.py` decides which run): each started on a `WorkerPlan`,
+told to serve or to exit without serving, and stopped — gracefully, then at once.
 
 A worker says it is ready by writing to a pipe the parent gave it (EOF first: it exited), and
 serves when the parent writes to another (EOF: it exits without serving).
@@ -27,7 +27,7 @@ KILL_AFTER_S = 5.0  # past the grace, a worker that has not stopped is killed
 
 
 @attrs.frozen(kw_only=True)
-class Plan:
+class WorkerPlan:
     """What every worker is started on: `spec` (its private config copy, `file`, and everything
     else a worker is told), the config's hash, its parsed TOML (for the change line: None under
     `--simulate`) and the graceful-stop time its workers get."""
@@ -58,7 +58,7 @@ class Processes:
         self._live: set[trio.Process] = set()
         self._held: dict[trio.Process, int] = {}  # ready workers waiting to be told to serve
 
-    async def start(self, number: int, plan: Plan) -> tuple[trio.Process, str | None]:
+    async def start(self, number: int, plan: WorkerPlan) -> tuple[trio.Process, str | None]:
         """Start worker `number` on `plan` and wait until it can serve — its config checked, its
         dispatcher open — which it then does only when told to (`release`): the process, and None —
         or how it failed (it is gone by then)."""

@@ -9,8 +9,9 @@ in the route's shape.
   its client's departure (`departures.py`): a decision sent in full is made whole.
 - `SENDER`: a job's sender, who may spend quota or money (`guard.sender`).
 
-A refusal is `Refused` (the guard), `BadRequest` (our checks), `BadField` (a translation's) or a
-`JobFailed` the handler let through; anything else is a bug, answered 500 by the app.
+A refusal is `RequestRefused` (the guard), `BadRequest` (our checks), `BadField` (a
+translation's) or a `JobFailed` the handler let through; anything else is a bug, answered 500 by
+the app.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from lanes._http.context import Context
 from lanes._http.departures import departure_shield
 from lanes._http.dialects import ChatCompletions, Shape
 from lanes._http.errors import LATER, BadRequest, retry_after
-from lanes._http.guard import Refused
+from lanes._http.guard import RequestRefused
 from lanes._http.streaming import SSERelay
 
 Handler = Callable[[Request, Context], Awaitable[Response | SSERelay]]
@@ -85,17 +86,17 @@ async def serve(row: Row, ctx: Context, request: Request) -> Response | SSERelay
                 with departure_shield():
                     return await row.handler(request, ctx)
         return await row.handler(request, ctx)
-    except (Refused, BadRequest, BadField) as exc:
+    except (RequestRefused, BadRequest, BadField) as exc:
         return refusal(shape, exc)
     except JobFailed as exc:
         status, body, headers = shape.failed(exc)
         return JSONResponse(body, status_code=status, headers=headers)
 
 
-def refusal(shape: Shape, exc: Refused | BadRequest | BadField) -> JSONResponse:
+def refusal(shape: Shape, exc: RequestRefused | BadRequest | BadField) -> JSONResponse:
     """A request refused before it did anything, in `shape`; a 429 or 503 with `Retry-After`."""
     status, code = (400, "invalid_request") if isinstance(exc, BadField) else (exc.status, exc.code)
-    param = None if isinstance(exc, Refused) else exc.param
+    param = None if isinstance(exc, RequestRefused) else exc.param
     headers = {"Retry-After": retry_after(None)} if status in LATER else {}
     body = shape.error_body(status, str(exc), code, param)
     return JSONResponse(body, status_code=status, headers=headers)

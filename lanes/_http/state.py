@@ -8,7 +8,6 @@ from typing import Any
 
 from lanes._core.audit.statistics import Statistics
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.engine.context import Routing
 from lanes._core.model.job import Candidate
 from lanes._core.policy.breaker import BreakerStatistics
 
@@ -36,7 +35,7 @@ def models_list(
     1..`MAX_PAGE`."""
     if limit is not None and not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit: must be in 1..{MAX_PAGE} (got {limit})")
-    total = 1 + len(dispatcher.config.aliases) + len(dispatcher.routing.pool.candidates)
+    total = 1 + len(dispatcher.config.aliases) + len(dispatcher.candidates())
     start = 0 if after is None else _index(dispatcher, after) + 1
     paged = after is not None or limit is not None
     end = min(total, start + (limit or 100)) if paged else total
@@ -62,7 +61,7 @@ def model_entry(dispatcher: Dispatcher, model_id: str) -> dict[str, Any] | None:
 def _index(dispatcher: Dispatcher, model_id: str) -> int:
     """Where `model_id` stands in the list. Raises ValueError (for `after`) when it is not in it."""
     aliases = dispatcher.config.aliases
-    position = dispatcher.routing.pool.position
+    position = dispatcher.catalog.pool.position
     if model_id == "auto":
         return 0
     if model_id in aliases:
@@ -74,7 +73,7 @@ def _index(dispatcher: Dispatcher, model_id: str) -> int:
 
 def _entries(dispatcher: Dispatcher, start: int, end: int) -> list[dict[str, Any]]:
     """The list's entries from `start` to `end` (indexes into auto, the aliases, the models)."""
-    aliases, pool = list(dispatcher.config.aliases), dispatcher.routing.pool
+    aliases, pool = list(dispatcher.config.aliases), dispatcher.catalog.pool
     opened = int(dispatcher.opened_at)
     ours = {"object": "model", "created": opened, "owned_by": "lanes"}
     created: dict[str, dict[str, int]] = {}
@@ -98,12 +97,11 @@ def _entries(dispatcher: Dispatcher, start: int, end: int) -> list[dict[str, Any
             if c.lane not in created:
                 created[c.lane] = {r.id: r.created for r in lane.catalog if r.created}
             when = created[c.lane].get(c.model, opened)
-            data.append(_model(dispatcher.routing, c, lane.provider.name, when))
+            data.append(_model(c, dispatcher.refusal(c), lane.provider.name, when))
     return data
 
 
-def _model(routing: Routing, c: Candidate, owner: str, created: int) -> dict[str, Any]:
-    reason = routing.gate.refusal(c)
+def _model(c: Candidate, reason: str | None, owner: str, created: int) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "id": c.key,
         "object": "model",

@@ -1,8 +1,8 @@
 """The parent of `lanes serve --workers N`: it starts the workers, starts again the ones that exit,
 reloads the config when told to, and stops them all.
 
-- **One config per host.** The parent runs one `Plan`: the config's bytes in a private copy the
-  workers read, and their hash. A worker started again after a crash is started on the plan that
+- **One config per host.** The parent runs one `WorkerPlan`: the config's bytes in a private copy
+  the workers read, and their hash. A worker started again after a crash is started on the plan that
   is running, whatever the file on disk says by then; only a reload reads the file again.
 - **A reload is a decision.** SIGHUP (which `POST /v1/reload`, `lanes reload`, sends) makes a new
   plan from the file (`replan`). A file that does not pass its checks, or that changes what a
@@ -37,7 +37,7 @@ import trio
 
 from lanes._core.model.errors import ConfigError
 from lanes._core.source import changed_keys, said
-from lanes._http.processes import Plan, Processes, how_it_ended
+from lanes._http.processes import Processes, WorkerPlan, how_it_ended
 
 log = logging.getLogger("lanes")
 STABLE_S = 60.0  # a worker that served this long and exits is started again at once
@@ -82,13 +82,13 @@ class Team:
 
     def __init__(
         self,
-        plan: Plan,
+        plan: WorkerPlan,
         *,
         count: int,
         env: Mapping[str, str],
         log_format: str,
         status_path: Path,
-        replan: Callable[[], Plan] | None,
+        replan: Callable[[], WorkerPlan] | None,
     ) -> None:
         self._plan = plan
         self._status_path, self._replan = status_path, replan
@@ -117,7 +117,7 @@ class Team:
             outer.cancel_scope.cancel()
         return self._code
 
-    def _took(self, slot: _Slot, process: trio.Process, plan: Plan) -> None:
+    def _took(self, slot: _Slot, process: trio.Process, plan: WorkerPlan) -> None:
         """`process` (ready on `plan`) is slot's worker now: it serves from here on."""
         self._processes.release(process, serve=True)
         slot.process, slot.sha256, slot.serving = process, plan.sha256, True
@@ -260,7 +260,7 @@ class Team:
         self._last = {"ok": ok, "message": message, "sha256": self._plan.sha256}
         self._publish()
 
-    def _unlink(self, plan: Plan) -> None:
+    def _unlink(self, plan: WorkerPlan) -> None:
         if plan.file is not None:
             with contextlib.suppress(OSError):
                 plan.file.unlink()

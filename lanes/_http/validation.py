@@ -19,7 +19,7 @@ from lanes._core.freetier.headers import go_duration
 from lanes._core.freetier.prices import MAX_TOKENS, bounded
 from lanes._core.model import strictjson
 from lanes._core.model.job import Job, Privacy
-from lanes._core.state.terms import CONSENTS, MAX_CEILING_USD, Consent
+from lanes._core.state.terms import CONSENTS, MAX_CEILING_USD, ConsentMode
 from lanes._http.departures import arrived_at
 from lanes._http.errors import BadRequest
 
@@ -236,7 +236,7 @@ def parse_decision(value: Any) -> Literal["once", "deny"] | float:
     )
 
 
-def parse_terms(body: Mapping[str, Any]) -> tuple[float | None, Consent | None]:
+def parse_terms(body: Mapping[str, Any]) -> tuple[float | None, ConsentMode | None]:
     """`POST /v1/ceiling`: {"usd": the daily paid ceiling, "consent": a consent mode}, either or
     both — (usd, consent). A ceiling must be a number from 0 to MAX_CEILING_USD."""
     usd, consent = body.get("usd"), body.get("consent")

@@ -50,7 +50,7 @@ from hypercorn.config import Config as HypercornConfig
 from lanes._core.config.schema import REDIS_SCHEMES, Config, ServerConfig, load_config, packaged
 from lanes._core.model.errors import ConfigError
 from lanes._core.source import Source, read_source
-from lanes._http.processes import WORKER_ENV, Plan
+from lanes._http.processes import WORKER_ENV, WorkerPlan
 from lanes._http.running import Running
 from lanes._http.server import checked, serve
 from lanes._http.team import Team
@@ -101,7 +101,7 @@ class _Planner:
     state: tuple[str, str] = ("", "")  # the first config's `state` and `local_state`
     made: int = 0
 
-    def plan(self, source: Source, config: Config) -> Plan:
+    def plan(self, source: Source, config: Config) -> WorkerPlan:
         self.made += 1
         file = self.tmp / f"config-{self.made}.toml"
         fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -109,7 +109,7 @@ class _Planner:
             out.write(source.data)
         spec = {**self.spec, "config": source.where, "config_file": str(file)}
         spec["config_sha256"] = source.sha256
-        return Plan(
+        return WorkerPlan(
             spec=spec,
             sha256=source.sha256,
             raw=source.toml(),
@@ -117,7 +117,7 @@ class _Planner:
             file=file,
         )
 
-    def replan(self) -> Plan:
+    def replan(self) -> WorkerPlan:
         """A plan from the file as it is now; `ConfigError` naming the key when it does not
         pass, or changes what only a restart can (the address bound, `state`, `local_state`)."""
         source = read_source(self.path)
@@ -150,10 +150,10 @@ class _Planner:
         return self.plan(source, config)
 
 
-def _sim_plan(spec: dict[str, Any], data: dict[str, Any]) -> Plan:
+def _sim_plan(spec: dict[str, Any], data: dict[str, Any]) -> WorkerPlan:
     sha256 = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     spec = {**spec, "data": data, "config_sha256": sha256}
-    return Plan(spec=spec, sha256=sha256, raw=None, grace_s=ServerConfig().shutdown_grace_s)
+    return WorkerPlan(spec=spec, sha256=sha256, raw=None, grace_s=ServerConfig().shutdown_grace_s)
 
 
 async def serve_workers(

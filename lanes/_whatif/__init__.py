@@ -23,7 +23,7 @@ from lanes._core.audit.report import parse_since
 from lanes._core.config.schema import Config, read_config
 from lanes._whatif.figures import Figures, summarise
 from lanes._whatif.oracle import Need, ScopeLimits, bound
-from lanes._whatif.recorded import Recorded, Window, read_window
+from lanes._whatif.recorded import Recorded, RecordedWindow, read_window
 from lanes._whatif.replay import MAX_IN_FLIGHT, Replayed, replay
 
 __all__ = ["Figures", "WhatIf", "whatif"]
@@ -189,7 +189,7 @@ def _rows(jobs: Sequence[Recorded]) -> list[dict[str, object]]:
     ]
 
 
-def _notes(window: Window, runs: Sequence[Replayed], labels: Sequence[str]) -> list[str]:
+def _notes(window: RecordedWindow, runs: Sequence[Replayed], labels: Sequence[str]) -> list[str]:
     notes = [
         "free share counts every job of the window, failed ones included; the oracle's bound is "
         "the most any router could have served free from the candidates each job's plan held, "

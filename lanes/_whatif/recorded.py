@@ -47,7 +47,7 @@ class Recorded:
 
 
 @attrs.frozen(kw_only=True)
-class Window:
+class RecordedWindow:
     """The recorded jobs of a window (by arrival), the faults, and what was left out."""
 
     since: float
@@ -65,7 +65,7 @@ _COLUMNS = (
 )
 
 
-def read_window(path: str | os.PathLike[str], since: float, until: float) -> Window:
+def read_window(path: str | os.PathLike[str], since: float, until: float) -> RecordedWindow:
     """The audit in the SQLite file at `path` between `since` and `until` (epoch seconds),
     read-only. Raises FileNotFoundError or sqlite3.Error for a file that is not an audit."""
     file = Path(path).expanduser()
@@ -92,7 +92,7 @@ def read_window(path: str | os.PathLike[str], since: float, until: float) -> Win
             jobs.append(job)
             older += old
     jobs.sort(key=lambda j: j.arrived)
-    return Window(
+    return RecordedWindow(
         since=since,
         until=until,
         jobs=tuple(jobs),

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -70,8 +72,8 @@ class Replayed:
 class _Kept(LocalRecords):
     """The replay's audit: rows kept in memory as the sync hands them over, not written."""
 
-    def __init__(self, inner: LocalRecords) -> None:
-        super().__init__(inner._conn, inner._lock)
+    def __init__(self, conn: sqlite3.Connection, lock: threading.Lock) -> None:
+        super().__init__(conn, lock)
         self.rows: list[dict[str, Any]] = []
 
     def add_audit(self, rows: list[dict[str, Any]]) -> None:
@@ -186,9 +188,9 @@ def replay(
         transport = ReplayTransport(
             by_host, asks, lambda: since + trio.current_time() - t0, faults=faults
         )
-        store = SQLiteStore(":memory:")
-        kept = _Kept(store.records)
-        store.records = kept
+        store = SQLiteStore(":memory:", records=_Kept)
+        kept = store.records
+        assert isinstance(kept, _Kept)
         async with open_over(
             replayed,
             env=env,
@@ -210,7 +212,7 @@ def replay(
                         late[0] += 1
                     await _one(index, recorded, nursery)
                 kept.rows.extend(
-                    {k: row.get(k) for k in KEPT} for row in dispatcher.journal.take_rows()
+                    {k: row.get(k) for k in KEPT} for row in dispatcher.take_audit_rows()
                 )
 
             async def _one(index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
@@ -232,7 +234,7 @@ def replay(
                 for index, recorded in enumerate(jobs):
                     await trio.sleep_until(t0 + max(0.0, recorded.arrived - since))
                     nursery.start_soon(one, index, recorded, nursery)
-            holder["tiers"] = {key: c.tier for key, c in dispatcher.routing.pool.by_key.items()}
+            holder["tiers"] = {c.key: c.tier for c in dispatcher.candidates()}
         holder["rows"] = [{**row, "index": ids.get(str(row["job"]), -1)} for row in kept.rows]
         holder["transport"] = transport
         holder["late"] = late[0]

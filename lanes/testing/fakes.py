@@ -539,11 +539,19 @@ async def _send_stream(
 
 @asynccontextmanager
 async def open_fake(
-    name: str = "fake", *, models: tuple[str, ...] = (), port: int = 0
+    name: str = "fake",
+    *,
+    models: tuple[str, ...] = (),
+    port: int = 0,
+    catalog: list[dict[str, Any]] | None = None,
+    wall_offset: float = 0.0,
 ) -> AsyncIterator[FakeProvider]:
-    """Run a fake provider on 127.0.0.1 for the block's duration."""
+    """Run a fake provider on 127.0.0.1 for the block's duration. `catalog`: its model list (else
+    one made of its models); `wall_offset`: its wall-clock epoch less trio's clock, for the
+    epoch-style resets it sends."""
     async with trio.open_nursery() as nursery:
         fake = FakeProvider(name, nursery, port)
+        fake.catalog, fake.wall_offset = catalog, wall_offset
         for model in models:
             fake.script(model, answer())
         await fake.listen()

@@ -229,9 +229,11 @@ async def _open_fakes(*, flap: bool) -> AsyncIterator[dict[str, FakeProvider]]:
     async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
         fakes = {}
         for name in ("local", "groq", "gemini", "openrouter", "paid"):
-            fakes[name] = await stack.enter_async_context(open_fake(name))
             epoch = time.time()  # wall-clock: the fakes' headers carry epoch resets
-            fakes[name].wall_offset = epoch - trio.current_time()
+            catalog = OPENROUTER_CATALOG if name == "openrouter" else None
+            fakes[name] = await stack.enter_async_context(
+                open_fake(name, catalog=catalog, wall_offset=epoch - trio.current_time())
+            )
         fakes["local"].script("llama3.2:3b", answer(delay_s=0.05))
         fakes["groq"].script("llama-3.1-8b-instant", quota(10, style="openai"))
         fakes["local"].script(EMBEDDING_MODEL, answer())
@@ -241,7 +243,6 @@ async def _open_fakes(*, flap: bool) -> AsyncIterator[dict[str, FakeProvider]]:
             fakes["openrouter"].script(model, quota(8, style="openrouter"))
         fakes["openrouter"].script("claude-sim", answer())
         fakes["openrouter"].script("mistral-7b:free", quota(8, style="openrouter"))
-        fakes["openrouter"].catalog = OPENROUTER_CATALOG
         fakes["paid"].script("gpt-sim-mini", answer())
         if flap:
             nursery.start_soon(_flap, fakes["local"])

@@ -24,12 +24,14 @@ import trio
 from lanes._core.audit.tally import Tally
 from lanes._core.audit.tracing import JobTrace, job_trace
 from lanes._core.config.schema import Config
-from lanes._core.engine.context import Routing
+from lanes._core.engine.catalog import Catalog
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.job import Attempt, Candidate, Skip, digest
 from lanes._core.model.record import JobRecord
+from lanes._core.policy.ranking import Ranking
 from lanes._core.runtime.tasks import TaskHealth
 from lanes._core.state.audit import JobFacts, audit_row
+from lanes._core.state.cohorts import Cohorts
 
 job_log = logging.getLogger("lanes.jobs")
 log = logging.getLogger("lanes")
@@ -80,24 +82,32 @@ def _size(row: Mapping[str, Any]) -> int:
 class Journal:
     def __init__(
         self,
-        routing: Routing,
         *,
         config: Config,
+        catalog: Catalog,
+        ranking: Ranking,
+        cohorts: Cohorts,
+        spent_today: Callable[[], float],
         now_wall: Callable[[], EpochTime],
         recent: int = 50,
         health: TaskHealth | None = None,
+        traces: Callable[[JobTrace], None] | None = None,
     ) -> None:
-        self._routing = routing
+        """`spent_today`: the ledger's paid spend today; `traces`: where each finished job's
+        spans go when telemetry is on (`telemetry.py`)."""
         self._config = config
+        self._catalog = catalog
+        self._ranking = ranking
+        self._cohorts = cohorts
+        self._spent_today = spent_today
+        self._traces = traces
         self._now_wall = now_wall
         self._health = health
         self._rows: deque[tuple[int, dict[str, Any]]] = deque()  # (size, row) for the state sync
         self._bytes = 0
         self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
-        self._tally = Tally(declared=routing.cohorts.declared)  # the running totals /metrics shows
+        self._tally = Tally(declared=cohorts.declared)  # the running totals /metrics shows
         self._ended: list[_Ended] = []  # finished, not yet folded (see `fold`)
-        # where each finished job's spans go when telemetry is on (`telemetry.py`); None: off
-        self.traces: Callable[[JobTrace], None] | None = None
 
     @property
     def tally(self) -> Tally:
@@ -147,12 +157,12 @@ class Journal:
         job, now_wall = record.job, self._now_wall()
         last = record.attempts[-1] if record.attempts else None
         served_key = served or (last.key if last else None)
-        candidate = self._routing.candidate(served_key) if served_key else None
+        candidate = self._catalog.candidate(served_key) if served_key else None
         route = next((a.route for a in reversed(record.attempts) if a.key == served_key), None)
         ended_at = trio.current_time()
         if candidate is not None and record.explored == candidate.key and outcome == "ok":
-            self._routing.ranking.explored_ok += 1
-        paid_after = None if record.paid_before is None else self._routing.ledger.spent_today()
+            self._ranking.explored_served()
+        paid_after = None if record.paid_before is None else self._spent_today()
         bodies = self._config.log_bodies
         ended = _Ended(
             JobFacts.of(job, keep_body=bodies),
@@ -177,8 +187,8 @@ class Journal:
             candidate is not None and record.explored == candidate.key,
             record.streamed,
         )
-        if self.traces is not None:
-            self.traces(self._trace(record, outcome, now_wall, ended_at, candidate, route, usage))
+        if self._traces is not None:
+            self._traces(self._trace(record, outcome, now_wall, ended_at, candidate, route, usage))
         if self._config.log_jobs:
             job_log.info(
                 "job %s model=%s route=%s served=%s attempts=%d outcome=%s %.0f ms%s",
@@ -265,7 +275,7 @@ class Journal:
             latency_s=latency_s,
             attempts=end.attempts,
             usage=end.usage,
-            trusted=self._routing.cohorts.trusted(job.client),
+            trusted=self._cohorts.trusted(job.client),
         )
         size = _size(row)
         self._rows.append((size, row))
@@ -281,7 +291,7 @@ class Journal:
         route: str | None,
         usage: Mapping[str, Any] | None,
     ) -> JobTrace:
-        lanes = self._routing.lanes
+        lanes = self._catalog.lanes
         return job_trace(
             record,
             outcome,

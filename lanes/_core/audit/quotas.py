@@ -11,10 +11,10 @@ has been used or reported on; an account-wide one always.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from lanes._core.audit.forecast import PaidDay, Quota
-from lanes._core.engine.context import Routing
+from lanes._core.engine.catalog import Catalog
 from lanes._core.freetier.headers import RateLimitSnapshot
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.freetier.windows import window_end
@@ -31,21 +31,23 @@ _WINDOWS: dict[float, Window] = {86400.0: "day", 2592000.0: "month"}
 _DIMENSIONS: dict[str, Dimension] = {"requests": "requests", "tokens": "tokens"}
 
 
-def free_quotas(routing: Routing, now: float) -> list[Quota]:
+def free_quotas(catalog: Catalog, manager: FreeTierManager, now: float) -> list[Quota]:
     """Every day's and month's free quota of every scope with one, as known at `now` (epoch s)."""
     found: list[Quota] = []
-    for name, lane in routing.lanes.items():
+    for name, lane in catalog.lanes.items():
         kind = lane.free_tier
         limits = [(d, w, float(n)) for key, d, w in _LIMITS if (n := getattr(kind, key, None))]
-        for scope in _scopes(routing, name, (m.id for m in lane.configured)):
-            found += _quotas(routing.manager, name, scope, limits, now)
+        for scope in _scopes(catalog, manager, name, (m.id for m in lane.configured)):
+            found += _quotas(manager, name, scope, limits, now)
     return found
 
 
-def _scopes(routing: Routing, lane: str, configured: Iterable[str]) -> list[str]:
+def _scopes(
+    catalog: Catalog, manager: FreeTierManager, lane: str, configured: Iterable[str]
+) -> list[str]:
     """The scopes of `lane`'s free models worth a forecast: its configured ones, and every one
     the manager knows something of (an account-wide scope, `lane/*`, stands for all of them)."""
-    manager, by_key = routing.manager, routing.pool.by_key
+    by_key = catalog.pool.by_key
     named = [manager.scope(lane, model) for model in configured]
     known = [s for s in manager.scopes() if s.startswith(f"{lane}/")]
     scopes = []
@@ -114,8 +116,19 @@ def audited_spend(query: Callable[..., list[tuple[Any, ...]]], client: str, sinc
     return float(spent)
 
 
+class PaidLedgerView(Protocol):
+    """What the paid day is read from: the ledger (`money/ledger.py`)."""
+
+    def ceiling(self, client: str | None = None) -> float: ...
+    def client_ceiling(self, client: str) -> float | None: ...
+    def left_today(self, client: str | None = None) -> float: ...
+    def spent_today(self, client: str | None = None) -> float: ...
+    def day_ends_at(self) -> float: ...
+
+
 def paid_day(
-    routing: Routing,
+    ledger: PaidLedgerView,
+    shared: bool,
     client: str | None = None,
     *,
     audited: Callable[[str, float], float] | None = None,
@@ -124,32 +137,29 @@ def paid_day(
     the lower of the ceiling and its own (as `GET /v1/report` shows a client) — and `closed` when
     the others' spend took what the global ceiling held (not how much: that is theirs).
 
-    A shared store (Redis) keeps a client's own total only when it has a ceiling of its own: for
+    A `shared` store (Redis) keeps a client's own total only when it has a ceiling of its own: for
     any other client the spend is what this host's audit settled for it since the day began
     (`audited(client, day_start)`), never every client's and never a made-up zero."""
-    ledger = routing.ledger
-    ceiling = routing.policy.paid_ceiling_usd_per_day
     ends_at = ledger.day_ends_at()
     if client is None:
-        return PaidDay(spent_usd=ledger.spent_today(), ceiling_usd=ceiling, ends_at=ends_at)
-    own = ledger.client_ceiling(client)
-    if own is None and routing.store_shared:
+        return PaidDay(
+            spent_usd=ledger.spent_today(), ceiling_usd=ledger.ceiling(), ends_at=ends_at
+        )
+    closed = ledger.left_today(client) <= 0.0
+    if ledger.client_ceiling(client) is None and shared:
         spent = audited(client, ends_at - 86400.0) if audited is not None else 0.0
         return PaidDay(
             spent_usd=spent,
-            ceiling_usd=ceiling,
+            ceiling_usd=ledger.ceiling(),
             ends_at=ends_at,
             client=client,
-            closed=ledger.left_today(client) <= 0.0,
+            closed=closed,
             this_host=True,
         )
-    spent = ledger.spent_today(client)
-    if own is not None:
-        ceiling = min(ceiling, own)
     return PaidDay(
-        spent_usd=spent,
-        ceiling_usd=ceiling,
+        spent_usd=ledger.spent_today(client),
+        ceiling_usd=ledger.ceiling(client),
         ends_at=ends_at,
         client=client,
-        closed=ledger.left_today(client) <= 0.0,
+        closed=closed,
     )

@@ -31,7 +31,7 @@ DAY_S = 86400.0
 
 
 @attrs.frozen(kw_only=True)
-class Group:
+class ReportGroup:
     key: str
     jobs: int
     answered: int
@@ -76,8 +76,8 @@ class Day:
 class Report:
     since: float  # epoch seconds
     by: str
-    total: Group
-    groups: tuple[Group, ...]
+    total: ReportGroup
+    groups: tuple[ReportGroup, ...]
     days: tuple[Day, ...]
     hours: tuple[Hour, ...]  # the hours (and days) without a job are left out
 
@@ -116,7 +116,7 @@ def report(
     )
 
 
-def _groups(query: Query, *, hour: int, dim: str) -> dict[str, Group]:
+def _groups(query: Query, *, hour: int, dim: str) -> dict[str, ReportGroup]:
     jobs = query(
         "SELECT value, SUM(jobs), SUM(CASE WHEN outcome = 'ok' THEN jobs END), "
         "SUM(CASE WHEN outcome = 'abandoned' THEN jobs END), "
@@ -192,11 +192,11 @@ def _group(
     errors: dict[str, Any],
     privacy: dict[str, Any],
     requests: int,
-) -> Group:
+) -> ReportGroup:
     jobs, answered, abandoned, free_answers, with_free, free_ok, retried, paid, cost, per_answer = (
         row
     )
-    return Group(
+    return ReportGroup(
         key=key,
         jobs=jobs or 0,
         answered=answered or 0,

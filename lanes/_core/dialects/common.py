@@ -138,7 +138,7 @@ def token_counts(usage: Any) -> tuple[int, int, int, int]:
     )
 
 
-class ChunkReader:
+class ChoiceReader:
     """Reads a stream of `chat.completion.chunk`s for the first choice: the text, the tool-call
     pieces, the finish reason and the usage, as a translation to another event stream needs them.
     """

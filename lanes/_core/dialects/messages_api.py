@@ -29,7 +29,7 @@ from typing import Any
 from lanes._core.dialects.common import (
     BadField,
     ChatRequest,
-    ChunkReader,
+    ChoiceReader,
     effort_of,
     first_choice,
     is_int,
@@ -495,7 +495,7 @@ class MessageEvents:
     def __init__(self, *, message_id: str, model: str) -> None:
         self._id = message_id
         self._model = model
-        self._reader = ChunkReader()
+        self._reader = ChoiceReader()
         self._blocks = 0  # content blocks started so far
         self._open: str | None = None  # "text", or "tool:<chat index>" for the open block
         self._called = False  # a tool_use block was started

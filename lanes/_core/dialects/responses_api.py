@@ -27,7 +27,7 @@ from lanes._core.dialects import responses_tools
 from lanes._core.dialects.common import (
     BadField,
     ChatRequest,
-    ChunkReader,
+    ChoiceReader,
     effort_of,
     first_choice,
     is_int,
@@ -436,7 +436,7 @@ class ResponseEvents:
         self._id = response_id
         self._created_at = created_at
         self._model = model
-        self._reader = ChunkReader()
+        self._reader = ChoiceReader()
         self._tools = responses_tools.translate(body.get("tools"))  # as `to_chat` read them
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as they stand, in output order

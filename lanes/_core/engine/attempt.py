@@ -36,7 +36,7 @@ from lanes._core.model.errors import (
 )
 from lanes._core.model.job import Attempt, Candidate, Job, Outcome
 from lanes._core.model.record import JobRecord
-from lanes._core.money.paid import Hold, Permit
+from lanes._core.money.paid import Hold, PaidPermit
 from lanes._core.money.quote import Quotes
 from lanes._core.upstream.lane import OpenAICompatibleLane
 
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from lanes._core.engine.context import Routing
 
 log = logging.getLogger("lanes")
-# the upstream answered sanely
-_SUCCESS: frozenset[str] = frozenset({"ok", "final", "context_length", "model_gone"})
 _BACKOFF = {
     RateLimited: "rate_limited",
     CreditExhausted: "credit_exhausted",
@@ -65,52 +63,56 @@ class AttemptRun:
         admission: Admission,
         *,
         quotes: Quotes,
-        permit: Permit | None,
+        permit: PaidPermit | None,
         retry: bool,
     ) -> None:
-        self.routing = routing
+        self._routing = routing
         self.record = record
         self.candidate = candidate
-        self.lane: OpenAICompatibleLane = routing.lanes[candidate.lane]
+        self.lane: OpenAICompatibleLane = routing.catalog.lanes[candidate.lane]
         self.job: Job = record.job
-        self.retry = retry
         self.route = record.route_for(candidate)
-        # shared quotas and backoffs: not for a client's own key (bring your own key)
-        self.quota = candidate.tier != "byok"
         self.started = trio.current_time()
-        self.hold: Hold | None = None
+        self.cost_usd = 0.0
+        self._retry = retry
+        # shared quotas and backoffs: not for a client's own key (bring your own key)
+        self._quota = candidate.tier != "byok"
+        self._hold: Hold | None = None
         self._quotes = quotes
         self._permit = permit
-        self.sent = False  # budgets taken, the request may have left: an attempt to record
-        self.settled = False
-        self.cost_usd = 0.0
+        self._sent = False  # budgets taken, the request may have left: an attempt to record
+        self._settled = False
         self._admission: Admission | None = admission
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
 
     async def begin(self) -> str | None:
         """Take the candidate's quote; have the paid gate count the attempt against the governors
         and hold its worst case — a credit attempt's against its credits, a paid one's under the
         ceiling — (or return why it can not be sent); count it against the quota. Raises
         `GovernorExhausted` or `PaidBudgetExhausted` (nothing sent, nothing recorded)."""
-        routing, candidate = self.routing, self.candidate
+        routing, candidate = self._routing, self.candidate
         quote = routing.paid.quote(self._quotes, candidate)
         self.job = quote.job
-        hold = await routing.paid.hold(self.record, quote, self._permit, shared=self.quota)
+        hold = await routing.paid.hold(self.record, quote, self._permit, shared=self._quota)
         if isinstance(hold, str):
             return hold
-        self.hold = hold
-        if self.quota:
+        self._hold = hold
+        if self._quota:
             routing.manager.record_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=1
             )
-        self.sent = True
+        self._sent = True
         self.started = trio.current_time()
         return None
 
     def answered(self, status: int, headers: Mapping[str, str]) -> None:
         """The provider answered: it is reachable, and its rate-limit headers are news."""
-        routing = self.routing
-        routing.unreachable.pop(self.candidate.lane, None)
-        if not self.quota:
+        routing = self._routing
+        routing.health.answered(self.candidate.lane)
+        if not self._quota:
             return
         routing.manager.update_from_headers(
             self.candidate.lane,
@@ -125,14 +127,11 @@ class AttemptRun:
         outcome: Outcome = exc.outcome
         if isinstance(exc, AttemptTimedOut) and trio.current_time() >= self.record.deadline_at:
             outcome = "deadline"  # our own deadline, not the upstream's failure
-        routing, candidate = self.routing, self.candidate
+        routing, candidate = self._routing, self.candidate
         reason = _BACKOFF.get(type(exc))
-        if (
-            isinstance(exc, ModelGone)
-            and (event := routing.refresh_requested.get(candidate.lane)) is not None
-        ):
-            event.set()  # the model may have left the catalog: fetch it again now
-        if reason is not None and self.quota:
+        if isinstance(exc, ModelGone):
+            routing.health.want_refresh(candidate.lane)  # it may have left the catalog
+        if reason is not None and self._quota:
             routing.manager.record_rate_limit_error(
                 candidate.lane,
                 candidate.model,
@@ -142,7 +141,7 @@ class AttemptRun:
                 body=exc.body,
                 now=routing.now_wall(),
             )
-            routing.backoffs_changed()  # other processes hear of it now, not at the next tick
+            routing.sync.backoffs_changed()  # other processes hear of it now, not at the next tick
         if outcome != "deadline":
             log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
         return self.settle(
@@ -168,10 +167,10 @@ class AttemptRun:
         neutral: bool = False,
     ) -> Attempt:
         """Close the attempt once: breakers, probe, ledger, ranking, free-tier usage, the record."""
-        assert not self.settled, "an attempt settles once"
-        self.settled = True
-        routing, candidate, now = self.routing, self.candidate, trio.current_time()
-        if usage is not None and outcome == "ok" and self.quota:
+        assert not self._settled, "an attempt settles once"
+        self._settled = True
+        routing, candidate, now = self._routing, self.candidate, trio.current_time()
+        if usage is not None and outcome == "ok" and self._quota:
             routing.manager.record_usage(
                 candidate.lane,
                 candidate.model,
@@ -179,19 +178,19 @@ class AttemptRun:
                 requests=0,
                 usage=usage,
                 # a hold is settled below
-                charge_credits=self.hold is None or not self.hold.holds_money,
+                charge_credits=self._hold is None or not self._hold.holds_money,
             )
         self._release(outcome, connection=connection, neutral=neutral)
-        if (hold := self.hold) is not None:
+        if (hold := self._hold) is not None:
             self.cost_usd = routing.paid.settle(
                 hold,
                 outcome,
                 status=status,
                 category=category,
                 usage=usage,
-                spend_credits=self.quota,
+                spend_credits=self._quota,
             )
-            self.hold = None
+            self._hold = None
         if outcome in ("ok", "fault", "deadline", "rate_limited"):
             routing.ranking.note(candidate, outcome, now - self.started, routing.now_wall())
         if outcome == "ok":
@@ -204,37 +203,26 @@ class AttemptRun:
             status=status,
             detail=detail,
             category=category,
-            retry=self.retry,
+            retry=self._retry,
             cost_usd=self.cost_usd,
             tokens=sum(usage_tokens(usage) or ()) if outcome == "ok" else 0,
             started_at=self.started,
         )
 
     def _release(self, outcome: Outcome, *, connection: bool, neutral: bool = False) -> None:
-        """Give back the breaker permits (counting the outcome) and the probe — once. `neutral`: the
-        request never reached the upstream (it could not be encoded), so it proves nothing."""
+        """Give the gate back what it admitted (counting the outcome), once."""
         admission, self._admission = self._admission, None
-        if admission is None:
-            return
-        breakers = self.routing.breakers[self.candidate.lane]
-        if neutral:
-            breakers.release(admission.granted)
-        elif outcome == "fault":
-            breakers.record(admission.granted, "fault", trio.current_time(), connection=connection)
-        elif outcome in _SUCCESS:
-            breakers.record(admission.granted, "success", trio.current_time())
-        else:  # rate limits, credits, our deadline, a client gone: they prove nothing about health
-            breakers.release(admission.granted)
-        self.routing.probes.release(admission.probe)
+        if admission is not None:
+            self._routing.gate.release(admission, outcome, connection=connection, neutral=neutral)
 
     def close(self) -> None:
         """Leaving the attempt: settle whatever is still open (the request's fate is unknown)."""
-        if self.settled:
+        if self._settled:
             return
-        if not self.sent:
+        if not self._sent:
             self._release("abandoned", connection=False)
-            if self.hold is not None:  # held, then never sent
-                self.routing.paid.release(self.hold)
+            if self._hold is not None:  # held, then never sent
+                self._routing.paid.release(self._hold)
             return
         outcome: Outcome = (
             "deadline" if trio.current_time() >= self.record.deadline_at else "abandoned"
@@ -251,7 +239,7 @@ async def open_attempt(
     candidate: Candidate,
     *,
     quotes: Quotes,
-    permit: Permit | None = None,
+    permit: PaidPermit | None = None,
     retry: bool,
 ) -> AsyncIterator[AttemptRun | None]:
     """Admit, budget and hold one attempt for the block; yields None when the gate skipped it.

@@ -60,11 +60,12 @@ def served(run: AttemptRun, response: Response) -> Reply:
 async def stream_call(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:
     """Open the stream and wait for its first chunk under min(deadline, start + first_token_s);
     the upstream response stays open in `stack`, with the stream."""
+    job = run.job
     if run.candidate.tier == "paid" or isinstance(run.lane.free_tier, CreditBased):
-        run.job = with_usage(run.job)  # billed: settle from the upstream's own count
+        job = with_usage(job)  # billed: settle from the upstream's own count
     cap = run.lane.config.first_token_s
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
-        reader = await stack.enter_async_context(run.lane.open_stream(run.job, run.candidate.model))
+        reader = await stack.enter_async_context(run.lane.open_stream(job, run.candidate.model))
         buffered = await first_chunks(reader)
         run.answered(200, reader.headers)
         return ReplyStream(run=run, reader=reader, buffered=buffered)

@@ -18,7 +18,7 @@ import trio
 from lanes._core.engine.probes import Probes
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
-from lanes._core.model.job import Candidate
+from lanes._core.model.job import Candidate, Outcome
 from lanes._core.model.record import JobRecord
 from lanes._core.policy.breakers import LaneBreakers, Pass
 from lanes._core.upstream.lane import OpenAICompatibleLane
@@ -29,8 +29,57 @@ class Admission:
     """What an admitted attempt holds until it settles: breaker permits, and the probe it
     carries."""
 
+    lane: str
     granted: Pass
     probe: str | None  # the cold scope this attempt probes for everyone, if any
+
+
+#: The outcomes in which the upstream answered sanely: a success for its breakers.
+_SUCCESS: frozenset[str] = frozenset({"ok", "final", "context_length", "model_gone"})
+
+
+class Switchboard:
+    """The switches an operator or the canary throws, in this process: the free lane (`FREE_LANE`,
+    fixed at start), the lanes switched off at runtime (kept in the state store, which the sync
+    follows), the canary's quarantine, and whether the canary is probing the quarantined models."""
+
+    def __init__(self, *, free_lane_on: bool) -> None:
+        self._free_lane_on = free_lane_on
+        self._off: set[str] = set()
+        self._quarantine: dict[str, str] = {}  # "lane/model" → why the canary took it out
+        self._probing = False
+
+    @property
+    def free_lane_on(self) -> bool:
+        return self._free_lane_on
+
+    def switch(self, lane: str, off: bool) -> bool:
+        """Switch `lane` off (or on); True when that changed anything."""
+        if off == (lane in self._off):
+            return False
+        (self._off.add if off else self._off.discard)(lane)
+        return True
+
+    def is_off(self, lane: str) -> bool:
+        return lane in self._off
+
+    def switched_off(self) -> frozenset[str]:
+        return frozenset(self._off)
+
+    def quarantine(self, current: Mapping[str, str]) -> None:
+        """The canary's quarantine is now `current` ("lane/model" → why)."""
+        self._quarantine = dict(current)
+
+    def quarantined(self) -> dict[str, str]:
+        return dict(self._quarantine)
+
+    def why_quarantined(self, key: str) -> str | None:
+        """Why the canary keeps "lane/model" out of routing now (None while it probes them)."""
+        return None if self._probing else self._quarantine.get(key)
+
+    def canary_probing(self, on: bool) -> None:
+        """While on, quarantined models are routed too: the canary probes them so they may pass."""
+        self._probing = on
 
 
 class Gate:
@@ -38,37 +87,31 @@ class Gate:
         self,
         *,
         lanes: Mapping[str, OpenAICompatibleLane],
-        breakers: Mapping[str, LaneBreakers],
         manager: FreeTierManager,
         probes: Probes,
         now_wall: Callable[[], EpochTime],
-        free_lane_on: bool,
-        catch_up: Callable[[], None] = lambda: None,
+        switchboard: Switchboard,
+        catch_up: Callable[[], None],
     ) -> None:
-        self._catch_up = catch_up  # take what other processes on the host wrote (see sync.py)
+        """`catch_up` takes what other processes on the host wrote a moment ago (see sync.py)."""
+        self._catch_up = catch_up
         self._lanes = lanes
-        self._breakers = breakers
+        self._breakers = {name: LaneBreakers(lane.config.breaker) for name, lane in lanes.items()}
         self._manager = manager
         self._probes = probes
         self._now_wall = now_wall
-        self.free_lane_on = free_lane_on
-        self.switched_off: set[str] = (
-            set()
-        )  # lanes switched off at runtime (kept in the state store)
-        self.quarantine: dict[str, str] = {}  # "lane/model" → why the canary took it out of routing
-        self.canary_probing = False  # the canary probes quarantined models so they can pass again
+        self._switches = switchboard
+
+    def breakers(self, lane: str) -> LaneBreakers:
+        return self._breakers[lane]
 
     def switched(self, candidate: Candidate) -> str | None:
         """Why a kill switch keeps `candidate` off, or None."""
-        if candidate.tier == "free" and not self.free_lane_on:
+        if candidate.tier == "free" and not self._switches.free_lane_on:
             return "free lane off (FREE_LANE=off)"
-        if candidate.lane in self.switched_off:
+        if self._switches.is_off(candidate.lane):
             return "lane switched off"
         return None
-
-    def quarantined(self, candidate: Candidate) -> bool:
-        """The canary took `candidate` out of routing (and is not probing it right now)."""
-        return candidate.key in self.quarantine and not self.canary_probing
 
     def held_back(self, candidate: Candidate) -> str | None:
         """Why the quarantine or the FreeTierManager holds `candidate` back now, or None."""
@@ -76,8 +119,9 @@ class Gate:
             return None
         now = self._now_wall()
         if candidate.tier == "free":
-            if self.quarantined(candidate):
-                return self.quarantine[candidate.key]
+            quarantined = self._switches.why_quarantined(candidate.key)
+            if quarantined is not None:
+                return quarantined
             verdict = self._manager.classify(candidate.lane, candidate.model, now)
             return None if verdict.free else verdict.reason
         backoff = self._manager.is_in_backoff(candidate.lane, candidate.model, now)
@@ -131,7 +175,7 @@ class Gate:
                 return None
             reason = self.held_back(candidate)
             if reason is not None:
-                if candidate.tier == "free" and not self.quarantined(candidate):
+                if candidate.tier == "free" and not self._switches.why_quarantined(candidate.key):
                     record.held_back(candidate)  # a quarantine is no capacity wait
                 record.skip(candidate, reason, never="gone" if self.gone(candidate) else None)
                 return None
@@ -154,4 +198,20 @@ class Gate:
             self._probes.release(probe)
             record.skip(candidate, breakers.refusal(candidate.model, trio.current_time()))
             return None
-        return Admission(granted=granted, probe=probe)
+        return Admission(lane=candidate.lane, granted=granted, probe=probe)
+
+    def release(
+        self, admission: Admission, outcome: Outcome, *, connection: bool, neutral: bool
+    ) -> None:
+        """Give back what `admission` holds — the breaker permits, counting `outcome`, and the
+        probe. `neutral`: the request never reached the upstream, so it proves nothing."""
+        breakers = self._breakers[admission.lane]
+        if neutral:
+            breakers.release(admission.granted)
+        elif outcome == "fault":
+            breakers.record(admission.granted, "fault", trio.current_time(), connection=connection)
+        elif outcome in _SUCCESS:
+            breakers.record(admission.granted, "success", trio.current_time())
+        else:  # rate limits, credits, our deadline, a client gone: they prove nothing about health
+            breakers.release(admission.granted)
+        self._probes.release(admission.probe)

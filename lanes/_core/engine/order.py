@@ -33,13 +33,13 @@ def order(
     needs = needs_of(job)
     auto: AutoPlan | None = None
     if job.model == "auto":
-        routing.resolve(job)  # an embedding job may not ask for `auto`: UnknownModel
+        routing.catalog.resolve(job)  # an embedding job may not ask for `auto`: UnknownModel
         auto = routing.auto_plan(job, needs, kept)
         queue, pinned = Queue(auto), False
         klass, privacy = auto.request_class, auto.privacy
     else:
-        candidates = [c for c in routing.resolve(job) if kept(c)]
-        plan = make_plan(job, candidates, routing.policy, keep_order=True, needs=needs)
+        candidates = [c for c in routing.catalog.resolve(job) if kept(c)]
+        plan = make_plan(job, candidates, routing.policy(), keep_order=True, needs=needs)
         queue = Queue(ListSource(plan.candidates))
         pinned = len(candidates) == 1 and candidates[0].key == job.model
         klass, privacy = plan.request_class, plan.privacy
@@ -94,7 +94,7 @@ def _front(routing: Routing, record: JobRecord, queue: Queue, plan: AutoPlan) ->
     ahead = queue.peek(LOOKAHEAD)
     looked = list(ahead)
     remembered = routing.ranking.remembered(job, now)
-    sticky = routing.pool.by_key.get(remembered) if remembered else None
+    sticky = routing.catalog.candidate(remembered) if remembered else None
     if (
         sticky is not None
         and sticky not in ahead

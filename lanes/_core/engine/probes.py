@@ -46,9 +46,7 @@ class Probes:
         self._now = now_wall
         self._nudge = nudge  # run the state sync now: the other hosts wait for this probe's answer
         self._local: dict[str, trio.Event] = {}  # scope → set when this process's probe answered
-        self.remote: dict[
-            str, trio.Event
-        ] = {}  # scope → set when another host's probe answered (see Sharing)
+        self._remote: dict[str, trio.Event] = {}  # scope → set when another host's probe answered
 
     async def claim(self, scope: str, lane: OpenAICompatibleLane, record: JobRecord) -> bool | None:
         """True: this job probes `scope` (then `release` it). False: another probe answered
@@ -87,7 +85,7 @@ class Probes:
             if lease is not False:  # another process's backoff, written with its answer
                 self._manager.merge_backoffs([(scope, lease)])
                 return False
-            waiting = self.remote.setdefault(scope, trio.Event())
+            waiting = self._remote.setdefault(scope, trio.Event())
             with trio.move_on_at(min(until, trio.current_time() + self._store.lease_poll_s)):
                 await waiting.wait()
                 return False
@@ -96,7 +94,7 @@ class Probes:
 
     def remote_answered(self, scope: str) -> None:
         """Another host's probe of `scope` answered: wake the jobs here that wait for it."""
-        if (waiting := self.remote.pop(scope, None)) is not None:
+        if (waiting := self._remote.pop(scope, None)) is not None:
             waiting.set()
 
     def release(self, scope: str | None) -> None:

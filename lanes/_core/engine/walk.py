@@ -39,7 +39,7 @@ from lanes._core.model.errors import (
 )
 from lanes._core.model.job import Candidate
 from lanes._core.model.record import JobRecord
-from lanes._core.money.paid import Permit
+from lanes._core.money.paid import PaidPermit
 from lanes._core.money.quote import Quotes
 from lanes._core.policy.plan_queue import Queue
 from lanes._core.policy.policy import PolicyConfig, after_failure
@@ -92,18 +92,22 @@ async def _walk(
                 c.key not in exclude and (c.prefill or not require_prefill) and c.key not in tried
             )
 
-        pool = routing.pool
+        pool = routing.catalog.pool
         queue, pinned = order(routing, record, kept, first_round=round_ == 0)
         result = await _walk_plan(routing, record, call, keep, queue, pinned, quotes)
         if result is not _SKIPPED:
             return result  # type: ignore[return-value]  # _SKIPPED is the only other value
         # an empty pool: fetch the catalogs once and try what they add, before saying "exhausted"
-        if round_ or not routing.discovering() or record.deadline_at - trio.current_time() < 1.0:
+        if (
+            round_
+            or not routing.catalog.discovering()
+            or record.deadline_at - trio.current_time() < 1.0
+        ):
             break
-        if not await routing.refresh_catalogs(record.deadline_at - 0.5):
+        if not await routing.catalog.refresh_catalogs(record.deadline_at - 0.5):
             break
         tried = pool.by_key  # what the catalogs add is what the pool did not hold
-        if not any(c.key not in tried for c in routing.resolve(job)):
+        if not any(c.key not in tried for c in routing.catalog.resolve(job)):
             break
     raise routing.exhausted(record)
 
@@ -117,7 +121,7 @@ async def _walk_plan(
     pinned: bool,
     quotes: Quotes,
 ) -> T | object:
-    policy = routing.policy
+    policy = routing.policy()
     banned: set[str] = set()  # failed in a way that rules them out for the rest of this job
     banned_models: set[str] = set()  # a context-length error: this model, on any lane
     context_floor = 0
@@ -202,14 +206,14 @@ def _pass_over_lane(
 
 async def _may_pay(
     routing: Routing, record: JobRecord, candidate: Candidate, quotes: Quotes, pinned: bool
-) -> Permit | None:
+) -> PaidPermit | None:
     """The paid gate's consent to send `candidate` a paid request now (naming one paid model is
     consent), or None with the reason recorded."""
     return await routing.paid.may_pay(
         record,
         routing.paid.quote(quotes, candidate),
         pinned=pinned,
-        lane_min_s=routing.lanes[candidate.lane].config.min_useful_s,
+        lane_min_s=routing.catalog.lanes[candidate.lane].config.min_useful_s,
     )
 
 
@@ -220,7 +224,7 @@ async def _attempt(
     call: Call[T],
     keep: AsyncExitStack,
     quotes: Quotes,
-    permit: Permit | None,
+    permit: PaidPermit | None,
     *,
     retry: bool,
 ) -> T | object:
@@ -263,7 +267,7 @@ def _retry_pause(
     banned: set[str],
 ) -> float | None:
     """Seconds to pause before retrying `candidate` itself, or None to move on."""
-    policy = routing.policy
+    policy = routing.policy()
     allowance_left = record.same_retries < policy.transient_retries and (
         candidate.tier != "paid" or record.paid_attempts < policy.paid_attempts
     )

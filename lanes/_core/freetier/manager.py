@@ -55,7 +55,7 @@ class Held(NamedTuple):
 
 
 @attrs.frozen(kw_only=True)
-class Verdict:
+class QuotaVerdict:
     """`classify`'s answer: free now or not, why, and (when not) when it will be again (epoch s)."""
 
     kind: VerdictKind
@@ -143,18 +143,18 @@ class FreeTierManager:
         found = [b for key in keys if (b := self._backoffs.get(key)) and b.until > now]
         return max(found, key=lambda b: b.until) if found else None
 
-    def classify(self, lane: str, model: str, now: float) -> Verdict:
+    def classify(self, lane: str, model: str, now: float) -> QuotaVerdict:
         """AlwaysFree (owned or subscribed), FreeWithinLimits, or NotFree with the reason and
         when."""
         terms = self._terms.get(lane) or LaneTerms(kind=NoFreeTier())
         kind = terms.kind
         if not terms.is_free(model):
-            return Verdict(kind="not_free", reason="paid model")
+            return QuotaVerdict(kind="not_free", reason="paid model")
         if isinstance(kind, (AlwaysFreeLocal, Subscription)):
-            return Verdict(kind="always_free")
+            return QuotaVerdict(kind="always_free")
         backoff = self.is_in_backoff(lane, model, now)
         if backoff is not None:
-            return Verdict(
+            return QuotaVerdict(
                 kind="not_free",
                 reason=f"backoff ({backoff.reason}, {backoff.source})",
                 free_again_at=backoff.until,
@@ -165,12 +165,12 @@ class FreeTierManager:
         if isinstance(kind, CreditBased):
             left = self.credit_left(lane, now)
             if left is not None and left <= 0:
-                return Verdict(
+                return QuotaVerdict(
                     kind="not_free",
                     reason="credits exhausted",
                     free_again_at=self._period_end(kind, now),
                 )
-        return Verdict(kind="free_within_limits")
+        return QuotaVerdict(kind="free_within_limits")
 
     def held_lane_wide(self, lane: str, model: str, now: float) -> str | None:
         """Why every free model of `lane` is held back now — an account-wide backoff or limit that
@@ -196,7 +196,7 @@ class FreeTierManager:
 
     def _over_local_limit(
         self, lane: str, model: str, kind: FreeTierKind, now: float
-    ) -> Verdict | None:
+    ) -> QuotaVerdict | None:
         """Client-side counts against configured limits — only where no fresh header speaks."""
         scope = self.scope(lane, model)
         fresh = self._fresh_windows(scope, now)
@@ -205,7 +205,7 @@ class FreeTierManager:
             if not limit or (dimension, window) in fresh:
                 continue
             if self._usage.used(scope, dimension, window, now) >= limit:
-                return Verdict(
+                return QuotaVerdict(
                     kind="not_free",
                     reason=f"{key}={limit} used up (counted here)",
                     free_again_at=window_end(window, now),

@@ -81,6 +81,15 @@ class JobFailed(LanesError):
         self.skips = tuple(skips)
         self.request_id = request_id
 
+    def told(
+        self, *, attempts: Sequence[Attempt] = (), skips: Sequence[Skip] = (), request_id: str
+    ) -> JobFailed:
+        """Fill in what this error does not carry yet: the job's attempts, skips and id."""
+        self.attempts = self.attempts or tuple(attempts)
+        self.skips = self.skips or tuple(skips)
+        self.request_id = self.request_id or request_id
+        return self
+
 
 class DeadlineExceeded(JobFailed):
     code = "deadline_exceeded"
@@ -213,6 +222,21 @@ class UpstreamError(LanesError):
         self.code = code
         self.category = category or self.default_category
         self.in_band = False
+
+    def answered(self, *, status: int, headers: Mapping[str, str]) -> None:
+        """The HTTP answer this error was read from: its headers, and its status — unless the
+        error was said inside a 200, which keeps the status it gave itself."""
+        self.headers = dict(headers)
+        if not self.in_band:
+            self.status = status
+
+    def said_in_band(self, where: str, body: Any, category: str | None) -> None:
+        """The provider said this error inside a 200 `where` (a stream, a response), in `body`;
+        a retryable one is of `category`."""
+        self.args = (f"error inside a 200 {where}: {self}",)
+        self.body, self.in_band = body, True
+        if category is not None:
+            self.category = category
 
     @property
     def connection(self) -> bool:

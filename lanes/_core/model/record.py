@@ -250,10 +250,7 @@ class JobRecord:
 
     def attach(self, exc: JobFailed) -> JobFailed:
         """Fill in what `exc` does not carry yet: the attempts, skips and request id so far."""
-        exc.attempts = exc.attempts or tuple(self.attempts)
-        exc.skips = exc.skips or tuple(self.skips)
-        exc.request_id = exc.request_id or self.id
-        return exc
+        return exc.told(attempts=self.attempts, skips=self.skips, request_id=self.id)
 
     def reasons(self) -> str:
         """Each candidate considered and why it did not serve, in the order they were looked at:

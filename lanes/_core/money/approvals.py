@@ -19,21 +19,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 import trio
 
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.job import Job
-from lanes._core.state.store import (
-    STORE_ERRORS,
-    ApprovalRecord,
-    OnceConsent,
-    Store,
-    call,
-    once_of,
-)
+from lanes._core.state.approvals import ApprovalRecord, Approvals, OnceConsent, once_of
+from lanes._core.state.backend import STORE_ERRORS, Backend, call
+from lanes._core.state.grants import Grants
 
 Decision = Literal["once", "granted", "deny"]
 _DECISIONS: dict[str, Decision] = {"once": "once", "granted": "granted", "deny": "deny"}
@@ -56,10 +51,27 @@ class PendingApproval:
     stored: bool = False  # in the store: other processes list it, and may decide it first
     once_here: bool = False  # its "once", kept in this process only (the store failed the decision)
 
+    async def wait(self, until: float) -> None:
+        """Wait for a decision until `until` (trio clock), counted among the jobs waiting on it."""
+        self.waiting += 1
+        try:
+            with trio.move_on_at(until):
+                await self.event.wait()
+        finally:
+            self.waiting -= 1
 
-class Approvals:
+
+class ApprovalStore(Backend, Approvals, Grants, Protocol):
+    """What approvals need of the state store: approvals, onces and grants, and how a call
+    reaches it."""
+
+
+class PendingApprovals:
+    """This process's approvals of paid fallback, over the store's: pending ones, decisions,
+    grants and onces."""
+
     def __init__(
-        self, store: Store, now_wall: Callable[[], EpochTime], *, once_ttl_s: float
+        self, store: ApprovalStore, now_wall: Callable[[], EpochTime], *, once_ttl_s: float
     ) -> None:
         self._store = store
         self._now = now_wall

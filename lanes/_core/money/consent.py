@@ -28,7 +28,7 @@ import trio
 from lanes._core.model.errors import FallbackDenied, FallbackNeedsApproval
 from lanes._core.model.job import Candidate, Job
 from lanes._core.model.record import JobRecord
-from lanes._core.money.approvals import Approvals, PendingApproval
+from lanes._core.money.approvals import PendingApproval, PendingApprovals
 from lanes._core.policy.policy import PolicyConfig
 from lanes._core.state.store import OnceConsent
 
@@ -39,10 +39,14 @@ class Consent:
     """Whether a job may fall back to a paid candidate: `free_tier_fallback` off, ask or allow."""
 
     def __init__(
-        self, policy: PolicyConfig, approvals: Approvals, next_free_s: Callable[[Job], float | None]
+        self,
+        policy: Callable[[], PolicyConfig],
+        approvals: PendingApprovals,
+        next_free_s: Callable[[Job], float | None],
     ) -> None:
-        self.policy = policy
-        self.approvals = approvals
+        """`policy` is the policy in force (its consent mode and waits), read at every ask."""
+        self._policy = policy
+        self._approvals = approvals
         self._next_free_s = next_free_s  # seconds until the job's soonest free candidate reopens
 
     async def ask(
@@ -52,10 +56,10 @@ class Consent:
         (the skip recorded) when fallback is off or too little time is left to ask. Under `ask`,
         waits for a decision up to the deadline (or `approval_wait_s`) and raises
         `FallbackNeedsApproval` when none came, `FallbackDenied` when it was denied."""
-        mode, job = self.policy.free_tier_fallback, record.job
+        mode, job = self._policy().free_tier_fallback, record.job
         if record.approval == "allow" or record.approved == candidate.key:
             return True
-        if record.approval == "granted" and self.approvals.granted(job.client):
+        if record.approval == "granted" and self._approvals.granted(job.client):
             return True  # still granted: a grant revoked since the job began pays for nothing more
         if mode == "allow":
             record.consented("allow")
@@ -63,10 +67,10 @@ class Consent:
         if mode == "off":
             record.skip(candidate, "paid fallback off (free_tier_fallback = off)")
             return False
-        if self.approvals.granted(job.client):
+        if self._approvals.granted(job.client):
             record.consented("granted")
             return True
-        if await self.approvals.take_once(job, candidate.key, estimate):
+        if await self._approvals.take_once(job, candidate.key, estimate):
             record.consented("once", candidate)
             return True
         if record.deadline_at - trio.current_time() < min_time_s:
@@ -83,10 +87,10 @@ class Consent:
         if job.approval is None:
             return ""
         fingerprint = job.request_fingerprint()
-        for asked in self.approvals.pending():
+        for asked in self._approvals.pending():
             if asked.id == job.approval and asked.client == job.client:
                 return "" if asked.fingerprint == fingerprint else _OTHER_REQUEST
-        once = await self.approvals.kept_once(job.approval, job.client)
+        once = await self._approvals.kept_once(job.approval, job.client)
         return why_not(once, candidate=candidate, fingerprint=fingerprint, cost=cost)
 
     async def _open(
@@ -101,7 +105,7 @@ class Consent:
                 ]
             )
         )
-        return await self.approvals.open(
+        return await self._approvals.open(
             job=record.job,
             exhausted=exhausted,
             candidate=candidate.key,
@@ -114,19 +118,16 @@ class Consent:
     ) -> bool:
         job = record.job
         approval = await self._open(record, candidate, estimate)
-        wait_s = self.policy.approval_wait_s
+        wait_s = self._policy().approval_wait_s
         until = (
             record.deadline_at
             if wait_s is None
             else min(record.deadline_at, trio.current_time() + wait_s)
         )
-        approval.waiting += 1
         waited_from = trio.current_time()
         try:
-            with trio.move_on_at(until):
-                await approval.event.wait()
+            await approval.wait(until)
         finally:
-            approval.waiting -= 1
             record.waited(waited_from, trio.current_time(), approval.id)
         kw: dict[str, Any] = {
             "attempts": record.attempts,
@@ -145,7 +146,7 @@ class Consent:
         if approval.candidate != candidate.key:  # "once" names the model it lets through
             record.skip(candidate, f"the approval is for {approval.candidate}")
             return False
-        if not await self.approvals.use_once(approval, job, candidate.key, estimate):
+        if not await self._approvals.use_once(approval, job, candidate.key, estimate):
             fresh = await self._open(record, candidate, estimate)  # another job took the "once"
             used = f"{approval.id} was approved once, and another request used it"
             raise self._needs(fresh, job, used, kw)

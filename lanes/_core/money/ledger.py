@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import attrs
 
@@ -26,10 +27,12 @@ from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted, PaidBudgetExhausted
 from lanes._core.model.job import Candidate
 from lanes._core.money.quote import Quote
+from lanes._core.policy.ceiling import ceiling_in_force, fits, room
 from lanes._core.policy.policy import PolicyConfig
 from lanes._core.policy.spend import Unbounded
+from lanes._core.state.backend import STORE_ERRORS, Backend, ClockRefused, call
 from lanes._core.state.clock import StoreClock
-from lanes._core.state.store import STORE_ERRORS, ClockRefused, Store, call
+from lanes._core.state.paid import PaidLedger
 
 log = logging.getLogger("lanes")
 SCOPE = "governor"
@@ -44,17 +47,22 @@ class Reservation:
     credit: str | None = None  # a hold on this lane's credits, not on the paid ceiling
 
 
+class LedgerStore(Backend, PaidLedger, Protocol):
+    """What the ledger needs of the state store: the paid ledger, and how a call reaches it."""
+
+
 class Ledger:
     def __init__(
         self,
-        policy: PolicyConfig,
+        policy: Callable[[], PolicyConfig],
         manager: FreeTierManager,
-        store: Store,
+        store: LedgerStore,
         now_wall: Callable[[], EpochTime],
         clock: StoreClock,
         clients: Mapping[str, ClientConfig] | None = None,
     ) -> None:
-        self.policy = policy
+        """`policy` is the policy in force (its ceiling and governors), read at every use."""
+        self._policy = policy
         self._clients = dict(clients or {})  # clients' own ceilings and governors
         self._manager = manager
         self._store = store
@@ -72,8 +80,8 @@ class Ledger:
         caps: list[tuple[str, str, int | None, WindowName]] = []
         if shared:
             caps += [
-                (SCOPE, "attempt governor", self.policy.attempts_per_minute, "minute"),
-                (SCOPE, "attempt governor", self.policy.attempts_per_day, "day"),
+                (SCOPE, "attempt governor", self._policy().attempts_per_minute, "minute"),
+                (SCOPE, "attempt governor", self._policy().attempts_per_day, "day"),
             ]
         if own is not None:
             scope, who = f"{SCOPE}:{client}", f"client {client}'s attempt governor"
@@ -109,7 +117,7 @@ class Ledger:
                 self._store.reserve_paid,
                 day=window_id("day", now),
                 amount=amount,
-                ceiling=self.policy.paid_ceiling_usd_per_day,
+                ceiling=self._policy().paid_ceiling_usd_per_day,
                 lane=candidate.lane,
                 model=candidate.model,
                 job=job.id,
@@ -117,7 +125,7 @@ class Ledger:
                 client=job.client,
                 client_ceiling=self.client_ceiling(job.client),
                 wall=self._now(),
-                tolerance_s=self.policy.clock_tolerance_s,
+                tolerance_s=self._policy().clock_tolerance_s,
             )
         except ClockRefused as exc:  # the store's own clock said so, at the reservation
             self._clock.observe(exc.skew_s)
@@ -145,7 +153,7 @@ class Ledger:
         process last knew today's spend: the ledger is closed, or it is more than is left of the
         ceiling (`client`'s own too). None: it may be asked for."""
         refusal = self.closed()
-        if refusal is None and amount > self.left_today(client) + 1e-12:
+        if refusal is None and not fits(amount, self.left_today(client)):
             refusal = self.refusal(amount, client)
         return refusal
 
@@ -194,31 +202,37 @@ class Ledger:
         own = self._clients.get(client)
         return None if own is None else own.paid_ceiling_usd_per_day
 
+    def ceiling(self, client: str | None = None) -> float:
+        """The paid ceiling in force today (USD): the policy's, or the lower of it and `client`'s
+        own."""
+        own = None if client is None else self.client_ceiling(client)
+        return ceiling_in_force(self._policy().paid_ceiling_usd_per_day, own)
+
     def refusal(self, amount: float, client: str = "anonymous") -> PaidBudgetExhausted:
         """The error for a paid attempt whose worst case (`amount` USD) would cross today's ceiling
         (or `client`'s own); it says when the ceilings reset (UTC midnight)."""
         now = self._day()
-        ceiling, whose = self.policy.paid_ceiling_usd_per_day, "paid ceiling"
+        ceiling, whose = self.ceiling(), "paid ceiling"
         own = self.client_ceiling(client)
-        if own is not None and self.left_today(client) < self._left_global():
+        if own is not None and self.left_today(client) < self.left_today():
             ceiling, whose = own, f"client {client}'s paid ceiling"
         return PaidBudgetExhausted(
             f"{whose} ${ceiling:.2f}/day would be crossed by ${amount:.6f}",
             retry_after_s=window_end("day", now) - now,
         )
 
-    def left_today(self, client: str = "anonymous") -> float:
+    def left_today(self, client: str | None = None) -> float:
         """USD left under today's paid ceiling — and `client`'s own, when it has one — as this
-        process last knew it."""
-        left = self._left_global()
-        own = self.client_ceiling(client)
-        if own is not None:
-            spent = self._store.paid_spent(window_id("day", self._day()), client)
-            left = min(left, max(0.0, own - spent))
-        return left
-
-    def _left_global(self) -> float:
-        return max(0.0, self.policy.paid_ceiling_usd_per_day - self.spent_today())
+        process last knew it (never below 0)."""
+        day = window_id("day", self._day())
+        own = None if client is None else self.client_ceiling(client)
+        left = room(
+            spent=self._store.paid_spent(day),
+            ceiling=self.ceiling(),
+            client_spent=0.0 if own is None else self._store.paid_spent(day, client),
+            client_ceiling=own,
+        )
+        return max(0.0, left)
 
     def spent_today(self, client: str | None = None) -> float:
         """USD spent (or held) today under the ceiling: every client's, or `client`'s own."""

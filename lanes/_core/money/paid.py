@@ -13,7 +13,7 @@ cost = paid.settle(hold, "ok", status=200, category="", usage=usage, spend_credi
 `may_pay` is asked before every paid attempt (retries too: a grant may be revoked). It refuses a
 quote with no bound and one the ceiling can not take now (so an approval is never asked for more
 than could be spent), then asks consent (`consent.py`: off, ask or allow; grants, "approve once";
-naming one paid model is consent). Its `Permit` is the only way to a paid hold.
+naming one paid model is consent). Its `PaidPermit` is the only way to a paid hold.
 
 `hold` counts the attempt against the governors (every attempt) and holds its worst case: a paid
 one's reserved under today's ceiling in the store, a credit one's against its lane's credits
@@ -37,13 +37,14 @@ from lanes._core.model.record import JobRecord
 from lanes._core.money.consent import Consent
 from lanes._core.money.ledger import Ledger, Reservation
 from lanes._core.money.quote import Quote, Quotes, settled_cost
+from lanes._core.policy.policy import PolicyConfig
 from lanes._core.policy.spend import Unbounded
 
 log = logging.getLogger("lanes")
 
 
 @attrs.frozen(kw_only=True)
-class Permit:
+class PaidPermit:
     """Consent to pay for one quote: what `may_pay` gives and a paid `hold` requires."""
 
     quote: Quote
@@ -72,42 +73,45 @@ class PaidGate:
         consent: Consent,
         manager: FreeTierManager,
         now_wall: Callable[[], EpochTime],
+        policy: Callable[[], PolicyConfig],
     ) -> None:
-        self.ledger = ledger
-        self.consent = consent
+        """`policy` is the policy in force, read at every quote and ask."""
+        self._ledger = ledger
+        self._consent = consent
+        self._policy = policy
         self._manager = manager
         self._now = now_wall
 
     def quote(self, quotes: Quotes, candidate: Candidate) -> Quote:
         """`candidate`'s quote for the job of `quotes` (worked out on first ask, then kept)."""
-        metered = self.ledger.metered(candidate)
-        return quotes.of(candidate, self.ledger.policy, metered=metered)
+        metered = self._ledger.metered(candidate)
+        return quotes.of(candidate, self._policy(), metered=metered)
 
     async def may_pay(
         self, record: JobRecord, quote: Quote, *, pinned: bool, lane_min_s: float
-    ) -> Permit | None:
-        """A `Permit` when `record`'s job may pay for `quote` now: its worst case is bounded, fits
-        what is left of today's ceiling, and consent holds (`pinned`: the job named this paid
+    ) -> PaidPermit | None:
+        """A `PaidPermit` when `record`'s job may pay for `quote` now: its worst case is bounded,
+        fits what is left of today's ceiling, and consent holds (`pinned`: the job named this paid
         model). None after recording why not. Raises what `Consent.ask` raises (an approval asked
         for and not given, a denial)."""
         candidate, estimate = quote.candidate, quote.worst_usd
         if estimate is None or isinstance(estimate, Unbounded):
             record.skip(candidate, f"worst case can not be bounded: {estimate or 'not held'}")
             return None
-        refusal = self.ledger.refused(estimate, record.job.client)
+        refusal = self._ledger.refused(estimate, record.job.client)
         if refusal is not None:
             record.refused_by_ceiling(refusal)
             record.skip(candidate, str(refusal))
             return None
         if pinned:
-            return Permit(quote=quote, by="pinned")
-        min_time_s = max(lane_min_s, self.consent.policy.approval_min_s)
-        if not await self.consent.ask(record, candidate, estimate=estimate, min_time_s=min_time_s):
+            return PaidPermit(quote=quote, by="pinned")
+        min_time_s = max(lane_min_s, self._policy().approval_min_s)
+        if not await self._consent.ask(record, candidate, estimate=estimate, min_time_s=min_time_s):
             return None
-        return Permit(quote=quote, by=record.approval or "allow")
+        return PaidPermit(quote=quote, by=record.approval or "allow")
 
     async def hold(
-        self, record: JobRecord, quote: Quote, permit: Permit | None, *, shared: bool
+        self, record: JobRecord, quote: Quote, permit: PaidPermit | None, *, shared: bool
     ) -> Hold | str:
         """Count one attempt on `quote` against the governors (globally when `shared`: not a
         client's own key) and hold its worst case; or say why it can not be sent (its credits).
@@ -115,18 +119,18 @@ class PaidGate:
         nothing held."""
         if quote.paid and (permit is None or permit.quote is not quote):
             return "paid fallback without consent for this request"
-        held = self.ledger.hold_credit(quote)  # None: it spends no known credits
+        held = self._ledger.hold_credit(quote)  # None: it spends no known credits
         if isinstance(held, str):
             return held
         try:
-            self.ledger.take_attempt(record.job.client, shared=shared)
+            self._ledger.take_attempt(record.job.client, shared=shared)
         except GovernorExhausted:
             if held is not None:
-                self.ledger.settle(held, 0.0)
+                self._ledger.settle(held, 0.0)
             raise
         if quote.paid:
-            record.paying_from(self.ledger.spent_today())
-            held = await self.ledger.reserve(quote)
+            record.paying_from(self._ledger.spent_today())
+            held = await self._ledger.reserve(quote)
         return Hold(quote=quote, reservation=held)
 
     def settle(
@@ -161,7 +165,7 @@ class PaidGate:
                 candidate.lane,
                 candidate.model,
             )
-        self.ledger.settle(reservation, cost)
+        self._ledger.settle(reservation, cost)
         if reservation.credit is not None:
             return 0.0  # credits, not paid spend
         if spend_credits:  # what the ledger kept, sane usage or not
@@ -171,4 +175,4 @@ class PaidGate:
     def release(self, hold: Hold) -> None:
         """Give back what `hold` holds: its request was never sent."""
         if hold.reservation is not None:
-            self.ledger.settle(hold.reservation, 0.0)
+            self._ledger.settle(hold.reservation, 0.0)

@@ -1,7 +1,7 @@
 """One ceiling per store: this process's side of the shared terms (see `state/terms.py`).
 
-It announces the terms its config gives (at start-up, and again when `announce` is called — a
-reload), beats every sync, and routes by the store's terms: the stricter of every live host's
+It announces the terms its config gives at start-up (a reload starts new workers, which announce
+theirs), beats every sync, and routes by the store's terms: the stricter of every live host's
 (or what an operator set with `lanes ceiling set`). A disagreement is one log line, said again only
 when what it says changes. The reservation itself is held to the store's ceiling in the store's
 own transaction (or script), so a host that has not seen a stricter announcement yet still can not
@@ -13,14 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import platform
-from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 
 from lanes._core.policy.policy import FallbackMode, PolicyConfig
 from lanes._core.state import terms
+from lanes._core.state.backend import Backend, call
+from lanes._core.state.beats import SharedTerms
 from lanes._core.state.clock import StoreClock
-from lanes._core.state.store import Store, call
 
 log = logging.getLogger("lanes")
 _FALLBACKS: dict[str, FallbackMode] = {"off": "off", "ask": "ask", "allow": "allow"}
@@ -52,31 +53,30 @@ class TermsStatistics:
     hosts: tuple[terms.Host, ...]  # every live host (process) sharing the store, at the last beat
 
 
-class SharedTerms:
-    def __init__(
-        self,
-        policy: PolicyConfig,
-        clock: StoreClock,
-        store: Store,
-        apply: Callable[[PolicyConfig], None],
-    ) -> None:
+class TermsStore(Backend, SharedTerms, Protocol):
+    """What the terms need of the state store: the beats and terms, and how a call reaches it."""
+
+
+class PaidTerms:
+    """This process's side of the shared terms, and the owner of the policy in force: the
+    configured one, its ceiling and consent governed by the store's terms. The walk, the ledger
+    and consent read it (`policy()`); only the beats change it."""
+
+    def __init__(self, policy: PolicyConfig, clock: StoreClock, store: TermsStore) -> None:
         self.label = f"{platform.node()[:48] or 'host'}:{os.getpid()}"
         self._clock = clock
         self._store = store
         self._host = store.host_id
-        self._apply = apply  # routes by a policy (the routing's)
         self._policy = policy  # as configured
+        self._in_force = policy  # as the store's terms govern it
         self.configured = terms_of(policy)
         self._fresh = True  # announced anew at the next beat
         self.pulse: terms.Pulse | None = None
         self._said: tuple[terms.Terms, terms.Terms] | None = None
 
-    def announce(self, policy: PolicyConfig) -> None:
-        """Announce the terms of `policy` (a reloaded config) at the next beat; until the store
-        has settled them, route by the stricter of these and the store's last."""
-        self._policy, self.configured, self._fresh = policy, terms_of(policy), True
-        known = self.effective()
-        self._apply(governed(policy, known.stricter(self.configured)))
+    def policy(self) -> PolicyConfig:
+        """The policy routing obeys now: as configured, under the store's terms."""
+        return self._in_force
 
     def beat(self) -> terms.Beat:
         """What this process says at the next sync (may be called from a worker thread)."""
@@ -105,7 +105,7 @@ class SharedTerms:
             self.take(pulse, skew)
 
     async def set_by_operator(
-        self, *, ceiling_usd: float | None = None, consent: terms.Consent | None = None
+        self, *, ceiling_usd: float | None = None, consent: terms.ConsentMode | None = None
     ) -> None:
         """An operator's `lanes ceiling set`: kept in the store over every announcement made
         before it, for every host sharing it (each takes it at its next sync; this one now)."""
@@ -141,7 +141,7 @@ class SharedTerms:
         if skew_s is not None:
             self._clock.observe(skew_s)
         effective = self.effective()
-        self._apply(governed(self._policy, effective))
+        self._in_force = governed(self._policy, effective)
         said = (self.configured, effective)
         if said == self._said:
             return

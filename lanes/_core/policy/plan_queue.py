@@ -10,7 +10,7 @@ from typing import Protocol
 from lanes._core.model.job import Candidate
 
 
-class Source(Protocol):
+class CandidateSource(Protocol):
     """Where a `Queue` draws its candidates, in the order to try."""
 
     def next(self) -> Candidate | None: ...
@@ -19,7 +19,7 @@ class Source(Protocol):
 
 
 class ListSource:
-    """A plan already in order (an alias's, a model's: short lists), as a `Source`."""
+    """A plan already in order (an alias's, a model's: short lists), as a `CandidateSource`."""
 
     def __init__(self, candidates: Iterable[Candidate]) -> None:
         self._left: deque[Candidate] = deque(candidates)
@@ -42,10 +42,10 @@ class ListSource:
 
 
 class Queue:
-    """The candidates still to try, drawn from a `Source` as the walk asks: `pop()` the next,
-    `peek(n)` look ahead, `put_ahead()` reorder what was looked at."""
+    """The candidates still to try, drawn from a `CandidateSource` as the walk asks: `pop()` the
+    next, `peek(n)` look ahead, `put_ahead()` reorder what was looked at."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: CandidateSource) -> None:
         self._source = source
         self._ahead: deque[Candidate] = deque()
 

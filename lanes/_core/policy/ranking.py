@@ -37,6 +37,10 @@ class Ranking:
         # per candidate key: what its score before the penalties was made of, and that score
         self._base: dict[str, tuple[tuple[object, ...], float]] = {}
 
+    def explored_served(self) -> None:
+        """A job sent to a runner-up on purpose was served by it."""
+        self.explored_ok += 1
+
     def note(self, candidate: Candidate, outcome: str, latency_s: float, now: float) -> None:
         if outcome not in ("ok", "fault", "deadline", "rate_limited"):
             return

@@ -176,8 +176,8 @@ class RedisBase:
 
     where: str
     up: bool
-    host: str  # this process, in leases and published messages
-    channel: str
+    _host: str  # this process, in leases and published messages
+    _channel: str
     _redis: Any
     _p: str  # the key prefix
     _lock: threading.Lock
@@ -188,7 +188,7 @@ class RedisBase:
 
     def _message(self, kind: str, **fields: Any) -> str:
         """An event for the other hosts (see `listen`), marked as this host's."""
-        return json.dumps({"t": kind, "from": self.host, **fields})
+        return json.dumps({"t": kind, "from": self._host, **fields})
 
     def _script(self, lua: str) -> Any:
         """The registered script of `lua` (call it with keys, args and, in a pipeline, client)."""

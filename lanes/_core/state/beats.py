@@ -118,7 +118,7 @@ class RedisBeats(RedisBase):
 
     @property
     def host_id(self) -> str:
-        return self.host
+        return self._host
 
     @guarded
     def heartbeat(self, beat: terms.Beat) -> terms.Pulse | None:
@@ -181,7 +181,7 @@ class RedisBeats(RedisBase):
     @guarded
     def withdraw(self) -> None:
         """Leave: this host's announcement holds no one back any more."""
-        self._redis.hdel(self._k("hosts"), self.host)
+        self._redis.hdel(self._k("hosts"), self._host)
 
     def _reseed_terms(self, pipe: Any) -> None:
         """Put back what an operator set, as this host last saw it, unless Redis holds one (queued

@@ -95,7 +95,7 @@ class RedisGrants(RedisBase):
     def _queue_grants(self, pipe: Any, grants: dict[str, tuple[float, float]]) -> None:
         for client, (until, at) in grants.items():
             pipe.hset(self._k("grant"), client, f"{until!r}@{at!r}")
-            pipe.publish(self.channel, self._message("grant", client=client, until=until, at=at))
+            pipe.publish(self._channel, self._message("grant", client=client, until=until, at=at))
 
     def _reseed_grants(self) -> None:
         """Every grant this host knows, written again at the next flush — revocations too: they

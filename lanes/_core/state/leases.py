@@ -119,10 +119,10 @@ class RedisLeases(RedisMemory):
         """Take the right to probe a cold or reopened scope for every host (expires after `ttl_s`,
         on Redis's clock: `now` is not needed): True when taken, False when another host holds it,
         the scope's backoff when one is in force."""
-        token = f"{self.host}:{uuid.uuid4().hex[:8]}"
+        token = f"{self._host}:{uuid.uuid4().hex[:8]}"
         outcome, value = self._script(LEASE)(
             keys=[self._k("probe", scope), self._k("backoff", scope)],
-            args=[token, max(1, int(min(ttl_s, 3600.0) * 1000)), f"{self.host}:"],
+            args=[token, max(1, int(min(ttl_s, 3600.0) * 1000)), f"{self._host}:"],
         )
         if outcome == 2:
             return backoff_from(json.loads(value))
@@ -147,6 +147,6 @@ class RedisLeases(RedisMemory):
                 self._queue_backoffs(pipe, {scope: backoff}, None)
             self._script(RELEASE)(
                 keys=[self._k("probe", scope)],
-                args=[token, self.channel, self._message("probe", scope=scope, ok=ok)],
+                args=[token, self._channel, self._message("probe", scope=scope, ok=ok)],
                 client=pipe,
             )

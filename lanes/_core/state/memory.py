@@ -253,7 +253,7 @@ class RedisMemory(RedisBase):
                     repr(b.until),
                     str(int(b.until * 1000) + 1),
                     value,
-                    self.channel,
+                    self._channel,
                     message,
                     repr(floor),
                 ],

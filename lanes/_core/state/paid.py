@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import attrs
 
 from lanes._core.freetier.windows import end_of, window_id
+from lanes._core.policy.ceiling import ceiling_in_force, fits, room
 from lanes._core.state.backend import ClockRefused, RedisBase, SQLiteBase, StoreUnavailable, guarded
 from lanes._core.state.beats import shared_ceiling
 from lanes._core.state.redis_scripts import PICO, RESERVE, RESTORE, SETTLE, pico
@@ -42,7 +43,6 @@ CREATE TABLE IF NOT EXISTS paid_ledger (
     job TEXT, cohort TEXT, client TEXT);
 CREATE INDEX IF NOT EXISTS idx_paid_ledger_day ON paid_ledger (day);
 """
-EPSILON_USD = 1e-12  # a float sum that lands exactly on the ceiling is within it
 
 #: What `paid_ledger`'s rows of a day and client add up to (`named` 0: the rows without a client),
 #: so a reservation reads one row, not the day's. A compensated sum (Neumaier's): `spent + carry`
@@ -183,15 +183,15 @@ class SQLitePaid(PaidLedger, SQLiteBase):
         self._check_file()
         with self._lock:
             with immediate(self._conn):
-                shared = shared_ceiling(self._conn)
-                ceiling = ask.ceiling if shared is None else min(ask.ceiling, shared)
-                over = self._spent(ask.day) + ask.amount > ceiling + EPSILON_USD
-                if not over and ask.client_ceiling is not None:
-                    over = (
-                        self._spent(ask.day, ask.client) + ask.amount
-                        > ask.client_ceiling + EPSILON_USD
-                    )
-                if over:
+                left = room(
+                    spent=self._spent(ask.day),
+                    ceiling=ceiling_in_force(ask.ceiling, shared_ceiling(self._conn)),
+                    client_spent=0.0
+                    if ask.client_ceiling is None
+                    else self._spent(ask.day, ask.client),
+                    client_ceiling=ask.client_ceiling,
+                )
+                if not fits(ask.amount, left):
                     return None
                 self._conn.execute(  # never OR REPLACE: see TRIGGERS
                     "INSERT INTO paid_ledger "

@@ -54,7 +54,7 @@ def redacted(url: str) -> str:
 class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitches, RedisBeats):
     kind = "redis"
     shared = True
-    local: SQLiteStore  # this host's file: its audit, canary answers and quarantine
+    _local: SQLiteStore  # this host's file: its audit, canary answers and quarantine
     lost_reason = ""  # Redis restarted empty, or is met empty for the first time
 
     def __init__(
@@ -68,9 +68,9 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         timeout_s: float = 2.0,
     ) -> None:
         self.where = redacted(url)
-        self.local = local
+        self._local = local
         self.up = False  # until the first full sync: no paid reservation before the ledger is known
-        self.host = uuid.uuid4().hex[:12]  # this process, in leases and published messages
+        self._host = uuid.uuid4().hex[:12]  # this process, in leases and published messages
         self.limiter = trio.CapacityLimiter(threads)
         self.listen_limiter = trio.CapacityLimiter(1)
         # a blocking pool: a call beyond the connections waits for one rather than failing as
@@ -85,7 +85,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         )
         self._redis = redis.Redis(connection_pool=pool)
         self._p = prefix
-        self.channel = f"{prefix}events"
+        self._channel = f"{prefix}events"
         self._scripts = {}
         self._lock = threading.Lock()
         self._epoch: str | None = None
@@ -109,7 +109,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
     @property
     def records(self) -> LocalRecords:
         """This host's audit and canary answers: its local SQLite file's."""
-        return self.local.records
+        return self._local.records
 
     def peek(self, now: float) -> News | None:
         return None  # other hosts' backoffs and switches are published (see `listen`)
@@ -192,7 +192,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         try:
             if self._pubsub is None:
                 pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(self.channel)
+                pubsub.subscribe(self._channel)
                 self._pubsub = pubsub
             events = []
             message = self._pubsub.get_message(timeout=timeout_s)
@@ -201,7 +201,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
                     event = json.loads(message["data"])
                 except (ValueError, TypeError):
                     event = None
-                if isinstance(event, dict) and event.get("from") != self.host:
+                if isinstance(event, dict) and event.get("from") != self._host:
                     if event.get("t") == "grant":
                         self._heard_grant(event)
                     events.append(event)
@@ -225,4 +225,4 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             self._redis.connection_pool.disconnect()
         except (redis.RedisError, OSError):
             pass
-        self.local.close()
+        self._local.close()

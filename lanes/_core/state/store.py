@@ -30,6 +30,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -118,13 +119,19 @@ class SQLiteStore(
     limiter: trio.CapacityLimiter | None = None
     listen_limiter: trio.CapacityLimiter | None = None
 
-    def __init__(self, path: str) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        records: Callable[[sqlite3.Connection, threading.Lock], LocalRecords] = LocalRecords,
+    ) -> None:
+        """`records` makes this host's records over the file (a replay keeps them in memory)."""
         self.where = path
         self._path = path if path == ":memory:" else str(Path(path).expanduser())
         self._conn = connect(self._path, SCHEMA, _migrate)
         self._identity = identity(self._path) if self._path != ":memory:" else None
         self._lock = threading.Lock()
-        self.records = LocalRecords(self._conn, self._lock)
+        self.records = records(self._conn, self._lock)
         self.up = True
         self.lost_reason = ""
         self._own = {}

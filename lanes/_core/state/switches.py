@@ -100,7 +100,7 @@ class SQLiteSwitches(SQLiteBase):
 class RedisSwitches(RedisBase):
     """Switches and quarantine in Redis, shared by every host."""
 
-    local: SQLiteSwitches  # this host's file: its quarantine stands while Redis is away
+    _local: SQLiteSwitches  # this host's file: its quarantine stands while Redis is away
     _quarantine: dict[str, str]  # the last view read
     _switch_writes: dict[str, tuple[bool, float]]  # waiting for the next flush
     _quarantine_writes: dict[str, tuple[str | None, str, float]]
@@ -143,7 +143,7 @@ class RedisSwitches(RedisBase):
         self, key: str, verdict: str | None, reason: str = "", at: float = 0.0
     ) -> None:
         """Write now when Redis answers; otherwise at the next sync that reaches it."""
-        self.local.set_quarantine(key, verdict, reason, at)
+        self._local.set_quarantine(key, verdict, reason, at)
         with self._lock:
             self._quarantine_writes[key] = (verdict, reason, at)
         with contextlib.suppress(StoreUnavailable):  # kept, and written by the next flush
@@ -176,7 +176,7 @@ class RedisSwitches(RedisBase):
                 pipe.hset(self._k("switch"), lane, repr(at))
             else:
                 pipe.hdel(self._k("switch"), lane)
-            pipe.publish(self.channel, self._message("switch", lane=lane, off=off))
+            pipe.publish(self._channel, self._message("switch", lane=lane, off=off))
 
     def _reseed_switches(self, pipe: Any, view: LocalView, now: float) -> None:
         """This host's switched-off lanes (written at the next flush) and quarantines (queued on

@@ -52,17 +52,45 @@ Totals = tuple[
 ]
 
 
-class SyncPeer(Protocol):
-    """What the state sync asks of the dispatcher (it never reaches into its attributes)."""
+class AuditRows(Protocol):
+    """The journal's rows waiting for the store."""
 
-    def take_audit_rows(self) -> list[dict[str, Any]]: ...
-    def return_audit_rows(self, rows: list[dict[str, Any]]) -> int: ...
-    def switches(self) -> frozenset[str]: ...
-    def apply_switch(self, lane: str, off: bool) -> bool: ...
-    def quarantine(self) -> dict[str, str]: ...
-    def apply_quarantine(self, current: Mapping[str, str]) -> None: ...
-    def probe_answered(self, scope: str, ok: bool) -> None: ...
-    def take_approvals(self, records: list[ApprovalRecord]) -> None: ...
+    def take_rows(self) -> list[dict[str, Any]]: ...
+    def return_rows(self, rows: list[dict[str, Any]]) -> int: ...
+
+
+class SwitchPeer(Protocol):
+    """This process's switches (the engine's `Switchboard`): what the store's must reach."""
+
+    def switched_off(self) -> frozenset[str]: ...
+    def switch(self, lane: str, off: bool) -> bool: ...
+    def quarantined(self) -> dict[str, str]: ...
+    def quarantine(self, current: Mapping[str, str]) -> None: ...
+
+
+class ProbeNews(Protocol):
+    def remote_answered(self, scope: str) -> None: ...
+
+
+class ApprovalNews(Protocol):
+    def take(self, records: list[ApprovalRecord]) -> None: ...
+
+
+class Kick:
+    """A request that the state sync run now rather than at its next tick: rung by whoever holds
+    news the other processes wait for (a probe's answer, a backoff, a switch)."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def ring(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until rung, or `timeout_s`; then ready to be rung again."""
+        with trio.move_on_after(timeout_s):
+            await self._event.wait()
+        self._event = trio.Event()
 
 
 class Beats(Protocol):
@@ -76,9 +104,9 @@ class Beats(Protocol):
 class _Batch:
     """What one sync takes from the manager and the journal, to write or to give back."""
 
-    def __init__(self, manager: FreeTierManager, peer: SyncPeer) -> None:
+    def __init__(self, manager: FreeTierManager, rows: AuditRows) -> None:
         self.usage, self.spend, self.backoffs, self.snapshots = manager.take_pending()
-        self.audit = peer.take_audit_rows()
+        self.audit = rows.take_rows()
 
     def written(self, part: str) -> None:
         """`part` is in the store: neither given back (no double count) nor counted as dropped."""
@@ -91,11 +119,11 @@ class _Batch:
         else:
             self.snapshots = {}
 
-    def give_back(self, manager: FreeTierManager, peer: SyncPeer, now: float) -> int:
+    def give_back(self, manager: FreeTierManager, rows: AuditRows, now: float) -> int:
         """Queue what was not written again for the next try, bounded; returns the audit rows
         dropped to stay within the bound."""
         manager.give_back(self.usage, self.spend, self.backoffs, self.snapshots, now)
-        return peer.return_audit_rows(self.audit)
+        return rows.return_rows(self.audit)
 
     def count(self) -> str:
         return (
@@ -107,45 +135,67 @@ class _Batch:
 class StateSync:
     def __init__(
         self,
+        *,
         manager: FreeTierManager,
         store: Store,
-        peer: SyncPeer,
-        health: TaskHealth,
-        listener: TaskHealth | None = None,
+        now_wall: Callable[[], float],
+        rows: AuditRows,
+        switches: SwitchPeer,
+        news: tuple[ProbeNews, ApprovalNews],
+        health: tuple[TaskHealth, TaskHealth],
+        kick: Kick,
         beats: Beats | None = None,
     ) -> None:
-        self.manager = manager
-        self.store = store
-        self.peer = peer
-        self.beats = beats
-        self.health = health
-        self.listener = listener or health
+        """`news`: the probes and approvals that hear what other processes decided; `health`:
+        the sync's task and the listener's."""
+        self._manager = manager
+        self._store = store
+        self._now = now_wall
+        self._rows = rows
+        self._switches = switches
+        self._probes, self._approvals = news
+        self._health, self._listener = health
+        self._kick = kick
+        self._beats = beats
         self._last_switches: set[str] = set()
         self._synced = False  # until the first successful sync (switches found then were kept)
         self._failing = False
         self._strikes = 0  # batches in a row a reachable shared store failed
-        self._kick = trio.Event()
 
     def kick(self) -> None:
         """Sync now rather than at the next tick (something other hosts should hear about
         changed)."""
-        self._kick.set()
+        self._kick.ring()
+
+    def backoffs_changed(self) -> None:
+        """A rate limit changed a backoff: the other processes must see it before their next
+        attempt. A store on this host (SQLite) takes it now, inline; a shared one (Redis) with the
+        sync, run now."""
+        changed = self._manager.changed_backoffs()
+        if not changed:
+            return
+        if self._store.limiter is None:
+            # on failure the sync writes it (and reports the store) at its next round
+            with contextlib.suppress(*STORE_ERRORS):
+                self._store.put_backoffs(dict(changed), self._now())
+        elif self._store.shared:
+            self.kick()
 
     async def load(self, now: float) -> None:
         """Take the persisted state at startup: header snapshots, then a full sync."""
         with contextlib.suppress(*STORE_ERRORS):  # the sync below says so, once
-            self.manager.merge_snapshots(await call(self.store, self.store.snapshots))
+            self._manager.merge_snapshots(await call(self._store, self._store.snapshots))
         await self.sync(now)
 
     def _view(self) -> LocalView:
-        usage, spend, backoffs, snapshots = self.manager.view()
+        usage, spend, backoffs, snapshots = self._manager.view()
         return LocalView(
             usage=usage,
             spend=spend,
             backoffs=backoffs,
             snapshots=snapshots,
-            switched_off=self.peer.switches(),
-            operator=None if self.beats is None else self.beats.operator(),
+            switched_off=self._switches.switched_off(),
+            operator=None if self._beats is None else self._beats.operator(),
         )
 
     async def sync(self, now: float) -> None:
@@ -153,52 +203,52 @@ class StateSync:
         try:
             await self._sync(now)
         except Exception as exc:  # the sync must not die: the next round tries again
-            self.health.failed(exc, "sync failed")
+            self._health.failed(exc, "sync failed")
         await trio.lowlevel.checkpoint()
 
     async def _sync(self, now: float) -> None:
-        for lane, what in self.manager.take_clamped():
+        for lane, what in self._manager.take_clamped():
             log.warning("lane %s: %s out of bounds; clamped (said once)", lane, what)
         try:
-            lost = await call(self.store, self.store.begin_sync, now)
+            lost = await call(self._store, self._store.begin_sync, now)
         except STORE_ERRORS as exc:
             self._failed(exc)
             return
-        batch = _Batch(self.manager, self.peer)
+        batch = _Batch(self._manager, self._rows)
         view = self._view() if lost else None  # taken with the pending rows: it already holds them
 
         def work() -> Totals:
             if view is not None:
-                self.store.reseed(view, now)
+                self._store.reseed(view, now)
                 batch.written("usage")  # the view held the pending counts
-            self.store.records.add_audit(batch.audit)
+            self._store.records.add_audit(batch.audit)
             batch.written("audit")
-            self.store.add_usage(batch.usage, batch.spend)
+            self._store.add_usage(batch.usage, batch.spend)
             batch.written("usage")
-            self.store.put_backoffs(batch.backoffs, now)
+            self._store.put_backoffs(batch.backoffs, now)
             batch.written("backoffs")
-            self.store.put_snapshots(batch.snapshots)
+            self._store.put_snapshots(batch.snapshots)
             batch.written("snapshots")
-            self.store.flush()
+            self._store.flush()
             return (
-                self.store.usage_totals(now),
-                self.store.spend_totals(),
-                self.store.backoffs(now),
-                self.store.quarantined(),
-                self.store.switches(),
-                self.store.approvals(now),
+                self._store.usage_totals(now),
+                self._store.spend_totals(),
+                self._store.backoffs(now),
+                self._store.quarantined(),
+                self._store.switches(),
+                self._store.approvals(now),
             )
 
         try:
-            totals = await call(self.store, work)
+            totals = await call(self._store, work)
         except Exception as exc:  # an outage, or a batch the store refuses
             self._not_written(batch, exc, now)
             return
         self._strikes = 0
         self._written(totals, now, reseeded=view is not None)
-        if self.beats is not None:
+        if self._beats is not None:
             try:
-                await self.beats.round()
+                await self._beats.round()
             except STORE_ERRORS as exc:
                 self._failed(exc)
 
@@ -206,15 +256,15 @@ class StateSync:
         """Give the unwritten part of the batch back for the next try — unless the store refused
         it (any error but an outage, or the same shared store failing it thrice): then drop it."""
         outage = isinstance(exc, STORE_ERRORS)
-        self._strikes = self._strikes + 1 if outage and self.store.shared else 0
+        self._strikes = self._strikes + 1 if outage and self._store.shared else 0
         if outage and self._strikes < POISON_STRIKES:
-            self.health.dropped("audit rows", batch.give_back(self.manager, self.peer, now))
+            self._health.dropped("audit rows", batch.give_back(self._manager, self._rows, now))
             self._failed(exc)
             return
         self._strikes = 0
-        self.health.dropped("poison batches")
-        self.health.dropped("audit rows", len(batch.audit))
-        self.health.failed(exc, f"the store refused a batch; dropped it ({batch.count()})")
+        self._health.dropped("poison batches")
+        self._health.dropped("audit rows", len(batch.audit))
+        self._health.failed(exc, f"the store refused a batch; dropped it ({batch.count()})")
 
     def _written(self, totals: Totals, now: float, *, reseeded: bool) -> None:
         """Take what the store holds."""
@@ -222,20 +272,20 @@ class StateSync:
         if reseeded:
             log.warning(
                 "state store: %s (%s); this host's view written back, paid fallback open",
-                self.store.lost_reason or "empty at first contact",
-                self.store.where,
+                self._store.lost_reason or "empty at first contact",
+                self._store.where,
             )
         elif self._failing:
             log.warning("state store: reachable again")
         self._failing = False
-        self.health.ok()
-        self.manager.merge_usage(usage, now)
-        self.manager.merge_spend(spends)
-        self.manager.merge_backoffs(others)
+        self._health.ok()
+        self._manager.merge_usage(usage, now)
+        self._manager.merge_spend(spends)
+        self._manager.merge_backoffs(others)
         self._take_quarantine(quarantined)
         self._take_switches(switches)
         self._synced = True
-        self.peer.take_approvals(approvals)
+        self._approvals.take(approvals)
 
     def _take_switches(self, switches: set[str]) -> None:
         for lane in switches - self._last_switches:
@@ -244,25 +294,25 @@ class StateSync:
             self._switch(lane, False)
         self._last_switches = switches
 
-    def catch_up(self, now: float) -> None:
+    def catch_up(self) -> None:
         """Take the backoffs and kill switches other processes sharing this host's state file
         wrote since the last look — before a job's next attempt, not at the next sync. Cheap when
         nothing changed (SQLite: one `pread` of the change word; Redis publishes instead); never
         raises."""
         try:
-            news = self.store.peek(now)
+            news = self._store.peek(self._now())
         except STORE_ERRORS:
             return  # the sync reports the store
         if news is None:
             return
-        self.manager.merge_backoffs(news.backoffs)
+        self._manager.merge_backoffs(news.backoffs)
         if self._synced:  # before the first sync, the switches found are the first sync's to say
             self._take_switches(news.switches)
 
     def _failed(self, exc: Exception) -> None:
         """One log line per failure streak."""
         if not self._failing:
-            if self.store.shared:
+            if self._store.shared:
                 log.warning(
                     "state store: %s; serving on this host's view, paid fallback closed until the "
                     "shared ledger is back (retrying in the background)",
@@ -273,10 +323,10 @@ class StateSync:
                     "state store: write failed (%s); counting in memory until it recovers", exc
                 )
         self._failing = True
-        self.health.failed(exc, "state store unavailable", logged=True)
+        self._health.failed(exc, "state store unavailable", logged=True)
 
     def _switch(self, lane: str, off: bool, *, first: bool = False) -> None:
-        if not self.peer.apply_switch(lane, off):
+        if not self._switches.switch(lane, off):
             return
         if off and first:
             log.warning(
@@ -290,12 +340,12 @@ class StateSync:
             )
 
     def _take_quarantine(self, current: dict[str, str]) -> None:
-        known = self.peer.quarantine()
+        known = self._switches.quarantined()
         for key in set(known) - set(current):
             log.warning("canary: %s released from quarantine", key)
         for key in set(current) - set(known):
             log.warning("canary: %s quarantined", key)
-        self.peer.apply_quarantine(current)
+        self._switches.quarantine(current)
 
     def apply(self, events: list[dict[str, Any]]) -> None:
         """Apply what other hosts published: backoffs, probe results, kill switches. A message that
@@ -304,7 +354,7 @@ class StateSync:
             try:
                 self._apply(event)
             except Exception:  # another host's message we can not read changes nothing
-                self.listener.dropped("unreadable events")
+                self._listener.dropped("unreadable events")
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind, subject = event["t"], event.get("scope", event.get("lane"))
@@ -313,29 +363,29 @@ class StateSync:
         if not isinstance(subject, str):
             raise TypeError("a message names no scope or lane")
         if kind == "backoff":
-            self.manager.merge_backoffs([(subject, backoff_from(event))])
+            self._manager.merge_backoffs([(subject, backoff_from(event))])
         elif kind == "probe":
-            self.peer.probe_answered(subject, event["ok"] is True)
+            if event["ok"] is True:
+                self._manager.confirm(subject)
+            self._probes.remote_answered(subject)
         elif kind == "switch":
             self._switch(subject, event["off"] is True)
         else:
             raise ValueError(f"an unknown message {kind!r}")
 
-    async def run(self, wall_now: Callable[[], float], interval_s: float = 0.5) -> None:
+    async def run(self, interval_s: float = 0.5) -> None:
         """Sync every `interval_s` (or when kicked) until cancelled; a last sync runs shielded on
         the way out (for at most a few seconds)."""
         try:
             while True:
-                with trio.move_on_after(interval_s):
-                    await self._kick.wait()
-                self._kick = trio.Event()
-                await self.sync(wall_now())
+                await self._kick.wait(interval_s)
+                await self.sync(self._now())
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(5.0):
-                await self.sync(wall_now())
-                if self.beats is not None:
+                await self.sync(self._now())
+                if self._beats is not None:
                     with contextlib.suppress(*STORE_ERRORS):  # it lapses on its own otherwise
-                        await self.beats.leave()
+                        await self._beats.leave()
 
     async def listen(self) -> None:
         """For a shared store: apply other hosts' changes as they are published (retrying while it
@@ -343,18 +393,18 @@ class StateSync:
         while True:
             try:
                 events = await trio.to_thread.run_sync(
-                    self.store.listen,
+                    self._store.listen,
                     0.5,
-                    limiter=self.store.listen_limiter,
+                    limiter=self._store.listen_limiter,
                     abandon_on_cancel=True,
                 )
             except STORE_ERRORS as exc:
-                self.listener.failed(exc, "not hearing other hosts", logged=True)
+                self._listener.failed(exc, "not hearing other hosts", logged=True)
                 await trio.sleep(1.0)  # the sync logs the outage and notices the return
                 continue
             except Exception as exc:
-                self.listener.failed(exc, "listening failed")
+                self._listener.failed(exc, "listening failed")
                 await trio.sleep(1.0)
                 continue
-            self.listener.ok()
+            self._listener.ok()
             self.apply(events)

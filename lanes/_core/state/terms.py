@@ -23,8 +23,8 @@ import attrs
 
 # lanes: pure
 
-Consent = Literal["free_tier_only", "off", "ask", "allow"]
-CONSENTS: tuple[Consent, ...] = ("free_tier_only", "off", "ask", "allow")  # strictest first
+ConsentMode = Literal["free_tier_only", "off", "ask", "allow"]
+CONSENTS: tuple[ConsentMode, ...] = ("free_tier_only", "off", "ask", "allow")  # strictest first
 V = TypeVar("V")
 LIVE_S = 30.0  # an announcement not seen for this long is a host gone
 MAX_CEILING_USD = 1e6  # what an operator may set, at most
@@ -33,7 +33,7 @@ MAX_CEILING_USD = 1e6  # what an operator may set, at most
 @attrs.frozen(kw_only=True)
 class Terms:
     ceiling_usd: float
-    consent: Consent
+    consent: ConsentMode
 
     def stricter(self, other: Terms) -> Terms:
         """The stricter of the two, field by field."""
@@ -43,7 +43,7 @@ class Terms:
         )
 
 
-def consent_of(fallback: str, free_tier_only: bool) -> Consent:
+def consent_of(fallback: str, free_tier_only: bool) -> ConsentMode:
     """A policy's consent mode as one word (`free_tier_only` wins over the fallback mode)."""
     if free_tier_only:
         return "free_tier_only"
@@ -67,7 +67,7 @@ class Operator:
 
     ceiling_usd: float | None = None
     ceiling_at: float = 0.0
-    consent: Consent | None = None
+    consent: ConsentMode | None = None
     consent_at: float = 0.0
     by: str = ""  # the host that wrote it
 
@@ -252,7 +252,7 @@ def operator_from(data: dict[str, object]) -> Operator | None:
         return None
 
 
-def _consent(value: object) -> Consent | None:
+def _consent(value: object) -> ConsentMode | None:
     return next((c for c in CONSENTS if c == value), None)
 
 

@@ -334,9 +334,7 @@ class Upstream:
         try:
             completion = check(parse_body(raw), secrets)
         except UpstreamError as exc:
-            exc.headers = lower
-            if not exc.in_band:  # an error body keeps the status it gave itself
-                exc.status = response.status_code
+            exc.answered(status=response.status_code, headers=lower)
             raise
         normal = normal_completion(completion) if check is check_completion else None
         if normal is not None:  # typed content parts, read as chat: encoded again when passed on

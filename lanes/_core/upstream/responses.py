@@ -118,10 +118,7 @@ def in_band(
     the class its own `status` says — a 429 is a rate limit, a 400 final — marked `in_band`, its
     body `body` as sent; a retryable one gets `category`."""
     exc = classify_status(status, headers, said, secrets=secrets)
-    exc.args = (f"error inside a 200 {where}: {exc}",)
-    exc.body, exc.in_band = body, True
-    if type(exc) is RetryableError:
-        exc.category = category
+    exc.said_in_band(where, body, category if type(exc) is RetryableError else None)
     return exc
 
 
