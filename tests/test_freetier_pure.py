@@ -10,6 +10,7 @@ from lanes._core.freetier.backoff import CREDIT_LADDER_S, RATE_LADDER_S, backoff
 from lanes._core.freetier.headers import RateLimitSnapshot, Window
 from lanes._core.freetier.kinds import CreditBased, FreeModelsOnly, NoFreeTier, RateLimitedFree
 from lanes._core.freetier.manager import FreeTierManager, LaneTerms
+from lanes._core.freetier.prices import usage_cost
 from lanes._core.freetier.windows import UsageCounter, window_end, window_id
 
 NOW = 1_764_000_000.0  # 2025-11-24T16:00:00Z
@@ -82,7 +83,7 @@ def test_counter_rolls_over_with_the_window():
 
 def manager(kind) -> FreeTierManager:
     m = FreeTierManager(random=no_jitter)
-    m.register("g", LaneTerms(kind=kind, prices={"m": (1.0, 1.0)}))
+    m.register("g", LaneTerms(kind=kind))
     return m
 
 
@@ -162,14 +163,11 @@ def test_credit_exhaustion_takes_the_long_ladder():
 
 
 def test_credit_estimate_and_provider_balance():
-    """Spend is estimated from usage × price; a balance from the provider wins over the estimate."""
+    """Spend is estimated from usage × price (as the paid gate settles it); a balance from the
+    provider wins over the estimate."""
     m = manager(CreditBased(budget_usd=1.0, reset="daily"))
-    m.record_usage(
-        "g",
-        "m",
-        now=NOW,
-        usage={"prompt_tokens": 600_000, "completion_tokens": 400_000, "total_tokens": 1_000_000},
-    )
+    usage = {"prompt_tokens": 600_000, "completion_tokens": 400_000, "total_tokens": 1_000_000}
+    m.settle_credit("g", 0.0, usage_cost(usage, 1.0, 1.0) or 0.0, NOW)
     assert m.credit_left("g", NOW) == pytest.approx(0.0)
     assert not m.classify("g", "m", NOW).free
     assert m.classify("g", "m", NOW).free_again_at == window_end("day", NOW)

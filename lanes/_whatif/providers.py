@@ -19,8 +19,6 @@ With faults, the outages the audit recorded are answered again (`Fault`).
 
 from __future__ import annotations
 
-import calendar
-import datetime as dt
 import fnmatch
 import functools
 import json
@@ -31,6 +29,8 @@ from typing import Any
 import attrs
 import httpx2
 import trio
+
+from lanes._core.freetier.windows import UsageCounter, WindowName, window_end
 
 #: How long a recorded failure is answered again around its time, seconds (a replay of `--faults`).
 FAULT_S = 20.0
@@ -123,44 +123,31 @@ def padding(prompt_tokens: int) -> str:
     return "x" * max(0, 4 * tokens - 48)
 
 
-def _windows(wall: float) -> tuple[int, int, int]:
-    day = dt.datetime.fromtimestamp(wall, dt.UTC)
-    return int(wall // 60), int(wall // 86400), day.year * 12 + day.month
-
-
 class Quotas:
-    """Requests and tokens counted per scope in the current minute, day and month."""
+    """Requests and tokens counted per scope in the current minute, day and month: the
+    FreeTierManager's own counter and UTC windows (`freetier/windows.py`)."""
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, str, int], list[int]] = {}  # (scope, window, n) → [req, tok]
+        self._counted = UsageCounter()
 
     def admit(self, scope: str, limits: Limits, wall: float, tokens: int) -> float | None:
         """Count one request of `tokens`; or, over a limit, the seconds to that window's end."""
-        minute, day, month = _windows(wall)
-        checks = (
-            ("m", minute, limits.rpm, limits.tpm, (minute + 1) * 60.0),
-            ("d", day, limits.rpd, limits.tpd, (day + 1) * 86400.0),
-            ("mo", month, limits.rpmonth, limits.tpmonth, _month_end(wall)),
+        checks: tuple[tuple[WindowName, int | None, int | None], ...] = (
+            ("minute", limits.rpm, limits.tpm),
+            ("day", limits.rpd, limits.tpd),
+            ("month", limits.rpmonth, limits.tpmonth),
         )
-        for window, n, requests, token_limit, ends in checks:
-            used = self._counts.get((scope, window, n), [0, 0])
-            if (requests is not None and used[0] + 1 > requests) or (
-                token_limit is not None and used[1] + tokens > token_limit
+        used = self._counted.used
+        for window, requests, token_limit in checks:
+            if (requests is not None and used(scope, "requests", window, wall) + 1 > requests) or (
+                token_limit is not None
+                and used(scope, "tokens", window, wall) + tokens > token_limit
             ):
-                return max(1.0, ends - wall)
-        for window, n, *_ in checks:
-            used = self._counts.setdefault((scope, window, n), [0, 0])
-            used[0] += 1
-            used[1] += tokens
-        if len(self._counts) > 4096:  # old windows are never read again
-            self._counts = {k: v for k, v in self._counts.items() if k[2] in (minute, day, month)}
+                return max(1.0, window_end(window, wall) - wall)
+        self._counted.add(scope, wall, requests=1, tokens=tokens)
+        if len(self._counted.counts) > 4096:  # old windows are never read again
+            self._counted.prune(wall)
         return None
-
-
-def _month_end(wall: float) -> float:
-    day = dt.datetime.fromtimestamp(wall, dt.UTC)
-    year, month = (day.year + 1, 1) if day.month == 12 else (day.year, day.month + 1)
-    return float(calendar.timegm((year, month, 1, 0, 0, 0)))
 
 
 class _Body(httpx2.AsyncByteStream):

@@ -172,13 +172,7 @@ class AttemptRun:
         routing, candidate, now = self._routing, self.candidate, trio.current_time()
         if usage is not None and outcome == "ok" and self._quota:
             routing.manager.record_usage(
-                candidate.lane,
-                candidate.model,
-                now=routing.now_wall(),
-                requests=0,
-                usage=usage,
-                # a hold is settled below
-                charge_credits=self._hold is None or not self._hold.holds_money,
+                candidate.lane, candidate.model, now=routing.now_wall(), requests=0, usage=usage
             )
         self._release(outcome, connection=connection, neutral=neutral)
         if (hold := self._hold) is not None:

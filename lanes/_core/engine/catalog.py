@@ -31,14 +31,14 @@ class Catalog:
         alias_patterns: Mapping[str, str],
         register: Callable[[str, LaneTerms], None],
     ) -> None:
-        """`register` tells the FreeTierManager a lane's kind and prices (again when its catalog
-        changes)."""
+        """`register` tells the FreeTierManager a lane's kind and its models' `free` flags (again
+        when its catalog changes)."""
         self._lanes = {lane.name: lane for lane in lanes}
         self._aliases = aliases
         self._patterns = alias_patterns
-        self._register = register
+        self._tell = register
         for lane in self._lanes.values():
-            self._register_prices(lane)
+            self._register(lane)
         self._pool = Pool(self._loaded(), aliases)
 
     @property
@@ -138,23 +138,16 @@ class Catalog:
         return bool(answered)
 
     def catalog_changed(self, lane: OpenAICompatibleLane) -> None:
-        """`lane`'s candidates changed (its catalog was fetched): its prices, and the pool."""
-        self._register_prices(lane)
+        """`lane`'s candidates changed (its catalog was fetched): its terms, and the pool."""
+        self._register(lane)
         self._pool = Pool(self._loaded(), self._aliases)
 
-    def _register_prices(self, lane: OpenAICompatibleLane) -> None:
-        prices = {
-            m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0)
-            for m in lane.models.values()
-        }
+    def _register(self, lane: OpenAICompatibleLane) -> None:
         declared = {m.id: m.free for m in lane.models.values() if m.free is not None}
         terms = LaneTerms(
-            kind=lane.free_tier,
-            conventions=lane.provider.conventions,
-            prices=prices,
-            declared=declared,
+            kind=lane.free_tier, conventions=lane.provider.conventions, declared=declared
         )
-        self._register(lane.name, terms)
+        self._tell(lane.name, terms)
 
 
 class LaneHealth:

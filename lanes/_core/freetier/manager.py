@@ -29,7 +29,7 @@ from lanes._core.freetier.kinds import (
     NoFreeTier,
     Subscription,
 )
-from lanes._core.freetier.prices import usage_cost, usage_total
+from lanes._core.freetier.prices import usage_total
 from lanes._core.freetier.windows import Key as UsageKey
 from lanes._core.freetier.windows import UsageCounter, WindowName, window_end, window_id
 
@@ -75,9 +75,6 @@ class LaneTerms:
     conventions: Mapping[str, float] = attrs.field(
         factory=dict
     )  # dimension → window_s for bare headers
-    prices: Mapping[str, tuple[float, float]] = attrs.field(
-        factory=dict
-    )  # model → USD/Mtok in, out
     declared: Mapping[str, bool] = attrs.field(factory=dict)  # model → its `free` flag, where set
 
     def is_free(self, model: str) -> bool:
@@ -287,22 +284,15 @@ class FreeTierManager:
         requests: int = 1,
         tokens: int = 0,
         usage: Mapping[str, Any] | None = None,
-        charge_credits: bool = True,
     ) -> None:
-        """Count one request (and its tokens, and its credit cost) against every window.
-        `charge_credits=False`: the caller settles the credit cost itself (`settle_credit`)."""
+        """Count one request (and its tokens) against every window. What it cost a credit lane is
+        the paid gate's to settle (`settle_credit`)."""
         if usage:
             total = usage_total(usage)  # bounded: an upstream's usage is never trusted raw
             tokens = total if total is not None else tokens
         self._pending_usage += self._usage.add(
             self.scope(lane, model), now, requests=requests, tokens=tokens
         )
-        terms = self._terms.get(lane)
-        if terms and isinstance(terms.kind, CreditBased) and usage and charge_credits:
-            prices = terms.prices.get(model)
-            cost = usage_cost(usage, *prices) if prices else None
-            if cost:
-                self._spend_credit(lane, terms.kind, cost, now)
 
     def _spend_credit(self, lane: str, kind: CreditBased, cost: float, now: float) -> None:
         key = (lane, self._period_id(kind, now))
@@ -396,7 +386,9 @@ class FreeTierManager:
         return None
 
     def settle_credit(self, lane: str, held_usd: float, cost_usd: float, now: float) -> None:
-        """Release a hold and spend what the attempt cost (`cost_usd`, never below 0)."""
+        """Release a hold (`held_usd`, 0 for none) and spend what the attempt cost from the lane's
+        credits (`cost_usd`, never below 0; nothing for a lane that is not a credit lane): the one
+        way credits are charged."""
         left = self._credit_held.get(lane, 0.0) - held_usd
         if left > 1e-12:
             self._credit_held[lane] = left

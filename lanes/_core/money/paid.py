@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from lanes._core.freetier.manager import FreeTierManager
+from lanes._core.freetier.prices import usage_cost
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted
 from lanes._core.model.job import Candidate, Outcome
@@ -144,12 +145,19 @@ class PaidGate:
         spend_credits: bool,
     ) -> float:
         """Replace `hold` by what its attempt, ended so, could be billed; return its paid spend
-        (USD; 0 for a credit hold). A paid model of a credit lane spends its credits as well as
-        the ceiling (`spend_credits`: the lane's shared credits, not a client's own key)."""
+        (USD; 0 for credits). Every credit charge is settled here: a held credit attempt at what
+        it cost, an unheld one (its credits not known) at what its usage reports, and a paid model
+        of a credit lane spends its credits as well as the ceiling — when `spend_credits` (the
+        lane's shared credits, not a client's own key)."""
         reservation = hold.reservation
-        if reservation is None:
-            return 0.0
         candidate = hold.quote.candidate
+        if reservation is None:
+            if spend_credits and outcome == "ok":
+                cost = usage_cost(
+                    usage, candidate.input_usd_per_mtok, candidate.output_usd_per_mtok
+                )
+                self._manager.settle_credit(candidate.lane, 0.0, cost or 0.0, self._now())
+            return 0.0
         cost, believed = settled_cost(
             hold.quote,
             reservation.amount_usd,
