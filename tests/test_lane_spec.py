@@ -18,7 +18,7 @@ from lanes._core.config.schema import LaneConfig, ModelConfig
 from lanes._core.freetier.kinds import AlwaysFreeLocal, NoFreeTier, RateLimitedFree
 from lanes._core.policy.spend import CAP_PARAMS
 from lanes._core.upstream.loader import find_module
-from lanes._core.upstream.spec import LaneSpec, Provider, resolve
+from lanes._core.upstream.spec import OVERRIDDEN, LaneSpec, Provider, resolve
 from lanes.testing import open_fake
 
 #: How each setting both the lane module and the operator may give is settled (spec.py's docstring).
@@ -45,11 +45,12 @@ SHARED = names(Provider) & names(LaneConfig)
 
 
 def test_every_shared_setting_is_settled_in_the_spec():
-    """Every field both `Provider` and `LaneConfig` declare is a `LaneSpec` field with a rule, so
-    a field added to both and forgotten in the spec (or in resolve's rules) fails here."""
+    """A spec is a settled `Provider`, and every field both `Provider` and `LaneConfig` declare is
+    one the operator overrides by a rule (found from the classes, not listed), so a field added to
+    both and missing a rule here fails."""
     assert {"base_url", "api_key_env", "free_tier", "models", "headers"} <= SHARED
-    assert names(LaneSpec) >= SHARED
-    assert set(RULES) == SHARED
+    assert issubclass(LaneSpec, Provider) and names(LaneSpec) >= SHARED
+    assert set(RULES) == SHARED == {*OVERRIDDEN, "name"}
 
 
 def test_what_only_the_module_declares_is_carried_as_declared():
@@ -67,7 +68,7 @@ def test_what_only_the_module_declares_is_carried_as_declared():
     only = names(Provider) - SHARED
     assert only <= names(LaneSpec)
     assert {n: getattr(spec, n) for n in only} == {n: getattr(provider, n) for n in only}
-    assert (spec.provider, spec.declared) == ("p", provider)
+    assert (spec.name, spec.provider) == ("lane", "p")
 
 
 URLS = st.sampled_from(["https://a.example/v1", "https://b.example/v1/", "http://127.0.0.1:8/v1"])
@@ -283,10 +284,12 @@ def test_the_lane_reads_its_settings_from_the_spec():
         output_cap="max_completion_tokens",
         models=[ModelConfig(id="only:free")],
     )
-    assert lane.base_url == lane.spec.base_url == "https://proxy.example/or"
-    assert lane.free_tier is lane.spec.free_tier
+    assert lane.spec.base_url == "https://proxy.example/or"
     assert [c.model for c in lane.candidates] == ["only:free"]
     assert lane.headers(stream=False)["X-Title"] == "mine"
     [candidate] = lane.candidates
-    assert candidate.billing_switches == {"transforms", *lane.spec.declared.billing_switches}
+    module, _ = find_module(LaneConfig(name="openrouter"))
+    assert module is not None
+    declared = module.PROVIDER.billing_switches
+    assert declared and candidate.billing_switches == {"transforms", *declared}
     assert (candidate.tool_prompt_tokens, candidate.cap_param) == (7, "max_completion_tokens")

@@ -101,7 +101,7 @@ async def test_module_defaults_fill_unset_keys(env, autojump_clock):
         cfg, env={**env, "GROQ_API_KEY": "gsk_x_0123456789"}
     ) as dispatcher:
         ollama, groq = dispatcher.lanes["ollama"], dispatcher.lanes["groq"]
-        assert ollama.base_url == "http://127.0.0.1:11434/v1"
+        assert ollama.spec.base_url == "http://127.0.0.1:11434/v1"
         assert {c.tier for c in ollama.candidates} == {"local"}
         assert {c.tier for c in groq.candidates} == {"free"}
         assert "gsk_x_0123456789" not in repr(groq.__dict__)

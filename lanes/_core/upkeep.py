@@ -29,7 +29,7 @@ async def check_reachable(
     """At startup: one log line for a provider on an IP address or localhost that does not accept
     a connection. Hostnames are not looked up here (a lookup can hang and leaves the machine); the
     first request finds out. Startup never waits for this."""
-    url = httpx2.URL(lane.base_url)
+    url = httpx2.URL(lane.spec.base_url)
     host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
     if host != "localhost":
         try:

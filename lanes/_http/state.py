@@ -97,7 +97,7 @@ def _entries(dispatcher: Dispatcher, start: int, end: int) -> list[dict[str, Any
             if c.lane not in created:
                 created[c.lane] = {r.id: r.created for r in lane.catalog if r.created}
             when = created[c.lane].get(c.model, opened)
-            data.append(_model(c, dispatcher.refusal(c), lane.provider.name, when))
+            data.append(_model(c, dispatcher.refusal(c), lane.spec.provider, when))
     return data
 
 

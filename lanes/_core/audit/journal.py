@@ -300,5 +300,5 @@ class Journal:
             served=served,
             route=route,
             usage=usage,
-            provider_of=lambda lane: lanes[lane].provider.name if lane in lanes else lane,
+            provider_of=lambda lane: lanes[lane].spec.provider if lane in lanes else lane,
         )

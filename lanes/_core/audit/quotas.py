@@ -35,9 +35,9 @@ def free_quotas(catalog: Catalog, manager: FreeTierManager, now: float) -> list[
     """Every day's and month's free quota of every scope with one, as known at `now` (epoch s)."""
     found: list[Quota] = []
     for name, lane in catalog.lanes.items():
-        kind = lane.free_tier
+        kind = lane.spec.free_tier
         limits = [(d, w, float(n)) for key, d, w in _LIMITS if (n := getattr(kind, key, None))]
-        for scope in _scopes(catalog, manager, name, (m.id for m in lane.configured)):
+        for scope in _scopes(catalog, manager, name, (m.id for m in lane.spec.models)):
             found += _quotas(manager, name, scope, limits, now)
     return found
 

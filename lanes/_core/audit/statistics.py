@@ -140,7 +140,7 @@ def _touched(routing: Routing, quarantined: Iterable[str]) -> dict[str, set[str]
     reported quota, usage, a quarantine. A model with none is in its lane's default state."""
     lanes = routing.catalog.lanes
     found: dict[str, set[str]] = {
-        name: {m.id for m in lane.configured} for name, lane in lanes.items()
+        name: {m.id for m in lane.spec.models} for name, lane in lanes.items()
     }
     keys = [*routing.ranking.stats, *routing.manager.scopes(), *quarantined]
     keys += [f"{name}/{model}" for name in lanes for model in routing.gate.breakers(name).models]
@@ -221,15 +221,15 @@ def snapshot(
         lanes.append(
             LaneStatistics(
                 name=name,
-                provider=lane.provider.name,
-                kind=lane.free_tier.kind,
+                provider=lane.spec.provider,
+                kind=lane.spec.free_tier.kind,
                 off=switches.is_off(name) or free_off,
                 breaker=gate.breakers(name).lane.statistics(now),
                 models=models,
                 other=other,
                 unreachable=routing.health.why_unreachable(name),
                 credits_left_usd=manager.credit_left(name, now_wall)
-                if isinstance(lane.free_tier, CreditBased)
+                if isinstance(lane.spec.free_tier, CreditBased)
                 else None,
             )
         )

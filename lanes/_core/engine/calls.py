@@ -44,7 +44,7 @@ def served(run: AttemptRun, response: Response) -> Reply:
     return Reply(
         body=response.body,
         lane=run.candidate.lane,
-        provider=run.lane.provider.name,
+        provider=run.lane.spec.provider,
         model=run.candidate.model,
         route=attempt.route,
         attempts=tuple(record.attempts),
@@ -61,7 +61,7 @@ async def stream_call(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:
     """Open the stream and wait for its first chunk under min(deadline, start + first_token_s);
     the upstream response stays open in `stack`, with the stream."""
     job = run.job
-    if run.candidate.tier == "paid" or isinstance(run.lane.free_tier, CreditBased):
+    if run.candidate.tier == "paid" or isinstance(run.lane.spec.free_tier, CreditBased):
         job = with_usage(job)  # billed: settle from the upstream's own count
     cap = run.lane.config.first_token_s
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):

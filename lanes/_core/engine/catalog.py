@@ -145,7 +145,7 @@ class Catalog:
     def _register(self, lane: OpenAICompatibleLane) -> None:
         declared = {m.id: m.free for m in lane.models.values() if m.free is not None}
         terms = LaneTerms(
-            kind=lane.free_tier, conventions=lane.provider.conventions, declared=declared
+            kind=lane.spec.free_tier, conventions=lane.spec.conventions, declared=declared
         )
         self._tell(lane.name, terms)
 

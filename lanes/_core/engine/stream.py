@@ -78,7 +78,7 @@ class ReplyStream:
 
     @property
     def provider(self) -> str:
-        return self._run.lane.provider.name
+        return self._run.lane.spec.provider
 
     @property
     def route(self) -> Route:

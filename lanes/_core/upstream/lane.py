@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from lanes._core.config.schema import LaneConfig, ModelConfig
-from lanes._core.freetier.kinds import CreditBased, CustomEndpoint, FreeTierKind, tier_of
+from lanes._core.freetier.kinds import CreditBased, CustomEndpoint, tier_of
 from lanes._core.freetier.prices import usd_amount
 from lanes._core.model.job import Candidate, Job
 from lanes._core.runtime.secrets import remember
@@ -79,34 +79,15 @@ class OpenAICompatibleLane:
         self._said_left_out = 0  # the last `left_out` logged: one line when the cap bites anew
         self._rebuild()
 
-    # What the engine reads of a lane, each from the spec (one source, read-only).
-    @property
-    def provider(self) -> Provider:
-        """The lane module's declaration as written: its name, and what only it declares."""
-        return self.spec.declared
-
     @property
     def config(self) -> LaneConfig:
         """The operator's table as written: the knobs only it sets (timeouts, breaker, limits)."""
         return self.spec.config
 
-    @property
-    def free_tier(self) -> FreeTierKind:
-        return self.spec.free_tier
-
-    @property
-    def base_url(self) -> str:
-        return self.spec.base_url
-
-    @property
-    def configured(self) -> tuple[ModelConfig, ...]:
-        """The models config (or else the lane module) names; discovery may add others."""
-        return self.spec.models
-
     def _rebuild(self) -> None:
         """Configured models first (config wins); then discovered models that are free or owned,
         at most `max_models` of them, in the catalog's order."""
-        models = list(self.configured)
+        models = list(self.spec.models)
         known = {m.id for m in models}
         found = 0  # routable models the catalog adds
         for record in self.catalog:
@@ -114,7 +95,7 @@ class OpenAICompatibleLane:
                 continue
             model = ModelConfig(
                 id=record.id,
-                free=declared_free(record, self.free_tier),
+                free=declared_free(record, self.spec.free_tier),
                 context=record.context,
                 max_output_tokens=record.max_output_tokens,
                 input_usd_per_mtok=record.input_usd_per_mtok,
@@ -124,7 +105,7 @@ class OpenAICompatibleLane:
                 json_mode=record.json_mode,
                 embedding=record.embedding,
             )
-            if tier_of(self.free_tier, model.id, model.free) != "paid":
+            if tier_of(self.spec.free_tier, model.id, model.free) != "paid":
                 found += 1
                 if found <= self.config.max_models:
                     models.append(model)
@@ -137,7 +118,7 @@ class OpenAICompatibleLane:
 
         Returns how many models it listed. Raises `UpstreamError` when the list can not be had.
         """
-        url = f"{self.base_url}{self.spec.catalog_path}"
+        url = f"{self.spec.base_url}{self.spec.catalog_path}"
         document = await self._upstream.get_json(
             url,
             headers=self.headers(stream=False),
@@ -167,7 +148,7 @@ class OpenAICompatibleLane:
         return Candidate(
             lane=self.name,
             model=model.id,
-            tier="byok" if self.config.byok else tier_of(self.free_tier, model.id, model.free),
+            tier="byok" if self.config.byok else tier_of(self.spec.free_tier, model.id, model.free),
             context=model.context,
             max_output_tokens=model.max_output_tokens,
             input_usd_per_mtok=model.input_usd_per_mtok,
@@ -224,7 +205,7 @@ class OpenAICompatibleLane:
 
     async def complete(self, job: Job, model: str) -> Response:
         return await self._upstream.post_json(
-            f"{self.base_url}/chat/completions",
+            f"{self.spec.base_url}/chat/completions",
             headers=self.headers(stream=False, job=job),
             body=self.request_body(job, model, stream=False),
             secrets=self.secrets_for(job),
@@ -235,7 +216,7 @@ class OpenAICompatibleLane:
         """POST an embedding job to `{base_url}/embeddings`; its body is the job's own, untouched
         (`input`, `dimensions`, `encoding_format`, ...)."""
         return await self._upstream.post_json(
-            f"{self.base_url}/embeddings",
+            f"{self.spec.base_url}/embeddings",
             headers=self.headers(stream=False, job=job),
             body=job.body(model),
             secrets=self.secrets_for(job),
@@ -246,13 +227,13 @@ class OpenAICompatibleLane:
     def balance_endpoint(self) -> CustomEndpoint | None:
         """Where to read the remaining credit, when the kind says the provider or an endpoint
         knows."""
-        kind = self.free_tier
+        kind = self.spec.free_tier
         if not isinstance(kind, CreditBased) or kind.detection == "local":
             return None
         endpoint = kind.endpoint if kind.detection == "custom" else self.spec.balance
         if endpoint is None:
             return None
-        return attrs.evolve(endpoint, url=endpoint.url.replace("{base_url}", self.base_url))
+        return attrs.evolve(endpoint, url=endpoint.url.replace("{base_url}", self.spec.base_url))
 
     async def fetch_balance(self) -> float | None:
         """The remaining USD the balance endpoint reports, or None when it has no usable figure."""
@@ -271,7 +252,7 @@ class OpenAICompatibleLane:
     @asynccontextmanager
     async def open_stream(self, job: Job, model: str) -> AsyncIterator[ChunkReader]:
         async with self._upstream.open_stream(
-            f"{self.base_url}/chat/completions",
+            f"{self.spec.base_url}/chat/completions",
             headers=self.headers(stream=True, job=job),
             body=self.request_body(job, model, stream=True),
             secrets=self.secrets_for(job),

@@ -1,20 +1,20 @@
 """What a lane module declares (`Provider`), and a lane's settings settled once (`LaneSpec`). Pure.
 
 A lane's settings come from two places: the lane module's `Provider` (the provider's defaults) and
-the operator's `[[lanes]]` table (`LaneConfig`). `resolve(provider, config)` settles them in one
-place, by one rule per field, and everything that needs a lane's URL, key variable, kind, models,
-headers or money parameters reads the `LaneSpec` it returns — never the two sources side by side:
+the operator's `[[lanes]]` table (`LaneConfig`). The settings are declared once, by `Provider`; a
+`LaneSpec` is a `Provider` settled with the operator's table, and `LaneConfig` may override every
+field it shares with `Provider` (`OVERRIDDEN`, found from the two classes). `resolve(provider,
+config)` settles them in one place, by one rule, and everything that needs a lane's URL, key
+variable, kind, models, headers or money parameters reads the `LaneSpec` it returns:
 
-- the operator's value when the table gives one, else the lane module's, else the default —
-  `base_url` (trailing `/` dropped), `api_key_env`, `free_tier`, `models`, `output_cap`,
-  `tool_prompt_tokens` (None: undeclared, `spend.UNDECLARED_TOOL_PROMPT_TOKENS` is assumed);
+- the operator's value when the table gives one, else the lane module's (`base_url` without a
+  trailing `/`; `tool_prompt_tokens` None: undeclared, `spend.UNDECLARED_TOOL_PROMPT_TOKENS` is
+  assumed);
 - `headers`: both, the operator's value winning for a header both name;
-- `billing_switches`: both (the operator adds parameters; it can not take the module's away);
-- `name`: the operator's (the lane's name; the provider's is `provider`).
+- `billing_switches`: both (the operator adds parameters; it can not take the module's away).
 
-What only the lane module declares (`prefill`, `conventions`, `balance`, `catalog_*`) is carried as
-declared; what only the operator sets (timeouts, breaker, limits, `byok`, `discover`) is read from
-`config`, the table as written.
+A spec's `name` is the lane's (`provider` the provider's). What only the operator sets (timeouts,
+breaker, limits, `byok`, `discover`) is read from `config`, the table as written.
 """
 
 from __future__ import annotations
@@ -71,56 +71,45 @@ class Provider:
     )
 
 
+#: The settings a `[[lanes]]` table may override: those it shares with `Provider` (its `name` is
+#: the lane's, not the provider's).
+OVERRIDDEN = tuple(
+    f.name
+    for f in attrs.fields(Provider)
+    if f.name != "name" and f.name in attrs.fields_dict(LaneConfig)
+)
+#: Of those, the ones both sides add to rather than replace.
+_MERGED = ("headers", "billing_switches")
+
+
 @attrs.frozen(kw_only=True)
-class LaneSpec:
-    """One lane's settings, settled once by `resolve`: the operator's config over the lane
-    module's declaration, defaults applied. Read-only; a lane keeps it as `lane.spec`."""
+class LaneSpec(Provider):
+    """One lane's settings, settled once by `resolve`: the lane module's declaration with the
+    operator's table over it. Read-only; a lane keeps it as `lane.spec`."""
 
     name: str  # the lane's name, as config gives it
     provider: str  # the provider's name, as the lane module declares it
-    base_url: str  # without a trailing "/": requests go to f"{base_url}/chat/completions"
-    api_key_env: str  # the variable holding the key; "" = no key needed
-    free_tier: FreeTierKind
-    models: tuple[ModelConfig, ...]  # the configured models (discovery may add others)
-    headers: Mapping[str, str]  # extra request headers, the operator's over the module's
-    output_cap: str  # `max_tokens` or `max_completion_tokens`
-    billing_switches: frozenset[str]  # the module's and the operator's
-    tool_prompt_tokens: int | None  # None: undeclared (the engine assumes the most documented)
-    prefill: bool  # the default for a model that does not say
-    conventions: Mapping[str, float]
-    balance: CustomEndpoint | None
-    catalog_path: str
-    catalog_style: str
-    declared: Provider  # the lane module's declaration, as written
     config: LaneConfig  # the operator's table, as written: the knobs only it sets are read here
 
 
 def resolve(provider: Provider, config: LaneConfig) -> LaneSpec:
     """The settings of the lane `config` describes over `provider`, each settled by its rule (the
     module docstring lists them). Pure; raises nothing the two validated records can hold."""
-    base_url = config.base_url if config.base_url is not None else provider.base_url
+    settled = attrs.asdict(provider, recurse=False)
+    settled |= {
+        name: value
+        for name in OVERRIDDEN
+        if name not in _MERGED and (value := getattr(config, name)) is not None
+    }
     return LaneSpec(
-        name=config.name,
+        **settled
+        | {
+            "base_url": settled["base_url"].rstrip("/"),
+            "models": tuple(settled["models"]),
+            "headers": {**provider.headers, **config.headers},
+            "billing_switches": provider.billing_switches | frozenset(config.billing_switches),
+            "name": config.name,
+        },
         provider=provider.name,
-        base_url=base_url.rstrip("/"),
-        api_key_env=(
-            config.api_key_env if config.api_key_env is not None else provider.api_key_env
-        ),
-        free_tier=config.free_tier if config.free_tier is not None else provider.free_tier,
-        models=tuple(config.models) if config.models is not None else tuple(provider.models),
-        headers={**provider.headers, **config.headers},
-        output_cap=config.output_cap if config.output_cap is not None else provider.output_cap,
-        billing_switches=provider.billing_switches | frozenset(config.billing_switches),
-        tool_prompt_tokens=(
-            config.tool_prompt_tokens
-            if config.tool_prompt_tokens is not None
-            else provider.tool_prompt_tokens
-        ),
-        prefill=provider.prefill,
-        conventions=provider.conventions,
-        balance=provider.balance,
-        catalog_path=provider.catalog_path,
-        catalog_style=provider.catalog_style,
-        declared=provider,
         config=config,
     )
