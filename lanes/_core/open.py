@@ -7,8 +7,9 @@ import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import httpx2
 import trio
 
@@ -55,7 +56,12 @@ async def open_dispatcher(
     env = os.environ if env is None else env
     install_log_redaction()  # before any key is read or any request is sent
     if simulate:
-        async with _open_simulated(config, env, epoch_now) as dispatcher:
+        if config is not None and not isinstance(config, Config):
+            config = read_config(config, env=env)
+        async with (
+            open_simulated(state_of(config), env, library=True) as sim,
+            open_over(sim.config, env=sim.env, epoch_now=epoch_now) as dispatcher,
+        ):
             yield dispatcher
         return
     if config is None:
@@ -144,29 +150,37 @@ def _telemetry() -> type[Telemetry]:
     return Telemetry
 
 
+@attrs.frozen(kw_only=True)
+class Simulated:
+    """The simulated providers running: their config (as TOML gives it, and loaded) and the
+    environment with their keys."""
+
+    data: dict[str, Any]
+    config: Config
+    env: Mapping[str, str]
+
+
 @asynccontextmanager
-async def _open_simulated(
-    config: Config | str | os.PathLike[str] | None,
-    env: Mapping[str, str],
-    epoch_now: float | None,
-) -> AsyncIterator[Dispatcher]:
+async def open_simulated(
+    state: tuple[str, str], env: Mapping[str, str], *, library: bool = False
+) -> AsyncIterator[Simulated]:
+    """`--simulate`, wherever it is asked for — `lanes serve`, `--workers`, `open_dispatcher
+    (simulate=True)`: the simulated providers started on 127.0.0.1 and the config that routes to
+    them, on `state` (the state and the local state: a file, `:memory:` or Redis). `library`: for
+    code with no operator at hand — paid fallback allowed (under the simulation's $0.05 ceiling)
+    and the local model steady; the sidecar's asks for approval and its local model flaps."""
     from lanes.testing.simulate import open_simulation  # the fakes load only when asked for
 
-    if config is not None and not isinstance(config, Config):
-        config = read_config(config, env=env)
-    async with (
-        open_simulation(
-            env,
-            state=config.state if config else ":memory:",
-            local_state=config.local_state if config else ":memory:",
-            fallback="allow",
-            flap=False,
-        ) as sim,
-        open_dispatcher(
-            load_config(sim.config, env=env), env=sim.env, epoch_now=epoch_now
-        ) as dispatcher,
-    ):
-        yield dispatcher
+    fallback = "allow" if library else "ask"
+    async with open_simulation(
+        env, state=state[0], local_state=state[1], fallback=fallback, flap=not library
+    ) as sim:
+        yield Simulated(data=sim.config, config=load_config(sim.config, env=env), env=sim.env)
+
+
+def state_of(config: Config | None) -> tuple[str, str]:
+    """The state and local state `config` names (`:memory:` for both without one)."""
+    return (config.state, config.local_state) if config else (":memory:", ":memory:")
 
 
 def open_store(config: Config) -> Store:

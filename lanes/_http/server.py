@@ -20,9 +20,9 @@ from typing import Any
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from lanes._core.config.schema import Config, ServerConfig, load_config, packaged
+from lanes._core.config.schema import Config, ServerConfig, packaged
 from lanes._core.model.errors import ConfigError
-from lanes._core.open import open_dispatcher
+from lanes._core.open import open_dispatcher, open_simulated, state_of
 from lanes._core.source import Source, read_source
 from lanes._http.app import build_app
 from lanes._http.connections import connection_cap, serve_http
@@ -126,16 +126,8 @@ async def serve(
     base, host, port = checked(config, host=host, port=port, simulate=simulate, env=env)
     async with AsyncExitStack() as stack:
         if simulate:
-            from lanes.testing.simulate import open_simulation
-
-            sim = await stack.enter_async_context(
-                open_simulation(
-                    env,
-                    state=base.state if base else ":memory:",
-                    local_state=base.local_state if base else ":memory:",
-                )
-            )
-            base, env = load_config(sim.config, env=env), sim.env
+            sim = await stack.enter_async_context(open_simulated(state_of(base), env))
+            base, env = sim.config, dict(sim.env)
         assert base is not None
         config = base
         dispatcher = await stack.enter_async_context(

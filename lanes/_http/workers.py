@@ -49,6 +49,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from lanes._core.config.schema import REDIS_SCHEMES, Config, ServerConfig, load_config, packaged
 from lanes._core.model.errors import ConfigError
+from lanes._core.open import open_simulated
 from lanes._core.source import Source, read_source
 from lanes._http.processes import WORKER_ENV, WorkerPlan
 from lanes._http.running import Running
@@ -197,12 +198,10 @@ async def serve_workers(
                 state=(base.state, base.local_state) if base else ("", ""),
             )
             if simulate:
-                from lanes.testing.simulate import open_simulation
-
                 sim = await stack.enter_async_context(
-                    open_simulation(env, state=state, local_state=spec["local_state"])
+                    open_simulated((state, spec["local_state"]), env)
                 )
-                plan, env = _sim_plan(spec, sim.config), sim.env
+                plan, env = _sim_plan(spec, sim.data), dict(sim.env)
             else:
                 assert source is not None and base is not None
                 plan = planner.plan(source, base)
