@@ -120,9 +120,7 @@ async def serve(
         config = packaged("lanes.toml")
     if isinstance(config, (str, os.PathLike)):
         config = read_source(config)
-    if running is None:
-        running = Running(sha256=config.sha256 if isinstance(config, Source) else None)
-    worker = running.worker
+    running = running or Running(sha256=config.sha256 if isinstance(config, Source) else None)
     base, host, port = checked(config, host=host, port=port, simulate=simulate, env=env)
     async with AsyncExitStack() as stack:
         if simulate:
@@ -147,23 +145,13 @@ async def serve(
             dedicate_gc()
         if hold is not None and not await hold():
             return  # the dispatcher closes: nothing was served
-        hc = HypercornConfig()
-        hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-        if listen_fd is not None:
-            hc.bind = [f"fd://{listen_fd}"]
-        hc.graceful_timeout = config.server.shutdown_grace_s
-        hc.accesslog = None
-        hc.errorlog = logging.getLogger("lanes.http")
-        # the headers of a request, and the next request on a kept-alive connection, must come
-        # within this (loopback clients reconnect cheaply; slow-loris is shed within it)
-        hc.keep_alive_timeout = config.server.idle_timeout_s
-        hc.backlog = (
-            4096  # hypercorn's default of 100 drops connects in a burst (seen: +1 s SYN retries)
+        hc = _hypercorn(
+            config.server, f"fd://{listen_fd}" if listen_fd is not None else _bind(host, port)
         )
         cap = connection_cap(config.server.max_connections)
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_signals, shutdown, worker is not None)
+            nursery.start_soon(_signals, shutdown, running.worker is not None)
             if totals is not None:
                 nursery.start_soon(totals.publish_every)
             if stop_when is not None:
@@ -183,6 +171,27 @@ async def serve(
             task_status.started(url)
             await shutdown.wait()
             nursery.cancel_scope.deadline = trio.current_time() + config.server.shutdown_grace_s + 1
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _hypercorn(server: ServerConfig, bind: str) -> HypercornConfig:
+    """Hypercorn's config for the sidecar: where it binds, how long shutdown and idle
+    connections may take, no access log (the journal keeps one line a job)."""
+    hc = HypercornConfig()
+    hc.bind = [bind]
+    hc.graceful_timeout = server.shutdown_grace_s
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("lanes.http")
+    # the headers of a request, and the next request on a kept-alive connection, must come within
+    # this (loopback clients reconnect cheaply; slow-loris is shed within it)
+    hc.keep_alive_timeout = server.idle_timeout_s
+    hc.backlog = (
+        4096  # hypercorn's default of 100 drops connects in a burst (seen: +1 s SYN retries)
+    )
+    return hc
 
 
 async def _signals(shutdown: trio.Event, worker: bool = False) -> None:

@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 from lanes._core.config.schema import Config, LaneConfig, TelemetryConfig
+from lanes._core.dispatcher import Dispatcher
 from lanes._core.freetier.kinds import CreditBased, FreeModelsOnly, RateLimitedFree
 from lanes._core.model.errors import JobFailed
 from lanes._core.model.job import Job
@@ -151,6 +152,55 @@ def replay_config(config: Config) -> tuple[Config, dict[str, str], dict[str, str
     return replayed, env, hosts
 
 
+class _Replaying:
+    """One replay under way: each recorded job run at its arrival (at most `MAX_IN_FLIGHT` at
+    once, those that wait for room counted `late`), its audit row kept, progress told."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        kept: _Kept,
+        total: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self._dispatcher, self._kept, self._total, self._progress = (
+            dispatcher,
+            kept,
+            total,
+            progress,
+        )
+        self._room = trio.Semaphore(MAX_IN_FLIGHT)
+        self._step = max(1, total // 100)
+        self._done = 0
+        self.ids: dict[str, int] = {}  # job id → its index among the recorded jobs
+        self.late = 0
+
+    async def one(self, index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
+        arrived = trio.current_time()
+        async with self._room:
+            if trio.current_time() > arrived:  # it waited for room: it starts late
+                self.late += 1
+            await self._run(index, recorded, nursery)
+        rows = self._dispatcher.take_audit_rows()
+        self._kept.rows.extend({k: row.get(k) for k in KEPT} for row in rows)
+
+    async def _run(self, index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
+        job = _job(index, recorded)
+        self.ids[job.id] = index
+        if recorded.approval in ("once", "granted"):
+            nursery.start_soon(_approve, self._dispatcher, job)
+        try:
+            await _run(self._dispatcher, job, recorded)
+        except JobFailed:
+            pass  # its audit row says how it ended
+        except Exception as exc:  # a job the dispatcher refused outright (a bad shape)
+            log.warning("replayed job %d: %s", index, type(exc).__name__)
+        self._done += 1
+        done, progress = self._done, self._progress
+        if progress is not None and (done % self._step == 0 or done == self._total):
+            progress(done, self._total)
+
+
 def replay(
     config: Config,
     jobs: Sequence[Recorded],
@@ -174,11 +224,11 @@ def replay(
     by_host = {hosts[name]: lane for name, lane in lanes.items()}
     asks = [
         Ask(
-            prompt_tokens=job.prompt_tokens,
-            completion_tokens=job.completion_tokens,
-            latency_s=job.latency_s,
+            prompt_tokens=j.prompt_tokens,
+            completion_tokens=j.completion_tokens,
+            latency_s=j.latency_s,
         )
-        for job in jobs
+        for j in jobs
     ]
     started = time.perf_counter()  # wall-clock: how long the replay itself took
     holder: dict[str, Any] = {}
@@ -199,45 +249,15 @@ def replay(
             sync_interval_s=SYNC_S,
             store=store,
         ) as dispatcher:
-            ids: dict[str, int] = {}
-            done, late = [0], [0]
-            step = max(1, len(jobs) // 100)
-
-            room = trio.Semaphore(MAX_IN_FLIGHT)
-
-            async def one(index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
-                arrived = trio.current_time()
-                async with room:
-                    if trio.current_time() > arrived:  # it waited for room: it starts late
-                        late[0] += 1
-                    await _one(index, recorded, nursery)
-                kept.rows.extend(
-                    {k: row.get(k) for k in KEPT} for row in dispatcher.take_audit_rows()
-                )
-
-            async def _one(index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
-                job = _job(index, recorded)
-                ids[job.id] = index
-                if recorded.approval in ("once", "granted"):
-                    nursery.start_soon(_approve, dispatcher, job)
-                try:
-                    await _run(dispatcher, job, recorded)
-                except JobFailed:
-                    pass  # its audit row says how it ended
-                except Exception as exc:  # a job the dispatcher refused outright (a bad shape)
-                    log.warning("replayed job %d: %s", index, type(exc).__name__)
-                done[0] += 1
-                if progress is not None and (done[0] % step == 0 or done[0] == len(jobs)):
-                    progress(done[0], len(jobs))
-
+            run = _Replaying(dispatcher, kept, len(jobs), progress)
             async with trio.open_nursery() as nursery:
                 for index, recorded in enumerate(jobs):
                     await trio.sleep_until(t0 + max(0.0, recorded.arrived - since))
-                    nursery.start_soon(one, index, recorded, nursery)
+                    nursery.start_soon(run.one, index, recorded, nursery)
             holder["tiers"] = {c.key: c.tier for c in dispatcher.candidates()}
-        holder["rows"] = [{**row, "index": ids.get(str(row["job"]), -1)} for row in kept.rows]
+        holder["rows"] = [{**row, "index": run.ids.get(str(row["job"]), -1)} for row in kept.rows]
         holder["transport"] = transport
-        holder["late"] = late[0]
+        holder["late"] = run.late
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     transport: ReplayTransport = holder["transport"]
@@ -280,7 +300,7 @@ def _job(index: int, recorded: Recorded) -> Job:
     return Job(messages=messages, **common)
 
 
-async def _run(dispatcher: Any, job: Job, recorded: Recorded) -> None:
+async def _run(dispatcher: Dispatcher, job: Job, recorded: Recorded) -> None:
     if recorded.embedding:
         await dispatcher.embed(job)
     elif recorded.streamed:
@@ -291,7 +311,7 @@ async def _run(dispatcher: Any, job: Job, recorded: Recorded) -> None:
         await dispatcher.complete(job)
 
 
-async def _approve(dispatcher: Any, job: Job) -> None:
+async def _approve(dispatcher: Dispatcher, job: Job) -> None:
     """Grant `job`'s approval once, as the audit shows its recorded job's was."""
     fingerprint = job.request_fingerprint()
     with trio.move_on_after(APPROVE_WITHIN_S):

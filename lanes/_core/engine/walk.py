@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable, Container
 from contextlib import AsyncExitStack
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import trio
 
@@ -94,7 +94,7 @@ async def _walk(
 
         pool = routing.catalog.pool
         queue, pinned = order(routing, record, kept, first_round=round_ == 0)
-        result = await _walk_plan(routing, record, call, keep, queue, pinned, quotes)
+        result = await _PlanWalk[T](routing, record, call, keep).run(queue, pinned, quotes)
         if result is not _SKIPPED:
             return result  # type: ignore[return-value]  # _SKIPPED is the only other value
         # an empty pool: fetch the catalogs once and try what they add, before saying "exhausted"
@@ -112,47 +112,87 @@ async def _walk(
     raise routing.exhausted(record)
 
 
-async def _walk_plan(
-    routing: Routing,
-    record: JobRecord,
-    call: Call[T],
-    keep: AsyncExitStack,
-    remaining: Queue,
-    pinned: bool,
-    quotes: Quotes,
-) -> T | object:
-    policy = routing.policy()
-    banned: set[str] = set()  # failed in a way that rules them out for the rest of this job
-    banned_models: set[str] = set()  # a context-length error: this model, on any lane
-    context_floor = 0
-    while remaining:
-        candidate = remaining.pop()
-        record.planned([candidate.key])
-        if candidate.model in banned_models:  # the same model elsewhere would not fit either
-            banned.add(candidate.key)
-            record.never_again(candidate, "context")
-        if context_floor and candidate.context is not None and candidate.context <= context_floor:
-            record.skip(candidate, f"context not larger than {context_floor}", never="context")
-            continue
-        reason = _out_of_budget(record, candidate, banned, policy)
-        if reason:
-            record.skip(candidate, reason)
-            continue
-        retry = False
+class _PlanWalk(Generic[T]):
+    """One round's walk over its plan: each candidate in turn, within the job's budgets, until one
+    serves. What it rules out for the rest of the job is kept here: candidates that failed so
+    (silent, or too small a context) and, after a context-length error, the model on every lane
+    and every context no larger than it."""
+
+    def __init__(
+        self, routing: Routing, record: JobRecord, call: Call[T], keep: AsyncExitStack
+    ) -> None:
+        self._routing, self._record, self._call, self._keep = routing, record, call, keep
+        self._banned: set[str] = set()
+        self._banned_models: set[str] = set()
+        self._context_floor = 0
+
+    async def run(self, remaining: Queue, pinned: bool, quotes: Quotes) -> T | object:
+        """The first result an attempt gives, or `_SKIPPED` when the plan ran out."""
+        record, policy = self._record, self._routing.policy()
+        while remaining:
+            candidate = remaining.pop()
+            record.planned([candidate.key])
+            if self._too_small(candidate):
+                continue
+            reason = self._out_of_budget(candidate, policy)
+            if reason:
+                record.skip(candidate, reason)
+                continue
+            result = await self._try(candidate, remaining, pinned, quotes)
+            if result is not _SKIPPED:
+                return result
+        return _SKIPPED
+
+    def _too_small(self, candidate: Candidate) -> bool:
+        """Is `candidate` passed over for its context (recorded), after a context-length error?"""
+        if candidate.model in self._banned_models:  # the same model elsewhere would not fit
+            self._banned.add(candidate.key)
+            self._record.never_again(candidate, "context")
+        floor = self._context_floor
+        if floor and candidate.context is not None and candidate.context <= floor:
+            self._record.skip(candidate, f"context not larger than {floor}", never="context")
+            return True
+        return False
+
+    def _out_of_budget(self, candidate: Candidate, policy: PolicyConfig) -> str | None:
+        """Why this job may not send `candidate` anything more, or None."""
+        record = self._record
+        if candidate.key in self._banned:
+            return "already failed in this job"
+        if len(record.attempts) >= policy.max_attempts:
+            return f"attempt cap ({policy.max_attempts}) reached"
+        if (
+            candidate.tier == "free"
+            and len(record.free_tried - {candidate.key}) >= policy.free_attempts
+        ):
+            return f"free attempts ({policy.free_attempts}) used"
+        if candidate.tier == "paid" and record.paid_attempts >= policy.paid_attempts:
+            return f"paid attempts ({policy.paid_attempts}) used"
+        return None
+
+    async def _try(
+        self, candidate: Candidate, remaining: Queue, pinned: bool, quotes: Quotes
+    ) -> T | object:
+        """Attempts on `candidate` — again after a transient fault while the policy allows —
+        until one gives its result, or `_SKIPPED` when the candidate is done with."""
+        routing, record, retry = self._routing, self._record, False
         while True:
             permit = None
             if candidate.tier == "paid":  # asked before every paid attempt: a grant may be revoked
-                permit = await _may_pay(routing, record, candidate, quotes, pinned)
-                if permit is None:
-                    break
-            try:
-                result = await _attempt(
-                    routing, record, candidate, call, keep, quotes, permit, retry=retry
+                permit = await routing.paid.may_pay(
+                    record,
+                    routing.paid.quote(quotes, candidate),
+                    pinned=pinned,
+                    lane_min_s=routing.catalog.lanes[candidate.lane].config.min_useful_s,
                 )
+                if permit is None:
+                    return _SKIPPED
+            try:
+                result = await self._attempt(candidate, quotes, permit, retry=retry)
             except PaidBudgetExhausted as exc:
                 record.refused_by_ceiling(exc)
                 record.skip(candidate, str(exc))
-                break
+                return _SKIPPED
             except FinalError as exc:
                 raise record.attach(
                     UpstreamRejected(
@@ -162,128 +202,88 @@ async def _walk_plan(
                     )
                 ) from exc
             except UpstreamError as exc:
-                if isinstance(exc, AttemptTimedOut) or record.attempts[-1].outcome == "deadline":
-                    banned.add(candidate.key)  # silent: not again within this job
-                    break
-                if exc.outcome == "context_length":
-                    banned_models.add(candidate.model)
-                    banned.add(candidate.key)
-                    record.never_again(candidate, "context")
-                    context_floor = max(context_floor, candidate.context or 0)
-                    break
-                if exc.outcome == "model_gone":
-                    record.never_again(candidate, "gone")
-                pause = _retry_pause(routing, record, candidate, exc, remaining, banned)
+                pause = (
+                    None
+                    if self._rules_out(candidate, exc)
+                    else self._pause(candidate, exc, remaining)
+                )
                 if pause is None:
-                    break
+                    return _SKIPPED
                 record.retried_same()
                 retry = True
                 await trio.sleep(pause)
                 continue
             if result is _SKIPPED:
-                _pass_over_lane(routing, record, candidate, remaining)
-                break
+                self._pass_over_lane(candidate, remaining)
             return result
-    return _SKIPPED
 
+    async def _attempt(
+        self, candidate: Candidate, quotes: Quotes, permit: PaidPermit | None, *, retry: bool
+    ) -> T | object:
+        """One attempt; what it holds moves into the walk's `keep` when it succeeds. `_SKIPPED`
+        when the gate said no."""
+        attempt = open_attempt(
+            self._routing, self._record, candidate, quotes=quotes, permit=permit, retry=retry
+        )
+        async with AsyncExitStack() as stack:
+            run = await stack.enter_async_context(attempt)
+            if run is None:
+                return _SKIPPED
+            result = await self._call(run, stack)
+            self._keep.push_async_exit(stack.pop_all())
+            return result
 
-def _pass_over_lane(
-    routing: Routing, record: JobRecord, candidate: Candidate, remaining: Queue
-) -> None:
-    """The gate turned `candidate` away: when the reason holds for its whole lane and tier (a
-    kill switch, an account-wide hold, the lane's breaker), pass over the rest of them at once —
-    listed while the record lists skips, then in one line."""
-    reason = routing.gate.lane_refusal(candidate)
-    if reason is None:
-        return
-    rest = remaining.drop_lane(candidate.lane, candidate.tier)
-    for c in rest:
-        if record.skips_left <= 0:
-            record.skip_rest(candidate.lane, reason)
+    def _rules_out(self, candidate: Candidate, exc: UpstreamError) -> bool:
+        """Does `exc` rule `candidate` out for the rest of the job (recorded)? A silent one is not
+        tried again, nor — after a context-length error — its model anywhere, nor a context no
+        larger."""
+        record = self._record
+        if isinstance(exc, AttemptTimedOut) or record.attempts[-1].outcome == "deadline":
+            self._banned.add(candidate.key)
+            return True
+        if exc.outcome == "context_length":
+            self._banned_models.add(candidate.model)
+            self._banned.add(candidate.key)
+            record.never_again(candidate, "context")
+            self._context_floor = max(self._context_floor, candidate.context or 0)
+            return True
+        if exc.outcome == "model_gone":
+            record.never_again(candidate, "gone")
+        return False
+
+    def _pause(self, candidate: Candidate, exc: UpstreamError, remaining: Queue) -> float | None:
+        """Seconds to pause before retrying `candidate` itself, or None to move on."""
+        routing, record = self._routing, self._record
+        policy = routing.policy()
+        allowance_left = record.same_retries < policy.transient_retries and (
+            candidate.tier != "paid" or record.paid_attempts < policy.paid_attempts
+        )
+        alternatives = any(
+            c.tier != "paid" and routing.gate.free_now(c)
+            for c in remaining.peek(LOOKAHEAD)
+            if c.key not in self._banned
+        )
+        choice, pause = after_failure(
+            exc.outcome,
+            retried=not allowance_left,
+            wait_s=routing.backoff_wait(candidate),
+            time_left_s=record.deadline_at - trio.current_time(),
+            max_wait_s=policy.max_wait_s,
+            alternatives_free=alternatives,
+        )
+        if choice == "next" or len(record.attempts) >= policy.max_attempts:
+            return None
+        return pause or policy.retry_pause_s * (1.0 + random.random())
+
+    def _pass_over_lane(self, candidate: Candidate, remaining: Queue) -> None:
+        """The gate turned `candidate` away: when the reason holds for its whole lane and tier (a
+        kill switch, an account-wide hold, the lane's breaker), pass over the rest of them at
+        once — listed while the record lists skips, then in one line."""
+        reason = self._routing.gate.lane_refusal(candidate)
+        if reason is None:
             return
-        record.skip(c, reason)
-
-
-async def _may_pay(
-    routing: Routing, record: JobRecord, candidate: Candidate, quotes: Quotes, pinned: bool
-) -> PaidPermit | None:
-    """The paid gate's consent to send `candidate` a paid request now (naming one paid model is
-    consent), or None with the reason recorded."""
-    return await routing.paid.may_pay(
-        record,
-        routing.paid.quote(quotes, candidate),
-        pinned=pinned,
-        lane_min_s=routing.catalog.lanes[candidate.lane].config.min_useful_s,
-    )
-
-
-async def _attempt(
-    routing: Routing,
-    record: JobRecord,
-    candidate: Candidate,
-    call: Call[T],
-    keep: AsyncExitStack,
-    quotes: Quotes,
-    permit: PaidPermit | None,
-    *,
-    retry: bool,
-) -> T | object:
-    """One attempt; what it holds moves into `keep` when it succeeds. `_SKIPPED` when the gate said
-    no."""
-    attempt = open_attempt(routing, record, candidate, quotes=quotes, permit=permit, retry=retry)
-    async with AsyncExitStack() as stack:
-        run = await stack.enter_async_context(attempt)
-        if run is None:
-            return _SKIPPED
-        result = await call(run, stack)
-        keep.push_async_exit(stack.pop_all())
-        return result
-
-
-def _out_of_budget(
-    record: JobRecord, candidate: Candidate, banned: set[str], policy: PolicyConfig
-) -> str | None:
-    """Why this job may not send `candidate` anything more, or None."""
-    if candidate.key in banned:
-        return "already failed in this job"
-    if len(record.attempts) >= policy.max_attempts:
-        return f"attempt cap ({policy.max_attempts}) reached"
-    if (
-        candidate.tier == "free"
-        and len(record.free_tried - {candidate.key}) >= policy.free_attempts
-    ):
-        return f"free attempts ({policy.free_attempts}) used"
-    if candidate.tier == "paid" and record.paid_attempts >= policy.paid_attempts:
-        return f"paid attempts ({policy.paid_attempts}) used"
-    return None
-
-
-def _retry_pause(
-    routing: Routing,
-    record: JobRecord,
-    candidate: Candidate,
-    exc: UpstreamError,
-    remaining: Queue,
-    banned: set[str],
-) -> float | None:
-    """Seconds to pause before retrying `candidate` itself, or None to move on."""
-    policy = routing.policy()
-    allowance_left = record.same_retries < policy.transient_retries and (
-        candidate.tier != "paid" or record.paid_attempts < policy.paid_attempts
-    )
-    alternatives = any(
-        c.tier != "paid" and routing.gate.free_now(c)
-        for c in remaining.peek(LOOKAHEAD)
-        if c.key not in banned
-    )
-    choice, pause = after_failure(
-        exc.outcome,
-        retried=not allowance_left,
-        wait_s=routing.backoff_wait(candidate),
-        time_left_s=record.deadline_at - trio.current_time(),
-        max_wait_s=policy.max_wait_s,
-        alternatives_free=alternatives,
-    )
-    if choice == "next" or len(record.attempts) >= policy.max_attempts:
-        return None
-    return pause or policy.retry_pause_s * (1.0 + random.random())
+        for c in remaining.drop_lane(candidate.lane, candidate.tier):
+            if self._record.skips_left <= 0:
+                self._record.skip_rest(candidate.lane, reason)
+                return
+            self._record.skip(c, reason)

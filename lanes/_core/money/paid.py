@@ -60,10 +60,6 @@ class Hold:
     quote: Quote
     reservation: Reservation | None
 
-    @property
-    def holds_money(self) -> bool:
-        return self.reservation is not None
-
 
 class PaidGate:
     """Quotes, consent, holds and settlements, over one ledger and one consent."""

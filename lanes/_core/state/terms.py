@@ -35,13 +35,6 @@ class Terms:
     ceiling_usd: float
     consent: ConsentMode
 
-    def stricter(self, other: Terms) -> Terms:
-        """The stricter of the two, field by field."""
-        return Terms(
-            ceiling_usd=min(self.ceiling_usd, other.ceiling_usd),
-            consent=min(self.consent, other.consent, key=CONSENTS.index),
-        )
-
 
 def consent_of(fallback: str, free_tier_only: bool) -> ConsentMode:
     """A policy's consent mode as one word (`free_tier_only` wins over the fallback mode)."""
