@@ -274,15 +274,10 @@ def code_text(path: Path) -> str:
 
 
 def test_the_engine_names_no_provider():
-    """Nothing in lanes/_core (nor the HTTP side) names a provider in its code or strings — but
-    the free-tier folder, whose job is to read every provider's rate-limit header families (an
-    `anthropic-ratelimit-*` header is named to be read)."""
+    """Nothing in lanes/_core (nor the HTTP side) names a provider in its code or strings: the
+    rate-limit parser reads header families by their shape, not by whose they are."""
     assert {"groq", "openrouter", "ollama", "gemini"} <= provider_names()
-    freetier = PACKAGE / "_core" / "freetier"
-    engine = [
-        *(p for p in (PACKAGE / "_core").rglob("*.py") if freetier not in p.parents),
-        *(PACKAGE / "_http").rglob("*.py"),
-    ]
+    engine = [*(PACKAGE / "_core").rglob("*.py"), *(PACKAGE / "_http").rglob("*.py")]
     named = {str(p.relative_to(ROOT)): PROVIDERS.findall(code_text(p)) for p in engine}
     assert {k: v for k, v in named.items() if v} == {}
 

@@ -5,6 +5,7 @@ page names every layer, the paths the pages name exist, and every Markdown table
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import re
 import typing
@@ -206,6 +207,52 @@ def test_the_architecture_page_names_every_layer():
     assert len(folders) >= 10
     named = [e for e in (*LAYERS, *folders) if f"`{e}`" not in page and f"`{e}/`" not in page]
     assert named == []
+
+
+#: Words the walk quotes that are values, not code: consent modes, the `auto` model, a logger.
+WALK_VALUES = {"off", "ask", "allow", "auto", "lanes.jobs"}
+NAME = re.compile(r"`([A-Za-z_]\w*(?:\.\w+)?)`(?:\s+\(`([\w/]+\.py)`)?")
+
+
+def definitions(path: Path) -> set[str]:
+    """What a module defines: its functions, classes and constants, each class's methods and
+    fields (as `Class.name` and bare)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names |= {item.name, f"{node.name}.{item.name}"}
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names |= {item.target.id, f"{node.name}.{item.target.id}"}
+    return names
+
+
+def test_the_architecture_walk_names_what_the_code_defines():
+    """Every function, class, method or setting docs/architecture.md's walk of a request names is
+    defined in lanes — in the module named beside it, when one is (a path's end: `gate.py`,
+    `engine/gate.py`) — so a rename or a move that leaves the walk behind fails here."""
+    page = (DOCS / "architecture.md").read_text()
+    walk = page[page.index("## One request, walked through the layers") :]
+    files = {p: definitions(p) for p in PACKAGE.rglob("*.py")}
+    everywhere = set().union(*files.values())
+    found = NAME.findall(walk)
+    assert len(found) > 60  # the walk is read, not skipped
+    wrong = []
+    for name, where in found:
+        if name in WALK_VALUES or name.endswith("py"):
+            continue
+        modules = [p for p in files if where and str(p).endswith(f"/{where}")]
+        if where and not any(name in files[p] for p in modules):
+            wrong.append(f"{name} not in {where}")
+        elif name not in everywhere:
+            wrong.append(name)
+    assert wrong == []
 
 
 #: Paths a page tells the reader to create, not ones that exist.

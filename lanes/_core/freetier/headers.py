@@ -8,7 +8,8 @@ Formats understood, case-insensitively:
   `-minute/-hour/-day/-month` suffixes (Cerebras-style) and `req` for requests (Mistral-style);
   resets as Go durations (`6m0s`, `172.799999ms`), bare seconds, RFC 3339 or HTTP-dates;
 - `x-ratelimit-{limit,remaining,reset}` (requests) and `x-tokenlimit-{limit,remaining}`;
-- `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`;
+- `<vendor>-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`, a
+  provider's own prefix before `ratelimit`;
 - `ratelimitbysize-{limit,remaining,reset}` (tokens per minute);
 - `retry-after-ms`, `x-ms-retry-after-ms` (-1 = no data), `retry-after` (seconds or any HTTP-date);
 - IETF `RateLimit` / `RateLimit-Policy` structured fields and `RateLimit-{Limit,Remaining,Reset}`;
@@ -165,8 +166,8 @@ _OPENAI = re.compile(
 _MISTRAL_ORDER = re.compile(
     r"^x-ratelimit-(limit|remaining|reset)-(tokens|req|requests)-(minute|hour|day|month)$"
 )
-_ANTHROPIC = re.compile(
-    r"^anthropic-ratelimit-(requests|tokens|input-tokens|output-tokens)-(limit|remaining|reset)$"
+_VENDOR = re.compile(
+    r"^[a-z][a-z0-9]*-ratelimit-(requests|tokens|input-tokens|output-tokens)-(limit|remaining|reset)$"
 )
 _DIMENSIONS: dict[str, Dimension] = {
     "requests": "requests",
@@ -243,7 +244,7 @@ def _slot_of(name: str) -> _Slot | None:
     worked out once per name (the names a provider sends are few; their values change)."""
     if "limit" not in name:  # every name below says ratelimit or tokenlimit
         return None
-    if match := _ANTHROPIC.match(name):
+    if match := _VENDOR.match(name):
         return _DIMENSIONS[match.group(1)], None, match.group(2), True
     if match := _MISTRAL_ORDER.match(name):
         field, dimension, window = match.groups()
