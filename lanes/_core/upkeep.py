@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import httpx2
 import trio
@@ -16,8 +17,9 @@ from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import UpstreamError
 from lanes._core.runtime.tasks import TaskHealth
+from lanes._core.state.backend import Backend, call
 from lanes._core.state.clock import StoreClock
-from lanes._core.state.store import Store, call
+from lanes._core.state.records import LocalRecords
 from lanes._core.upstream.lane import OpenAICompatibleLane
 
 log = logging.getLogger("lanes")
@@ -119,7 +121,17 @@ async def poll_balance(
         await trio.sleep(lane.config.balance_poll_s)
 
 
-async def keep_audit(store: Store, clock: StoreClock, days: float, every_s: float = 3600.0) -> None:
+class RecordsStore(Backend, Protocol):
+    """What the audit's retention needs of the state store: this host's records, and how a call
+    reaches it."""
+
+    @property
+    def records(self) -> LocalRecords: ...
+
+
+async def keep_audit(
+    store: RecordsStore, clock: StoreClock, days: float, every_s: float = 3600.0
+) -> None:
     """Delete the audit of jobs older than `days`, now and every hour. It never dies: a failure is
     one log line, and the next hour tries again."""
     while True:
