@@ -27,7 +27,7 @@ def reopen_at(b: Breaker, now: float) -> float:
 
 
 def fault(b: Breaker, now: float) -> None:
-    b.record(must_acquire(b, now), "fault", now)
+    b.count(must_acquire(b, now), "fault", now)
 
 
 def test_opens_after_consecutive_faults():
@@ -35,7 +35,7 @@ def test_opens_after_consecutive_faults():
     b = breaker(failures=3)
     fault(b, 0)
     fault(b, 1)
-    b.record(must_acquire(b, 2), "success", 2)
+    b.count(must_acquire(b, 2), "success", 2)
     fault(b, 3)
     fault(b, 4)
     assert b.state(4) == "closed"
@@ -47,9 +47,9 @@ def test_opens_on_failure_ratio_over_window():
     """Alternating faults never make 3 in a row, but a 50 % ratio over 10 calls opens it."""
     b = breaker(failures=3, ratio=0.5, min_calls=10, window_s=60)
     for i in range(9):
-        b.record(must_acquire(b, i), "fault" if i % 2 else "success", i)
+        b.count(must_acquire(b, i), "fault" if i % 2 else "success", i)
     assert b.state(9) == "closed"
-    b.record(must_acquire(b, 9), "fault", 9)
+    b.count(must_acquire(b, 9), "fault", 9)
     assert b.state(9) == "open"
 
 
@@ -59,7 +59,7 @@ def test_old_calls_leave_the_window():
     for t in (0, 1):
         fault(b, t)
     for t in (20, 21, 22):
-        b.record(must_acquire(b, t), "success", t)
+        b.count(must_acquire(b, t), "success", t)
     fault(b, 23)
     assert b.state(23) == "closed"
 
@@ -72,7 +72,7 @@ def test_half_open_allows_exactly_one_probe():
     probe = b.acquire(10)
     assert probe is not None and probe.probe
     assert b.acquire(10) is None
-    b.record(probe, "success", 11)
+    b.count(probe, "success", 11)
     assert b.state(11) == "closed" and must_acquire(b, 11).probe is False
 
 
@@ -84,7 +84,7 @@ def test_failed_probe_reopens_with_a_longer_cooldown_capped():
     now = reopen[-1]
     for _ in range(3):
         probe = must_acquire(b, now)
-        b.record(probe, "fault", now)
+        b.count(probe, "fault", now)
         reopen.append(reopen_at(b, now))
         now = reopen[-1]
     gaps = [b - a for a, b in zip(reopen, reopen[1:], strict=False)]
@@ -106,7 +106,7 @@ def test_neutral_verdicts_count_nothing():
     """429/402 verdicts neither open nor close the breaker."""
     b = breaker(failures=2)
     for t in range(10):
-        b.record(must_acquire(b, t), "neutral", t)
+        b.count(must_acquire(b, t), "neutral", t)
     assert b.statistics(10).window_calls == 0 and b.state(10) == "closed"
 
 
@@ -141,7 +141,7 @@ def test_never_more_than_one_probe_and_never_stuck(events):
             if verdict == "release":
                 b.release(p)
             else:
-                b.record(p, verdict, now)
+                b.count(p, verdict, now)
     stats = b.statistics(now)
     if stats.state == "open":
         assert stats.reopen_at is not None

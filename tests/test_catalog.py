@@ -235,7 +235,7 @@ def test_reliability_is_bounded_and_monotone(successes, n):
 def test_penalties_decay_by_half_life():
     """A 429 costs its full penalty now and half of it one half-life later."""
     stats = Stats()
-    stats.record("rate_limited", 0.0, now=1000.0)
+    stats.count("rate_limited", 0.0, now=1000.0)
     assert stats.penalty(1000.0, CONFIG) == pytest.approx(0.05)
     assert stats.penalty(1000.0 + CONFIG.half_life_s, CONFIG) == pytest.approx(0.025)
     assert score(stats, now=1000.0 + 10 * CONFIG.half_life_s, config=CONFIG) > score(
@@ -251,7 +251,7 @@ def test_degraded_provider_multiplies_its_models_down():
     assert degraded_providers(recent, CONFIG) == {"bad"}
     stats = Stats()
     for _ in range(10):
-        stats.record("ok", 0.1, now=0.0)
+        stats.count("ok", 0.1, now=0.0)
     assert score(stats, now=0.0, config=CONFIG, degraded=True) < score(
         stats, now=0.0, config=CONFIG
     )

@@ -92,7 +92,7 @@ def test_local_counting_when_headers_are_silent():
     m = manager(RateLimitedFree(rpm=2))
     for _ in range(2):
         assert m.classify("g", "m", NOW).free
-        m.record_usage("g", "m", now=NOW)
+        m.count_usage("g", "m", now=NOW)
     verdict = m.classify("g", "m", NOW + 1)
     assert not verdict.free and verdict.free_again_at == window_end("minute", NOW)
     assert m.classify("g", "m", window_end("minute", NOW)).free
@@ -102,7 +102,7 @@ def test_header_values_beat_local_counts():
     """A provider saying 100 remaining wins over our count of the configured rpm=2."""
     m = manager(RateLimitedFree(rpm=2))
     for _ in range(3):
-        m.record_usage("g", "m", now=NOW)
+        m.count_usage("g", "m", now=NOW)
         m.update_from_headers(
             "g",
             "m",
@@ -133,8 +133,8 @@ def test_remaining_zero_parks_before_any_429():
 def test_a_new_backoff_never_shortens_a_longer_one():
     """A short retry-after arriving during a long backoff leaves the long one in force."""
     m = manager(RateLimitedFree())
-    m.record_rate_limit_error("g", "m", "rate_limited", headers={"retry-after": "100"}, now=NOW)
-    m.record_rate_limit_error("g", "m", "rate_limited", headers={"retry-after": "2"}, now=NOW + 1)
+    m.back_off("g", "m", "rate_limited", headers={"retry-after": "100"}, now=NOW)
+    m.back_off("g", "m", "rate_limited", headers={"retry-after": "2"}, now=NOW + 1)
     backoff = m.is_in_backoff("g", "m", NOW + 50)
     assert backoff is not None and backoff.until == NOW + 100
 
@@ -142,7 +142,7 @@ def test_a_new_backoff_never_shortens_a_longer_one():
 def test_account_wide_limits_park_every_model():
     """For an account-wide limit (OpenRouter's free models) one 429 parks the whole lane."""
     m = manager(FreeModelsOnly())
-    m.record_rate_limit_error("g", "a:free", "rate_limited", headers={"retry-after": "10"}, now=NOW)
+    m.back_off("g", "a:free", "rate_limited", headers={"retry-after": "10"}, now=NOW)
     assert not m.classify("g", "b:free", NOW).free
     assert (
         m.classify("g", "b", NOW).kind == "not_free"
@@ -156,7 +156,7 @@ def test_credit_exhaustion_takes_the_long_ladder():
     durations = []
     now = NOW
     for _ in range(3):
-        backoff = m.record_rate_limit_error("g", "m", "credit_exhausted", status=402, now=now)
+        backoff = m.back_off("g", "m", "credit_exhausted", status=402, now=now)
         durations.append(backoff.until - now)
         now = backoff.until
     assert durations == [300.0, 900.0, 3600.0]
@@ -178,8 +178,8 @@ def test_credit_estimate_and_provider_balance():
 def test_model_gone_gets_its_own_long_cooldown():
     """404 parks the model for 30 min, then 1 h."""
     m = manager(RateLimitedFree())
-    first = m.record_rate_limit_error("g", "m", "model_gone", status=404, now=NOW)
-    second = m.record_rate_limit_error("g", "m", "model_gone", status=404, now=first.until)
+    first = m.back_off("g", "m", "model_gone", status=404, now=NOW)
+    second = m.back_off("g", "m", "model_gone", status=404, now=first.until)
     assert (first.until - NOW, second.until - first.until) == (1800.0, 3600.0)
 
 
@@ -189,8 +189,8 @@ def test_next_free_at_names_the_soonest():
     m.register("a", LaneTerms(kind=RateLimitedFree()))
     m.register("b", LaneTerms(kind=RateLimitedFree()))
     m.register("p", LaneTerms(kind=NoFreeTier()))
-    m.record_rate_limit_error("a", "x", "rate_limited", headers={"retry-after": "30"}, now=NOW)
-    m.record_rate_limit_error("b", "y", "rate_limited", headers={"retry-after": "12"}, now=NOW)
+    m.back_off("a", "x", "rate_limited", headers={"retry-after": "30"}, now=NOW)
+    m.back_off("b", "y", "rate_limited", headers={"retry-after": "12"}, now=NOW)
     assert m.next_free_at([("a", "x"), ("b", "y"), ("p", "z")], NOW) == (NOW + 12, "b/y")
 
 
@@ -199,8 +199,8 @@ def test_a_quiet_expiry_halves_the_step():
     m = manager(RateLimitedFree())
     now = NOW
     for _ in range(4):
-        now = m.record_rate_limit_error("g", "m", "rate_limited", now=now).until
+        now = m.back_off("g", "m", "rate_limited", now=now).until
     m.update_from_headers("g", "m", {}, status=200, now=now)
     assert (
-        m.record_rate_limit_error("g", "m", "rate_limited", now=now).until - now == RATE_LADDER_S[2]
+        m.back_off("g", "m", "rate_limited", now=now).until - now == RATE_LADDER_S[2]
     )

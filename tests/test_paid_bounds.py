@@ -187,7 +187,7 @@ async def test_a_credit_lanes_paid_attempt_that_may_have_billed_spends_its_credi
     """ "Credits are not overdrawn by one request"; a paid model of a credit lane "spends the
     credits". When its answer has no sane usage (or is a 5xx), the paid ledger keeps the whole
     reservation — the provider may have billed it — but the credits are charged nothing
-    (`record_usage` only on a clean answer), so the lane's credit model is then sent a request
+    (`count_usage` only on a clean answer), so the lane's credit model is then sent a request
     whose worst case no longer fits in what is really left."""
     async with open_fake("cred", models=("m", "f")) as cred:
         cred.script("m", paid_answer())

@@ -1,6 +1,6 @@
-"""The shared terms' contract (`SharedTerms`), on both backends: the store's terms settle to the
+"""The shared terms' contract (`SharedTerms`), on both backends: the store's terms agree on the
 strictest live announcement, or what an operator set over the announcements before it; a host
-that leaves holds no one back; and every reservation is held to the settled ceiling in its own
+that leaves holds no one back; and every reservation is held to the agreed ceiling in its own
 transaction (SQLite) or script (Redis), whatever ceiling the host passes."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def beat(store: Store, ceiling: float, consent: str = "allow", *, fresh: bool = 
             now=now,
         )
     )
-    assert pulse is not None and pulse.settled is not None
+    assert pulse is not None and pulse.agreed is not None
     return pulse
 
 
@@ -54,15 +54,15 @@ def reserve(store: Store, amount: float, ceiling: float) -> str | None:
     )
 
 
-def test_two_hosts_settle_on_the_stricter_terms(two):
+def test_two_hosts_agree_on_the_stricter_terms(two):
     """Hosts announcing $0.01/allow and $0.002/ask both read $0.002 and ask, named by who set
     them; each host's configured terms stay listed."""
     loose, strict = two
     beat(loose, 0.01, "allow", fresh=True)
     beat(strict, 0.002, "ask", fresh=True)
     pulse = beat(loose, 0.01, "allow")
-    assert pulse.settled.terms == Terms(ceiling_usd=0.002, consent="ask")
-    assert pulse.settled.ceiling_by == strict.host_id
+    assert pulse.agreed.terms == Terms(ceiling_usd=0.002, consent="ask")
+    assert pulse.agreed.ceiling_by == strict.host_id
     assert sorted(h.announced.terms.ceiling_usd for h in pulse.hosts) == [0.002, 0.01]
 
 
@@ -86,10 +86,10 @@ def test_an_operator_sets_the_terms_until_a_stricter_host_arrives(two):
     beat(b, 0.01, fresh=True)
     a.set_terms(Operator(ceiling_usd=0.05, ceiling_at=time.time(), by="ops", consent_at=0.0))
     raised = beat(b, 0.01)
-    assert raised.settled.terms.ceiling_usd == 0.05
-    assert raised.settled.ceiling_by == "operator via ops"
-    assert raised.settled.terms.consent == "allow"  # the operator set no consent
+    assert raised.agreed.terms.ceiling_usd == 0.05
+    assert raised.agreed.ceiling_by == "operator via ops"
+    assert raised.agreed.terms.consent == "allow"  # the operator set no consent
     lowered = beat(b, 0.001, fresh=True)  # b reloads with a stricter ceiling
-    assert lowered.settled.terms.ceiling_usd == 0.001
+    assert lowered.agreed.terms.ceiling_usd == 0.001
     b.withdraw()
-    assert beat(a, 0.002).settled.terms.ceiling_usd == 0.05  # b is gone: the operator's again
+    assert beat(a, 0.002).agreed.terms.ceiling_usd == 0.05  # b is gone: the operator's again

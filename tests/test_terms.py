@@ -1,9 +1,9 @@
 """One ceiling per store: the terms protecting shared money (the daily paid ceiling, the consent
-mode) settle to the strictest a live host announces, or what an operator set (issue 28, Build 4).
+mode) agree on the strictest a live host announces, or what an operator set (issue 28, Build 4).
 
 The rule is pure (`state/terms.py`, Hypothesis below); both stores run it in one atomic step — a
 SQLite immediate transaction, a Redis WATCH transaction — and hold every reservation to the
-settled ceiling in the reservation's own transaction or script (the contract tests,
+agreed ceiling in the reservation's own transaction or script (the contract tests,
 tests/test_state_contract_terms.py, parametrized over SQLite and a real redis-server).
 """
 
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from lanes._core.state import terms
 from lanes._core.state.store import SQLiteStore, Store
-from lanes._core.state.terms import CONSENTS, LIVE_S, Announced, Operator, Terms, settle
+from lanes._core.state.terms import CONSENTS, LIVE_S, Announced, Operator, Terms, agree
 
 NOW = 1_800_000_000.0
 ceilings = st.floats(0, 100, allow_nan=False)
@@ -48,13 +48,13 @@ def test_without_an_operator_the_strictest_live_host_wins(announced):
     """With no operator's terms the store's ceiling and consent are the strictest of the live
     announcements; a host not seen for LIVE_S holds no one back."""
     alive = [a for a in announced if a.seen >= NOW - LIVE_S]
-    settled = settle(announced, None, NOW)
+    agreed = agree(announced, None, NOW)
     if not alive:
-        assert settled is None
+        assert agreed is None
         return
-    assert settled is not None
-    assert settled.terms.ceiling_usd == min(a.terms.ceiling_usd for a in alive)
-    assert settled.terms.consent == min((a.terms.consent for a in alive), key=rank)
+    assert agreed is not None
+    assert agreed.terms.ceiling_usd == min(a.terms.ceiling_usd for a in alive)
+    assert agreed.terms.consent == min((a.terms.consent for a in alive), key=rank)
 
 
 @given(
@@ -67,13 +67,13 @@ def test_an_operators_terms_stand_over_what_was_announced_before(announced, usd,
     """An operator's ceiling replaces every announcement made before it — higher or lower — and
     is held to the strictest live announcement made after it; its consent likewise."""
     op = Operator(ceiling_usd=usd, ceiling_at=at, consent=consent, consent_at=at, by="a:1")
-    settled = settle(announced, op, NOW)
-    assert settled is not None
+    agreed = agree(announced, op, NOW)
+    assert agreed is not None
     later = [a for a in announced if a.seen >= NOW - LIVE_S and a.at > at]
-    assert settled.terms.ceiling_usd == min([usd, *(a.terms.ceiling_usd for a in later)])
-    assert settled.terms.consent == min([consent, *(a.terms.consent for a in later)], key=rank)
+    assert agreed.terms.ceiling_usd == min([usd, *(a.terms.ceiling_usd for a in later)])
+    assert agreed.terms.consent == min([consent, *(a.terms.consent for a in later)], key=rank)
     if all(a.terms.ceiling_usd > usd for a in later):
-        assert settled.ceiling_by == "operator via a:1"
+        assert agreed.ceiling_by == "operator via a:1"
 
 
 @given(st.lists(announcement, min_size=1, max_size=6), all_terms)
@@ -81,10 +81,10 @@ def test_a_host_can_never_loosen_another_hosts_terms(announced, mine):
     """Whatever another host announces, the store's terms are never looser than this host's own
     (no operator): another host can lower the ceiling, never raise it."""
     own = Announced(host="me", label="me:1", terms=mine, at=NOW, seen=NOW)
-    settled = settle([own, *announced], None, NOW)
-    assert settled is not None
-    assert settled.terms.ceiling_usd <= mine.ceiling_usd
-    assert rank(settled.terms.consent) <= rank(mine.consent)
+    agreed = agree([own, *announced], None, NOW)
+    assert agreed is not None
+    assert agreed.terms.ceiling_usd <= mine.ceiling_usd
+    assert rank(agreed.terms.consent) <= rank(mine.consent)
 
 
 @given(st.dictionaries(st.text(max_size=5), st.none() | st.text(max_size=5) | st.floats()))
@@ -110,7 +110,7 @@ def beat(store: Store, ceiling: float, consent: str = "allow", *, fresh: bool = 
             now=now,
         )
     )
-    assert pulse is not None and pulse.settled is not None
+    assert pulse is not None and pulse.agreed is not None
     return pulse
 
 
@@ -131,7 +131,7 @@ def test_a_host_not_seen_for_a_while_holds_no_one_back(tmp_path):
             now=now,
         )
     )
-    assert pulse.settled is not None and pulse.settled.terms.ceiling_usd == 0.01
+    assert pulse.agreed is not None and pulse.agreed.terms.ceiling_usd == 0.01
     assert [h.announced.host for h in pulse.hosts] == [a.host_id]
     a.close()
     b.close()
@@ -154,7 +154,7 @@ def test_an_operators_terms_survive_a_store_that_lost_them(tmp_path):
     store.reseed(view, NOW)
     other = SQLiteStore(str(path))
     pulse = beat(other, 1.0, fresh=True)
-    assert pulse.settled.terms.ceiling_usd == 0.0
+    assert pulse.agreed.terms.ceiling_usd == 0.0
     store.close()
     other.close()
 
@@ -167,7 +167,7 @@ def test_reading_terms_never_trusts_a_malformed_row(tmp_path):
         other.execute("INSERT INTO host_beat (host, data) VALUES ('x', 'not json')")
         other.execute("""INSERT INTO host_beat (host, data) VALUES ('y', '{"c": "nan"}')""")
     pulse = beat(store, 0.5, fresh=True)
-    assert pulse.settled.terms.ceiling_usd == 0.5 and len(pulse.hosts) == 1
+    assert pulse.agreed.terms.ceiling_usd == 0.5 and len(pulse.hosts) == 1
     store.close()
 
 

@@ -2,7 +2,7 @@
 through (`complete`, `embed`, `open_stream`).
 
 Each job gets a record and walks its plan (`engine/walk.py`) under one deadline; each attempt is
-gated, budgeted, sent and settled in one place (`engine/attempt.py`). Every job leaves one audit
+gated, budgeted, sent and ended in one place (`engine/attempt.py`). Every job leaves one audit
 row and one log line. Operations views read `statistics()` and the methods under "views"; the
 background tasks (`upkeep.py`) start with `start()`.
 """

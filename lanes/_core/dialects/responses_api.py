@@ -586,7 +586,7 @@ class ResponseEvents:
             "response.output_item.added", output_index=item["output_index"], item=_public(item)
         )
 
-    def _settle_text(self, status: str) -> tuple[int, dict[str, Any]] | None:
+    def _finish_text(self, status: str) -> tuple[int, dict[str, Any]] | None:
         """Close the open message item in the output, sending nothing: (its index, the item)."""
         item, self._text = self._text, None
         if item is None:
@@ -597,10 +597,10 @@ class ResponseEvents:
         return index, done
 
     def _close_text(self) -> list[dict[str, Any]]:
-        settled = self._settle_text("completed")
-        if settled is None:
+        finished = self._finish_text("completed")
+        if finished is None:
             return []
-        index, done = settled
+        index, done = finished
         part = done["content"][0]
         where = {"item_id": done["id"], "output_index": index, "content_index": 0}
         return [
@@ -652,7 +652,7 @@ class ResponseEvents:
             index = item["output_index"]
             done = reasoning_item(item["id"], item["_text"], status="incomplete")
             self._output[index] = {**done, "output_index": index}
-        self._settle_text("incomplete")
+        self._finish_text("incomplete")
         for item in self._calls.values():
             item["status"] = "incomplete"
         self._calls.clear()

@@ -1,17 +1,17 @@
-"""One attempt, in one place: admitted at the gate, budgeted, sent, settled, recorded.
+"""One attempt, in one place: admitted at the gate, budgeted, sent, ended, recorded.
 
 ```python
 async with open_attempt(routing, record, candidate, quotes=quotes, retry=False) as run:
     if run is None:                      # skipped at the gate: the reason is recorded
         ...
     response = await run.lane.complete(run.job, run.candidate.model)   # under the caller's scope
-    reply = served(run, response)        # (calls.py) settles: breakers, ranking, quota, ledger
+    reply = served(run, response)        # (calls.py) ends it: breakers, ranking, quota, ledger
 ```
 
 `open_attempt` owns everything the attempt holds — breaker permits, the probe of a cold scope, the
 paid gate's hold (`money/paid.py`) — and gives each back on every way out: success, an upstream
-error (settled by its class), the job's deadline, a client that went away, or a local exception.
-Nothing is released by remembering to: `settle` runs exactly once, and leaving the block settles
+error (ended by its class), the job's deadline, a client that went away, or a local exception.
+Nothing is released by remembering to: `end` runs exactly once, and leaving the block ends
 what is still open. The job it sends is its quote's, worked out once per candidate by the walk.
 """
 
@@ -81,12 +81,12 @@ class AttemptRun:
         self._quotes = quotes
         self._permit = permit
         self._sent = False  # budgets taken, the request may have left: an attempt to record
-        self._settled = False
+        self._ended = False
         self._admission: Admission | None = admission
 
     @property
-    def settled(self) -> bool:
-        return self._settled
+    def ended(self) -> bool:
+        return self._ended
 
     async def begin(self) -> str | None:
         """Take the candidate's quote; have the paid gate count the attempt against the governors
@@ -101,7 +101,7 @@ class AttemptRun:
             return hold
         self._hold = hold
         if self._quota:
-            routing.manager.record_usage(
+            routing.manager.count_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=1
             )
         self._sent = True
@@ -123,7 +123,7 @@ class AttemptRun:
         )
 
     def fail(self, exc: UpstreamError) -> Attempt:
-        """Settle an attempt that ended in an upstream error, by the error's class."""
+        """End an attempt that failed with an upstream error, by the error's class."""
         outcome: Outcome = exc.outcome
         if isinstance(exc, AttemptTimedOut) and trio.current_time() >= self.record.deadline_at:
             outcome = "deadline"  # our own deadline, not the upstream's failure
@@ -132,7 +132,7 @@ class AttemptRun:
         if isinstance(exc, ModelGone):
             routing.health.want_refresh(candidate.lane)  # it may have left the catalog
         if reason is not None and self._quota:
-            routing.manager.record_rate_limit_error(
+            routing.manager.back_off(
                 candidate.lane,
                 candidate.model,
                 reason,  # type: ignore[arg-type]
@@ -144,7 +144,7 @@ class AttemptRun:
             routing.sync.backoffs_changed()  # other processes hear of it now, not at the next tick
         if outcome != "deadline":
             log.info("lane %s: %s %s — %s", candidate.lane, candidate.model, outcome, exc)
-        return self.settle(
+        return self.end(
             outcome,
             # said inside a 200: the request was taken (and may be billed); its detail has the
             # status the provider gave the error
@@ -155,7 +155,7 @@ class AttemptRun:
             neutral=exc.category == "unencodable",
         )
 
-    def settle(
+    def end(
         self,
         outcome: Outcome,
         *,
@@ -167,11 +167,11 @@ class AttemptRun:
         neutral: bool = False,
     ) -> Attempt:
         """Close the attempt once: breakers, probe, ledger, ranking, free-tier usage, the record."""
-        assert not self._settled, "an attempt settles once"
-        self._settled = True
+        assert not self._ended, "an attempt ends once"
+        self._ended = True
         routing, candidate, now = self._routing, self.candidate, trio.current_time()
         if usage is not None and outcome == "ok" and self._quota:
-            routing.manager.record_usage(
+            routing.manager.count_usage(
                 candidate.lane, candidate.model, now=routing.now_wall(), requests=0, usage=usage
             )
         self._release(outcome, connection=connection, neutral=neutral)
@@ -210,8 +210,8 @@ class AttemptRun:
             self._routing.gate.release(admission, outcome, connection=connection, neutral=neutral)
 
     def close(self) -> None:
-        """Leaving the attempt: settle whatever is still open (the request's fate is unknown)."""
-        if self._settled:
+        """Leaving the attempt: end it if it is still open (the request's fate is unknown)."""
+        if self._ended:
             return
         if not self._sent:
             self._release("abandoned", connection=False)
@@ -221,7 +221,7 @@ class AttemptRun:
         outcome: Outcome = (
             "deadline" if trio.current_time() >= self.record.deadline_at else "abandoned"
         )
-        self.settle(
+        self.end(
             outcome, detail="cut by the job's deadline" if outcome == "deadline" else "abandoned"
         )
 
@@ -257,7 +257,7 @@ async def open_attempt(
             return
         yield run
     except UpstreamError as exc:
-        if not run.settled:
+        if not run.ended:
             run.fail(exc)
         raise
     finally:

@@ -39,7 +39,7 @@ def served(run: AttemptRun, response: Response) -> Reply:
     """Settle a served non-streamed attempt and wrap the upstream's body."""
     run.answered(response.status, response.headers)
     usage = usage_in(response.body)
-    attempt = run.settle("ok", status=response.status, usage=usage)
+    attempt = run.end("ok", status=response.status, usage=usage)
     record = run.record
     return Reply(
         body=response.body,

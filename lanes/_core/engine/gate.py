@@ -26,7 +26,7 @@ from lanes._core.upstream.lane import OpenAICompatibleLane
 
 @attrs.frozen(kw_only=True)
 class Admission:
-    """What an admitted attempt holds until it settles: breaker permits, and the probe it
+    """What an admitted attempt holds until it ends: breaker permits, and the probe it
     carries."""
 
     lane: str
@@ -209,9 +209,9 @@ class Gate:
         if neutral:
             breakers.release(admission.granted)
         elif outcome == "fault":
-            breakers.record(admission.granted, "fault", trio.current_time(), connection=connection)
+            breakers.count(admission.granted, "fault", trio.current_time(), connection=connection)
         elif outcome in _SUCCESS:
-            breakers.record(admission.granted, "success", trio.current_time())
+            breakers.count(admission.granted, "success", trio.current_time())
         else:  # rate limits, credits, our deadline, a client gone: they prove nothing about health
             breakers.release(admission.granted)
         self._probes.release(admission.probe)

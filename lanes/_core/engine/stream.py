@@ -3,7 +3,7 @@
 Each read runs under `move_on_at(min(job deadline, now + idle_s))`; no cancel scope spans a yield,
 so the caller's own code between chunks is never cancelled by ours. A stream that stalls, is cut,
 or outlives the deadline after chunks were delivered raises `StreamInterrupted` — it never ends
-as if it had finished. The attempt behind it settles when the stream ends, breaks or is closed.
+as if it had finished. The attempt behind it ends when the stream ends, breaks or is closed.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ class ReplyStream:
 
     def _finish(self, outcome: Outcome, detail: str = "", category: str = "") -> None:
         self._outcome = outcome
-        self._run.settle(
+        self._run.end(
             outcome,
             status=200,
             detail=detail,
@@ -215,7 +215,7 @@ class ReplyStream:
         )
 
     def _broken(self, exc: UpstreamError) -> StreamInterrupted:
-        """The stream failed mid-answer: settled by what the provider said in it (a rate limit is
+        """The stream failed mid-answer: ended by what the provider said in it (a rate limit is
         not a fault, a 400 is final: its class's outcome), else as a fault (a cut, garbage)."""
         if not exc.in_band:
             return self._interrupted("fault", str(exc), exc.category)

@@ -6,8 +6,8 @@ store that persists it and shares it with other processes is driven from outside
 
 The router's three integration points (seed 000):
 - before routing: `is_in_backoff()` / `classify()` — skip without sending;
-- after a response: `update_from_headers()` and `record_usage()`;
-- after an error: `record_rate_limit_error()`.
+- after a response: `update_from_headers()` and `count_usage()`;
+- after an error: `back_off()`.
 `next_free_at()` is the soonest moment a free candidate reopens: the sidecar's exact Retry-After.
 """
 
@@ -275,7 +275,7 @@ class FreeTierManager:
                 self._steps[scope] = relax(self._steps.get(scope, 0))
         return snapshot
 
-    def record_usage(
+    def count_usage(
         self,
         lane: str,
         model: str,
@@ -300,7 +300,7 @@ class FreeTierManager:
         self._pending_spend[key] = self._pending_spend.get(key, 0.0) + cost
 
     # -- after an error ----------------------------------------------------------------------------
-    def record_rate_limit_error(
+    def back_off(
         self,
         lane: str,
         model: str,

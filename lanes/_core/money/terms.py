@@ -146,8 +146,8 @@ class PaidTerms:
         if said == self._said:
             return
         if effective != self.configured:
-            settled = pulse.settled
-            assert settled is not None  # else the effective terms are the configured ones
+            agreed = pulse.agreed
+            assert agreed is not None  # else the effective terms are the configured ones
             log.warning(
                 "paid terms: this host is configured with a ceiling of $%g/day and consent %s; "
                 "the state store's are $%g (set by %s) and %s (set by %s): using those, the "
@@ -155,24 +155,24 @@ class PaidTerms:
                 self.configured.ceiling_usd,
                 self.configured.consent,
                 effective.ceiling_usd,
-                settled.ceiling_by,
+                agreed.ceiling_by,
                 effective.consent,
-                settled.consent_by,
+                agreed.consent_by,
             )
         elif self._said is not None and self._said[0] != self._said[1]:
             log.warning("paid terms: the state store's terms are this host's configured ones again")
         self._said = said
 
     def effective(self) -> terms.Terms:
-        settled = None if self.pulse is None else self.pulse.settled
-        return self.configured if settled is None else settled.terms
+        agreed = None if self.pulse is None else self.pulse.agreed
+        return self.configured if agreed is None else agreed.terms
 
     def statistics(self) -> TermsStatistics:
-        settled = None if self.pulse is None else self.pulse.settled
+        agreed = None if self.pulse is None else self.pulse.agreed
         return TermsStatistics(
             configured=self.configured,
             effective=self.effective(),
-            ceiling_by=settled.ceiling_by if settled else self.label,
-            consent_by=settled.consent_by if settled else self.label,
+            ceiling_by=agreed.ceiling_by if agreed else self.label,
+            consent_by=agreed.consent_by if agreed else self.label,
             hosts=self.pulse.hosts if self.pulse else (),
         )

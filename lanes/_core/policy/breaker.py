@@ -107,7 +107,7 @@ class Breaker:
             return Permit(probe=True)
         return None
 
-    def record(self, permit: Permit, verdict: Verdict, now: float) -> None:
+    def count(self, permit: Permit, verdict: Verdict, now: float) -> None:
         """Count the attempt a permit allowed. `neutral` (429, 402, our deadline) counts nothing."""
         if verdict == "neutral":
             self.release(permit)

@@ -93,18 +93,18 @@ class LaneBreakers:
             model_breaker is not None and model_breaker.state(now) == "open"
         )
 
-    def record(
+    def count(
         self, granted: Pass, verdict: Verdict, now: float, *, connection: bool = False
     ) -> None:
         """Count the attempt `granted` allowed. `connection`: the fault was connection-level."""
         model_breaker = self.model(granted.model)
-        model_breaker.record(granted.model_permit, verdict, now)
+        model_breaker.count(granted.model_permit, verdict, now)
         lane_verdict: Verdict = verdict
         if verdict == "fault" and not connection and not granted.lane_permit.probe:
             lane_verdict = (
                 "neutral"  # the provider answered: this model's trouble, not the provider's
             )
-        self.lane.record(granted.lane_permit, lane_verdict, now)
+        self.lane.count(granted.lane_permit, lane_verdict, now)
         if verdict == "fault" and model_breaker.state(now) != "closed":
             sick = sum(1 for b in self.models.values() if b.state(now) != "closed")
             if sick >= self.policy.lane_models:

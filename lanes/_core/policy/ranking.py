@@ -44,7 +44,7 @@ class Ranking:
     def note(self, candidate: Candidate, outcome: str, latency_s: float, now: float) -> None:
         if outcome not in ("ok", "fault", "deadline", "rate_limited"):
             return
-        self.stats.setdefault(candidate.key, Stats()).record(outcome, latency_s, now)
+        self.stats.setdefault(candidate.key, Stats()).count(outcome, latency_s, now)
         self.recent.setdefault(candidate.lane, deque(maxlen=20)).append(outcome == "ok")
 
     def scores(

@@ -106,7 +106,7 @@ class Stats:
         self.latency_s: float | None = None
         self.events: deque[tuple[float, str]] = deque(maxlen=64)
 
-    def record(self, outcome: str, latency_s: float, now: float) -> None:
+    def count(self, outcome: str, latency_s: float, now: float) -> None:
         if outcome in ("ok", "fault", "deadline", "rate_limited"):
             self.n += 1
             self.successes += outcome == "ok"

@@ -2,8 +2,8 @@
 its view of the clock at every sync, and reads back the store's terms — the strictest of the live
 announcements, or an operator's (`terms.py` decides; this module keeps them).
 
-The rule, on both backends: a beat and the store's terms it settles are one atomic step, so no
-process settles on a view another is changing; the settled ceiling is kept where every paid
+The rule, on both backends: a beat and the store's terms it agrees on are one atomic step, so no
+process agrees on a view another is changing; the agreed ceiling is kept where every paid
 reservation reads it in its own transaction or script (see `paid.py`). SQLite: `host_beat` and
 `shared_terms` in one immediate transaction, stamped with the host's clock (`beat.now`). Redis: a
 hash of hosts and the operator's key in one optimistic transaction (WATCH), stamped with the
@@ -41,7 +41,7 @@ class SharedTerms(Protocol):
 
 
 def shared_ceiling(conn: sqlite3.Connection) -> float | None:
-    """The ceiling the store's terms hold every reservation to (None: none settled yet)."""
+    """The ceiling the store's terms hold every reservation to (None: none agreed yet)."""
     row = conn.execute("SELECT ceiling FROM shared_terms WHERE id = 1").fetchone()
     return None if row is None or row[0] is None else float(row[0])
 
@@ -73,7 +73,7 @@ class SQLiteBeats(SQLiteBase):
 
     def heartbeat(self, beat: terms.Beat) -> terms.Pulse:
         """This process's beat, stamped with the host's clock (`beat.now`), and the store's terms
-        it settles — one immediate transaction."""
+        it agrees on — one immediate transaction."""
         with self._lock, immediate(self._conn) as conn:
             hosts = [
                 h
@@ -86,11 +86,11 @@ class SQLiteBeats(SQLiteBase):
                 (beat.host, json.dumps(terms.host_fields(own))),
             )
             conn.executemany("DELETE FROM host_beat WHERE host = ?", [(h,) for h in gone])
-            if pulse.settled is not None:
+            if pulse.agreed is not None:
                 conn.execute(
                     "INSERT INTO shared_terms (id, ceiling) VALUES (1, ?) "
                     "ON CONFLICT (id) DO UPDATE SET ceiling = excluded.ceiling",
-                    (pulse.settled.terms.ceiling_usd,),
+                    (pulse.agreed.terms.ceiling_usd,),
                 )
         return pulse
 
@@ -123,7 +123,7 @@ class RedisBeats(RedisBase):
     @guarded
     def heartbeat(self, beat: terms.Beat) -> terms.Pulse | None:
         """This host's beat, stamped with the server's clock (TIME), and the store's terms it
-        settles, in one optimistic transaction (WATCH): no host settles on hosts or an operator's
+        agrees on, in one optimistic transaction (WATCH): no host agrees on hosts or an operator's
         terms another is changing. None when others kept changing them (the next sync beats)."""
         import redis  # loaded already: the store's client is redis-py's
 
@@ -145,8 +145,8 @@ class RedisBeats(RedisBase):
                     pipe.hset(hosts_key, beat.host, json.dumps(terms.host_fields(own)))
                     if gone:
                         pipe.hdel(hosts_key, *gone)
-                    if pulse.settled is not None:
-                        pipe.set(self._k("ceiling"), round(pulse.settled.terms.ceiling_usd * PICO))
+                    if pulse.agreed is not None:
+                        pipe.set(self._k("ceiling"), round(pulse.agreed.terms.ceiling_usd * PICO))
                     pipe.execute()
                 except redis.WatchError:
                     continue

@@ -66,7 +66,7 @@ class Operator:
 
 
 @attrs.frozen(kw_only=True)
-class Settled:
+class Agreed:
     """The store's terms, and who set each field (a host's label, or "operator via <label>")."""
 
     terms: Terms
@@ -91,10 +91,10 @@ def live(announced: Sequence[Announced], now: float) -> list[Announced]:
     return [a for a in announced if a.seen >= now - LIVE_S]
 
 
-def settle(announced: Sequence[Announced], operator: Operator | None, now: float) -> Settled | None:
+def agree(announced: Sequence[Announced], operator: Operator | None, now: float) -> Agreed | None:
     """The store's terms at `now`: per field, the strictest of the operator's value and the live
     announcements made after it (all live ones when the operator set none). None when there is
-    nothing to settle (no live announcement, no operator)."""
+    nothing to agree on (no live announcement, no operator)."""
     hosts = live(announced, now)
     op = operator or Operator()
     by = f"operator via {op.by}"
@@ -108,7 +108,7 @@ def settle(announced: Sequence[Announced], operator: Operator | None, now: float
     consent = _strictest(consents, CONSENTS.index)
     if ceiling is None or consent is None:
         return None
-    return Settled(
+    return Agreed(
         terms=Terms(ceiling_usd=float(ceiling[0]), consent=consent[0]),
         ceiling_by=ceiling[1],
         consent_by=consent[1],
@@ -154,7 +154,7 @@ class Pulse:
     processes share the host's), the store's terms, the operator's, every live host."""
 
     store_time: float | None
-    settled: Settled | None
+    agreed: Agreed | None
     operator: Operator | None
     hosts: tuple[Host, ...]
 
@@ -175,8 +175,8 @@ def beat(
     alive = [h for h in others if h.announced.seen >= now - LIVE_S]
     gone = [h.announced.host for h in others if h.announced.seen < now - LIVE_S]
     kept = (own, *alive)
-    settled = settle([h.announced for h in kept], operator, now)
-    return own, gone, Pulse(store_time=None, settled=settled, operator=operator, hosts=kept)
+    agreed = agree([h.announced for h in kept], operator, now)
+    return own, gone, Pulse(store_time=None, agreed=agreed, operator=operator, hosts=kept)
 
 
 def host_fields(host: Host) -> dict[str, object]:

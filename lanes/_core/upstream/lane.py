@@ -1,4 +1,4 @@
-"""The shared OpenAI-compatible lane that does the work, built from one settled `LaneSpec`.
+"""The shared OpenAI-compatible lane that does the work, built from one resolved `LaneSpec`.
 
 A lane module is a few lines: `PROVIDER = Provider(...)` (`spec.py`), and optionally a `Lane`
 subclass of `OpenAICompatibleLane` for quirks. Only the loader reads them. A subclass needs only

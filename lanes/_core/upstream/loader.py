@@ -2,7 +2,7 @@
 
 A lane that can not be loaded — module deleted, import broken, key variable unset or malformed
 (`secrets.read_key`), its `Lane` class failing to build, disabled in config — costs one log line
-and is left out; the rest start. Its settings are settled once, by `spec.resolve`.
+and is left out; the rest start. Its settings are resolved once, by `spec.resolve`.
 Startup never fails for a lane.
 """
 

@@ -1,10 +1,10 @@
-"""What a lane module declares (`Provider`), and a lane's settings settled once (`LaneSpec`). Pure.
+"""What a lane module declares (`Provider`), and a lane's settings resolved once (`LaneSpec`). Pure.
 
 A lane's settings come from two places: the lane module's `Provider` (the provider's defaults) and
 the operator's `[[lanes]]` table (`LaneConfig`). The settings are declared once, by `Provider`; a
-`LaneSpec` is a `Provider` settled with the operator's table, and `LaneConfig` may override every
+`LaneSpec` is a `Provider` resolved with the operator's table, and `LaneConfig` may override every
 field it shares with `Provider` (`OVERRIDDEN`, found from the two classes). `resolve(provider,
-config)` settles them in one place, by one rule, and everything that needs a lane's URL, key
+config)` resolves them in one place, by one rule, and everything that needs a lane's URL, key
 variable, kind, models, headers or money parameters reads the `LaneSpec` it returns:
 
 - the operator's value when the table gives one, else the lane module's (`base_url` without a
@@ -35,7 +35,7 @@ def _names(value: Iterable[str]) -> frozenset[str]:
 
 @attrs.frozen(kw_only=True)
 class Provider:
-    """A provider's defaults, as a lane module declares them; `resolve` settles them with each
+    """A provider's defaults, as a lane module declares them; `resolve` merges them with each
     lane's config."""
 
     name: str
@@ -84,7 +84,7 @@ _MERGED = ("headers", "billing_switches")
 
 @attrs.frozen(kw_only=True)
 class LaneSpec(Provider):
-    """One lane's settings, settled once by `resolve`: the lane module's declaration with the
+    """One lane's settings, resolved once by `resolve`: the lane module's declaration with the
     operator's table over it. Read-only; a lane keeps it as `lane.spec`."""
 
     name: str  # the lane's name, as config gives it
@@ -93,19 +93,19 @@ class LaneSpec(Provider):
 
 
 def resolve(provider: Provider, config: LaneConfig) -> LaneSpec:
-    """The settings of the lane `config` describes over `provider`, each settled by its rule (the
+    """The settings of the lane `config` describes over `provider`, each resolved by its rule (the
     module docstring lists them). Pure; raises nothing the two validated records can hold."""
-    settled = attrs.asdict(provider, recurse=False)
-    settled |= {
+    fields = attrs.asdict(provider, recurse=False)
+    fields |= {
         name: value
         for name in OVERRIDDEN
         if name not in _MERGED and (value := getattr(config, name)) is not None
     }
     return LaneSpec(
-        **settled
+        **fields
         | {
-            "base_url": settled["base_url"].rstrip("/"),
-            "models": tuple(settled["models"]),
+            "base_url": fields["base_url"].rstrip("/"),
+            "models": tuple(fields["models"]),
             "headers": {**provider.headers, **config.headers},
             "billing_switches": provider.billing_switches | frozenset(config.billing_switches),
             "name": config.name,
