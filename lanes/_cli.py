@@ -86,20 +86,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     for name, text in (
         ("status", "lanes, breakers, backoffs, spend and the forecast of a running sidecar"),
+        ("reload", "reload the config of a running `lanes serve --workers N` (as SIGHUP)"),
     ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--url", default=DEFAULT_URL)
-        p.add_argument("--json", action="store_true")
-    reload = sub.add_parser(
-        "reload", help="reload the config of a running `lanes serve --workers N` (as SIGHUP)"
-    )
-    reload.add_argument("--url", default=DEFAULT_URL)
-    reload.add_argument("--json", action="store_true")
+        _remote(sub.add_parser(name, help=text))
     lane = sub.add_parser("lane", help="switch a lane off or on at runtime")
     lane.add_argument("action", choices=["off", "on"])
     lane.add_argument("name")
-    lane.add_argument("--url", default=DEFAULT_URL)
-    lane.add_argument("--json", action="store_true")
+    _remote(lane)
     approvals = sub.add_parser(
         "approvals", help="list, approve or deny paid fallbacks; list and revoke grants"
     )
@@ -110,8 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     approvals.add_argument(
         "--for", dest="duration", default=None, help="approve for a duration, e.g. 1h"
     )
-    approvals.add_argument("--url", default=DEFAULT_URL)
-    approvals.add_argument("--json", action="store_true")
+    _remote(approvals)
     ceiling = sub.add_parser(
         "ceiling", help="show the paid terms every host sharing the state holds to, or set them"
     )
@@ -123,8 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="set: the consent mode too",
     )
-    ceiling.add_argument("--url", default=DEFAULT_URL)
-    ceiling.add_argument("--json", action="store_true")
+    _remote(ceiling)
     canary = sub.add_parser("canary", help="the quality canary: run, pin, report, release")
     canary.add_argument("action", choices=["run", "pin", "report", "release"])
     canary.add_argument("keys", nargs="*", metavar="MODEL", help='release: "lane/model"s')
@@ -150,6 +141,13 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("path", nargs="?", default="lanes.toml", help='where ("-" for stdout)')
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     return parser
+
+
+def _remote(command: argparse.ArgumentParser) -> None:
+    """`--url` and `--json`, for a command that talks to a running sidecar: after its own flags,
+    which is where `--help` lists them."""
+    command.add_argument("--url", default=DEFAULT_URL)
+    command.add_argument("--json", action="store_true")
 
 
 def _call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
@@ -204,29 +202,30 @@ def _status(args: argparse.Namespace) -> int:
             f"{'up' if store['up'] else 'DOWN (paid fallback closed)'}"
         )
     for lane in state["lanes"]:
-        lines.append(
-            f"{lane['name']:<14} {lane['kind']:<13} "
-            f"{'off' if lane['off'] else lane['breaker']['state']}"
-        )
-        for m in lane["models"]:
-            extra = (
-                f" backoff {m['backoff_s']:.1f}s ({m['backoff_reason']})" if m["backoff_s"] else ""
-            )
-            lines.append(
-                f"    {m['model']:<28} {m['tier']:<5} "
-                f"free now: {'yes' if m['free_now'] else 'no'}{extra}"
-            )
-        if lane.get("other"):
-            other = lane["other"]
-            lines.append(f"    … {other['models']} more models ({other['free_now']} free now)")
-    for name, why in state["unavailable"].items():
-        lines.append(f"{name:<14} unavailable: {why}")
-    forecast = _forecast(args.url)
-    if forecast is not None:
+        lines += _lane_lines(lane)
+    lines += [f"{name:<14} unavailable: {why}" for name, why in state["unavailable"].items()]
+    if (forecast := _forecast(args.url)) is not None:
         lines += status_lines(forecast)
         state = {**state, "forecast": forecast}
     _print(args, state, "\n".join(lines))
     return 0
+
+
+def _lane_lines(lane: dict[str, Any]) -> list[str]:
+    """A lane's line of `lanes status`, then one for each model it lists and one for the rest."""
+    lines = [
+        f"{lane['name']:<14} {lane['kind']:<13} "
+        f"{'off' if lane['off'] else lane['breaker']['state']}"
+    ]
+    for m in lane["models"]:
+        extra = f" backoff {m['backoff_s']:.1f}s ({m['backoff_reason']})" if m["backoff_s"] else ""
+        lines.append(
+            f"    {m['model']:<28} {m['tier']:<5} "
+            f"free now: {'yes' if m['free_now'] else 'no'}{extra}"
+        )
+    if other := lane.get("other"):
+        lines.append(f"    … {other['models']} more models ({other['free_now']} free now)")
+    return lines
 
 
 def _forecast(url: str) -> dict[str, Any] | None:

@@ -212,19 +212,7 @@ class Team:
             self._reloaded(True, f"config unchanged ({short(plan.sha256)}): nothing to reload")
             return
         async with self._lock:
-            started: dict[int, trio.Process] = {}
-            failed: list[str] = []
-
-            async def one(slot: _Slot) -> None:
-                process, why = await self._processes.start(slot.number, plan)
-                if why is None:
-                    started[slot.number] = process
-                    return
-                failed.append(f"worker {slot.number} (pid {process.pid}) {why}")
-
-            async with trio.open_nursery() as nursery:
-                for slot in self._slots:
-                    nursery.start_soon(one, slot)
+            started, failed = await self._start_on(plan)
             if failed:  # those that are ready never serve: they exit on their own
                 for process in started.values():
                     self._processes.release(process)
@@ -249,6 +237,23 @@ class Team:
                 if process.returncode is None:
                     work.start_soon(self._processes.retire, process, running.grace_s)
             self._unlink(running)
+
+    async def _start_on(self, plan: WorkerPlan) -> tuple[dict[int, trio.Process], list[str]]:
+        """A new worker on `plan` per slot, all at once: those ready by slot, a line per failure."""
+        started: dict[int, trio.Process] = {}
+        failed: list[str] = []
+
+        async def one(slot: _Slot) -> None:
+            process, why = await self._processes.start(slot.number, plan)
+            if why is None:
+                started[slot.number] = process
+                return
+            failed.append(f"worker {slot.number} (pid {process.pid}) {why}")
+
+        async with trio.open_nursery() as nursery:
+            for slot in self._slots:
+                nursery.start_soon(one, slot)
+        return started, failed
 
     def _reloaded(self, ok: bool, message: str) -> None:
         """The outcome of a reload: one line, and the status file (what `POST /v1/reload`

@@ -203,28 +203,14 @@ class ReplayTransport(httpx2.AsyncBaseTransport):
             else Ask(prompt_tokens=len(text) // 4, completion_tokens=1, latency_s=0.0)
         )
         wall = self._wall()
-        fault = self._fault(lane, model, wall)
-        if fault is not None:
+        if (fault := self._fault(lane, model, wall)) is not None:
             return fault
         embedding = path.endswith("/embeddings")
         cap = _cap(body)
         completion = 0 if embedding else min(ask.completion_tokens, cap or ask.completion_tokens)
         tokens = ask.prompt_tokens + completion
-        if lane.limited(model):
-            wait = self._quotas.admit(lane.scope(model), lane.limits, wall, tokens)
-            if wait is not None:
-                self.refused[lane.name] = self.refused.get(lane.name, 0) + 1
-                return _json(
-                    429,
-                    {"error": {"message": "rate limit reached", "type": "rate_limit_exceeded"}},
-                    {"retry-after": str(int(wait + 0.999))},
-                )
-        if lane.budget_usd is not None:
-            price_in, price_out = lane.prices.get(model, (0.0, 0.0))
-            cost = (ask.prompt_tokens * price_in + completion * price_out) / 1e6
-            if self._spent.get(lane.name, 0.0) + cost > lane.budget_usd:
-                return _json(402, {"error": {"message": "insufficient credits"}})
-            self._spent[lane.name] = self._spent.get(lane.name, 0.0) + cost
+        if (refusal := self._admit(lane, model, wall, ask.prompt_tokens, completion)) is not None:
+            return refusal
         if ask.latency_s > 0:
             await trio.sleep(ask.latency_s)
         usage = {
@@ -264,6 +250,28 @@ class ReplayTransport(httpx2.AsyncBaseTransport):
                 "usage": usage,
             },
         )
+
+    def _admit(
+        self, lane: SimLane, model: str, wall: float, prompt: int, completion: int
+    ) -> httpx2.Response | None:
+        """Count a request of these tokens against its quota and charge it to a credit budget; or
+        refuse it: 429 over a quota (not counted), 402 past the budget (counted, not charged)."""
+        if lane.limited(model):
+            wait = self._quotas.admit(lane.scope(model), lane.limits, wall, prompt + completion)
+            if wait is not None:
+                self.refused[lane.name] = self.refused.get(lane.name, 0) + 1
+                return _json(
+                    429,
+                    {"error": {"message": "rate limit reached", "type": "rate_limit_exceeded"}},
+                    {"retry-after": str(int(wait + 0.999))},
+                )
+        if lane.budget_usd is not None:
+            price_in, price_out = lane.prices.get(model, (0.0, 0.0))
+            cost = (prompt * price_in + completion * price_out) / 1e6
+            if self._spent.get(lane.name, 0.0) + cost > lane.budget_usd:
+                return _json(402, {"error": {"message": "insufficient credits"}})
+            self._spent[lane.name] = self._spent.get(lane.name, 0.0) + cost
+        return None
 
     def _fault(self, lane: SimLane, model: str, wall: float) -> httpx2.Response | None:
         for fault in self._faults.get(lane.name, ()):

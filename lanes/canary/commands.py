@@ -14,7 +14,7 @@ import trio
 
 import lanes
 from lanes._core.check import check_config
-from lanes._core.config.schema import packaged
+from lanes._core.config.schema import Config, packaged
 from lanes._core.model.errors import ConfigError
 from lanes._core.open import open_store
 from lanes.canary import report as fmt
@@ -38,6 +38,20 @@ def progress_printer(out: TextIO | None = None) -> Callable[[int, int], None]:
     return progress
 
 
+def _unusable(args: argparse.Namespace, config: Config, models: list[str]) -> str | None:
+    """Why the command can not run as asked (exit 2), or None."""
+    if (config.local_state if config.shared_state else config.state) == ":memory:":
+        return (
+            "the canary keeps its answers in the state file; "
+            "set `state` (or `local_state` with a Redis `state`) in the config"
+        )
+    if args.md and not os.access(Path(args.md).resolve().parent, os.W_OK):
+        return f"can not write {args.md}: its folder is missing or read-only"
+    if args.action == "release" and not models:
+        return "release needs the models to release, e.g. lane/model"
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         config = check_config(args.config or packaged("lanes.toml")).config
@@ -45,22 +59,9 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"lanes canary: {exc}", file=sys.stderr)
         return 2
-    if (config.local_state if config.shared_state else config.state) == ":memory:":
-        print(
-            "lanes canary: the canary keeps its answers in the state file; "
-            "set `state` (or `local_state` with a Redis `state`) in the config",
-            file=sys.stderr,
-        )
-        return 2
-    if args.md and not os.access(Path(args.md).resolve().parent, os.W_OK):
-        print(
-            f"lanes canary: can not write {args.md}: its folder is missing or read-only",
-            file=sys.stderr,
-        )
-        return 2
     models = [*args.keys, *args.model]
-    if args.action == "release" and not models:
-        print("lanes canary: release needs the models to release, e.g. lane/model", file=sys.stderr)
+    if (unusable := _unusable(args, config, models)) is not None:
+        print(f"lanes canary: {unusable}", file=sys.stderr)
         return 2
     if args.action == "run":
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 # lanes: pure
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Beyond this depth only required properties (and minItems items) are produced, so a recursive
@@ -98,20 +98,15 @@ def _value(schema: Any, *, root: Mapping[str, Any], name: str, depth: int, nth: 
             rest = {k: v for k, v in schema.items() if k != key}
             chosen = _first_not_null([_resolve(o, root) for o in options if isinstance(o, Mapping)])
             return _value({**rest, **chosen}, root=root, name=name, depth=depth, nth=nth)
-    kind = _type_of(schema)
-    if kind == "object":
-        return _object(schema, root=root, depth=depth, nth=nth)
-    if kind == "array":
-        return _array(schema, root=root, name=name, depth=depth)
-    if kind == "integer":
-        return _number(schema, integer=True, nth=nth)
-    if kind == "number":
-        return _number(schema, integer=False, nth=nth)
-    if kind == "boolean":
-        return nth % 2 == 0
-    if kind == "null":
-        return None
-    return _string(schema, name=name, nth=nth)
+    typed: dict[str, Callable[[], Any]] = {  # by the schema's type; any other: a string
+        "object": lambda: _object(schema, root=root, depth=depth, nth=nth),
+        "array": lambda: _array(schema, root=root, name=name, depth=depth),
+        "integer": lambda: _number(schema, integer=True, nth=nth),
+        "number": lambda: _number(schema, integer=False, nth=nth),
+        "boolean": lambda: nth % 2 == 0,
+        "null": lambda: None,
+    }
+    return typed.get(_type_of(schema), lambda: _string(schema, name=name, nth=nth))()
 
 
 def _first_not_null(options: list[Mapping[str, Any]]) -> Mapping[str, Any]:

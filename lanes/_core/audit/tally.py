@@ -208,6 +208,21 @@ def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 1e18
 
 
+def _counter_row(row: Any, width: int) -> bool:
+    ok = isinstance(row, list) and len(row) == width + 1
+    return ok and all(map(_label, row[:width])) and _number(row[width])
+
+
+def _histogram_row(row: Any) -> bool:
+    counts = row[1] if isinstance(row, list) and len(row) == 3 and _label(row[0]) else None
+    return (
+        isinstance(counts, list)
+        and len(counts) == len(BUCKETS) + 1
+        and all(isinstance(c, int) and _number(c) for c in counts)
+        and _number(row[2])
+    )
+
+
 def from_json(data: Any, max_entries: int = 100_000) -> TallyStatistics | None:
     """What `to_json` wrote, checked entry by entry (None: not a tally, or over `max_entries`
     label sets): a file another process wrote is read as untrusted."""
@@ -217,33 +232,16 @@ def from_json(data: Any, max_entries: int = 100_000) -> TallyStatistics | None:
     entries = 0
     for name, width in COUNTERS:
         rows = data.get(name)
-        if not isinstance(rows, list):
+        if not isinstance(rows, list) or (entries := entries + len(rows)) > max_entries:
             return None
-        entries += len(rows)
-        if entries > max_entries:
+        if not all(_counter_row(row, width) for row in rows):
             return None
-        values: dict[Any, Any] = {}
-        for row in rows:
-            ok = isinstance(row, list) and len(row) == width + 1
-            if not ok or not all(map(_label, row[:width])) or not _number(row[width]):
-                return None
-            values[tuple(row[:width])] = row[width]
-        out[name] = values
+        out[name] = {tuple(row[:width]): row[width] for row in rows}
     for name in HISTOGRAMS:
         rows = data.get(name)
         if not isinstance(rows, list) or len(rows) > max_entries:
             return None
-        histograms: dict[str, Histogram] = {}
-        for row in rows:
-            ok = isinstance(row, list) and len(row) == 3 and _label(row[0])
-            counts = row[1] if ok else None
-            if (
-                not isinstance(counts, list)
-                or len(counts) != len(BUCKETS) + 1
-                or not all(isinstance(c, int) and _number(c) for c in counts)
-                or not _number(row[2])
-            ):
-                return None
-            histograms[row[0]] = Histogram(counts=tuple(counts), sum_s=float(row[2]))
-        out[name] = histograms
+        if not all(map(_histogram_row, rows)):
+            return None
+        out[name] = {row[0]: Histogram(counts=tuple(row[1]), sum_s=float(row[2])) for row in rows}
     return TallyStatistics(**out)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 # lanes: pure
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeGuard
 
 import attrs
@@ -167,24 +167,23 @@ class ChoiceReader:
             for key in ("content", "refusal"):
                 if isinstance(delta.get(key), str) and delta[key]:
                     pieces.append(("text", delta[key]))
-            for position, call in enumerate(delta.get("tool_calls") or ()):
-                if not isinstance(call, Mapping):
-                    continue
-                function = call.get("function")
-                function = function if isinstance(function, Mapping) else {}
-                index = call["index"] if is_int(call.get("index")) else position
-                arguments = function.get("arguments")
-                pieces.append(
-                    (
-                        "tool",
-                        (
-                            index,
-                            call.get("id") if isinstance(call.get("id"), str) else None,
-                            function.get("name") if isinstance(function.get("name"), str) else None,
-                            arguments if isinstance(arguments, str) else "",
-                        ),
-                    )
-                )
+            pieces += _tool_pieces(delta)
             if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                 self.finish_reason = choice["finish_reason"]
         return pieces
+
+
+def _tool_pieces(delta: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """("tool", (index, id, name, arguments)) for each tool-call piece of a chunk's `delta`: its
+    position when it has no index, None for an id or name that is not text, "" for arguments."""
+    for position, call in enumerate(delta.get("tool_calls") or ()):
+        if not isinstance(call, Mapping):
+            continue
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        index = call["index"] if is_int(call.get("index")) else position
+        call_id, name, arguments = (
+            value if isinstance(value, str) else None
+            for value in (call.get("id"), function.get("name"), function.get("arguments"))
+        )
+        yield "tool", (index, call_id, name, arguments or "")

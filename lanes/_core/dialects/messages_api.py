@@ -105,11 +105,8 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
     need(isinstance(stream, bool), "stream: must be a boolean", "stream")
     messages = _system(body.get("system")) + _messages(body.get("messages"), dropped)
     params: dict[str, Any] = {"max_tokens": cap}
-    for key in ("temperature", "top_p"):
-        if body.get(key) is not None:
-            params[key] = body[key]
-    stops = body.get("stop_sequences")
-    if stops:
+    params |= {key: body[key] for key in ("temperature", "top_p") if body.get(key) is not None}
+    if stops := body.get("stop_sequences"):
         need(
             isinstance(stops, list) and all(isinstance(s, str) for s in stops),
             "stop_sequences: must be an array of strings",

@@ -33,6 +33,7 @@ _CHAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: Tools whose provider-side runs lanes can not stand in for, and whose loss would change what was
 #: asked: the request is refused, naming the tool.
 REFUSED = {"mcp": "the provider would call the MCP server; declare its tools as functions"}
+_Function = tuple[str, str | None, Mapping[str, Any]]
 
 
 @attrs.frozen(kw_only=True)
@@ -90,16 +91,19 @@ def _function(tool: Mapping[str, Any], param: str, name: str | None = None) -> d
     return {"type": "function", "function": function}
 
 
-def _members(tool: Mapping[str, Any], param: str) -> list[tuple[int, Mapping[str, Any]]]:
+def _namespace(
+    tool: Mapping[str, Any], param: str, functions: list[_Function], dropped: list[str]
+) -> None:
+    """Sort a namespace's members onto `functions` and `dropped`. Raises `BadField` if malformed."""
     name, members = tool.get("name"), tool.get("tools")
-    members = members if isinstance(members, list) else None
     need(isinstance(name, str) and bool(name), f"{param}.name must be a string", f"{param}.name")
-    need(members is not None, f"{param}.tools must be an array", f"{param}.tools")
-    out = []
+    need(isinstance(members, list), f"{param}.tools must be an array", f"{param}.tools")
     for j, member in enumerate(members or ()):
         need(isinstance(member, Mapping), f"{param}.tools[{j}] must be an object", param)
-        out.append((j, member))
-    return out
+        if member.get("type", "function") == "function":
+            functions.append((f"{param}.tools[{j}]", name, member))
+        else:
+            dropped.append(f"tools.namespace.{member.get('type')}")
 
 
 def translate(tools: Any) -> Tools:
@@ -109,7 +113,7 @@ def translate(tools: Any) -> Tools:
     if tools is None:
         return Tools()
     need(isinstance(tools, list), "'tools' must be an array", "tools")
-    functions: list[tuple[str, str | None, Mapping[str, Any]]] = []  # (param, namespace, tool)
+    functions: list[_Function] = []  # (param, namespace, tool)
     dropped: list[str] = []
     for i, tool in enumerate(tools):
         param = f"tools[{i}]"
@@ -118,11 +122,7 @@ def translate(tools: Any) -> Tools:
         if kind == "function":
             functions.append((param, None, tool))
         elif kind == "namespace":
-            for j, member in _members(tool, param):
-                if member.get("type", "function") == "function":
-                    functions.append((f"{param}.tools[{j}]", tool["name"], member))
-                else:
-                    dropped.append(f"tools.namespace.{member.get('type')}")
+            _namespace(tool, param, functions, dropped)
         elif isinstance(kind, str) and kind in REFUSED:
             raise BadField(
                 f"{param}.type {kind!r} is not supported: {REFUSED[kind]}", f"{param}.type"

@@ -193,6 +193,8 @@ class ChunkReader:
                     return
 
     def _decode(self, events: list[str]) -> list[Received]:
+        """The chunks `events` complete, up to `[DONE]`. Raises `RetryableError` for an oversized
+        event; an error said in the stream as `receive()` says, after the chunks before it."""
         if self._decoder.oversized:
             self._ended = True
             raise _too_large("a stream event", self._max_event)
@@ -201,8 +203,7 @@ class ChunkReader:
             if self.saw_done:
                 break
             if len(data) < 32 and data.strip() == "[DONE]":
-                self.saw_done = True
-                self._ended = True
+                self.saw_done = self._ended = True
                 break
             try:
                 chunk = strictjson.loads(data, max_depth=MAX_DEPTH)
@@ -223,29 +224,34 @@ class ChunkReader:
                     raise exc
                 self._error = exc  # raised by the next receive(), after these chunks
                 break
-            plain, finish = _plain_chunk(chunk)
-            if plain:  # most chunks: text deltas, nothing to rewrite (one pass over the choices)
-                normal = None
-                if finish is not None:
-                    self.finish_reason = finish
-            else:
-                normal = normal_chunk(chunk) if isinstance(chunk, dict) else None
-                if isinstance(chunk, dict):
-                    normal = self._tool_indexes.indexed(normal or chunk) or normal
-                if not _chunk_shaped(normal or chunk):
-                    self.malformed += 1
-                    continue
-                for choice in chunk.get("choices") or ():
-                    if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
-                        self.finish_reason = choice["finish_reason"]
-            if (usage := usage_in(chunk)) is not None:
-                # a running total when it comes on every chunk: the last counts, never less
-                self.usage = running_usage(self.usage, usage)
-            if normal is not None:
-                chunks.append((normal, None))  # rewritten: encoded again when passed on
-            else:
-                chunks.append((chunk, None if "\n" in data else data))
+            if (received := self._received(chunk, data)) is not None:
+                chunks.append(received)
         return chunks
+
+    def _received(self, chunk: Any, data: str) -> Received | None:
+        """`chunk` as handed on — with `data` when it can be passed on as sent, else rewritten
+        (encoded again) — noting its finish reason and usage; None (malformed) if not one."""
+        plain, finish = _plain_chunk(chunk)
+        if plain:  # most chunks: text deltas, nothing to rewrite (one pass over the choices)
+            normal = None
+            if finish is not None:
+                self.finish_reason = finish
+        else:
+            normal = normal_chunk(chunk) if isinstance(chunk, dict) else None
+            if isinstance(chunk, dict):
+                normal = self._tool_indexes.indexed(normal or chunk) or normal
+            if not _chunk_shaped(normal or chunk):
+                self.malformed += 1
+                return None
+            for choice in chunk.get("choices") or ():
+                if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                    self.finish_reason = choice["finish_reason"]
+        if (usage := usage_in(chunk)) is not None:
+            # a running total when it comes on every chunk: the last counts, never less
+            self.usage = running_usage(self.usage, usage)
+        if normal is not None:
+            return normal, None
+        return chunk, None if "\n" in data else data
 
 
 def _plain_chunk(chunk: Any) -> tuple[bool, str | None]:
