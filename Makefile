@@ -53,7 +53,7 @@ lint: $(LINT_STAMP)
 
 # The documentation site (MkDocs Material) from docs/ into site/; --strict: a broken link or a page
 # missing from the nav fails the build, as in CI. The reference pages' generated blocks (the config
-# keys, the `lanes` command) are rewritten from the code first.
+# keys, the `lanes` command, the lane modules) are rewritten from the code first.
 DOCS_STAMP := $(VENV)/.docs-installed
 $(DOCS_STAMP): pyproject.toml $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[docs]'

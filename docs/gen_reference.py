@@ -1,8 +1,9 @@
 """The reference pages, generated from the code so they cannot drift from it.
 
 `python docs/gen_reference.py` rewrites the generated blocks of docs/reference/config.md (from the
-attrs classes of the config) and docs/reference/cli.md (from the `lanes` command's argparse
-parser); `--check` writes nothing and exits 1 naming the pages that differ. `make docs` runs it
+attrs classes of the config), docs/reference/cli.md (from the `lanes` command's argparse parser)
+and docs/reference/lanes.md (from the lane modules' `PROVIDER`s and docstrings); `--check` writes
+nothing and exits 1 naming the pages that differ. `make docs` runs it
 before building, and tests/test_docs.py fails when a committed page is not what it writes now.
 
 A page is prose written by hand around blocks the generator owns:
@@ -14,7 +15,9 @@ A page is prose written by hand around blocks the generator owns:
 On the config page a block names a TOML table as a file writes it (`[policy]`, `[[lanes]]`,
 `[server.clients.NAME]`, `[lanes.free_tier] kind = "credits"`), or `top level`, or
 `free-tier kinds`; every table the walk finds must have its block, and a block naming no table is
-an error. The CLI page has one block, `lanes`: every subcommand with its arguments.
+an error. The CLI page has one block, `lanes`: every subcommand with its arguments. The lanes
+page has one block, `lanes`: a row for every lane module the loader finds in `lanes/` (its
+provider, default free-tier kind and limits, key variable, and its docstring's first paragraph).
 
 A config key's description lives with its field: the `#:` comment lines right above it (Markdown;
 links relative to docs/). A `#: default: …` line among them says the default in words where the
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import ipaddress
 import re
 import sys
 import types
@@ -35,6 +39,7 @@ import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python docs/gen_reference.py` from a checkout
@@ -43,10 +48,14 @@ if str(ROOT) not in sys.path:  # run as `python docs/gen_reference.py` from a ch
 import attrs  # noqa: E402
 
 from lanes._cli import _parser  # noqa: E402
-from lanes._core.config.schema import Config  # noqa: E402
+from lanes._core.config.schema import Config, LaneConfig  # noqa: E402
+from lanes._core.freetier.kinds import KINDS  # noqa: E402
+from lanes._core.upstream.loader import find_module, shipped_lane_modules  # noqa: E402
+from lanes._core.upstream.spec import Provider  # noqa: E402
 
 CONFIG_PAGE = ROOT / "docs" / "reference" / "config.md"
 CLI_PAGE = ROOT / "docs" / "reference" / "cli.md"
+LANES_PAGE = ROOT / "docs" / "reference" / "lanes.md"
 BLOCK = re.compile(r"(<!-- generated: (.+?) -->\n)(.*?)(<!-- end generated -->)", re.DOTALL)
 COMMAND = "python docs/gen_reference.py"
 
@@ -317,7 +326,108 @@ def cli_blocks() -> dict[str, str]:
     return {"lanes": "\n".join(out)}
 
 
-PAGES: dict[Path, Callable[[], dict[str, str]]] = {CONFIG_PAGE: config_blocks, CLI_PAGE: cli_blocks}
+def lane_modules() -> dict[str, tuple[Provider, str]]:
+    """Every lane module shipped in `lanes/`, found as the loader finds them (a non-underscore
+    module declaring a `PROVIDER`): name → its provider and its docstring. Raises ValueError for
+    a module the loader can not load for any other reason (a broken import is not left out)."""
+    found = {}
+    for name in shipped_lane_modules():
+        module, why = find_module(LaneConfig(name=name))
+        if module is not None:
+            found[name] = (module.PROVIDER, module.__doc__ or "")
+        elif not why.endswith("declares no PROVIDER"):
+            raise ValueError(f"lanes/{name}.py: {why}; fix it, or the lanes page leaves it out")
+    return found
+
+
+def per(unit: str) -> Callable[[Any], str]:
+    return lambda value: f"{value:,} {unit}"
+
+
+#: How a free-tier kind's field reads in the lanes table ("" leaves it out; a reading in parentheses
+#: qualifies the kind's name, the rest are its limits). A field not named here is shown as TOML
+#: (`name = value`) where a lane sets it away from its default, so a field added to a kind shows
+#: up without a change here.
+TIER_FIELDS: dict[str, Callable[[Any], str]] = {
+    "patterns": lambda value: "(" + ", ".join(f"`{p}`" for p in value) + ")",
+    "rpm": per("RPM"),
+    "rpd": per("RPD"),
+    "rpmonth": per("requests a month"),
+    "tpm": per("TPM"),
+    "tpd": per("TPD"),
+    "tpmonth": per("tokens a month"),
+    "budget_usd": lambda value: f"${value:,g}",
+    "reset": lambda value: "no reset" if value == "never" else f"reset {value}",
+    "account_wide": lambda value: "account-wide" if value else "",
+}
+
+
+def free_tier(kind: Any) -> str:
+    """A free-tier kind as the lanes table shows it: its name, the models it covers, then the
+    limits it declares — `` `free_models` (`*:free`): 20 RPM, 50 RPD, account-wide ``."""
+    head, limits = f"`{kind.kind}`", []
+    for field in attrs.fields(type(kind)):
+        shown = tier_field(field, getattr(kind, field.name))
+        if shown.startswith("("):
+            head += f" {shown}"
+        elif shown:
+            limits.append(shown)
+    return f"{head}: {', '.join(limits)}" if limits else head
+
+
+def tier_field(field: attrs.Attribute[Any], value: Any) -> str:
+    """One field of a free-tier kind as the lanes table shows it, "" when it says nothing."""
+    if field.name == "kind" or value is None:
+        return ""
+    if field.name in TIER_FIELDS:
+        return TIER_FIELDS[field.name](value) or ""
+    if value == field.default:
+        return ""
+    value = attrs.asdict(value) if attrs.has(type(value)) else value
+    return f"`{field.name} = {toml_value(value)}`"
+
+
+def is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def notes(provider: Provider, docstring: str) -> str:
+    """A lane's notes: its docstring's first paragraph, whitespace-folded, and where it listens
+    when its default `base_url` is on this machine."""
+    said = " ".join(docstring.strip().split("\n\n")[0].split())
+    if is_loopback(provider.base_url):
+        said += f" Default `base_url`: `{provider.base_url}`."
+    return said
+
+
+def lanes_blocks() -> dict[str, str]:
+    """The `lanes` block: a row for every lane module, by default kind (in `KINDS` order), then
+    by name."""
+    rows = [
+        "| module | provider | default kind and limits | key variable | notes |",
+        "|---|---|---|---|---|",
+    ]
+    order = list(KINDS)
+    found = lane_modules()
+    for name in sorted(found, key=lambda n: (order.index(found[n][0].free_tier.kind), n)):
+        provider, docstring = found[name]
+        key = f"`{provider.api_key_env}`" if provider.api_key_env else "—"
+        rows.append(
+            f"| `{name}` | {cell(provider.name)} | {cell(free_tier(provider.free_tier))} | {key} "
+            f"| {cell(notes(provider, docstring))} |"
+        )
+    return {"lanes": "\n".join(rows) + "\n"}
+
+
+PAGES: dict[Path, Callable[[], dict[str, str]]] = {
+    CONFIG_PAGE: config_blocks,
+    CLI_PAGE: cli_blocks,
+    LANES_PAGE: lanes_blocks,
+}
 
 
 def render(text: str, blocks: dict[str, str], page: str) -> str:

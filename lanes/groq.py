@@ -1,7 +1,5 @@
-"""Groq: a rate-limited free tier (defaults as of 2026-11; README, "Lanes shipped now", lists all).
-
-Its `x-ratelimit-*-requests` headers count per day and `*-tokens` per minute.
-"""
+"""Groq: a rate-limited free tier; its `x-ratelimit-*-requests` headers count per day and
+`*-tokens` per minute. Defaults as of 2026-11."""
 
 from lanes import Model, Provider, RateLimitedFree
 

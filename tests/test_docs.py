@@ -8,13 +8,14 @@ import argparse
 import ast
 import importlib.util
 import re
+import sys
 import typing
 from pathlib import Path
 from types import ModuleType
 
 import attrs
 import pytest
-from test_architecture import LAYERS
+from test_architecture import LANE_MODULES, LAYERS
 
 from lanes._core.config.schema import (
     ClientConfig,
@@ -62,8 +63,9 @@ def blocks(path: Path) -> dict[str, str]:
 
 
 def test_the_reference_pages_are_what_the_generator_writes_now():
-    """docs/reference/config.md and cli.md are what the generator writes from the code now: a
-    config key or a flag added, renamed or re-described without regenerating fails here."""
+    """docs/reference/config.md, cli.md and lanes.md are what the generator writes from the code
+    now: a config key, a flag or a lane module added, renamed or changed without regenerating
+    fails here."""
     stale = [
         str(path.relative_to(ROOT))
         for path, text in GEN.generated().items()
@@ -193,6 +195,72 @@ def test_the_docs_document_every_cli_flag():
     assert missing == []
     documented = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)(?![\w-])", documentation()))
     assert "--workers" in documented and "--log-format" in documented
+
+
+def declares_provider(name: str) -> bool:
+    """Whether lanes/NAME.py assigns `PROVIDER` at its top level (read, not imported)."""
+    tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    targets = [
+        t
+        for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+    ]
+    return any(isinstance(t, ast.Name) and t.id == "PROVIDER" for t in targets)
+
+
+def test_the_lanes_page_has_a_row_for_every_lane_module():
+    """docs/reference/lanes.md's generated table has one row per lane module (each non-underscore
+    module of lanes/ that declares a `PROVIDER`), and none for a module that is gone; the
+    generator finds the same modules. A lane added or deleted without regenerating fails here."""
+    lanes = sorted(name for name in LANE_MODULES if declares_provider(name))
+    table = blocks(DOCS / "reference" / "lanes.md")["lanes"]
+    rows = re.findall(r"^\| `(\w+)` \|", table, flags=re.MULTILINE)
+    assert {"groq", "ollama", "openrouter", "openai_compatible"} <= set(lanes)
+    without_row = [name for name in lanes if name not in rows]
+    assert without_row == [], f"lane modules with no row: run {REGENERATE}"
+    assert sorted(rows) == lanes, f"rows for no lane module, or twice: run {REGENERATE}"
+    assert sorted(GEN.lane_modules()) == lanes
+
+
+def test_a_free_tier_field_shows_on_the_lanes_page_without_a_generator_change():
+    """A free-tier field the generator has no words for is shown as TOML where a lane sets it
+    away from its default, and left out at its default; the fields it knows read as limits."""
+
+    @attrs.frozen(kw_only=True)
+    class Hourly:
+        kind: str = "hourly"
+        rpm: int | None = None
+        rph: int | None = None
+        note: str = "x"
+
+    assert GEN.free_tier(Hourly()) == "`hourly`"
+    assert (
+        GEN.free_tier(Hourly(rpm=2, rph=5, note="y")) == '`hourly`: 2 RPM, `rph = 5`, `note = "y"`'
+    )
+    credits = kinds.CreditBased(budget_usd=25.0, detection="provider_api")
+    assert GEN.free_tier(credits) == '`credits`: $25, no reset, `detection = "provider_api"`'
+    free = kinds.FreeModelsOnly(rpm=20, rpd=50)
+    assert GEN.free_tier(free) == "`free_models` (`*:free`): 20 RPM, 50 RPD, account-wide"
+
+
+def test_a_lane_module_that_fails_to_import_stops_the_lanes_page(tmp_path, monkeypatch):
+    """The generator refuses a lane module the loader can not import, naming it, rather than
+    leaving its row out; a module of lanes/ declaring no `PROVIDER` is no lane, and is skipped."""
+    import lanes
+
+    (tmp_path / "broken_lane.py").write_text('raise RuntimeError("half-written")\n')
+    (tmp_path / "not_a_lane.py").write_text('"""A helper, no PROVIDER."""\n')
+    monkeypatch.setattr(lanes, "__path__", [*lanes.__path__, str(tmp_path)])
+    try:
+        monkeypatch.setattr(GEN, "shipped_lane_modules", lambda: ["not_a_lane"])
+        assert GEN.lane_modules() == {}
+        monkeypatch.setattr(GEN, "shipped_lane_modules", lambda: ["broken_lane", "not_a_lane"])
+        with pytest.raises(ValueError, match=r"lanes/broken_lane\.py: module lanes\.broken_lane"):
+            GEN.lane_modules()
+    finally:
+        sys.modules.pop("lanes.not_a_lane", None)
+        vars(lanes).pop("not_a_lane", None)
 
 
 def test_the_architecture_page_names_every_layer():
