@@ -201,6 +201,4 @@ def test_a_quiet_expiry_halves_the_step():
     for _ in range(4):
         now = m.back_off("g", "m", "rate_limited", now=now).until
     m.update_from_headers("g", "m", {}, status=200, now=now)
-    assert (
-        m.back_off("g", "m", "rate_limited", now=now).until - now == RATE_LADDER_S[2]
-    )
+    assert m.back_off("g", "m", "rate_limited", now=now).until - now == RATE_LADDER_S[2]
