@@ -59,6 +59,15 @@ class Secret:
     __str__ = __repr__
 
 
+#: What a candidate takes from its model's config as it is: every field the two share (but the
+#: prefill flag, which the lane module's default fills in).
+_AS_CONFIGURED = tuple(
+    name
+    for name in attrs.fields_dict(Candidate)
+    if name in attrs.fields_dict(ModelConfig) and name != "prefill"
+)
+
+
 class OpenAICompatibleLane:
     """A lane that speaks OpenAI's chat completions at `spec.base_url`.
 
@@ -145,25 +154,16 @@ class OpenAICompatibleLane:
         return len(catalog)
 
     def _candidate(self, model: ModelConfig) -> Candidate:
+        spec = self.spec
         return Candidate(
             lane=self.name,
             model=model.id,
-            tier="byok" if self.config.byok else tier_of(self.spec.free_tier, model.id, model.free),
-            context=model.context,
-            max_output_tokens=model.max_output_tokens,
-            input_usd_per_mtok=model.input_usd_per_mtok,
-            output_usd_per_mtok=model.output_usd_per_mtok,
-            zdr=model.zdr,
-            tools=model.tools,
-            vision=model.vision,
-            json_mode=model.json_mode,
-            prefill=model.prefill if model.prefill is not None else self.spec.prefill,
-            image_usd=model.image_usd,
-            cap_param=self.spec.output_cap,
-            embedding=model.embedding,
-            reasoning=model.reasoning,
-            billing_switches=self.spec.billing_switches,
-            tool_prompt_tokens=self.spec.tool_prompt_tokens,
+            tier="byok" if self.config.byok else tier_of(spec.free_tier, model.id, model.free),
+            prefill=model.prefill if model.prefill is not None else spec.prefill,
+            cap_param=spec.output_cap,
+            billing_switches=spec.billing_switches,
+            tool_prompt_tokens=spec.tool_prompt_tokens,
+            **{name: getattr(model, name) for name in _AS_CONFIGURED},
         )
 
     @property
