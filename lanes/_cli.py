@@ -37,6 +37,14 @@ class UsageError(Exception):
     """A mistake in how the command was called: one line on stderr, exit 2."""
 
 
+class SidecarRefused(Exception):
+    """The sidecar answered other than 200: its message on stderr, exit `code`."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """One line, exit 2 (argparse's default prints the whole usage first)."""
@@ -165,6 +173,15 @@ def _call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
         return response.status_code, response.text
 
 
+def _ok(method: str, url: str, body: Any = None, *, bad_request: int = 1) -> Any:
+    """The sidecar's 200 answer to `_call`; anything else raises `SidecarRefused` with its message,
+    exit 1 (`bad_request` for a 400)."""
+    code, answer = _call(method, url, body)
+    if code != 200:
+        raise SidecarRefused(_error_message(answer), bad_request if code == 400 else 1)
+    return answer
+
+
 def _print(args: argparse.Namespace, value: Any, human: str) -> None:
     print(json.dumps(value, indent=2) if args.json else human)
 
@@ -235,11 +252,7 @@ def _forecast(url: str) -> dict[str, Any] | None:
 
 
 def _lane(args: argparse.Namespace) -> int:
-    code, body = _call("POST", f"{args.url}/v1/lanes/{args.name}/{args.action}")
-    if code != 200:
-        message = body.get("error", {}).get("message", body) if isinstance(body, dict) else body
-        print(f"lanes: {message}", file=sys.stderr)
-        return 1
+    body = _ok("POST", f"{args.url}/v1/lanes/{args.name}/{args.action}")
     _print(args, body, f"lane {args.name}: {'off' if body['off'] else 'on'}")
     return 0
 
@@ -247,10 +260,7 @@ def _lane(args: argparse.Namespace) -> int:
 def _reload(args: argparse.Namespace) -> int:
     """`POST /v1/reload`: the parent reads and checks the file, and starts every worker on it —
     or keeps the running config and says why."""
-    code, body = _call("POST", f"{args.url}/v1/reload")
-    if code != 200:
-        print(f"lanes: {_error_message(body)}", file=sys.stderr)
-        return 1
+    body = _ok("POST", f"{args.url}/v1/reload")
     _print(args, body, str(body.get("message", "")))
     return 0
 
@@ -276,27 +286,17 @@ def _approvals(args: argparse.Namespace) -> int:
         print(f"lanes: approvals {args.action} needs an ID", file=sys.stderr)
         return 2
     if args.action == "revoke":
-        code, body = _call("DELETE", f"{args.url}/v1/grants/{args.id}")
-        if code != 200:
-            print(f"lanes: {_error_message(body)}", file=sys.stderr)
-            return 1
+        body = _ok("DELETE", f"{args.url}/v1/grants/{args.id}")
         _print(args, body, f"{args.id}: revoked")
         return 0
     decision = "deny" if args.action == "deny" else (args.duration or "once")
-    code, body = _call("POST", f"{args.url}/v1/approvals/{args.id}", {"decision": decision})
-    if code != 200:
-        message = body.get("error", {}).get("message", body) if isinstance(body, dict) else body
-        print(f"lanes: {message}", file=sys.stderr)
-        return 2 if code == 400 else 1
+    body = _ok("POST", f"{args.url}/v1/approvals/{args.id}", {"decision": decision}, bad_request=2)
     _print(args, body, f"{body['id']}: {body['decision']}")
     return 0
 
 
 def _grants(args: argparse.Namespace) -> int:
-    code, body = _call("GET", f"{args.url}/v1/grants")
-    if code != 200:
-        print(f"lanes: {_error_message(body)}", file=sys.stderr)
-        return 1
+    body = _ok("GET", f"{args.url}/v1/grants")
     human = "\n".join(
         f"{g['id']}  {g['kind']:<8} client {g['client']}"
         + (f" → {g['candidate']}" if g["candidate"] else "")
@@ -310,11 +310,7 @@ def _grants(args: argparse.Namespace) -> int:
 def _ceiling(args: argparse.Namespace) -> int:
     """`lanes ceiling [show]` and `lanes ceiling set USD [--consent MODE]` (an admin's)."""
     if args.action == "show":
-        code, state = _call("GET", f"{args.url}/v1/lanes")
-        if code != 200:
-            print(f"lanes: {_error_message(state)}", file=sys.stderr)
-            return 1
-        paid = state["paid"]
+        paid = _ok("GET", f"{args.url}/v1/lanes")["paid"]
     else:
         body: dict[str, Any] = {} if args.consent is None else {"consent": args.consent}
         if args.usd is not None:
@@ -324,10 +320,7 @@ def _ceiling(args: argparse.Namespace) -> int:
                 raise UsageError(f"ceiling set: {args.usd!r} is not a number of USD") from None
         if not body:
             raise UsageError("lanes ceiling set needs USD (or --consent)")
-        code, paid = _call("POST", f"{args.url}/v1/ceiling", body)
-        if code != 200:
-            print(f"lanes: {_error_message(paid)}", file=sys.stderr)
-            return 2 if code == 400 else 1
+        paid = _ok("POST", f"{args.url}/v1/ceiling", body, bad_request=2)
     effective, configured = paid["effective"], paid["configured"]
     human = (
         f"paid ceiling ${effective['ceiling_usd']:g}/day (set by {effective['ceiling_set_by']}), "
@@ -345,7 +338,7 @@ def _error_message(body: Any) -> str:
 
 def _check_config(args: argparse.Namespace) -> int:
     try:
-        config = check_config(args.path, modules_required=True).config
+        config = check_config(args.path, modules_required=True)
     except ConfigError as exc:
         _print(args, {"ok": False, "error": str(exc)}, str(exc))
         return 2
@@ -366,7 +359,6 @@ def _canary(args: argparse.Namespace) -> int:
 
 def _drill(args: argparse.Namespace) -> int:
     import tempfile
-    from pathlib import Path
 
     from lanes.drills.registry import summary, table
     from lanes.drills.scenarios import DRILLS, run
@@ -501,10 +493,10 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 def _one_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int] | None:
     """What to say about a failure a user can cause, and the exit code; None for a bug."""
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, (ConfigError, UsageError)):
         return str(exc), 2
-    if isinstance(exc, UsageError):
-        return str(exc), 2
+    if isinstance(exc, SidecarRefused):
+        return str(exc), exc.code
     if isinstance(exc, httpx2.TransportError):
         url = getattr(args, "url", "?")
         return f"can not reach the sidecar at {url} ({type(exc).__name__})", 1

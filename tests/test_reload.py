@@ -87,7 +87,7 @@ def test_a_source_is_its_bytes_hash_and_names_the_file_in_errors(tmp_path):
     path.write_bytes(b'[policy]\npaid_ceiling_usd_per_day = "${CEILING}"\n')
     source = read_source(path)
     assert source.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    config = source.check({"CEILING": "0.25"}).config
+    config = source.check({"CEILING": "0.25"})
     assert config.policy.paid_ceiling_usd_per_day == 0.25
     named = rf"(?s)^{re.escape(str(path))}: .*policy.paid_ceiling_usd_per_day"
     with pytest.raises(ConfigError, match=named) as bad:

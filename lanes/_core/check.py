@@ -16,21 +16,11 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import attrs
-
 from lanes._core.config.schema import FLAG_WORDS, Config, read_config
 from lanes._core.config.strict import key_of
 from lanes._core.model.errors import ConfigError
 from lanes._core.upstream.loader import find_provider
 from lanes._core.upstream.spec import resolve
-
-
-@attrs.frozen(kw_only=True)
-class Checked:
-    """A config that passed, and the lanes whose module could not be found (name → why)."""
-
-    config: Config
-    missing_modules: Mapping[str, str]
 
 
 def _offered(config: Config) -> tuple[dict[str, set[str] | None], dict[str, str]]:
@@ -120,9 +110,10 @@ def check_config(
     *,
     env: Mapping[str, str] | None = None,
     modules_required: bool = False,
-) -> Checked:
-    """Read (when given a path) and check a config. Raises `ConfigError` listing every problem;
-    with `modules_required` (as `lanes check-config` does) a missing lane module is one of them."""
+) -> Config:
+    """Read (when given a path) and check a config; the config that passed. Raises `ConfigError`
+    listing every problem; with `modules_required` (as `lanes check-config` does) a missing lane
+    module is one of them."""
     env = os.environ if env is None else env
     where = ""
     if not isinstance(config, Config):
@@ -138,4 +129,4 @@ def check_config(
     if problems:
         first = problems[0].partition(":")[0]
         raise ConfigError(f"{where}bad config:\n  " + "\n  ".join(problems), key=first)
-    return Checked(config=config, missing_modules=missing)
+    return config

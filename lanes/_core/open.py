@@ -86,7 +86,7 @@ async def open_over(
     (in-process simulated providers instead of sockets), how often the state sync runs, and a
     store of its own (the config's is not opened)."""
     install_log_redaction()  # before any key is read or any request is sent
-    config = check_config(config, env=env).config  # the check `lanes check-config` makes
+    config = check_config(config, env=env)  # the check `lanes check-config` makes
     traces_to = target(config.telemetry, env)  # None: no traces, and no OpenTelemetry loaded
     opening_telemetry = _telemetry() if traces_to is not None else None
     wall = open_wall(epoch_now, env)

@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-from lanes._core.check import Checked, check_config
-from lanes._core.config.schema import load_config
+from lanes._core.check import check_config
+from lanes._core.config.schema import Config, load_config
 from lanes._core.model.errors import ConfigError
 
 _IDENT = re.compile(r"[A-Za-z0-9_-]+")
@@ -48,7 +48,7 @@ class Source:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{self.where}: not valid TOML ({exc})") from exc
 
-    def check(self, env: Mapping[str, str] | None = None) -> Checked:
+    def check(self, env: Mapping[str, str] | None = None) -> Config:
         """What `check_config` says of the file these bytes were, interpolated from `env`.
         Raises `ConfigError` naming the file and each key."""
         env = os.environ if env is None else env

@@ -66,9 +66,9 @@ def checked(
     if isinstance(config, Config):
         base = config
     elif isinstance(config, Source):
-        base = config.check(env).config
+        base = config.check(env)
     elif config or not simulate:
-        base = read_source(config or packaged("lanes.toml")).check(env).config
+        base = read_source(config or packaged("lanes.toml")).check(env)
     server = (
         base.server if base is not None and (not simulate or base is config) else ServerConfig()
     )
@@ -188,9 +188,8 @@ def _hypercorn(server: ServerConfig, bind: str) -> HypercornConfig:
     # the headers of a request, and the next request on a kept-alive connection, must come within
     # this (loopback clients reconnect cheaply; slow-loris is shed within it)
     hc.keep_alive_timeout = server.idle_timeout_s
-    hc.backlog = (
-        4096  # hypercorn's default of 100 drops connects in a burst (seen: +1 s SYN retries)
-    )
+    # hypercorn's default of 100 drops connects in a burst (seen: +1 s SYN retries)
+    hc.backlog = 4096
     return hc
 
 

@@ -234,7 +234,7 @@ def _worker_config(spec: Mapping[str, Any], env: dict[str, str]) -> Config:
             f"{spec['config_file']}: the parent's copy of {spec['config']} changed under this "
             "worker; restart the sidecar"
         )
-    config = source.check(env).config
+    config = source.check(env)
     return attrs.evolve(config, state=spec["state"], local_state=spec["local_state"])
 
 

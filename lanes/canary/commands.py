@@ -54,7 +54,7 @@ def _unusable(args: argparse.Namespace, config: Config, models: list[str]) -> st
 
 def main(args: argparse.Namespace) -> int:
     try:
-        config = check_config(args.config or packaged("lanes.toml")).config
+        config = check_config(args.config or packaged("lanes.toml"))
         prompts = read_canary(args.canary or packaged("canary.toml"))
     except ConfigError as exc:
         print(f"lanes canary: {exc}", file=sys.stderr)
