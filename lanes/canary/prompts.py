@@ -17,13 +17,11 @@ from lanes._core.model.errors import ConfigError
 class Checks:
     """Checks that need no judge model. Every one set must pass."""
 
-    expect: str | None = (
-        None  # the normalised answer must equal this (case, spaces, trailing dot ignored)
-    )
+    # the normalised answer must equal this (case, spaces, trailing dot ignored)
+    expect: str | None = None
     contains: list[str] = attrs.field(factory=list)  # each must appear (normalised)
-    json_keys: list[str] = attrs.field(
-        factory=list
-    )  # the answer parses as a JSON object with these keys
+    # the answer parses as a JSON object with these keys
+    json_keys: list[str] = attrs.field(factory=list)
     tool_call: str | None = None  # a well-formed call of this function (JSON arguments)
     no_refusal: bool = True  # no "I can't / I cannot / as an AI" refusal
     min_len: int = 0
@@ -45,13 +43,11 @@ class Settings:
     concurrency: int = 4
     deadline_s: float = 30.0
     min_quota_left: int = 5  # skip a model whose reported remaining requests are below this
-    similarity_ok: float = (
-        0.85  # normalised similarity to the baseline at or above this is unchanged
-    )
+    # normalised similarity to the baseline at or above this is unchanged
+    similarity_ok: float = 0.85
     drift_threshold: float = 0.3  # a model's drift score at or above this is `drifted`
-    quarantine: bool = (
-        True  # drifted / failed models are skipped by routing until they pass or are re-pinned
-    )
+    # drifted / failed models are skipped by routing until they pass or are re-pinned
+    quarantine: bool = True
 
 
 @attrs.frozen(kw_only=True)

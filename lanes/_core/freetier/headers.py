@@ -73,9 +73,8 @@ class RateLimitSnapshot:
     reset_tokens_s: float | None = None
     retry_after_s: float | None = None
     windows: tuple[Window, ...] = ()
-    exhausted_window_s: float | None = (
-        None  # the body named the exhausted quota's window (per day...)
-    )
+    # the body named the exhausted quota's window (per day...)
+    exhausted_window_s: float | None = None
     clamped: tuple[str, ...] = ()  # what was out of bounds and clamped ("retry-after", ...)
 
     @property
@@ -292,12 +291,9 @@ def _read_ietf(headers: Mapping[str, str], builder: _Builder) -> None:
     limit = params.get("limit", policy.get("q"))
     remaining = params.get("remaining", params.get("r"))
     reset = params.get("reset", params.get("t"))
-    if limit is not None:
-        builder.put("requests", window, "limit", limit)
-    if remaining is not None:
-        builder.put("requests", window, "remaining", remaining)
-    if reset is not None:
-        builder.put("requests", window, "reset", reset, epoch=False)
+    for name, value in (("limit", limit), ("remaining", remaining), ("reset", reset)):
+        if value is not None:
+            builder.put("requests", window, name, value, epoch=name != "reset")
 
 
 def _retry_after(headers: Mapping[str, str], now_wall: float) -> float | None:

@@ -72,9 +72,8 @@ class LaneTerms:
     """What the manager must know about one lane: its kind and how to read its headers."""
 
     kind: FreeTierKind
-    conventions: Mapping[str, float] = attrs.field(
-        factory=dict
-    )  # dimension → window_s for bare headers
+    # dimension → window_s for bare headers
+    conventions: Mapping[str, float] = attrs.field(factory=dict)
     declared: Mapping[str, bool] = attrs.field(factory=dict)  # model → its `free` flag, where set
 
     def is_free(self, model: str) -> bool:
@@ -101,13 +100,11 @@ class FreeTierManager:
         self._snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}  # scope → (at, snapshot)
         self._usage = UsageCounter()
         self._spend: dict[tuple[str, int], float] = {}  # (lane, period id) → USD spent from credits
-        self._balances: dict[
-            str, tuple[float, float, float]
-        ] = {}  # lane → (at, remaining USD, spend then)
+        # lane → (at, remaining USD, spend then)
+        self._balances: dict[str, tuple[float, float, float]] = {}
         self._credit_held: dict[str, float] = {}  # lane → USD held by its attempts in flight here
-        self._confirmed: set[str] = (
-            set()
-        )  # scopes known to be serving: no single-flight probe needed
+        # scopes known to be serving: no single-flight probe needed
+        self._confirmed: set[str] = set()
         self._steps: dict[str, int] = {}
         self._pending_usage: list[tuple[UsageKey, int]] = []
         self._pending_spend: dict[tuple[str, int], float] = {}
@@ -419,9 +416,7 @@ class FreeTierManager:
         return soonest
 
     # -- sharing through a store -------------------------------------------------------------------
-    def take_pending(
-        self,
-    ) -> Held:
+    def take_pending(self) -> Held:
         """Hand over what changed since the last call (usage, spend, backoffs, snapshots) for the
         store."""
         out = Held(
@@ -430,17 +425,8 @@ class FreeTierManager:
             self._changed_backoffs,
             self._changed_snapshots,
         )
-        (
-            self._pending_usage,
-            self._pending_spend,
-            self._changed_backoffs,
-            self._changed_snapshots,
-        ) = (
-            [],
-            {},
-            {},
-            {},
-        )
+        self._pending_usage, self._pending_spend = [], {}
+        self._changed_backoffs, self._changed_snapshots = {}, {}
         return out
 
     # What the rest of lanes reads and changes of the manager, by name (its state stays private).
@@ -482,9 +468,7 @@ class FreeTierManager:
         found = [*self._backoffs, *self._snapshots, *(key[0] for key in self._usage.counts)]
         return list(dict.fromkeys(found))
 
-    def view(
-        self,
-    ) -> Held:
+    def view(self) -> Held:
         """Copies of what a store reseeds from: counts, credit spend, backoffs, snapshots."""
         return Held(
             list(self._usage.counts.items()),

@@ -296,9 +296,8 @@ class Reply:
     cost_usd: float = 0.0  # what the job cost: every attempt's settled figure (X-Lanes-Cost-Usd)
     usage: Mapping[str, Any] | None = None
     explored: bool = False  # served by a runner-up tried on purpose, so the ranking does not ossify
-    raw: bytes = attrs.field(
-        default=b"", repr=False
-    )  # the upstream's body bytes, for byte-exact relaying
+    # the upstream's body bytes, for byte-exact relaying
+    raw: bytes = attrs.field(default=b"", repr=False)
     request_id: str = ""  # the job's id: its audit row, and X-Lanes-Request-Id over HTTP
 
     @property

@@ -71,19 +71,16 @@ class JobRecord:
         self.free_blocked: list[Candidate] = []  # free candidates the free-tier manager held back
         self.request_class = "general"
         self.privacy = "any"  # the privacy the job needs: its own, else the policy's default
-        self.paid_before: float | None = (
-            None  # today's paid spend (USD) before its first paid attempt
-        )
+        # today's paid spend (USD) before its first paid attempt
+        self.paid_before: float | None = None
         self.approval: str | None = None  # how paid fallback was consented to: allow, once, granted
         self.approved: str | None = None  # the "lane/model" an "approve once" lets through
-        self.budget_refusal: PaidBudgetExhausted | None = (
-            None  # the paid ceiling refused an attempt
-        )
+        # the paid ceiling refused an attempt
+        self.budget_refusal: PaidBudgetExhausted | None = None
         self.explored: str | None = None  # the runner-up this job was sent to on purpose
         self.sticky = False  # a multi-turn conversation kept on the model that served it
-        self.same_retries = (
-            0  # same-candidate retries after a transient fault (their own allowance)
-        )
+        # same-candidate retries after a transient fault (their own allowance)
+        self.same_retries = 0
         # candidates that could never serve this job, each with why: a need it does not meet (a
         # `policy.STAGES` name), "context" (its upstream said the prompt does not fit), "gone"
         # (its upstream says the model does not exist)

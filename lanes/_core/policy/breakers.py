@@ -101,9 +101,8 @@ class LaneBreakers:
         model_breaker.count(granted.model_permit, verdict, now)
         lane_verdict: Verdict = verdict
         if verdict == "fault" and not connection and not granted.lane_permit.probe:
-            lane_verdict = (
-                "neutral"  # the provider answered: this model's trouble, not the provider's
-            )
+            # the provider answered: this model's trouble, not the provider's
+            lane_verdict = "neutral"
         self.lane.count(granted.lane_permit, lane_verdict, now)
         if verdict == "fault" and model_breaker.state(now) != "closed":
             sick = sum(1 for b in self.models.values() if b.state(now) != "closed")

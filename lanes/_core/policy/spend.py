@@ -46,9 +46,8 @@ from lanes._core.policy.room import output_room
 # lanes: pure
 
 CAP_PARAMS = ("max_tokens", "max_completion_tokens")
-MAX_CHOICES = (
-    128  # `n` above this is refused for paid: no provider serves it, and it bounds the bill
-)
+# `n` above this is refused for paid: no provider serves it, and it bounds the bill
+MAX_CHOICES = 128
 _MEDIA = {"input_audio", "audio", "audio_url", "video_url", "input_video", "file", "input_file"}
 _IMAGES = {"image_url", "input_image", "image"}
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})

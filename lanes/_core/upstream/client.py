@@ -145,9 +145,8 @@ class ChunkReader:
         self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
         self._secrets = tuple(secrets)
         self._ended = False
-        self._error: UpstreamError | None = (
-            None  # said in the stream after chunks still to hand over
-        )
+        # said in the stream after chunks still to hand over
+        self._error: UpstreamError | None = None
 
     async def receive(self) -> list[Received] | None:
         """Wait for the next bytes; return the chunks they completed, each with its `data` as sent

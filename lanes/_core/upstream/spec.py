@@ -45,12 +45,10 @@ class Provider:
     models: tuple[ModelConfig, ...] = ()
     headers: Mapping[str, str] = attrs.field(factory=dict)
     prefill: bool = False  # accepts a trailing assistant message and continues it
-    conventions: Mapping[str, float] = attrs.field(
-        factory=dict
-    )  # unsuffixed header windows, e.g. requests → 86400
-    balance: CustomEndpoint | None = (
-        None  # where `detection = "provider_api"` reads the balance ({base_url} allowed)
-    )
+    # unsuffixed header windows, e.g. requests → 86400
+    conventions: Mapping[str, float] = attrs.field(factory=dict)
+    # where `detection = "provider_api"` reads the balance ({base_url} allowed)
+    balance: CustomEndpoint | None = None
     # The output cap the provider honours: `max_tokens`, or `max_completion_tokens` (OpenAI's
     # newer models accept only that one). A paid attempt sends its cap there, and only there.
     output_cap: str = attrs.field(default="max_tokens", validator=attrs.validators.in_(CAP_PARAMS))
@@ -66,9 +64,8 @@ class Provider:
         default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
     )
     catalog_path: str = "/models"  # GET {base_url}{catalog_path} lists the models
-    catalog_style: str = (
-        "openai"  # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
-    )
+    # its shape: openai, per_token_prices, per_mtok_prices, prefixed_ids
+    catalog_style: str = "openai"
 
 
 #: The settings a `[[lanes]]` table may override: those it shares with `Provider` (its `name` is
