@@ -242,10 +242,6 @@ class Dispatcher:
         """Today's paid spend against the ceiling in force (see `quotas.paid_day`)."""
         return paid_day(self._ledger, self.store.shared, client, audited=audited)
 
-    def quota_scope(self, lane: str, model: str) -> str:
-        """The scope `model`'s quota is counted in: its own, or its lane's (account-wide)."""
-        return self._manager.scope(lane, model)
-
     def paid_spent_today(self) -> float:
         return self._ledger.spent_today()
 

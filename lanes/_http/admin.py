@@ -195,7 +195,7 @@ async def forecast_view(request: Request, ctx: Context) -> Response:
         use = await trio.to_thread.run_sync(read, limiter=ctx.reading)  # the last hour's rows
     except STORE_ERRORS:
         return error_response(503, "the audit can not be read now", "state_store_down")
-    rates, paid_rate = scope_rates(use, dispatcher.quota_scope), rate_per_hour(use.paid_usd)
+    rates, paid_rate = scope_rates(use, dispatcher.manager.scope), rate_per_hour(use.paid_usd)
     return JSONResponse(forecast_body(quotas, rates, paid, paid_rate=paid_rate, now=now))
 
 

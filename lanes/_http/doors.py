@@ -44,11 +44,6 @@ async def messages(request: Request, ctx: Context) -> Response | SSERelay:
     return await translated(MESSAGES, request, ctx)
 
 
-async def messages_count_tokens(request: Request, ctx: Context) -> Response:
-    """`POST /v1/messages/count_tokens`."""
-    return await count_tokens(MESSAGES, request, ctx)
-
-
 async def _read_job(api: API, request: Request, ctx: Context) -> tuple[dict[str, Any], Job, bool]:
     """(the body as sent, its chat-completion job, streamed?). Raises BadRequest or BadField."""
     body = json_object(await read_body(request, ctx))
@@ -79,11 +74,11 @@ async def translated(api: API, request: Request, ctx: Context) -> Response | SSE
     return JSONResponse(api.answer(body, reply, job, now), headers=headers)
 
 
-async def count_tokens(api: API, request: Request, ctx: Context) -> Response:
-    """`/v1/messages/count_tokens`: the same estimate the policy plans with (one token per four
-    bytes of the messages and tools); nothing is sent upstream."""
+async def messages_count_tokens(request: Request, ctx: Context) -> Response:
+    """`POST /v1/messages/count_tokens`: the same estimate the policy plans with (one token per
+    four bytes of the messages and tools); nothing is sent upstream."""
     body = json_object(await read_body(request, ctx))
-    chat = api.to_chat({"max_tokens": 1, **body})
+    chat = MESSAGES.to_chat({"max_tokens": 1, **body})
     client = caller(request).client
     job = Job(messages=chat.messages, params=chat.params, model=chat.model, client=client)
     return JSONResponse({"input_tokens": estimate_tokens(job)})

@@ -139,12 +139,10 @@ class Guard:
         return self.caller(request)
 
     def same_origin(self, request: Request) -> None:
-        if request.headers.get("sec-fetch-site", "") in ("cross-site", "same-site"):
-            raise RequestRefused(
-                403, "cross_origin", "cross-origin requests may not change anything"
-            )
         origin = request.headers.get("origin")
-        if origin is not None and _netloc(origin) != request.headers.get("host", "").lower():
+        if request.headers.get("sec-fetch-site", "") in ("cross-site", "same-site") or (
+            origin is not None and _netloc(origin) != request.headers.get("host", "").lower()
+        ):
             raise RequestRefused(
                 403, "cross_origin", "cross-origin requests may not change anything"
             )

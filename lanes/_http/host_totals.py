@@ -68,7 +68,7 @@ class HostTotals:
         """This process's statistics with the counters of every worker of the host added."""
         stats = self._statistics()
         mine = _mine(stats)
-        self._publish(mine)
+        _write(self._own, mine)
         host = _added([mine, *self._others()])
         return attrs.evolve(
             stats,
@@ -83,12 +83,9 @@ class HostTotals:
         while True:
             await trio.sleep(period_s)
             try:
-                self._publish(_mine(self._statistics()))
+                _write(self._own, _mine(self._statistics()))
             except OSError as exc:  # a full disk costs freshness, never the worker
                 log.warning("host metrics: can not write this worker's totals (%s)", exc)
-
-    def _publish(self, part: _Part) -> None:
-        _write(self._own, part)
 
     @contextlib.contextmanager
     def _locked(self, how: int) -> Iterator[None]:

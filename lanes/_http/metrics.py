@@ -103,14 +103,11 @@ class StatisticsCollector(Collector):
             "route",
             tally.attempt_latency,
         )
-        explored = CounterMetricFamily(
-            "lanes_explored", "Jobs sent to a runner-up on purpose (exploration)."
+        yield CounterMetricFamily(
+            "lanes_explored", "Jobs sent to a runner-up on purpose (exploration).", stats.explored
         )
-        explored.add_metric([], stats.explored)
-        yield explored
-        served = CounterMetricFamily("lanes_explored_served", "Explored jobs the runner-up served.")
-        served.add_metric([], stats.explored_served)
-        yield served
+        served = "Explored jobs the runner-up served."
+        yield CounterMetricFamily("lanes_explored_served", served, stats.explored_served)
 
     def _lanes(self, stats: Statistics) -> Iterator[Metric]:
         lane_breaker = _gauge(

@@ -37,7 +37,6 @@ from opentelemetry.trace import (
 from lanes._core.audit.tracing import MAX_TEXT, JobTrace, Target
 from lanes._core.runtime.tasks import TaskHealth
 
-TASK = "telemetry"  # the task's name in the health, and the queue's under `dropped`
 QUEUE = "spans"
 _KINDS = {"server": SpanKind.SERVER, "client": SpanKind.CLIENT, "internal": SpanKind.INTERNAL}
 SCHEDULE_DELAY_MS = 1000  # how long the SDK's thread waits to fill a batch

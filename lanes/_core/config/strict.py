@@ -176,10 +176,6 @@ _SEQUENCES: tuple[Any, ...] = (list, tuple, Sequence)
 _MAPPINGS: tuple[Any, ...] = (dict, Mapping)
 
 
-def _origin(type_: Any) -> Any:
-    return get_origin(type_)
-
-
 def strict_converter() -> cattrs.Converter:
     """A cattrs converter that refuses unknown keys and values of the wrong kind."""
     converter = cattrs.Converter(forbid_extra_keys=True)
@@ -189,11 +185,11 @@ def strict_converter() -> cattrs.Converter:
     converter.register_structure_hook(str, _str)
     converter.register_structure_hook_func(_is_literal, _literal)
     converter.register_structure_hook_factory(
-        lambda t: is_sequence(t) and _origin(t) in _SEQUENCES,
+        lambda t: is_sequence(t) and get_origin(t) in _SEQUENCES,
         lambda t: _sequence_factory(t, converter),
     )
     converter.register_structure_hook_factory(
-        lambda t: is_mapping(t) and _origin(t) in _MAPPINGS,
+        lambda t: is_mapping(t) and get_origin(t) in _MAPPINGS,
         lambda t: _mapping_factory(t, converter),
     )
     return converter

@@ -83,7 +83,6 @@ class OpenAICompatibleLane:
         self._upstream = upstream
         # what the provider's model list said last time, of the models kept
         self.catalog: tuple[ModelRecord, ...] = ()
-        self.catalog_at: float | None = None
         self._header_secrets = _header_secrets(spec.headers)
         self._said_left_out = 0  # the last `left_out` logged: one line when the cap bites anew
         self._rebuild()
