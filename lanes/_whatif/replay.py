@@ -91,30 +91,20 @@ def sim_lanes(config: Config, seen: Mapping[str, set[str]]) -> dict[str, SimLane
             continue  # the dispatcher will not load it either (and says why)
         spec = resolve(provider, lane_config)
         kind = spec.free_tier
-        limits, account_wide, budget = Limits(), False, None
-        patterns: tuple[str, ...] = ()
-        if isinstance(kind, RateLimitedFree):
-            limits = Limits(
-                rpm=kind.rpm,
-                rpd=kind.rpd,
-                rpmonth=kind.rpmonth,
-                tpm=kind.tpm,
-                tpd=kind.tpd,
-                tpmonth=kind.tpmonth,
-            )
-            account_wide = kind.account_wide
-        elif isinstance(kind, FreeModelsOnly):
-            limits, account_wide, patterns = Limits(rpm=kind.rpm, rpd=kind.rpd), True, kind.patterns
-        elif isinstance(kind, CreditBased):
-            limits, account_wide, budget = Limits(rpm=kind.rpm, rpd=kind.rpd), True, kind.budget_usd
+        # the limits the kind states (a kind without one has none): credits and free models count
+        # account-wide, a rate-limited tier as its config says
+        limits = Limits(**{f.name: getattr(kind, f.name, None) for f in attrs.fields(Limits)})
+        account_wide = isinstance(kind, FreeModelsOnly | CreditBased) or (
+            isinstance(kind, RateLimitedFree) and kind.account_wide
+        )
         models = tuple(m.id for m in spec.models)
         found[lane_config.name] = SimLane(
             name=lane_config.name,
             kind=kind.kind,
             limits=limits,
             account_wide=account_wide,
-            free_patterns=tuple(patterns),
-            budget_usd=budget,
+            free_patterns=kind.patterns if isinstance(kind, FreeModelsOnly) else (),
+            budget_usd=kind.budget_usd if isinstance(kind, CreditBased) else None,
             prices={
                 m.id: (m.input_usd_per_mtok or 0.0, m.output_usd_per_mtok or 0.0)
                 for m in spec.models
@@ -163,12 +153,8 @@ class _Replaying:
         total: int,
         progress: Callable[[int, int], None] | None,
     ) -> None:
-        self._dispatcher, self._kept, self._total, self._progress = (
-            dispatcher,
-            kept,
-            total,
-            progress,
-        )
+        self._dispatcher, self._kept = dispatcher, kept
+        self._total, self._progress = total, progress
         self._room = trio.Semaphore(MAX_IN_FLIGHT)
         self._step = max(1, total // 100)
         self._done = 0
@@ -181,8 +167,7 @@ class _Replaying:
             if trio.current_time() > arrived:  # it waited for room: it starts late
                 self.late += 1
             await self._run(index, recorded, nursery)
-        rows = self._dispatcher.take_audit_rows()
-        self._kept.rows.extend({k: row.get(k) for k in KEPT} for row in rows)
+        self._kept.add_audit(self._dispatcher.take_audit_rows())
 
     async def _run(self, index: int, recorded: Recorded, nursery: trio.Nursery) -> None:
         job = _job(index, recorded)

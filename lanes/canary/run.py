@@ -163,34 +163,21 @@ async def run_canary(
 
 
 def _row(run: int, key: str, answer: Answer, latency_s: float) -> dict[str, Any]:
-    return {
+    """An answer as `canary_answer` keeps it: its fields (the checks as JSON), and the run's."""
+    return attrs.asdict(answer) | {
         "run": run,
-        "at": answer.at,
         "key": key,
-        "prompt": answer.prompt,
-        "status": answer.status,
-        "reason": answer.reason,
-        "text": answer.text,
         "sha256": digest(answer.text)[0] if answer.text else "",
         "checks": json.dumps(dict(answer.checks)),
-        "reported_model": answer.reported_model,
-        "fingerprint": answer.fingerprint,
         "latency_s": latency_s if answer.status != "skipped" else 0.0,
         "tokens": 0,
     }
 
 
 def _answer(row: dict[str, Any]) -> Answer:
-    return Answer(
-        prompt=row["prompt"],
-        status=row["status"],
-        text=row["text"],
-        checks=json.loads(row["checks"]),
-        reported_model=row["reported_model"],
-        fingerprint=row["fingerprint"],
-        at=row["at"],
-        reason=row["reason"],
-    )
+    """The inverse of `_row`."""
+    fields = {f.name: row[f.name] for f in attrs.fields(Answer)}
+    return Answer(**fields | {"checks": json.loads(row["checks"])})
 
 
 def latest_run(db: Any) -> int | None:
