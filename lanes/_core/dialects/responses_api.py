@@ -20,7 +20,7 @@ Every other field it does not translate (`client_metadata`, `include`, `store`,
 from __future__ import annotations
 
 # lanes: pure
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lanes._core.dialects import responses_tools
@@ -422,6 +422,19 @@ def response_of(
 # -- a stream --------------------------------------------------------------------------------------
 
 
+#: The two kinds of content item a stream writes, by the reader's name for their pieces: the id's
+#: prefix, how the item is built, and the events of its text (`….delta`, `….done`).
+_CONTENT: dict[str, tuple[str, Callable[..., dict[str, Any]], str]] = {
+    "thinking": ("rs", reasoning_item, "response.reasoning_text"),
+    "text": ("msg", message_item, "response.output_text"),
+}
+
+
+def _logprobs(kind: str) -> dict[str, Any]:
+    """What a text event carries beside its text (a message's logprobs; nothing for reasoning)."""
+    return {"logprobs": []} if kind == "text" else {}
+
+
 class ResponseEvents:
     """Chat completion chunks in, Responses stream events out (sans-io: no I/O, no clock).
 
@@ -440,8 +453,7 @@ class ResponseEvents:
         self._tools = responses_tools.translate(body.get("tools"))  # as `to_chat` read them
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as they stand, in output order
-        self._text: dict[str, Any] | None = None  # the message item being written
-        self._reasoning: dict[str, Any] | None = None  # the reasoning item being written
+        self._open: dict[str, dict[str, Any]] = {}  # "thinking" or "text" → its item being written
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool-call index → its open item
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -470,79 +482,38 @@ class ResponseEvents:
     def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         for kind, value in self._reader.read(chunk):
-            if kind == "thinking":
-                events += self._reasoning_delta(value)
-            elif kind == "text":
-                events += self._text_delta(value)
-            else:
+            if kind == "tool":
                 events += self._call_delta(*value)
+            else:
+                events += self._content_delta(kind, value)
         return events
 
-    def _reasoning_delta(self, delta: str) -> list[dict[str, Any]]:
+    def _content_delta(self, kind: str, delta: str) -> list[dict[str, Any]]:
+        """A piece of reasoning or of text: into its open item, opened first (closing the other
+        kind's and the calls) when there is none."""
         events: list[dict[str, Any]] = []
-        if self._reasoning is None:
-            events += self._close_text() + self._close_calls()
-            index = len(self._output)
-            item_id = f"rs_{self._id}" if index == 0 else f"rs_{self._id}_{index}"
-            item = self._reasoning = reasoning_item(item_id, "", status="in_progress")
-            item["output_index"], item["_text"] = index, ""
-            self._output.append(item)
-            where = {"item_id": item_id, "output_index": index, "content_index": 0}
-            part = {"type": "reasoning_text", "text": ""}
-            events += [
-                self._added(item),
-                self._event("response.content_part.added", **where, part=part),
-            ]
-        item = self._reasoning
+        if kind not in self._open:
+            other = "text" if kind == "thinking" else "thinking"
+            events += self._close(other) + self._close_calls() + self._begin(kind)
+        item = self._open[kind]
         item["_text"] += delta
         where = {"item_id": item["id"], "output_index": item["output_index"], "content_index": 0}
-        events.append(self._event("response.reasoning_text.delta", **where, delta=delta))
+        name = f"{_CONTENT[kind][2]}.delta"
+        events.append(self._event(name, **where, delta=delta, **_logprobs(kind)))
         return events
 
-    def _close_reasoning(self, status: str = "completed") -> list[dict[str, Any]]:
-        """Close the open reasoning item: its text done, its part done, the item done."""
-        item, self._reasoning = self._reasoning, None
-        if item is None:
-            return []
-        index = item["output_index"]
-        done = reasoning_item(item["id"], item["_text"], status=status)
-        self._output[index] = {**done, "output_index": index}
-        part = done["content"][0]
-        where = {"item_id": done["id"], "output_index": index, "content_index": 0}
-        return [
-            self._event("response.reasoning_text.done", **where, text=part["text"]),
-            self._event("response.content_part.done", **where, part=part),
-            self._event("response.output_item.done", output_index=index, item=done),
-        ]
-
-    def _text_delta(self, delta: str) -> list[dict[str, Any]]:
-        events = self._close_reasoning() + self._close_calls()
-        if self._text is None:
-            events += self._open_text()
-        assert self._text is not None
-        self._text["_text"] += delta
-        events.append(
-            self._event(
-                "response.output_text.delta",
-                item_id=self._text["id"],
-                output_index=self._text["output_index"],
-                content_index=0,
-                delta=delta,
-                logprobs=[],
-            )
-        )
-        return events
-
-    def _open_text(self) -> list[dict[str, Any]]:
+    def _begin(self, kind: str) -> list[dict[str, Any]]:
+        """Open an item of `kind` (a reasoning item, or a message) and its one content part."""
+        prefix, make, _ = _CONTENT[kind]
         index = len(self._output)
-        item_id = f"msg_{self._id}" if index == 0 else f"msg_{self._id}_{index}"
-        self._text = message_item(item_id, "", status="in_progress")
-        self._text["output_index"], self._text["_text"] = index, ""
-        self._output.append(self._text)
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        item_id = f"{prefix}_{self._id}" if index == 0 else f"{prefix}_{self._id}_{index}"
+        item = self._open[kind] = make(item_id, "", status="in_progress")
+        item["output_index"], item["_text"] = index, ""
+        self._output.append(item)
+        part = make(item_id, "")["content"][0]  # the part as it starts: no text yet
         where = {"item_id": item_id, "output_index": index, "content_index": 0}
         return [
-            self._added(self._text),
+            self._added(item),
             self._event("response.content_part.added", **where, part=part),
         ]
 
@@ -552,7 +523,7 @@ class ResponseEvents:
         events: list[dict[str, Any]] = []
         item = self._calls.get(index)
         if item is None:
-            events += self._close_reasoning() + self._close_text() + self._close_calls()
+            events += self._close("thinking") + self._close("text") + self._close_calls()
             position = len(self._output)
             item = call_item(
                 f"fc_{self._id}_{position}",
@@ -586,25 +557,27 @@ class ResponseEvents:
             "response.output_item.added", output_index=item["output_index"], item=_public(item)
         )
 
-    def _finish_text(self, status: str) -> tuple[int, dict[str, Any]] | None:
-        """Close the open message item in the output, sending nothing: (its index, the item)."""
-        item, self._text = self._text, None
+    def _done(self, kind: str, status: str) -> tuple[int, dict[str, Any]] | None:
+        """Close the open item of `kind` in the output, sending nothing: (its index, the item)."""
+        item = self._open.pop(kind, None)
         if item is None:
             return None
         index = item["output_index"]
-        done = message_item(item["id"], item["_text"], status=status)
+        done = _CONTENT[kind][1](item["id"], item["_text"], status=status)
         self._output[index] = {**done, "output_index": index}
         return index, done
 
-    def _close_text(self) -> list[dict[str, Any]]:
-        finished = self._finish_text("completed")
+    def _close(self, kind: str) -> list[dict[str, Any]]:
+        """Close the open item of `kind`: its text done, its part done, the item done."""
+        finished = self._done(kind, "completed")
         if finished is None:
             return []
         index, done = finished
         part = done["content"][0]
         where = {"item_id": done["id"], "output_index": index, "content_index": 0}
+        name = f"{_CONTENT[kind][2]}.done"
         return [
-            self._event("response.output_text.done", **where, text=part["text"], logprobs=[]),
+            self._event(name, **where, text=part["text"], **_logprobs(kind)),
             self._event("response.content_part.done", **where, part=part),
             self._event("response.output_item.done", output_index=index, item=done),
         ]
@@ -634,9 +607,9 @@ class ResponseEvents:
         `response.incomplete` when the answer was cut at its token cap). An empty answer is an
         empty message, as in a whole response. `usage` counts when no chunk fed in carried one
         (the stream's usage can come in a chunk that is not passed on)."""
-        events = self._close_reasoning()
-        events += self._open_text() if all(i["type"] == "reasoning" for i in self._output) else []
-        events += self._close_text() + self._close_calls()
+        events = self._close("thinking")
+        events += self._begin("text") if all(i["type"] == "reasoning" for i in self._output) else []
+        events += self._close("text") + self._close_calls()
         response = _finish(self._response("completed"), self._reader.finish_reason)
         response["usage"] = usage_of(self._reader.usage or usage)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
@@ -647,12 +620,8 @@ class ResponseEvents:
         provider's own when it said why), then `response.failed` with what had been delivered
         (open items marked incomplete) and its error — a rate limit when `status` is 429."""
         error = self._event("error", code=code, message=message, param=None)
-        if (item := self._reasoning) is not None:
-            self._reasoning = None
-            index = item["output_index"]
-            done = reasoning_item(item["id"], item["_text"], status="incomplete")
-            self._output[index] = {**done, "output_index": index}
-        self._finish_text("incomplete")
+        self._done("thinking", "incomplete")
+        self._done("text", "incomplete")
         for item in self._calls.values():
             item["status"] = "incomplete"
         self._calls.clear()
