@@ -142,7 +142,7 @@ async def serve_http(
     for sock in sockets:
         sock.listen(hc.backlog)
     listeners = [trio.socket.from_stdlib_socket(sock) for sock in sockets]
-    binds = [_url(sock.getsockname()) for sock in sockets]
+    binds = ["http://" + bind_of(*sock.getsockname()[:2]) for sock in sockets]
     async with trio.open_nursery() as connections:
 
         async def serve_one(sock: trio.socket.SocketType) -> None:
@@ -199,6 +199,6 @@ async def _refuse(sock: trio.socket.SocketType) -> None:
     sock.close()
 
 
-def _url(name: Any) -> str:
-    host, port = name[0], name[1]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def bind_of(host: str, port: int) -> str:
+    """`host:port` as a bind or a URL names it: an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

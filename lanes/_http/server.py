@@ -25,7 +25,7 @@ from lanes._core.model.errors import ConfigError
 from lanes._core.open import open_dispatcher, open_simulated, state_of
 from lanes._core.source import Source, read_source
 from lanes._http.app import build_app
-from lanes._http.connections import connection_cap, serve_http
+from lanes._http.connections import bind_of, connection_cap, serve_http
 from lanes._http.guard import is_loopback, resolved_keys
 from lanes._http.host_totals import HostTotals
 from lanes._http.metrics import Metrics
@@ -146,7 +146,7 @@ async def serve(
         if hold is not None and not await hold():
             return  # the dispatcher closes: nothing was served
         hc = _hypercorn(
-            config.server, f"fd://{listen_fd}" if listen_fd is not None else _bind(host, port)
+            config.server, f"fd://{listen_fd}" if listen_fd is not None else bind_of(host, port)
         )
         cap = connection_cap(config.server.max_connections)
         shutdown = trio.Event()
@@ -171,10 +171,6 @@ async def serve(
             task_status.started(url)
             await shutdown.wait()
             nursery.cancel_scope.deadline = trio.current_time() + config.server.shutdown_grace_s + 1
-
-
-def _bind(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _hypercorn(server: ServerConfig, bind: str) -> HypercornConfig:

@@ -191,8 +191,7 @@ class _Head:
 
     def __init__(self, relay: SSERelay, send: Any) -> None:
         self.relay, self.send = relay, send
-        self.done = False  # nothing more is written here
-        self.streaming = False  # a writer takes the rest
+        self.done = False  # nothing more is written here: a writer takes the rest, or it is over
         self.stream: ReplyStream | None = None  # the first candidate's, once the headers are out
         self.pending: list[bytes] = []
 
@@ -234,5 +233,5 @@ class _Head:
 
     def _hand_over(self) -> bool:
         """From now on the writer writes — what is still pending first."""
-        self.done = self.streaming = True
+        self.done = True
         return True

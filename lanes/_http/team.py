@@ -125,22 +125,16 @@ class Team:
 
     async def _start_all(self) -> bool:
         """Start every worker at once; False (and one line) when not one of them serves."""
-        failed: list[str] = []  # said in worker order, whichever ended first
 
-        async def one(slot: _Slot) -> None:
-            process, why = await self._processes.start(slot.number, self._plan)
-            if why is None:
-                self._took(slot, process, self._plan)
-                self._publish()  # serving: its `/ready` must not call it missing
-            else:
-                slot.failures = 1
-                failed.append(f"worker {slot.number} (pid {process.pid}) {why}")
+        def serving(slot: _Slot, process: trio.Process) -> None:
+            self._took(slot, process, self._plan)
+            self._publish()  # serving: its `/ready` must not call it missing
 
-        async with trio.open_nursery() as nursery:
-            for slot in self._slots:
-                nursery.start_soon(one, slot)
+        started, failed = await self._start_on(self._plan, serving)
+        for slot in self._slots:
+            slot.failures = 0 if slot.number in started else 1
         self._publish()
-        failed.sort(key=lambda line: int(line.split()[1]))
+        failed.sort(key=lambda line: int(line.split()[1]))  # in worker order, whichever ended first
         if any(slot.serving for slot in self._slots):
             for line in failed:
                 log.error("%s; %s (it had not served yet)", line, _again(restart_delay_s(1)))
@@ -238,8 +232,11 @@ class Team:
                     work.start_soon(self._processes.retire, process, running.grace_s)
             self._unlink(running)
 
-    async def _start_on(self, plan: WorkerPlan) -> tuple[dict[int, trio.Process], list[str]]:
-        """A new worker on `plan` per slot, all at once: those ready by slot, a line per failure."""
+    async def _start_on(
+        self, plan: WorkerPlan, ready: Callable[[_Slot, trio.Process], None] | None = None
+    ) -> tuple[dict[int, trio.Process], list[str]]:
+        """A new worker on `plan` per slot, all at once: those ready by slot (each told to `ready`
+        as it is), a line per failure."""
         started: dict[int, trio.Process] = {}
         failed: list[str] = []
 
@@ -247,6 +244,8 @@ class Team:
             process, why = await self._processes.start(slot.number, plan)
             if why is None:
                 started[slot.number] = process
+                if ready is not None:
+                    ready(slot, process)
                 return
             failed.append(f"worker {slot.number} (pid {process.pid}) {why}")
 

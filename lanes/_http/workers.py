@@ -40,6 +40,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from lanes._core.config.schema import REDIS_SCHEMES, Config, ServerConfig, load_
 from lanes._core.model.errors import ConfigError
 from lanes._core.open import open_simulated
 from lanes._core.source import Source, read_source
+from lanes._http.connections import bind_of
 from lanes._http.processes import WORKER_ENV, WorkerPlan
 from lanes._http.running import Running
 from lanes._http.server import checked, serve
@@ -71,7 +73,7 @@ def listen(host: str, port: int, count: int, backlog: int = 4096) -> list[socket
         for _ in range(count if sys.platform == "linux" else 1):
             hc = HypercornConfig()
             hc.workers = 2  # hypercorn sets SO_REUSEPORT for more than one worker
-            hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+            hc.bind = [bind_of(host, port)]
             [sock] = hc.create_sockets().insecure_sockets
             sockets.append(sock)
             sock.listen(backlog)
@@ -205,10 +207,7 @@ async def serve_workers(
             else:
                 assert source is not None and base is not None
                 plan = planner.plan(source, base)
-            name = sockets[0].getsockname()
-            url = (
-                f"http://[{name[0]}]:{name[1]}" if ":" in name[0] else f"http://{name[0]}:{name[1]}"
-            )
+            url = "http://" + bind_of(*sockets[0].getsockname()[:2])
             log.warning(
                 "lanes serving on %s with %d workers (config %s)", url, workers, plan.sha256[:12]
             )
@@ -272,9 +271,6 @@ def run_worker(spec: Mapping[str, Any]) -> int:
         status_path=spec["status"],
     )
 
-    async def parent_gone() -> None:
-        await until_eof(spec["watch"])
-
     async def hold() -> bool:
         """Tell the parent this worker is ready; serve when it says so (EOF: it decided not)."""
         with contextlib.suppress(OSError):  # the parent is gone: the EOF below says so
@@ -291,7 +287,7 @@ def run_worker(spec: Mapping[str, Any]) -> int:
             env=env,
             listen_fd=spec["fd"],
             running=running,
-            stop_when=parent_gone,
+            stop_when=partial(until_eof, spec["watch"]),
             hold=hold,
             dedicated=True,
         )
