@@ -34,9 +34,8 @@ class ModelStatistics:
     model: str
     key: str  # "lane/model"
     tier: str
-    free_now: (
-        bool  # could be sent a request now: not switched off, held back or behind an open breaker
-    )
+    # could be sent a request now: not switched off, held back or behind an open breaker
+    free_now: bool
     reason: str  # why not ("" when it could)
     breaker: BreakerStatistics
     backoff_s: float

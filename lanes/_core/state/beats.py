@@ -40,6 +40,16 @@ class SharedTerms(Protocol):
     def withdraw(self) -> None: ...
 
 
+def _hosts(rows: Any) -> list[terms.Host]:
+    """The hosts a store keeps, from its (id, JSON) rows; an entry we can not read is skipped."""
+    return [h for key, data in rows if (h := terms.host_from(text(key), json_object(data)))]
+
+
+def _operator(raw: object) -> terms.Operator | None:
+    """What an operator set, from its stored JSON (None: nothing, or nothing we can read)."""
+    return None if raw is None else terms.operator_from(json_object(raw))
+
+
 def shared_ceiling(conn: sqlite3.Connection) -> float | None:
     """The ceiling the store's terms hold every reservation to (None: none agreed yet)."""
     row = conn.execute("SELECT ceiling FROM shared_terms WHERE id = 1").fetchone()
@@ -49,7 +59,7 @@ def shared_ceiling(conn: sqlite3.Connection) -> float | None:
 def operator_of(conn: sqlite3.Connection) -> terms.Operator | None:
     """What an operator set, as the file keeps it (None: nothing, or nothing we can read)."""
     row = conn.execute("SELECT data FROM shared_terms WHERE id = 1").fetchone()
-    return None if row is None or row[0] is None else terms.operator_from(json_object(row[0]))
+    return None if row is None else _operator(row[0])
 
 
 def set_operator(conn: sqlite3.Connection, op: terms.Operator) -> None:
@@ -75,11 +85,7 @@ class SQLiteBeats(SQLiteBase):
         """This process's beat, stamped with the host's clock (`beat.now`), and the store's terms
         it agrees on — one immediate transaction."""
         with self._lock, immediate(self._conn) as conn:
-            hosts = [
-                h
-                for host_id, data in conn.execute("SELECT host, data FROM host_beat")
-                if (h := terms.host_from(host_id, json_object(data))) is not None
-            ]
+            hosts = _hosts(conn.execute("SELECT host, data FROM host_beat"))
             own, gone, pulse = terms.beat(hosts, operator_of(conn), beat, beat.now)
             conn.execute(
                 "INSERT OR REPLACE INTO host_beat (host, data) VALUES (?, ?)",
@@ -133,13 +139,8 @@ class RedisBeats(RedisBase):
                 try:
                     pipe.watch(hosts_key, operator_key)
                     now = _server_time(pipe)
-                    hosts = [
-                        h
-                        for host_id, data in pipe.hgetall(hosts_key).items()
-                        if (h := terms.host_from(text(host_id), json_object(data))) is not None
-                    ]
-                    raw = pipe.get(operator_key)
-                    operator = None if raw is None else terms.operator_from(json_object(raw))
+                    hosts = _hosts(pipe.hgetall(hosts_key).items())
+                    operator = _operator(pipe.get(operator_key))
                     own, gone, pulse = terms.beat(hosts, operator, beat, now)
                     pipe.multi()
                     pipe.hset(hosts_key, beat.host, json.dumps(terms.host_fields(own)))
@@ -166,10 +167,7 @@ class RedisBeats(RedisBase):
                 try:
                     pipe.watch(key)
                     now = _server_time(pipe)
-                    raw = pipe.get(key)
-                    old = (None if raw is None else terms.operator_from(json_object(raw))) or (
-                        terms.Operator()
-                    )
+                    old = _operator(pipe.get(key)) or terms.Operator()
                     stamped = attrs.evolve(operator, ceiling_at=now, consent_at=now)
                     pipe.multi()
                     pipe.set(key, json.dumps(terms.operator_fields(terms.merged(old, stamped))))

@@ -159,9 +159,7 @@ def declared_free(record: ModelRecord, kind: FreeTierKind) -> bool | None:
     """What the catalog says about a model's price, for `tier_of`: True free, False paid, None
     "the kind decides" (a kind covering the whole provider, or a name the kind's patterns cover)."""
     if isinstance(kind, NoFreeTier):
-        return (
-            False  # a provider with no free tier: its price list does not make a model ours to use
-        )
+        return False  # a provider with no free tier: its price list makes no model ours to use
     if record.zero_priced:
         return True
     if isinstance(kind, FreeModelsOnly):
