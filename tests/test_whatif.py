@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lanes
+from lanes._core.open import open_over
 from lanes._whatif import TOLERANCE
 from lanes._whatif.oracle import Need, ScopeLimits, bound
 from lanes._whatif.providers import Limits, Quotas
@@ -59,7 +60,9 @@ async def _record(state: Path, midnight: float) -> dict[str, Any]:
     async with open_simulation({}, state=str(state), fallback="allow", flap=False) as sim:
         config = copy.deepcopy(sim.config)
         loaded = lanes.load_config(config, env=sim.env)
-        async with lanes.open_dispatcher(loaded, env=sim.env, epoch_now=midnight) as d:
+        # a simulated day: the state sync every virtual minute, not every half second (172,800
+        # rounds of SQLite writes on the virtual clock were most of this test's time)
+        async with open_over(loaded, env=sim.env, epoch_now=midnight, sync_interval_s=60.0) as d:
             t0 = trio.current_time()
 
             async def one(model: str, streamed: bool, n: int) -> None:
@@ -83,7 +86,7 @@ async def _record(state: Path, midnight: float) -> dict[str, Any]:
                 for n, (at, model, streamed) in enumerate(_arrivals()):
                     await trio.sleep_until(t0 + at)
                     nursery.start_soon(one, model, streamed, n)
-            await trio.sleep(5)  # the last rows reach the file at the next sync
+            await trio.sleep(65)  # the last rows reach the file at the next sync
         return config
 
 
