@@ -1,5 +1,5 @@
-"""Shared fixtures: fake providers on loopback, configs pointing at them, the FREE_LANE switch, and
-the `slow` mark for every test that asks for a fixture starting a process."""
+"""Shared fixtures: fake providers on loopback, configs pointing at them, the FREE_LANE switch, the
+`slow` mark for every test that asks for a fixture starting a process, and the xdist groups."""
 
 from __future__ import annotations
 
@@ -58,10 +58,25 @@ def starts_a_process(item: pytest.Item) -> bool:
     return callspec is not None and "redis" in callspec.params.values()
 
 
+def shares_a_module_fixture(item: pytest.Item) -> bool:
+    """The test asks (directly or through another fixture) for one of our module-scoped fixtures:
+    a `lanes serve --simulate` process, a recorded day, a built wheel."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        d.scope != "function" and d.baseid.startswith("tests")
+        for defs in info.name2fixturedefs.values()
+        for d in defs
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (`--dist loadgroup`)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if starts_a_process(item):
             item.add_marker(pytest.mark.slow)
+        if shares_a_module_fixture(item):
+            # one worker runs the module's tests that share it, so it is made once per run
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if not FREE_LANE_OFF:
         return
     skip = pytest.mark.skip(reason="about the borrowed-free lane itself; FREE_LANE=off")
