@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import subprocess
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpcore2
 import httpx2
 import pytest
 from hypothesis import settings
@@ -19,6 +21,12 @@ from helpers import FREE_KEY, PAID_KEY
 
 settings.register_profile("lanes", derandomize=True, deadline=None, max_examples=200)
 settings.load_profile("lanes")
+
+# Every HTTP client made in this process — each test's, each dispatcher's — loads the CA bundle
+# afresh (httpx2 builds its default TLS context per client: ~40 ms of CPU, a tenth of the suite's
+# time in-process), and none of them speaks TLS: everything here is plain HTTP on 127.0.0.1. They
+# share one default context, made once (per `_trust_env`; nothing here changes a context).
+httpcore2.default_ssl_context = functools.cache(httpcore2.default_ssl_context)
 
 FREE_LANE_OFF = os.environ.get("FREE_LANE", "").strip().lower() in {
     "off",
