@@ -142,8 +142,10 @@ async def refused_at_start(workdir: Path) -> Result:
 the others, one line each.
 
     "As soon as" is judged against a sidecar started at the same moment on the same lanes with
-    every provider up (interpreter start and the machine's load are in both figures): waiting on
-    the dead providers — a connect timeout, a retry — would cost seconds more."""
+    every provider up (interpreter start and the machine's load are in both figures). The two
+    share the CPU, so on a loaded machine one may be served first and the other wait out its
+    start too: within twice the baseline and two seconds. Waiting on the dead providers — a
+    connect timeout, a retry — would cost seconds more."""
     async with (
         open_fake("a", models=("m",)) as a,
         open_fake("b", models=("m",)) as b,
@@ -193,7 +195,7 @@ the others, one line each.
         one_line_each=dead_lines == {"a": 1, "b": 1},
         serves=served.status_code == 200,
         alive=alive,
-        health_as_soon_as_with_them_up=sidecar.health_s <= baseline.health_s + 2.0,
+        health_as_soon_as_with_them_up=sidecar.health_s <= 2 * baseline.health_s + 2.0,
     )
 
 
@@ -311,6 +313,9 @@ window."""
         ("free", "free", ["free-model"]),
         ("paid", "paid", ["paid-model"]),
         policy={"free_tier_fallback": "off"},
+        # the 200 clients share the sidecar's process: on a loaded machine the last may wait their
+        # turn past the 10 s a request's headers are given by default, and be shed as slow-loris
+        server={"idle_timeout_s": 60.0},
     ) as (url, fakes):
         fakes["free"].script("free-model", rate_limited(retry_after=5))
         statuses, retry_afters = [], set()
