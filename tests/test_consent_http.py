@@ -488,7 +488,10 @@ async def test_a_client_sees_only_its_own_approvals_grants_and_requests():
             for who, h in (("alice", ALICE), ("bob", bob), ("admin", ADMIN))
         }
         await http.post(f"{url}/approvals/{approval}", json={"decision": "1h"}, headers=ADMIN)
-        await trio.sleep(1.2)  # the audit row is written by the next sync
+        story = f"{url}/requests/{request_id}"
+        with trio.fail_after(30):  # the audit row is written by the next sync (0.5 s idle)
+            while (await http.get(story, headers=ADMIN)).status_code != 200:  # noqa: ASYNC110 - an HTTP poll, no event to wait on
+                await trio.sleep(0.05)
         seen = {
             who: {
                 "grants": (await http.get(f"{url}/grants", headers=h)).json()["data"],
