@@ -4,13 +4,20 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run demo docs test test-clients lint drill bench bench-quick bench-reliability browser redis clean
+.PHONY: install run demo docs test test-quick test-clients lint drill bench bench-quick bench-reliability browser redis clean
 
 install: $(STAMP)
 
+# The first install takes a minute or two: say so, and show it moving (a dot per package pip
+# fetches; its warnings and errors pass as they are).
+$(STAMP): SHELL := /bin/bash
 $(STAMP): pyproject.toml
+	@echo "Installing lanes and its test tools into $(VENV): a minute or two the first time"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,otel]'
+	@set -o pipefail; $(PY) -m pip install --disable-pip-version-check -e '.[test,otel]' | awk \
+	  '/^Collecting/ { if (!n++) printf "  fetching "; printf "."; fflush() } \
+	   /^Installing collected/ { printf " %d packages\n  installing...", n; fflush() } \
+	   /^Successfully installed/ { print " done" }'
 	touch $(STAMP)
 
 # The sidecar on simulated providers (no keys, no network): http://127.0.0.1:4098
@@ -63,9 +70,21 @@ docs: $(DOCS_STAMP)
 	$(PY) docs/gen_reference.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
+# The whole suite, one worker per core (pytest-xdist). --dist loadgroup keeps the tests of a
+# module that share a module-scoped process or recording on one worker (tests/conftest.py groups
+# them), so it is made once, not once per worker. Compiled modules (and pytest's rewritten test
+# modules) are cached in .venv/pycache even where PYTHONDONTWRITEBYTECODE is set: every worker
+# and every `lanes serve` the tests start would otherwise compile them again.
 # pytest's exit code 5 means "no tests collected"; anything else non-zero is a failure.
+WORKERS ?= auto
+PYTEST := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache \
+          $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup
 test: install browser redis
-	$(PY) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+	$(PYTEST); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+# The inner loop: the suite without the tests that start processes, a browser or a herd (`slow`).
+test-quick: install
+	$(PYTEST) -m 'not slow'; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 # The real clients, unmodified, against `lanes serve --simulate` (not in `make test`: they are
 # heavy): the OpenAI Agents SDK, the Anthropic SDK, the Responses helpers (the `clients` extra),

@@ -1,8 +1,9 @@
-"""Shared fixtures: fake providers on loopback, configs pointing at them, the FREE_LANE switch, and
-the `slow` mark for every test that asks for a fixture starting a process."""
+"""Shared fixtures: fake providers on loopback, configs pointing at them, the FREE_LANE switch, the
+`slow` mark for every test that asks for a fixture starting a process, and the xdist groups."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import subprocess
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpcore2
 import httpx2
 import pytest
 from hypothesis import settings
@@ -19,6 +21,12 @@ from helpers import FREE_KEY, PAID_KEY
 
 settings.register_profile("lanes", derandomize=True, deadline=None, max_examples=200)
 settings.load_profile("lanes")
+
+# Every HTTP client made in this process — each test's, each dispatcher's — loads the CA bundle
+# afresh (httpx2 builds its default TLS context per client: ~40 ms of CPU, a tenth of the suite's
+# time in-process), and none of them speaks TLS: everything here is plain HTTP on 127.0.0.1. They
+# share one default context, made once (per `_trust_env`; nothing here changes a context).
+httpcore2.default_ssl_context = functools.cache(httpcore2.default_ssl_context)
 
 FREE_LANE_OFF = os.environ.get("FREE_LANE", "").strip().lower() in {
     "off",
@@ -58,10 +66,25 @@ def starts_a_process(item: pytest.Item) -> bool:
     return callspec is not None and "redis" in callspec.params.values()
 
 
+def shares_a_module_fixture(item: pytest.Item) -> bool:
+    """The test asks (directly or through another fixture) for one of our module-scoped fixtures:
+    a `lanes serve --simulate` process, a recorded day, a built wheel."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        d.scope != "function" and d.baseid.startswith("tests")
+        for defs in info.name2fixturedefs.values()
+        for d in defs
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (`--dist loadgroup`)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if starts_a_process(item):
             item.add_marker(pytest.mark.slow)
+        if shares_a_module_fixture(item):
+            # one worker runs the module's tests that share it, so it is made once per run
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     if not FREE_LANE_OFF:
         return
     skip = pytest.mark.skip(reason="about the borrowed-free lane itself; FREE_LANE=off")

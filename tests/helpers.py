@@ -1,7 +1,10 @@
-"""Builders for configs that point at fake providers."""
+"""Builders for configs that point at fake providers, and the `lanes` command run in process."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +25,7 @@ __all__ = [
     "free_lane",
     "http_client",
     "lane",
+    "lanes_command",
     "local_lane",
     "paid_lane",
     "spent",
@@ -75,3 +79,20 @@ async def spent(http: httpx2.AsyncClient, url: str, headers: Mapping[str, str] =
     """Today's paid spend as the ledger has it (reservations and settlements)."""
     state = (await http.get(f"{url}/lanes", headers=dict(headers))).json()
     return float(state["paid"]["spent_today_usd"])
+
+
+def lanes_command(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`lanes ARGV` run by the command's own `main` in this process, reported as `subprocess.run`
+    reports a child (exit code, stdout, stderr). For the commands whose point is what they print,
+    write and return rather than the process: a child costs an interpreter and a second of
+    importing `lanes` (tests/test_cli.py runs `python -m lanes` itself). Not under trio: `main`
+    runs its own."""
+    from lanes._cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exit_:  # argparse's bad usage: exit 2, its one line said
+            code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    return subprocess.CompletedProcess(["lanes", *argv], code, out.getvalue(), err.getvalue())

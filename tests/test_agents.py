@@ -4,18 +4,22 @@ against a real provider."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import anthropic
 import openai
 import pytest
-from langchain_core.messages import HumanMessage, ToolMessage
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
-from pydantic_ai import Agent
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.openai import OpenAIProvider
 
 from lanes.testing import ANSWER
+
+if TYPE_CHECKING:
+    from langchain_openai import ChatOpenAI
+    from pydantic_ai.models.openai import OpenAIChatModel
+
+# LangChain and pydantic-ai are imported by the tests that use them, not when the suite is
+# collected: two seconds of importing that every pytest-xdist worker (and `make test-quick`,
+# which runs none of these) would pay.
 
 pytestmark = pytest.mark.slow  # every test here asks a `lanes serve --simulate` process
 
@@ -26,18 +30,29 @@ class Joke(BaseModel):
     rating: int
 
 
-@tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return "sunny"
+def weather_tool() -> Any:
+    """A LangChain tool: the weather in a city."""
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return "sunny"
+
+    return get_weather
 
 
 def chat_model(url: str) -> ChatOpenAI:
+    from langchain_openai import ChatOpenAI
+
     return ChatOpenAI(base_url=url, api_key="unused", model="auto", max_retries=0)  # type: ignore[arg-type]
 
 
 def test_langchain_bind_tools_round_trip(simulated):
     """bind_tools: a tool call LangChain parses; the tool's answer gets the final answer."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    get_weather = weather_tool()
     llm = chat_model(simulated).bind_tools([get_weather])
     question = HumanMessage("Weather in Paris?")
     asked = llm.invoke([question])
@@ -56,17 +71,24 @@ def test_langchain_with_structured_output(simulated, method):
 
 
 def provider_model(url: str) -> OpenAIChatModel:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
     return OpenAIChatModel("auto", provider=OpenAIProvider(base_url=url, api_key="unused"))
 
 
 def test_pydantic_ai_structured_output(simulated):
     """pydantic-ai's structured output (its output tool) validates into the model."""
+    from pydantic_ai import Agent
+
     result = Agent(provider_model(simulated), output_type=Joke).run_sync("Tell me a joke")
     assert isinstance(result.output, Joke) and result.output.punchline == "punchline"
 
 
 def test_pydantic_ai_calls_a_tool_then_answers(simulated):
     """A pydantic-ai agent with a tool: the tool is called, then the text answer arrives."""
+    from pydantic_ai import Agent
+
     called = []
     agent = Agent(provider_model(simulated))
 

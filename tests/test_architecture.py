@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import os
 import re
@@ -93,10 +94,16 @@ def layer_of(path: Path) -> int:
     return LAYERS.index(folder)
 
 
+@functools.cache
+def tree_of(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once for all the tests here (they only read it)."""
+    return ast.parse(path.read_text())
+
+
 def runtime_imports(path: Path) -> set[str]:
     """The modules `path` imports when it runs: top-level and lazy imports, not those under
     `if TYPE_CHECKING:`."""
-    tree = ast.parse(path.read_text())
+    tree = tree_of(path)
     typing_only = {
         id(inner)
         for node in ast.walk(tree)
@@ -166,7 +173,7 @@ def provider_names() -> set[str]:
     own names. `openai` names the wire protocol the engine speaks, so the engine may say it."""
     names = set(LANE_MODULES)
     for path in PACKAGE.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree_of(path)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Provider":
                 names |= {
                     k.value.value
@@ -183,8 +190,9 @@ PROVIDERS = re.compile(
 )
 
 
-def imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+@functools.cache
+def imports(path: Path) -> frozenset[str]:
+    tree = tree_of(path)
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -192,7 +200,7 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
             found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return found
+    return frozenset(found)
 
 
 def module_file(name: str) -> Path | None:
@@ -255,7 +263,7 @@ def test_only_the_loader_imports_lane_modules():
 
 def code_text(path: Path) -> str:
     """Names and string literals of a module, without comments and docstrings."""
-    tree = ast.parse(path.read_text())
+    tree = tree_of(path)
     docstrings = {
         (node.body[0].lineno, node.body[0].col_offset)
         for node in ast.walk(tree)
@@ -286,7 +294,7 @@ def test_lane_modules_import_only_the_public_api():
     """A lane module imports `lanes` (the lane-author API) and the stdlib, nothing private."""
     offenders = []
     for name in LANE_MODULES:
-        for node in ast.walk(ast.parse((PACKAGE / f"{name}.py").read_text())):
+        for node in ast.walk(tree_of(PACKAGE / f"{name}.py")):
             modules = (
                 [a.name for a in node.names]
                 if isinstance(node, ast.Import)
@@ -551,7 +559,7 @@ WALL_READERS = {"lanes/_core/runtime/wall.py", "lanes/_core/state/leases.py"}
 def clock_reads(path: Path) -> list[tuple[int, str]]:
     """(line, "module.function") of every call reading a clock (or sleeping on one) in `path`."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree_of(path)):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -587,7 +595,7 @@ def record_writes(path: Path) -> list[str]:
         )
 
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree_of(path)):
         targets: list[ast.AST] = []
         if isinstance(node, ast.Assign):
             targets = [t for target in node.targets for t in ast.walk(target)]
@@ -637,7 +645,7 @@ def test_the_free_tier_manager_s_state_is_its_own():
     for p in sorted(PACKAGE.rglob("*.py")):
         if "freetier" in p.parts:
             continue
-        tree = ast.parse(p.read_text())
+        tree = tree_of(p)
         called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}  # its methods
         reached += [
             f"{p.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}"

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane, sqlite_store
+from helpers import config, free_lane, lanes_command, sqlite_store
 from lanes.canary.checks import run_checks
 from lanes.canary.prompts import CanaryConfig, Checks, Prompt, Settings
 from lanes.canary.report import exit_code, markdown, table
@@ -192,7 +191,6 @@ async def test_probes_count_against_the_quota(env, tmp_path, autojump_clock):
     assert dict(rows) == {"ok": 6, "skipped": 4} and len(a.requests()) == 6
 
 
-@pytest.mark.slow
 async def test_cli_exit_codes(tmp_path, env):
     """`lanes canary run` exits 0 when stable, 1 once the fake drifts; pin and report behave."""
     async with open_fake("a", models=("m",)) as a:
@@ -207,37 +205,25 @@ async def test_cli_exit_codes(tmp_path, env):
             'checks = { contains = ["quick brown fox"] }\n'
         )
 
-        async def lanes_cli(*argv: str) -> subprocess.CompletedProcess[bytes]:
-            return await trio.run_process(
-                [
-                    sys.executable,
-                    "-m",
-                    "lanes",
-                    "canary",
-                    *argv,
-                    "--config",
-                    str(tmp_path / "lanes.toml"),
-                    "--canary",
-                    str(tmp_path / "canary.toml"),
-                ],
-                check=False,
-                capture_stdout=True,
-                capture_stderr=True,
-            )
+        def canary(*argv: str) -> subprocess.CompletedProcess[str]:
+            files = [
+                "--config",
+                str(tmp_path / "lanes.toml"),
+                "--canary",
+                str(tmp_path / "canary.toml"),
+            ]
+            return lanes_command("canary", *argv, *files)
 
-        first = await lanes_cli("run")
-        pinned = await lanes_cli("pin")
+        first = await trio.to_thread.run_sync(canary, "run")
+        pinned = await trio.to_thread.run_sync(canary, "pin")
         a.script("m", answer(text=DRIFTED))
-        drifted = await lanes_cli("run", "--json")
-        again = await lanes_cli("report", "--md", str(tmp_path / "nightly.md"))
-        bad = await trio.run_process(
-            [sys.executable, "-m", "lanes", "canary", "fly"],
-            check=False,
-            capture_stdout=True,
-            capture_stderr=True,
+        drifted = await trio.to_thread.run_sync(canary, "run", "--json")
+        again = await trio.to_thread.run_sync(
+            canary, "report", "--md", str(tmp_path / "nightly.md")
         )
-    assert first.returncode == 0, first.stderr.decode()
-    assert b"pinned 1 model(s): a/m" in pinned.stdout
+        bad = await trio.to_thread.run_sync(lanes_command, "canary", "fly")
+    assert first.returncode == 0, first.stderr
+    assert "pinned 1 model(s): a/m" in pinned.stdout
     assert (
         drifted.returncode == 1
         and json.loads(drifted.stdout)["models"]["a/m"]["verdict"] == "drifted"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 
 import httpx2
 import pytest
@@ -16,7 +15,7 @@ import trio
 import trio.testing
 
 import lanes
-from helpers import PREFILL_PAIR, config, http_client, paid_lane
+from helpers import PREFILL_PAIR, config, http_client, lanes_command, paid_lane
 from lanes._core.engine.recovery import Chunk, Event, relay
 from lanes._core.model.job import Candidate
 from lanes._core.policy.spend import worst_case
@@ -263,12 +262,7 @@ async def test_grants_are_listed_and_revoked_over_http_and_the_cli():
             listed = (await http.get(f"{url}/grants")).json()["data"]
 
             def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-                return subprocess.run(
-                    [sys.executable, "-m", "lanes", "approvals", *argv, "--url", base],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
+                return lanes_command("approvals", *argv, "--url", base)
 
             shown = await trio.to_thread.run_sync(cli, "grants")
             revoked = await trio.to_thread.run_sync(cli, "revoke", "grant-anonymous")
@@ -494,7 +488,10 @@ async def test_a_client_sees_only_its_own_approvals_grants_and_requests():
             for who, h in (("alice", ALICE), ("bob", bob), ("admin", ADMIN))
         }
         await http.post(f"{url}/approvals/{approval}", json={"decision": "1h"}, headers=ADMIN)
-        await trio.sleep(1.2)  # the audit row is written by the next sync
+        story = f"{url}/requests/{request_id}"
+        with trio.fail_after(30):  # the audit row is written by the next sync (0.5 s idle)
+            while (await http.get(story, headers=ADMIN)).status_code != 200:  # noqa: ASYNC110 - an HTTP poll, no event to wait on
+                await trio.sleep(0.05)
         seen = {
             who: {
                 "grants": (await http.get(f"{url}/grants", headers=h)).json()["data"],

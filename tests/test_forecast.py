@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +17,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers import http_client
+from helpers import http_client, lanes_command
 from lanes._core.audit.forecast import (
     PaidDay,
     Quota,
@@ -433,12 +431,8 @@ async def test_lanes_status_prints_a_line_for_each_quota_and_the_paid_day():
                 await trio.sleep(0.1)
         base = url.removesuffix("/v1")
 
-        def status(*flags: str) -> subprocess.CompletedProcess[str]:
-            argv = [sys.executable, "-m", "lanes", "status", "--url", base, *flags]
-            return subprocess.run(argv, capture_output=True, text=True, timeout=60)
-
-        text = await trio.to_thread.run_sync(status)
-        data = await trio.to_thread.run_sync(status, "--json")
+        text = await trio.to_thread.run_sync(lanes_command, "status", "--url", base)
+        data = await trio.to_thread.run_sync(lanes_command, "status", "--url", base, "--json")
     assert text.returncode == 0, text.stderr
     lines = [line for line in text.stdout.splitlines() if line.startswith("forecast: ")]
     assert lines[0].startswith("forecast: paid today $0.00; no paid spend in the last hour")

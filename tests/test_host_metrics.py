@@ -107,6 +107,7 @@ async def scrape(base: str) -> float:
         return requests_total(response.text)
 
 
+@pytest.mark.slow  # a `lanes serve --workers 3` host: four processes
 async def test_under_workers_every_scrape_shows_the_host_s_totals(tmp_path):
     """`--workers 3`: jobs on fresh connections land on every worker; scrapes between them never
     go backwards, and once the jobs are done every scrape — whichever worker answers — counts

@@ -5,6 +5,7 @@ page's CSP is never violated, and a page of another origin that frames it switch
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -45,6 +46,10 @@ FLAGS = [
 ]
 
 
+#: How long the page may take to show what a test waits for — a hang detector, not a speed
+#: claim: well under a second on an idle machine, but Chromium is the heaviest process here and
+#: a loaded one (two suites at once) starved it past the 10 s these waits used to allow.
+SHOWN_MS = 60_000
 LOCAL_AND_PAID = (("local", "local", ["local-model"]), ("paid", "paid", ["paid-model"]))
 ADMIN_KEY = "lanes-admin-key-page-0123456789"
 KEYED = {"clients": {"alice": "CLIENT_KEY"}, "admin_key_env": "ADMIN_KEY"}
@@ -74,20 +79,65 @@ def watch(page, seen: dict[str, Any]) -> None:
     page.on("console", lambda m: seen["console"].append(m.text))
 
 
+class Chromium:
+    """One Chromium for the module, driven from one thread of its own: Playwright's sync objects
+    belong to the thread that made them. Launching it (and Playwright's driver) for every test
+    cost two seconds of CPU each; each page now gets a fresh context instead — its own cookies,
+    storage and cache, as a new browser's would be."""
+
+    def __init__(self) -> None:
+        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chromium")
+        self._playwright: Any = None
+        self._browser: Any = None
+
+    def browser(self) -> Any:
+        """The browser, launched on first use (in the Chromium thread)."""
+        if self._browser is None:
+            from playwright.sync_api import sync_playwright
+
+            self._playwright = sync_playwright().start()
+            self._browser = self._playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        return self._browser
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        """`fn(*args)` in the Chromium thread, awaited from trio."""
+        return await trio.to_thread.run_sync(lambda: self.thread.submit(fn, *args).result())
+
+    def close(self) -> None:
+        def stop() -> None:
+            if self._browser is not None:
+                self._browser.close()
+                self._playwright.stop()
+
+        self.thread.submit(stop).result()
+        self.thread.shutdown()
+
+
+CHROME = Chromium()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chromium() -> Iterator[Chromium]:
+    """The module's Chromium, closed after its last test (module-scoped: pytest-xdist runs the
+    module's tests on one worker, tests/conftest.py)."""
+    try:
+        yield CHROME
+    finally:
+        CHROME.close()
+
+
 @contextlib.contextmanager
 def open_page(base: str, seen: dict[str, Any]) -> Iterator[Any]:
-    """Chromium on the page at `base`; every request and console message recorded in `seen`."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page()
-            watch(page, seen)
-            page.goto(base + "/")
-            yield page
-        finally:
-            browser.close()
+    """A fresh page (in a context of its own) at `base`; every request and console message
+    recorded in `seen`. In the Chromium thread (`CHROME.run`)."""
+    context = CHROME.browser().new_context()
+    try:
+        page = context.new_page()
+        watch(page, seen)
+        page.goto(base + "/")
+        yield page
+    finally:
+        context.close()
 
 
 def approve_in_browser(base: str, screenshot: str | None) -> str:
@@ -95,11 +145,11 @@ def approve_in_browser(base: str, screenshot: str | None) -> str:
     seen: dict[str, Any] = {}
     with open_page(base, seen) as page:
         approval = page.locator("div.approval").first
-        approval.wait_for(timeout=10_000)
+        approval.wait_for(timeout=SHOWN_MS)
         shown = approval.inner_text()
         approval.get_by_role("button", name="Approve once").click()
-        page.locator("#approvals .none").wait_for(timeout=10_000)
-        page.get_by_text("paid_fallback").first.wait_for(timeout=10_000)
+        page.locator("#approvals .none").wait_for(timeout=SHOWN_MS)
+        page.get_by_text("paid_fallback").first.wait_for(timeout=SHOWN_MS)
         if screenshot:
             page.screenshot(path=screenshot, full_page=True)
         return shown
@@ -126,7 +176,7 @@ async def test_approve_a_held_request_from_the_page():
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(held)
-            shown = await trio.to_thread.run_sync(
+            shown = await CHROME.run(
                 approve_in_browser, base, os.environ.get("LANES_PAGE_SCREENSHOT")
             )
     response = box["response"]
@@ -143,20 +193,20 @@ def drive_the_console(base: str, screenshot: str | None) -> dict[str, Any]:
         page.fill("#admin-key", "k-admin-page")
         page.click("#admin-save")
         switch = page.locator("button.switch[data-lane=local]")
-        switch.wait_for(timeout=10_000)
+        switch.wait_for(timeout=SHOWN_MS)
         assert switch.inner_text() == "Switch off"
         switch.click()
         page.locator("button.switch[data-lane=local]", has_text="Switch on").wait_for(
-            timeout=10_000
+            timeout=SHOWN_MS
         )
         seen["row_off"] = page.locator("tr[data-lane=local]").first.inner_text()
         page.locator("button.switch[data-lane=local]").click()
         page.locator("button.switch[data-lane=local]", has_text="Switch off").wait_for(
-            timeout=10_000
+            timeout=SHOWN_MS
         )
-        page.locator(".quarantined").first.wait_for(timeout=10_000)
+        page.locator(".quarantined").first.wait_for(timeout=SHOWN_MS)
         seen["quarantined_row"] = page.locator("tr[data-lane=paid]").first.inner_text()
-        page.locator("#recent tr").first.wait_for(timeout=10_000)
+        page.locator("#recent tr").first.wait_for(timeout=SHOWN_MS)
         seen["recent"] = page.locator("#recent tr").first.inner_text()
         seen["stored_key"] = page.evaluate("sessionStorage.getItem('lanes-admin-key')")
         seen["url"] = page.url
@@ -188,9 +238,7 @@ async def test_the_console_switches_lanes_and_shows_jobs(tmp_path):
         store = SQLiteStore(state)
         store.set_quarantine("paid/paid-model", "drifted", "drift 0.9")
         store.close()
-        seen = await trio.to_thread.run_sync(
-            drive_the_console, base, os.environ.get("LANES_PAGE_SCREENSHOT")
-        )
+        seen = await CHROME.run(drive_the_console, base, os.environ.get("LANES_PAGE_SCREENSHOT"))
         async with httpx2.AsyncClient(trust_env=False) as http:
             lanes_now = (await http.get(f"{url}/lanes")).json()
     posts = [r for r in seen["requests"] if r["method"] == "POST"]
@@ -223,29 +271,29 @@ def revoke_in_browser(
     with open_page(base, seen) as page:
         rows = page.locator("#grants tr.grant")
         if keys:
-            page.locator("#grants tr.bad").wait_for(timeout=10_000)
+            page.locator("#grants tr.bad").wait_for(timeout=SHOWN_MS)
             seen["without_key"] = page.inner_text("#grants")
             seen["summary_without_key"] = page.inner_text("#summary")
         for key in keys[:-1]:
             page.fill("#admin-key", key)
             page.click("#admin-save")
-            rows.nth(len(ids) - 1).wait_for(timeout=10_000)
+            rows.nth(len(ids) - 1).wait_for(timeout=SHOWN_MS)
             rows.first.get_by_role("button", name="Revoke").click()
-            page.locator("#notice", has_text="403").wait_for(timeout=10_000)
+            page.locator("#notice", has_text="403").wait_for(timeout=SHOWN_MS)
             seen.setdefault("refused", []).append(page.inner_text("#notice"))
             seen.setdefault("rows_after_refusal", []).append(rows.count())
         if keys:
             page.fill("#admin-key", keys[-1])
             page.click("#admin-save")
-        rows.nth(len(ids) - 1).wait_for(timeout=10_000)
+        rows.nth(len(ids) - 1).wait_for(timeout=SHOWN_MS)
         seen["rows"] = {r.get_attribute("data-id"): r.inner_text() for r in rows.all()}
         if screenshot:
             page.screenshot(path=screenshot.replace(".png", "-grants.png"), full_page=True)
         for grant_id in ids:
             row = page.locator(f"#grants tr.grant[data-id='{grant_id}']")
             row.get_by_role("button", name="Revoke").click()
-            row.wait_for(state="detached", timeout=10_000)
-        page.locator("#grants tr.none").wait_for(timeout=10_000)
+            row.wait_for(state="detached", timeout=SHOWN_MS)
+        page.locator("#grants tr.none").wait_for(timeout=SHOWN_MS)
         seen["notice"] = page.inner_text("#notice")
         seen["html"] = page.content()
     return seen
@@ -289,7 +337,7 @@ async def test_grants_are_listed_and_revoked_from_the_page(keyed):
             who = "alice" if keyed else "anonymous"
             ids = [f"grant-{who}", approvals[0]]
             keys = (CLIENT_KEY, ADMIN_KEY) if keyed else ()
-            seen = await trio.to_thread.run_sync(
+            seen = await CHROME.run(
                 revoke_in_browser, base, keys, ids, os.environ.get("LANES_PAGE_SCREENSHOT")
             )
             after = (await http.get(f"{url}/grants", headers=client)).json()["data"]
@@ -325,7 +373,7 @@ def charts_in_browser(
     until the audit has them, reload, and count what each chart drew."""
     seen: dict[str, Any] = {}
     with open_page(base, seen) as page:
-        page.locator("#charts .none", has_text="no jobs yet").wait_for(timeout=10_000)
+        page.locator("#charts .none", has_text="no jobs yet").wait_for(timeout=SHOWN_MS)
         seen["empty_svgs"] = page.locator("#charts svg").count()
         with httpx2.Client(trust_env=False, timeout=20) as http:
             seen["csp"] = http.get(base + "/").headers["content-security-policy"]
@@ -338,7 +386,7 @@ def charts_in_browser(
                     break
                 time.sleep(0.1)
         page.reload()
-        page.locator("figure[data-chart=attempts] svg").wait_for(timeout=10_000)
+        page.locator("figure[data-chart=attempts] svg").wait_for(timeout=SHOWN_MS)
         charts = page.locator("#charts figure.chart")
         seen["charts"] = [c.get_attribute("data-chart") for c in charts.all()]
         for chart, what in (
@@ -372,7 +420,7 @@ async def test_the_page_draws_the_report_as_svg_charts():
         {"json": {"model": "paid/paid-model", "messages": hi}}
     ] * 2
     async with open_sidecar(*LOCAL_AND_PAID, policy=ceiling) as (url, fakes):
-        seen = await trio.to_thread.run_sync(
+        seen = await CHROME.run(
             charts_in_browser,
             url.removesuffix("/v1"),
             jobs,
@@ -416,7 +464,7 @@ def forecast_in_browser(base: str, screenshot: str | None) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     with open_page(base, seen) as page:
         rate = "#forecast tr.quota[data-scope='free/free-model']:not([data-outlook=no_rate])"
-        page.locator(rate).first.wait_for(timeout=15_000)
+        page.locator(rate).first.wait_for(timeout=SHOWN_MS)
         seen["rows"] = {
             f"{r.get_attribute('data-scope')} {r.locator('td').nth(1).inner_text()}": (
                 r.get_attribute("data-outlook"),
@@ -453,7 +501,7 @@ async def test_the_page_shows_the_forecast_as_projections():
                     if forecast["paid"]["rate_per_hour_usd"] is not None:
                         break
                     await trio.sleep(0.1)
-        seen = await trio.to_thread.run_sync(
+        seen = await CHROME.run(
             forecast_in_browser, url.removesuffix("/v1"), os.environ.get("LANES_PAGE_SCREENSHOT")
         )
     rows = seen["rows"]
@@ -543,22 +591,15 @@ async def test_a_framing_page_can_not_switch_a_lane_off(tmp_path):
 
 def read_the_console(base: str) -> str:
     """Open the page, enter the admin key, and read its summary line."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page()
-            page.goto(base + "/")
-            page.fill("#admin-key", ADMIN_KEY)
-            page.click("#admin-save")
-            page.wait_for_function(
-                "document.getElementById('summary').textContent !== 'loading…'", timeout=10_000
-            )
-            page.wait_for_timeout(1_500)  # a refresh after the key was entered
-            return page.locator("#summary").inner_text()
-        finally:
-            browser.close()
+    with open_page(base, {}) as page:
+        page.fill("#admin-key", ADMIN_KEY)
+        page.click("#admin-save")
+        page.wait_for_function(
+            "document.getElementById('summary').textContent !== 'loading…'", timeout=SHOWN_MS
+        )
+        page.wait_for_timeout(1_500)  # a refresh after the key was entered
+        text: str = page.locator("#summary").inner_text()
+        return text
 
 
 async def test_the_console_works_when_client_keys_are_configured():
@@ -569,5 +610,5 @@ async def test_the_console_works_when_client_keys_are_configured():
     async with open_sidecar(
         ("local", "local", ["local-model"]), server=KEYED, env={"ADMIN_KEY": ADMIN_KEY}
     ) as (url, _fakes):
-        summary = await trio.to_thread.run_sync(read_the_console, url.removesuffix("/v1"))
+        summary = await CHROME.run(read_the_console, url.removesuffix("/v1"))
     assert "free lane" in summary

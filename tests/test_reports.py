@@ -8,7 +8,6 @@ import json
 import logging
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,15 @@ from hypothesis import strategies as st
 
 import lanes
 from bench.freeshare import arrivals
-from helpers import PREFILL_PAIR, config, free_lane, http_client, paid_lane, spent
+from helpers import (
+    PREFILL_PAIR,
+    config,
+    free_lane,
+    http_client,
+    lanes_command,
+    paid_lane,
+    spent,
+)
 from lanes._cli_reports import story_text
 from lanes._core.audit.report import explain, report
 from lanes._core.state.audit import audit_row
@@ -188,12 +195,7 @@ async def test_lanes_report_and_explain_read_the_state_file(env, tmp_path, autoj
     md = tmp_path / "report.md"
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "lanes", *argv, "--config", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        return lanes_command(*argv, "--config", str(path))
 
     text = await trio.to_thread.run_sync(cli, "report", "--since", "7d", "--md", str(md))
     data = await trio.to_thread.run_sync(cli, "report", "--json", "--by", "model")

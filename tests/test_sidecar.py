@@ -186,8 +186,10 @@ async def test_approval_required_and_paid_budget_errors():
     assert broke.status_code == 429 and error_of(broke)["code"] == "paid_budget_exhausted"
 
 
-async def test_deadline_and_garbage_errors():
-    """A hung upstream past X-Lanes-Deadline-Ms is 504; an upstream's garbage is 502."""
+async def test_deadline_and_garbage_errors(autojump_clock):
+    """A hung upstream past X-Lanes-Deadline-Ms is 504; an upstream's garbage is 502. (On the
+    virtual clock: the 504 comes at the deadline exactly, whatever the machine's load; a sidecar
+    that missed it would leave the client to its own 5 s timeout.)"""
     async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
         fakes["local"].script("local-model", hang())
         start = trio.current_time()

@@ -59,6 +59,7 @@ def _at_once(context: Any, target: Any, path: Any) -> tuple[list[str], list[int 
     return failures, [p.exitcode for p in processes]
 
 
+@pytest.mark.slow  # 160 forked processes
 def test_eight_processes_create_one_new_file_at_once(tmp_path):
     """Eight processes opening one new state file at the same instant, twenty times: every one
     opens it, writes to it, and the eight reservations are all there."""
@@ -241,6 +242,7 @@ def _open_old_and_reserve(path: str, barrier, results) -> None:
         results.put(traceback.format_exc())
 
 
+@pytest.mark.slow  # 40 forked processes
 def test_eight_processes_opening_an_older_file_at_once_fill_its_totals_once(tmp_path):
     """Eight processes opening one older file at the same instant, five times: the totals are its
     rows' once, plus the eight reservations."""

@@ -291,6 +291,7 @@ async def test_a_malformed_traceparent_is_ignored_not_refused(collector, provide
     assert job["parent"] == "" and job["trace_id"] != TRACE_ID
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_without_a_collector_no_opentelemetry_module_is_loaded():
     """`import lanes`, a dispatcher opened and a job served (and failed) without an endpoint:
     `opentelemetry` is never imported."""

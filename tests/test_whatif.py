@@ -11,8 +11,6 @@ import datetime as dt
 import hashlib
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lanes
+from helpers import lanes_command
+from lanes._core.open import open_over
 from lanes._whatif import TOLERANCE
 from lanes._whatif.oracle import Need, ScopeLimits, bound
 from lanes._whatif.providers import Limits, Quotas
@@ -30,7 +30,6 @@ from lanes._whatif.recorded import read_window
 from lanes.harness.processes import dump_toml
 from lanes.testing.simulate import open_simulation
 
-ROOT = Path(__file__).resolve().parent.parent
 #: A day of traffic: quiet hours, and bursts the free quotas can not hold.
 DAY = 86400.0
 MARK = "PROMPT-MARK-7f3a"  # in every recorded prompt: never in anything the replay writes
@@ -59,7 +58,9 @@ async def _record(state: Path, midnight: float) -> dict[str, Any]:
     async with open_simulation({}, state=str(state), fallback="allow", flap=False) as sim:
         config = copy.deepcopy(sim.config)
         loaded = lanes.load_config(config, env=sim.env)
-        async with lanes.open_dispatcher(loaded, env=sim.env, epoch_now=midnight) as d:
+        # a simulated day: the state sync every virtual minute, not every half second (172,800
+        # rounds of SQLite writes on the virtual clock were most of this test's time)
+        async with open_over(loaded, env=sim.env, epoch_now=midnight, sync_interval_s=60.0) as d:
             t0 = trio.current_time()
 
             async def one(model: str, streamed: bool, n: int) -> None:
@@ -83,7 +84,7 @@ async def _record(state: Path, midnight: float) -> dict[str, Any]:
                 for n, (at, model, streamed) in enumerate(_arrivals()):
                     await trio.sleep_until(t0 + at)
                     nursery.start_soon(one, model, streamed, n)
-            await trio.sleep(5)  # the last rows reach the file at the next sync
+            await trio.sleep(65)  # the last rows reach the file at the next sync
         return config
 
 
@@ -215,30 +216,22 @@ def test_the_command_prints_both_configs_and_gates_ci(recorded: dict[str, Any]) 
 
     files_before = files()
     common = [
-        sys.executable, "-m", "lanes", "whatif", "--config", str(new),
+        "whatif", "--config", str(new),
         "--against", str(recorded["current"]), "--audit", str(recorded["state"]),
         "--since", str(recorded["since"]), "--until", str(recorded["since"] + DAY),
     ]  # fmt: skip
-    shown = subprocess.run(
-        [*common, "--md", str(md)], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
+    shown = lanes_command(*common, "--md", str(md))
     assert shown.returncode == 0, shown.stderr
     for expected in ("recorded", "current.toml", "cli-low.toml", "free share", "oracle",
                      "ceiling at", "paid_budget_exhausted"):  # fmt: skip
         assert expected in shown.stdout, expected
     assert md.read_text().startswith("| ")
-    as_json = subprocess.run(
-        [*common, "--json", "--fail-if-free-share-below", "0.99"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+    as_json = lanes_command(*common, "--json", "--fail-if-free-share-below", "0.99")
     assert as_json.returncode == 1
     data = json.loads(as_json.stdout)
     assert data["new"]["days"][0]["reached_at"] is not None
     assert "free share" in as_json.stderr
-    passing = subprocess.run(
-        [*common, "--json", "--fail-if-spend-above", "100"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+    passing = lanes_command(*common, "--json", "--fail-if-spend-above", "100")
     assert passing.returncode == 0, passing.stderr
     # nothing of a prompt in what it printed or wrote; the audit untouched; no state file opened
     for out in (shown.stdout, shown.stderr, as_json.stdout, md.read_text()):
@@ -368,11 +361,9 @@ def test_jobs_a_config_can_not_serve_fail_and_say_why(recorded: dict[str, Any]) 
 def test_a_file_that_is_no_audit_is_a_clear_error(recorded: dict[str, Any], tmp_path: Path) -> None:
     bogus = tmp_path / "not-an-audit.db"
     bogus.write_bytes(b"this is not SQLite" * 100)
-    done = subprocess.run(
-        [sys.executable, "-m", "lanes", "whatif", "--config", str(recorded["current"]),
-         "--audit", str(bogus), "--since", "1d"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+    done = lanes_command(
+        "whatif", "--config", str(recorded["current"]), "--audit", str(bogus), "--since", "1d"
+    )
     assert done.returncode == 2
     assert "not an audit" in done.stderr and "Traceback" not in done.stderr
 
@@ -422,11 +413,9 @@ def test_a_time_no_calendar_holds_is_a_clear_error(tmp_path: Path, flag: list[st
     path = _audit_file(tmp_path / "a.db", [_ROW])
     config = tmp_path / "c.toml"
     config.write_text('[[lanes]]\nname = "ollama"\n')
-    done = subprocess.run(
-        [sys.executable, "-m", "lanes", "whatif", "--config", str(config), "--audit", str(path),
-         "--since", str(_T), *flag],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+    done = lanes_command(
+        "whatif", "--config", str(config), "--audit", str(path), "--since", str(_T), *flag
+    )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and f"{flag[0]} must be" in done.stderr
 
@@ -571,21 +560,18 @@ def test_a_burst_beyond_the_jobs_in_flight_waits_and_is_counted(
 def test_a_gate_that_could_never_mean_what_was_meant_is_refused(
     recorded: dict[str, Any], flag: str, value: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "lanes", "whatif", "--config", str(recorded["current"]),
-         "--audit", str(recorded["state"]), flag, value],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    done = lanes_command(
+        "whatif", "--config", str(recorded["current"]), "--audit", str(recorded["state"]),
+        flag, value,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert flag in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_gate_over_an_empty_window_fails_and_says_why(recorded: dict[str, Any]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "lanes", "whatif", "--config", str(recorded["current"]),
-         "--audit", str(recorded["state"]), "--since", "1000", "--until", "2000",
-         "--fail-if-spend-above", "1"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    done = lanes_command(
+        "whatif", "--config", str(recorded["current"]), "--audit", str(recorded["state"]),
+        "--since", "1000", "--until", "2000", "--fail-if-spend-above", "1",
     )  # fmt: skip
     assert done.returncode == 1
     assert "no jobs in the window" in done.stderr

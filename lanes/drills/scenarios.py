@@ -25,7 +25,11 @@ import trio
 
 from lanes.drills.registry import DRILLS, Drill, Result, check, drill
 from lanes.harness.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane
-from lanes.harness.processes import open_sidecar_process, open_sidecar_processes
+from lanes.harness.processes import (
+    open_sidecar_process,
+    open_sidecar_processes,
+    open_sidecar_processes_at_once,
+)
 from lanes.harness.redis_server import RedisServer, redis_server_path
 from lanes.testing import (
     ANSWER,
@@ -134,27 +138,45 @@ async def lane_deleted(workdir: Path) -> Result:
 
 @drill("provider-refused-at-start")
 async def refused_at_start(workdir: Path) -> Result:
-    """Every free provider refuses at startup: /health fast, /ready through the others, one line \
-each."""
+    """Every free provider refuses at startup: /health as soon as with them up, /ready through \
+the others, one line each.
+
+    "As soon as" is judged against a sidecar started at the same moment on the same lanes with
+    every provider up (interpreter start and the machine's load are in both figures). The two
+    share the CPU, so on a loaded machine one may be served first and the other wait out its
+    start too: within twice the baseline and two seconds. Waiting on the dead providers — a
+    connect timeout, a retry — would cost seconds more."""
     async with (
         open_fake("a", models=("m",)) as a,
         open_fake("b", models=("m",)) as b,
         open_fake("local", models=("local-model",)) as local,
+        open_fake("a", models=("m",)) as a_up,
+        open_fake("b", models=("m",)) as b_up,
+        open_fake("local", models=("local-model",)) as local_up,
     ):
         await a.refuse()
         await b.refuse()
-        config = {
-            "state": ":memory:",
-            "lanes": [
-                free_lane("a", a.base_url, ["m"]),
-                free_lane("b", b.base_url, ["m"]),
-                local_lane("local", local.base_url),
-            ],
-        }
+        configs = [
+            {
+                "state": ":memory:",
+                "lanes": [
+                    free_lane("a", one.base_url, ["m"]),
+                    free_lane("b", two.base_url, ["m"]),
+                    local_lane("local", three.base_url),
+                ],
+            }
+            for one, two, three in ((a, b, local), (a_up, b_up, local_up))
+        ]
+        folders = [workdir / "refused", workdir / "up"]
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
         async with (
-            open_sidecar_process(config, workdir, env=KEYS) as sidecar,
+            open_sidecar_processes_at_once(
+                list(zip(configs, folders, strict=True)), env=KEYS
+            ) as both,
             httpx2.AsyncClient(trust_env=False, timeout=20) as http,
         ):
+            sidecar, baseline = both
             ready = await http.get(sidecar.base + "/ready")
             served = await chat(http, sidecar.base + "/v1")
             await trio.sleep(0.5)
@@ -166,25 +188,30 @@ each."""
     }
     return check(
         "provider-refused-at-start",
-        f"/health in {sidecar.health_s * 1000:.0f} ms after spawn (interpreter "
-        f"start included); lines per dead provider {dead_lines}",
+        f"/health in {sidecar.health_s * 1000:.0f} ms after spawn (interpreter start included; "
+        f"{baseline.health_s * 1000:.0f} ms with every provider up); lines per dead provider "
+        f"{dead_lines}",
         ready=ready.status_code == 200 and ready.json()["lanes"] == ["local"],
         one_line_each=dead_lines == {"a": 1, "b": 1},
         serves=served.status_code == 200,
         alive=alive,
-        health_under_a_few_seconds=sidecar.health_s < 5.0,
+        health_as_soon_as_with_them_up=sidecar.health_s <= 2 * baseline.health_s + 2.0,
     )
 
 
 @drill("provider-hung")
 async def provider_hung(workdir: Path) -> Result:
     """A provider accepts and never answers: every job still answers within its deadline plus
-    0.5 s.
+    0.5 s beyond the round trip of as many jobs answered at once.
 
-    The sidecar is a process of its own, as in a deployment: the clients' work is not its."""
+    The sidecar is a process of its own, as in a deployment: the clients' work is not its. The
+    round trip is measured in the same run, just before and just after, with the same number of
+    concurrent jobs pinned to a provider that answers at once: on a loaded machine both grow
+    alike, and the margin is what the deadline itself costs."""
     async with (
         open_fake("free", models=("free-model",)) as free,
         open_fake("local", models=("local-model",)) as local,
+        open_fake("quick", models=("quick-model",)) as quick,
     ):
         free.script("free-model", hang())
         local.script("local-model", hang())
@@ -195,38 +222,55 @@ async def provider_hung(workdir: Path) -> Result:
             "lanes": [
                 {**free_lane("free", free.base_url, ["free-model"]), "attempt_timeout_s": 1.0},
                 local_lane("local", local.base_url),
+                # only for the round trip: pinned, and never reached by the hung jobs (the local
+                # lane holds them to their deadlines)
+                paid_lane("quick", quick.base_url, ["quick-model"]),
             ],
         }
-        overshoots, statuses = [], []
         async with (
             open_sidecar_process(config, workdir, env=KEYS) as sidecar,
             httpx2.AsyncClient(trust_env=False, timeout=20) as http,
         ):
-
-            async def one(deadline_ms: int) -> None:
-                start = trio.current_time()
-                response = await http.post(
-                    f"{sidecar.base}/v1/chat/completions",
-                    json={"messages": MESSAGES},
-                    headers={"X-Lanes-Deadline-Ms": str(deadline_ms)},
-                )
-                overshoots.append(trio.current_time() - start - deadline_ms / 1000)
-                statuses.append(response.status_code)
-
-            async with trio.open_nursery() as nursery:
-                for i in range(40):
-                    nursery.start_soon(one, 1500 + 25 * i)
-    worst = max(overshoots)
-    overshoots.sort()
-    median = overshoots[len(overshoots) // 2]
+            before = await _burst(http, sidecar.base, [None] * 40, model="quick/quick-model")
+            hung = await _burst(http, sidecar.base, [1500 + 25 * i for i in range(40)])
+            after = await _burst(http, sidecar.base, [None] * 40, model="quick/quick-model")
+    overshoots = sorted(late for late, _ in hung)
+    statuses = [code for _, code in hung]
+    round_trip = max(late for late, _ in before + after)
+    median, worst = overshoots[len(overshoots) // 2], overshoots[-1]
     return check(
         "provider-hung",
         f"40 jobs: finish after deadline median {median * 1000:+.0f} ms, worst "
-        f"{worst * 1000:+.0f} ms (HTTP round trip included); statuses {sorted(set(statuses))}",
-        within_margin=worst <= 0.5,
+        f"{worst * 1000:+.0f} ms; 40 jobs answered at once, round trip up to "
+        f"{round_trip * 1000:.0f} ms; statuses {sorted(set(statuses))}",
+        within_margin=worst <= 0.5 + round_trip,
         all_answered=len(statuses) == 40,
         all_504=set(statuses) == {504},
+        round_trip_served=[code for _, code in before + after] == [200] * 80,
     )
+
+
+async def _burst(
+    http: httpx2.AsyncClient, base: str, deadlines_ms: list[int | None], **body: Any
+) -> list[tuple[float, int]]:
+    """One concurrent job per deadline: how long after its deadline each answered (after it was
+    sent, with no deadline) and its status."""
+    answered: list[tuple[float, int]] = []
+
+    async def one(deadline_ms: int | None) -> None:
+        headers = {} if deadline_ms is None else {"X-Lanes-Deadline-Ms": str(deadline_ms)}
+        start = trio.current_time()
+        response = await http.post(
+            f"{base}/v1/chat/completions", json={"messages": MESSAGES, **body}, headers=headers
+        )
+        answered.append(
+            (trio.current_time() - start - (deadline_ms or 0) / 1000, response.status_code)
+        )
+
+    async with trio.open_nursery() as nursery:
+        for deadline_ms in deadlines_ms:
+            nursery.start_soon(one, deadline_ms)
+    return answered
 
 
 @drill("provider-reboot")
@@ -269,6 +313,9 @@ window."""
         ("free", "free", ["free-model"]),
         ("paid", "paid", ["paid-model"]),
         policy={"free_tier_fallback": "off"},
+        # the 200 clients share the sidecar's process: on a loaded machine the last may wait their
+        # turn past the 10 s a request's headers are given by default, and be shed as slow-loris
+        server={"idle_timeout_s": 60.0},
     ) as (url, fakes):
         fakes["free"].script("free-model", rate_limited(retry_after=5))
         statuses, retry_afters = [], set()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -259,6 +260,36 @@ async def open_sidecar_processes(
                 )
             )
         yield sidecars
+
+
+@asynccontextmanager
+async def open_sidecar_processes_at_once(
+    specs: Sequence[tuple[Mapping[str, Any], Path]],
+    *,
+    env: Mapping[str, str] | None = None,
+) -> AsyncIterator[list[SidecarProcess]]:
+    """Sidecar processes, one per (config, directory), spawned at the same moment and yielded once
+    each answers /health: their `health_s` were measured under the same load, so one can be the
+    other's baseline."""
+    sidecars: dict[int, SidecarProcess] = {}
+    leave = trio.Event()
+
+    async def hold(
+        i: int, config: Mapping[str, Any], workdir: Path, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        async with open_sidecar_process(config, workdir, env=env) as sidecar:
+            sidecars[i] = sidecar
+            task_status.started()
+            await leave.wait()
+
+    async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as starting:
+            for i, (config, workdir) in enumerate(specs):
+                starting.start_soon(functools.partial(nursery.start, hold, i, config, workdir))
+        try:
+            yield [sidecars[i] for i in range(len(specs))]
+        finally:
+            leave.set()
 
 
 async def stop(process: trio.Process, grace_s: float = 10.0) -> None:

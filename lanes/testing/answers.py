@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -203,36 +203,38 @@ def chunks(request: Mapping[str, Any], text: str, model: str) -> list[dict[str, 
     """The `chat.completion.chunk`s of a streamed answer: per choice a role chunk, the content one
     word at a time (or the tool call: id and name, then its arguments in pieces), then the finish
     — the last one carrying the usage."""
+    return list(iter_chunks(request, text, model))
+
+
+def iter_chunks(request: Mapping[str, Any], text: str, model: str) -> Iterator[dict[str, Any]]:
+    """`chunks`, made one at a time as they are taken: a fake streaming a long answer sends its
+    first chunk at once, not after building them all."""
     answered = choices(request, text)
-    out = []
     for i, c in enumerate(answered):
         if c.tool_calls:
-            out.append(chunk(model, {"role": "assistant", "content": None}, index=i))
+            yield chunk(model, {"role": "assistant", "content": None}, index=i)
             for t, call in enumerate(c.tool_calls):
                 head = {"name": call["function"]["name"], "arguments": ""}
-                out.append(
-                    chunk(
-                        model,
-                        {
-                            "tool_calls": [
-                                {"index": t, "id": call["id"], "type": "function", "function": head}
-                            ]
-                        },
-                        index=i,
-                    )
+                yield chunk(
+                    model,
+                    {
+                        "tool_calls": [
+                            {"index": t, "id": call["id"], "type": "function", "function": head}
+                        ]
+                    },
+                    index=i,
                 )
                 for piece in _pieces(call["function"]["arguments"], by_words=False):
                     delta = {"tool_calls": [{"index": t, "function": {"arguments": piece}}]}
-                    out.append(chunk(model, delta, index=i))
+                    yield chunk(model, delta, index=i)
         else:
-            out.append(chunk(model, {"role": "assistant", "content": ""}, index=i))
-            out += [
-                chunk(model, {"content": p}, index=i)
-                for p in _pieces(c.content or "", by_words=True)
-            ]
-        out.append(chunk(model, {}, finish=c.finish_reason, index=i))
-    out[-1]["usage"] = usage(request, answered)
-    return out
+            yield chunk(model, {"role": "assistant", "content": ""}, index=i)
+            for p in _pieces(c.content or "", by_words=True):
+                yield chunk(model, {"content": p}, index=i)
+        last = chunk(model, {}, finish=c.finish_reason, index=i)
+        if i == len(answered) - 1:
+            last["usage"] = usage(request, answered)
+        yield last
 
 
 def _vector(value: Any, dimensions: int) -> list[float]:

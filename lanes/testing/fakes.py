@@ -21,10 +21,11 @@ dropped — so a test sees at once whether the sidecar let go of an upstream req
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -492,6 +493,33 @@ def stream_events(text: str, model: str) -> list[bytes]:
     return [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
 
 
+def _stream_events(behaviour: Behaviour, model: str, request: Mapping[str, Any]) -> Iterator[bytes]:
+    """The SSE events of a streamed answer as `behaviour` shapes them, encoded one at a time as
+    they are sent (the first goes at once, however long the answer)."""
+    answered = answers.choices(request, behaviour.text)
+    reported = _reported_usage(behaviour, request, answers.usage(request, answered))
+    events: Iterator[bytes] = (
+        b"data: " + json.dumps({**c, "usage": reported} if "usage" in c else c).encode() + b"\n\n"
+        for c in answers.iter_chunks(request, behaviour.text, model)
+    )
+    if behaviour.kind == "garbage":
+        events = iter([b"data: {not json\n\n"] * 3)
+    if (request.get("stream_options") or {}).get("include_usage"):
+        usage: dict[str, Any] = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [],
+            "usage": reported,
+        }
+        events = itertools.chain(events, [b"data: " + json.dumps(usage).encode() + b"\n\n"])
+    if behaviour.kind == "malformed":
+        bad = b'data: {"choices": [tru\n\n'
+        events = itertools.chain(itertools.islice(events, behaviour.after), [bad], events)
+    return events
+
+
 async def _send_stream(
     conn: h11.Connection,
     stream: trio.SocketStream,
@@ -502,23 +530,7 @@ async def _send_stream(
     head = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
     head += list(behaviour.headers.items())
     await _send(conn, stream, h11.Response(status_code=200, headers=head))
-    chunks = answers.chunks(request, behaviour.text, model)
-    chunks[-1]["usage"] = _reported_usage(behaviour, request, chunks[-1]["usage"])
-    events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
-    if behaviour.kind == "garbage":
-        events = [b"data: {not json\n\n"] * 3
-    if (request.get("stream_options") or {}).get("include_usage"):
-        usage: dict[str, Any] = {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": model,
-            "choices": [],
-            "usage": chunks[-1]["usage"],
-        }
-        events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
-    if behaviour.kind == "malformed":
-        events.insert(behaviour.after, b'data: {"choices": [tru\n\n')
+    events = _stream_events(behaviour, model, request)
     fault_at = behaviour.after if behaviour.kind in ("cut", "stall") else None
     for i, event in enumerate(events):
         if i == fault_at:
