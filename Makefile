@@ -82,9 +82,10 @@ PYTEST := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
 test: install browser redis
 	$(PYTEST); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
-# The inner loop: the suite without the tests that start processes, a browser or a herd (`slow`).
+# The inner loop: the suite without the tests that start processes, a browser or a herd (`slow`),
+# each property searched a fifth as deeply (LANES_TEST_QUICK, tests/helpers.py's `examples`).
 test-quick: install
-	$(PYTEST) -m 'not slow'; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+	LANES_TEST_QUICK=1 $(PYTEST) -m 'not slow'; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 # The real clients, unmodified, against `lanes serve --simulate` (not in `make test`: they are
 # heavy): the OpenAI Agents SDK, the Anthropic SDK, the Responses helpers (the `clients` extra),

@@ -17,10 +17,14 @@ import httpx2
 import pytest
 from hypothesis import settings
 
-from helpers import FREE_KEY, PAID_KEY
+from helpers import FREE_KEY, PAID_KEY, QUICK, examples
 
-settings.register_profile("lanes", derandomize=True, deadline=None, max_examples=200)
+# The whole suite searches 200 examples a property; `make test-quick` (LANES_TEST_QUICK=1) a fifth
+# of that, and of every count a test sets with `examples(n)`: the same properties, searched less
+# deeply in the inner loop.
+settings.register_profile("lanes", derandomize=True, deadline=None, max_examples=examples(200))
 settings.load_profile("lanes")
+assert QUICK or settings.default.max_examples == 200
 
 # Every HTTP client made in this process — each test's, each dispatcher's — loads the CA bundle
 # afresh (httpx2 builds its default TLS context per client: ~40 ms of CPU, a tenth of the suite's

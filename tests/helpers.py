@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +22,9 @@ __all__ = [
     "FREE_KEY",
     "PAID_KEY",
     "PREFILL_PAIR",
+    "QUICK",
     "config",
+    "examples",
     "free_lane",
     "http_client",
     "lane",
@@ -32,6 +35,16 @@ __all__ = [
     "sqlite_store",
     "store_up",
 ]
+
+
+#: `make test-quick`: properties are searched a fifth as deeply (see `examples`).
+QUICK = os.environ.get("LANES_TEST_QUICK", "") == "1"
+
+
+def examples(n: int) -> int:
+    """How many examples a property searches: `n` in the whole suite, a fifth of it (at least 10)
+    in `make test-quick`."""
+    return max(10, n // 5) if QUICK else n
 
 
 # The engine's tests exercise fallback itself, so they allow paid fallback under a roomy ceiling;

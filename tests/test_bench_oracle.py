@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.freeshare import PROVIDERS, arrivals, oracle
+from helpers import examples
 
 
 def greedy(times: list[float]) -> int:
@@ -31,7 +32,7 @@ def test_small_cases_by_hand():
     assert oracle([0.5] * (total_rpm + 40)) == total_rpm
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(st.lists(st.floats(0, 3 * 3600, allow_nan=False), max_size=400))
 def test_oracle_bounds_any_feasible_assignment(times):
     """No feasible assignment serves more than the oracle, and it never exceeds the job count."""

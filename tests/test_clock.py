@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from trio.testing import MockClock
 
 import lanes
-from helpers import config, local_lane, paid_lane, sqlite_store
+from helpers import config, examples, local_lane, paid_lane, sqlite_store
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.freetier.windows import window_id
 from lanes._core.model.clocks import EpochTime, disagreement
@@ -163,7 +163,7 @@ TOLERANCE_S = 120.0
 offsets = st.sampled_from([0.0, 30.0, -90.0, 119.0, 121.0, -3600.0, DAY_S, -DAY_S])
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     walls=st.lists(offsets, min_size=2, max_size=3),
     steps=st.lists(

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from trio.testing import MockClock
 
 import lanes
-from helpers import PAID_KEY, config, paid_lane
+from helpers import PAID_KEY, config, examples, paid_lane
 from lanes._core.freetier.prices import usage_cost
 from lanes._core.model.errors import StreamInterrupted
 from lanes._http.errors import http_status, job_failed
@@ -80,7 +80,7 @@ async def _scenario(answers: list[Answer], streamed: list[bool]) -> None:
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

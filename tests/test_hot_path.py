@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lanes
-from helpers import config, local_lane
+from helpers import config, examples, local_lane
 from lanes._core.audit import journal
 from lanes._core.freetier import headers, prices
 from lanes._core.model.job import Candidate, digest
@@ -88,7 +88,7 @@ _chunk = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_chunk)
 def test_a_chunk_the_one_pass_check_calls_plain_needs_nothing_of_the_full_path(chunk):
     plain, finish = _plain_chunk(chunk)
@@ -165,7 +165,7 @@ def _rounded(table):
     return [tuple(round(v, 9) if isinstance(v, float) else v for v in row) for row in table]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(_row, max_size=12))
 def test_the_rollups_summed_per_batch_equal_the_rollups_written_row_by_row(drawn):
     rows = []
@@ -259,7 +259,7 @@ _names = st.sampled_from(
 _values = st.one_of(st.text(max_size=6), st.binary(max_size=3), st.none(), st.integers())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.one_of(_names, st.binary(max_size=3)), _values, max_size=6))
 def test_headers_as_a_dict_normalise_as_the_same_pairs_do(given_headers):
     assert headers._normalise(given_headers) == headers._normalise(list(given_headers.items()))
@@ -276,7 +276,7 @@ _usage = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_usage, min_size=1, max_size=4), st.lists(st.integers(0, 3), max_size=8))
 def test_reading_the_same_usage_again_reads_what_reading_it_afresh_does(usages, order):
     for i in [*order, *range(len(usages))]:
@@ -299,7 +299,7 @@ _step = st.tuples(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(_step, max_size=30))
 def test_a_score_kept_from_before_is_the_score_worked_out_afresh(steps):
     ranking, now = Ranking(ScoringConfig()), 1_000.0
@@ -350,7 +350,7 @@ def _front_as_it_was(ranking, ordered, job, scores, now, healthy):
 _plan_member = st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from("xyz"))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.tuples(_plan_member, st.sampled_from(["local", "free", "paid"]), st.booleans()),

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from trio.testing import MockClock
 
 import lanes
-from helpers import config, free_lane, paid_lane
+from helpers import config, examples, free_lane, paid_lane
 from lanes._core.freetier.kinds import NoFreeTier
 from lanes._core.freetier.manager import FreeTierManager, LaneTerms
 from lanes._core.freetier.prices import cost_usd
@@ -251,7 +251,7 @@ def job_of(op: dict[str, Any]) -> Job:
     return Job(messages=[{"role": "user", "content": content}], params=params, client=op["client"])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(ops=st.lists(pay | settle, min_size=1, max_size=30))
 def test_the_paid_gate_holds_the_money_invariants(ops):
     """For any sequence of paid quotes under any consent, and settlements of any kind: (a) nothing

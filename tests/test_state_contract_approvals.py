@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import pytest
 
+from helpers import examples
 from lanes._core.state.store import ApprovalRecord, OnceConsent, SQLiteStore, Store
 
 NOW = time.time()
@@ -417,6 +418,6 @@ def test_a_once_is_never_consumed_twice(fresh):
                 assert {o.id: o for o in store.onces(self.now)} == self.kept
 
     run_state_machine_as_test(
-        Onces, settings=settings(max_examples=30, stateful_step_count=30, deadline=None)
+        Onces, settings=settings(max_examples=examples(30), stateful_step_count=30, deadline=None)
     )
     assert consumed  # the runs did consume onces, so the checks above checked something

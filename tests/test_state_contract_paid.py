@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from state_backends import BACKENDS, State, open_state, resync, sync
 
+from helpers import examples
 from lanes._core.freetier.windows import window_id
 from lanes._core.state.store import Store, StoreUnavailable
 
@@ -132,7 +133,7 @@ def test_the_ledger_matches_a_model_through_any_interleaving_and_data_loss(state
     reservations — after a loss too."""
     run_state_machine_as_test(
         lambda: Ledger(state),  # type: ignore[arg-type]  # hypothesis takes any factory
-        settings=settings(max_examples=30, stateful_step_count=25, deadline=None),
+        settings=settings(max_examples=examples(30), stateful_step_count=25, deadline=None),
     )
 
 

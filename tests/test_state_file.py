@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 import lanes
-from helpers import config, paid_lane, store_up
+from helpers import config, examples, paid_lane, store_up
 from lanes._core.freetier.backoff import Backoff
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
 from lanes.testing import open_fake
@@ -379,5 +379,5 @@ def test_the_totals_equal_the_rows_through_any_sequence(tmp_path):
     running totals equal the rows' sums (exactly, to a few ulps), per day and client."""
     run_state_machine_as_test(
         lambda: Totals(tmp_path),  # type: ignore[arg-type]  # a factory: Hypothesis calls it
-        settings=settings(max_examples=40, stateful_step_count=30, deadline=None),
+        settings=settings(max_examples=examples(40), stateful_step_count=30, deadline=None),
     )

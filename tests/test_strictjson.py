@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
 from lanes._core.model import strictjson
 
 leaves = (
@@ -48,7 +49,7 @@ def outcome(parse, raw):
         return ("refused", str(exc), exc.where)
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(values, hostile, st.integers(0, 200), st.sampled_from(["str", "utf-8", "utf-16"]))
 def test_the_quick_path_agrees_with_the_walk(value, splice, at, form):
     """Any document, good or spliced with something refused, in text, UTF-8 or UTF-16: the same
