@@ -168,7 +168,6 @@ def job_failed(
         if exc.next_eligible:
             headers["X-Lanes-Next-Eligible"] = exc.next_eligible
     elif isinstance(exc, FallbackNeedsApproval):
-        headers["Retry-After"] = retry_after(exc.retry_after_s)
         headers["X-Lanes-Approval"] = exc.approval_id
         message = (
             f"{message}; approve it at {approvals_url} or POST /v1/approvals/{exc.approval_id}"

@@ -92,10 +92,6 @@ class Guard:
         self._keyed = bool(server.clients or server.admin_key_env)
         self._loopback_only = is_loopback(bind_host)
 
-    @property
-    def keyed(self) -> bool:
-        return self._keyed
-
     def caller(self, request: Request) -> Caller:
         """Who sent `request`: the anonymous loopback client when no keys are configured."""
         self.check_host(request)

@@ -69,13 +69,8 @@ class HostTotals:
         stats = self._statistics()
         mine = _mine(stats)
         _write(self._own, mine)
-        host = _added([mine, *self._others()])
-        return attrs.evolve(
-            stats,
-            tally=host.tally,
-            explored=host.explored,
-            explored_served=host.explored_served,
-        )
+        host = _added([mine, *self._others()])  # its fields are the counters `Statistics` has
+        return attrs.evolve(stats, **attrs.asdict(host, recurse=False))
 
     async def publish_every(self, period_s: float = PUBLISH_S) -> None:
         """Write this worker's tally every `period_s` (so a scrape another worker answers sees
@@ -137,11 +132,7 @@ def _added(parts: list[_Part]) -> _Part:
 
 def _write(path: Path, part: _Part) -> None:
     """`part` to `path`, whole: written aside and renamed, so a reader sees the old or the new."""
-    data = {
-        "tally": tally.to_json(part.tally),
-        "explored": part.explored,
-        "explored_served": part.explored_served,
-    }
+    data = attrs.asdict(part, recurse=False) | {"tally": tally.to_json(part.tally)}
     staged = path.with_suffix(".tmp")
     staged.write_text(json.dumps(data))
     staged.replace(path)

@@ -78,9 +78,7 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
     model = body.get("model", "auto")
     if not isinstance(model, str) or not model or len(model) > MAX_NAME:
         raise BadRequest(f"'model' must be a non-empty string of at most {MAX_NAME}", "model")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
+    stream = False if body.get("stream") is None else body["stream"]
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", "stream")
     params = {k: v for k, v in body.items() if k not in ("messages", "model", "stream")}

@@ -75,6 +75,12 @@ def need(condition: bool, message: str, param: str) -> None:
         raise BadField(message, param)
 
 
+def need_text(value: Any, message: str, param: str) -> str:
+    """`value`, a non-empty string; else raise `BadField(message, param)`."""
+    need(isinstance(value, str) and bool(value), message, param)
+    return str(value)
+
+
 def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -34,6 +34,7 @@ from lanes._core.dialects.common import (
     first_choice,
     is_int,
     need,
+    need_text,
     sub_keys,
     text_of,
     token_counts,
@@ -62,6 +63,7 @@ TRANSLATED = {
 #: What a block of each kind starts with besides its text: a thinking block carries a signature,
 #: empty here (lanes has none to give, and reads none back).
 _SIGNED: dict[str, dict[str, str]] = {"thinking": {"signature": ""}}
+_CHOICES = {"auto": "auto", "any": "required", "none": "none"}  # tool_choice.type → chat's
 STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -93,12 +95,7 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
         "tools as client tools",
         "mcp_servers",
     )
-    model = body.get("model")
-    need(
-        isinstance(model, str) and bool(model),
-        "model: Field required (a non-empty string)",
-        "model",
-    )
+    model = need_text(body.get("model"), "model: Field required (a non-empty string)", "model")
     cap: Any = body.get("max_tokens")
     need(is_int(cap) and cap > 0, "max_tokens: Field required (a positive integer)", "max_tokens")
     stream = body.get("stream", False)
@@ -138,7 +135,7 @@ def to_chat(body: Mapping[str, Any]) -> ChatRequest:
     if response_format is not None:
         params["response_format"] = response_format
     return ChatRequest(
-        model=model,  # type: ignore[arg-type]
+        model=model,
         messages=messages,
         params=params,
         stream=stream,
@@ -339,12 +336,10 @@ def _tool_use(block: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
-    call_id, content = block.get("tool_use_id"), block.get("content", "")
-    need(
-        isinstance(call_id, str) and bool(call_id),
-        f"{where}.tool_use_id: Field required",
-        f"{where}.tool_use_id",
+    call_id = need_text(
+        block.get("tool_use_id"), f"{where}.tool_use_id: Field required", f"{where}.tool_use_id"
     )
+    content = block.get("content", "")
     if isinstance(content, list):
         for k, part in enumerate(content):
             inner = f"{where}.content.{k}"
@@ -411,19 +406,10 @@ def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
         if choice.get("disable_parallel_tool_use") is None
         else not choice["disable_parallel_tool_use"]
     )
-    if kind == "auto":
-        return "auto", parallel
-    if kind == "any":
-        return "required", parallel
-    if kind == "none":
-        return "none", parallel
+    if kind in _CHOICES:
+        return _CHOICES[kind], parallel
     if kind == "tool":
-        name = choice.get("name")
-        need(
-            isinstance(name, str) and bool(name),
-            "tool_choice.name: Field required",
-            "tool_choice.name",
-        )
+        name = need_text(choice.get("name"), "tool_choice.name: Field required", "tool_choice.name")
         return {"type": "function", "function": {"name": name}}, parallel
     raise BadField("tool_choice.type: must be auto, any, tool or none", "tool_choice.type")
 
@@ -466,17 +452,23 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
         )
     if not content:
         content.append({"type": "text", "text": ""})
+    called = any(b["type"] == "tool_use" for b in content)
+    reason = _stop_reason(finish_reason, called=called)
+    return _message(message_id, model, content, reason, usage_of(usage_in(completion)))
+
+
+def _message(
+    message_id: str, model: str, content: list[dict[str, Any]], reason: str | None, usage: Any
+) -> dict[str, Any]:
     return {
         "id": message_id,
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": _stop_reason(
-            finish_reason, called=any(b["type"] == "tool_use" for b in content)
-        ),
+        "stop_reason": reason,
         "stop_sequence": None,
-        "usage": usage_of(usage_in(completion)),
+        "usage": usage,
     }
 
 
@@ -498,16 +490,7 @@ class MessageEvents:
         self._called = False  # a tool_use block was started
 
     def start(self) -> list[dict[str, Any]]:
-        message: dict[str, Any] = {
-            "id": self._id,
-            "type": "message",
-            "role": "assistant",
-            "model": self._model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": usage_of(None),
-        }
+        message = _message(self._id, self._model, [], None, usage_of(None))
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
 
     def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -516,10 +499,7 @@ class MessageEvents:
             if kind in ("text", "thinking"):
                 if self._open != kind:
                     events += self._begin(kind, {"type": kind, kind: "", **_SIGNED.get(kind, {})})
-                delta = {"type": f"{kind}_delta", kind: value}
-                events.append(
-                    {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
-                )
+                events.append(self._delta({"type": f"{kind}_delta", kind: value}))
                 continue
             index, call_id, name, arguments = value
             if self._open != f"tool:{index}":
@@ -532,11 +512,12 @@ class MessageEvents:
                 events += self._begin(f"tool:{index}", block)
                 self._called = True
             if arguments:
-                delta = {"type": "input_json_delta", "partial_json": arguments}
-                events.append(
-                    {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
-                )
+                events.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
         return events
+
+    def _delta(self, delta: dict[str, Any]) -> dict[str, Any]:
+        """A delta to the open block (the last one started)."""
+        return {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
 
     def _begin(self, which: str, block: dict[str, Any]) -> list[dict[str, Any]]:
         events = self._close()
@@ -550,12 +531,11 @@ class MessageEvents:
     def _close(self) -> list[dict[str, Any]]:
         if self._open is None:
             return []
-        index, events = self._blocks - 1, []
+        events = []
         if self._open == "thinking":  # a thinking block ends with its signature, as Claude's do
-            delta = {"type": "signature_delta", "signature": ""}
-            events.append({"type": "content_block_delta", "index": index, "delta": delta})
+            events.append(self._delta({"type": "signature_delta", "signature": ""}))
         self._open = None
-        return [*events, {"type": "content_block_stop", "index": index}]
+        return [*events, {"type": "content_block_stop", "index": self._blocks - 1}]
 
     def finish(self, *, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The last events; `usage` counts when no chunk fed in carried one (the stream's usage

@@ -32,6 +32,7 @@ from lanes._core.dialects.common import (
     first_choice,
     is_int,
     need,
+    need_text,
     sub_keys,
     text_of,
     token_counts,
@@ -175,12 +176,7 @@ def _messages(
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
                 calls_open = True
         elif kind == "function_call_output":
-            call_id, output = item.get("call_id"), item.get("output")
-            need(
-                isinstance(call_id, str) and bool(call_id),
-                f"{param}.call_id must be a string",
-                f"{param}.call_id",
-            )
+            call_id, output = _call_id(item, param), item.get("output")
             text = (
                 output
                 if isinstance(output, str)
@@ -231,9 +227,8 @@ def _parts(content: Any, param: str, role: str) -> list[dict[str, Any]]:
             need(isinstance(text, str), f"{where}.text must be a string", f"{where}.text")
             parts.append({"type": "text", "text": text})
         elif kind == "input_image" and role == "user":
-            url = part.get("image_url")
-            need(
-                isinstance(url, str) and bool(url),
+            url = need_text(
+                part.get("image_url"),
                 f"{where}.image_url must be a URL or a data: URL (file ids are not supported)",
                 f"{where}.image_url",
             )
@@ -247,17 +242,16 @@ def _parts(content: Any, param: str, role: str) -> list[dict[str, Any]]:
 def _function_call(
     item: Mapping[str, Any], param: str, tools: responses_tools.Tools
 ) -> dict[str, Any]:
-    call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments", "")
-    need(
-        isinstance(call_id, str) and bool(call_id),
-        f"{param}.call_id must be a string",
-        f"{param}.call_id",
-    )
-    need(isinstance(name, str) and bool(name), f"{param}.name must be a string", f"{param}.name")
+    call_id = _call_id(item, param)
+    name = need_text(item.get("name"), f"{param}.name must be a string", f"{param}.name")
+    arguments = item.get("arguments", "")
     need(isinstance(arguments, str), f"{param}.arguments must be a string", f"{param}.arguments")
-    assert isinstance(name, str)
     flat = tools.flat_name(item.get("namespace"), name)  # the name its tool went upstream by
     return {"id": call_id, "type": "function", "function": {"name": flat, "arguments": arguments}}
+
+
+def _call_id(item: Mapping[str, Any], param: str) -> str:
+    return need_text(item.get("call_id"), f"{param}.call_id must be a string", f"{param}.call_id")
 
 
 def _format(text: Any, dropped: list[str]) -> dict[str, Any] | None:

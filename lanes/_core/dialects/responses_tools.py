@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from lanes._core.dialects.common import BadField, need
+from lanes._core.dialects.common import BadField, need, need_text
 
 MAX_CHAT_NAME = 64  # chat's function names: `[A-Za-z0-9_-]{1,64}`
 _CHAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -78,12 +78,7 @@ def _fit(name: str) -> str:
 
 
 def _function(tool: Mapping[str, Any], param: str, name: str | None = None) -> dict[str, Any]:
-    declared = tool.get("name")
-    need(
-        isinstance(declared, str) and bool(declared),
-        f"{param}.name must be a string",
-        f"{param}.name",
-    )
+    declared = need_text(tool.get("name"), f"{param}.name must be a string", f"{param}.name")
     function: dict[str, Any] = {"name": name or declared}
     for key in ("description", "parameters", "strict"):
         if tool.get(key) is not None:
@@ -162,11 +157,8 @@ def tool_choice(choice: Any, tools: Tools) -> Any:
         )
         return choice
     if isinstance(choice, Mapping) and choice.get("type") == "function":
-        name: Any = choice.get("name")
-        need(
-            isinstance(name, str) and bool(name),
-            "tool_choice.name must be a string",
-            "tool_choice.name",
+        name = need_text(
+            choice.get("name"), "tool_choice.name must be a string", "tool_choice.name"
         )
         return {
             "type": "function",

@@ -202,11 +202,9 @@ class _PlanWalk(Generic[T]):
                     )
                 ) from exc
             except UpstreamError as exc:
-                pause = (
-                    None
-                    if self._rules_out(candidate, exc)
-                    else self._pause(candidate, exc, remaining)
-                )
+                if self._rules_out(candidate, exc):
+                    return _SKIPPED
+                pause = self._pause(candidate, exc, remaining)
                 if pause is None:
                     return _SKIPPED
                 record.retried_same()

@@ -182,7 +182,7 @@ class Job:
         body = {k: v for k, v in self.params.items() if k not in reserved}
         body["model"] = model
         if self.input is not None:
-            body["input"] = self.input if isinstance(self.input, str) else list(self.input)
+            body["input"] = self.request()
             return body
         body["messages"] = [dict(m) for m in self.messages]
         if stream:

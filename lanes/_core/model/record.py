@@ -291,11 +291,7 @@ class JobRecord:
             a.outcome in ("rate_limited", "credit_exhausted") for a in self.attempts
         ):
             retry = max(0.0, next_free[0] - now_wall) if next_free else None
-            when = (
-                f"; {next_free[1]} reopens in {retry:.1f}s"
-                if next_free and retry is not None
-                else ""
-            )
+            when = f"; {next_free[1]} reopens in {retry:.1f}s" if next_free else ""
             return FreeTierExhausted(
                 f"free capacity is exhausted{when}{tail}",
                 retry_after_s=retry,

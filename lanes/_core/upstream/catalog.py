@@ -126,15 +126,13 @@ def _record(style: str, item: Mapping[str, Any]) -> ModelRecord:
     )
     if style == "per_token_prices":
         pricing = item.get("pricing") or {}
-        per_token_in = price(pricing.get("prompt"), scale=1e6)
-        per_token_out = price(pricing.get("completion"), scale=1e6)
         parameters = set(item.get("supported_parameters") or [])
         modalities = set((item.get("architecture") or {}).get("input_modalities") or [])
         return ModelRecord(
             id=model_id,
             context=context,
-            input_usd_per_mtok=per_token_in,
-            output_usd_per_mtok=per_token_out,
+            input_usd_per_mtok=price(pricing.get("prompt"), scale=1e6),
+            output_usd_per_mtok=price(pricing.get("completion"), scale=1e6),
             tools="tools" in parameters if parameters else None,
             vision="image" in modalities if modalities else None,
             json_mode="response_format" in parameters if parameters else None,

@@ -100,23 +100,28 @@ def _too_large(what: str, limit: int) -> RetryableError:
     return RetryableError(f"{what} over {limit} bytes: not read further", category="too_large")
 
 
-async def _read_json(response: httpx2.Response, limit: int, secrets: Iterable[str]) -> bytes:
-    """A 2xx body, read in pieces up to `limit` decoded bytes; `RetryableError` beyond."""
+async def _read_json(
+    response: httpx2.Response, limit: int, secrets: Iterable[str], *, cut: bool = False
+) -> bytes:
+    """A body, read in pieces up to `limit` decoded bytes; beyond, `RetryableError` — or, `cut`
+    (an error body, whose first bytes are enough to classify it), its first `limit` bytes."""
     declared = response.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+    if not cut and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise _too_large("answer", limit)
     parts: list[bytes] = []
     size = 0
     try:
         async for part in response.aiter_bytes():
             size += len(part)
-            if size > limit:
+            if size > limit and not cut:
                 parts.clear()  # never held by the error's traceback, whatever keeps it
                 raise _too_large("answer", limit)
             parts.append(part)
+            if cut and size >= limit:
+                break
     except httpx2.HTTPError as exc:
         raise _transport_error(exc, secrets) from exc
-    return b"".join(parts)
+    return b"".join(parts)[:limit]
 
 
 #: One event of a stream: the parsed chunk, and its `data` exactly as the upstream sent it (None
@@ -376,9 +381,7 @@ class Upstream:
                 "POST", url, content=content, headers=_json_headers(headers)
             )
         else:
-            merged = dict(self._defaults)
-            for name, value in _json_headers(headers).items():
-                merged[name.lower()] = value
+            merged = self._defaults | {k.lower(): v for k, v in _json_headers(headers).items()}
             request = httpx2.Request(
                 "POST", self._url(url), content=content, headers=merged, extensions=self._extensions
             )
@@ -414,7 +417,7 @@ class Upstream:
         try:
             lower = {k.lower(): v for k, v in response.headers.items()}
             if not 200 <= response.status_code < 300:
-                raw = await _read_capped(response, secrets)
+                raw = await _read_json(response, MAX_ERROR_BODY, secrets, cut=True)
                 raise classify_status(response.status_code, lower, parse_body(raw), secrets=secrets)
             yield response, lower
         finally:
@@ -444,20 +447,6 @@ class Upstream:
             yield reader
             with trio.move_on_after(DRAIN_S):  # the stream ended well: keep its connection
                 await reader.drain()
-
-
-async def _read_capped(response: httpx2.Response, secrets: Iterable[str]) -> bytes:
-    """An error body: its first `MAX_ERROR_BODY` bytes are enough to classify it."""
-    parts, size = [], 0
-    try:
-        async for part in response.aiter_bytes():
-            parts.append(part)
-            size += len(part)
-            if size >= MAX_ERROR_BODY:
-                break
-    except httpx2.HTTPError as exc:
-        raise _transport_error(exc, secrets) from exc
-    return b"".join(parts)[:MAX_ERROR_BODY]
 
 
 @asynccontextmanager

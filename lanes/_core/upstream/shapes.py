@@ -46,6 +46,7 @@ _CODE_STATUS = {
     "overloaded_error": 503,
 }
 _TEXT_PARTS = ("text", "output_text")
+_REASONING_ITEMS = ("reasoning.text", "reasoning.summary")  # of `reasoning_details`
 
 
 def _texts(parts: Any) -> str:
@@ -193,10 +194,7 @@ def reasoning_of(message: Mapping[str, Any]) -> str:
         return ""
     texts = []
     for item in details:
-        if isinstance(item, Mapping) and item.get("type") in (
-            "reasoning.text",
-            "reasoning.summary",
-        ):
+        if isinstance(item, Mapping) and item.get("type") in _REASONING_ITEMS:
             text = item.get("text", item.get("summary"))
             texts.append(text if isinstance(text, str) else "")
     return "".join(texts)
@@ -275,10 +273,5 @@ def in_band_error(body: Mapping[str, Any]) -> tuple[int, dict[str, Any]] | None:
     if status is None:
         status = _CODE_STATUS.get(code or "") or _CODE_STATUS.get(kind or "") or UNSTATED_STATUS
     message = error.get("message")
-    return status, {
-        "error": {
-            "message": message if isinstance(message, str) else "",
-            "code": code,
-            "type": kind,
-        }
-    }
+    said = {"message": message if isinstance(message, str) else "", "code": code, "type": kind}
+    return status, {"error": said}
