@@ -178,11 +178,3 @@ def prune(conn: sqlite3.Connection, before: float) -> int:
         conn.execute("DELETE FROM audit_jobs_hourly WHERE hour < ?", (int(before // 3600),))
         conn.execute("DELETE FROM audit_attempts_hourly WHERE hour < ?", (int(before // 3600),))
         return conn.execute("DELETE FROM audit WHERE at < ?", (before,)).rowcount
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    """Give an `audit` made by an older version the columns this one writes and reads."""
-    have = {row[1] for row in conn.execute('PRAGMA table_info("audit")')}
-    for name, kind in ADDED:
-        if name not in have:
-            conn.execute(f"ALTER TABLE audit ADD COLUMN {name} {kind}")
