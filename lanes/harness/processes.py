@@ -364,11 +364,10 @@ async def open_job_processes(
                 command = [sys.executable, "-m", "lanes.harness.herd", str(path)]
                 command += ["--jobs", str(jobs), "--rounds", str(rounds), "--model", model]
                 command += ["--deadline-s", str(deadline_s), "--go", str(go)]
-                processes.append(
-                    await trio.lowlevel.open_process(
-                        command, stdout=out, stderr=subprocess.STDOUT, env=child_env
-                    )
+                process = await trio.lowlevel.open_process(
+                    command, stdout=out, stderr=subprocess.STDOUT, env=child_env
                 )
+                processes.append(process)
         herd = JobProcesses(processes, outputs, go)
         await herd.wait_ready()
         yield herd

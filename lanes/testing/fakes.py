@@ -402,12 +402,10 @@ async def _send_json(
     body: Any,
     headers: Mapping[str, str],
 ) -> None:
-    raw = (
-        body
-        if isinstance(body, bytes)
-        else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
-    )
-    content_type = "application/json" if not isinstance(body, (str, bytes)) else "text/plain"
+    if isinstance(body, str | bytes):
+        raw, content_type = (body.encode() if isinstance(body, str) else body), "text/plain"
+    else:
+        raw, content_type = json.dumps(body).encode(), "application/json"
     head = [("content-type", content_type), ("content-length", str(len(raw)))]
     head += [(k, v) for k, v in headers.items()]
     await _send(conn, stream, h11.Response(status_code=code, headers=head))
