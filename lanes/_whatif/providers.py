@@ -219,20 +219,12 @@ class ReplayTransport(httpx2.AsyncBaseTransport):
             "total_tokens": tokens,
         }
         if embedding:
-            return _json(
-                200,
-                {
-                    "object": "list",
-                    "model": model,
-                    "data": [{"object": "embedding", "index": 0, "embedding": [0.0, 1.0]}],
-                    "usage": {
-                        "prompt_tokens": ask.prompt_tokens,
-                        "total_tokens": ask.prompt_tokens,
-                    },
-                },
-            )
+            vector = {"object": "embedding", "index": 0, "embedding": [0.0, 1.0]}
+            read = {"prompt_tokens": ask.prompt_tokens, "total_tokens": ask.prompt_tokens}
+            return _json(200, {"object": "list", "model": model, "data": [vector], "usage": read})
         if body.get("stream"):
             return _stream(model, usage)
+        answered = {"role": "assistant", "content": "ok"}
         return _json(
             200,
             {
@@ -240,13 +232,7 @@ class ReplayTransport(httpx2.AsyncBaseTransport):
                 "object": "chat.completion",
                 "created": int(wall),
                 "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": "ok"},
-                        "finish_reason": "stop",
-                    }
-                ],
+                "choices": [{"index": 0, "message": answered, "finish_reason": "stop"}],
                 "usage": usage,
             },
         )
@@ -322,30 +308,15 @@ def _json(status: int, payload: Any, headers: Mapping[str, str] | None = None) -
 
 
 def _stream(model: str, usage: Mapping[str, int]) -> httpx2.Response:
-    def event(delta: Mapping[str, Any], finish: str | None, **extra: Any) -> bytes:
-        chunk = {
-            "id": "whatif",
-            "object": "chat.completion.chunk",
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            **extra,
-        }
+    def event(*choices: Mapping[str, Any], **extra: Any) -> bytes:
+        chunk: dict[str, Any] = {"id": "whatif", "object": "chat.completion.chunk", "model": model}
+        chunk |= {"choices": list(choices), **extra}
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
     parts = [
-        event({"role": "assistant", "content": "ok"}, None),
-        event({}, "stop"),
-        b"data: "
-        + json.dumps(
-            {
-                "id": "whatif",
-                "object": "chat.completion.chunk",
-                "model": model,
-                "choices": [],
-                "usage": dict(usage),
-            }
-        ).encode()
-        + b"\n\n",
+        event({"index": 0, "delta": {"role": "assistant", "content": "ok"}, "finish_reason": None}),
+        event({"index": 0, "delta": {}, "finish_reason": "stop"}),
+        event(usage=dict(usage)),
         b"data: [DONE]\n\n",
     ]
     return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=_Body(parts))

@@ -93,9 +93,8 @@ async def _probe(
         reply = await dispatcher.complete(job)
     except lanes.JobFailed as exc:
         status: Literal["error", "skipped"] = "skipped" if _capacity(exc) else "error"
-        return Answer(
-            prompt=prompt.id, status=status, reason=f"{exc.code}: {str(exc)[:160]}", at=at
-        )
+        why = f"{exc.code}: {str(exc)[:160]}"
+        return Answer(prompt=prompt.id, status=status, reason=why, at=at)
     message = reply.body["choices"][0].get("message") or {}
     text = message.get("content") or ""
     checks = run_checks(prompt.checks, text, message.get("tool_calls"))

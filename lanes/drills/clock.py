@@ -65,9 +65,8 @@ why, once; the other pays; billed stays within one ceiling."""
             for i in range(24):
                 sidecar, who = (right, "right") if i % 2 else (ahead, "ahead")
                 body = {"messages": MESSAGES, "model": "paid/paid-model", "max_tokens": 100}
-                replies.append(
-                    (who, await http.post(f"{sidecar.base}/v1/chat/completions", json=body))
-                )
+                reply = await http.post(f"{sidecar.base}/v1/chat/completions", json=body)
+                replies.append((who, reply))
             refused_ahead = [r for who, r in replies if who == "ahead"]
             story = await _story(http, ahead, refused_ahead[0].headers["x-lanes-request-id"])
             views = {

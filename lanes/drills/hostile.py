@@ -70,10 +70,7 @@ def cases(bomb_size: int = 256 * MiB) -> dict[str, tuple[Behaviour, bool]]:
         ),
         "1 GiB error body": (raw(500, chunks=_repeat(piece, 16384)), False),
         "1 GiB stream event": (
-            raw(
-                headers={"content-type": "text/event-stream"},
-                chunks=_repeat(piece, 16384, b"data: "),
-            ),
+            raw(headers=SSE, chunks=_repeat(piece, 16384, b"data: ")),
             True,
         ),
         "NaN": (raw(body=(_completion("x")[:-1] + ', "n": NaN}').encode()), False),

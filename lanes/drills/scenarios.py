@@ -73,15 +73,11 @@ free fake."""
             open_sidecar_process(config, workdir, env={**KEYS, "FREE_LANE": "off"}) as sidecar,
             httpx2.AsyncClient(trust_env=False, timeout=20) as http,
         ):
-            served = [
-                (await chat(http, sidecar.base + "/v1")).headers.get("x-lanes-lane")
-                for _ in range(5)
-            ]
-            await local.refuse()
-            served += [
-                (await chat(http, sidecar.base + "/v1")).headers.get("x-lanes-lane")
-                for _ in range(5)
-            ]
+            served = []
+            for n in range(10):
+                if n == 5:
+                    await local.refuse()
+                served.append((await chat(http, sidecar.base + "/v1")).headers.get("x-lanes-lane"))
             log = sidecar.log()
     return check(
         "free-off",
@@ -464,9 +460,8 @@ resumes."""
                 for _ in range(6):
                     await chat(http, first.base + "/v1")
                 await trio.sleep(0.7)  # a sync interval: the counts reach the file
-                async with (
-                    trio.open_nursery() as nursery
-                ):  # paid jobs in flight when the process dies
+                # paid jobs in flight when the process dies
+                async with trio.open_nursery() as nursery:
                     for _ in range(4):
                         nursery.start_soon(
                             _ignore_errors,
@@ -655,9 +650,7 @@ async def run(names: list[str], workdir: Path) -> list[Result]:
         try:
             with trio.fail_after(120):
                 result = await DRILLS[name](folder)
-        except (
-            Exception
-        ) as exc:  # a drill that blows up is a failed drill, reported, not a crashed runner
+        except Exception as exc:  # a drill that blows up is a failed drill, not a crashed runner
             result = Result(
                 name=name, ok=False, figure="crashed", detail=f"{type(exc).__name__}: {exc}"[:300]
             )

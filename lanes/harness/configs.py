@@ -28,11 +28,8 @@ def lane(
     **extra: Any,
 ) -> dict[str, Any]:
     """One `[[lanes]]` table for a fake provider."""
-    model_tables: list[dict[str, Any]] = [{"id": m} for m in models]
-    if kind == "none":
-        model_tables = [
-            {"id": m, "input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0} for m in models
-        ]
+    priced = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0} if kind == "none" else {}
+    model_tables = [{"id": m, **priced} for m in models]
     return {
         "name": name,
         "module": module,
@@ -91,9 +88,8 @@ async def open_sidecar(
             }
             for spec in lanes
         ]
-        top.setdefault(
-            "scoring", {"explore_rate": 0.0}
-        )  # deterministic unless a caller wants exploration
+        # deterministic unless a caller wants exploration
+        top.setdefault("scoring", {"explore_rate": 0.0})
         config = load_config(
             {
                 "lanes": tables,

@@ -22,11 +22,8 @@ import trio
 
 def toml_key(key: str) -> str:
     """A bare key when TOML allows one, else a quoted one (`"claude-*"`)."""
-    return (
-        key
-        if key and all(c.isascii() and (c.isalnum() or c in "-_") for c in key)
-        else json.dumps(key)
-    )
+    bare = key and all(c.isascii() and (c.isalnum() or c in "-_") for c in key)
+    return key if bare else json.dumps(key)
 
 
 def toml_value(value: Any) -> str:
@@ -148,10 +145,9 @@ class SidecarProcess:
     async def host(self) -> dict[str, Any]:
         """The parent's view of its workers (`/v1/lanes`' `config.host`)."""
         async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
-            host: dict[str, Any] = (await http.get(f"{self.base}/v1/lanes")).json()["config"][
-                "host"
-            ]
-            return host
+            view = (await http.get(f"{self.base}/v1/lanes")).json()
+        host: dict[str, Any] = view["config"]["host"]
+        return host
 
     async def until_host(
         self, check: Callable[[dict[str, Any]], bool], within_s: float = 30.0
@@ -252,12 +248,9 @@ async def open_sidecar_processes(
         for i in range(count):
             folder = workdir / f"host-{i}"
             folder.mkdir(parents=True, exist_ok=True)
+            own = {**config, "local_state": str(folder / "local.db")}
             sidecars.append(
-                await stack.enter_async_context(
-                    open_sidecar_process(
-                        {**config, "local_state": str(folder / "local.db")}, folder, env=env
-                    )
-                )
+                await stack.enter_async_context(open_sidecar_process(own, folder, env=env))
             )
         yield sidecars
 
@@ -371,11 +364,10 @@ async def open_job_processes(
                 command = [sys.executable, "-m", "lanes.harness.herd", str(path)]
                 command += ["--jobs", str(jobs), "--rounds", str(rounds), "--model", model]
                 command += ["--deadline-s", str(deadline_s), "--go", str(go)]
-                processes.append(
-                    await trio.lowlevel.open_process(
-                        command, stdout=out, stderr=subprocess.STDOUT, env=child_env
-                    )
+                process = await trio.lowlevel.open_process(
+                    command, stdout=out, stderr=subprocess.STDOUT, env=child_env
                 )
+                processes.append(process)
         herd = JobProcesses(processes, outputs, go)
         await herd.wait_ready()
         yield herd

@@ -215,15 +215,8 @@ def iter_chunks(request: Mapping[str, Any], text: str, model: str) -> Iterator[d
             yield chunk(model, {"role": "assistant", "content": None}, index=i)
             for t, call in enumerate(c.tool_calls):
                 head = {"name": call["function"]["name"], "arguments": ""}
-                yield chunk(
-                    model,
-                    {
-                        "tool_calls": [
-                            {"index": t, "id": call["id"], "type": "function", "function": head}
-                        ]
-                    },
-                    index=i,
-                )
+                opened = {"index": t, "id": call["id"], "type": "function", "function": head}
+                yield chunk(model, {"tool_calls": [opened]}, index=i)
                 for piece in _pieces(call["function"]["arguments"], by_words=False):
                     delta = {"tool_calls": [{"index": t, "function": {"arguments": piece}}]}
                     yield chunk(model, delta, index=i)
@@ -262,11 +255,7 @@ def embeddings(request: Mapping[str, Any], model: str) -> dict[str, Any]:
     """An embeddings `list` body: one unit vector per input, the same for the same input;
     `dimensions` honoured, `encoding_format: base64` as little-endian float32."""
     dimensions = request.get("dimensions")
-    if (
-        not isinstance(dimensions, int)
-        or isinstance(dimensions, bool)
-        or not 0 < dimensions <= 4096
-    ):
+    if type(dimensions) is not int or not 0 < dimensions <= 4096:  # a bool is no dimension
         dimensions = EMBEDDING_DIMENSIONS
     inputs = embedding_inputs(request.get("input"))
     data = []

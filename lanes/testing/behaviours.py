@@ -141,11 +141,8 @@ def rate_limited(
     merged = dict(headers or {})
     if retry_after is not None:
         merged["retry-after"] = f"{retry_after:g}"
-    return status(
-        429,
-        body or {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
-        merged,
-    )
+    refused = {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}
+    return status(429, body or refused, merged)
 
 
 def garbage() -> Behaviour:

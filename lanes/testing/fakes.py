@@ -77,9 +77,8 @@ class FakeProvider:
         self._connections: set[trio.CancelScope] = set()
         self._windows: dict[str, tuple[int, int]] = {}  # model → (window index, requests in it)
         self.wall_offset = 0.0  # wall-clock epoch = trio clock + this (for epoch-style resets)
-        self.catalog: list[dict[str, Any]] | None = (
-            None  # what GET …/models lists (default: the scripted models)
-        )
+        # what GET …/models lists (default: the scripted models)
+        self.catalog: list[dict[str, Any]] | None = None
         self.catalog_requests = 0
         self.prefill = True  # continue a trailing assistant message (False: refuse it with a 400)
         self._news = trio.Event()  # set, and replaced, whenever a request arrives, ends or is left
@@ -188,23 +187,15 @@ class FakeProvider:
                     authorization="authorization" in headers,
                 )
             )
-            await _send_json(
-                conn,
-                stream,
-                200,
-                {"data": {"limit_remaining": self.balance, "is_free_tier": True}},
-                {},
-            )
+            key = {"limit_remaining": self.balance, "is_free_tier": True}
+            await _send_json(conn, stream, 200, {"data": key}, {})
             return True
         if head.method == b"GET" and path.endswith("/models"):
             self.catalog_requests += 1
-            listed = (
-                self.catalog
-                if self.catalog is not None
-                else [{"id": m, "object": "model"} for m in self.models]
-            )
-            body = {"object": "list", "data": listed}
-            await _send_json(conn, stream, 200, body, {})
+            listed = self.catalog
+            if listed is None:
+                listed = [{"id": m, "object": "model"} for m in self.models]
+            await _send_json(conn, stream, 200, {"object": "list", "data": listed}, {})
             return True
         try:
             request = json.loads(raw)
@@ -321,25 +312,11 @@ class FakeProvider:
         ):
             prefix = str(messages[-1].get("content") or "")
             if not self.prefill:
-                await _send_json(
-                    conn,
-                    stream,
-                    400,
-                    {
-                        "error": {
-                            "message": "assistant message prefill is not supported",
-                            "code": "invalid_request",
-                        }
-                    },
-                    {},
-                )
+                refused = "assistant message prefill is not supported"
+                error = {"message": refused, "code": "invalid_request"}
+                await _send_json(conn, stream, 400, {"error": error}, {})
                 return True
-            rest = (
-                behaviour.text[len(prefix) :]
-                if behaviour.text.startswith(prefix)
-                else behaviour.text
-            )
-            behaviour = attrs.evolve(behaviour, text=rest)
+            behaviour = attrs.evolve(behaviour, text=behaviour.text.removeprefix(prefix))
         embeddings = path.rstrip("/").endswith("/embeddings")
         if not streamed or embeddings:
             return await _send_completion(
@@ -425,12 +402,10 @@ async def _send_json(
     body: Any,
     headers: Mapping[str, str],
 ) -> None:
-    raw = (
-        body
-        if isinstance(body, bytes)
-        else (body.encode() if isinstance(body, str) else json.dumps(body).encode())
-    )
-    content_type = "application/json" if not isinstance(body, (str, bytes)) else "text/plain"
+    if isinstance(body, str | bytes):
+        raw, content_type = (body.encode() if isinstance(body, str) else body), "text/plain"
+    else:
+        raw, content_type = json.dumps(body).encode(), "application/json"
     head = [("content-type", content_type), ("content-length", str(len(raw)))]
     head += [(k, v) for k, v in headers.items()]
     await _send(conn, stream, h11.Response(status_code=code, headers=head))

@@ -188,7 +188,18 @@ class Journal:
             record.streamed,
         )
         if self._traces is not None:
-            self._traces(self._trace(record, outcome, now_wall, ended_at, candidate, route, usage))
+            lanes = self._catalog.lanes
+            trace = job_trace(
+                record,
+                outcome,
+                ended_wall=now_wall,
+                ended_at=ended_at,
+                served=candidate,
+                route=route,
+                usage=usage,
+                provider_of=lambda lane: lanes[lane].spec.provider if lane in lanes else lane,
+            )
+            self._traces(trace)
         if self._config.log_jobs:
             job_log.info(
                 "job %s model=%s route=%s served=%s attempts=%d outcome=%s %.0f ms%s",
@@ -280,25 +291,3 @@ class Journal:
         size = _size(row)
         self._rows.append((size, row))
         self._bytes += size
-
-    def _trace(
-        self,
-        record: JobRecord,
-        outcome: str,
-        ended_wall: float,
-        ended_at: float,
-        served: Candidate | None,
-        route: str | None,
-        usage: Mapping[str, Any] | None,
-    ) -> JobTrace:
-        lanes = self._catalog.lanes
-        return job_trace(
-            record,
-            outcome,
-            ended_wall=ended_wall,
-            ended_at=ended_at,
-            served=served,
-            route=route,
-            usage=usage,
-            provider_of=lambda lane: lanes[lane].spec.provider if lane in lanes else lane,
-        )

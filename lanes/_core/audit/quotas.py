@@ -145,21 +145,16 @@ def paid_day(
         return PaidDay(
             spent_usd=ledger.spent_today(), ceiling_usd=ledger.ceiling(), ends_at=ends_at
         )
-    closed = ledger.left_today(client) <= 0.0
-    if ledger.client_ceiling(client) is None and shared:
+    this_host = ledger.client_ceiling(client) is None and shared
+    if this_host:
         spent = audited(client, ends_at - 86400.0) if audited is not None else 0.0
-        return PaidDay(
-            spent_usd=spent,
-            ceiling_usd=ledger.ceiling(),
-            ends_at=ends_at,
-            client=client,
-            closed=closed,
-            this_host=True,
-        )
+    else:
+        spent = ledger.spent_today(client)
     return PaidDay(
-        spent_usd=ledger.spent_today(client),
-        ceiling_usd=ledger.ceiling(client),
+        spent_usd=spent,
+        ceiling_usd=ledger.ceiling(client),  # the global one, for a client without its own
         ends_at=ends_at,
         client=client,
-        closed=closed,
+        closed=ledger.left_today(client) <= 0.0,
+        this_host=this_host,
     )

@@ -21,12 +21,12 @@ from typing import Any
 
 import attrs
 
-from lanes._core.state.audit import client_dim
+from lanes._core.state.audit import ATTEMPT_COLUMNS, DIMENSIONS, client_dim
 
 # lanes: pure
 
 Query = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
-GROUPS = ("cohort", "class", "lane", "model", "client")
+GROUPS = DIMENSIONS  # what the audit is rolled up by
 DAY_S = 86400.0
 
 
@@ -131,37 +131,30 @@ def _groups(query: Query, *, hour: int, dim: str) -> dict[str, ReportGroup]:
         "FROM audit_jobs_hourly WHERE dim = ? AND hour >= ? GROUP BY 1",
         (dim, hour),
     )
-    reasons = _nested(
-        query(
-            "SELECT value, first_free_outcome, SUM(jobs) FROM audit_jobs_hourly "
-            "WHERE dim = ? AND hour >= ? AND retried = 1 GROUP BY 1, 2",
-            (dim, hour),
+
+    def per_group(what: str, table: str, only: str = "") -> dict[Any, dict[Any, Any]]:
+        """`what` (a key and its sum) per group value: from `table`'s rows of `dim` since `hour`
+        (`only`: and these)."""
+        return _nested(
+            query(
+                f"SELECT value, {what} FROM {table} "
+                f"WHERE dim = ? AND hour >= ? {only} GROUP BY 1, 2",
+                (dim, hour),
+            )
         )
+
+    reasons = per_group("first_free_outcome, SUM(jobs)", "audit_jobs_hourly", "AND retried = 1")
+    privacy = per_group(
+        "CASE WHEN privacy = '' THEN 'any' ELSE privacy END || ' → ' || CASE "
+        "WHEN outcome != 'ok' THEN 'none' WHEN tier = 'local' THEN 'local' "
+        "WHEN zdr = 1 THEN 'zdr' ELSE 'retains' END, SUM(jobs)",
+        "audit_jobs_hourly",
     )
-    privacy = _nested(
-        query(
-            "SELECT value, CASE WHEN privacy = '' THEN 'any' ELSE privacy END || ' → ' || CASE "
-            "WHEN outcome != 'ok' THEN 'none' WHEN tier = 'local' THEN 'local' "
-            "WHEN zdr = 1 THEN 'zdr' ELSE 'retains' END, SUM(jobs) FROM audit_jobs_hourly "
-            "WHERE dim = ? AND hour >= ? GROUP BY 1, 2",
-            (dim, hour),
-        )
-    )
-    latency = _nested(
-        query(
-            "SELECT value, route, SUM(latency_s) / SUM(attempts) FROM audit_attempts_hourly "
-            "WHERE dim = ? AND hour >= ? GROUP BY 1, 2",
-            (dim, hour),
-        )
-    )
-    errors = _nested(
-        query(
-            "SELECT value, CASE WHEN category != '' THEN category ELSE outcome END, "
-            "SUM(attempts) FROM audit_attempts_hourly "
-            "WHERE dim = ? AND hour >= ? AND outcome != 'ok' "
-            "GROUP BY 1, 2",
-            (dim, hour),
-        )
+    latency = per_group("route, SUM(latency_s) / SUM(attempts)", "audit_attempts_hourly")
+    errors = per_group(
+        "CASE WHEN category != '' THEN category ELSE outcome END, SUM(attempts)",
+        "audit_attempts_hourly",
+        "AND outcome != 'ok'",
     )
     requests: dict[Any, int] = dict(
         query(
@@ -332,20 +325,8 @@ def explain(query: Query, request_id: str) -> dict[str, Any] | None:
     if not rows:
         return None
     job = dict(zip(columns, rows[0], strict=True))
-    attempt_columns = (
-        "n",
-        "lane",
-        "model",
-        "tier",
-        "route",
-        "outcome",
-        "category",
-        "status",
-        "retry",
-        "latency_s",
-        "tokens",
-        "cost_usd",
-    )
+    job_facts = ("job", "at", "client", "cohort", "class")  # in `job` already
+    attempt_columns = [c for c in ATTEMPT_COLUMNS if c not in job_facts]
     attempts = [
         dict(zip(attempt_columns, row, strict=True))
         for row in query(

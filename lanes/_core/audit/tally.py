@@ -142,10 +142,7 @@ class Tally:
 
     @staticmethod
     def _kept(histograms: dict[str, list[float]], label: str) -> list[float]:
-        counts = histograms.get(label)
-        if counts is None:
-            counts = histograms[label] = [0] * (len(BUCKETS) + 2)
-        return counts
+        return histograms.setdefault(label, [0] * (len(BUCKETS) + 2))
 
     def statistics(self) -> TallyStatistics:
         return TallyStatistics(
@@ -178,14 +175,10 @@ def summed(parts: Sequence[TallyStatistics]) -> TallyStatistics:
         for part in parts:
             for key, h in getattr(part, name).items():
                 had = merged.get(key)
-                merged[key] = (
-                    h
-                    if had is None
-                    else Histogram(
-                        counts=tuple(a + b for a, b in zip(had.counts, h.counts, strict=True)),
-                        sum_s=had.sum_s + h.sum_s,
-                    )
-                )
+                if had is not None:
+                    counts = tuple(a + b for a, b in zip(had.counts, h.counts, strict=True))
+                    h = Histogram(counts=counts, sum_s=had.sum_s + h.sum_s)
+                merged[key] = h
         out[name] = merged
     return TallyStatistics(**out)
 

@@ -131,9 +131,8 @@ class Ledger:
             self._clock.observe(exc.skew_s)
             raise self.closed() or PaidBudgetExhausted(str(exc), retry_after_s=5.0) from exc
         except STORE_ERRORS as exc:
-            if (
-                not self._ledger_failing and not self._store.shared
-            ):  # a shared store's outage is logged by the sync
+            # a shared store's outage is logged by the sync
+            if not self._ledger_failing and not self._store.shared:
                 log.warning(
                     "paid ledger: can not record a reservation (%s); paid fallback closed", exc
                 )

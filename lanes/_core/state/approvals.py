@@ -140,13 +140,7 @@ def approval_row(approval: ApprovalRecord) -> tuple[Any, ...]:
         "cost": approval.estimated_cost_usd,
         "created": approval.created_at,
     }
-    return (
-        approval.id,
-        approval.client,
-        approval.fingerprint,
-        json.dumps(data),
-        approval.expires_at,
-    )
+    return approval.id, approval.client, approval.fingerprint, json.dumps(data), approval.expires_at
 
 
 def approval_from(row: tuple[Any, ...]) -> ApprovalRecord | None:
@@ -235,17 +229,12 @@ class SQLiteApprovals(Approvals, SQLiteBase):
         """In one immediate transaction."""
         with self._lock, immediate(self._conn) as conn:
             conn.execute("DELETE FROM once_consent WHERE until <= ?", (claim.now,))
+            named = claim.approval or ""  # taken first
             row = conn.execute(
                 "SELECT id FROM once_consent WHERE client = ? AND candidate = ? "
                 "AND fingerprint = ? AND cost_usd IS NOT NULL AND cost_usd + 1e-12 >= ? "
                 "ORDER BY id = ? DESC LIMIT 1",
-                (
-                    claim.client,
-                    claim.candidate,
-                    claim.fingerprint,
-                    claim.cost,
-                    claim.approval or "",
-                ),
+                (claim.client, claim.candidate, claim.fingerprint, claim.cost, named),
             ).fetchone()
             if row is not None:
                 conn.execute("DELETE FROM once_consent WHERE id = ?", (row[0],))

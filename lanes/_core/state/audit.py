@@ -20,6 +20,30 @@ from lanes._core.policy.needs import max_output_tokens
 
 #: Between a dimension and a client's name in the roll-ups' dimension of that client's jobs.
 CLIENT_SEP = "\x1f"
+#: The columns of `audit_attempt` (`audit_tables.py`): what each of a row's `attempt_rows` holds.
+ATTEMPT_COLUMNS = (
+    "job",
+    "n",
+    "at",
+    "client",
+    "cohort",
+    "class",
+    "lane",
+    "model",
+    "tier",
+    "route",
+    "outcome",
+    "category",
+    "status",
+    "retry",
+    "latency_s",
+    "tokens",
+    "cost_usd",
+)
+#: What a report can group by; each job (and attempt) is rolled up once per dimension, and once
+#: more under ("all", "all") for the totals — and each of those again under its client's own
+#: dimension (`client_dim`), so a client's report reads only its own jobs.
+DIMENSIONS = ("cohort", "class", "lane", "model", "client")
 
 
 class AuditedJob(Protocol):

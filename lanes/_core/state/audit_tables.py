@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from lanes._core.state.audit import client_dim
+from lanes._core.state.audit import ATTEMPT_COLUMNS, DIMENSIONS, client_dim
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit (
@@ -84,29 +84,6 @@ AUDIT_COLUMNS = (
     "body",
     *(name for name, _ in ADDED),
 )
-ATTEMPT_COLUMNS = (
-    "job",
-    "n",
-    "at",
-    "client",
-    "cohort",
-    "class",
-    "lane",
-    "model",
-    "tier",
-    "route",
-    "outcome",
-    "category",
-    "status",
-    "retry",
-    "latency_s",
-    "tokens",
-    "cost_usd",
-)
-#: What a report can group by; each job (and attempt) is rolled up once per dimension, and once
-#: more under ("all", "all") for the totals — and each of those again under its client's own
-#: dimension (`client_dim`), so a client's report reads only its own jobs.
-DIMENSIONS = ("cohort", "class", "lane", "model", "client")
 JOB_KEYS = ("route", "tier", "outcome", "privacy", "zdr", "first_free_outcome", "retried")
 ATTEMPT_KEYS = ("route", "outcome", "category")
 
@@ -201,11 +178,3 @@ def prune(conn: sqlite3.Connection, before: float) -> int:
         conn.execute("DELETE FROM audit_jobs_hourly WHERE hour < ?", (int(before // 3600),))
         conn.execute("DELETE FROM audit_attempts_hourly WHERE hour < ?", (int(before // 3600),))
         return conn.execute("DELETE FROM audit WHERE at < ?", (before,)).rowcount
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    """Give an `audit` made by an older version the columns this one writes and reads."""
-    have = {row[1] for row in conn.execute('PRAGMA table_info("audit")')}
-    for name, kind in ADDED:
-        if name not in have:
-            conn.execute(f"ALTER TABLE audit ADD COLUMN {name} {kind}")

@@ -18,7 +18,7 @@ import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
@@ -233,6 +233,18 @@ def json_object(value: object) -> dict[str, Any]:
     except (TypeError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def parsed(pairs: Iterable[tuple[str, Any]], read: Callable[[Any], T]) -> list[tuple[str, T]]:
+    """`(key, read(value))` of each pair whose value `read` can read; one it can not (ValueError,
+    TypeError, KeyError) is skipped, never fatal."""
+    out = []
+    for key, value in pairs:
+        try:
+            out.append((key, read(value)))
+        except (ValueError, TypeError, KeyError):
+            continue
+    return out
 
 
 def text(value: object) -> str:

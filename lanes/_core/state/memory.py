@@ -13,12 +13,13 @@ that publishes the ones that won.
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any, Protocol
 
 from lanes._core.freetier.backoff import LADDERS, Backoff
 from lanes._core.freetier.headers import RateLimitSnapshot, Window, snapshot_of
 from lanes._core.freetier.windows import WINDOWS, Key, WindowName, end_of, window_id
-from lanes._core.state.backend import SEP, LocalView, RedisBase, SQLiteBase, guarded, text
+from lanes._core.state.backend import SEP, LocalView, RedisBase, SQLiteBase, guarded, parsed, text
 from lanes._core.state.redis_scripts import BACKOFF, MAX
 
 UsageKey = Key  # (scope, dimension, window, window id)
@@ -104,18 +105,7 @@ class SQLiteMemory(SQLiteBase):
         self, rows: list[tuple[UsageKey, int]], spend: dict[tuple[str, int], float]
     ) -> None:
         with self._lock, self._conn:
-            self._conn.executemany(
-                "INSERT INTO usage (scope, dimension, window, window_id, count) "
-                "VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (scope, dimension, window, window_id) "
-                "DO UPDATE SET count = count + excluded.count",
-                [(*key, delta) for key, delta in rows],
-            )
-            self._conn.executemany(
-                "INSERT INTO spend (lane, period, usd) VALUES (?, ?, ?) "
-                "ON CONFLICT (lane, period) DO UPDATE SET usd = usd + excluded.usd",
-                [(lane, period, usd) for (lane, period), usd in spend.items()],
-            )
+            _merge_counts(self._conn, rows, spend, "{0} + excluded.{0}")
 
     def usage_totals(self, now: float) -> list[tuple[UsageKey, int]]:
         current = [(w, window_id(w, now)) for w in WINDOWS]
@@ -149,13 +139,7 @@ class SQLiteMemory(SQLiteBase):
             rows = self._conn.execute(
                 "SELECT scope, until, step, reason, source FROM backoff WHERE until > ?", (now,)
             ).fetchall()
-        out = []
-        for scope, *row in rows:
-            try:
-                out.append((scope, backoff_row(tuple(row))))
-            except (ValueError, TypeError, KeyError):
-                continue  # a row we can not read is skipped, never fatal
-        return out
+        return parsed(((scope, tuple(row)) for scope, *row in rows), backoff_row)
 
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None:
         with self._lock, self._conn:
@@ -180,17 +164,28 @@ class SQLiteMemory(SQLiteBase):
 
     def _reseed_counts(self, view: LocalView) -> None:
         """Counts and spend back by their maximum — inside the reseed's transaction."""
-        self._conn.executemany(
-            "INSERT INTO usage (scope, dimension, window, window_id, count) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (scope, dimension, window, window_id) "
-            "DO UPDATE SET count = MAX(count, excluded.count)",
-            [(*key, count) for key, count in view.usage],
-        )
-        self._conn.executemany(
-            "INSERT INTO spend (lane, period, usd) VALUES (?, ?, ?) "
-            "ON CONFLICT (lane, period) DO UPDATE SET usd = MAX(usd, excluded.usd)",
-            [(lane, period, usd) for (lane, period), usd in view.spend.items()],
-        )
+        _merge_counts(self._conn, view.usage, view.spend, "MAX({0}, excluded.{0})")
+
+
+def _merge_counts(
+    conn: sqlite3.Connection,
+    usage: list[tuple[UsageKey, int]],
+    spend: dict[tuple[str, int], float],
+    merge: str,
+) -> None:
+    """Write usage counts and credit spend, each merged with the row there by `merge` (a template
+    of the column: added, or the larger kept)."""
+    conn.executemany(
+        "INSERT INTO usage (scope, dimension, window, window_id, count) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (scope, dimension, window, window_id) "
+        f"DO UPDATE SET count = {merge.format('count')}",
+        [(*key, count) for key, count in usage],
+    )
+    conn.executemany(
+        "INSERT INTO spend (lane, period, usd) VALUES (?, ?, ?) "
+        f"ON CONFLICT (lane, period) DO UPDATE SET usd = {merge.format('usd')}",
+        [(lane, period, usd) for (lane, period), usd in spend.items()],
+    )
 
 
 class RedisMemory(RedisBase):
@@ -269,15 +264,8 @@ class RedisMemory(RedisBase):
         if not scopes:
             return []
         values = self._redis.mget([self._k("backoff", s) for s in scopes])
-        out: list[tuple[str, Backoff]] = []
-        for scope, value in zip(scopes, values, strict=True):
-            if value is None:
-                continue  # expired between the two reads
-            try:
-                out.append((scope, backoff_from(json.loads(value))))
-            except (ValueError, TypeError, KeyError):
-                continue  # a value we can not read is skipped, never fatal
-        return out
+        found = [(s, v) for s, v in zip(scopes, values, strict=True) if v is not None]  # or expired
+        return parsed(found, lambda value: backoff_from(json.loads(value)))
 
     @guarded
     def put_snapshots(self, snapshots: dict[str, tuple[float, RateLimitSnapshot]]) -> None:

@@ -68,6 +68,7 @@ SCHEMA = "".join(
 _ADDED: dict[str, tuple[tuple[str, str], ...]] = {
     "paid_ledger": (("client", "TEXT"),),
     "once_consent": (("cost_usd", "FLOAT"),),  # NULL in an older file's onces: they never match
+    "audit": audit_tables.ADDED,
 }
 
 
@@ -100,7 +101,6 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 conn.execute(f'ALTER TABLE "{table}" ADD COLUMN {name} {kind}')
     conn.execute("CREATE INDEX IF NOT EXISTS idx_paid_ledger_client ON paid_ledger (day, client)")
     paid.migrate(conn)  # after the columns: the totals are per client
-    audit_tables.migrate(conn)
 
 
 class SQLiteStore(

@@ -22,6 +22,7 @@ from lanes._core.state.backend import (
     SQLiteBase,
     StoreUnavailable,
     guarded,
+    parsed,
     text,
 )
 
@@ -97,6 +98,12 @@ class SQLiteSwitches(SQLiteBase):
         )
 
 
+def _quarantine_reason(value: str) -> str:
+    """The reason of a quarantine as kept in Redis (JSON)."""
+    data = json.loads(value)
+    return quarantine_reason(data["verdict"], data["reason"])
+
+
 class RedisSwitches(RedisBase):
     """Switches and quarantine in Redis, shared by every host."""
 
@@ -130,14 +137,8 @@ class RedisSwitches(RedisBase):
 
     @guarded
     def _read_quarantine(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for key, value in self._redis.hgetall(self._k("quarantine")).items():
-            try:
-                data = json.loads(value)
-                out[text(key)] = quarantine_reason(data["verdict"], data["reason"])
-            except (ValueError, TypeError, KeyError):
-                continue
-        return out
+        stored = self._redis.hgetall(self._k("quarantine")).items()
+        return dict(parsed(((text(k), v) for k, v in stored), _quarantine_reason))
 
     def set_quarantine(
         self, key: str, verdict: str | None, reason: str = "", at: float = 0.0
