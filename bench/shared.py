@@ -20,6 +20,7 @@ import trio
 
 from bench import peers
 from bench.load import percentile, run_load
+from lanes._core.state.paid import PaidAsk
 from lanes.harness.redis_server import RedisServer, redis_server_path
 
 PRICES = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
@@ -241,8 +242,10 @@ def store_calls(redis_url: str, workdir: Path, n: int = 2000) -> dict[str, Any]:
     for name, store in (("sqlite", sqlite), ("redis", shared)):
         start = time.perf_counter()  # wall-clock: a micro-benchmark
         for i in range(n):
-            store.reserve_paid(
-                day=1, amount=1e-9, ceiling=1.0, lane="p", model="m", job=f"j{i}", cohort=None
+            store.reserve(
+                PaidAsk(
+                    day=1, amount=1e-9, ceiling=1.0, lane="p", model="m", job=f"j{i}", cohort=None
+                )
             )
         reserve = (time.perf_counter() - start) / n * 1e6  # wall-clock: as above
         start = time.perf_counter()  # wall-clock: as above

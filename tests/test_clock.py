@@ -28,6 +28,7 @@ from lanes._core.money.quote import quote
 from lanes._core.policy.policy import PolicyConfig
 from lanes._core.runtime.wall import OFFSET_ENV, Wall, drill_offset
 from lanes._core.state.clock import StoreClock
+from lanes._core.state.paid import PaidAsk
 from lanes._core.state.redis_store import RedisStore
 from lanes._core.state.store import ClockRefused, SQLiteStore
 from lanes.testing import open_fake, status
@@ -232,16 +233,18 @@ def test_redis_refuses_a_wall_a_day_off_and_corrects_a_wrong_day(redis_server):
     today = window_id("day", time.time())
 
     def reserve(wall: float) -> str | None:
-        return store.reserve_paid(
-            day=today + 1,
-            amount=0.01,
-            ceiling=1.0,
-            lane="p",
-            model="m",
-            job="j",
-            cohort=None,
-            wall=wall,
-            tolerance_s=120.0,
+        return store.reserve(
+            PaidAsk(
+                day=today + 1,
+                amount=0.01,
+                ceiling=1.0,
+                lane="p",
+                model="m",
+                job="j",
+                cohort=None,
+                wall=wall,
+                tolerance_s=120.0,
+            )
         )
 
     with pytest.raises(ClockRefused) as refused:

@@ -266,10 +266,10 @@ async def test_ledger_that_can_not_be_written_fails_closed(
     await free_gone(a, b)
     async with lanes.open_dispatcher(cfg(a, b, paid, free_tier_fallback="allow"), env=env) as d:
 
-        def broken(**kw):
+        def broken(*args, **kw):
             raise sqlite3.OperationalError("disk I/O error")
 
-        monkeypatch.setattr(d.store, "reserve_paid", broken)
+        monkeypatch.setattr(d.store, "reserve", broken)
         with pytest.raises(lanes.PaidBudgetExhausted, match="can not be written"):
             await d.complete(job())
     assert paid.requests() == []

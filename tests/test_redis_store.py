@@ -17,6 +17,7 @@ import redis
 
 from lanes._core.freetier.backoff import Backoff, Reason
 from lanes._core.freetier.windows import end_of, window_id
+from lanes._core.state.paid import PaidAsk
 from lanes._core.state.redis_store import RedisStore, redacted
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
 
@@ -123,8 +124,8 @@ def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
     machine, and a refused connection fails at once however loaded.)"""
     store = host(redis_server.url, timeouts_s=30.0)
     day = window_id("day", time.time())
-    before = store.reserve_paid(
-        day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="before", cohort=None
+    before = store.reserve(
+        PaidAsk(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="before", cohort=None)
     )
     assert before
     redis_server.kill()
@@ -135,14 +136,16 @@ def test_redis_down_fails_fast_and_closes_the_ledger(redis_server):
     assert time.monotonic() - started < 5.0  # wall-clock: as above
     assert not store.up
     with pytest.raises(StoreUnavailable):
-        store.reserve_paid(
-            day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="during", cohort=None
+        store.reserve(
+            PaidAsk(
+                day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="during", cohort=None
+            )
         )
     store.settle_paid(before, 0.05)  # queued, never lost
     redis_server.start()  # no persistence: Redis forgot everything
     with pytest.raises(StoreUnavailable, match="not synchronised"):
-        store.reserve_paid(
-            day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="early", cohort=None
+        store.reserve(
+            PaidAsk(day=day, amount=0.1, ceiling=1.0, lane="p", model="m", job="early", cohort=None)
         )
     assert store.begin_sync(time.time()) is True  # the loss is noticed
     store.reseed(
@@ -178,8 +181,10 @@ def test_a_host_forgets_its_own_reservations_after_two_days(redis_server):
     store = host(redis_server.url)
     today = window_id("day", time.time())
     for day in (today - 3, today - 1, today):
-        store.reserve_paid(
-            day=day, amount=0.01, ceiling=1.0, lane="p", model="m", job=f"j{day}", cohort=None
+        store.reserve(
+            PaidAsk(
+                day=day, amount=0.01, ceiling=1.0, lane="p", model="m", job=f"j{day}", cohort=None
+            )
         )
     store.begin_sync(time.time())
     assert sorted(day for day, _ in store._own.values()) == [today - 1, today]
@@ -189,14 +194,16 @@ def test_settling_a_large_reservation_keeps_the_total_exact(redis_server):
     """A reservation of 16 digits of pico-dollars settles to the exact integer total."""
     store = host(redis_server.url)
     day = window_id("day", time.time())
-    reservation = store.reserve_paid(
-        day=day,
-        amount=1234.567891234567,
-        ceiling=5000.0,
-        lane="p",
-        model="m",
-        job="big",
-        cohort=None,
+    reservation = store.reserve(
+        PaidAsk(
+            day=day,
+            amount=1234.567891234567,
+            ceiling=5000.0,
+            lane="p",
+            model="m",
+            job="big",
+            cohort=None,
+        )
     )
     assert reservation is not None  # well under the ceiling
     store.settle_paid(reservation, 1.000000000001)

@@ -17,6 +17,7 @@ import attrs
 import pytest
 
 from helpers import examples
+from lanes._core.state.approvals import OnceClaim
 from lanes._core.state.store import ApprovalRecord, OnceConsent, SQLiteStore, Store
 
 NOW = time.time()
@@ -114,7 +115,7 @@ def take(store: Store, **changes: object) -> str | None:
     asked: dict[str, Any] = dict(
         client="nightly", candidate="paid/p", fingerprint="f" * 64, cost=0.002, approval=None
     )
-    return store.take_once(**{**asked, "now": NOW, **changes})
+    return store.claim_once(OnceClaim(**{**asked, "now": NOW, **changes}))
 
 
 def test_a_once_decision_keeps_the_request_model_and_worst_case_it_approved(two):

@@ -19,6 +19,7 @@ from state_backends import BACKENDS, State, open_state, resync, sync
 
 from helpers import examples
 from lanes._core.freetier.windows import window_id
+from lanes._core.state.paid import PaidAsk
 from lanes._core.state.store import Store, StoreUnavailable
 
 DAY = window_id("day", time.time())  # today: Redis expires a day's ledger after its end
@@ -33,7 +34,7 @@ def state(request, tmp_path):
 
 def reserve(store: Store, amount: float, ceiling: float = 1.0, **more: Any) -> str | None:
     asked: dict[str, Any] = {"lane": "p", "model": "m", "job": "j", "cohort": None}
-    return store.reserve_paid(day=DAY, amount=amount, ceiling=ceiling, **{**asked, **more})
+    return store.reserve(PaidAsk(day=DAY, amount=amount, ceiling=ceiling, **{**asked, **more}))
 
 
 def entries(state: State, day: int = DAY) -> dict[str, float]:

@@ -12,6 +12,7 @@ from state_backends import BACKENDS, open_state
 
 from lanes._core.freetier.windows import window_id
 from lanes._core.state import terms
+from lanes._core.state.paid import PaidAsk
 from lanes._core.state.store import Store
 from lanes._core.state.terms import Operator, Terms
 
@@ -41,16 +42,18 @@ def beat(store: Store, ceiling: float, consent: str = "allow", *, fresh: bool = 
 
 
 def reserve(store: Store, amount: float, ceiling: float) -> str | None:
-    return store.reserve_paid(
-        day=window_id("day", time.time()),
-        amount=amount,
-        ceiling=ceiling,
-        lane="paid",
-        model="m",
-        job="j",
-        cohort=None,
-        wall=time.time(),
-        tolerance_s=120.0,
+    return store.reserve(
+        PaidAsk(
+            day=window_id("day", time.time()),
+            amount=amount,
+            ceiling=ceiling,
+            lane="paid",
+            model="m",
+            job="j",
+            cohort=None,
+            wall=time.time(),
+            tolerance_s=120.0,
+        )
     )
 
 

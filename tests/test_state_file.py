@@ -24,6 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 import lanes
 from helpers import config, examples, paid_lane, store_up
 from lanes._core.freetier.backoff import Backoff
+from lanes._core.state.paid import PaidAsk
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
 from lanes.testing import open_fake
 
@@ -36,8 +37,8 @@ def _open_and_write(path: str, barrier, results) -> None:
         barrier.wait(timeout=30)
         store = SQLiteStore(path)
         store.put_switch("lane-a", True, 1.0)
-        reservation = store.reserve_paid(
-            day=DAY, amount=0.01, ceiling=10.0, lane="p", model="m", job="j", cohort=None
+        reservation = store.reserve(
+            PaidAsk(day=DAY, amount=0.01, ceiling=10.0, lane="p", model="m", job="j", cohort=None)
         )
         assert reservation is not None
         store.close()
@@ -91,8 +92,8 @@ def _view(**kw) -> LocalView:
 
 
 def _reserve(store: SQLiteStore, amount: float) -> str | None:
-    return store.reserve_paid(
-        day=DAY, amount=amount, ceiling=1.0, lane="p", model="m", job="j", cohort=None
+    return store.reserve(
+        PaidAsk(day=DAY, amount=amount, ceiling=1.0, lane="p", model="m", job="j", cohort=None)
     )
 
 
@@ -265,8 +266,10 @@ def test_many_settlements_do_not_drift_the_totals(tmp_path):
     store, rng = SQLiteStore(str(path)), random.Random(7)
     for i in range(3000):
         amount = rng.uniform(0.0, 0.05)
-        reservation = store.reserve_paid(
-            day=DAY, amount=amount, ceiling=1e6, lane="p", model="m", job=f"j{i}", cohort=None
+        reservation = store.reserve(
+            PaidAsk(
+                day=DAY, amount=amount, ceiling=1e6, lane="p", model="m", job=f"j{i}", cohort=None
+            )
         )
         assert reservation is not None
         store.settle_paid(reservation, amount * rng.random())
@@ -297,16 +300,18 @@ class Totals(RuleBasedStateMachine):
     @rule(which=st.integers(0, 1), amount=st.floats(0.0, 0.4), client=CLIENTS, own=st.booleans())
     def reserve(self, which: int, amount: float, client: str | None, own: bool) -> None:
         self.jobs += 1
-        reservation = self.stores[which].reserve_paid(
-            day=DAY,
-            amount=amount,
-            ceiling=2.0,
-            lane="p",
-            model="m",
-            job=f"j{self.jobs}",
-            cohort=None,
-            client=client,
-            client_ceiling=1.0 if own else None,
+        reservation = self.stores[which].reserve(
+            PaidAsk(
+                day=DAY,
+                amount=amount,
+                ceiling=2.0,
+                lane="p",
+                model="m",
+                job=f"j{self.jobs}",
+                cohort=None,
+                client=client,
+                client_ceiling=1.0 if own else None,
+            )
         )
         total = math.fsum(usd for _, usd in self.rows.values())
         mine = math.fsum(usd for c, usd in self.rows.values() if c == client or client is None)

@@ -1,7 +1,7 @@
 """Diff a run against the pinned baseline and score each model's drift. Pure.
 
-Per prompt: checks passed now vs then, exact match, a normalised similarity (difflib ratio), the
-length change, and whether the reported model or system fingerprint changed. Per model a drift
+Per prompt: whether a check that passed then fails now, exact match, a normalised similarity
+(difflib ratio), and whether the reported model or system fingerprint changed. Per model a drift
 score in [0, 1] and a verdict: `ok`, `drifted`, `failed` (checks that passed at pin time fail now,
 or nothing answered) or `skipped` (not probed: backed off, low quota, breaker open).
 """
@@ -37,12 +37,9 @@ class Answer:
 @attrs.frozen(kw_only=True)
 class PromptDiff:
     prompt: str
-    checks_now: int
-    checks_then: int
     regressed: bool  # a check that passed at pin time fails now
     exact: bool
     similarity: float
-    length_change: float  # relative: (now - then) / max(then, 1)
     model_changed: bool
     excerpt_then: str = ""
     excerpt_now: str = ""
@@ -67,12 +64,9 @@ def diff_prompt(now: Answer, then: Answer) -> PromptDiff:
     regressed = any(then.checks.get(k) and not v for k, v in now.checks.items())
     return PromptDiff(
         prompt=now.prompt,
-        checks_now=sum(now.checks.values()),
-        checks_then=sum(then.checks.values()),
         regressed=regressed or (then.status == "ok" and now.status != "ok"),
         exact=now.text == then.text,
         similarity=similarity(now.text, then.text),
-        length_change=(len(now.text) - len(then.text)) / max(len(then.text), 1),
         model_changed=(now.reported_model, now.fingerprint)
         != (then.reported_model, then.fingerprint),
         excerpt_then=then.text[:120],

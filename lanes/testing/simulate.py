@@ -32,37 +32,26 @@ SIM_KEYS = {
 }
 
 
-# An OpenRouter-shaped model list: prices per token as strings, parameters, modalities. Discovery
-# adds the free models the config does not name (mistral-7b:free) and leaves the paid ones out.
+def _listed(
+    model: str, context: int, price: tuple[str, str], params: str, inputs: str = "text"
+) -> dict[str, Any]:
+    """One model as OpenRouter lists it: prices per token as strings, parameters, modalities."""
+    return {
+        "id": model,
+        "context_length": context,
+        "pricing": {"prompt": price[0], "completion": price[1]},
+        "supported_parameters": params.split(),
+        "architecture": {"input_modalities": inputs.split()},
+    }
+
+
+# An OpenRouter-shaped model list. Discovery adds the free models the config does not name
+# (mistral-7b:free) and leaves the paid ones out.
 OPENROUTER_CATALOG = [
-    {
-        "id": "llama-3.3-70b:free",
-        "context_length": 65536,
-        "pricing": {"prompt": "0", "completion": "0"},
-        "supported_parameters": ["tools", "temperature"],
-        "architecture": {"input_modalities": ["text"]},
-    },
-    {
-        "id": "qwen-coder:free",
-        "context_length": 32768,
-        "pricing": {"prompt": "0", "completion": "0"},
-        "supported_parameters": ["temperature"],
-        "architecture": {"input_modalities": ["text"]},
-    },
-    {
-        "id": "mistral-7b:free",
-        "context_length": 32768,
-        "pricing": {"prompt": "0", "completion": "0"},
-        "supported_parameters": ["tools", "response_format"],
-        "architecture": {"input_modalities": ["text"]},
-    },
-    {
-        "id": "claude-sim",
-        "context_length": 200000,
-        "pricing": {"prompt": "0.000003", "completion": "0.000015"},
-        "supported_parameters": ["tools"],
-        "architecture": {"input_modalities": ["text", "image"]},
-    },
+    _listed("llama-3.3-70b:free", 65536, ("0", "0"), "tools temperature"),
+    _listed("qwen-coder:free", 32768, ("0", "0"), "temperature"),
+    _listed("mistral-7b:free", 32768, ("0", "0"), "tools response_format"),
+    _listed("claude-sim", 200000, ("0.000003", "0.000015"), "tools", "text image"),
     {"id": "gpt-unpriced", "context_length": 128000},
 ]
 

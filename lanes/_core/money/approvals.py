@@ -8,7 +8,7 @@ pending approval and may decide any of them (once: the store's decision is atomi
 jobs wait on an approval decided elsewhere applies the decision at its next sync (within half a
 second). "Once" is kept in the store with the decision, in the same atomic step, and names the
 request approved (its fingerprint), the model and the worst case approved: exactly one request
-consumes it (`take_once`, atomic across processes) — the first of the jobs waiting on it, wherever
+consumes it (`claim_once`, atomic across processes) — the first of the jobs waiting on it, wherever
 they wait, or the client's first matching retry. A store that can not be written leaves the
 approval in this process only, and its "once" to the first job waiting here.
 
@@ -26,7 +26,13 @@ import trio
 
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.job import Job
-from lanes._core.state.approvals import ApprovalRecord, Approvals, OnceConsent, once_of
+from lanes._core.state.approvals import (
+    ApprovalRecord,
+    Approvals,
+    OnceClaim,
+    OnceConsent,
+    once_of,
+)
 from lanes._core.state.backend import STORE_ERRORS, Backend, call
 from lanes._core.state.grants import Grants
 
@@ -177,13 +183,15 @@ class PendingApprovals:
         try:
             taken = await call(
                 self._store,
-                self._store.take_once,
-                client=job.client,
-                candidate=candidate,
-                fingerprint=job.request_fingerprint(),
-                cost=cost,
-                approval=approval or job.approval,
-                now=self._now(),
+                self._store.claim_once,
+                OnceClaim(
+                    client=job.client,
+                    candidate=candidate,
+                    fingerprint=job.request_fingerprint(),
+                    cost=cost,
+                    approval=approval or job.approval,
+                    now=self._now(),
+                ),
             )
         except STORE_ERRORS:  # a store that can not answer consents to nothing
             return False

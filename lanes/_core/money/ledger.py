@@ -32,7 +32,7 @@ from lanes._core.policy.policy import PolicyConfig
 from lanes._core.policy.spend import Unbounded
 from lanes._core.state.backend import STORE_ERRORS, Backend, ClockRefused, call
 from lanes._core.state.clock import StoreClock
-from lanes._core.state.paid import PaidLedger
+from lanes._core.state.paid import PaidAsk, PaidLedger
 
 log = logging.getLogger("lanes")
 SCOPE = "governor"
@@ -114,18 +114,20 @@ class Ledger:
         try:
             reservation = await call(
                 self._store,
-                self._store.reserve_paid,
-                day=window_id("day", now),
-                amount=amount,
-                ceiling=self._policy().paid_ceiling_usd_per_day,
-                lane=candidate.lane,
-                model=candidate.model,
-                job=job.id,
-                cohort=job.cohort,
-                client=job.client,
-                client_ceiling=self.client_ceiling(job.client),
-                wall=self._now(),
-                tolerance_s=self._policy().clock_tolerance_s,
+                self._store.reserve,
+                PaidAsk(
+                    day=window_id("day", now),
+                    amount=amount,
+                    ceiling=self._policy().paid_ceiling_usd_per_day,
+                    lane=candidate.lane,
+                    model=candidate.model,
+                    job=job.id,
+                    cohort=job.cohort,
+                    client=job.client,
+                    client_ceiling=self.client_ceiling(job.client),
+                    wall=self._now(),
+                    tolerance_s=self._policy().clock_tolerance_s,
+                ),
             )
         except ClockRefused as exc:  # the store's own clock said so, at the reservation
             self._clock.observe(exc.skew_s)

@@ -72,7 +72,7 @@ class OnceConsent:
 
 @attrs.frozen(kw_only=True)
 class OnceClaim:
-    """A request that would pay with an "approve once" (see `Approvals.take_once`)."""
+    """A request that would pay with an "approve once" (see `Approvals.claim_once`)."""
 
     client: str
     candidate: str  # the paid "lane/model" it would use
@@ -91,31 +91,11 @@ class Approvals(Protocol):
         self, approval_id: str, decision: str, now: float, once_until: float | None = None
     ) -> ApprovalRecord | None: ...
     def put_once(self, once: OnceConsent) -> None: ...
-    def take_once(
-        self,
-        *,
-        client: str,
-        candidate: str,
-        fingerprint: str,
-        cost: float,
-        approval: str | None,
-        now: float,
-    ) -> str | None:
+    def claim_once(self, claim: OnceClaim) -> str | None:
         """Consume, atomically across every process and host, an "approve once" of `client` for
         this very request (`fingerprint`) on `candidate`, approved for a worst case of at least
         `cost` USD — the one named `approval` first; its id, or None. Expired ones are dropped."""
-        return self.claim_once(
-            OnceClaim(
-                client=client,
-                candidate=candidate,
-                fingerprint=fingerprint,
-                cost=cost,
-                approval=approval,
-                now=now,
-            )
-        )
 
-    def claim_once(self, claim: OnceClaim) -> str | None: ...
     def onces(self, now: float) -> list[OnceConsent]: ...
     def drop_once(self, once_id: str) -> bool: ...
 

@@ -111,7 +111,7 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 @attrs.frozen(kw_only=True)
 class PaidAsk:
-    """One paid attempt's reservation request (see `PaidLedger.reserve_paid`)."""
+    """One paid attempt's reservation request (see `PaidLedger.reserve`)."""
 
     day: int  # the UTC day (this host's guess: a store with a clock of its own decides it)
     amount: float  # USD: the attempt's worst case
@@ -129,43 +129,13 @@ class PaidAsk:
 class PaidLedger(Protocol):
     """Reserve, settle and read the day's paid spend."""
 
-    def reserve_paid(
-        self,
-        *,
-        day: int,
-        amount: float,
-        ceiling: float,
-        lane: str,
-        model: str,
-        job: str,
-        cohort: str | None,
-        client: str | None = None,
-        client_ceiling: float | None = None,
-        wall: float | None = None,
-        tolerance_s: float | None = None,
-    ) -> str | None:
-        """Reserve `amount` USD of the day's paid budget, atomically across every process and
-        host; the reservation's id, or None if it would cross `ceiling` or the store's terms'
+    def reserve(self, ask: PaidAsk) -> str | None:
+        """Reserve `ask.amount` USD of the day's paid budget, atomically across every process and
+        host; the reservation's id, or None if it would cross `ask.ceiling` or the store's terms'
         ceiling, whichever is lower — or, for a `client` with a ceiling of its own,
         `client_ceiling`. Raises `StoreUnavailable` while the ledger is not known to be whole and
         `ClockRefused` when `wall` is further than `tolerance_s` from the store's own clock."""
-        return self.reserve(
-            PaidAsk(
-                day=day,
-                amount=amount,
-                ceiling=ceiling,
-                lane=lane,
-                model=model,
-                job=job,
-                cohort=cohort,
-                client=client,
-                client_ceiling=client_ceiling,
-                wall=wall,
-                tolerance_s=tolerance_s,
-            )
-        )
 
-    def reserve(self, ask: PaidAsk) -> str | None: ...
     def settle_paid(self, reservation: str, cost: float) -> None: ...
     def paid_spent(self, day: int, client: str | None = None) -> float: ...
 
