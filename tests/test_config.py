@@ -149,6 +149,17 @@ def test_state_is_a_file_or_a_redis_url():
     )
 
 
+def test_a_state_namespace_is_a_name():
+    """`state_namespace` is a short name (it goes into every Redis key and the channel); anything
+    else names the key and the form."""
+    assert (
+        load_config({"state_namespace": "team-a.prod_2"}, env={}).state_namespace == "team-a.prod_2"
+    )
+    for bad in ("x" * 65, "a b", "a}b", "-a", "a:b", "a*"):
+        assert "state_namespace: " in error_of({"state_namespace": bad}), bad
+    assert load_config({}, env={}).state_namespace == ""
+
+
 # -- strictness: values of their key's type, names resolved, messages a person can act on --------
 
 

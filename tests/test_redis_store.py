@@ -248,3 +248,56 @@ def test_a_lost_state_is_reported_until_it_has_been_pushed_back(redis_server):
         time.time(),
     )
     assert store.begin_sync(time.time()) is False
+
+
+def _deployment(url: str, namespace: str = "") -> RedisStore:
+    local = SQLiteStore(":memory:")
+    store = RedisStore(url, local=local, namespace=namespace)
+    store.begin_sync(time.time())
+    store.flush()
+    return store
+
+
+def _acts(store: RedisStore, now: float) -> None:
+    """What one deployment's hosts do that the others hear of: a switch, a grant, a backoff, a
+    probe, a paid reservation."""
+    store.put_switch("free", True, now)
+    store.put_grant("ci", now + 3600, now)
+    store.put_backoffs({"groq/*": backoff(now + 30)}, now)
+    assert store.probe_lease("mistral/*", ttl_s=5.0) is True
+    store.probe_done("mistral/*", ok=True)
+    ask = PaidAsk(day=window_id("day", now), amount=0.5, ceiling=1.0, lane="p", model="m", job="j",
+                  cohort=None)  # fmt: skip
+    assert store.reserve(ask) is not None
+    store.flush()
+
+
+@pytest.mark.parametrize(
+    ("a_at", "b_at"),
+    [(("/0", ""), ("/1", "")), (("/0", "team-a"), ("/0", "team-b"))],
+    ids=["two databases", "two namespaces on one database"],
+)
+def test_two_deployments_on_one_server_share_nothing(redis_server, a_at, b_at):
+    """Deployments on two databases of one server, or under two `state_namespace`s of one
+    database: what A does — a kill switch, a grant, a backoff, a probe, paid spend — B never hears
+    of nor reads (pub/sub spans the databases: A's kill switch once switched off B's lane), and
+    every key A writes is under its own prefix."""
+    base = redis_server.url.rsplit("/", 1)[0]
+    a, b = _deployment(base + a_at[0], a_at[1]), _deployment(base + b_at[0], b_at[1])
+    assert b.listen(0.05) == []  # subscribed
+    now = time.time()
+    _acts(a, now)
+    heard = []
+    for _ in range(5):
+        heard += b.listen(0.05)
+    assert heard == []
+    b.begin_sync(now)
+    assert b.switches() == set() and b.grant_until("ci") is None
+    assert b.probe_lease("groq/*", ttl_s=5.0) is True  # A's backoff is not B's closed door
+    assert b.paid_spent(window_id("day", now)) == 0.0
+    if a_at[1]:  # one database: every key A wrote names A's namespace, none B's
+        keys = redis.Redis.from_url(base + "/0", decode_responses=True).keys("*")
+        assert keys and all(k.startswith(("lanes:{team-a}:", "lanes:{team-b}:")) for k in keys)
+        assert b.paid_spent(window_id("day", now)) == 0.0 < a.paid_spent(window_id("day", now))
+    a.close()
+    b.close()

@@ -188,7 +188,9 @@ def open_store(config: Config) -> Store:
     if config.shared_state:
         from lanes._core.state.redis_store import RedisStore  # imported only when configured
 
-        return RedisStore(config.state, local=SQLiteStore(config.local_state))
+        return RedisStore(
+            config.state, local=SQLiteStore(config.local_state), namespace=config.state_namespace
+        )
     return SQLiteStore(config.state)
 
 

@@ -37,6 +37,7 @@ _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _OFF = {"off", "0", "false", "no", "disabled"}
 FLAG_WORDS = _OFF | {"on", "1", "true", "yes", "enabled"}
 
@@ -332,6 +333,11 @@ class Config:
     #: with a Redis `state`: the SQLite file for what stays on this host — the audit and the
     #: canary's answers
     local_state: str = ":memory:"
+    #: with a Redis `state`: this deployment's name on the server (letters, digits, `_ . -`, up to
+    #: 64). Every key is `lanes:{<name>}:…` and every event is published on this deployment's own
+    #: channel, so two deployments on one server — one database or two — share nothing. Empty:
+    #: keys `lanes:…`, one channel per database
+    state_namespace: str = attrs.field(default="")
     #: the free-first policy (`[policy]`, below)
     policy: PolicyConfig = attrs.field(factory=PolicyConfig)
     #: the sidecar (`[server]`, below)
@@ -353,6 +359,14 @@ class Config:
             )
         if sep and scheme != "unix" and not rest.split("/", 1)[0].rpartition("@")[2]:
             raise ValueError("state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0")
+
+    @state_namespace.validator
+    def _namespace(self, attribute: attrs.Attribute[str], value: str) -> None:
+        if value and not NAMESPACE.fullmatch(value):
+            raise ValueError(
+                f"state_namespace: {value[:80]!r} is not a name (letters, digits, `_`, `.`, `-`, "
+                "1 to 64, starting with a letter or digit)"
+            )
 
     @property
     def shared_state(self) -> bool:

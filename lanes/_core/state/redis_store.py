@@ -7,8 +7,11 @@ hosts can never together cross the ceiling) in `paid.py`, approvals and onces in
 grants in `grants.py`, probe leases in `leases.py`, the kill switch and the quarantine in
 `switches.py`, the beats and terms in `beats.py`. This module is the connection and the sync.
 
-Backoffs, kill-switch changes, grants and probe results are published on `lanes:events`; other
-hosts apply them within milliseconds. Reads on the hot path never touch Redis: they use the local
+Backoffs, kill-switch changes, grants and probe results are published on the deployment's channel
+(`lanes:events:db<N>`; with a `state_namespace`, `lanes:{<namespace>}:events`); other hosts apply
+them within milliseconds. Pub/sub spans every database of a server, so the channel names the
+database, and a namespace names every key and the channel: two deployments on one server never
+hear each other. Reads on the hot path never touch Redis: they use the local
 view that the sync keeps. Redis is reached with redis-py's synchronous client, always from trio
 worker threads (see `backend.call`). When Redis is unreachable every call raises
 `StoreUnavailable`: quotas and backoff carry on from the local view, paid reservations are refused
@@ -62,7 +65,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         url: str,
         *,
         local: SQLiteStore,
-        prefix: str = "lanes:",
+        namespace: str = "",
         threads: int = 8,
         connect_timeout_s: float = 0.5,
         timeout_s: float = 2.0,
@@ -84,8 +87,10 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             decode_responses=True,
         )
         self._redis = redis.Redis(connection_pool=pool)
-        self._p = prefix
-        self._channel = f"{prefix}events"
+        # a namespace is a hash tag too: every key of a deployment in one Cluster slot
+        self._p = f"lanes:{{{namespace}}}:" if namespace else "lanes:"
+        database = pool.connection_kwargs.get("db", 0)
+        self._channel = f"{self._p}events" if namespace else f"lanes:events:db{database}"
         self._scripts = {}
         self._lock = threading.Lock()
         self._epoch: str | None = None
