@@ -24,6 +24,7 @@ import httpx2
 import trio
 
 from lanes import _cli_reports, _cli_whatif
+from lanes._cli_reports import call
 from lanes._core.audit.forecast import status_lines
 from lanes._core.check import check_config
 from lanes._core.config.schema import packaged
@@ -158,25 +159,10 @@ def _remote(command: argparse.ArgumentParser) -> None:
     command.add_argument("--json", action="store_true")
 
 
-def _call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    """One request to the sidecar: JSON for every action, and the key in `LANES_KEY`, if set (with
-    client keys configured, reading needs a client key and acting needs an admin key)."""
-    headers = {"content-type": "application/json"}
-    if key := os.environ.get("LANES_KEY", "").strip():
-        headers["authorization"] = f"Bearer {key}"
-    with httpx2.Client(timeout=10.0, trust_env=False) as client:
-        content = None if method == "GET" else json.dumps(body or {}).encode()
-        response = client.request(method, url, content=content, headers=headers)
-    try:
-        return response.status_code, response.json()
-    except ValueError:
-        return response.status_code, response.text
-
-
 def _ok(method: str, url: str, body: Any = None, *, bad_request: int = 1) -> Any:
-    """The sidecar's 200 answer to `_call`; anything else raises `SidecarRefused` with its message,
+    """The sidecar's 200 answer to `call`; anything else raises `SidecarRefused` with its message,
     exit 1 (`bad_request` for a 400)."""
-    code, answer = _call(method, url, body)
+    code, answer = call(method, url, body)
     if code != 200:
         raise SidecarRefused(_error_message(answer), bad_request if code == 400 else 1)
     return answer
@@ -187,7 +173,7 @@ def _print(args: argparse.Namespace, value: Any, human: str) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    code, state = _call("GET", f"{args.url}/v1/lanes")
+    code, state = call("GET", f"{args.url}/v1/lanes")
     if code != 200:
         print(f"lanes: {args.url} answered {code}", file=sys.stderr)
         return 1
@@ -247,7 +233,7 @@ def _lane_lines(lane: dict[str, Any]) -> list[str]:
 
 def _forecast(url: str) -> dict[str, Any] | None:
     """The sidecar's forecast (`GET /v1/forecast`), or None from one that has none to give."""
-    code, body = _call("GET", f"{url}/v1/forecast")
+    code, body = call("GET", f"{url}/v1/forecast")
     return body if code == 200 and isinstance(body, dict) else None
 
 
@@ -267,7 +253,7 @@ def _reload(args: argparse.Namespace) -> int:
 
 def _approvals(args: argparse.Namespace) -> int:
     if args.action == "list":
-        code, body = _call("GET", f"{args.url}/v1/approvals")
+        code, body = call("GET", f"{args.url}/v1/approvals")
         if code != 200:
             return 1
         human = (

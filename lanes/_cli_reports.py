@@ -44,11 +44,15 @@ def _store(path: str) -> tuple[SQLiteStore, float]:
     return SQLiteStore(state), config.policy.paid_ceiling_usd_per_day
 
 
-def _get(url: str) -> tuple[int, Any]:
-    """GET from a running sidecar, with the key in `LANES_KEY` when set."""
-    key = os.environ.get("LANES_KEY", "").strip()
-    with httpx2.Client(timeout=30.0, trust_env=False) as client:
-        response = client.get(url, headers={"authorization": f"Bearer {key}"} if key else {})
+def call(method: str, url: str, body: Any = None, *, timeout_s: float = 10.0) -> tuple[int, Any]:
+    """One request to a running sidecar: JSON for every action, and the key in `LANES_KEY`, if set
+    (with client keys configured, reading needs a client key and acting needs an admin key)."""
+    headers = {"content-type": "application/json"}
+    if key := os.environ.get("LANES_KEY", "").strip():
+        headers["authorization"] = f"Bearer {key}"
+    with httpx2.Client(timeout=timeout_s, trust_env=False) as client:
+        content = None if method == "GET" else json.dumps(body or {}).encode()
+        response = client.request(method, url, content=content, headers=headers)
     try:
         return response.status_code, response.json()
     except ValueError:
@@ -58,7 +62,9 @@ def _get(url: str) -> tuple[int, Any]:
 def run_report(args: argparse.Namespace) -> int:
     try:
         if args.url:
-            code, body = _get(f"{args.url}/v1/report?since={args.since}&by={args.by}")
+            code, body = call(
+                "GET", f"{args.url}/v1/report?since={args.since}&by={args.by}", timeout_s=30.0
+            )
             if code != 200:
                 print(f"lanes: {body}", file=sys.stderr)
                 return 1
@@ -84,7 +90,7 @@ def run_report(args: argparse.Namespace) -> int:
 def run_explain(args: argparse.Namespace) -> int:
     try:
         if args.url:
-            code, story = _get(f"{args.url}/v1/requests/{args.request_id}")
+            code, story = call("GET", f"{args.url}/v1/requests/{args.request_id}", timeout_s=30.0)
             story = story if code == 200 else None
         else:
             store, _ = _store(args.config)

@@ -73,7 +73,7 @@ def _index(dispatcher: Dispatcher, model_id: str) -> int:
 
 def _entries(dispatcher: Dispatcher, start: int, end: int) -> list[dict[str, Any]]:
     """The list's entries from `start` to `end` (indexes into auto, the aliases, the models)."""
-    aliases, pool = list(dispatcher.config.aliases), dispatcher.catalog.pool
+    aliases, pool = list(dispatcher.config.aliases.items()), dispatcher.catalog.pool
     opened = int(dispatcher.opened_at)
     ours = {"object": "model", "created": opened, "owned_by": "lanes"}
     created: dict[str, dict[str, int]] = {}
@@ -82,15 +82,8 @@ def _entries(dispatcher: Dispatcher, start: int, end: int) -> list[dict[str, Any
         if i == 0:
             data.append({"id": "auto", **ours, "tier": "auto"})
         elif i <= len(aliases):
-            alias = aliases[i - 1]
-            data.append(
-                {
-                    "id": alias,
-                    **ours,
-                    "tier": "alias",
-                    "candidates": dispatcher.config.aliases[alias],
-                }
-            )
+            alias, candidates = aliases[i - 1]
+            data.append({"id": alias, **ours, "tier": "alias", "candidates": candidates})
         else:
             c = pool.candidates[i - 1 - len(aliases)]
             lane = dispatcher.lanes[c.lane]

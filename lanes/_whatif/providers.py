@@ -31,6 +31,7 @@ import httpx2
 import trio
 
 from lanes._core.freetier.windows import UsageCounter, WindowName, window_end
+from lanes.testing.answers import completion_cap
 
 #: How long a recorded failure is answered again around its time, seconds (a replay of `--faults`).
 FAULT_S = 20.0
@@ -206,9 +207,8 @@ class ReplayTransport(httpx2.AsyncBaseTransport):
         if (fault := self._fault(lane, model, wall)) is not None:
             return fault
         embedding = path.endswith("/embeddings")
-        cap = _cap(body)
+        cap = completion_cap(body)
         completion = 0 if embedding else min(ask.completion_tokens, cap or ask.completion_tokens)
-        tokens = ask.prompt_tokens + completion
         if (refusal := self._admit(lane, model, wall, ask.prompt_tokens, completion)) is not None:
             return refusal
         if ask.latency_s > 0:
@@ -216,7 +216,7 @@ class ReplayTransport(httpx2.AsyncBaseTransport):
         usage = {
             "prompt_tokens": ask.prompt_tokens,
             "completion_tokens": completion,
-            "total_tokens": tokens,
+            "total_tokens": ask.prompt_tokens + completion,
         }
         if embedding:
             vector = {"object": "embedding", "index": 0, "embedding": [0.0, 1.0]}
@@ -289,14 +289,6 @@ def _text_of(body: Mapping[str, Any]) -> str:
         return content if isinstance(content, str) else ""
     value = body.get("input")
     return value if isinstance(value, str) else ""
-
-
-def _cap(body: Mapping[str, Any]) -> int | None:
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def _json(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> httpx2.Response:

@@ -163,9 +163,6 @@ def _faults(conn: sqlite3.Connection, since: float, until: float) -> Sequence[Fa
         "ORDER BY at LIMIT ?",
         (since, until, MAX_JOBS),
     ):
-        if outcome == "fault":
-            kind = _FAULT_KINDS.get(str(category), "server_error")
-        else:
-            kind = str(outcome)
-        found.append(Fault(at=float(at), lane=str(lane), model=str(model), kind=kind))
+        kind = _FAULT_KINDS.get(str(category), "server_error") if outcome == "fault" else outcome
+        found.append(Fault(at=float(at), lane=str(lane), model=str(model), kind=str(kind)))
     return found

@@ -73,8 +73,7 @@ async def _probe(
     min_quota_left: int,
 ) -> Answer:
     at = dispatcher.now_wall()
-    skip = _why_skip(dispatcher, c, min_quota_left)
-    if skip is not None:
+    if (skip := _why_skip(dispatcher, c, min_quota_left)) is not None:
         return Answer(prompt=prompt.id, status="skipped", reason=skip, at=at)
     params: dict[str, Any] = {"temperature": 0, "max_tokens": prompt.max_tokens}
     if prompt.seed is not None:
@@ -97,12 +96,11 @@ async def _probe(
         return Answer(prompt=prompt.id, status=status, reason=why, at=at)
     message = reply.body["choices"][0].get("message") or {}
     text = message.get("content") or ""
-    checks = run_checks(prompt.checks, text, message.get("tool_calls"))
     return Answer(
         prompt=prompt.id,
         status="ok",
         text=text,
-        checks=checks,
+        checks=run_checks(prompt.checks, text, message.get("tool_calls")),
         reported_model=str(reply.body.get("model", "")),
         fingerprint=str(reply.body.get("system_fingerprint") or ""),
         at=at,

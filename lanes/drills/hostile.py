@@ -10,6 +10,7 @@ paid ledger no smaller than what was billed.
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -31,13 +32,7 @@ GOOD_USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 def _repeat(
     piece: bytes, times: int, head: bytes = b"", tail: bytes = b""
 ) -> Callable[[], Iterable[bytes]]:
-    def chunks() -> Iterable[bytes]:
-        yield head
-        for _ in range(times):
-            yield piece
-        yield tail
-
-    return chunks
+    return lambda: itertools.chain([head], itertools.repeat(piece, times), [tail])
 
 
 @functools.cache

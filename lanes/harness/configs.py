@@ -29,14 +29,13 @@ def lane(
 ) -> dict[str, Any]:
     """One `[[lanes]]` table for a fake provider."""
     priced = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0} if kind == "none" else {}
-    model_tables = [{"id": m, **priced} for m in models]
     return {
         "name": name,
         "module": module,
         "base_url": url,
         "api_key_env": key_env,
         "free_tier": {"kind": kind},
-        "models": model_tables,
+        "models": [{"id": m, **priced} for m in models],
         **extra,
     }
 

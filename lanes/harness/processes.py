@@ -155,9 +155,7 @@ class SidecarProcess:
         """The parent's view once `check` holds of it (it is a file the parent writes: asked
         every 20 ms); RuntimeError when it does not within `within_s`, or the parent exits."""
         with trio.move_on_after(within_s):
-            while True:
-                if self.process.returncode is not None:
-                    break
+            while self.process.returncode is None:
                 with contextlib.suppress(httpx2.TransportError):
                     if check(host := await self.host()):
                         return host

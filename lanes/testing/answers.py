@@ -108,6 +108,13 @@ def _call_id(messages: Sequence[Any], name: str, index: int) -> str:
     return "call_" + hashlib.sha256(seed).hexdigest()[:24]
 
 
+def completion_cap(request: Mapping[str, Any]) -> int | None:
+    """The cap on a request's completion tokens as OpenAI reads it (the fakes and the what-if's
+    providers read requests as a provider would, not as lanes does)."""
+    caps = (request.get(key) for key in ("max_completion_tokens", "max_tokens"))
+    return next((c for c in caps if type(c) is int and c > 0), None)
+
+
 def choices(request: Mapping[str, Any], text: str) -> list[Choice]:
     """The choices the simulator answers `request` (a chat-completions body) with; `text` is its
     plain answer."""
@@ -115,9 +122,7 @@ def choices(request: Mapping[str, Any], text: str) -> list[Choice]:
     messages = messages if isinstance(messages, list) else []
     n = request.get("n", 1)
     n = min(n, MAX_CHOICES) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-    # the cap as OpenAI reads it (the fakes read requests as a provider would, not as lanes does)
-    caps = (request.get(key) for key in ("max_completion_tokens", "max_tokens"))
-    cap = next((c for c in caps if type(c) is int and c > 0), None)
+    cap = completion_cap(request)
     tool = _tool_to_call(request, messages)
     out = []
     for index in range(n):

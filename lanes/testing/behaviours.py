@@ -195,21 +195,26 @@ def quota_exceeded(b: Behaviour, reset_s: float, now_wall: float) -> Behaviour:
             }
         ]
         return status(429, body)
+    headers = quota_headers(b, 0, reset_s, now_wall)
     if b.style == "openrouter":
-        return status(
-            429,
-            {"error": {"message": "Rate limit exceeded: free-models-per-min", "code": 429}},
-            {
-                "X-RateLimit-Limit": str(b.limit),
-                "X-RateLimit-Remaining": "0",
-                "X-RateLimit-Reset": str(int((now_wall + reset_s) * 1000)),
-            },
-        )
-    return rate_limited(
-        retry_after=round(reset_s + 0.5),
-        headers={
-            "x-ratelimit-limit-requests": str(b.limit),
-            "x-ratelimit-remaining-requests": "0",
-            "x-ratelimit-reset-requests": f"{reset_s:.3f}s",
-        },
-    )
+        refused = {"error": {"message": "Rate limit exceeded: free-models-per-min", "code": 429}}
+        return status(429, refused, headers)
+    return rate_limited(retry_after=round(reset_s + 0.5), headers=headers)
+
+
+def quota_headers(b: Behaviour, remaining: int, reset_s: float, now_wall: float) -> dict[str, str]:
+    """The rate-limit headers a `quota` behaviour sends in its provider's style: `remaining`
+    requests left in a window that resets in `reset_s` (gemini: none, it says so in the body)."""
+    if b.style == "gemini":
+        return {}
+    if b.style == "openrouter":
+        return {
+            "X-RateLimit-Limit": str(b.limit),
+            "X-RateLimit-Remaining": str(remaining),
+            "X-RateLimit-Reset": str(int((now_wall + reset_s) * 1000)),
+        }
+    return {
+        "x-ratelimit-limit-requests": str(b.limit),
+        "x-ratelimit-remaining-requests": str(remaining),
+        "x-ratelimit-reset-requests": f"{reset_s:.3f}s",
+    }

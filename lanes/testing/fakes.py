@@ -34,7 +34,7 @@ import h11
 import trio
 
 from lanes.testing import answers
-from lanes.testing.behaviours import Behaviour, answer, quota_exceeded
+from lanes.testing.behaviours import Behaviour, answer, quota_exceeded, quota_headers
 
 
 @attrs.frozen(kw_only=True)
@@ -341,22 +341,7 @@ class FakeProvider:
         used += 1
         self._windows[model] = (index, used)
         self._windows[model + "\x00day"] = (day, used_today + 1)
-        remaining = b.limit - used
-        if b.style == "openai":
-            headers = {
-                "x-ratelimit-limit-requests": str(b.limit),
-                "x-ratelimit-remaining-requests": str(remaining),
-                "x-ratelimit-reset-requests": f"{reset_s:.3f}s",
-            }
-        elif b.style == "openrouter":
-            headers = {
-                "X-RateLimit-Limit": str(b.limit),
-                "X-RateLimit-Remaining": str(remaining),
-                "X-RateLimit-Reset": str(int((self.wall_offset + now + reset_s) * 1000)),
-            }
-        else:
-            headers = {}
-        return answer(headers=headers)
+        return answer(headers=quota_headers(b, b.limit - used, reset_s, self.wall_offset + now))
 
 
 async def _receive_request(

@@ -228,10 +228,9 @@ async def _open_fakes(*, flap: bool) -> AsyncIterator[dict[str, FakeProvider]]:
         fakes["local"].script(EMBEDDING_MODEL, answer())
         fakes["groq"].script(EMBEDDING_MODEL, quota(10, style="openai"))
         fakes["gemini"].script("gemini-flash", quota(5, style="gemini"))
-        for model in ("llama-3.3-70b:free", "qwen-coder:free"):
+        for model in ("llama-3.3-70b:free", "qwen-coder:free", "mistral-7b:free"):
             fakes["openrouter"].script(model, quota(8, style="openrouter"))
         fakes["openrouter"].script("claude-sim", answer())
-        fakes["openrouter"].script("mistral-7b:free", quota(8, style="openrouter"))
         fakes["paid"].script("gpt-sim-mini", answer())
         if flap:
             nursery.start_soon(_flap, fakes["local"])
