@@ -24,7 +24,7 @@ from helpers import FREE_KEY, PAID_KEY, QUICK, examples
 # deeply in the inner loop.
 settings.register_profile("lanes", derandomize=True, deadline=None, max_examples=examples(200))
 settings.load_profile("lanes")
-assert QUICK or settings.default.max_examples == 200
+assert QUICK or settings.get_profile("lanes").max_examples == 200
 
 # Every HTTP client made in this process — each test's, each dispatcher's — loads the CA bundle
 # afresh (httpx2 builds its default TLS context per client: ~40 ms of CPU, a tenth of the suite's

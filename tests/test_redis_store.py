@@ -17,6 +17,7 @@ import redis
 
 from lanes._core.freetier.backoff import Backoff, Reason
 from lanes._core.freetier.windows import end_of, window_id
+from lanes._core.state.backend import text
 from lanes._core.state.paid import PaidAsk
 from lanes._core.state.redis_store import RedisStore, redacted
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
@@ -296,7 +297,7 @@ def test_two_deployments_on_one_server_share_nothing(redis_server, a_at, b_at):
     assert b.probe_lease("groq/*", ttl_s=5.0) is True  # A's backoff is not B's closed door
     assert b.paid_spent(window_id("day", now)) == 0.0
     if a_at[1]:  # one database: every key A wrote names A's namespace, none B's
-        keys = redis.Redis.from_url(base + "/0", decode_responses=True).keys("*")
+        keys = [text(k) for k in redis.Redis.from_url(base + "/0").keys("*")]
         assert keys and all(k.startswith(("lanes:{team-a}:", "lanes:{team-b}:")) for k in keys)
         assert b.paid_spent(window_id("day", now)) == 0.0 < a.paid_spent(window_id("day", now))
     a.close()

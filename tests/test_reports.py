@@ -400,7 +400,7 @@ def test_the_report_over_time_is_its_jobs_hour_by_hour(jobs, since):
 def test_the_report_groups_by_what_the_roll_ups_keep():
     """`lanes report --by` offers exactly the dimensions the audit is rolled up by."""
     from lanes._core.audit.report import GROUPS
-    from lanes._core.state.audit_tables import DIMENSIONS
+    from lanes._core.state.audit import DIMENSIONS
 
     assert GROUPS == DIMENSIONS
 
