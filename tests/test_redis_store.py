@@ -9,7 +9,9 @@ is checked through Redis' own TTLs, concurrency with real threads racing on real
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from lanes._core.state.backend import text
 from lanes._core.state.paid import PaidAsk
 from lanes._core.state.redis_store import RedisStore, redacted
 from lanes._core.state.store import LocalView, SQLiteStore, StoreUnavailable
+from lanes._core.state.terms import Beat, Operator, Terms
 
 
 def host(url: str, *, timeouts_s: float | None = None) -> RedisStore:
@@ -302,3 +305,120 @@ def test_two_deployments_on_one_server_share_nothing(redis_server, a_at, b_at):
         assert b.paid_spent(window_id("day", now)) == 0.0 < a.paid_spent(window_id("day", now))
     a.close()
     b.close()
+
+
+def _reserve_on(store: RedisStore, day: int, *, client: str | None = None) -> str | None:
+    return store.reserve(
+        PaidAsk(day=day, amount=0.01, ceiling=1.0, lane="p", model="m", job="j", cohort=None,
+                client=client, client_ceiling=0.5 if client else None)
+    )  # fmt: skip
+
+
+def test_the_ledger_carries_no_expiry_and_old_days_are_pruned(redis_server):
+    """The day's ledger and total (a client's too) have no TTL, so no `volatile-*` policy may
+    evict them; lanes deletes the days before the server's yesterday itself, at a day's first
+    sync, and keeps yesterday's and today's."""
+    a = host(redis_server.url)
+    today = window_id("day", time.time())
+    for day in (today - 5, today - 2, today - 1, today):
+        assert _reserve_on(a, day) is not None and _reserve_on(a, day, client="ci") is not None
+    raw = redis.Redis.from_url(redis_server.url)
+    ledger = sorted(text(k) for k in raw.keys("lanes:paid*"))
+    assert len(ledger) == 16 and all(raw.ttl(k) == -1 for k in ledger)  # -1: no expiry
+    host(redis_server.url)  # another host's first sync: its day's pruning
+    kept = {int(text(k).split(":")[2]) for k in raw.keys("lanes:paid*")}
+    assert kept == {today - 1, today}
+    assert len(raw.keys("lanes:paid*")) == 8
+
+
+def test_under_volatile_lru_the_ledger_survives_a_noisy_neighbour(redis_server):
+    """A managed Redis' usual policy (`volatile-lru`) and a memory limit, a neighbour writing keys
+    with an expiry until Redis evicts thousands: the ledger's total and reservations are all
+    still there, exact (with an expiry on them, they were the first to go)."""
+    raw = redis.Redis.from_url(redis_server.url)
+    a = host(redis_server.url)
+    today = window_id("day", time.time())
+    reserved = [_reserve_on(a, today) for _ in range(20)]
+    assert all(reserved)
+    raw.config_set("maxmemory", "3mb")
+    raw.config_set("maxmemory-policy", "volatile-lru")
+    noise = "x" * 2000
+    for batch in range(60):  # ~6 MB of the neighbour's, each key with an hour's expiry
+        pipe = raw.pipeline(transaction=False)
+        for i in range(50):
+            pipe.set(f"neighbour:{batch}:{i}", noise, ex=3600)
+        pipe.execute()
+    assert int(raw.info("stats")["evicted_keys"]) > 1000
+    assert raw.hlen(f"lanes:paid:{today}") == 20
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 20 * 10**10  # 20 x $0.01 in pico
+    assert _reserve_on(a, today) is not None  # paid stays open: nothing of the ledger can go
+
+
+def test_an_evicting_policy_keeps_paid_closed_and_says_so(redis_server, caplog):
+    """Under `allkeys-lru` Redis may evict the ledger: paid stays closed from the first sync, with
+    one line naming the setting and the fix. Read by CONFIG GET, else by INFO (a user without
+    CONFIG, as a managed Redis gives); a user that may run neither: closed too, and said."""
+    raw = redis.Redis.from_url(redis_server.url)
+    today = window_id("day", time.time())
+    raw.config_set("maxmemory-policy", "allkeys-lru")
+    raw.execute_command("ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config")
+    raw.execute_command("ACL", "SETUSER", "blind", "on", ">pw", "~*", "&*", "+@all", "-config",
+                        "-info")  # fmt: skip
+    port = redis_server.port
+    for url in (redis_server.url, f"redis://noconfig:pw@127.0.0.1:{port}/0"):
+        with caplog.at_level("WARNING", logger="lanes"):
+            caplog.clear()
+            store = host(url)
+            with pytest.raises(StoreUnavailable, match="maxmemory-policy is allkeys-lru"):
+                _reserve_on(store, today)
+        said = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+        assert len(said) == 1 and "noeviction" in said[0] and "pw" not in said[0]
+    with pytest.raises(StoreUnavailable, match="can not read maxmemory-policy"):
+        _reserve_on(host(f"redis://blind:pw@127.0.0.1:{port}/0"), today)
+    raw.config_set("maxmemory-policy", "noeviction")
+    assert _reserve_on(host(redis_server.url), today) is not None
+    raw.config_set("maxmemory-policy", "volatile-lfu")
+    assert _reserve_on(host(f"redis://noconfig:pw@127.0.0.1:{port}/0"), today) is not None
+
+
+@pytest.mark.parametrize("policy_by", ["+info", "+config|get"])
+def test_the_documented_acl_user_is_enough(redis_server, policy_by):
+    """An ACL user with exactly what docs/operations.md lists — its keys and channels, the
+    commands named there, with INFO or CONFIG GET — runs everything a host does: the syncs, a
+    reservation, a switch, a grant, a backoff, a probe, the events, a reseed."""
+    docs = (Path(__file__).parents[1] / "docs" / "operations.md").read_text()
+    found = re.search(
+        r"\(`(~lanes:\*)`\), its channels \(`(&lanes:\*)`\), and the commands of\s+`([^`]+)`", docs
+    )
+    assert found is not None, "the ACL user's line in docs/operations.md"
+    keys, channels, commands = found.groups()
+    raw = redis.Redis.from_url(redis_server.url)
+    raw.execute_command(
+        "ACL", "SETUSER", "lanes", "on", ">pw", keys, channels,
+        *commands.replace("+info", policy_by).split(),
+    )  # fmt: skip
+    url = f"redis://lanes:pw@127.0.0.1:{redis_server.port}/0"
+    a, b = host(url), host(url)
+    assert b.listen(0.05) == []
+    now = time.time()
+    for store in (a, b):  # the beats' WATCH transaction, an operator's terms
+        beat = Beat(host=store.host_id, label="h", terms=Terms(ceiling_usd=1.0, consent="allow"),
+                    fresh=True, wall=now, skew_s=0.0, now=now)  # fmt: skip
+        pulse = store.heartbeat(beat)
+        assert pulse is not None and pulse.agreed is not None
+    a.set_terms(Operator(ceiling_usd=0.8))
+    _acts(a, now)
+    heard = []
+    for _ in range(20):
+        heard += b.listen(0.05)
+        if len(heard) >= 3:
+            break
+    assert {e["t"] for e in heard} >= {"switch", "grant", "probe"}
+    raw.flushall()  # a restart without persistence: the reseed writes the view back
+    assert a.begin_sync(now) is True
+    a.reseed(
+        LocalView(usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()), now
+    )
+    a.flush()
+    assert a.begin_sync(now) is False  # written back: the reservation is counted again
+    assert a.paid_spent(window_id("day", now)) > 0 and _reserve_on(a, window_id("day", now))

@@ -30,9 +30,16 @@ from typing import Any, Protocol
 
 import attrs
 
-from lanes._core.freetier.windows import end_of, window_id
+from lanes._core.freetier.windows import window_id
 from lanes._core.policy.ceiling import ceiling_in_force, fits, room
-from lanes._core.state.backend import ClockRefused, RedisBase, SQLiteBase, StoreUnavailable, guarded
+from lanes._core.state.backend import (
+    ClockRefused,
+    RedisBase,
+    SQLiteBase,
+    StoreUnavailable,
+    guarded,
+    text,
+)
 from lanes._core.state.beats import shared_ceiling
 from lanes._core.state.redis_scripts import PICO, RESERVE, RESTORE, SETTLE, pico
 from lanes._core.state.sqlite_file import immediate
@@ -228,6 +235,7 @@ class RedisPaid(PaidLedger, RedisBase):
     _client_spent: dict[tuple[int, str], float]  # as of this host's last reservation for it
     _settles: dict[str, float]  # settlements waiting for the next flush
     _own: dict[str, tuple[int, float]]  # reservation → (day, amount now counted)
+    evicting = ""  # why the server may evict the ledger ("" when it may not): paid stays closed
 
     @guarded
     def reserve(self, ask: PaidAsk) -> str | None:
@@ -237,6 +245,8 @@ class RedisPaid(PaidLedger, RedisBase):
             raise StoreUnavailable(
                 f"redis at {self.where}: the shared paid ledger is not synchronised yet"
             )
+        if self.evicting:
+            raise StoreUnavailable(self.evicting)
         client, day = ask.client, ask.day
         tag = client.encode().hex() if ask.client_ceiling is not None and client else ""
         checked = (
@@ -253,7 +263,6 @@ class RedisPaid(PaidLedger, RedisBase):
                     reservation,
                     pico(ask.amount),
                     round(ask.ceiling * PICO),
-                    int(end_of("day", day)) + 86400,
                     round(ask.client_ceiling * PICO)
                     if tag and ask.client_ceiling is not None
                     else -1,
@@ -276,6 +285,19 @@ class RedisPaid(PaidLedger, RedisBase):
                 return None
             self._own[reservation] = (day, ask.amount)
         return reservation
+
+    def _prune(self, server_day: int) -> None:
+        """Delete the ledgers of the days before the server's yesterday: they carry no expiry (see
+        `RESERVE`), and a host only ever reserves, settles or restores today's and yesterday's."""
+        kinds = {"paid", "paid-total", "paid-client", "paid-client-total"}
+        old = []
+        for key in self._redis.scan_iter(match=self._k("paid*"), count=1000):
+            kind, _, rest = text(key)[len(self._p) :].partition(":")
+            day = rest.partition(":")[0]
+            if kind in kinds and day.isdigit() and int(day) < server_day - 1:
+                old.append(key)
+        for start in range(0, len(old), 500):
+            self._redis.delete(*old[start : start + 500])
 
     def _ledger(self, day: int | str, tag: str = "") -> list[str]:
         """The day's ledger and total, then the client's (tagged by its hex name; "" for none)."""
@@ -333,11 +355,6 @@ class RedisPaid(PaidLedger, RedisBase):
             tag = self._parts(reservation)[1]
             self._script(RESTORE)(
                 keys=self._ledger(day, tag),
-                args=[
-                    reservation,
-                    pico(amount),
-                    int(end_of("day", day)) + 86400,
-                    "1" if tag else "0",
-                ],
+                args=[reservation, pico(amount), "1" if tag else "0"],
                 client=pipe,
             )

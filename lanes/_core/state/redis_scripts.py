@@ -66,16 +66,18 @@ return 1
 # one that asks for another day is told the server's ({-2, …}); one whose wall is further than
 # the tolerance from it is refused ({-1, …}). Without a wall (restoring, tests) the day given is
 # used. The ceiling is the lower of the host's and the store's terms' (KEYS[5], set by the beats).
+# The ledger's keys carry no expiry, so no `volatile-*` eviction policy can drop them (lanes
+# deletes the days before yesterday itself: `RedisPaid._prune`).
 # KEYS: ledger, total, client ledger, client total, the store's ceiling. ARGV: reservation id,
-# amount, ceiling, expire at, client ceiling (-1: none), day, the host's wall (s; "" for none),
-# tolerance (s). Returns {granted (1, 0, -1 or -2), total, client total, the server's time (text)}.
+# amount, ceiling, client ceiling (-1: none), day, the host's wall (s; "" for none), tolerance (s).
+# Returns {granted (1, 0, -1 or -2), total, client total, the server's time (text)}.
 RESERVE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local clock = string.format('%.17g', now)
-if ARGV[7] ~= '' then
-  if math.abs(now - tonumber(ARGV[7])) > tonumber(ARGV[8]) then return {-1, 0, 0, clock} end
-  if math.floor(now / 86400) ~= tonumber(ARGV[6]) then return {-2, 0, 0, clock} end
+if ARGV[6] ~= '' then
+  if math.abs(now - tonumber(ARGV[6])) > tonumber(ARGV[7]) then return {-1, 0, 0, clock} end
+  if math.floor(now / 86400) ~= tonumber(ARGV[5]) then return {-2, 0, 0, clock} end
 end
 local ceiling = tonumber(ARGV[3])
 local shared = tonumber(redis.call('GET', KEYS[5]) or '')
@@ -83,17 +85,13 @@ if shared and shared < ceiling then ceiling = shared end
 local total = tonumber(redis.call('GET', KEYS[2]) or '0')
 local mine = tonumber(redis.call('GET', KEYS[4]) or '0')
 if total + tonumber(ARGV[2]) > ceiling + 1 then return {0, total, mine, clock} end
-local own = tonumber(ARGV[5])
+local own = tonumber(ARGV[4])
 if own >= 0 and mine + tonumber(ARGV[2]) > own + 1 then return {0, total, mine, clock} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 total = redis.call('INCRBY', KEYS[2], ARGV[2])
-redis.call('EXPIREAT', KEYS[1], ARGV[4])
-redis.call('EXPIREAT', KEYS[2], ARGV[4])
 if own >= 0 then
   redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
   mine = redis.call('INCRBY', KEYS[4], ARGV[2])
-  redis.call('EXPIREAT', KEYS[3], ARGV[4])
-  redis.call('EXPIREAT', KEYS[4], ARGV[4])
 end
 return {1, total, mine, clock}
 """
@@ -111,15 +109,14 @@ end
 return 1
 """
 
-# KEYS: ledger, total, client ledger, client total. ARGV: reservation id, amount, expire at, 1 when
-# the reservation is in a client's ledger too. Put back a reservation Redis forgot.
+# KEYS: ledger, total, client ledger, client total. ARGV: reservation id, amount, 1 when the
+# reservation is in a client's ledger too. Put back a reservation Redis forgot (no expiry, as
+# `RESERVE`).
 RESTORE = """
-for i = 1, (ARGV[4] == '1' and 3 or 1), 2 do
+for i = 1, (ARGV[3] == '1' and 3 or 1), 2 do
   if redis.call('HSETNX', KEYS[i], ARGV[1], ARGV[2]) == 1 then
     redis.call('INCRBY', KEYS[i + 1], ARGV[2])
   end
-  redis.call('EXPIREAT', KEYS[i], ARGV[3])
-  redis.call('EXPIREAT', KEYS[i + 1], ARGV[3])
 end
 return 1
 """

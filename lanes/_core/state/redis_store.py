@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
+import time
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,7 +38,7 @@ import trio
 
 from lanes._core.freetier.windows import window_id
 from lanes._core.state.approvals import RedisApprovals
-from lanes._core.state.backend import LocalView, News, guarded
+from lanes._core.state.backend import LocalView, News, guarded, text
 from lanes._core.state.beats import RedisBeats
 from lanes._core.state.grants import RedisGrants
 from lanes._core.state.leases import RedisLeases
@@ -44,6 +46,9 @@ from lanes._core.state.paid import RedisPaid
 from lanes._core.state.records import LocalRecords
 from lanes._core.state.store import SQLiteStore
 from lanes._core.state.switches import RedisSwitches
+
+log = logging.getLogger("lanes")
+POLICY_EVERY_S = 60.0  # the eviction policy is read again this often (and after every outage)
 
 
 def redacted(url: str) -> str:
@@ -95,6 +100,8 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self._lock = threading.Lock()
         self._epoch: str | None = None
         self._reseed_due = False  # Redis forgot our state and we have not pushed our view back yet
+        self._policy_read_at = -POLICY_EVERY_S  # monotonic
+        self._pruned_day = 0  # the server's day whose older ledgers were deleted
         self._pubsub: Any = None
         # local caches, answered without a round trip
         self._spent_cache = {}
@@ -126,12 +133,15 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         without persistence, or a first contact with an empty Redis) and it has not been pushed back
         yet: the caller then passes its view to `reseed` (asked again until a reseed succeeds)."""
         day = window_id("day", now)
+        if not self.up or time.monotonic() - self._policy_read_at >= POLICY_EVERY_S:
+            self._read_policy()
         pipe = self._redis.pipeline(transaction=False)
+        pipe.time()
         pipe.get(self._k("epoch"))
         for near in (day - 1, day, day + 1):  # the server's day may be either side of ours
             pipe.get(self._k("paid-total", near))
         pipe.hgetall(self._k("grant"))
-        epoch, *totals, stored_grants = pipe.execute()
+        (seconds, micros), epoch, *totals, stored_grants = pipe.execute()
         self._reseed_due |= epoch is None or (self._epoch is not None and epoch != self._epoch)
         if epoch is None:
             self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
@@ -140,7 +150,34 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         with self._lock:
             self._take_totals(day, totals)
             self._take_grants(stored_grants)
+        server_day = window_id("day", seconds + micros / 1e6)
+        if server_day != self._pruned_day:
+            self._prune(server_day)
+            self._pruned_day = server_day
         return self._reseed_due
+
+    def _read_policy(self) -> None:
+        """Read the server's `maxmemory-policy` (by CONFIG GET, else INFO where CONFIG is renamed
+        or not granted). Under an `allkeys-*` policy Redis may evict the paid ledger's keys and
+        forget the day's spend — they carry no expiry, so a `volatile-*` policy never does — and
+        paid stays closed (`evicting`), said in one line when that changes."""
+        try:
+            policy = text(self._redis.config_get("maxmemory-policy").get("maxmemory-policy", ""))
+        except redis.ResponseError:
+            try:
+                policy = text(self._redis.info("memory").get("maxmemory_policy", ""))
+            except redis.ResponseError:
+                policy = ""
+        self._policy_read_at = time.monotonic()
+        was, self.evicting = self.evicting, _eviction_risk(self.where, policy)
+        if self.evicting and self.evicting != was:
+            log.warning("%s", self.evicting)
+        elif was and not self.evicting:
+            log.warning(
+                "state store: redis at %s: maxmemory-policy is %s; paid fallback may open",
+                self.where,
+                policy,
+            )
 
     @guarded
     def reseed(self, view: LocalView, now: float) -> None:
@@ -231,3 +268,20 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         except (redis.RedisError, OSError):
             pass
         self._local.close()
+
+
+def _eviction_risk(where: str, policy: str) -> str:
+    """Why `policy` keeps paid closed ("" when it does not)."""
+    if not policy:
+        return (
+            f"state store: redis at {where}: can not read maxmemory-policy (CONFIG GET and INFO "
+            "were refused); paid fallback stays closed until lanes' user may run one of them"
+        )
+    if policy.startswith("allkeys-"):
+        return (
+            f"state store: redis at {where}: maxmemory-policy is {policy}, so Redis may evict the "
+            "paid ledger when memory is full and forget the day's spend; paid fallback stays "
+            "closed until it is noeviction or a volatile-* policy (CONFIG SET maxmemory-policy "
+            "noeviction, and the same in redis.conf)"
+        )
+    return ""
