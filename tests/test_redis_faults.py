@@ -3,11 +3,18 @@ tests/test_state_contract_leases.py's), and a Redis that hangs."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import time
+
 import pytest
+import redis
 import trio
 
 import lanes
-from helpers import config, free_lane, paid_lane, store_up
+from helpers import config, free_lane, local_lane, paid_lane, store_up
+from lanes.harness.processes import free_port
+from lanes.harness.redis_server import RedisServer
 from lanes.testing import open_fake, status
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -66,3 +73,77 @@ async def test_a_hung_redis_never_holds_a_job_past_its_deadline(redis_server, en
     assert failed.value.code in ("paid_budget_exhausted", "deadline_exceeded")
     assert elapsed < 0.5 + 1.0, elapsed  # the contract: deadline + 1 s, not the 2 s socket timeout
     assert paid.requests() == []
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (10,000 higher) is free too."""
+    while True:
+        port = free_port()
+        if port > 55535:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+def _cluster_ok(port: int) -> bool:
+    info = redis.Redis(port=port, decode_responses=True).execute_command("CLUSTER", "INFO")
+    if isinstance(info, dict):  # some redis-py versions parse the reply
+        return bool(info.get("cluster_state") == "ok")
+    return "cluster_state:ok" in str(info).split()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path, redis_server):
+    """A real 3-master Redis Cluster on loopback (three redis-servers joined by `redis-cli
+    --cluster create`); `redis_server` first, so a missing binary skips or fails as it does."""
+    nodes = [
+        RedisServer(tmp_path / f"node-{i}", _cluster_port(), "--cluster-enabled", "yes").start()
+        for i in range(3)
+    ]
+    try:
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30  # wall-clock: waiting for real processes to agree
+        while not all(_cluster_ok(n.port) for n in nodes):
+            assert time.monotonic() < deadline, "the cluster did not come up"  # wall-clock
+            time.sleep(0.1)  # wall-clock: a blocking wait for child processes
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+async def test_a_redis_cluster_is_refused_in_one_line_and_free_serves(
+    redis_cluster, env, tmp_path, caplog
+):
+    """`state` pointed at a node of a 3-master Cluster: one line says Cluster is not supported and
+    what to do (not a `MovedError` about a key), paid stays closed, free and local work serve."""
+    async with (
+        open_fake("local", models=("local-model",)) as local,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        cfg = config(
+            local_lane("local", local.base_url),
+            paid_lane("paid", paid.base_url),
+            state=f"redis://127.0.0.1:{redis_cluster[0].port}/0",
+            local_state=str(tmp_path / "local.db"),
+        )
+        with caplog.at_level("WARNING", logger="lanes"):
+            async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+                served = await dispatcher.complete(lanes.Job(messages=MESSAGES))
+                paid_job = lanes.Job(messages=MESSAGES, model="paid/paid-model", deadline_s=2.0)
+                with pytest.raises(lanes.JobFailed) as refused:
+                    await dispatcher.complete(paid_job)
+                await trio.sleep(1.2)  # two more syncs: still the one line
+    assert served.lane == "local" and paid.requests() == []
+    assert refused.value.code == "paid_budget_exhausted"
+    said = [r.getMessage() for r in caplog.records if "state store" in r.getMessage()]
+    assert len(said) == 1 and "Redis Cluster, which lanes does not support" in said[0]
+    assert "Moved" not in said[0]

@@ -24,8 +24,9 @@ def redis_server_path() -> str | None:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
-        self.workdir, self.port = workdir, port or free_port()
+    def __init__(self, workdir: Path, port: int | None = None, *extra: str) -> None:
+        """`extra`: more of redis-server's options (`--cluster-enabled`, `yes`)."""
+        self.workdir, self.port, self.extra = workdir, port or free_port(), extra
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"redis-{self.port}.log"
 
@@ -57,6 +58,7 @@ class RedisServer:
                 str(self.log_path),
                 "--daemonize",
                 "no",
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

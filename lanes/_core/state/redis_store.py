@@ -44,7 +44,7 @@ from lanes._core.state.grants import RedisGrants
 from lanes._core.state.leases import RedisLeases
 from lanes._core.state.paid import RedisPaid
 from lanes._core.state.records import LocalRecords
-from lanes._core.state.store import SQLiteStore
+from lanes._core.state.store import SQLiteStore, StoreUnavailable
 from lanes._core.state.switches import RedisSwitches
 
 log = logging.getLogger("lanes")
@@ -133,6 +133,8 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         without persistence, or a first contact with an empty Redis) and it has not been pushed back
         yet: the caller then passes its view to `reseed` (asked again until a reseed succeeds)."""
         day = window_id("day", now)
+        if not self.up:
+            self._refuse_cluster()
         if not self.up or time.monotonic() - self._policy_read_at >= POLICY_EVERY_S:
             self._read_policy()
         pipe = self._redis.pipeline(transaction=False)
@@ -155,6 +157,21 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             self._prune(server_day)
             self._pruned_day = server_day
         return self._reseed_due
+
+    def _refuse_cluster(self) -> None:
+        """A node of a Redis Cluster is refused, said plainly (its replies would be MOVED errors
+        about single keys): a deployment's scripts touch several keys and its events need one
+        server. A user that may not run INFO is not asked."""
+        try:
+            enabled = int(self._redis.info("cluster").get("cluster_enabled", 0))
+        except redis.ResponseError:
+            return
+        if enabled:
+            raise StoreUnavailable(
+                f"redis at {self.where} is a node of a Redis Cluster, which lanes does not support "
+                "(a deployment's scripts touch several keys, its events need one server): point "
+                "`state` at one Redis, or a primary with replicas"
+            )
 
     def _read_policy(self) -> None:
         """Read the server's `maxmemory-policy` (by CONFIG GET, else INFO where CONFIG is renamed
