@@ -282,3 +282,47 @@ def test_the_clock_line_names_its_logger(caplog):
     clock = StoreClock(SteppedWall([0.0], DAY_S), tolerance_s=1.0, kind="sqlite", where="f.db")
     assert clock.refusal() and clock.refusal()
     assert [r.levelno for r in caplog.records if CLOCK_LINE in r.getMessage()] == [logging.WARNING]
+
+
+async def test_a_process_whose_whole_clock_is_ahead_can_not_spend_the_day_again(
+    env, tmp_path, autojump_clock, caplog_lanes
+):
+    """Two processes on one state file. A spends the day's ceiling and is refused; B starts with
+    its whole clock 35,818 s ahead — its wall and the host clock it reads (libfaketime's shape,
+    which no offset check sees) — just past UTC midnight, on a ledger day of its own. The beats
+    tell them apart: B gets no paid request out (before, it billed the ceiling a second time),
+    both say why in one line each, and once B is gone A's paid reopens."""
+    night = window_id("day", time.time()) * DAY_S + 72_000.0  # 20:00 UTC
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        cfg = config(
+            paid_lane("paid", paid.base_url),
+            state=str(tmp_path / "shared.db"),
+            policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 0.0002},
+        )
+        job = lanes.Job(messages=MESSAGES, model="paid/paid-model", params={"max_tokens": 50})
+        async with lanes.open_dispatcher(cfg, env=env, epoch_now=night) as a:
+            served_a = 0
+            with pytest.raises(lanes.PaidBudgetExhausted):
+                for _ in range(100):
+                    await a.complete(job)
+                    served_a += 1
+            sent_by_a = len(paid.log)
+            async with lanes.open_dispatcher(cfg, env=env, epoch_now=night + 35_818) as b:
+                assert window_id("day", b.now_wall()) == window_id("day", a.now_wall()) + 1
+                refused = []
+                for _ in range(10):
+                    with pytest.raises(lanes.PaidBudgetExhausted) as caught:
+                        await b.complete(job)
+                    refused.append(str(caught.value))
+                    await trio.sleep(0.3)
+                seen_by_a = a.statistics().clock
+            await trio.sleep(35)  # B withdrew its beat at exit: A's view agrees with every peer
+            after = a.statistics().clock
+            assert after is not None and after.refusal == ""
+    assert served_a >= 1 and len(paid.log) == sent_by_a  # nothing sent for B
+    assert all("sharing the state store" in r for r in refused), refused
+    assert seen_by_a is not None and "live process" in seen_by_a.refusal
+    said = [r.getMessage() for r in caplog_lanes.records if "clock: " in r.getMessage()]
+    closed = [line for line in said if "paid stays closed" in line]
+    assert 2 <= len(closed) <= 4, said  # each process: "not yet seen moving", then "live", once
+    assert said[-1].endswith("agree on the clock again"), said  # A, once B was gone

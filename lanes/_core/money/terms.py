@@ -86,7 +86,7 @@ class PaidTerms:
             terms=self.configured,
             fresh=self._fresh,
             wall=self._clock.wall(),
-            skew_s=self._clock.skew_s,
+            skew_s=self._clock.measure(),
             now=self._clock.trusted(),
         )
 
@@ -140,6 +140,7 @@ class PaidTerms:
         self.pulse = pulse
         if skew_s is not None:
             self._clock.observe(skew_s)
+        self._clock.compare(pulse.others, self._clock.wall())
         effective = self.effective()
         self._in_force = governed(self._policy, effective)
         said = (self.configured, effective)

@@ -151,12 +151,14 @@ class Host:
 @attrs.frozen(kw_only=True)
 class Pulse:
     """What a beat learns: the store's clock (None: it has none of its own — SQLite, whose
-    processes share the host's), the store's terms, the operator's, every live host."""
+    processes share the host's), the store's terms, the operator's, every live host, and every
+    other host's entry as read (live or not by this host's clock, which may be the wrong one)."""
 
     store_time: float | None
     agreed: Agreed | None
     operator: Operator | None
     hosts: tuple[Host, ...]
+    others: tuple[Host, ...] = ()
 
 
 def beat(
@@ -176,7 +178,10 @@ def beat(
     gone = [h.announced.host for h in others if h.announced.seen < now - LIVE_S]
     kept = (own, *alive)
     agreed = agree([h.announced for h in kept], operator, now)
-    return own, gone, Pulse(store_time=None, agreed=agreed, operator=operator, hosts=kept)
+    pulse = Pulse(
+        store_time=None, agreed=agreed, operator=operator, hosts=kept, others=tuple(others)
+    )
+    return own, gone, pulse
 
 
 def host_fields(host: Host) -> dict[str, object]:
