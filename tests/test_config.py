@@ -141,7 +141,8 @@ def test_state_is_a_file_or_a_redis_url():
     assert load_config({"state": "redis://:${PW}@10.0.0.5:6380/2"}, env={"PW": "x"}).shared_state
     assert load_config({"state": "unix:///run/redis.sock"}, env={}).shared_state
     assert (
-        'state: unsupported URL scheme "http"; expected a SQLite file path or redis://host:port/db'
+        'state: unsupported URL scheme "http"; expected a SQLite file path, redis://host:port/db '
+        "or redis+sentinel://host:port,host:port/service"
         in error_of({"state": "http://10.0.0.5:6379"})
     )
     assert "state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0" in error_of(

@@ -422,3 +422,31 @@ def test_the_documented_acl_user_is_enough(redis_server, policy_by):
     a.flush()
     assert a.begin_sync(now) is False  # written back: the reservation is counted again
     assert a.paid_spent(window_id("day", now)) > 0 and _reserve_on(a, window_id("day", now))
+
+
+def test_after_an_outage_a_host_puts_back_its_reservations_a_failover_lost(redis_server):
+    """A failover without WAIT can lose the last writes while the epoch (replicated long before)
+    survives, so nothing says "Redis forgot". After any outage a host puts its own reservations
+    of today back — only those missing, only upward — before paid reopens."""
+    raw = redis.Redis.from_url(redis_server.url)
+    a = host(redis_server.url, timeouts_s=0.2)
+    today = window_id("day", time.time())
+    made = [str(_reserve_on(a, today)) for _ in range(3)]
+
+    def outage() -> None:
+        redis_server.freeze()
+        try:
+            with pytest.raises(StoreUnavailable):
+                a.begin_sync(time.time())
+        finally:
+            redis_server.thaw()
+        a.begin_sync(time.time())
+
+    raw.delete(f"lanes:paid:{today}", f"lanes:paid-total:{today}")  # the writes a failover lost
+    outage()
+    assert sorted(text(k) for k in raw.hkeys(f"lanes:paid:{today}")) == sorted(made)
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 3 * 10**10
+    raw.hset(f"lanes:paid:{today}", "someone-else", 10**10)  # another host's, meanwhile
+    raw.incrby(f"lanes:paid-total:{today}", 10**10)
+    outage()
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 4 * 10**10  # upward only, once

@@ -189,7 +189,10 @@ def open_store(config: Config) -> Store:
         from lanes._core.state.redis_store import RedisStore  # imported only when configured
 
         return RedisStore(
-            config.state, local=SQLiteStore(config.local_state), namespace=config.state_namespace
+            config.state,
+            local=SQLiteStore(config.local_state),
+            namespace=config.state_namespace,
+            min_replicas=config.state_redis_min_replicas,
         )
     return SQLiteStore(config.state)
 

@@ -36,7 +36,7 @@ T = TypeVar("T")
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _OFF = {"off", "0", "false", "no", "disabled"}
 FLAG_WORDS = _OFF | {"on", "1", "true", "yes", "enabled"}
@@ -326,13 +326,18 @@ class Config:
     #: switch, the canary's quarantine, the audit) that every process on the host opening the
     #: same file shares (`~` is expanded; a `<state>-changes` file beside it tells them of new
     #: switches and backoffs); or `redis://[:password@]host:port/db` (also `rediss://`,
-    #: `unix://`) for several hosts — see
+    #: `unix://`; `redis+sentinel://host:port,host:port/service[/db]` follows the master Sentinel
+    #: names) for several hosts — see
     #: [Running several sidecars](operations.md#running-several-sidecars). In memory, nothing
     #: survives a restart (under `--workers N`, a private file the workers share for the run)
     state: str = attrs.field(default=":memory:")
     #: with a Redis `state`: the SQLite file for what stays on this host — the audit and the
     #: canary's answers
     local_state: str = ":memory:"
+    #: with a Redis `state`: how many replicas must have a paid reservation (`WAIT`, within
+    #: 1 s) before the paid request is sent — so a failover to one of them loses none; `0` sends
+    #: at once (a lost write is then put back by the hosts that made it, at the next sync)
+    state_redis_min_replicas: int = attrs.field(default=0, validator=attrs.validators.in_(range(6)))
     #: with a Redis `state`: this deployment's name on the server (letters, digits, `_ . -`, up to
     #: 64). Every key is `lanes:{<name>}:…` and every event is published on this deployment's own
     #: channel, so two deployments on one server — one database or two — share nothing. Empty:
@@ -354,11 +359,16 @@ class Config:
         scheme, sep, rest = value.partition("://")
         if sep and scheme not in REDIS_SCHEMES:
             raise ValueError(
-                f'state: unsupported URL scheme "{scheme}"; expected a SQLite file path or '
-                "redis://host:port/db"
+                f'state: unsupported URL scheme "{scheme}"; expected a SQLite file path, '
+                "redis://host:port/db or redis+sentinel://host:port,host:port/service"
             )
         if sep and scheme != "unix" and not rest.split("/", 1)[0].rpartition("@")[2]:
             raise ValueError("state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0")
+        if scheme == "redis+sentinel" and not rest.partition("/")[2].split("/")[0]:
+            raise ValueError(
+                "state: a Sentinel URL names the master's service after the hosts, as in "
+                "redis+sentinel://10.0.0.5:26379,10.0.0.6:26379/mymaster"
+            )
 
     @state_namespace.validator
     def _namespace(self, attribute: attrs.Attribute[str], value: str) -> None:

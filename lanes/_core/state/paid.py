@@ -236,6 +236,7 @@ class RedisPaid(PaidLedger, RedisBase):
     _settles: dict[str, float]  # settlements waiting for the next flush
     _own: dict[str, tuple[int, float]]  # reservation → (day, amount now counted)
     evicting = ""  # why the server may evict the ledger ("" when it may not): paid stays closed
+    min_replicas = 0  # replicas that must hold a reservation (WAIT) before it is handed out
 
     @guarded
     def reserve(self, ask: PaidAsk) -> str | None:
@@ -284,6 +285,13 @@ class RedisPaid(PaidLedger, RedisBase):
             if not int(granted):
                 return None
             self._own[reservation] = (day, ask.amount)
+        if self.min_replicas:
+            acked = int(self._redis.wait(self.min_replicas, 1000))
+            if acked < self.min_replicas:  # it stays counted (and ours to put back): never sent
+                raise StoreUnavailable(
+                    f"redis at {self.where}: a paid reservation reached {acked} of the "
+                    f"{self.min_replicas} replica(s) state_redis_min_replicas asks for within 1 s"
+                )
         return reservation
 
     def _prune(self, server_day: int) -> None:

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 import trio
@@ -52,11 +52,40 @@ POLICY_EVERY_S = 60.0  # the eviction policy is read again this often (and after
 
 
 def redacted(url: str) -> str:
-    """`url` without its password, for logs and pages."""
+    """`url` without its password (or query), for logs and pages."""
     parts = urlsplit(url)
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+    hosts = parts.netloc.rpartition("@")[2] or "localhost"
+    return f"{parts.scheme}://{hosts}{parts.path}"
+
+
+def _pool(url: str, **options: Any) -> redis.ConnectionPool:
+    """The connections to `url`'s server; for `redis+sentinel://h:p,h:p/service[/db]`, to the
+    master the sentinels name, asked again after a failover (a demoted master's ReadOnlyError
+    is a lost connection to redis-py's Sentinel pool: the next call finds the new master)."""
+    if not url.startswith("redis+sentinel://"):
+        return redis.BlockingConnectionPool.from_url(url, **options)
+    from redis.sentinel import Sentinel, SentinelConnectionPool
+
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    service, _, db = parts.path.strip("/").partition("/")
+    hosts = [h.rpartition(":") for h in parts.netloc.rpartition("@")[2].split(",")]
+    timeouts = {k: options[k] for k in ("socket_timeout", "socket_connect_timeout")}
+    sentinel_password = query.get("sentinel_password", [None])[0]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
+        [(host, int(port or 26379)) for host, _, port in hosts],
+        sentinel_kwargs={**timeouts, "password": sentinel_password},
+        **timeouts,
+    )
+    options.pop("timeout", None)  # a blocking pool's wait; this pool never runs out (see threads)
+    return SentinelConnectionPool(  # type: ignore[no-untyped-call,unused-ignore]
+        service,
+        sentinel,
+        db=int(db or 0),
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        **options,
+    )
 
 
 class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitches, RedisBeats):
@@ -71,6 +100,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         *,
         local: SQLiteStore,
         namespace: str = "",
+        min_replicas: int = 0,
         threads: int = 8,
         connect_timeout_s: float = 0.5,
         timeout_s: float = 2.0,
@@ -83,7 +113,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self.listen_limiter = trio.CapacityLimiter(1)
         # a blocking pool: a call beyond the connections waits for one rather than failing as
         # "Redis down"
-        pool = redis.BlockingConnectionPool.from_url(
+        pool = _pool(
             url,
             max_connections=threads + 4,
             timeout=timeout_s,
@@ -92,6 +122,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             decode_responses=True,
         )
         self._redis = redis.Redis(connection_pool=pool)
+        self.min_replicas = min_replicas
         # a namespace is a hash tag too: every key of a deployment in one Cluster slot
         self._p = f"lanes:{{{namespace}}}:" if namespace else "lanes:"
         database = pool.connection_kwargs.get("db", 0)
@@ -135,6 +166,11 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         day = window_id("day", now)
         if not self.up:
             self._refuse_cluster()
+            if self._own:  # after an outage (a failover may have lost writes): ours, back, upward
+                pipe = self._redis.pipeline(transaction=False)
+                with self._lock:
+                    self._reseed_paid(pipe)
+                pipe.execute()
         if not self.up or time.monotonic() - self._policy_read_at >= POLICY_EVERY_S:
             self._read_policy()
         pipe = self._redis.pipeline(transaction=False)
