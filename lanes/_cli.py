@@ -144,6 +144,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="check a config file")
     check.add_argument("path")
     check.add_argument("--json", action="store_true")
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="reach the state store too: what it is, and whether paid fallback can open",
+    )
     _cli_reports.add_parsers(sub, DEFAULT_URL)
     _cli_whatif.add_parser(sub)
     init = sub.add_parser("init", help="write a starter config for the keys in the environment")
@@ -328,13 +333,17 @@ def _check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print(args, {"ok": False, "error": str(exc)}, str(exc))
         return 2
-    _print(
-        args,
-        {"ok": True, "lanes": [lane.name for lane in config.lanes]},
-        f"{args.path}: ok ({len(config.lanes)} lanes: "
-        f"{', '.join(lane.name for lane in config.lanes)})",
-    )
-    return 0
+    names = [lane.name for lane in config.lanes]
+    found: dict[str, Any] = {"ok": True, "lanes": names}
+    human = f"{args.path}: ok ({len(names)} lanes: {', '.join(names)})"
+    if args.connect:
+        from lanes._core.open import describe_state  # the store's modules: only when asked
+
+        found["state"] = state = describe_state(config)
+        found["ok"] = bool(state["paid_can_open"])
+        human += "\n" + "\n".join(f"  {key}: {value}" for key, value in state.items())
+    _print(args, found, human)
+    return 0 if found["ok"] else 1
 
 
 def _canary(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lanes._cli import JsonLines, main
+from lanes.harness.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -157,3 +158,39 @@ def test_make_run_takes_a_port():
         ["make", "-n", "run", "PORT=4111"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert "lanes serve --simulate --port 4111" in done.stdout
+
+
+def test_check_config_connect_says_what_the_store_is_and_whether_paid_can_open(
+    redis_server, tmp_path, capsys
+):
+    """`lanes check-config --connect` reaches the state store: for Redis its version, role,
+    eviction policy, replicas, persistence and whether paid can open (exit 0), or why not (exit
+    1: an evicting policy, fewer replicas than asked for, no server); the password never shown."""
+    import redis
+
+    def check(state: str, **top: object) -> tuple[int, dict[str, object], str]:
+        path = tmp_path / "lanes.toml"
+        extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in top.items())
+        path.write_text(f'state = "{state}"\n{extra}')
+        code = main(["check-config", str(path), "--connect", "--json"])
+        shown = capsys.readouterr().out
+        code_human = main(["check-config", str(path), "--connect"])
+        assert code_human == code
+        return code, json.loads(shown)["state"], capsys.readouterr().out
+
+    url = redis_server.url.replace("redis://", "redis://:hunter2@")
+    redis.Redis.from_url(redis_server.url).config_set("requirepass", "hunter2")
+    code, state, human = check(url)
+    assert code == 0 and state["paid_can_open"] is True and state["role"] == "master"
+    assert state["maxmemory_policy"] == "noeviction" and state["replicas"] == 0
+    assert str(state["version"]).startswith("7.") and state["appendonly"] is False
+    assert "hunter2" not in human and "maxmemory_policy: noeviction" in human
+    code, state, _ = check(url, state_redis_min_replicas=1)
+    assert code == 1 and "0 replica(s) connected" in str(state["why_not"])
+    redis.Redis.from_url(url).config_set("maxmemory-policy", "allkeys-lru")
+    code, state, human = check(url)
+    assert code == 1 and "allkeys-lru" in str(state["why_not"]) and "paid_can_open: False" in human
+    code, state, _ = check(f"redis://127.0.0.1:{free_port()}/0")
+    assert code == 1 and state["paid_can_open"] is False and state["why_not"]
+    code, state, _ = check(str(tmp_path / "state.db"))
+    assert code == 0 and state["kind"] == "sqlite"

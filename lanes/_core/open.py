@@ -22,7 +22,7 @@ from lanes._core.model.job import Job, Reply
 from lanes._core.runtime.secrets import install_log_redaction
 from lanes._core.runtime.tasks import Background
 from lanes._core.runtime.wall import OFFSET_ENV, open_wall
-from lanes._core.state.store import SQLiteStore, Store
+from lanes._core.state.store import STORE_ERRORS, SQLiteStore, Store
 from lanes._core.upstream.client import open_upstream
 from lanes._core.upstream.loader import load_lanes
 
@@ -195,6 +195,23 @@ def open_store(config: Config) -> Store:
             min_replicas=config.state_redis_min_replicas,
         )
     return SQLiteStore(config.state)
+
+
+def describe_state(config: Config) -> dict[str, Any]:
+    """The configured state store as it answers now (`lanes check-config --connect`)."""
+    store = open_store(config)
+    try:
+        if not config.shared_state:
+            return {"where": store.where, "kind": "sqlite", "paid_can_open": True, "why_not": ""}
+        from lanes._core.state.redis_store import RedisStore  # loaded already by open_store
+
+        assert isinstance(store, RedisStore)
+        try:
+            return store.describe()
+        except STORE_ERRORS as exc:
+            return {"where": store.where, "paid_can_open": False, "why_not": str(exc)}
+    finally:
+        store.close()
 
 
 def complete_sync(

@@ -132,6 +132,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self._epoch: str | None = None
         self._reseed_due = False  # Redis forgot our state and we have not pushed our view back yet
         self._policy_read_at = -POLICY_EVERY_S  # monotonic
+        self.policy = ""  # the server's maxmemory-policy, as last read ("": unknown)
         self._pruned_day = 0  # the server's day whose older ledgers were deleted
         self._pubsub: Any = None
         # local caches, answered without a round trip
@@ -194,6 +195,39 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             self._pruned_day = server_day
         return self._reseed_due
 
+    @guarded
+    def describe(self) -> dict[str, Any]:
+        """What an operator needs to know of the server (`lanes check-config --connect`): its
+        version, role, eviction policy, replicas, persistence, and whether paid can open (and why
+        not). Sections INFO may not give (a user without it) read as unknown."""
+        info: dict[str, Any] = {}
+        for section in ("server", "replication", "persistence", "cluster"):
+            with contextlib.suppress(redis.ResponseError):
+                info.update(self._redis.info(section))
+        self._redis.ping()  # reachable (and allowed to talk) at all
+        self._read_policy()
+        replicas = int(info.get("connected_slaves", 0))
+        why = self.evicting
+        if not why and int(info.get("cluster_enabled", 0)):
+            why = (
+                f"redis at {self.where} is a node of a Redis Cluster, which lanes does not support"
+            )
+        if not why and replicas < self.min_replicas:
+            why = (
+                f"{replicas} replica(s) connected; state_redis_min_replicas asks for "
+                f"{self.min_replicas}: every paid reservation would wait for them and be refused"
+            )
+        return {
+            "where": self.where,
+            "version": str(info.get("redis_version", "unknown")),
+            "role": str(info.get("role", "unknown")),
+            "maxmemory_policy": self.policy or "unknown",
+            "replicas": replicas,
+            "appendonly": bool(int(info.get("aof_enabled", 0))),
+            "paid_can_open": not why,
+            "why_not": why,
+        }
+
     def _refuse_cluster(self) -> None:
         """A node of a Redis Cluster is refused, said plainly (its replies would be MOVED errors
         about single keys): a deployment's scripts touch several keys and its events need one
@@ -221,7 +255,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
                 policy = text(self._redis.info("memory").get("maxmemory_policy", ""))
             except redis.ResponseError:
                 policy = ""
-        self._policy_read_at = time.monotonic()
+        self._policy_read_at, self.policy = time.monotonic(), policy
         was, self.evicting = self.evicting, _eviction_risk(self.where, policy)
         if self.evicting and self.evicting != was:
             log.warning("%s", self.evicting)
