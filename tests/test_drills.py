@@ -15,6 +15,7 @@ STARTS_PROCESSES = {
     "provider-hung",
     "crash",
     "shared-state-lost",
+    "redis-evict",
     "clock-step",
     "client-gone",
     "h2-flood",

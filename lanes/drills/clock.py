@@ -21,7 +21,7 @@ CEILING_USD = 0.002
 DAY_S = 86400
 
 
-def _greedy(request: Mapping[str, Any]) -> dict[str, int]:
+def greedy_usage(request: Mapping[str, Any]) -> dict[str, int]:
     """Usage billing the most the request allows: a token per byte read, the whole output cap."""
     prompt = len(json.dumps(request.get("messages", [])).encode())
     cap = request.get("max_tokens")
@@ -46,7 +46,7 @@ async def clock_step(workdir: Path) -> Result:
     """Two sidecars on one state file, one's wall clock a day ahead: it closes paid and says \
 why, once; the other pays; billed stays within one ceiling."""
     async with open_fake("paid", models=("paid-model",)) as paid:
-        paid.script("paid-model", answer(usage=_greedy))
+        paid.script("paid-model", answer(usage=greedy_usage))
         config = {
             "state": str(workdir / "shared.db"),
             "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": CEILING_USD},
