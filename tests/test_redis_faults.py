@@ -7,7 +7,6 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import redis
@@ -22,7 +21,7 @@ from lanes._core.state.paid import PaidAsk
 from lanes._core.state.redis_store import RedisStore, redacted
 from lanes._core.state.store import SQLiteStore, StoreUnavailable
 from lanes.harness.processes import free_port
-from lanes.harness.redis_server import RedisServer
+from lanes.harness.redis_server import RedisSentinels, RedisServer
 from lanes.testing import open_fake, status
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -159,43 +158,13 @@ async def test_a_redis_cluster_is_refused_in_one_line_and_free_serves(
 
 @pytest.fixture
 def redis_sentinels(tmp_path, redis_server):
-    """A real master (`redis_server`), a replica of it and three sentinels watching it as
-    `lanes-master` on loopback, failing over one second after the master stops answering."""
-    redis.Redis(port=redis_server.port).config_set("repl-diskless-sync-delay", 0)
-    replica = RedisServer(
-        tmp_path / "replica", None, "--replicaof", "127.0.0.1", str(redis_server.port)
-    ).start()
-    sentinels: list[subprocess.Popen[bytes]] = []
-    ports = [free_port() for _ in range(3)]
+    """A real master (`redis_server`), a replica of it and three sentinels watching it on
+    loopback (`lanes.harness.redis_server.RedisSentinels`)."""
+    topology = RedisSentinels(redis_server, tmp_path / "sentinels").start()
     try:
-        for port in ports:
-            folder = tmp_path / f"sentinel-{port}"
-            folder.mkdir()
-            (folder / "sentinel.conf").write_text(
-                f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
-                f"sentinel monitor lanes-master 127.0.0.1 {redis_server.port} 2\n"
-                "sentinel down-after-milliseconds lanes-master 1000\n"
-                "sentinel failover-timeout lanes-master 5000\n"
-            )
-            sentinels.append(subprocess.Popen(
-                ["redis-server", str(folder / "sentinel.conf"), "--sentinel"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            ))  # fmt: skip
-        _until(lambda: all(_sentinel_sees(p, replica.port) for p in ports), "sentinels ready")
-        primary = redis.Redis(port=redis_server.port)
-
-        def acked() -> bool:  # the sentinels may have the replica sync again as they start
-            primary.set("probe", 1)
-            return int(primary.wait(1, 1000)) == 1
-
-        _until(acked, "the replica acknowledging writes")
-        primary.delete("probe")
-        yield redis_server, replica, ports
+        yield topology
     finally:
-        for process in sentinels:
-            process.kill()
-            process.wait()
-        replica.stop()
+        topology.stop()
 
 
 def _until(ready: Callable[[], bool], what: str, within_s: float = 30.0) -> None:
@@ -205,33 +174,14 @@ def _until(ready: Callable[[], bool], what: str, within_s: float = 30.0) -> None
         time.sleep(0.1)  # wall-clock: a blocking wait for child processes
 
 
-def _sentinel_sees(port: int, replica_port: int) -> bool:
-    """The sentinel on `port` answers, knows the replica, and knows two other sentinels."""
-    try:
-        client = redis.Redis(port=port, decode_responses=True, socket_timeout=1)
-        master: Any = client.sentinel_master("lanes-master")
-        replicas: Any = client.sentinel_slaves("lanes-master")
-    except redis.RedisError:
-        return False
-    return int(master.get("num-other-sentinels", 0)) >= 2 and any(
-        int(r.get("port", 0)) == replica_port for r in replicas
-    )
-
-
-def _master_port(sentinel_port: int) -> int:
-    address: Any = redis.Redis(port=sentinel_port).sentinel_get_master_addr_by_name("lanes-master")
-    return int(address[1])
-
-
 def test_a_sentinel_failover_loses_no_reservation_and_lanes_follows_the_master(redis_sentinels):
     """`state = "redis+sentinel://…/lanes-master"` with one replica required (WAIT): paid
     reservations are made on the master; the master is killed (no shutdown); the sentinels
     promote the replica. The host's calls fail meanwhile (paid closed), then reach the new
     master by themselves: every reservation is there, the total exact; with no replica left,
     the next reservation is counted on the new master but refused (paid stays closed)."""
-    master, replica, ports = redis_sentinels
-    url = "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in ports) + "/lanes-master"
-    store = RedisStore(url, local=SQLiteStore(":memory:"), min_replicas=1)
+    master, replica = redis_sentinels.master, redis_sentinels.replicas[0]
+    store = RedisStore(redis_sentinels.url, local=SQLiteStore(":memory:"), min_replicas=1)
     now = time.time()
     store.begin_sync(now)
     store.flush()
@@ -240,7 +190,7 @@ def test_a_sentinel_failover_loses_no_reservation_and_lanes_follows_the_master(r
     made = [str(store.reserve(ask)) for _ in range(10)]
     assert all(m != "None" for m in made)
     master.kill()
-    _until(lambda: _master_port(ports[0]) == replica.port, "the failover", within_s=60)
+    _until(lambda: redis_sentinels.master_port() == replica.port, "the failover", within_s=60)
 
     def synced() -> bool:
         try:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from lanes.harness.processes import free_port
 
@@ -115,3 +116,96 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RedisSentinels:
+    """Replicas of a running `RedisServer` and three sentinels watching it as `service` on
+    loopback, failing over one second after the master stops answering (for the failover test
+    and drill). `start()` returns once every sentinel knows every replica and a write is
+    acknowledged by all of them."""
+
+    def __init__(self, master: RedisServer, workdir: Path, *, replicas: int = 1) -> None:
+        self.master, self.workdir, self.service = master, workdir, "lanes-master"
+        self.replicas = [
+            RedisServer(
+                workdir / f"replica-{i}", None, "--replicaof", "127.0.0.1", str(master.port)
+            )
+            for i in range(replicas)
+        ]
+        self.ports = [free_port() for _ in range(3)]
+        self._sentinels: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        return f"redis+sentinel://{hosts}/{self.service}"
+
+    def start(self, within_s: float = 30.0) -> RedisSentinels:
+        import redis  # the harness' other users need no client
+
+        redis.Redis(port=self.master.port).config_set("repl-diskless-sync-delay", 0)
+        for replica in self.replicas:
+            replica.start()
+        binary = redis_server_path()
+        assert binary is not None  # the master runs
+        for port in self.ports:
+            folder = self.workdir / f"sentinel-{port}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "sentinel.conf").write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds {self.service} 1000\n"
+                f"sentinel failover-timeout {self.service} 5000\n"
+            )
+            self._sentinels.append(
+                subprocess.Popen(
+                    [binary, str(folder / "sentinel.conf"), "--sentinel"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        primary = redis.Redis(port=self.master.port, socket_timeout=2)
+        deadline = time.monotonic() + within_s  # wall-clock: real processes agreeing
+        while not (all(self._sees(port) for port in self.ports) and self._acked(primary)):
+            if time.monotonic() > deadline:  # wall-clock: as above
+                self.stop()
+                raise RuntimeError(f"the sentinels were not ready within {within_s:g}s")
+            time.sleep(0.1)  # wall-clock: a blocking wait for child processes, outside trio
+        primary.delete("lanes-harness-probe")
+        return self
+
+    def _sees(self, port: int) -> bool:
+        """The sentinel on `port` answers, knows every replica and the two other sentinels."""
+        import redis
+
+        try:
+            client = redis.Redis(port=port, decode_responses=True, socket_timeout=1)
+            master: Any = client.sentinel_master(self.service)
+            known: Any = client.sentinel_slaves(self.service)
+        except redis.RedisError:
+            return False
+        ports = {int(r.get("port", 0)) for r in known if "s_down" not in str(r.get("flags"))}
+        return int(master.get("num-other-sentinels", 0)) >= 2 and ports >= {
+            r.port for r in self.replicas
+        }
+
+    def _acked(self, primary: Any) -> bool:
+        """A write acknowledged by every replica (the sentinels may have one sync again as they
+        start)."""
+        primary.set("lanes-harness-probe", 1)
+        return int(primary.wait(len(self.replicas), 1000)) == len(self.replicas)
+
+    def master_port(self) -> int:
+        """The master's port as the first sentinel names it now."""
+        import redis
+
+        client = redis.Redis(port=self.ports[0], socket_timeout=1)
+        address: Any = client.sentinel_get_master_addr_by_name(self.service)
+        return int(address[1])
+
+    def stop(self) -> None:
+        for process in self._sentinels:
+            process.kill()
+            process.wait()
+        for replica in self.replicas:
+            replica.stop()

@@ -235,8 +235,8 @@ class RedisPaid(PaidLedger, RedisBase):
     _client_spent: dict[tuple[int, str], float]  # as of this host's last reservation for it
     _settles: dict[str, float]  # settlements waiting for the next flush
     _own: dict[str, tuple[int, float]]  # reservation → (day, amount now counted)
-    evicting = ""  # why the server may evict the ledger ("" when it may not): paid stays closed
-    min_replicas = 0  # replicas that must hold a reservation (WAIT) before it is handed out
+    _evicting = ""  # why the server may evict the ledger ("" when it may not): paid stays closed
+    _min_replicas = 0  # replicas that must hold a reservation (WAIT) before it is handed out
 
     @guarded
     def reserve(self, ask: PaidAsk) -> str | None:
@@ -246,8 +246,8 @@ class RedisPaid(PaidLedger, RedisBase):
             raise StoreUnavailable(
                 f"redis at {self.where}: the shared paid ledger is not synchronised yet"
             )
-        if self.evicting:
-            raise StoreUnavailable(self.evicting)
+        if self._evicting:
+            raise StoreUnavailable(self._evicting)
         client, day = ask.client, ask.day
         tag = client.encode().hex() if ask.client_ceiling is not None and client else ""
         checked = (
@@ -285,12 +285,12 @@ class RedisPaid(PaidLedger, RedisBase):
             if not int(granted):
                 return None
             self._own[reservation] = (day, ask.amount)
-        if self.min_replicas:
-            acked = int(self._redis.wait(self.min_replicas, 1000))
-            if acked < self.min_replicas:  # it stays counted (and ours to put back): never sent
+        if self._min_replicas:
+            acked = int(self._redis.wait(self._min_replicas, 1000))
+            if acked < self._min_replicas:  # it stays counted (and ours to put back): never sent
                 raise StoreUnavailable(
                     f"redis at {self.where}: a paid reservation reached {acked} of the "
-                    f"{self.min_replicas} replica(s) state_redis_min_replicas asks for within 1 s"
+                    f"{self._min_replicas} replica(s) state_redis_min_replicas asks for within 1 s"
                 )
         return reservation
 

@@ -122,7 +122,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             decode_responses=True,
         )
         self._redis = redis.Redis(connection_pool=pool)
-        self.min_replicas = min_replicas
+        self._min_replicas = min_replicas
         # a namespace is a hash tag too: every key of a deployment in one Cluster slot
         self._p = f"lanes:{{{namespace}}}:" if namespace else "lanes:"
         database = pool.connection_kwargs.get("db", 0)
@@ -132,7 +132,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self._epoch: str | None = None
         self._reseed_due = False  # Redis forgot our state and we have not pushed our view back yet
         self._policy_read_at = -POLICY_EVERY_S  # monotonic
-        self.policy = ""  # the server's maxmemory-policy, as last read ("": unknown)
+        self._policy = ""  # the server's maxmemory-policy, as last read ("": unknown)
         self._pruned_day = 0  # the server's day whose older ledgers were deleted
         self._pubsub: Any = None
         # local caches, answered without a round trip
@@ -172,7 +172,8 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
                 with self._lock:
                     self._reseed_paid(pipe)
                 pipe.execute()
-        if not self.up or time.monotonic() - self._policy_read_at >= POLICY_EVERY_S:
+        since = time.monotonic() - self._policy_read_at  # wall-clock: a real interval
+        if not self.up or since >= POLICY_EVERY_S:
             self._read_policy()
         pipe = self._redis.pipeline(transaction=False)
         pipe.time()
@@ -207,21 +208,21 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self._redis.ping()  # reachable (and allowed to talk) at all
         self._read_policy()
         replicas = int(info.get("connected_slaves", 0))
-        why = self.evicting
+        why = self._evicting
         if not why and int(info.get("cluster_enabled", 0)):
             why = (
                 f"redis at {self.where} is a node of a Redis Cluster, which lanes does not support"
             )
-        if not why and replicas < self.min_replicas:
+        if not why and replicas < self._min_replicas:
             why = (
                 f"{replicas} replica(s) connected; state_redis_min_replicas asks for "
-                f"{self.min_replicas}: every paid reservation would wait for them and be refused"
+                f"{self._min_replicas}: every paid reservation would wait for them and be refused"
             )
         return {
             "where": self.where,
             "version": str(info.get("redis_version", "unknown")),
             "role": str(info.get("role", "unknown")),
-            "maxmemory_policy": self.policy or "unknown",
+            "maxmemory_policy": self._policy or "unknown",
             "replicas": replicas,
             "appendonly": bool(int(info.get("aof_enabled", 0))),
             "paid_can_open": not why,
@@ -247,7 +248,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         """Read the server's `maxmemory-policy` (by CONFIG GET, else INFO where CONFIG is renamed
         or not granted). Under an `allkeys-*` policy Redis may evict the paid ledger's keys and
         forget the day's spend — they carry no expiry, so a `volatile-*` policy never does — and
-        paid stays closed (`evicting`), said in one line when that changes."""
+        paid stays closed (`_evicting`), said in one line when that changes."""
         try:
             policy = text(self._redis.config_get("maxmemory-policy").get("maxmemory-policy", ""))
         except redis.ResponseError:
@@ -255,11 +256,11 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
                 policy = text(self._redis.info("memory").get("maxmemory_policy", ""))
             except redis.ResponseError:
                 policy = ""
-        self._policy_read_at, self.policy = time.monotonic(), policy
-        was, self.evicting = self.evicting, _eviction_risk(self.where, policy)
-        if self.evicting and self.evicting != was:
-            log.warning("%s", self.evicting)
-        elif was and not self.evicting:
+        self._policy_read_at, self._policy = time.monotonic(), policy  # wall-clock: as above
+        was, self._evicting = self._evicting, _eviction_risk(self.where, policy)
+        if self._evicting and self._evicting != was:
+            log.warning("%s", self._evicting)
+        elif was and not self._evicting:
             log.warning(
                 "state store: redis at %s: maxmemory-policy is %s; paid fallback may open",
                 self.where,
