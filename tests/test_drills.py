@@ -16,6 +16,7 @@ STARTS_PROCESSES = {
     "crash",
     "shared-state-lost",
     "redis-evict",
+    "redis-failover",
     "clock-step",
     "client-gone",
     "h2-flood",

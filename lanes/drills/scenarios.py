@@ -661,6 +661,13 @@ async def run(names: list[str], workdir: Path) -> list[Result]:
 
 # Drills kept in modules of their own register themselves on import (after the ones above, so
 # `lanes drill all` runs them last).
-from lanes.drills import clock, conns, hostile, redis_evict, workers  # noqa: E402, F401
+from lanes.drills import (  # noqa: E402, F401
+    clock,
+    conns,
+    hostile,
+    redis_evict,
+    redis_failover,
+    workers,
+)
 
 __all__ = ["DRILLS", "Drill", "Result", "check", "drill", "run"]

@@ -144,8 +144,8 @@ class RedisSentinels:
         import redis  # the harness' other users need no client
 
         redis.Redis(port=self.master.port).config_set("repl-diskless-sync-delay", 0)
-        for replica in self.replicas:
-            replica.start()
+        for replica in self.replicas:  # each may become the master: none waits to sync
+            redis.Redis(port=replica.start().port).config_set("repl-diskless-sync-delay", 0)
         binary = redis_server_path()
         assert binary is not None  # the master runs
         for port in self.ports:
