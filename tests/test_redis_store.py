@@ -450,3 +450,31 @@ def test_after_an_outage_a_host_puts_back_its_reservations_a_failover_lost(redis
     raw.incrby(f"lanes:paid-total:{today}", 10**10)
     outage()
     assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 4 * 10**10  # upward only, once
+
+
+def test_a_restarted_host_puts_back_what_it_reserved_before(redis_server, tmp_path):
+    """A host keeps its own paid reservations of today in its local file: restarted while Redis
+    lost its data (a restart without persistence), it puts them back — settled amounts as
+    settled — before paid reopens; yesterday's and older are not kept for ever."""
+    raw = redis.Redis.from_url(redis_server.url)
+    local = str(tmp_path / "local.db")
+    today = window_id("day", time.time())
+    first = RedisStore(redis_server.url, local=SQLiteStore(local))
+    first.begin_sync(time.time())
+    first.flush()
+    first.records.keep_reservations({"old": (today - 5, 1.0)}, today - 6)  # an older host's day
+    made = [str(_reserve_on(first, today)) for _ in range(3)]
+    first.settle_paid(made[0], 0.004)
+    first.flush()
+    first.close()  # the host goes (its memory with it)
+    raw.flushall()  # and Redis forgets everything meanwhile
+    again = RedisStore(redis_server.url, local=SQLiteStore(local))
+    assert again.begin_sync(time.time()) is True  # Redis forgot: a reseed is due
+    again.reseed(
+        LocalView(usage=[], spend={}, backoffs={}, snapshots={}, switched_off=frozenset()),
+        time.time(),
+    )
+    again.flush()
+    assert sorted(text(k) for k in raw.hkeys(f"lanes:paid:{today}")) == sorted(made)
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 4 * 10**9 + 2 * 10**10
+    assert "old" not in SQLiteStore(local).records.reservations(0)  # older days are dropped

@@ -41,6 +41,7 @@ from lanes._core.state.backend import (
     text,
 )
 from lanes._core.state.beats import shared_ceiling
+from lanes._core.state.records import LocalRecords
 from lanes._core.state.redis_scripts import PICO, RESERVE, RESTORE, SETTLE, pico
 from lanes._core.state.sqlite_file import immediate
 
@@ -235,6 +236,7 @@ class RedisPaid(PaidLedger, RedisBase):
     _client_spent: dict[tuple[int, str], float]  # as of this host's last reservation for it
     _settles: dict[str, float]  # settlements waiting for the next flush
     _own: dict[str, tuple[int, float]]  # reservation → (day, amount now counted)
+    _kept: LocalRecords  # where `_own` is kept too: this host's file, read again at a restart
     _evicting = ""  # why the server may evict the ledger ("" when it may not): paid stays closed
     _min_replicas = 0  # replicas that must hold a reservation (WAIT) before it is handed out
 
@@ -285,6 +287,7 @@ class RedisPaid(PaidLedger, RedisBase):
             if not int(granted):
                 return None
             self._own[reservation] = (day, ask.amount)
+        self._kept.keep_reservations({reservation: (day, ask.amount)}, day - 1)
         if self._min_replicas:
             acked = int(self._redis.wait(self._min_replicas, 1000))
             if acked < self._min_replicas:  # it stays counted (and ours to put back): never sent
@@ -329,6 +332,7 @@ class RedisPaid(PaidLedger, RedisBase):
             if reservation in self._own:
                 day, _ = self._own[reservation]
                 self._own[reservation] = (day, cost)
+                self._kept.keep_reservations({reservation: (day, cost)}, day - 1)
             self._settles[reservation] = cost
 
     def paid_spent(self, day: int, client: str | None = None) -> float:

@@ -12,10 +12,13 @@ from typing import Any
 
 from lanes._core.state import audit_tables
 
+#: This host's own paid reservations in a shared store (part of the file's schema, `store.py`).
+SCHEMA = "CREATE TABLE IF NOT EXISTS own_paid (id TEXT PRIMARY KEY, day INTEGER, usd FLOAT);\n"
+
 
 class LocalRecords:
     """The audit and the canary's tables of one SQLite file, over the connection (and lock) of the
-    store that opened it."""
+    store that opened it; and, for a shared store, this host's own paid reservations."""
 
     def __init__(self, conn: sqlite3.Connection, lock: threading.Lock) -> None:
         self._conn = conn
@@ -26,6 +29,25 @@ class LocalRecords:
         """The store opened its file again (it was deleted or replaced): follow it there."""
         self._conn = conn
         self._db = None
+
+    def keep_reservations(self, kept: dict[str, tuple[int, float]], since_day: int) -> None:
+        """This host's paid reservations in a shared store (id → (day, what it counts now)), so
+        that it can put them back into a store that lost them — after its own restart too; days
+        before `since_day` are dropped."""
+        with self._lock, self._conn:
+            self._conn.execute("DELETE FROM own_paid WHERE day < ?", (since_day,))
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO own_paid (id, day, usd) VALUES (?, ?, ?)",
+                [(r, day, usd) for r, (day, usd) in kept.items()],
+            )
+
+    def reservations(self, since_day: int) -> dict[str, tuple[int, float]]:
+        """What `keep_reservations` kept of `since_day` and after."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, day, usd FROM own_paid WHERE day >= ?", (since_day,)
+            ).fetchall()
+        return {str(r): (int(day), float(usd)) for r, day, usd in rows}
 
     @property
     def db(self) -> Any:

@@ -146,7 +146,9 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self._switch_writes = {}
         self._quarantine_writes = {}
         self._releases = []
-        self._own = {}
+        self._own = {}  # filled from this host's file at the first sync (its own, of a restart)
+        self._kept = local.records
+        self._own_read = False
         self._leases = {}
         self._operator = None
 
@@ -165,6 +167,10 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         without persistence, or a first contact with an empty Redis) and it has not been pushed back
         yet: the caller then passes its view to `reseed` (asked again until a reseed succeeds)."""
         day = window_id("day", now)
+        if not self._own_read:  # what this host reserved before a restart, from its file
+            with self._lock:
+                self._own = {**self._kept.reservations(day - 1), **self._own}
+            self._own_read = True
         if not self.up:
             self._refuse_cluster()
             if self._own:  # after an outage (a failover may have lost writes): ours, back, upward

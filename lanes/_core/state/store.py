@@ -36,7 +36,17 @@ from typing import Any, Protocol
 
 import trio
 
-from lanes._core.state import approvals, audit_tables, beats, grants, leases, memory, paid, switches
+from lanes._core.state import (
+    approvals,
+    audit_tables,
+    beats,
+    grants,
+    leases,
+    memory,
+    paid,
+    records,
+    switches,
+)
 from lanes._core.state.approvals import ApprovalRecord as ApprovalRecord
 from lanes._core.state.approvals import Approvals, SQLiteApprovals
 from lanes._core.state.approvals import OnceConsent as OnceConsent
@@ -62,7 +72,8 @@ from lanes._core.state.sqlite_file import connect, identity, reopen
 from lanes._core.state.switches import SQLiteSwitches, Switches
 
 SCHEMA = "".join(
-    m.SCHEMA for m in (memory, paid, approvals, grants, leases, switches, beats, audit_tables)
+    m.SCHEMA
+    for m in (memory, paid, approvals, grants, leases, switches, beats, audit_tables, records)
 )
 #: Columns added since the first release of each table, for `_migrate`.
 _ADDED: dict[str, tuple[tuple[str, str], ...]] = {
