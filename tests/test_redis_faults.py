@@ -107,11 +107,12 @@ def _cluster_ok(port: int) -> bool:
 def redis_cluster(tmp_path, redis_server):
     """A real 3-master Redis Cluster on loopback (three redis-servers joined by `redis-cli
     --cluster create`); `redis_server` first, so a missing binary skips or fails as it does."""
-    nodes = [
-        RedisServer(tmp_path / f"node-{i}", _cluster_port(), "--cluster-enabled", "yes").start()
-        for i in range(3)
-    ]
+    nodes: list[RedisServer] = []
     try:
+        for i in range(3):  # each stopped below, however far the start got
+            node = RedisServer(tmp_path / f"node-{i}", _cluster_port(), "--cluster-enabled", "yes")
+            nodes.append(node)
+            node.start()
         subprocess.run(
             ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
              "--cluster-replicas", "0", "--cluster-yes"],
