@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -11,10 +10,10 @@ import redis
 import trio
 
 from lanes.drills.clock import greedy_usage
-from lanes.drills.registry import Result, check, drill
+from lanes.drills.registry import Result, check, drill, without_redis
 from lanes.harness.configs import KEYS, local_lane, paid_lane
 from lanes.harness.processes import open_sidecar_process, open_sidecar_processes
-from lanes.harness.redis_server import RedisServer, redis_server_path
+from lanes.harness.redis_server import RedisServer
 from lanes.testing import answer, open_fake
 
 MESSAGES = [{"role": "user", "content": "Drill: is the day's spend still there?"}]
@@ -39,13 +38,8 @@ async def redis_evict(workdir: Path) -> Result:
     """Redis with a 3 MB limit and `volatile-lru`, a neighbour writing expiring keys until it \
 evicts thousands, two sidecars paying under one ceiling: billed stays within it; a sidecar \
 started under `allkeys-lru` keeps paid closed and says so in one line, and local work serves."""
-    if redis_server_path() is None:
-        required = os.environ.get("LANES_REQUIRE_REDIS") == "1"
-        return Result(
-            name="redis-evict",
-            ok=not required,
-            figure="skipped: redis-server is not installed (make redis)",
-        )
+    if (skipped := without_redis("redis-evict")) is not None:
+        return skipped
     server = RedisServer(
         workdir / "redis", None, "--maxmemory", "3mb", "--maxmemory-policy", "volatile-lru"
     ).start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -12,10 +11,10 @@ import redis
 import trio
 
 from lanes.drills.clock import greedy_usage
-from lanes.drills.registry import Result, check, drill
+from lanes.drills.registry import Result, check, drill, without_redis
 from lanes.harness.configs import KEYS, local_lane, paid_lane
 from lanes.harness.processes import SidecarProcess, open_sidecar_processes
-from lanes.harness.redis_server import RedisSentinels, RedisServer, redis_server_path
+from lanes.harness.redis_server import RedisSentinels, RedisServer
 from lanes.testing import answer, open_fake
 
 MESSAGES = [{"role": "user", "content": "Drill: who is the master now?"}]
@@ -35,13 +34,8 @@ async def redis_failover(workdir: Path) -> Result:
 replicas and three sentinels; the master is SIGKILLed mid-traffic: local work is served \
 throughout, paid closes until the sentinels promote a replica, every reservation made before is \
 on the new master, and billed stays within one ceiling."""
-    if redis_server_path() is None:
-        required = os.environ.get("LANES_REQUIRE_REDIS") == "1"
-        return Result(
-            name="redis-failover",
-            ok=not required,
-            figure="skipped: redis-server is not installed (make redis)",
-        )
+    if (skipped := without_redis("redis-failover")) is not None:
+        return skipped
     server = RedisServer(workdir / "redis").start()
     sentinels = RedisSentinels(server, workdir / "sentinels", replicas=2)
     try:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
+
+from lanes.harness.redis_server import redis_server_path
 
 
 @attrs.frozen(kw_only=True)
@@ -48,4 +51,15 @@ def check(name: str, figure: str, **conditions: bool) -> Result:
         ok=not failed,
         figure=figure,
         detail=("failed: " + ", ".join(failed)) if failed else "",
+    )
+
+
+def without_redis(name: str) -> Result | None:
+    """The result of drill `name`, which needs redis-server, where there is none: skipped — or
+    failed where LANES_REQUIRE_REDIS=1 (as in CI) says it must run. None: redis-server is here."""
+    if redis_server_path() is not None:
+        return None
+    required = os.environ.get("LANES_REQUIRE_REDIS") == "1"
+    return Result(
+        name=name, ok=not required, figure="skipped: redis-server is not installed (make redis)"
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import signal
@@ -23,14 +22,14 @@ import httpx2
 import redis
 import trio
 
-from lanes.drills.registry import DRILLS, Drill, Result, check, drill
+from lanes.drills.registry import DRILLS, Drill, Result, check, drill, without_redis
 from lanes.harness.configs import KEYS, free_lane, local_lane, open_sidecar, paid_lane
 from lanes.harness.processes import (
     open_sidecar_process,
     open_sidecar_processes,
     open_sidecar_processes_at_once,
 )
-from lanes.harness.redis_server import RedisServer, redis_server_path
+from lanes.harness.redis_server import RedisServer
 from lanes.testing import (
     ANSWER,
     answer,
@@ -500,13 +499,8 @@ async def shared_state_lost(workdir: Path) -> Result:
     """Two sidecars on one Redis; Redis is SIGKILLed mid-traffic and restarted empty. Both keep
     serving, paid stays closed while the ledger is away, each logs one line, and the ledger is
     pushed back."""
-    if redis_server_path() is None:
-        required = os.environ.get("LANES_REQUIRE_REDIS") == "1"
-        return Result(
-            name="shared-state-lost",
-            ok=not required,
-            figure="skipped: redis-server is not installed (make redis)",
-        )
+    if (skipped := without_redis("shared-state-lost")) is not None:
+        return skipped
     server = RedisServer(workdir / "redis").start()
     paid_job = {"model": "paid/paid-model", "max_tokens": 20}
     try:
