@@ -323,12 +323,19 @@ def test_the_ledger_carries_no_expiry_and_old_days_are_pruned(redis_server):
     for day in (today - 5, today - 2, today - 1, today):
         assert _reserve_on(a, day) is not None and _reserve_on(a, day, client="ci") is not None
     raw = redis.Redis.from_url(redis_server.url)
-    ledger = sorted(text(k) for k in raw.keys("lanes:paid*"))
-    assert len(ledger) == 16 and all(raw.ttl(k) == -1 for k in ledger)  # -1: no expiry
+    ledger = sorted(text(k) for k in raw.keys("lanes:paid*"))  # the days marked: one more key
+    assert len(ledger) == 17 and all(raw.ttl(k) == -1 for k in ledger)  # -1: no expiry
+    assert {int(d) for d in raw.hkeys("lanes:paid-days")} == {
+        today - 5,
+        today - 2,
+        today - 1,
+        today,
+    }
     host(redis_server.url)  # another host's first sync: its day's pruning
-    kept = {int(text(k).split(":")[2]) for k in raw.keys("lanes:paid*")}
+    kept = {int(text(k).split(":")[2]) for k in raw.keys("lanes:paid*") if k != b"lanes:paid-days"}
     assert kept == {today - 1, today}
-    assert len(raw.keys("lanes:paid*")) == 8
+    assert len(raw.keys("lanes:paid*")) == 9
+    assert {int(d) for d in raw.hkeys("lanes:paid-days")} == {today - 1, today}
 
 
 def test_under_volatile_lru_the_ledger_survives_a_noisy_neighbour(redis_server):
@@ -478,3 +485,115 @@ def test_a_restarted_host_puts_back_what_it_reserved_before(redis_server, tmp_pa
     assert sorted(text(k) for k in raw.hkeys(f"lanes:paid:{today}")) == sorted(made)
     assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 4 * 10**9 + 2 * 10**10
     assert "old" not in SQLiteStore(local).records.reservations(0)  # older days are dropped
+
+
+def _beat(*stores: RedisStore) -> None:
+    """One beat of each host: each learns the others are live."""
+    now = time.time()
+    for _ in range(2):  # the second round: every host has seen every other's first beat
+        for store in stores:
+            terms = Terms(ceiling_usd=1.0, consent="allow")
+            beat = Beat(host=store.host_id, label="h", terms=terms, fresh=False, wall=now,
+                        skew_s=0.0, now=now)  # fmt: skip
+            assert store.heartbeat(beat) is not None
+
+
+def _sync(store: RedisStore) -> None:
+    """One round of the state sync: a reseed when Redis lost what this host knew."""
+    now = time.time()
+    if store.begin_sync(now):
+        store.reseed(LocalView(usage=[], spend={}, backoffs={}, snapshots={},
+                               switched_off=frozenset()), now)  # fmt: skip
+    store.flush()
+
+
+@pytest.mark.parametrize("lost", ["total", "total and ledger"])
+def test_a_lost_day_closes_paid_until_every_live_host_put_its_own_back(redis_server, lost):
+    """The day's total goes (evicted by a policy lanes was not told of, deleted, or lost by a
+    failover) while the epoch stays. The reservation script notices (the day is marked as having
+    reservations), rebuilds the total from what the ledger still holds and rotates the epoch; paid
+    stays closed on every host until each host live before has put its own reservations back —
+    never reopened on one host's partial view, never reseeded downward."""
+    raw = redis.Redis.from_url(redis_server.url)
+    a, b = host(redis_server.url), host(redis_server.url)
+    _beat(a, b)
+    today = window_id("day", time.time())
+    made = [_reserve_on(a, today), _reserve_on(a, today), _reserve_on(b, today)]
+    assert None not in made
+    raw.delete(f"lanes:paid-total:{today}", *([f"lanes:paid:{today}"] if "ledger" in lost else []))
+    with pytest.raises(StoreUnavailable, match="put its reservations back"):
+        _reserve_on(a, today)  # the old code granted it against a total of 0
+    with pytest.raises(StoreUnavailable):
+        _reserve_on(b, today)  # the epoch moved: b knows without a sync
+    _sync(a)
+    with pytest.raises(StoreUnavailable, match=f"waiting for: {b.host_id}"):
+        _reserve_on(a, today)  # a put its own back; b has not yet
+    _sync(b)
+    _sync(a)
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 3 * 10**10  # all three, once each
+    assert _reserve_on(a, today) is not None and _reserve_on(b, today) is not None
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 5 * 10**10
+
+
+def test_after_a_flush_paid_waits_for_the_other_live_host(redis_server, caplog):
+    """Redis restarts empty under two live hosts: the first to sync puts its reservations back
+    and waits for the other's (said in one line), then both reopen on the whole day."""
+    raw = redis.Redis.from_url(redis_server.url)
+    a, b = host(redis_server.url), host(redis_server.url)
+    _beat(a, b)
+    today = window_id("day", time.time())
+    assert _reserve_on(a, today) and _reserve_on(b, today)
+    raw.flushall()
+    _sync(a)
+    with pytest.raises(StoreUnavailable, match=f"waiting for: {b.host_id}"):
+        _reserve_on(a, today)  # the old code granted it: the day held only a's reservation
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 10**10
+    _sync(b)
+    _sync(a)
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 2 * 10**10
+    assert _reserve_on(a, today) is not None
+    said = [r.getMessage() for r in caplog.records if "stays closed until" in r.getMessage()]
+    assert len(said) == 1 and "a restart without persistence" in said[0]
+    assert any(
+        "every live host put its reservations back" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_tls_with_the_ca_named_in_the_url(redis_server, tmp_path):
+    """`rediss://…?ssl_ca_certs=` (docs/operations.md) against a real redis-server speaking TLS
+    with a certificate from a throwaway CA: paid opens and the ledger is written over TLS; a
+    server the named CA did not sign is refused, paid closed, nothing secret in the message."""
+    import trustme
+
+    from lanes.harness.processes import free_port
+    from lanes.harness.redis_server import RedisServer
+
+    ca, stranger = trustme.CA(), trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    chain, key = tmp_path / "server.pem", tmp_path / "server.key"
+    cert.private_key_pem.write_to_path(str(key))
+    for i, blob in enumerate(cert.cert_chain_pems):
+        blob.write_to_path(str(chain), append=i > 0)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    stranger.cert_pem.write_to_path(str(tmp_path / "stranger.pem"))
+    port = free_port()
+    server = RedisServer(tmp_path / "tls", None, "--tls-port", str(port), "--tls-cert-file",
+                         str(chain), "--tls-key-file", str(key), "--tls-auth-clients",
+                         "no").start()  # fmt: skip
+    try:
+        a = host(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={tmp_path / 'ca.pem'}")
+        assert is_up(a) and _reserve_on(a, window_id("day", time.time())) is not None
+        assert redis.Redis(port=server.port).get(
+            "lanes:paid-total:" + str(window_id("day", time.time()))
+        )
+        a.close()
+        other = RedisStore(
+            f"rediss://:sekrit@127.0.0.1:{port}/0?ssl_ca_certs={tmp_path / 'stranger.pem'}",
+            local=SQLiteStore(":memory:"),
+        )
+        with pytest.raises(StoreUnavailable) as refused:
+            other.begin_sync(time.time())
+        assert not is_up(other) and "sekrit" not in str(refused.value)
+        other.close()
+    finally:
+        server.stop()

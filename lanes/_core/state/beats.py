@@ -121,6 +121,7 @@ class RedisBeats(RedisBase):
     """The terms and beats in Redis, shared by every host."""
 
     _operator: terms.Operator | None  # what an operator set, as last seen
+    _peers: frozenset[str]  # the other hosts live at this host's last beat
 
     @property
     def host_id(self) -> str:
@@ -153,6 +154,7 @@ class RedisBeats(RedisBase):
                     continue
                 with self._lock:
                     self._operator = operator
+                    self._peers = frozenset(h.announced.host for h in pulse.hosts) - {self._host}
                 return attrs.evolve(pulse, store_time=now)
         return None
 

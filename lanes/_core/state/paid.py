@@ -21,8 +21,10 @@ client), for the reports.
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
+import time
 import uuid
 from itertools import groupby
 from operator import itemgetter
@@ -41,9 +43,12 @@ from lanes._core.state.backend import (
     text,
 )
 from lanes._core.state.beats import shared_ceiling
+from lanes._core.state.put_back import PutBack
 from lanes._core.state.records import LocalRecords
 from lanes._core.state.redis_scripts import PICO, RESERVE, RESTORE, SETTLE, pico
 from lanes._core.state.sqlite_file import immediate
+
+log = logging.getLogger("lanes")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS paid_ledger (
@@ -239,17 +244,16 @@ class RedisPaid(PaidLedger, RedisBase):
     _kept: LocalRecords  # where `_own` is kept too: this host's file, read again at a restart
     _evicting = ""  # why the server may evict the ledger ("" when it may not): paid stays closed
     _min_replicas = 0  # replicas that must hold a reservation (WAIT) before it is handed out
+    _epoch: str | None  # the server's epoch as this host knows it (a new one: a loss)
+    _reseed_due: bool  # Redis forgot our state and we have not pushed our view back yet
+    _put_back: PutBack  # after a loss: the hosts paid waits for
+    _peers: frozenset[str]  # the other hosts live at this host's last beat
 
     @guarded
     def reserve(self, ask: PaidAsk) -> str | None:
         """In one script across every host. The day is the server's (`ask.day` is this host's
         guess; asked again once with the server's when it guessed wrong)."""
-        if not self.up:
-            raise StoreUnavailable(
-                f"redis at {self.where}: the shared paid ledger is not synchronised yet"
-            )
-        if self._evicting:
-            raise StoreUnavailable(self._evicting)
+        epoch = self._open_epoch()
         client, day = ask.client, ask.day
         tag = client.encode().hex() if ask.client_ceiling is not None and client else ""
         checked = (
@@ -261,7 +265,12 @@ class RedisPaid(PaidLedger, RedisBase):
             # one per attempt, never merged; day and client tag first, so settling finds the ledgers
             reservation = f"{day}:{tag}:{uuid.uuid4().hex}:{ask.job}:{ask.lane}/{ask.model}"
             granted, total, mine, server = self._script(RESERVE)(
-                keys=[*self._ledger(day, tag), self._k("ceiling")],
+                keys=[
+                    *self._ledger(day, tag),
+                    self._k("ceiling"),
+                    self._k("epoch"),
+                    self._k("paid-days"),
+                ],
                 args=[
                     reservation,
                     pico(ask.amount),
@@ -271,8 +280,14 @@ class RedisPaid(PaidLedger, RedisBase):
                     else -1,
                     day,
                     *checked,
+                    epoch,
+                    uuid.uuid4().hex,
                 ],
             )
+            if int(granted) == -3:
+                now = time.monotonic()  # wall-clock: hosts put back in real time
+                self._lost_day("the paid ledger of the day was lost", now)
+                raise StoreUnavailable(self._say_closed())
             if int(granted) == -1:
                 raise ClockRefused(float(server) - float(checked[0]))
             if int(granted) != -2:
@@ -297,6 +312,70 @@ class RedisPaid(PaidLedger, RedisBase):
                 )
         return reservation
 
+    def _open_epoch(self) -> str:
+        """The epoch a reservation is made under; StoreUnavailable when paid is closed here (not
+        synchronised, an evicting server, or a loss being put back)."""
+        if not self.up:
+            raise StoreUnavailable(
+                f"redis at {self.where}: the shared paid ledger is not synchronised yet"
+            )
+        if self._evicting:
+            raise StoreUnavailable(self._evicting)
+        with self._lock:
+            if self._put_back.waiting:
+                raise StoreUnavailable(self._put_back.why_closed(self.where))
+            return self._epoch or ""
+
+    def _lost_day(self, reason: str, now: float) -> None:
+        """Redis lost the day's ledger (`now`: monotonic): this host puts its own reservations
+        back (`reseed`) and paid closes until every host live before has too (`put_back.py`)."""
+        with self._lock:
+            self._put_back.lost(reason, self._peers, now)
+            self._reseed_due = True
+
+    def _put_own_back(self, epoch: str) -> None:
+        """After a loss, under the server's epoch: this host's reservations back (upward), said
+        under the epoch, and the hosts that have said so heard."""
+        restored = self._k("restored", epoch)
+        pipe = self._redis.pipeline(transaction=False)
+        with self._lock:
+            mine = self._host in self._put_back.awaited
+            if mine:
+                self._reseed_paid(pipe)
+                pipe.sadd(restored, self._host)
+                pipe.expire(restored, 2 * 86400)
+        pipe.smembers(restored)
+        self._heard(set(pipe.execute()[-1]))
+
+    def _say_closed(self) -> str:
+        """Why paid waits for the put-back, logged once per loss (and returned)."""
+        with self._lock:
+            why, first = self._put_back.why_closed(self.where), self._put_back.to_say(self.where)
+        if first:
+            log.warning("state store: %s", first)
+        return why
+
+    def _heard(self, restored: set[str]) -> None:
+        """Hosts that put their reservations back under the current epoch (this one included)."""
+        with self._lock:
+            if not self._put_back.waiting:
+                return
+            now = time.monotonic()  # wall-clock: hosts put back in real time
+            gone, opened = self._put_back.heard(restored, now)
+        if gone:
+            log.warning(
+                "state store: redis at %s: hosts %s were silent since the loss; paid no longer "
+                "waits for them (their reservations come back when they start again)",
+                self.where,
+                ", ".join(gone),
+            )
+        if opened:
+            log.warning(
+                "state store: redis at %s: every live host put its reservations back; paid "
+                "fallback may open",
+                self.where,
+            )
+
     def _prune(self, server_day: int) -> None:
         """Delete the ledgers of the days before the server's yesterday: they carry no expiry (see
         `RESERVE`), and a host only ever reserves, settles or restores today's and yesterday's."""
@@ -309,6 +388,9 @@ class RedisPaid(PaidLedger, RedisBase):
                 old.append(key)
         for start in range(0, len(old), 500):
             self._redis.delete(*old[start : start + 500])
+        marked = self._redis.hkeys(self._k("paid-days"))
+        if stale := [d for d in marked if not text(d).isdigit() or int(d) < server_day - 1]:
+            self._redis.hdel(self._k("paid-days"), *stale)
 
     def _ledger(self, day: int | str, tag: str = "") -> list[str]:
         """The day's ledger and total, then the client's (tagged by its hex name; "" for none)."""

@@ -68,9 +68,15 @@ return 1
 # used. The ceiling is the lower of the host's and the store's terms' (KEYS[5], set by the beats).
 # The ledger's keys carry no expiry, so no `volatile-*` eviction policy can drop them (lanes
 # deletes the days before yesterday itself: `RedisPaid._prune`).
-# KEYS: ledger, total, client ledger, client total, the store's ceiling. ARGV: reservation id,
-# amount, ceiling, client ceiling (-1: none), day, the host's wall (s; "" for none), tolerance (s).
-# Returns {granted (1, 0, -1 or -2), total, client total, the server's time (text)}.
+# A lost day is noticed here, whatever lost it: the epoch is not the one the host knows (a
+# restart, a flush, or another host noticed first), or the day's total is missing while the day
+# had reservations (its marker in the days hash, or its ledger). Then the totals are rebuilt from
+# what the ledgers still hold, the epoch is rotated so every host puts its own reservations back
+# (`put_back.py`), and the host is told ({-3, …}): paid stays closed until they all have.
+# KEYS: ledger, total, client ledger, client total, the store's ceiling, epoch, days marked.
+# ARGV: reservation id, amount, ceiling, client ceiling (-1: none), day, the host's wall (s; ""
+# for none), tolerance (s), the epoch the host knows ("": unchecked), a new epoch.
+# Returns {granted (1, 0, -1, -2 or -3), total, client total, the server's time (text)}.
 RESERVE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -78,6 +84,19 @@ local clock = string.format('%.17g', now)
 if ARGV[6] ~= '' then
   if math.abs(now - tonumber(ARGV[6])) > tonumber(ARGV[7]) then return {-1, 0, 0, clock} end
   if math.floor(now / 86400) ~= tonumber(ARGV[5]) then return {-2, 0, 0, clock} end
+end
+if ARGV[8] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[8] then return {-3, 0, 0, clock} end
+for i = 1, 3, 2 do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 and (redis.call('EXISTS', KEYS[i]) == 1
+      or (i == 1 and redis.call('HEXISTS', KEYS[7], ARGV[5]) == 1)) then
+    local sum = 0
+    for _, v in ipairs(redis.call('HVALS', KEYS[i])) do sum = sum + tonumber(v) end
+    redis.call('SET', KEYS[i + 1], string.format('%.0f', sum))
+    if i == 1 then
+      redis.call('SET', KEYS[6], ARGV[9])
+      return {-3, 0, 0, clock}
+    end
+  end
 end
 local ceiling = tonumber(ARGV[3])
 local shared = tonumber(redis.call('GET', KEYS[5]) or '')
@@ -89,6 +108,7 @@ local own = tonumber(ARGV[4])
 if own >= 0 and mine + tonumber(ARGV[2]) > own + 1 then return {0, total, mine, clock} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 total = redis.call('INCRBY', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[7], ARGV[5], 1)
 if own >= 0 then
   redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
   mine = redis.call('INCRBY', KEYS[4], ARGV[2])

@@ -43,6 +43,7 @@ from lanes._core.state.beats import RedisBeats
 from lanes._core.state.grants import RedisGrants
 from lanes._core.state.leases import RedisLeases
 from lanes._core.state.paid import RedisPaid
+from lanes._core.state.put_back import PutBack
 from lanes._core.state.records import LocalRecords
 from lanes._core.state.store import SQLiteStore, StoreUnavailable
 from lanes._core.state.switches import RedisSwitches
@@ -129,8 +130,10 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self._channel = f"{self._p}events" if namespace else f"lanes:events:db{database}"
         self._scripts = {}
         self._lock = threading.Lock()
-        self._epoch: str | None = None
-        self._reseed_due = False  # Redis forgot our state and we have not pushed our view back yet
+        self._epoch = None
+        self._reseed_due = False
+        self._put_back = PutBack(own=self._host)
+        self._peers = frozenset()
         self._policy_read_at = -POLICY_EVERY_S  # monotonic
         self._policy = ""  # the server's maxmemory-policy, as last read ("": unknown)
         self._pruned_day = 0  # the server's day whose older ledgers were deleted
@@ -188,11 +191,16 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             pipe.get(self._k("paid-total", near))
         pipe.hgetall(self._k("grant"))
         (seconds, micros), epoch, *totals, stored_grants = pipe.execute()
-        self._reseed_due |= epoch is None or (self._epoch is not None and epoch != self._epoch)
+        if epoch is None or (self._epoch is not None and epoch != self._epoch):
+            self.lost_reason = _loss(epoch, self._epoch)
+            self._lost_day(self.lost_reason, time.monotonic())  # wall-clock: as above
         if epoch is None:
             self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
             epoch = self._redis.get(self._k("epoch"))
         self._epoch = epoch
+        if self._put_back.waiting:
+            self._put_own_back(epoch)
+            self._say_closed()  # still waiting for other hosts: said once
         with self._lock:
             self._take_totals(day, totals)
             self._take_grants(stored_grants)
@@ -285,7 +293,6 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self.put_snapshots(view.snapshots)
         pipe = self._redis.pipeline(transaction=False)
         with self._lock:
-            self._reseed_paid(pipe)
             self._reseed_grants()
             self._reseed_switches(pipe, view, now)
             self._reseed_terms(pipe)
@@ -362,6 +369,15 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         except (redis.RedisError, OSError):
             pass
         self._local.close()
+
+
+def _loss(now: str | None, known: str | None) -> str:
+    """What the epoch says was lost: `now` is the server's, `known` the one this host had."""
+    if now is None and known is None:
+        return "met empty at first contact"
+    if now is None:
+        return "it lost the paid ledger (a restart without persistence, or a flush)"
+    return "another host found the day's paid ledger lost"
 
 
 def _eviction_risk(where: str, policy: str) -> str:

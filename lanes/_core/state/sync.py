@@ -271,7 +271,7 @@ class StateSync:
         usage, spends, others, quarantined, switches, approvals = totals
         if reseeded:
             log.warning(
-                "state store: %s (%s); this host's view written back, paid fallback open",
+                "state store: %s (%s); this host's view written back",
                 self._store.lost_reason or "empty at first contact",
                 self._store.where,
             )
