@@ -59,6 +59,7 @@ LAYERS = (
     "lanes/_core/money",  # consent, approvals, the ledger, the shared terms
     "lanes/_core/engine",  # the walk, the attempt, the gate, the calls, the stream session
     "lanes/_core/audit",  # what every job leaves: the journal, the tally, reports, statistics
+    "lanes/_core/batch",  # work that can wait: the durable batch queue and its runner
     "lanes/_core",  # the roof: the dispatcher, open_dispatcher, the config check
     "lanes/_whatif",  # replays of the audit under another config, on in-process providers
     "lanes/_http",  # the sidecar

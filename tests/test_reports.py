@@ -331,7 +331,13 @@ async def test_a_byok_key_is_used_once_and_never_shown(tmp_path, caplog):
                 seen.append((await http.get(base + path)).text)
             seen += [refused.text, served.text, without.text, json.dumps(dict(served.headers))]
     seen += [r.getMessage() for r in caplog.records]
-    files = b"".join(p.read_bytes() for p in Path(tmp_path).glob("byok.db*"))  # noqa: ASYNC240 - the sidecar is closed: nothing else runs
+    # the state file, its log, and the batch queue's folder beside it
+    kept = [
+        p
+        for p in Path(tmp_path).rglob("*")  # noqa: ASYNC240 - the sidecar is closed: nothing else runs
+        if p.is_file() and p.relative_to(tmp_path).parts[0].startswith("byok.db")
+    ]
+    files = b"".join(p.read_bytes() for p in kept)
     assert refused.status_code == 401 and served.status_code == 200
     assert served.headers["x-lanes-route"] == "byok" and served.headers["x-lanes-lane"] == "mine"
     assert without.status_code == 503 and "no key for it in the request" in without.text

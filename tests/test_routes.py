@@ -16,14 +16,20 @@ JOBS = {  # what may spend quota or money: from a known client, never a cross-si
     "/v1/messages/count_tokens",
     "/v1/embeddings",
 }
+#: a client's own batch work (its files and batches): a sender's, never a cross-site form's; an
+#: upload (multipart) names its key even where none is configured
+BATCHES = {"/v1/files/{file_id}", "/v1/batches", "/v1/batches/{batch_id}/cancel"}
+UPLOADS = {"/v1/files"}
 
 
 def test_every_state_changing_route_needs_an_admin_or_is_a_job():
-    """A POST or DELETE is an admin's action (JSON, same origin) or a job's (its sender checked)."""
+    """A POST or DELETE is an admin's action (JSON, same origin), a job's or a client's batch
+    work (its sender checked), or an upload (its key named)."""
     for row in ROUTES:
         if set(row.methods) - {"GET"}:
-            assert row.door is (Door.SENDER if row.path in JOBS else Door.ADMIN), row.path
-    assert {row.path for row in ROUTES if row.door is Door.SENDER} >= JOBS
+            door = Door.SENDER if row.path in JOBS | BATCHES else Door.ADMIN
+            assert row.door is (Door.UPLOADER if row.path in UPLOADS else door), row.path
+    assert {row.path for row in ROUTES if row.door is Door.SENDER} >= JOBS | BATCHES
 
 
 def test_only_liveness_metrics_and_the_page_are_open():

@@ -214,7 +214,13 @@ async def test_no_key_from_an_upstream_reaches_any_observable(tmp_path, caplog):
     store = SQLiteStore(str(tmp_path / "state.db"))  # the sidecar's last sync wrote the audit
     stories = [explain(store.records.query, i) for i in ids]  # what /v1/requests/{id} answers
     store.close()
-    files = b"".join(p.read_bytes() for p in tmp_path.glob("state.db*"))
+    # the state file, its log, and the batch queue beside it (every file in its folder)
+    kept = [
+        p
+        for p in tmp_path.rglob("*")
+        if p.is_file() and p.relative_to(tmp_path).parts[0].startswith("state.db")
+    ]
+    files = b"".join(p.read_bytes() for p in kept)
     logged = [r.getMessage() for r in caplog.records]
     errors = [a.json()["error"] for a in answers if a.status_code != 200]
     seen += [a.text for a in answers] + [json.dumps(dict(a.headers)) for a in answers]

@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from lanes._core.batch.runner import Batches
 from lanes._core.dispatcher import Dispatcher
-from lanes._http import admin, doors, endpoints
+from lanes._http import admin, batches, doors, endpoints
 from lanes._http.context import Context
 from lanes._http.errors import error_response
 from lanes._http.guard import Guard
@@ -28,7 +29,13 @@ from lanes._http.routes import DELETE, GET, POST, Door, Endpoint, Row, endpoint,
 from lanes._http.running import Running
 
 CHAT_PATH = "/v1/chat/completions"
-OPEN, CALLER, ADMIN, SENDER = Door.OPEN, Door.CALLER, Door.ADMIN, Door.SENDER
+OPEN, CALLER, ADMIN, SENDER, UPLOADER = (
+    Door.OPEN,
+    Door.CALLER,
+    Door.ADMIN,
+    Door.SENDER,
+    Door.UPLOADER,
+)
 
 #: Every route: its path, methods, handler and door (and, when not OpenAI's, its error shape).
 CHAT = Row(CHAT_PATH, POST, endpoints.chat, SENDER)  # the hot path: straight in (`_Sidecar`)
@@ -57,6 +64,16 @@ ROUTES: tuple[Row, ...] = (
     Row("/v1/messages/count_tokens", POST, doors.messages_count_tokens, SENDER, doors.MESSAGES),
     Row("/v1/embeddings", POST, doors.embeddings, SENDER),
     Row("/v1/models/{model_id:path}", GET, doors.model_by_id, SENDER),
+    # work that can wait: OpenAI's Files and Batch APIs (see batches.py)
+    Row("/v1/files", POST, batches.upload_file, UPLOADER),
+    Row("/v1/files", GET, batches.list_files, CALLER),
+    Row("/v1/files/{file_id}", GET, batches.get_file, CALLER),
+    Row("/v1/files/{file_id}", DELETE, batches.delete_file, SENDER),
+    Row("/v1/files/{file_id}/content", GET, batches.file_content, CALLER),
+    Row("/v1/batches", POST, batches.create_batch, SENDER),
+    Row("/v1/batches", GET, batches.list_batches, CALLER),
+    Row("/v1/batches/{batch_id}", GET, batches.get_batch, CALLER),
+    Row("/v1/batches/{batch_id}/cancel", POST, batches.cancel_batch, SENDER),
 )
 
 
@@ -114,6 +131,7 @@ def build_app(
     metrics: Metrics | None = None,
     bind_host: str | None = None,
     running: Running | None = None,
+    batches: Batches | None = None,
 ) -> Starlette:
     """The sidecar's app over an open dispatcher (`running`: the config it runs, and under
     `--workers` which worker it is and where its parent's status is)."""
@@ -124,6 +142,7 @@ def build_app(
         guard=Guard(server, env, bind_host=bind_host or server.host),
         metrics=metrics or Metrics(dispatcher.statistics),
         running=running or Running(),
+        batches=batches,
     )
     app = _Sidecar(
         chat=endpoint(CHAT, ctx),

@@ -8,6 +8,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from lanes._core.batch.runner import Batches
 from lanes._core.config.schema import ServerConfig
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.freetier.prices import usd_text
@@ -23,7 +24,8 @@ from lanes._http.validation import digits
 @attrs.frozen(kw_only=True)
 class Context:
     """One app's: the open dispatcher, its `[server]` config, who may do what (`guard`), the
-    metrics it renders, the config it runs (`running`) and the one-at-a-time limiter of the audit
+    metrics it renders, the config it runs (`running`), its batch queue (None: off) and the
+    one-at-a-time limiter of the audit
     reports (read in a worker thread)."""
 
     dispatcher: Dispatcher
@@ -31,6 +33,7 @@ class Context:
     guard: Guard
     metrics: Metrics
     running: Running
+    batches: Batches | None = None
     reading: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
 
 

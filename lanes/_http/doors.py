@@ -84,7 +84,7 @@ async def messages_count_tokens(request: Request, ctx: Context) -> Response:
     return JSONResponse({"input_tokens": estimate_tokens(job)})
 
 
-def _embedding_job(body: Mapping[str, Any], client: str, headers: dict[str, Any]) -> Job:
+def embedding_job(body: Mapping[str, Any], client: str, headers: dict[str, Any]) -> Job:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' must name the embedding model", "model")
@@ -114,7 +114,7 @@ def _embedding_job(body: Mapping[str, Any], client: str, headers: dict[str, Any]
 async def embeddings(request: Request, ctx: Context) -> Response:
     """`POST /v1/embeddings`: the upstream's own body, with who served it in `X-Lanes-*`."""
     body = json_object(await read_body(request, ctx))
-    job = _embedding_job(body, caller(request).client, job_headers(request.headers))
+    job = embedding_job(body, caller(request).client, job_headers(request.headers))
     resolve(ctx, job)
     return replied(await ctx.dispatcher.embed(job))
 

@@ -134,6 +134,20 @@ class Guard:
         self.same_origin(request)
         return self.caller(request)
 
+    def uploader(self, request: Request) -> Caller:
+        """The caller of a file upload (multipart): a known client, from no other origin, naming
+        a key in `Authorization` or `X-Api-Key` even where no client keys are configured — a
+        page of another site can send a multipart form, but not that header."""
+        if not (request.headers.get("authorization") or request.headers.get("x-api-key")):
+            raise RequestRefused(
+                401,
+                "key_required",
+                "an upload names its key (Authorization or X-Api-Key), even on a sidecar "
+                "without client keys",
+            )
+        self.same_origin(request)
+        return self.caller(request)
+
     def same_origin(self, request: Request) -> None:
         origin = request.headers.get("origin")
         if request.headers.get("sec-fetch-site", "") in ("cross-site", "same-site") or (

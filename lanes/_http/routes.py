@@ -8,6 +8,8 @@ in the route's shape.
 - `ADMIN`: an admin sending JSON from no other origin (`guard.admin`); the action runs shielded from
   its client's departure (`departures.py`): a decision sent in full is made whole.
 - `SENDER`: a job's sender, who may spend quota or money (`guard.sender`).
+- `UPLOADER`: a sender of a file (multipart), naming its key even where none is configured
+  (`guard.uploader`).
 
 A refusal is `RequestRefused` (the guard), `BadRequest` (our checks), `BadField` (a
 translation's) or a `JobFailed` the handler let through; anything else is a bug, answered 500 by
@@ -43,6 +45,7 @@ class Door(enum.Enum):
     CALLER = "caller"
     ADMIN = "admin"
     SENDER = "sender"
+    UPLOADER = "uploader"
 
 
 OPENAI: Shape = ChatCompletions()
@@ -81,6 +84,8 @@ async def serve(row: Row, ctx: Context, request: Request) -> Response | SSERelay
                 request.state.caller = guard.caller(request)
             case Door.SENDER:
                 request.state.caller = guard.sender(request)
+            case Door.UPLOADER:
+                request.state.caller = guard.uploader(request)
             case Door.ADMIN:
                 request.state.caller = guard.admin(request)
                 with departure_shield():

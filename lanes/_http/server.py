@@ -14,6 +14,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from lanes._core.model.errors import ConfigError
 from lanes._core.open import open_dispatcher, open_simulated, state_of
 from lanes._core.source import Source, read_source
 from lanes._http.app import build_app
+from lanes._http.batches import open_batches
 from lanes._http.connections import bind_of, connection_cap, serve_http
 from lanes._http.guard import is_loopback, resolved_keys
 from lanes._http.host_totals import HostTotals
@@ -134,12 +136,14 @@ async def serve(
         totals = None  # under --workers: /metrics shows the host's totals, not one worker's
         if running.status_path is not None:
             totals = HostTotals(Path(running.status_path).parent / "metrics", dispatcher.statistics)
+        batches = await stack.enter_async_context(open_batches(config, dispatcher))
         app = build_app(
             dispatcher,
             env=env,
             bind_host=host,
             running=running,
             metrics=Metrics(totals.statistics) if totals else None,
+            batches=batches,
         )
         if dedicated:
             dedicate_gc()
@@ -152,10 +156,13 @@ async def serve(
         shutdown = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_signals, shutdown, running.worker is not None)
-            if totals is not None:
-                nursery.start_soon(totals.publish_every)
-            if stop_when is not None:
-                nursery.start_soon(_stop_when, stop_when, shutdown)
+            for task in (
+                totals and totals.publish_every,
+                batches and batches.runner.run,
+                stop_when and partial(_stop_when, stop_when, shutdown),
+            ):
+                if task:
+                    nursery.start_soon(task)
 
             async def run_server(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
                 await serve_http(

@@ -276,6 +276,25 @@ def _service(instance: object, attribute: attrs.Attribute[str | None], value: st
 
 
 @attrs.frozen(kw_only=True)
+class BatchConfig:
+    """`[batch]`: work that can wait — OpenAI's Batch API (`/v1/files`, `/v1/batches`), served on
+    free capacity as it resets. Items never pay."""
+
+    #: serve `/v1/files` and `/v1/batches` and run their items; `false`: those routes answer 404
+    enabled: bool = True
+    #: where the queue keeps its files and items (the one place request bodies are stored); empty:
+    #: beside the SQLite `state` (`<state>.batches/`), or `local_state` with a Redis `state`; with
+    #: both in memory, a temporary folder, and a batch says it does not survive a restart
+    folder: str = ""
+    #: an uploaded file's size, at most, MB
+    max_file_mb: float = attrs.field(default=200.0, validator=[positive, at_most(10_000.0)])
+    #: an uploaded file's lines, at most
+    max_lines: int = attrs.field(default=50_000, validator=[at_least(1), at_most(10_000_000)])
+    #: items running at once
+    concurrency: int = attrs.field(default=4, validator=[at_least(1), at_most(256)])
+
+
+@attrs.frozen(kw_only=True)
 class TelemetryConfig:
     """`[telemetry]`: OpenTelemetry traces of every job, sent over OTLP/HTTP (the `otel` extra).
     Unset, the standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_SERVICE_NAME` variables apply."""
@@ -353,6 +372,8 @@ class Config:
     metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
     #: OpenTelemetry traces of every job, to an OTLP/HTTP collector (`[telemetry]`, below)
     telemetry: TelemetryConfig = attrs.field(factory=TelemetryConfig)
+    #: work that can wait: batches on free capacity (`[batch]`, below)
+    batch: BatchConfig = attrs.field(factory=BatchConfig)
 
     @state.validator
     def _state(self, attribute: attrs.Attribute[str], value: str) -> None:

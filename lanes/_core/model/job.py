@@ -129,6 +129,8 @@ class Job:
     request_class: str | None = None
     privacy: Privacy = "any"
     approval: str | None = None  # the approval a retry carries (X-Lanes-Approval), if any
+    # never pays, whatever consent and the model named say: work that can wait (a batch item)
+    free_only: bool = False
     # provider keys the client brought, by bring-your-own-key lane: used for this job only, never
     # sent anywhere else, stored, audited or printed
     keys: Mapping[str, str] = attrs.field(factory=dict, repr=False)

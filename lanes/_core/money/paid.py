@@ -92,6 +92,9 @@ class PaidGate:
         model). None after recording why not. Raises what `Consent.ask` raises (an approval asked
         for and not given, a denial)."""
         candidate, estimate = quote.candidate, quote.worst_usd
+        if record.job.free_only:
+            record.skip(candidate, "work that can wait never pays (a batch item)")
+            return None
         if estimate is None or isinstance(estimate, Unbounded):
             record.skip(candidate, f"worst case can not be bounded: {estimate or 'not held'}")
             return None

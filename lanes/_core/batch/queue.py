@@ -1,0 +1,514 @@
+"""The durable batch queue: files, batches and their items in one SQLite file beside the state.
+
+The one place request bodies are stored: an uploaded input file is kept as it came, in the
+queue's folder, and an item is its line's place in it (offset and length) — read when the item
+runs, never all in memory. An item's answer is written in the same statement that marks it done,
+so a crash or restart loses no item and answers none twice; an item taken by a process that died
+is taken again by the next leader (`lead`). Output and error files are the done items' lines,
+streamed from the table in line order (`lines_of`). Files and batches are a client's own: another
+client's id is not found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from lanes._core.batch.lines import ENDPOINTS, MAX_ERRORS, Line, LineError, read_line, window_s
+from lanes._core.state.sqlite_file import connect, immediate
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS batch_file (
+    id TEXT PRIMARY KEY, client TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
+    bytes INTEGER NOT NULL, lines INTEGER NOT NULL, created_at INTEGER NOT NULL,
+    batch TEXT, kind TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS batch (
+    id TEXT PRIMARY KEY, client TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
+    expires_at INTEGER NOT NULL, created_at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS idx_batch_client ON batch (client, created_at);
+CREATE INDEX IF NOT EXISTS idx_batch_status ON batch (status);
+CREATE TABLE IF NOT EXISTS batch_item (
+    batch TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, start INTEGER NOT NULL,
+    length INTEGER NOT NULL, state TEXT NOT NULL, ok INTEGER, result BLOB, tries INTEGER NOT NULL
+    DEFAULT 0, not_before REAL NOT NULL DEFAULT 0, expires_at INTEGER NOT NULL,
+    PRIMARY KEY (batch, line), UNIQUE (batch, custom_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idx_batch_item_due ON batch_item (state, expires_at, not_before);
+CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT,
+    until REAL)
+"""
+
+Obj = dict[str, Any]  # a file or batch object, as OpenAI's API has it
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+EXPIRED = (
+    "batch_expired",
+    "This request could not be executed before the completion window expired.",
+)
+CANCELLED = ("batch_cancelled", "This request was not executed: its batch was cancelled.")
+
+
+class BatchRefused(ValueError):
+    """A file or batch request that can not be taken, with the status and the field to name."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param = status, param
+
+
+@attrs.frozen
+class Item:
+    """One item taken to run: where its body is, and what it answers for."""
+
+    batch: str
+    line: int
+    custom_id: str
+    endpoint: str
+    client: str
+    start: int
+    length: int
+    expires_at: int
+    path: str
+
+
+@attrs.frozen(kw_only=True)
+class Caps:
+    """What a file may hold (`[batch]`): bytes, lines, bytes per line."""
+
+    max_bytes: int
+    max_lines: int
+    max_line_bytes: int
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(12)}"
+
+
+class BatchQueue:
+    """Files, batches and items in `folder` (`queue.db` and `files/`). Blocking: call it from a
+    worker thread. `durable` False: the folder is temporary and the objects say so."""
+
+    def __init__(self, folder: Path, caps: Caps, *, durable: bool = True) -> None:
+        self.folder, self.caps, self.durable = folder, caps, durable
+        (folder / "files").mkdir(parents=True, exist_ok=True)
+        self._conn = connect(str(folder / "queue.db"), SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- files --------------------------------------------------------------------------------
+    def upload_path(self) -> Path:
+        """Where an upload is written as it arrives (then `add_file`, or deleted)."""
+        return self.folder / "files" / f"upload-{secrets.token_hex(8)}.part"
+
+    def add_file(self, client: str, purpose: str, filename: str, upload: Path, now: int) -> Obj:
+        """Keep an uploaded JSONL file (`upload`, as written). Raises BatchRefused when it is not
+        JSONL within the caps."""
+        if purpose != "batch":
+            upload.unlink(missing_ok=True)
+            raise BatchRefused("purpose must be batch", param="purpose")
+        size, lines = upload.stat().st_size, 0
+        with upload.open("rb") as stream:
+            for raw in stream:
+                lines += bool(raw.strip())
+                if lines > self.caps.max_lines:
+                    upload.unlink(missing_ok=True)
+                    raise BatchRefused(
+                        f"the file holds more than batch.max_lines ({self.caps.max_lines}) lines",
+                        param="file",
+                    )
+        if not lines:
+            upload.unlink(missing_ok=True)
+            raise BatchRefused("the file holds no line: a batch file is JSONL", param="file")
+        file_id = _id("file-")
+        os.replace(upload, self._path(file_id))
+        row = (file_id, client, purpose, filename[:255] or "batch.jsonl", size, lines, now)
+        with self._lock, self._conn:
+            self._conn.execute(
+                "INSERT INTO batch_file (id, client, purpose, filename, bytes, lines, created_at, "
+                "kind) VALUES (?, ?, ?, ?, ?, ?, ?, 'input')",
+                row,
+            )
+        return self.file(client, file_id) or {}
+
+    def file(self, client: str, file_id: str) -> Obj | None:
+        """The file object, or None when it is not this client's (or deleted)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT id, bytes, created_at, filename, purpose, kind FROM batch_file "
+                "WHERE id = ? AND client = ? AND deleted = 0",
+                (file_id, client),
+            ).fetchone()
+        return None if row is None else _file_object(row)
+
+    def files(self, client: str, limit: int, after: str | None) -> list[Obj]:
+        """This client's files, newest first, after the id `after`."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, bytes, created_at, filename, purpose, kind FROM batch_file "
+                "WHERE client = ? AND deleted = 0 AND (? IS NULL OR created_at < (SELECT "
+                "created_at FROM batch_file WHERE id = ?) OR (created_at = (SELECT created_at "
+                "FROM batch_file WHERE id = ?) AND id < ?)) ORDER BY created_at DESC, id DESC "
+                "LIMIT ?",
+                (client, after, after, after, after, limit),
+            ).fetchall()
+        return [_file_object(r) for r in rows]
+
+    def delete_file(self, client: str, file_id: str) -> bool:
+        """Delete a file of this client's: its bytes at once (an input file a batch still runs
+        from is kept until the batch ends). False when it is not this client's."""
+        with self._lock, self._conn:
+            row = self._conn.execute(
+                "SELECT kind FROM batch_file WHERE id = ? AND client = ? AND deleted = 0",
+                (file_id, client),
+            ).fetchone()
+            if row is None:
+                return False
+            self._conn.execute("UPDATE batch_file SET deleted = 1 WHERE id = ?", (file_id,))
+            running = self._conn.execute(
+                "SELECT 1 FROM batch WHERE status NOT IN ('completed', 'failed', 'expired', "
+                "'cancelled') AND json_extract(data, '$.input_file_id') = ?",
+                (file_id,),
+            ).fetchone()
+        if row[0] == "input" and running is None:
+            self._path(file_id).unlink(missing_ok=True)
+        return True
+
+    def content(self, client: str, file_id: str) -> Iterator[bytes] | None:
+        """A file's bytes in chunks: an input file as uploaded, an output or error file as its
+        items' lines in line order. None when it is not this client's."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT kind, batch FROM batch_file WHERE id = ? AND client = ? AND deleted = 0",
+                (file_id, client),
+            ).fetchone()
+        if row is None:
+            return None
+        kind, batch = row
+        if kind == "input":
+            return _chunks(self._path(file_id))
+        return self._lines_of(batch, ok=kind == "output")
+
+    def _lines_of(self, batch: str, *, ok: bool) -> Iterator[bytes]:
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT line, result FROM batch_item WHERE batch = ? AND ok = ? AND line > ? "
+                    "ORDER BY line LIMIT 500",
+                    (batch, int(ok), last),
+                ).fetchall()
+            if not rows:
+                return
+            yield b"".join(r[1] for r in rows)
+            last = rows[-1][0]
+
+    def _path(self, file_id: str) -> Path:
+        return self.folder / "files" / f"{file_id}.jsonl"
+
+    # -- batches ------------------------------------------------------------------------------
+    def create(self, client: str, ask: Mapping[str, Any], now: int) -> Obj:
+        """A batch over one of this client's input files: every line read first; a bad line
+        makes it `failed` at once with OpenAI's `errors` list, and nothing runs. Raises
+        BatchRefused for a request OpenAI refuses (an unknown file, endpoint or window)."""
+        endpoint = ask.get("endpoint")
+        if endpoint not in ENDPOINTS:
+            raise BatchRefused(f"endpoint must be one of {', '.join(ENDPOINTS)}", param="endpoint")
+        try:
+            window = window_s(ask.get("completion_window"))
+        except ValueError as exc:
+            raise BatchRefused(str(exc), param="completion_window") from None
+        metadata = ask.get("metadata") or {}
+        if not isinstance(metadata, dict) or len(metadata) > 16:
+            raise BatchRefused("metadata must be an object of at most 16 keys", param="metadata")
+        input_id = ask.get("input_file_id")
+        found = self.file(client, input_id) if isinstance(input_id, str) else None
+        if (
+            not isinstance(input_id, str)
+            or found is None
+            or found["purpose"] != "batch"
+            or not found["id"].startswith("file-")
+        ):
+            raise BatchRefused(f"no file {input_id!r}", status=404, param="input_file_id")
+        batch_id = _id("batch_")
+        data: dict[str, Any] = {
+            "id": batch_id, "object": "batch", "endpoint": endpoint, "errors": None,
+            "input_file_id": input_id, "completion_window": ask["completion_window"],
+            "status": "validating", "output_file_id": None, "error_file_id": None,
+            "created_at": now, "in_progress_at": None, "expires_at": now + window,
+            "finalizing_at": None, "completed_at": None, "failed_at": None, "expired_at": None,
+            "cancelling_at": None, "cancelled_at": None,
+            "request_counts": {"total": 0, "completed": 0, "failed": 0},
+            "metadata": {str(k)[:64]: str(v)[:512] for k, v in metadata.items()},
+        }  # fmt: skip
+        if not self.durable:
+            data["lanes"] = {"durable": False}
+        errors = self._take_items(batch_id, input_id, endpoint, now + window)
+        if errors:
+            data |= {"status": "failed", "failed_at": now, "errors": {
+                "object": "list", "data": [e.entry() for e in errors]}}  # fmt: skip
+        else:
+            with self._lock:
+                (total,) = self._conn.execute(
+                    "SELECT count(*) FROM batch_item WHERE batch = ?", (batch_id,)
+                ).fetchone()
+            data |= {"status": "in_progress", "in_progress_at": now}
+            data["request_counts"]["total"] = total
+        with self._lock, self._conn:
+            self._conn.execute(
+                "INSERT INTO batch (id, client, data, status, expires_at, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (batch_id, client, json.dumps(data), data["status"], now + window, now),
+            )
+        return data
+
+    def _take_items(
+        self, batch: str, file_id: str, endpoint: str, expires_at: int
+    ) -> list[LineError]:
+        """Every line of the file, as items of `batch` (one transaction); the bad lines instead,
+        and no item, when there is one."""
+        errors: list[LineError] = []
+        start, number = 0, 0
+        with self._lock, immediate(self._conn) as conn, self._path(file_id).open("rb") as stream:
+            for raw in stream:
+                number, begin, start = number + 1, start, start + len(raw)
+                if not raw.strip():
+                    continue
+                line = read_line(raw, number, endpoint, self.caps.max_line_bytes)
+                if isinstance(line, Line):  # kept while bad lines are looked for: duplicates
+                    try:
+                        conn.execute(
+                            "INSERT INTO batch_item (batch, line, custom_id, start, length, "
+                            "state, expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+                            (batch, number, line.custom_id, begin, len(raw), expires_at),
+                        )
+                    except sqlite3.IntegrityError:
+                        line = LineError(number, "duplicate_custom_id",
+                                         f"custom_id {line.custom_id!r} is on an earlier line",
+                                         "custom_id")  # fmt: skip
+                if isinstance(line, LineError) and len(errors) < MAX_ERRORS:
+                    errors.append(line)
+            if errors:
+                conn.execute("DELETE FROM batch_item WHERE batch = ?", (batch,))
+        return errors
+
+    def batch(self, client: str, batch_id: str) -> Obj | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT data FROM batch WHERE id = ? AND client = ?", (batch_id, client)
+            ).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def batches(self, client: str, limit: int, after: str | None) -> list[Obj]:
+        """This client's batches, newest first, after the id `after`."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT data FROM batch WHERE client = ? AND (? IS NULL OR (created_at, id) < "
+                "(SELECT created_at, id FROM batch WHERE id = ?)) ORDER BY created_at DESC, "
+                "id DESC LIMIT ?",
+                (client, after, after, limit),
+            ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def cancel(self, client: str, batch_id: str, now: int) -> Obj | None:
+        """`cancelling`: no item is taken any more; `cancelled` once none is running. A batch
+        already ended is returned as it is."""
+        with self._lock, immediate(self._conn) as conn:
+            row = conn.execute(
+                "SELECT data FROM batch WHERE id = ? AND client = ?", (batch_id, client)
+            ).fetchone()
+            if row is None:
+                return None
+            data = json.loads(row[0])
+            if data["status"] in ("validating", "in_progress"):
+                data |= {"status": "cancelling", "cancelling_at": now}
+                _write(conn, data)
+        self.settle(now)
+        return self.batch(client, batch_id)
+
+    # -- the runner's side ----------------------------------------------------------------------
+    def lead(self, owner: str, now: float, ttl_s: float) -> bool:
+        """Take or keep the queue's one lease (only its holder runs items). A new holder takes
+        back the items the last one left running: its process died or lost the lease."""
+        with self._lock, immediate(self._conn) as conn:
+            row = conn.execute("SELECT owner, until FROM batch_lead WHERE id = 1").fetchone()
+            if row is not None and row[0] != owner and row[1] > now:
+                return False
+            conn.execute(
+                "INSERT OR REPLACE INTO batch_lead (id, owner, until) VALUES (1, ?, ?)",
+                (owner, now + ttl_s),
+            )
+            if row is None or row[0] != owner:
+                conn.execute("UPDATE batch_item SET state = 'pending' WHERE state = 'running'")
+        return True
+
+    def take(self, now: float, limit: int) -> list[Item]:
+        """Up to `limit` items due now, of running batches, the earliest window end first."""
+        with self._lock, immediate(self._conn) as conn:
+            rows = conn.execute(
+                "SELECT i.batch, i.line, i.custom_id, json_extract(b.data, '$.endpoint'), "
+                "b.client, i.start, i.length, i.expires_at, json_extract(b.data, "
+                "'$.input_file_id') FROM batch_item i JOIN batch b ON b.id = i.batch "
+                "WHERE i.state = 'pending' AND i.not_before <= ? AND b.status = 'in_progress' "
+                "AND i.expires_at > ? ORDER BY i.expires_at, i.batch, i.line LIMIT ?",
+                (now, now, limit),
+            ).fetchall()
+            conn.executemany(
+                "UPDATE batch_item SET state = 'running', tries = tries + 1 "
+                "WHERE batch = ? AND line = ?",
+                [(r[0], r[1]) for r in rows],
+            )
+        return [
+            Item(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], str(self._path(r[8])))
+            for r in rows
+        ]
+
+    def body(self, item: Item) -> bytes:
+        """The item's line, read from its input file."""
+        with open(item.path, "rb") as stream:
+            stream.seek(item.start)
+            return stream.read(item.length)
+
+    def finish(self, item: Item, *, ok: bool, line: bytes) -> None:
+        """The item's answer (a line of the output file, or of the error file), written in the
+        statement that marks it done; its batch's counts follow."""
+        with self._lock, immediate(self._conn) as conn:
+            done = conn.execute(
+                "UPDATE batch_item SET state = 'done', ok = ?, result = ? "
+                "WHERE batch = ? AND line = ? AND state = 'running'",
+                (int(ok), line, item.batch, item.line),
+            ).rowcount
+            if done:
+                _count(conn, item.batch, "completed" if ok else "failed")
+
+    def later(self, item: Item, not_before: float) -> None:
+        """Put an item back, not to be taken before `not_before` (its free capacity resets)."""
+        with self._lock, self._conn:
+            self._conn.execute(
+                "UPDATE batch_item SET state = 'pending', not_before = ? "
+                "WHERE batch = ? AND line = ? AND state = 'running'",
+                (not_before, item.batch, item.line),
+            )
+
+    def next_due(self, now: float) -> float | None:
+        """When the next pending item may be taken (None: none is pending)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT min(max(i.not_before, ?)) FROM batch_item i JOIN batch b ON b.id = "
+                "i.batch WHERE i.state = 'pending' AND b.status = 'in_progress'",
+                (now,),
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def settle(self, now: float) -> list[str]:
+        """End what is over: a batch past its window `expired` (its items left get the error
+        file's `batch_expired`), a cancelling one with nothing running `cancelled`, a running one
+        with nothing left `completed` — each with its output and error files. The ids ended."""
+        ended = []
+        with self._lock, immediate(self._conn) as conn:
+            rows = conn.execute(
+                "SELECT data FROM batch WHERE status IN ('in_progress', 'cancelling')"
+            ).fetchall()
+            for (raw,) in rows:
+                data = json.loads(raw)
+                status = _ending(conn, data, now)
+                if status is not None:
+                    _end(conn, data, status, int(now))
+                    ended.append(data["id"])
+        return ended
+
+
+def _ending(conn: sqlite3.Connection, data: Obj, now: float) -> str | None:
+    """How `data`'s batch ends now (None: not yet); the items left are answered for."""
+    left = dict(
+        conn.execute(
+            "SELECT state, count(*) FROM batch_item WHERE batch = ? AND state != 'done' "
+            "GROUP BY state",
+            (data["id"],),
+        ).fetchall()
+    )
+    if data["status"] == "cancelling":
+        if left.get("running"):
+            return None
+        _close_left(conn, data, CANCELLED)
+        return "cancelled"
+    if now >= data["expires_at"] and not left.get("running"):
+        _close_left(conn, data, EXPIRED)
+        return "expired" if left else "completed"
+    return None if left else "completed"
+
+
+def _close_left(conn: sqlite3.Connection, data: Obj, why: tuple[str, str]) -> None:
+    from lanes._core.batch.lines import error_line
+
+    rows = conn.execute(
+        "SELECT line, custom_id FROM batch_item WHERE batch = ? AND state = 'pending'",
+        (data["id"],),
+    ).fetchall()
+    for line, custom_id in rows:
+        result = error_line(f"{data['id']}-{line}", custom_id, code=why[0], message=why[1])
+        conn.execute(
+            "UPDATE batch_item SET state = 'done', ok = 0, result = ? WHERE batch = ? AND line = ?",
+            (result, data["id"], line),
+        )
+
+
+def _end(conn: sqlite3.Connection, data: Obj, status: str, now: int) -> None:
+    counts = dict(
+        conn.execute(
+            "SELECT ok, count(*) FROM batch_item WHERE batch = ? AND state = 'done' GROUP BY ok",
+            (data["id"],),
+        ).fetchall()
+    )
+    data["request_counts"] |= {"completed": counts.get(1, 0), "failed": counts.get(0, 0)}
+    data |= {"status": status, f"{status}_at": now, "finalizing_at": now}
+    for kind, has in (("output", counts.get(1)), ("error", counts.get(0))):
+        if has:
+            file_id = _id("file-")
+            conn.execute(
+                "INSERT INTO batch_file (id, client, purpose, filename, bytes, lines, created_at, "
+                "batch, kind) VALUES (?, (SELECT client FROM batch WHERE id = ?), "
+                "'batch_output', ?, (SELECT coalesce(sum(length(result)), 0) FROM batch_item "
+                "WHERE batch = ? AND ok = ?), ?, ?, ?, ?)",
+                (file_id, data["id"], f"{data['id']}_{kind}.jsonl", data["id"],
+                 int(kind == "output"), has, now, data["id"], kind),
+            )  # fmt: skip
+            data[f"{kind}_file_id"] = file_id
+    _write(conn, data)
+
+
+def _count(conn: sqlite3.Connection, batch: str, field: str) -> None:
+    row = conn.execute("SELECT data FROM batch WHERE id = ?", (batch,)).fetchone()
+    if row is not None:
+        data = json.loads(row[0])
+        data["request_counts"][field] += 1
+        _write(conn, data)
+
+
+def _write(conn: sqlite3.Connection, data: Obj) -> None:
+    conn.execute(
+        "UPDATE batch SET data = ?, status = ? WHERE id = ?",
+        (json.dumps(data), data["status"], data["id"]),
+    )
+
+
+def _file_object(row: tuple[Any, ...]) -> Obj:
+    file_id, size, created, filename, purpose, _kind = row
+    return {
+        "id": file_id, "object": "file", "bytes": size, "created_at": created,
+        "filename": filename, "purpose": purpose, "status": "processed", "expires_at": None,
+        "status_details": None,
+    }  # fmt: skip
+
+
+def _chunks(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
+    with path.open("rb") as stream:
+        while chunk := stream.read(size):
+            yield chunk

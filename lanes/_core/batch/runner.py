@@ -1,0 +1,160 @@
+"""The batch runner: one leader per queue feeds its items to the dispatcher on free capacity.
+
+An item is served as a job that never pays (`Job.free_only`), its deadline inside its batch's
+window. An answer that says "not now" (429 or 503: every free candidate is cooling) puts the item
+back until its Retry-After — when the quota resets — instead of spending anything; a final error
+is the item's line in the error file; a 200 its line in the output file. Batches past their
+window end `expired`, as OpenAI's do. The runner never dies: a round that fails is logged on its
+task's health and the next one tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from lanes._core.batch.lines import error_line, output_line
+from lanes._core.batch.queue import BatchQueue, Item
+from lanes._core.runtime.tasks import TaskHealth
+
+log = logging.getLogger("lanes")
+
+LEASE_S = 15.0  # the leader's lease; renewed every round
+IDLE_S = 5.0  # how long the runner sleeps when nothing is due (a new batch wakes it at once)
+FAILED_PAUSE_S = 5.0  # after a round that failed
+RETRY_S = 1.0  # an item that could not be run (not its answer's fault) is taken again after this
+
+
+@attrs.frozen
+class ItemAnswer:
+    """What serving one item gave: its status and JSON body, the job's id, and — for "not now"
+    — when to try again (seconds)."""
+
+    status: int
+    body: bytes
+    request_id: str
+    retry_after_s: float | None = None
+
+
+class ServeItem(Protocol):
+    """Serve one item's body on `endpoint` for `client` within `deadline_s`, never paying."""
+
+    def __call__(
+        self, endpoint: str, body: bytes, client: str, deadline_s: float
+    ) -> Awaitable[ItemAnswer]: ...
+
+
+class BatchRunner:
+    """Runs `queue`'s items through `serve`, at most `concurrency` at once."""
+
+    def __init__(
+        self,
+        queue: BatchQueue,
+        serve: ServeItem,
+        *,
+        now_wall: Callable[[], float],
+        health: TaskHealth,
+        concurrency: int = 4,
+    ) -> None:
+        self._queue, self._serve, self._now, self._health = queue, serve, now_wall, health
+        self._slots = trio.CapacityLimiter(concurrency)
+        self._owner = secrets.token_hex(8)
+        self._wake = trio.Event()
+
+    def wake(self) -> None:
+        """Something changed (a batch created or cancelled): look now."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Forever: lead, end what is over, feed what is due, sleep until the next is."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                try:
+                    pause = await self._round(nursery)
+                    self._health.ok()
+                except Exception as exc:  # the runner must not die: the next round tries again
+                    self._health.failed(exc, "batch round failed")
+                    pause = FAILED_PAUSE_S
+                with trio.move_on_after(pause):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+
+    async def _round(self, nursery: trio.Nursery) -> float:
+        """One look; returns how long to sleep before the next."""
+        queue, now = self._queue, self._now()
+        if not await trio.to_thread.run_sync(queue.lead, self._owner, now, LEASE_S):
+            return LEASE_S / 3  # another process leads
+        await trio.to_thread.run_sync(queue.settle, now)
+        room = int(self._slots.total_tokens - self._slots.borrowed_tokens)
+        items = await trio.to_thread.run_sync(queue.take, now, room) if room else []
+        for item in items:
+            await self._slots.acquire_on_behalf_of(item)
+            nursery.start_soon(self._one, item)
+        due = await trio.to_thread.run_sync(queue.next_due, now)
+        pause = IDLE_S if due is None else max(0.0, due - now)
+        return min(pause, LEASE_S / 3)
+
+    async def _one(self, item: Item) -> None:
+        try:
+            await self._run(item)
+        except Exception as exc:  # an item that could not be run is put back, never lost
+            log.warning(
+                "batch %s item %d: %s; taken again", item.batch, item.line, type(exc).__name__
+            )
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._queue.later, item, self._now() + RETRY_S)
+        finally:
+            self._slots.release_on_behalf_of(item)
+            self.wake()
+
+    async def _run(self, item: Item) -> None:
+        queue = self._queue
+        raw = await trio.to_thread.run_sync(queue.body, item)
+        now = self._now()
+        answer = await self._serve(item.endpoint, _body(raw), item.client, item.expires_at - now)
+        item_id = f"{item.batch}-{item.line}"
+        if answer.status == 200:
+            line = output_line(item_id, item.custom_id, answer.request_id, answer.body)
+            await trio.to_thread.run_sync(lambda: queue.finish(item, ok=True, line=line))
+        elif answer.retry_after_s is not None:
+            when = min(self._now() + answer.retry_after_s, float(item.expires_at))
+            await trio.to_thread.run_sync(queue.later, item, when)
+        else:
+            line = error_line(item_id, item.custom_id, status=answer.status,
+                              request_id=answer.request_id, body=_json(answer.body))  # fmt: skip
+            await trio.to_thread.run_sync(lambda: queue.finish(item, ok=False, line=line))
+
+
+def _body(raw: bytes) -> bytes:
+    """The `body` of an item's line (checked when its batch was created), as JSON bytes."""
+    import json
+
+    return json.dumps(json.loads(raw)["body"]).encode()
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@attrs.frozen
+class Batches:
+    """One sidecar's batch queue and its runner; `limiter`: the queue's calls, one at a time."""
+
+    queue: BatchQueue
+    runner: BatchRunner
+    limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` on the queue, in a worker thread."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)

@@ -1,0 +1,230 @@
+"""Work that can wait: OpenAI's Files and Batch APIs on a running sidecar over fake providers,
+driven by the OpenAI SDK unmodified (`files.create`, `batches.create/retrieve/list/cancel`,
+`files.content`), and the durable queue on its own (a real SQLite file): what a crash leaves, what
+a window's end and a cancel answer, and that nothing runs from a file with a bad line."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+import trio
+
+from lanes._core.batch.queue import BatchQueue, BatchRefused, Caps
+from lanes.testing import ANSWER, answer, rate_limited
+from sidecar import open_sidecar
+
+CAPS = Caps(max_bytes=1_000_000, max_lines=100, max_line_bytes=10_000)
+KEYS = {"A_KEY": "client-a-key-0123456789abcdef", "B_KEY": "client-b-key-0123456789abcdef"}
+SERVER = {"clients": {"a": "A_KEY", "b": "B_KEY"}}
+
+
+def line(custom_id: str, model: str = "free-model", url: str = "/v1/chat/completions") -> str:
+    body = {"model": model, "messages": [{"role": "user", "content": f"classify {custom_id}"}]}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+def jsonl(*lines: str) -> bytes:
+    return ("\n".join(lines) + "\n").encode()
+
+
+def sdk(url: str, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
+
+
+async def finished(client: openai.AsyncOpenAI, batch_id: str) -> Any:
+    """The batch once it ended (polled as a user would)."""
+    with trio.fail_after(30):
+        while True:
+            batch = await client.batches.retrieve(batch_id)
+            if batch.status in ("completed", "failed", "expired", "cancelled"):
+                return batch
+            await trio.sleep(0.05)
+
+
+@pytest.mark.free_lane
+async def test_the_openai_sdk_round_trip_runs_free_and_stays_the_clients_own():
+    """Upload, create, poll, read the output: one line per item in OpenAI's format, every item
+    served by the free lane, none by the paid one (a batch never pays); another client sees
+    neither the file nor the batch."""
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        server=SERVER,
+        env=KEYS,
+    ) as (url, fakes):
+        a, b = sdk(url, KEYS["A_KEY"]), sdk(url, KEYS["B_KEY"])
+        upload = io.BytesIO(jsonl(line("r1"), line("r2"), line("r3", model="paid-model")))
+        file = await a.files.create(file=("in.jsonl", upload), purpose="batch")
+        assert file.purpose == "batch" and file.bytes > 0
+        batch = await a.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        assert batch.status == "in_progress" and batch.request_counts is not None
+        assert batch.request_counts.total == 3
+        done = await finished(a, batch.id)
+        assert done.status == "completed"
+        assert (done.request_counts.completed, done.request_counts.failed) == (2, 1)
+        out = [
+            json.loads(x)
+            for x in (await a.files.content(done.output_file_id)).text.split("\n")
+            if x
+        ]
+        assert sorted(x["custom_id"] for x in out) == ["r1", "r2"]
+        assert all(x["response"]["status_code"] == 200 and x["error"] is None for x in out)
+        assert {x["response"]["body"]["choices"][0]["message"]["content"] for x in out} == {ANSWER}
+        errors = (await a.files.content(done.error_file_id)).text.splitlines()
+        refused = json.loads(errors[0])
+        assert refused["custom_id"] == "r3" and refused["response"]["status_code"] >= 400
+        assert fakes["paid"].requests() == [] and len(fakes["free"].requests()) == 2
+        listed = await a.batches.list()
+        assert [x.id for x in listed.data] == [batch.id]
+        assert (await b.batches.list()).data == []
+        with pytest.raises(openai.NotFoundError):
+            await b.batches.retrieve(batch.id)
+        with pytest.raises(openai.NotFoundError):
+            await b.files.content(done.output_file_id)
+        assert (await a.files.delete(file.id)).deleted
+        with pytest.raises(openai.NotFoundError):
+            await a.files.retrieve(file.id)
+
+
+@pytest.mark.free_lane
+async def test_a_cooling_free_quota_is_waited_for_not_paid():
+    """The free model answers 429 with Retry-After 1: the item goes back until then and is served
+    free after the reset; the paid lane is never asked, with consent set to allow."""
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "allow"},
+    ) as (url, fakes):
+        fakes["free"].script("free-model", rate_limited(retry_after=1), answer())
+        client = sdk(url, "unused")
+        file = await client.files.create(file=("in.jsonl", io.BytesIO(jsonl(line("x")))),
+                                         purpose="batch")  # fmt: skip
+        batch = await client.batches.create(
+            input_file_id=file.id,
+            endpoint="/v1/chat/completions",
+            completion_window="1h",  # type: ignore[arg-type]  # lanes' own window; the SDK types only 24h
+        )
+        start = trio.current_time()
+        done = await finished(client, batch.id)
+        assert done.status == "completed" and done.request_counts.completed == 1
+        assert trio.current_time() - start >= 0.9  # waited for the reset
+        assert fakes["paid"].requests() == [] and len(fakes["free"].requests()) == 2
+
+
+async def test_a_file_with_bad_lines_fails_the_batch_at_once_and_nothing_runs():
+    """Every bad line is listed (1-based, with a code), a duplicate custom_id included; nothing is
+    sent upstream."""
+    async with open_sidecar(("free", "free", ["free-model"])) as (url, fakes):
+        client = sdk(url, "unused")
+        bad = jsonl(line("a"), "{not json", line("a"), line("b", url="/v1/embeddings"),
+                    json.dumps({"custom_id": "c", "url": "/v1/chat/completions"}))  # fmt: skip
+        file = await client.files.create(file=("in.jsonl", io.BytesIO(bad)), purpose="batch")
+        batch = await client.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        assert batch.status == "failed" and batch.errors is not None
+        found = [(e.line, e.code) for e in batch.errors.data or []]
+        assert found == [(2, "invalid_json_line"), (3, "duplicate_custom_id"),
+                         (4, "mismatched_url"), (5, "missing_required_parameter")]  # fmt: skip
+        await trio.sleep(0.2)
+        assert fakes["free"].requests() == []
+        with pytest.raises(openai.BadRequestError) as window:
+            await client.batches.create(
+                input_file_id=file.id,
+                endpoint="/v1/chat/completions",
+                completion_window="8d",  # type: ignore[arg-type]  # refused: over 7d
+            )
+        assert "completion_window" in str(window.value)
+
+
+async def test_an_upload_from_a_page_of_another_site_is_refused():
+    """A cross-site form may post multipart: without a key header, or with another origin, it
+    is refused; nothing is kept."""
+    async with open_sidecar(("free", "free", ["free-model"])) as (url, _):
+        files = {"file": ("in.jsonl", jsonl(line("a")))}
+        async with httpx2.AsyncClient() as http:
+            bare = await http.post(f"{url}/files", data={"purpose": "batch"}, files=files)
+            forged = await http.post(
+                f"{url}/files", data={"purpose": "batch"}, files=files,
+                headers={"authorization": "Bearer x", "origin": "https://evil.example"},
+            )  # fmt: skip
+            listed = await http.get(f"{url}/files")
+    assert bare.status_code == 401 and forged.status_code == 403
+    assert listed.json()["data"] == []
+
+
+def _queue(tmp_path: Path) -> BatchQueue:
+    return BatchQueue(tmp_path / "q", CAPS)
+
+
+def _batch(queue: BatchQueue, lines: bytes, window: str = "1h", now: int = 1000) -> dict[str, Any]:
+    upload = queue.upload_path()
+    upload.write_bytes(lines)
+    file = queue.add_file("c", "batch", "in.jsonl", upload, now)
+    ask = {"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+           "completion_window": window}  # fmt: skip
+    return queue.create("c", ask, now)
+
+
+def test_an_item_a_dead_leader_left_running_is_taken_again_and_answered_once(tmp_path):
+    """A process takes two items and dies; the queue is opened again (a restart) and a new leader
+    takes them back; one answer each, written with the mark that it is done."""
+    queue = _queue(tmp_path)
+    made = _batch(queue, jsonl(line("x"), line("y")))
+    assert queue.lead("old", 1000.0, 15.0)
+    taken = queue.take(1000.0, 10)
+    assert [t.custom_id for t in taken] == ["x", "y"]
+    queue.close()  # the process dies with both running
+    again = _queue(tmp_path)
+    assert not again.lead("new", 1005.0, 15.0)  # the old lease still holds
+    assert again.lead("new", 1016.0, 15.0)
+    retaken = again.take(1016.0, 10)
+    assert [t.custom_id for t in retaken] == ["x", "y"]
+    for item in retaken:
+        again.finish(item, ok=True, line=f'{{"custom_id": "{item.custom_id}"}}\n'.encode())
+        again.finish(item, ok=True, line=b"twice\n")  # a late second answer is not written
+    assert again.settle(1017.0) == [made["id"]]
+    batch = again.batch("c", made["id"])
+    assert batch is not None and batch["status"] == "completed"
+    assert batch["request_counts"] == {"total": 2, "completed": 2, "failed": 0}
+    content = again.content("c", batch["output_file_id"])
+    assert content is not None and b"".join(content).count(b"custom_id") == 2
+
+
+def test_a_window_that_ends_expires_what_is_left_and_a_cancel_cancels(tmp_path):
+    """Past its window, a batch's items left get `batch_expired` in the error file; a cancelled
+    batch waits for its running item, then its items left get `batch_cancelled`."""
+    queue = _queue(tmp_path)
+    assert queue.lead("me", 1000.0, 1e9)
+    late = _batch(queue, jsonl(line("x"), line("y")), window="1h")
+    assert queue.settle(1000.0 + 3600) == [late["id"]]
+    expired = queue.batch("c", late["id"])
+    assert expired is not None and expired["status"] == "expired"
+    assert expired["request_counts"]["failed"] == 2
+    content = queue.content("c", expired["error_file_id"])
+    assert content is not None and b"batch_expired" in b"".join(content)
+    stopped = _batch(queue, jsonl(line("x"), line("y")), now=5000)
+    (running,) = queue.take(5000.0, 1)
+    assert queue.cancel("c", stopped["id"], 5001)["status"] == "cancelling"  # type: ignore[index]
+    queue.finish(running, ok=True, line=b'{"custom_id": "x"}\n')
+    queue.settle(5002.0)
+    cancelled = queue.batch("c", stopped["id"])
+    assert cancelled is not None and cancelled["status"] == "cancelled"
+    assert cancelled["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
+
+
+def test_a_file_over_the_line_cap_is_refused_and_not_kept(tmp_path):
+    queue = BatchQueue(tmp_path / "q", Caps(max_bytes=10_000, max_lines=2, max_line_bytes=1000))
+    upload = queue.upload_path()
+    upload.write_bytes(jsonl(line("a"), line("b"), line("c")))
+    with pytest.raises(BatchRefused, match="max_lines"):
+        queue.add_file("c", "batch", "in.jsonl", upload, 0)
+    assert not upload.exists() and list((tmp_path / "q" / "files").iterdir()) == []
