@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx2
 import openai
 import pytest
@@ -228,3 +229,20 @@ def test_a_file_over_the_line_cap_is_refused_and_not_kept(tmp_path):
     with pytest.raises(BatchRefused, match="max_lines"):
         queue.add_file("c", "batch", "in.jsonl", upload, 0)
     assert not upload.exists() and list((tmp_path / "q" / "files").iterdir()) == []
+
+
+def test_a_clients_files_and_open_batches_are_capped(tmp_path):
+    """What one client keeps is bounded: files (delete one to upload another) and batches not
+    ended yet; another client is not held back by it."""
+    queue = BatchQueue(tmp_path / "q", attrs.evolve(CAPS, max_files=2, max_open=1))
+    _batch(queue, jsonl(line("a")))
+    with pytest.raises(BatchRefused, match="batches not ended") as refused:
+        _batch(queue, jsonl(line("a")))  # its second file is kept; its second batch is not
+    assert refused.value.status == 429
+    upload = queue.upload_path()
+    upload.write_bytes(jsonl(line("a")))
+    with pytest.raises(BatchRefused, match="keeps 2 files"):
+        queue.add_file("c", "batch", "in.jsonl", upload, 0)
+    assert not upload.exists()
+    upload.write_bytes(jsonl(line("a")))
+    assert queue.add_file("other", "batch", "in.jsonl", upload, 0)["purpose"] == "batch"

@@ -146,8 +146,10 @@ def _batches(ctx: Context) -> Batches:
 
 
 def _refused(exc: BatchRefused) -> JSONResponse:
-    code = "not_found" if exc.status == 404 else "invalid_request"
-    return JSONResponse(error_body(exc.status, str(exc), code, exc.param), status_code=exc.status)
+    code = {404: "not_found", 429: "too_many"}.get(exc.status, "invalid_request")
+    headers = {"Retry-After": "60"} if exc.status == 429 else {}
+    body = error_body(exc.status, str(exc), code, exc.param)
+    return JSONResponse(body, status_code=exc.status, headers=headers)
 
 
 def _not_found(kind: str, name: str) -> JSONResponse:

@@ -79,11 +79,13 @@ class Item:
 
 @attrs.frozen(kw_only=True)
 class Caps:
-    """What a file may hold (`[batch]`): bytes, lines, bytes per line."""
+    """What a file may hold (`[batch]`): bytes, lines, bytes per line; what a client may keep."""
 
     max_bytes: int
     max_lines: int
     max_line_bytes: int
+    max_files: int = 100  # a client's files kept at once (delete one to upload another)
+    max_open: int = 100  # a client's batches not ended yet
 
 
 def _id(prefix: str) -> str:
@@ -114,6 +116,18 @@ class BatchQueue:
         if purpose != "batch":
             upload.unlink(missing_ok=True)
             raise BatchRefused("purpose must be batch", param="purpose")
+        with self._lock:
+            (kept,) = self._conn.execute(
+                "SELECT count(*) FROM batch_file WHERE client = ? AND deleted = 0 AND kind = "
+                "'input'",
+                (client,),
+            ).fetchone()
+        if kept >= self.caps.max_files:
+            upload.unlink(missing_ok=True)
+            raise BatchRefused(
+                f"this client keeps {self.caps.max_files} files already: delete one first",
+                status=429,
+            )
         size, lines = upload.stat().st_size, 0
         with upload.open("rb") as stream:
             for raw in stream:
@@ -237,6 +251,18 @@ class BatchQueue:
             or not found["id"].startswith("file-")
         ):
             raise BatchRefused(f"no file {input_id!r}", status=404, param="input_file_id")
+        with self._lock:
+            (running,) = self._conn.execute(
+                "SELECT count(*) FROM batch WHERE client = ? AND status NOT IN ('completed', "
+                "'failed', 'expired', 'cancelled')",
+                (client,),
+            ).fetchone()
+        if running >= self.caps.max_open:
+            raise BatchRefused(
+                f"this client has {self.caps.max_open} batches not ended yet: wait for one, "
+                "or cancel one",
+                status=429,
+            )
         batch_id = _id("batch_")
         data: dict[str, Any] = {
             "id": batch_id, "object": "batch", "endpoint": endpoint, "errors": None,
