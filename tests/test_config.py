@@ -150,6 +150,20 @@ def test_state_is_a_file_or_a_redis_url():
     )
 
 
+def test_a_sentinel_url_is_checked_when_the_config_is_read():
+    """Each Sentinel is host:port and the database after the service a number: said naming the
+    key when the config is read, not as `invalid literal for int()` at the first connection."""
+    good = "redis+sentinel://:pw@10.0.0.5:26379,10.0.0.6:26379/mymaster/2"
+    assert load_config({"state": good}, env={}).shared_state
+    assert "each Sentinel is host:port ('localhost' is not)" in error_of(
+        {"state": "redis+sentinel://localhost/mymaster"}
+    )
+    assert "the database after the service is a number" in error_of(
+        {"state": "redis+sentinel://h:26379/mymaster/x"}
+    )
+    assert "names the master's service" in error_of({"state": "redis+sentinel://h:26379"})
+
+
 def test_a_state_namespace_is_a_name():
     """`state_namespace` is a short name (it goes into every Redis key and the channel); anything
     else names the key and the form."""

@@ -53,3 +53,13 @@ def test_one_line_per_loss_and_its_reopening_follows_it():
     wait.lost("again", frozenset({"b"}), 3.0)  # a second loss: said again
     assert wait.heard({"me"}, 3.0 + LIVE_S) == (["b"], False)  # gone; never said, never reopened
     assert not wait.waiting
+
+
+def test_a_host_that_met_an_empty_redis_holding_its_own_waits_out_the_hold():
+    """Hosts it can not name (restarted with Redis) get `hold_s` to come back: paid stays closed
+    that long even when every host it knows has put its own back."""
+    wait = PutBack(own="me")
+    wait.lost("met empty", frozenset(), 10.0, hold_s=LIVE_S)
+    assert "the hosts that restarted with it" in wait.why_closed("r")
+    assert wait.heard({"me"}, 11.0) == ([], False) and wait.waiting
+    assert wait.heard(set(), 10.0 + LIVE_S) == ([], False) and not wait.waiting

@@ -597,3 +597,140 @@ def test_tls_with_the_ca_named_in_the_url(redis_server, tmp_path):
         other.close()
     finally:
         server.stop()
+
+
+def test_a_settle_never_recreates_a_lost_total(redis_server):
+    """Review of issue 41, break 1: the day's total goes while a request is in flight; its
+    settlement used to recreate the total as (cost − reserved) — near zero — so the lost day was
+    never noticed and the ceiling was spent again ($1.81 of $1.00). Now the total stays missing,
+    the next reservation rebuilds it from the ledger and every host puts its own back first."""
+    raw = redis.Redis.from_url(redis_server.url)
+    a = host(redis_server.url)
+    today = window_id("day", time.time())
+    made = [_reserve_on(a, today) for _ in range(9)]
+    raw.delete(f"lanes:paid-total:{today}")
+    a.settle_paid(str(made[0]), 0.001)
+    a.flush()
+    assert raw.get(f"lanes:paid-total:{today}") is None  # not recreated by the settlement
+    with pytest.raises(StoreUnavailable):
+        _reserve_on(a, today)
+    _sync(a)
+    total = int(raw.get(f"lanes:paid-total:{today}") or 0)
+    assert total == 8 * 10**10 + 10**9  # rebuilt from the ledger: eight held, one settled
+
+
+def test_a_restart_from_an_older_snapshot_is_a_loss_every_host_answers(redis_server, tmp_path):
+    """Break 2: Redis restarts from a snapshot older than b's last reservations; the epoch and
+    the day's total survive, so nothing in Redis says a day was lost. b finds its own
+    reservations missing and moves the epoch on; a, back from the same outage, waits until b has
+    put them back — the day is never reopened short of them."""
+    raw = redis.Redis.from_url(redis_server.url)
+    a = host(redis_server.url, timeouts_s=0.3)
+    b = host(redis_server.url, timeouts_s=0.3)
+    _beat(a, b)
+    today = window_id("day", time.time())
+    early = [_reserve_on(a, today), _reserve_on(b, today)]
+    snapshot = {k: raw.dump(k) for k in raw.keys("lanes:*")}
+    late = [_reserve_on(b, today) for _ in range(3)]
+    assert None not in early + late
+    raw.flushall()  # the restart from the snapshot: b's last three are gone
+    for key, value in snapshot.items():
+        assert value is not None
+        raw.restore(key, 0, value)
+    for store in (a, b):
+        store.up = False  # as their next call, failing on the restart, leaves them
+    _sync(a)
+    with pytest.raises(StoreUnavailable, match="waiting for"):
+        _reserve_on(a, today)
+    _sync(b)
+    _sync(a)
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 5 * 10**10
+    assert _reserve_on(a, today) is not None
+
+
+def test_a_reservation_a_replica_did_not_acknowledge_is_given_back(redis_server):
+    """Break 7: with state_redis_min_replicas and no replica, a reservation is refused before it
+    is sent — and given back, not left holding the day's budget."""
+    raw = redis.Redis.from_url(redis_server.url)
+    store = RedisStore(redis_server.url, local=SQLiteStore(":memory:"), min_replicas=1)
+    store.begin_sync(time.time())
+    store.flush()
+    today = window_id("day", time.time())
+    for _ in range(3):
+        with pytest.raises(StoreUnavailable, match="replica"):
+            _reserve_on(store, today)
+    store.flush()
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 0
+
+
+def test_a_settlement_that_is_not_a_number_can_not_stop_the_flush(redis_server):
+    """Break 8: a NaN or infinite cost, or an id this host never made, used to make every flush
+    raise (a kill switch set on that host never reached Redis). Now a cost that is not a finite
+    number keeps the reservation, a negative one settles at 0, and an unknown id is ignored."""
+    raw = redis.Redis.from_url(redis_server.url)
+    a = host(redis_server.url)
+    today = window_id("day", time.time())
+    made = [str(_reserve_on(a, today)) for _ in range(3)]
+    a.settle_paid(made[0], float("nan"))
+    a.settle_paid(made[1], float("-inf"))
+    a.settle_paid(made[2], -5.0)
+    a.settle_paid("x", 0.0)
+    a.flush()
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 2 * 10**10  # nan, inf kept; -5 → 0
+    with pytest.raises(ValueError, match="finite USD amount"):
+        PaidAsk(day=today, amount=-0.5, ceiling=1.0, lane="p", model="m", job="j", cohort=None)
+
+
+def test_one_namespace_on_two_databases_shares_nothing(redis_server):
+    """Break 6: the same state_namespace on databases 0 and 1 shared one event channel (a grant
+    and a kill switch crossed over). The channel names the database too."""
+    url = f"redis://127.0.0.1:{redis_server.port}"
+    a = RedisStore(f"{url}/0", local=SQLiteStore(":memory:"), namespace="shop")
+    b = RedisStore(f"{url}/1", local=SQLiteStore(":memory:"), namespace="shop")
+    for store in (a, b):
+        store.begin_sync(time.time())
+        store.flush()
+    assert b.listen(0.05) == []
+    _acts(a, time.time())
+    assert b.listen(0.3) == [] and b.grants(time.time()) == {}
+
+
+def test_a_second_loss_while_waiting_puts_everything_back_again(redis_server):
+    """Redis is flushed again after the hosts put theirs back but before paid reopened: every
+    host, this one included, puts its own back again under the new epoch (found by the review's
+    `h1`: a host that had said so once did not say so again, and its reservations stayed out)."""
+    raw = redis.Redis.from_url(redis_server.url)
+    a, b = host(redis_server.url), host(redis_server.url)
+    _beat(a, b)
+    today = window_id("day", time.time())
+    assert all([_reserve_on(a, today), _reserve_on(b, today), _reserve_on(b, today)])
+    raw.flushall()
+    _sync(a)
+    raw.flushall()  # again, before b has put its own back
+    _sync(a)
+    _sync(b)
+    _sync(a)
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 3 * 10**10
+    assert _reserve_on(a, today) is not None
+
+
+def test_a_host_restarted_on_an_empty_redis_waits_for_the_others_to_restart(redis_server, tmp_path):
+    """Every host restarted while Redis lost its data: the first one back holds reservations of
+    today in its file, so the day was not empty — it waits for the others (new ids it can not
+    name) before paid reopens, and reopens on the whole day once they have put theirs back."""
+    raw = redis.Redis.from_url(redis_server.url)
+    files = [str(tmp_path / f"{name}.db") for name in ("a", "b")]
+    first = [RedisStore(redis_server.url, local=SQLiteStore(f)) for f in files]
+    today = window_id("day", time.time())
+    for store in first:
+        _sync(store)
+        assert _reserve_on(store, today) is not None
+        store.close()
+    raw.flushall()
+    a = RedisStore(redis_server.url, local=SQLiteStore(files[0]))
+    _sync(a)
+    with pytest.raises(StoreUnavailable, match="the hosts that restarted with it"):
+        _reserve_on(a, today)
+    b = RedisStore(redis_server.url, local=SQLiteStore(files[1]))
+    _sync(b)
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 2 * 10**10  # both put back

@@ -275,6 +275,24 @@ def _service(instance: object, attribute: attrs.Attribute[str | None], value: st
         )
 
 
+def _sentinel_url(rest: str) -> None:
+    """A Sentinel URL's hosts (each host:port) and service (then an optional database number),
+    checked here rather than at the first connection."""
+    example = "redis+sentinel://10.0.0.5:26379,10.0.0.6:26379/mymaster"
+    hosts, _, path = rest.partition("?")[0].partition("/")
+    service, _, db = path.partition("/")
+    if not service:
+        raise ValueError(
+            f"state: a Sentinel URL names the master's service after the hosts, as in {example}"
+        )
+    for one in hosts.rpartition("@")[2].split(","):
+        name, sep, port = one.rpartition(":")
+        if not sep or not name or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"state: each Sentinel is host:port ({one!r} is not), as in {example}")
+    if db.strip("/") and not db.strip("/").isdigit():
+        raise ValueError(f"state: the database after the service is a number, as in {example}/2")
+
+
 @attrs.frozen(kw_only=True)
 class BatchConfig:
     """`[batch]`: work that can wait — OpenAI's Batch API (`/v1/files`, `/v1/batches`), served on
@@ -385,11 +403,8 @@ class Config:
             )
         if sep and scheme != "unix" and not rest.split("/", 1)[0].rpartition("@")[2]:
             raise ValueError("state: a Redis URL needs a host, as in redis://127.0.0.1:6379/0")
-        if scheme == "redis+sentinel" and not rest.partition("/")[2].split("/")[0]:
-            raise ValueError(
-                "state: a Sentinel URL names the master's service after the hosts, as in "
-                "redis+sentinel://10.0.0.5:26379,10.0.0.6:26379/mymaster"
-            )
+        if scheme == "redis+sentinel":
+            _sentinel_url(rest)
 
     @state_namespace.validator
     def _namespace(self, attribute: attrs.Attribute[str], value: str) -> None:

@@ -158,6 +158,13 @@ class RedisBeats(RedisBase):
                 return attrs.evolve(pulse, store_time=now)
         return None
 
+    def _live_hosts(self) -> frozenset[str]:
+        """The other hosts Redis lists as live now (seen within `LIVE_S` of the latest beat)."""
+        hosts = _hosts(self._redis.hgetall(self._k("hosts")).items())
+        latest = max((h.announced.seen for h in hosts), default=0.0)
+        live = {h.announced.host for h in hosts if h.announced.seen >= latest - terms.LIVE_S}
+        return frozenset(live - {self._host})
+
     @guarded
     def set_terms(self, operator: terms.Operator) -> None:
         """Keep what an operator set (stamped with the server's clock), over what was set before."""

@@ -36,14 +36,13 @@ from lanes._core.freetier.windows import window_id
 from lanes._core.policy.ceiling import ceiling_in_force, fits, room
 from lanes._core.state.backend import (
     ClockRefused,
-    RedisBase,
     SQLiteBase,
     StoreUnavailable,
     guarded,
     text,
 )
 from lanes._core.state.beats import shared_ceiling
-from lanes._core.state.put_back import PutBack
+from lanes._core.state.put_back import RedisPutBack
 from lanes._core.state.records import LocalRecords
 from lanes._core.state.redis_scripts import PICO, RESERVE, RESTORE, SETTLE, pico
 from lanes._core.state.sqlite_file import immediate
@@ -122,13 +121,29 @@ def migrate(conn: sqlite3.Connection) -> None:
         conn.execute(trigger)
 
 
+def _usd(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    """A ledger amount is a finite, non-negative USD figure: nothing else reaches a store."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{attribute.name} must be a finite USD amount >= 0, not {value!r}")
+
+
+def settled_cost(cost: float, reserved: float) -> float:
+    """What a settlement may write: the cost, never below 0; a cost that is not a finite number
+    keeps the reservation (the ledger never goes below what may be billed)."""
+    if not isinstance(cost, (int, float)) or not math.isfinite(cost):
+        return reserved
+    return max(float(cost), 0.0)
+
+
 @attrs.frozen(kw_only=True)
 class PaidAsk:
     """One paid attempt's reservation request (see `PaidLedger.reserve`)."""
 
     day: int  # the UTC day (this host's guess: a store with a clock of its own decides it)
-    amount: float  # USD: the attempt's worst case
-    ceiling: float  # USD: the day's paid ceiling, as this host's config has it
+    amount: float = attrs.field(validator=_usd)  # USD: the attempt's worst case
+    ceiling: float = attrs.field(
+        validator=_usd
+    )  # USD: the day's ceiling, as this host's config has it
     lane: str
     model: str
     job: str
@@ -188,12 +203,15 @@ class SQLitePaid(PaidLedger, SQLiteBase):
 
     def settle_paid(self, reservation: str, cost: float) -> None:
         """Replace a reservation by what the attempt really cost, as reported by its usage."""
+        finite = isinstance(cost, (int, float)) and math.isfinite(cost)
         with self._lock, self._conn:
-            self._conn.execute(
-                "UPDATE paid_ledger SET settled = ? WHERE id = ?", (cost, reservation)
+            self._conn.execute(  # not a finite number: the reservation stays (see settled_cost)
+                "UPDATE paid_ledger SET settled = COALESCE(MAX(?, 0.0), reserved) WHERE id = ?",
+                (cost if finite else None, reservation),
             )
             if reservation in self._own:
-                self._own[reservation] = (self._own[reservation][0], cost)
+                ask = self._own[reservation][0]
+                self._own[reservation] = (ask, settled_cost(cost, ask.amount))
 
     def paid_spent(self, day: int, client: str | None = None) -> float:
         with self._lock:
@@ -234,7 +252,7 @@ def _described(ask: PaidAsk) -> tuple[Any, ...]:
     return ask.lane, ask.model, ask.job, ask.cohort, ask.client
 
 
-class RedisPaid(PaidLedger, RedisBase):
+class RedisPaid(PaidLedger, RedisPutBack):
     """The ledger in Redis, shared by every host; the day is the server's."""
 
     _spent_cache: dict[int, float]  # the day's total, as of the last sync or reservation
@@ -244,10 +262,6 @@ class RedisPaid(PaidLedger, RedisBase):
     _kept: LocalRecords  # where `_own` is kept too: this host's file, read again at a restart
     _evicting = ""  # why the server may evict the ledger ("" when it may not): paid stays closed
     _min_replicas = 0  # replicas that must hold a reservation (WAIT) before it is handed out
-    _epoch: str | None  # the server's epoch as this host knows it (a new one: a loss)
-    _reseed_due: bool  # Redis forgot our state and we have not pushed our view back yet
-    _put_back: PutBack  # after a loss: the hosts paid waits for
-    _peers: frozenset[str]  # the other hosts live at this host's last beat
 
     @guarded
     def reserve(self, ask: PaidAsk) -> str | None:
@@ -305,7 +319,8 @@ class RedisPaid(PaidLedger, RedisBase):
         self._kept.keep_reservations({reservation: (day, ask.amount)}, day - 1)
         if self._min_replicas:
             acked = int(self._redis.wait(self._min_replicas, 1000))
-            if acked < self._min_replicas:  # it stays counted (and ours to put back): never sent
+            if acked < self._min_replicas:  # never sent: given back at the next flush
+                self.settle_paid(reservation, 0.0)
                 raise StoreUnavailable(
                     f"redis at {self.where}: a paid reservation reached {acked} of the "
                     f"{self._min_replicas} replica(s) state_redis_min_replicas asks for within 1 s"
@@ -325,56 +340,6 @@ class RedisPaid(PaidLedger, RedisBase):
             if self._put_back.waiting:
                 raise StoreUnavailable(self._put_back.why_closed(self.where))
             return self._epoch or ""
-
-    def _lost_day(self, reason: str, now: float) -> None:
-        """Redis lost the day's ledger (`now`: monotonic): this host puts its own reservations
-        back (`reseed`) and paid closes until every host live before has too (`put_back.py`)."""
-        with self._lock:
-            self._put_back.lost(reason, self._peers, now)
-            self._reseed_due = True
-
-    def _put_own_back(self, epoch: str) -> None:
-        """After a loss, under the server's epoch: this host's reservations back (upward), said
-        under the epoch, and the hosts that have said so heard."""
-        restored = self._k("restored", epoch)
-        pipe = self._redis.pipeline(transaction=False)
-        with self._lock:
-            mine = self._host in self._put_back.awaited
-            if mine:
-                self._reseed_paid(pipe)
-                pipe.sadd(restored, self._host)
-                pipe.expire(restored, 2 * 86400)
-        pipe.smembers(restored)
-        self._heard(set(pipe.execute()[-1]))
-
-    def _say_closed(self) -> str:
-        """Why paid waits for the put-back, logged once per loss (and returned)."""
-        with self._lock:
-            why, first = self._put_back.why_closed(self.where), self._put_back.to_say(self.where)
-        if first:
-            log.warning("state store: %s", first)
-        return why
-
-    def _heard(self, restored: set[str]) -> None:
-        """Hosts that put their reservations back under the current epoch (this one included)."""
-        with self._lock:
-            if not self._put_back.waiting:
-                return
-            now = time.monotonic()  # wall-clock: hosts put back in real time
-            gone, opened = self._put_back.heard(restored, now)
-        if gone:
-            log.warning(
-                "state store: redis at %s: hosts %s were silent since the loss; paid no longer "
-                "waits for them (their reservations come back when they start again)",
-                self.where,
-                ", ".join(gone),
-            )
-        if opened:
-            log.warning(
-                "state store: redis at %s: every live host put its reservations back; paid "
-                "fallback may open",
-                self.where,
-            )
 
     def _prune(self, server_day: int) -> None:
         """Delete the ledgers of the days before the server's yesterday: they carry no expiry (see
@@ -411,10 +376,12 @@ class RedisPaid(PaidLedger, RedisBase):
         """Replace a reservation by its real cost at the next flush (it counts in full until
         then)."""
         with self._lock:
-            if reservation in self._own:
-                day, _ = self._own[reservation]
-                self._own[reservation] = (day, cost)
-                self._kept.keep_reservations({reservation: (day, cost)}, day - 1)
+            if reservation not in self._own:
+                return  # not one this host made (or one forgotten after two days): no effect
+            day, counted = self._own[reservation]
+            cost = settled_cost(cost, counted)
+            self._own[reservation] = (day, cost)
+            self._kept.keep_reservations({reservation: (day, cost)}, day - 1)
             self._settles[reservation] = cost
 
     def paid_spent(self, day: int, client: str | None = None) -> float:

@@ -8,14 +8,26 @@ next sync). Each host puts back what it reserved today and yesterday from its ow
 (`RESTORE`, upward only: a reservation already counted is not counted twice) and says so under
 the new epoch (`restored:<epoch>`). A host's paid reopens when every host it saw live at its last
 beat before the loss has said so, or has been silent for `LIVE_S` (a host gone: its records come
-back with it, at its next start). Never from one host's partial view; never reseeded downward.
+back with it, at its next start). A host that meets an empty Redis holding reservations of its own
+for the day (every host restarted while Redis lost its data: the others' ids are new, and
+unknown) waits `LIVE_S` for them to come back and put theirs back. Never from one host's partial
+view; never reseeded downward.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+import uuid
+from typing import Any
+
 import attrs
 
+from lanes._core.state.backend import RedisBase, text
+from lanes._core.state.redis_scripts import ROTATE
 from lanes._core.state.terms import LIVE_S
+
+log = logging.getLogger("lanes")
 
 
 @attrs.define
@@ -27,19 +39,22 @@ class PutBack:
     since: float = 0.0  # when the loss was noticed
     awaited: frozenset[str] = frozenset()  # hosts live before the loss, not yet put back
     said: bool = False  # the closing was logged (so its reopening is too)
+    until: float = 0.0  # not reopened before this, whoever has put back (hosts not known)
 
     @property
     def waiting(self) -> bool:
         return bool(self.reason)
 
-    def lost(self, reason: str, peers: frozenset[str], now: float) -> None:
+    def lost(self, reason: str, peers: frozenset[str], now: float, hold_s: float = 0.0) -> None:
         """A loss noticed at `now`; `peers` are the other hosts live at the last beat. This host
-        waits for itself too (its own put-back, `heard`). A second notice while waiting keeps the
-        first's time and adds its peers."""
+        waits for itself too (its own put-back, `heard`), and — `hold_s` — for hosts it can not
+        name (restarted with Redis, under new ids) to come back and put theirs back. A second
+        notice while waiting keeps the first's time and adds its peers."""
         if not self.reason:
             self.since = now
         self.reason = reason
-        self.awaited |= peers | {self.own}
+        self.until = max(self.until, now + hold_s)
+        self.awaited |= peers | {self.own}  # heard again under the epoch now, if already
 
     def to_say(self, where: str) -> str:
         """Why paid is closed, the first time it is asked while waiting ("" after, or when
@@ -57,7 +72,7 @@ class PutBack:
         gone = sorted(self.awaited - {self.own}) if now - self.since >= LIVE_S else []
         self.awaited -= set(gone)
         reopened = False
-        if self.reason and not self.awaited:
+        if self.reason and not self.awaited and now >= self.until:
             reopened, self.reason, self.said = self.said, "", False
         return gone, reopened
 
@@ -66,9 +81,88 @@ class PutBack:
         if not self.reason:
             return ""
         hosts = ", ".join(
-            ["this host"] * (self.own in self.awaited) + sorted(self.awaited - {self.own})
+            ["this host"] * (self.own in self.awaited)
+            + sorted(self.awaited - {self.own})
+            + [f"the hosts that restarted with it, {LIVE_S:g} s"] * (self.until > self.since)
         )
         return (
             f"redis at {where}: {self.reason}; paid fallback stays closed until every host that "
             f"was live has put its reservations back (waiting for: {hosts})"
         )
+
+
+class RedisPutBack(RedisBase):
+    """The put-back on Redis: a loss noticed, this host's own reservations put back and said
+    under the epoch (`restored:<epoch>`), the others heard — and paid's one line each way."""
+
+    _epoch: str | None  # the server's epoch as this host knows it (a new one: a loss)
+    _reseed_due: bool  # Redis forgot our state and we have not pushed our view back yet
+    _put_back: PutBack  # after a loss: the hosts paid waits for
+    _peers: frozenset[str]  # the other hosts live at this host's last beat
+
+    def _reseed_paid(self, pipe: Any) -> None:
+        """This host's own reservations back, queued on `pipe` (the ledger's: `RedisPaid`)."""
+        raise NotImplementedError
+
+    def _lost_day(
+        self, reason: str, now: float, live: frozenset[str] = frozenset(), hold_s: float = 0.0
+    ) -> None:
+        """Redis lost the day's ledger (`now`: monotonic): this host puts its own reservations
+        back and paid closes until every host live before (at its last beat, or in the hosts
+        Redis still lists: `live`) has too (`put_back.py`)."""
+        with self._lock:
+            self._put_back.lost(reason, self._peers | live, now, hold_s)
+            self._reseed_due = True
+
+    def _put_own_back(self, epoch: str) -> None:
+        """After a loss, under the server's epoch: this host's reservations back (upward) and
+        said under the epoch — when it is waited for, or other hosts have begun (a host that
+        joined after the loss answers too) — and the hosts that have said so heard."""
+        restored = self._k("restored", epoch)
+        members = {text(m) for m in self._redis.smembers(restored)}
+        with self._lock:
+            owed = self._host not in members and (
+                self._host in self._put_back.awaited or bool(members)
+            )
+            pipe = self._redis.pipeline(transaction=False)
+            if owed:
+                self._reseed_paid(pipe)
+        if owed:
+            pipe.sadd(restored, self._host)
+            pipe.expire(restored, 2 * 86400)
+            pipe.execute()
+            members.add(self._host)
+        self._heard(members)
+
+    def _rotate(self, read: str) -> str:
+        """Move the epoch on from `read` (unless another host did): every host puts back."""
+        return text(self._script(ROTATE)(keys=[self._k("epoch")], args=[read, uuid.uuid4().hex]))
+
+    def _say_closed(self) -> str:
+        """Why paid waits for the put-back, logged once per loss (and returned)."""
+        with self._lock:
+            why, first = self._put_back.why_closed(self.where), self._put_back.to_say(self.where)
+        if first:
+            log.warning("state store: %s", first)
+        return why
+
+    def _heard(self, restored: set[str]) -> None:
+        """Hosts that put their reservations back under the current epoch (this one included)."""
+        with self._lock:
+            if not self._put_back.waiting:
+                return
+            now = time.monotonic()  # wall-clock: hosts put back in real time
+            gone, opened = self._put_back.heard(restored, now)
+        if gone:
+            log.warning(
+                "state store: redis at %s: hosts %s were silent since the loss; paid no longer "
+                "waits for them (their reservations come back when they start again)",
+                self.where,
+                ", ".join(gone),
+            )
+        if opened:
+            log.warning(
+                "state store: redis at %s: every live host put its reservations back; paid "
+                "fallback may open",
+                self.where,
+            )

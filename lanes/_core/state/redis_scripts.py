@@ -117,13 +117,17 @@ return {1, total, mine, clock}
 """
 
 # KEYS: ledger, total, client ledger, client total. ARGV: reservation id, real cost. An unknown
-# id is left alone; the client's ledger follows when the reservation is in it.
+# id is left alone; the client's ledger follows when the reservation is in it. A total that is
+# missing is left missing — never recreated from one settlement's difference: the next
+# reservation finds the day lost and rebuilds it from the ledger (`RESERVE`).
 SETTLE = """
 for i = 1, 3, 2 do
   local old = redis.call('HGET', KEYS[i], ARGV[1])
   if old then
     redis.call('HSET', KEYS[i], ARGV[1], ARGV[2])
-    redis.call('INCRBY', KEYS[i + 1], tonumber(ARGV[2]) - tonumber(old))
+    if redis.call('EXISTS', KEYS[i + 1]) == 1 then
+      redis.call('INCRBY', KEYS[i + 1], tonumber(ARGV[2]) - tonumber(old))
+    end
   end
 end
 return 1
@@ -131,9 +135,15 @@ return 1
 
 # KEYS: ledger, total, client ledger, client total. ARGV: reservation id, amount, 1 when the
 # reservation is in a client's ledger too. Put back a reservation Redis forgot (no expiry, as
-# `RESERVE`).
+# `RESERVE`). A missing total is first rebuilt from what its ledger still holds, so the
+# reservations that survived are counted too.
 RESTORE = """
 for i = 1, (ARGV[3] == '1' and 3 or 1), 2 do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    local sum = 0
+    for _, v in ipairs(redis.call('HVALS', KEYS[i])) do sum = sum + tonumber(v) end
+    redis.call('SET', KEYS[i + 1], string.format('%.0f', sum))
+  end
   if redis.call('HSETNX', KEYS[i], ARGV[1], ARGV[2]) == 1 then
     redis.call('INCRBY', KEYS[i + 1], ARGV[2])
   end
@@ -227,4 +237,13 @@ if ARGV[2] == 'once' and ARGV[4] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(once))
 end
 return out
+"""
+
+# A host found its own reservations of the day missing from the ledger (a restart from an older
+# snapshot, a failover that lost writes, keys deleted): the epoch moves on, so every host puts
+# its own back (`put_back.py`) — unless another host moved it first. KEYS: the epoch. ARGV: the
+# epoch the host read, a new one. Returns the epoch now.
+ROTATE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) end
+return redis.call('GET', KEYS[1])
 """

@@ -47,8 +47,18 @@ from lanes._core.state.put_back import PutBack
 from lanes._core.state.records import LocalRecords
 from lanes._core.state.store import SQLiteStore, StoreUnavailable
 from lanes._core.state.switches import RedisSwitches
+from lanes._core.state.terms import LIVE_S
 
 log = logging.getLogger("lanes")
+CHECKED = 8  # this host's latest reservations of the day, looked for in the ledger at each sync
+LOST_OWN = (
+    "the day's paid ledger is missing reservations this host made (a restart from an older "
+    "snapshot, a failover that lost writes, or keys deleted)"
+)
+AFTER_OUTAGE = (
+    "it was unreachable from this host (a failover or a restart may have lost other hosts' "
+    "reservations too)"
+)
 POLICY_EVERY_S = 60.0  # the eviction policy is read again this often (and after every outage)
 
 
@@ -127,7 +137,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         # a namespace is a hash tag too: every key of a deployment in one Cluster slot
         self._p = f"lanes:{{{namespace}}}:" if namespace else "lanes:"
         database = pool.connection_kwargs.get("db", 0)
-        self._channel = f"{self._p}events" if namespace else f"lanes:events:db{database}"
+        self._channel = f"{self._p}events:db{database}"  # the database too: one namespace on two
         self._scripts = {}
         self._lock = threading.Lock()
         self._epoch = None
@@ -170,35 +180,24 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         without persistence, or a first contact with an empty Redis) and it has not been pushed back
         yet: the caller then passes its view to `reseed` (asked again until a reseed succeeds)."""
         day = window_id("day", now)
-        if not self._own_read:  # what this host reserved before a restart, from its file
-            with self._lock:
-                self._own = {**self._kept.reservations(day - 1), **self._own}
-            self._own_read = True
-        if not self.up:
-            self._refuse_cluster()
-            if self._own:  # after an outage (a failover may have lost writes): ours, back, upward
-                pipe = self._redis.pipeline(transaction=False)
-                with self._lock:
-                    self._reseed_paid(pipe)
-                pipe.execute()
-        since = time.monotonic() - self._policy_read_at  # wall-clock: a real interval
-        if not self.up or since >= POLICY_EVERY_S:
-            self._read_policy()
+        returning = self._come_back(day)
+        with self._lock:  # this host's latest of today: still in the ledger, or it lost them
+            mine = [r for r, (d, _) in self._own.items() if d == day][-CHECKED:]
         pipe = self._redis.pipeline(transaction=False)
         pipe.time()
         pipe.get(self._k("epoch"))
         for near in (day - 1, day, day + 1):  # the server's day may be either side of ours
             pipe.get(self._k("paid-total", near))
         pipe.hgetall(self._k("grant"))
-        (seconds, micros), epoch, *totals, stored_grants = pipe.execute()
-        if epoch is None or (self._epoch is not None and epoch != self._epoch):
-            self.lost_reason = _loss(epoch, self._epoch)
-            self._lost_day(self.lost_reason, time.monotonic())  # wall-clock: as above
-        if epoch is None:
-            self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
-            epoch = self._redis.get(self._k("epoch"))
-        self._epoch = epoch
-        if self._put_back.waiting:
+        pipe.exists(self._k("restored", self._epoch or ""))
+        if mine:
+            pipe.hmget(self._k("paid", day), *mine)
+        replies = pipe.execute()
+        (seconds, micros), epoch, *totals = replies[:5]
+        stored_grants, restoring = replies[5], replies[6]
+        missing = bool(mine) and any(v is None for v in replies[7])
+        epoch = self._notice_loss(epoch, missing=missing, returning=returning, holding=bool(mine))
+        if self._put_back.waiting or restoring:
             self._put_own_back(epoch)
             self._say_closed()  # still waiting for other hosts: said once
         with self._lock:
@@ -209,6 +208,54 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             self._prune(server_day)
             self._pruned_day = server_day
         return self._reseed_due
+
+    def _come_back(self, day: int) -> bool:
+        """What a host does before its first sync and after an outage: read its own reservations
+        of a restart from its file; when it was down, refuse a Cluster, put its own back
+        (upward), and read the eviction policy again. True when it is back after an outage."""
+        if not self._own_read:  # what this host reserved before a restart, from its file
+            with self._lock:
+                self._own = {**self._kept.reservations(day - 1), **self._own}
+            self._own_read = True
+        returning = not self.up and self._epoch is not None
+        if not self.up:
+            self._refuse_cluster()
+            if self._own:  # after an outage (a failover may have lost writes): ours, back, upward
+                pipe = self._redis.pipeline(transaction=False)
+                with self._lock:
+                    self._reseed_paid(pipe)
+                pipe.execute()
+        since = time.monotonic() - self._policy_read_at  # wall-clock: a real interval
+        if not self.up or since >= POLICY_EVERY_S:
+            self._read_policy()
+        return returning
+
+    def _notice_loss(
+        self, epoch: str | None, *, missing: bool, returning: bool, holding: bool
+    ) -> str:
+        """The epoch as this sync leaves it, and a loss noticed (paid then waits for the hosts to
+        put theirs back): the epoch gone or moved by another host, this host's own reservations
+        missing from the day's ledger, or this host back from an outage (others may have lost
+        writes it can not see) — the last two move the epoch on themselves."""
+        lost = ""
+        if epoch is None or (self._epoch is not None and epoch != self._epoch):
+            lost = _loss(epoch, self._epoch)
+        elif missing:  # the epoch and the day's total survived a loss: it moves on now
+            lost, epoch = LOST_OWN, self._rotate(epoch)
+        elif returning:  # other hosts may have lost writes this host can not see: they look
+            lost, epoch = AFTER_OUTAGE, self._rotate(epoch)
+        if lost:
+            self.lost_reason = lost
+            # met empty while holding reservations of its own: the others restarted too (new,
+            # unknown ids), so it waits for them to come back and put theirs back
+            hold_s = LIVE_S if epoch is None and self._epoch is None and holding else 0.0
+            noticed = time.monotonic()  # wall-clock: hosts put back in real time
+            self._lost_day(lost, noticed, self._live_hosts(), hold_s)
+        if epoch is None:
+            self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
+            epoch = self._redis.get(self._k("epoch"))
+        self._epoch = epoch
+        return str(epoch)
 
     @guarded
     def describe(self) -> dict[str, Any]:
