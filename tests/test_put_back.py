@@ -46,7 +46,7 @@ def test_one_line_per_loss_and_its_reopening_follows_it():
     wait = PutBack(own="me")
     wait.lost("lost", frozenset({"b"}), 0.0)
     said = wait.to_say("r")
-    assert said.endswith("(waiting for: this host, b)") and wait.to_say("r") == ""
+    assert "(waiting for: this host, b;" in said and wait.to_say("r") == ""
     assert wait.heard({"me"}, 1.0) == ([], False)
     assert wait.heard({"b"}, 2.0) == ([], True)
     assert not wait.waiting and wait.why_closed("r") == ""
@@ -63,3 +63,14 @@ def test_a_host_that_met_an_empty_redis_holding_its_own_waits_out_the_hold():
     assert "the hosts that restarted with it" in wait.why_closed("r")
     assert wait.heard({"me"}, 11.0) == ([], False) and wait.waiting
     assert wait.heard(set(), 10.0 + LIVE_S) == ([], False) and not wait.waiting
+
+
+def test_a_silent_host_is_waited_for_as_long_as_its_reservations_may_be_billed():
+    """On Redis a loss's patience runs to the end of the UTC day (a silent host's reservations
+    may come back until then): past `LIVE_S` paid is still closed; at the day's end the silent
+    host is given up on and named."""
+    wait = PutBack(own="me")
+    wait.lost("lost", frozenset({"b"}), 0.0, patience_s=5000.0)
+    assert "until it starts again, or the UTC day ends" in wait.why_closed("r")
+    assert wait.heard({"me"}, LIVE_S + 1) == ([], False) and wait.waiting
+    assert wait.heard(set(), 5000.0) == (["b"], False) and not wait.waiting

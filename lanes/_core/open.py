@@ -188,6 +188,12 @@ def open_store(config: Config) -> Store:
     if config.shared_state:
         from lanes._core.state.redis_store import RedisStore  # imported only when configured
 
+        if config.local_state == ":memory:":
+            log.warning(
+                "state store: redis with local_state in memory: this host's own paid "
+                "reservations do not survive its restart, so if Redis loses its data while the "
+                "hosts restart the day's spend can not be put back; set local_state to a file"
+            )
         return RedisStore(
             config.state,
             local=SQLiteStore(config.local_state),

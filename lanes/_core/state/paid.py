@@ -300,7 +300,7 @@ class RedisPaid(PaidLedger, RedisPutBack):
             )
             if int(granted) == -3:
                 now = time.monotonic()  # wall-clock: hosts put back in real time
-                self._lost_day("the paid ledger of the day was lost", now)
+                self._lost_day("the paid ledger of the day was lost", now, float(server))
                 raise StoreUnavailable(self._say_closed())
             if int(granted) == -1:
                 raise ClockRefused(float(server) - float(checked[0]))

@@ -7,9 +7,10 @@ while the day had reservations (`RESERVE` rotates the epoch then, so every host 
 next sync). Each host puts back what it reserved today and yesterday from its own records
 (`RESTORE`, upward only: a reservation already counted is not counted twice) and says so under
 the new epoch (`restored:<epoch>`). A host's paid reopens when every host it saw live at its last
-beat before the loss has said so, or has been silent for `LIVE_S` (a host gone: its records come
-back with it, at its next start). A host that meets an empty Redis holding reservations of its own
-for the day (every host restarted while Redis lost its data: the others' ids are new, and
+beat before the loss (or that Redis lists) has said so; a host that stays silent holds it closed
+until it starts again (its records come back with it) or the UTC day ends — until then its
+reservations may still be billed. A host that meets an empty Redis holding reservations of its
+own for the day (every host restarted while Redis lost its data: the others' ids are new, and
 unknown) waits `LIVE_S` for them to come back and put theirs back. Never from one host's partial
 view; never reseeded downward.
 """
@@ -28,6 +29,7 @@ from lanes._core.state.redis_scripts import ROTATE
 from lanes._core.state.terms import LIVE_S
 
 log = logging.getLogger("lanes")
+DAY_S = 86400.0  # a UTC day: the ledger's
 
 
 @attrs.define
@@ -40,18 +42,28 @@ class PutBack:
     awaited: frozenset[str] = frozenset()  # hosts live before the loss, not yet put back
     said: bool = False  # the closing was logged (so its reopening is too)
     until: float = 0.0  # not reopened before this, whoever has put back (hosts not known)
+    patience_s: float = LIVE_S  # how long a silent host is waited for, from the loss
 
     @property
     def waiting(self) -> bool:
         return bool(self.reason)
 
-    def lost(self, reason: str, peers: frozenset[str], now: float, hold_s: float = 0.0) -> None:
+    def lost(
+        self,
+        reason: str,
+        peers: frozenset[str],
+        now: float,
+        hold_s: float = 0.0,
+        patience_s: float = LIVE_S,
+    ) -> None:
         """A loss noticed at `now`; `peers` are the other hosts live at the last beat. This host
         waits for itself too (its own put-back, `heard`), and — `hold_s` — for hosts it can not
-        name (restarted with Redis, under new ids) to come back and put theirs back. A second
-        notice while waiting keeps the first's time and adds its peers."""
+        name (restarted with Redis, under new ids) to come back and put theirs back. A host that
+        stays silent is given up on after `patience_s` (on Redis: when the day ends — until then
+        its reservations may come back). A second notice while waiting keeps the first's time and
+        patience and adds its peers."""
         if not self.reason:
-            self.since = now
+            self.since, self.patience_s = now, patience_s
         self.reason = reason
         self.until = max(self.until, now + hold_s)
         self.awaited |= peers | {self.own}  # heard again under the epoch now, if already
@@ -66,10 +78,10 @@ class PutBack:
 
     def heard(self, restored: set[str], now: float) -> tuple[list[str], bool]:
         """Take the hosts that said they put theirs back; the others given up on (silent for
-        `LIVE_S`; never this host) are returned, and whether paid reopened after its closing
+        `patience_s`; never this host) are returned, and whether paid reopened after its closing
         was said. Paid reopens when none is left."""
         self.awaited -= restored
-        gone = sorted(self.awaited - {self.own}) if now - self.since >= LIVE_S else []
+        gone = sorted(self.awaited - {self.own}) if now - self.since >= self.patience_s else []
         self.awaited -= set(gone)
         reopened = False
         if self.reason and not self.awaited and now >= self.until:
@@ -87,7 +99,8 @@ class PutBack:
         )
         return (
             f"redis at {where}: {self.reason}; paid fallback stays closed until every host that "
-            f"was live has put its reservations back (waiting for: {hosts})"
+            f"was live has put its reservations back (waiting for: {hosts}; a host that is gone "
+            "holds it closed until it starts again, or the UTC day ends)"
         )
 
 
@@ -105,13 +118,20 @@ class RedisPutBack(RedisBase):
         raise NotImplementedError
 
     def _lost_day(
-        self, reason: str, now: float, live: frozenset[str] = frozenset(), hold_s: float = 0.0
+        self,
+        reason: str,
+        now: float,
+        server_time: float,
+        live: frozenset[str] = frozenset(),
+        hold_s: float = 0.0,
     ) -> None:
         """Redis lost the day's ledger (`now`: monotonic): this host puts its own reservations
         back and paid closes until every host live before (at its last beat, or in the hosts
         Redis still lists: `live`) has too (`put_back.py`)."""
         with self._lock:
-            self._put_back.lost(reason, self._peers | live, now, hold_s)
+            # a silent host's reservations may come back until the day ends: waited for till then
+            left_s = DAY_S - server_time % DAY_S
+            self._put_back.lost(reason, self._peers | live, now, hold_s, patience_s=left_s)
             self._reseed_due = True
 
     def _put_own_back(self, epoch: str) -> None:
@@ -155,8 +175,8 @@ class RedisPutBack(RedisBase):
             gone, opened = self._put_back.heard(restored, now)
         if gone:
             log.warning(
-                "state store: redis at %s: hosts %s were silent since the loss; paid no longer "
-                "waits for them (their reservations come back when they start again)",
+                "state store: redis at %s: hosts %s stayed silent until the day of the loss "
+                "ended; paid no longer waits for them",
                 self.where,
                 ", ".join(gone),
             )

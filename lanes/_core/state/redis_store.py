@@ -196,7 +196,13 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         (seconds, micros), epoch, *totals = replies[:5]
         stored_grants, restoring = replies[5], replies[6]
         missing = bool(mine) and any(v is None for v in replies[7])
-        epoch = self._notice_loss(epoch, missing=missing, returning=returning, holding=bool(mine))
+        epoch = self._notice_loss(
+            epoch,
+            missing=missing,
+            returning=returning,
+            holding=bool(mine),
+            server_time=seconds + micros / 1e6,
+        )
         if self._put_back.waiting or restoring:
             self._put_own_back(epoch)
             self._say_closed()  # still waiting for other hosts: said once
@@ -231,7 +237,13 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         return returning
 
     def _notice_loss(
-        self, epoch: str | None, *, missing: bool, returning: bool, holding: bool
+        self,
+        epoch: str | None,
+        *,
+        missing: bool,
+        returning: bool,
+        holding: bool,
+        server_time: float,
     ) -> str:
         """The epoch as this sync leaves it, and a loss noticed (paid then waits for the hosts to
         put theirs back): the epoch gone or moved by another host, this host's own reservations
@@ -250,7 +262,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             # unknown ids), so it waits for them to come back and put theirs back
             hold_s = LIVE_S if epoch is None and self._epoch is None and holding else 0.0
             noticed = time.monotonic()  # wall-clock: hosts put back in real time
-            self._lost_day(lost, noticed, self._live_hosts(), hold_s)
+            self._lost_day(lost, noticed, server_time, self._live_hosts(), hold_s)
         if epoch is None:
             self._redis.set(self._k("epoch"), uuid.uuid4().hex, nx=True)
             epoch = self._redis.get(self._k("epoch"))
