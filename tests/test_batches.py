@@ -246,3 +246,56 @@ def test_a_clients_files_and_open_batches_are_capped(tmp_path):
     assert not upload.exists()
     upload.write_bytes(jsonl(line("a")))
     assert queue.add_file("other", "batch", "in.jsonl", upload, 0)["purpose"] == "batch"
+
+
+def params(text: str, model: str = "free-model") -> Any:  # the SDK's TypedDict, built plainly
+    return {"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": text}]}
+
+
+@pytest.mark.free_lane
+async def test_the_anthropic_sdk_message_batches_round_trip():
+    """`messages.batches.create/retrieve/list/results/cancel/delete`, unmodified, on the same
+    queue: results are Anthropic's lines (`succeeded` with the Messages answer, `errored` for a
+    request naming only a paid model — a batch never pays); another client sees none of it."""
+    import anthropic
+
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        server=SERVER,
+        env=KEYS,
+    ) as (url, fakes):
+        a = anthropic.AsyncAnthropic(base_url=url[:-3], api_key=KEYS["A_KEY"], max_retries=0)
+        b = anthropic.AsyncAnthropic(base_url=url[:-3], api_key=KEYS["B_KEY"], max_retries=0)
+        made = await a.messages.batches.create(requests=[
+            {"custom_id": "one", "params": params("hello")},
+            {"custom_id": "two", "params": params("again")},
+            {"custom_id": "paid", "params": params("money", model="paid-model")},
+        ])  # fmt: skip
+        assert made.id.startswith("msgbatch_") and made.processing_status == "in_progress"
+        assert made.request_counts.processing + made.request_counts.succeeded == 3
+        with trio.fail_after(30):
+            while True:  # polled as a user would
+                done = await a.messages.batches.retrieve(made.id)
+                if done.processing_status == "ended":
+                    break
+                await trio.sleep(0.05)
+        assert (done.request_counts.succeeded, done.request_counts.errored) == (2, 1)
+        assert done.results_url and done.ended_at is not None
+        found = {r.custom_id: r.result async for r in await a.messages.batches.results(made.id)}
+        assert {k: v.type for k, v in found.items()} == {
+            "one": "succeeded", "two": "succeeded", "paid": "errored"}  # fmt: skip
+        one = found["one"]
+        assert one.type == "succeeded" and one.message.content[0].type == "text"
+        assert fakes["paid"].requests() == []
+        assert [x.id async for x in a.messages.batches.list()] == [made.id]
+        assert [x.id async for x in b.messages.batches.list()] == []
+        with pytest.raises(anthropic.NotFoundError):
+            await b.messages.batches.retrieve(made.id)
+        assert (await a.messages.batches.delete(made.id)).type == "message_batch_deleted"
+        with pytest.raises(anthropic.NotFoundError):
+            await a.messages.batches.retrieve(made.id)
+        with pytest.raises(anthropic.BadRequestError):  # a custom_id Anthropic would refuse
+            await a.messages.batches.create(
+                requests=[{"custom_id": "no spaces", "params": params("x")}]
+            )

@@ -18,7 +18,14 @@ JOBS = {  # what may spend quota or money: from a known client, never a cross-si
 }
 #: a client's own batch work (its files and batches): a sender's, never a cross-site form's; an
 #: upload (multipart) names its key even where none is configured
-BATCHES = {"/v1/files/{file_id}", "/v1/batches", "/v1/batches/{batch_id}/cancel"}
+BATCHES = {
+    "/v1/files/{file_id}",
+    "/v1/batches",
+    "/v1/batches/{batch_id}/cancel",
+    "/v1/messages/batches",
+    "/v1/messages/batches/{batch_id}",
+    "/v1/messages/batches/{batch_id}/cancel",
+}
 UPLOADS = {"/v1/files"}
 
 
@@ -49,4 +56,7 @@ def test_each_path_and_method_is_routed_once():
 def test_only_the_messages_routes_speak_the_messages_api():
     """A refusal is in the Messages API's shape on its routes, in OpenAI's everywhere else."""
     messages = {row.path for row in ROUTES if row.shape is MESSAGES}
-    assert messages == {"/v1/messages", "/v1/messages/count_tokens"}
+    assert messages == {"/v1/messages", "/v1/messages/count_tokens"} | {
+        row.path for row in ROUTES if row.path.startswith("/v1/messages/batches")
+    }
+    assert len(messages) == 6

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from lanes._core.batch.runner import Batches
 from lanes._core.dispatcher import Dispatcher
-from lanes._http import admin, batches, doors, endpoints
+from lanes._http import admin, batches, doors, endpoints, message_batches
 from lanes._http.context import Context
 from lanes._http.errors import error_response
 from lanes._http.guard import Guard
@@ -74,6 +74,25 @@ ROUTES: tuple[Row, ...] = (
     Row("/v1/batches", GET, batches.list_batches, CALLER),
     Row("/v1/batches/{batch_id}", GET, batches.get_batch, CALLER),
     Row("/v1/batches/{batch_id}/cancel", POST, batches.cancel_batch, SENDER),
+    # Anthropic's Message Batches, on the same queue (see message_batches.py)
+    Row("/v1/messages/batches", POST, message_batches.create, SENDER, doors.MESSAGES),
+    Row("/v1/messages/batches", GET, message_batches.listed, CALLER, doors.MESSAGES),
+    Row("/v1/messages/batches/{batch_id}", GET, message_batches.retrieve, CALLER, doors.MESSAGES),
+    Row("/v1/messages/batches/{batch_id}", DELETE, message_batches.delete, SENDER, doors.MESSAGES),
+    Row(
+        "/v1/messages/batches/{batch_id}/cancel",
+        POST,
+        message_batches.cancel,
+        SENDER,
+        doors.MESSAGES,
+    ),  # fmt: skip
+    Row(
+        "/v1/messages/batches/{batch_id}/results",
+        GET,
+        message_batches.results,
+        CALLER,
+        doors.MESSAGES,
+    ),  # fmt: skip
 )
 
 

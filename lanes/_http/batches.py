@@ -26,6 +26,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from lanes._core.batch.lines import MESSAGES as MESSAGES_PATH
 from lanes._core.batch.queue import BatchQueue, BatchRefused, Caps
 from lanes._core.batch.runner import Batches, BatchRunner, ItemAnswer, ServeItem
 from lanes._core.config.schema import Config
@@ -33,8 +34,9 @@ from lanes._core.dialects.common import BadField
 from lanes._core.model.errors import FreeTierExhausted, JobFailed
 from lanes._core.model.job import Job, Reply
 from lanes._http.context import Context, caller
-from lanes._http.doors import RESPONSES, embedding_job
-from lanes._http.errors import LATER, BadRequest, error_body, job_failed
+from lanes._http.doors import MESSAGES, RESPONSES, embedding_job
+from lanes._http.errors import LATER, BadRequest, error_body
+from lanes._http.routes import OPENAI
 from lanes._http.validation import chat_fields, digits, job_headers, parse_job
 
 UPLOAD_WITHIN_S = 600.0  # an upload's whole body, at most
@@ -88,15 +90,16 @@ def serve_item(dispatcher: Any) -> ServeItem:
     async def serve(endpoint: str, body: bytes, client: str, deadline_s: float) -> ItemAnswer:
         ms = int(min(max(deadline_s, 1.0), 3600.0) * 1000)
         headers = job_headers({"x-lanes-deadline-ms": str(ms)})
+        shape = MESSAGES if endpoint == MESSAGES_PATH else OPENAI  # the item's own error shape
         try:
             return await _served(dispatcher, endpoint, body, client, headers)
         except (BadRequest, BadField) as exc:
             status = 400 if isinstance(exc, BadField) else exc.status
             code = "invalid_request" if isinstance(exc, BadField) else exc.code
-            raw = json.dumps(error_body(status, str(exc), code, exc.param)).encode()
+            raw = json.dumps(shape.error_body(status, str(exc), code, exc.param)).encode()
             return ItemAnswer(status, raw, "")
         except JobFailed as exc:
-            status, failed, said = job_failed(exc)
+            status, failed, said = shape.failed(exc)
             # "not now" only where the free capacity is known to come back (a backoff, a quota):
             # anything else is the item's answer, as OpenAI writes a failed request's
             later = None
@@ -115,6 +118,16 @@ async def _served(
         job = attrs.evolve(embedding_job(body, client, headers), free_only=True)
         dispatcher.resolve(job)
         return _answer(await dispatcher.embed(job))
+    if endpoint == MESSAGES_PATH:
+        body = json.loads(raw)
+        chat = MESSAGES.to_chat(body)
+        job = Job(messages=chat_fields(chat.messages, chat.params), params=chat.params,
+                  model=chat.model, client=client, dropped=chat.dropped,
+                  reasoning_effort=chat.reasoning_effort, free_only=True, **headers)  # fmt: skip
+        dispatcher.resolve(job)
+        reply = await dispatcher.complete(job)
+        answer = MESSAGES.answer(body, reply, job, dispatcher.now_wall())
+        return ItemAnswer(200, json.dumps(answer).encode(), reply.request_id)
     if endpoint == "/v1/responses":
         body = json.loads(raw)
         chat = RESPONSES.to_chat(body)
@@ -250,10 +263,11 @@ async def file_content(request: Request, ctx: Context) -> Response:
     chunks = await batches.call(batches.queue.content, caller(request).client, file_id)
     if chunks is None:
         return _not_found("file", file_id)
-    return StreamingResponse(_in_thread(batches, chunks), media_type="application/jsonl")
+    return StreamingResponse(streamed(batches, chunks), media_type="application/jsonl")
 
 
-async def _in_thread(batches: Batches, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+async def streamed(batches: Batches, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """`chunks` (read from the queue in its worker thread) as a response body."""
     while (chunk := await batches.call(next, chunks, None)) is not None:
         yield chunk
 

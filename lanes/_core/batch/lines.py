@@ -18,7 +18,8 @@ import attrs
 
 from lanes._core.model import strictjson
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/responses")
+ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/responses")  # OpenAI's batches
+MESSAGES = "/v1/messages"  # Anthropic's Message Batches: the same queue, its own lines
 MAX_ERRORS = 100  # OpenAI lists at most this many bad lines
 MAX_CUSTOM_ID = 512  # characters
 WINDOW_MIN_S, WINDOW_MAX_S = 3600, 7 * 86400  # `completion_window`: 1h .. 7d
@@ -125,3 +126,44 @@ def error_line(
     else:
         line["error"] = {"code": code, "message": message}
     return json.dumps(line).encode() + b"\n"
+
+
+def answered_line(
+    endpoint: str, item_id: str, custom_id: str, request_id: str, body: bytes
+) -> bytes:
+    """A 200 answer's line in its batch's format: OpenAI's output line, or Anthropic's
+    `succeeded` result (the Messages API answer as `message`)."""
+    if endpoint != MESSAGES:
+        return output_line(item_id, custom_id, request_id, body)
+    head = json.dumps({"custom_id": custom_id})[:-1]
+    return f'{head}, "result": {{"type": "succeeded", "message": '.encode() + body + b"}}\n"
+
+
+def failed_line(
+    endpoint: str, item_id: str, custom_id: str, status: int, request_id: str,
+    body: Mapping[str, Any],
+) -> bytes:  # fmt: skip
+    """An error answer's line: OpenAI's error-file line, or Anthropic's `errored` result (the
+    Messages API error body as `error`)."""
+    if endpoint != MESSAGES:
+        return error_line(item_id, custom_id, status=status, request_id=request_id, body=body)
+    result = {"type": "errored", "error": dict(body)}
+    return json.dumps({"custom_id": custom_id, "result": result}).encode() + b"\n"
+
+
+def closed_line(endpoint: str, item_id: str, custom_id: str, why: str) -> bytes:
+    """The line of an item that got no answer (`why`: expired or cancelled)."""
+    if endpoint == MESSAGES:
+        kind = "canceled" if why == "cancelled" else "expired"
+        return json.dumps({"custom_id": custom_id, "result": {"type": kind}}).encode() + b"\n"
+    code, message = CLOSED[why]
+    return error_line(item_id, custom_id, code=code, message=message)
+
+
+CLOSED = {
+    "expired": (
+        "batch_expired",
+        "This request could not be executed before the completion window expired.",
+    ),
+    "cancelled": ("batch_cancelled", "This request was not executed: its batch was cancelled."),
+}

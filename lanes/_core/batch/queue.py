@@ -22,7 +22,15 @@ from typing import Any
 
 import attrs
 
-from lanes._core.batch.lines import ENDPOINTS, MAX_ERRORS, Line, LineError, read_line, window_s
+from lanes._core.batch.lines import (
+    ENDPOINTS,
+    MAX_ERRORS,
+    Line,
+    LineError,
+    closed_line,
+    read_line,
+    window_s,
+)
 from lanes._core.state.sqlite_file import connect, immediate
 
 SCHEMA = """
@@ -37,7 +45,8 @@ CREATE INDEX IF NOT EXISTS idx_batch_client ON batch (client, created_at);
 CREATE INDEX IF NOT EXISTS idx_batch_status ON batch (status);
 CREATE TABLE IF NOT EXISTS batch_item (
     batch TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, start INTEGER NOT NULL,
-    length INTEGER NOT NULL, state TEXT NOT NULL, ok INTEGER, result BLOB, tries INTEGER NOT NULL
+    length INTEGER NOT NULL, state TEXT NOT NULL, ok INTEGER, outcome TEXT, result BLOB,
+    tries INTEGER NOT NULL
     DEFAULT 0, not_before REAL NOT NULL DEFAULT 0, expires_at INTEGER NOT NULL,
     PRIMARY KEY (batch, line), UNIQUE (batch, custom_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_batch_item_due ON batch_item (state, expires_at, not_before);
@@ -47,11 +56,6 @@ CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), ow
 
 Obj = dict[str, Any]  # a file or batch object, as OpenAI's API has it
 TERMINAL = ("completed", "failed", "expired", "cancelled")
-EXPIRED = (
-    "batch_expired",
-    "This request could not be executed before the completion window expired.",
-)
-CANCELLED = ("batch_cancelled", "This request was not executed: its batch was cancelled.")
 
 
 class BatchRefused(ValueError):
@@ -110,12 +114,20 @@ class BatchQueue:
         """Where an upload is written as it arrives (then `add_file`, or deleted)."""
         return self.folder / "files" / f"upload-{secrets.token_hex(8)}.part"
 
-    def add_file(self, client: str, purpose: str, filename: str, upload: Path, now: int) -> Obj:
+    def add_file(
+        self,
+        client: str,
+        purpose: str,
+        filename: str,
+        upload: Path,
+        now: int,
+        purposes: tuple[str, ...] = ("batch",),
+    ) -> Obj:
         """Keep an uploaded JSONL file (`upload`, as written). Raises BatchRefused when it is not
-        JSONL within the caps."""
-        if purpose != "batch":
+        JSONL within the caps, or its purpose is not one of `purposes`."""
+        if purpose not in purposes:
             upload.unlink(missing_ok=True)
-            raise BatchRefused("purpose must be batch", param="purpose")
+            raise BatchRefused(f"purpose must be {' or '.join(purposes)}", param="purpose")
         with self._lock:
             (kept,) = self._conn.execute(
                 "SELECT count(*) FROM batch_file WHERE client = ? AND deleted = 0 AND kind = "
@@ -167,7 +179,8 @@ class BatchQueue:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT id, bytes, created_at, filename, purpose, kind FROM batch_file "
-                "WHERE client = ? AND deleted = 0 AND (? IS NULL OR created_at < (SELECT "
+                "WHERE client = ? AND deleted = 0 AND purpose = 'batch' AND (? IS NULL OR "
+                "created_at < (SELECT "
                 "created_at FROM batch_file WHERE id = ?) OR (created_at = (SELECT created_at "
                 "FROM batch_file WHERE id = ?) AND id < ?)) ORDER BY created_at DESC, id DESC "
                 "LIMIT ?",
@@ -210,14 +223,16 @@ class BatchQueue:
             return _chunks(self._path(file_id))
         return self._lines_of(batch, ok=kind == "output")
 
-    def _lines_of(self, batch: str, *, ok: bool) -> Iterator[bytes]:
+    def _lines_of(self, batch: str, *, ok: bool | None) -> Iterator[bytes]:
+        """The done items' lines in line order, 500 at a time: the answered (`ok`), the failed,
+        or (None) all."""
         last = 0
         while True:
             with self._lock:
                 rows = self._conn.execute(
-                    "SELECT line, result FROM batch_item WHERE batch = ? AND ok = ? AND line > ? "
-                    "ORDER BY line LIMIT 500",
-                    (batch, int(ok), last),
+                    "SELECT line, result FROM batch_item WHERE batch = ? AND state = 'done' AND "
+                    "(? IS NULL OR ok = ?) AND line > ? ORDER BY line LIMIT 500",
+                    (batch, None if ok is None else int(ok), None if ok is None else int(ok), last),
                 ).fetchall()
             if not rows:
                 return
@@ -228,13 +243,24 @@ class BatchQueue:
         return self.folder / "files" / f"{file_id}.jsonl"
 
     # -- batches ------------------------------------------------------------------------------
-    def create(self, client: str, ask: Mapping[str, Any], now: int) -> Obj:
+    def create(
+        self,
+        client: str,
+        ask: Mapping[str, Any],
+        now: int,
+        *,
+        endpoints: tuple[str, ...] = ENDPOINTS,
+        purpose: str = "batch",
+        prefix: str = "batch_",
+    ) -> Obj:
         """A batch over one of this client's input files: every line read first; a bad line
         makes it `failed` at once with OpenAI's `errors` list, and nothing runs. Raises
-        BatchRefused for a request OpenAI refuses (an unknown file, endpoint or window)."""
+        BatchRefused for a request OpenAI refuses (an unknown file, endpoint or window).
+        Anthropic's Message Batches come through here too (`endpoints` ("/v1/messages",), their
+        own `purpose` and id `prefix`)."""
         endpoint = ask.get("endpoint")
-        if endpoint not in ENDPOINTS:
-            raise BatchRefused(f"endpoint must be one of {', '.join(ENDPOINTS)}", param="endpoint")
+        if endpoint not in endpoints:
+            raise BatchRefused(f"endpoint must be one of {', '.join(endpoints)}", param="endpoint")
         try:
             window = window_s(ask.get("completion_window"))
         except ValueError as exc:
@@ -247,7 +273,7 @@ class BatchQueue:
         if (
             not isinstance(input_id, str)
             or found is None
-            or found["purpose"] != "batch"
+            or found["purpose"] != purpose
             or not found["id"].startswith("file-")
         ):
             raise BatchRefused(f"no file {input_id!r}", status=404, param="input_file_id")
@@ -263,7 +289,7 @@ class BatchQueue:
                 "or cancel one",
                 status=429,
             )
-        batch_id = _id("batch_")
+        batch_id = _id(prefix)
         data: dict[str, Any] = {
             "id": batch_id, "object": "batch", "endpoint": endpoint, "errors": None,
             "input_file_id": input_id, "completion_window": ask["completion_window"],
@@ -332,16 +358,52 @@ class BatchQueue:
             ).fetchone()
         return None if row is None else json.loads(row[0])
 
-    def batches(self, client: str, limit: int, after: str | None) -> list[Obj]:
-        """This client's batches, newest first, after the id `after`."""
+    def batches(
+        self, client: str, limit: int, after: str | None, endpoints: tuple[str, ...] = ENDPOINTS
+    ) -> list[Obj]:
+        """This client's batches on `endpoints`, newest first, after the id `after`."""
+        marks = ", ".join("?" * len(endpoints))
         with self._lock:
             rows = self._conn.execute(
-                "SELECT data FROM batch WHERE client = ? AND (? IS NULL OR (created_at, id) < "
-                "(SELECT created_at, id FROM batch WHERE id = ?)) ORDER BY created_at DESC, "
-                "id DESC LIMIT ?",
-                (client, after, after, limit),
+                "SELECT data FROM batch WHERE client = ? AND json_extract(data, '$.endpoint') "
+                f"IN ({marks}) AND (? IS NULL OR (created_at, id) < (SELECT created_at, id "
+                "FROM batch WHERE id = ?)) ORDER BY created_at DESC, id DESC LIMIT ?",
+                (client, *endpoints, after, after, limit),
             ).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+    def outcomes(self, batch_id: str) -> dict[str, int]:
+        """How a batch's items ended so far: ok, error, expired, cancelled."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT outcome, count(*) FROM batch_item WHERE batch = ? AND state = 'done' "
+                "GROUP BY outcome",
+                (batch_id,),
+            ).fetchall()
+        return {str(k): int(n) for k, n in rows}
+
+    def results(self, client: str, batch_id: str) -> Iterator[bytes] | None:
+        """Every answered item's line, in line order (Anthropic's one results file); None when
+        the batch is not this client's."""
+        return None if self.batch(client, batch_id) is None else self._lines_of(batch_id, ok=None)
+
+    def delete_batch(self, client: str, batch_id: str) -> bool | None:
+        """Delete an ended batch of this client's, its items and files: True; False when it has
+        not ended; None when it is not this client's."""
+        data = self.batch(client, batch_id)
+        if data is None:
+            return None
+        if data["status"] not in TERMINAL:
+            return False
+        with self._lock, self._conn:
+            self._conn.execute("DELETE FROM batch_item WHERE batch = ?", (batch_id,))
+            self._conn.execute("DELETE FROM batch WHERE id = ?", (batch_id,))
+            self._conn.execute(
+                "UPDATE batch_file SET deleted = 1 WHERE batch = ? OR id = ?",
+                (batch_id, data["input_file_id"]),
+            )
+        self._path(data["input_file_id"]).unlink(missing_ok=True)
+        return True
 
     def cancel(self, client: str, batch_id: str, now: int) -> Obj | None:
         """`cancelling`: no item is taken any more; `cancelled` once none is running. A batch
@@ -407,9 +469,9 @@ class BatchQueue:
         statement that marks it done; its batch's counts follow."""
         with self._lock, immediate(self._conn) as conn:
             done = conn.execute(
-                "UPDATE batch_item SET state = 'done', ok = ?, result = ? "
+                "UPDATE batch_item SET state = 'done', ok = ?, outcome = ?, result = ? "
                 "WHERE batch = ? AND line = ? AND state = 'running'",
-                (int(ok), line, item.batch, item.line),
+                (int(ok), "ok" if ok else "error", line, item.batch, item.line),
             ).rowcount
             if done:
                 _count(conn, item.batch, "completed" if ok else "failed")
@@ -463,26 +525,26 @@ def _ending(conn: sqlite3.Connection, data: Obj, now: float) -> str | None:
     if data["status"] == "cancelling":
         if left.get("running"):
             return None
-        _close_left(conn, data, CANCELLED)
+        _close_left(conn, data, "cancelled")
         return "cancelled"
     if now >= data["expires_at"] and not left.get("running"):
-        _close_left(conn, data, EXPIRED)
+        _close_left(conn, data, "expired")
         return "expired" if left else "completed"
     return None if left else "completed"
 
 
-def _close_left(conn: sqlite3.Connection, data: Obj, why: tuple[str, str]) -> None:
-    from lanes._core.batch.lines import error_line
-
+def _close_left(conn: sqlite3.Connection, data: Obj, why: str) -> None:
+    """The items not run yet answered for: expired or cancelled, in the batch's own format."""
     rows = conn.execute(
         "SELECT line, custom_id FROM batch_item WHERE batch = ? AND state = 'pending'",
         (data["id"],),
     ).fetchall()
     for line, custom_id in rows:
-        result = error_line(f"{data['id']}-{line}", custom_id, code=why[0], message=why[1])
+        result = closed_line(data["endpoint"], f"{data['id']}-{line}", custom_id, why)
         conn.execute(
-            "UPDATE batch_item SET state = 'done', ok = 0, result = ? WHERE batch = ? AND line = ?",
-            (result, data["id"], line),
+            "UPDATE batch_item SET state = 'done', ok = 0, outcome = ?, result = ? "
+            "WHERE batch = ? AND line = ?",
+            (why, result, data["id"], line),
         )
 
 

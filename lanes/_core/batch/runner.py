@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from lanes._core.batch.lines import error_line, output_line
+from lanes._core.batch.lines import answered_line, failed_line
 from lanes._core.batch.queue import BatchQueue, Item
 from lanes._core.runtime.tasks import TaskHealth
 
@@ -119,14 +119,16 @@ class BatchRunner:
         answer = await self._serve(item.endpoint, _body(raw), item.client, item.expires_at - now)
         item_id = f"{item.batch}-{item.line}"
         if answer.status == 200:
-            line = output_line(item_id, item.custom_id, answer.request_id, answer.body)
+            line = answered_line(
+                item.endpoint, item_id, item.custom_id, answer.request_id, answer.body
+            )
             await trio.to_thread.run_sync(lambda: queue.finish(item, ok=True, line=line))
         elif answer.retry_after_s is not None:
             when = min(self._now() + answer.retry_after_s, float(item.expires_at))
             await trio.to_thread.run_sync(queue.later, item, when)
         else:
-            line = error_line(item_id, item.custom_id, status=answer.status,
-                              request_id=answer.request_id, body=_json(answer.body))  # fmt: skip
+            line = failed_line(item.endpoint, item_id, item.custom_id, answer.status,
+                               answer.request_id, _json(answer.body))  # fmt: skip
             await trio.to_thread.run_sync(lambda: queue.finish(item, ok=False, line=line))
 
 
