@@ -126,6 +126,7 @@ pay = st.fixed_dictionaries(
         "max_tokens": st.integers(1, 6000) | st.none(),
         "n": st.sampled_from([1, 1, 1, 2, 1000]),  # 1000: a worst case with no bound
         "client": st.sampled_from(["alice", "bob"]),
+        "free_only": st.sampled_from([False, False, True]),  # a batch item: work that can wait
     }
 )
 settle = st.fixed_dictionaries(
@@ -191,7 +192,7 @@ class Bench:
             return None
         consented = person == "pinned" or fallback == "allow"
         consented |= fallback == "ask" and (client in self.granted or person == "once")
-        assert consented, (fallback, person)
+        assert consented and not record.job.free_only, (fallback, person)
         if not isinstance(hold, Hold):
             assert self.rows() == before
             return None
@@ -248,14 +249,20 @@ def job_of(op: dict[str, Any]) -> Job:
     if op["max_tokens"] is not None:
         params["max_tokens"] = op["max_tokens"]
     content = "x" * op["chars"]
-    return Job(messages=[{"role": "user", "content": content}], params=params, client=op["client"])
+    return Job(
+        messages=[{"role": "user", "content": content}],
+        params=params,
+        client=op["client"],
+        free_only=op["free_only"],
+    )
 
 
 @settings(max_examples=examples(60), deadline=None)
 @given(ops=st.lists(pay | settle, min_size=1, max_size=30))
 def test_the_paid_gate_holds_the_money_invariants(ops):
     """For any sequence of paid quotes under any consent, and settlements of any kind: (a) nothing
-    is reserved without consent, (b) what is spent and held never exceeds the ceiling, (c) after
+    is reserved without consent — and for a batch item (`free_only`), nothing whatever the consent,
+    a grant, an approval or a pinned paid model says — (b) what is spent and held never exceeds the ceiling, (c) after
     settling, the ledger keeps at least what the upstream could bill."""
     policy = PolicyConfig(free_tier_fallback="ask", paid_ceiling_usd_per_day=CEILING)
     store = SQLiteStore(":memory:")
