@@ -77,6 +77,13 @@ def _parser() -> argparse.ArgumentParser:
         "--simulate", action="store_true", help="route to built-in simulated providers"
     )
     serve.add_argument(
+        "--state",
+        default=None,
+        metavar="PATH",
+        help="the SQLite state file (over the config's `state`; with --simulate too): spend, "
+        "quotas and the batch queue survive a restart",
+    )
+    serve.add_argument(
         "--log-format", choices=["text", "json"], default="text", help="json: one object a line"
     )
     serve.add_argument(
@@ -439,6 +446,8 @@ def _serve(args: argparse.Namespace) -> int:
         return run_worker(worker)
     if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be from 1 to {MAX_WORKERS} (got {args.workers})")
+    if args.workers is not None and args.state is not None:
+        raise UsageError("--state is for one process; with --workers set `state` in the config")
     _logging(args.log_format, level=args.log_level)
     config = args.config or (None if args.simulate else packaged("lanes.toml"))
     if args.workers is not None:
@@ -455,7 +464,12 @@ def _serve(args: argparse.Namespace) -> int:
         )
     trio.run(
         lambda: serve(
-            config, host=args.host, port=args.port, simulate=args.simulate, dedicated=True
+            config,
+            host=args.host,
+            port=args.port,
+            simulate=args.simulate,
+            dedicated=True,
+            state=args.state,
         )
     )
     return 0

@@ -66,6 +66,7 @@ async def test_the_openai_sdk_round_trip_runs_free_and_stays_the_clients_own():
         batch = await a.batches.create(
             input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
         )
+        assert (batch.model_extra or {}).get("lanes") == {"durable": False}  # state in memory
         assert batch.status == "in_progress" and batch.request_counts is not None
         assert batch.request_counts.total == 3
         done = await finished(a, batch.id)
@@ -299,3 +300,25 @@ async def test_the_anthropic_sdk_message_batches_round_trip():
             await a.messages.batches.create(
                 requests=[{"custom_id": "no spaces", "params": params("x")}]
             )
+
+
+async def test_serve_state_keeps_the_simulation_and_its_batches_in_a_file(tmp_path, nursery):
+    """`lanes serve --simulate --state PATH`: the state and the batch queue beside it are files,
+    so a batch survives a restart (a batch object says nothing of being in memory)."""
+    from lanes._http.server import serve
+
+    state = tmp_path / "sim.db"
+    url = await nursery.start(
+        lambda task_status: serve(
+            None, simulate=True, port=0, state=str(state), env={}, task_status=task_status
+        )  # fmt: skip
+    )
+    client = sdk(f"{url}/v1", "unused")
+    file = await client.files.create(file=("in.jsonl", io.BytesIO(jsonl(line("a", model="auto")))),
+                                     purpose="batch")  # fmt: skip
+    batch = await client.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert state.exists() and (tmp_path / "sim.db.batches" / "queue.db").exists()
+    assert "lanes" not in (batch.model_extra or {})  # durable: no "durable": false
+    nursery.cancel_scope.cancel()

@@ -17,6 +17,7 @@ STARTS_PROCESSES = {
     "shared-state-lost",
     "redis-evict",
     "redis-failover",
+    "batch-crash",
     "clock-step",
     "client-gone",
     "h2-flood",

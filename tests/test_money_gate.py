@@ -261,9 +261,10 @@ def job_of(op: dict[str, Any]) -> Job:
 @given(ops=st.lists(pay | settle, min_size=1, max_size=30))
 def test_the_paid_gate_holds_the_money_invariants(ops):
     """For any sequence of paid quotes under any consent, and settlements of any kind: (a) nothing
-    is reserved without consent — and for a batch item (`free_only`), nothing whatever the consent,
-    a grant, an approval or a pinned paid model says — (b) what is spent and held never exceeds the ceiling, (c) after
-    settling, the ledger keeps at least what the upstream could bill."""
+    is reserved without consent — and for a batch item (`free_only`), nothing whatever the
+    consent, a grant, an approval or a pinned paid model says — (b) what is spent and held never
+    exceeds the ceiling, (c) after settling, the ledger keeps at least what the upstream could
+    bill."""
     policy = PolicyConfig(free_tier_fallback="ask", paid_ceiling_usd_per_day=CEILING)
     store = SQLiteStore(":memory:")
     live: list[Hold] = []

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import trio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from lanes._core.batch.lines import MESSAGES as MESSAGES_PATH
 from lanes._core.batch.queue import BatchQueue, BatchRefused, Caps
@@ -263,7 +263,26 @@ async def file_content(request: Request, ctx: Context) -> Response:
     chunks = await batches.call(batches.queue.content, caller(request).client, file_id)
     if chunks is None:
         return _not_found("file", file_id)
-    return StreamingResponse(streamed(batches, chunks), media_type="application/jsonl")
+    return Streamed(batches, chunks)
+
+
+class Streamed(Response):
+    """A JSONL body sent as the queue reads it (never whole in memory), each chunk read in the
+    queue's worker thread. Plain ASGI: Starlette's StreamingResponse left the connection held
+    after its body under hypercorn's trio worker, and a graceful shutdown waited for it."""
+
+    media_type = "application/jsonl"
+
+    def __init__(self, batches: Batches, chunks: Iterator[bytes], media_type: str = "") -> None:
+        super().__init__(media_type=media_type or self.media_type)
+        self._batches, self._chunks = batches, chunks
+        del self.headers["content-length"]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        async for chunk in streamed(self._batches, self._chunks):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def streamed(batches: Batches, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:

@@ -18,13 +18,13 @@ from typing import Any
 
 import trio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from lanes._core.batch.lines import MESSAGES as MESSAGES_PATH
 from lanes._core.batch.queue import BatchRefused
 from lanes._core.batch.runner import Batches
 from lanes._core.model import strictjson
-from lanes._http.batches import streamed
+from lanes._http.batches import Streamed
 from lanes._http.context import Context, caller
 from lanes._http.doors import MESSAGES
 from lanes._http.errors import BadRequest
@@ -209,7 +209,7 @@ async def results(request: Request, ctx: Context) -> Response:
     chunks = await batches.call(batches.queue.results, caller(request).client, data["id"])
     if chunks is None:
         return _error(404, f"no message batch {data['id']!r}")
-    return StreamingResponse(streamed(batches, chunks), media_type="application/x-jsonl")
+    return Streamed(batches, chunks, media_type="application/x-jsonl")
 
 
 async def delete(request: Request, ctx: Context) -> Response:

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 
@@ -106,6 +107,7 @@ async def serve(
     hold: Callable[[], Awaitable[bool]] | None = None,
     dedicated: bool = False,
     epoch_now: float | None = None,
+    state: str | None = None,
 ) -> None:
     """Run the sidecar until SIGINT/SIGTERM (or cancellation). `task_status` gets the bound URL.
 
@@ -116,7 +118,8 @@ async def serve(
     decides: a reload's new workers serve only when every one of them is ready). `dedicated`:
     this process does nothing but serve (`lanes serve`): its garbage collector is tuned for that
     (`dedicate_gc`). `epoch_now`: the wall-clock epoch second trio's clock reads now, as
-    `open_dispatcher` takes it (tests under a virtual clock, on a day of their choosing)."""
+    `open_dispatcher` takes it (tests under a virtual clock, on a day of their choosing). `state`:
+    the SQLite state file, over the config's (`lanes serve --state`)."""
     env = dict(os.environ if env is None else env)
     if config is None and not simulate:
         config = packaged("lanes.toml")
@@ -124,9 +127,10 @@ async def serve(
         config = read_source(config)
     running = running or Running(sha256=config.sha256 if isinstance(config, Source) else None)
     base, host, port = checked(config, host=host, port=port, simulate=simulate, env=env)
+    base, where = _with_state(base, state)
     async with AsyncExitStack() as stack:
         if simulate:
-            sim = await stack.enter_async_context(open_simulated(state_of(base), env))
+            sim = await stack.enter_async_context(open_simulated(where, env))
             base, env = sim.config, dict(sim.env)
         assert base is not None
         config = base
@@ -178,6 +182,14 @@ async def serve(
             task_status.started(url)
             await shutdown.wait()
             nursery.cancel_scope.deadline = trio.current_time() + config.server.shutdown_grace_s + 1
+
+
+def _with_state(base: Config | None, state: str | None) -> tuple[Config | None, tuple[str, str]]:
+    """The config with `--state` over its `state`, and the (state, local state) a simulation
+    runs on."""
+    if state is None:
+        return base, state_of(base)
+    return (None if base is None else attrs.evolve(base, state=state)), (state, state_of(base)[1])
 
 
 def _hypercorn(server: ServerConfig, bind: str) -> HypercornConfig:

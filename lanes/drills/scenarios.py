@@ -656,6 +656,7 @@ async def run(names: list[str], workdir: Path) -> list[Result]:
 # Drills kept in modules of their own register themselves on import (after the ones above, so
 # `lanes drill all` runs them last).
 from lanes.drills import (  # noqa: E402, F401
+    batch_crash,
     clock,
     conns,
     hostile,

@@ -16,7 +16,7 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -422,12 +422,15 @@ class BatchQueue:
         return self.batch(client, batch_id)
 
     # -- the runner's side ----------------------------------------------------------------------
-    def lead(self, owner: str, now: float, ttl_s: float) -> bool:
+    def lead(
+        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False
+    ) -> bool:
         """Take or keep the queue's one lease (only its holder runs items). A new holder takes
-        back the items the last one left running: its process died or lost the lease."""
+        back the items the last one left running: its process died (`gone` says so of a holder
+        on this host, before its lease runs out) or lost the lease."""
         with self._lock, immediate(self._conn) as conn:
             row = conn.execute("SELECT owner, until FROM batch_lead WHERE id = 1").fetchone()
-            if row is not None and row[0] != owner and row[1] > now:
+            if row is not None and row[0] != owner and row[1] > now and not gone(row[0]):
                 return False
             conn.execute(
                 "INSERT OR REPLACE INTO batch_lead (id, owner, until) VALUES (1, ?, ?)",

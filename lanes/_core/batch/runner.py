@@ -11,7 +11,9 @@ task's health and the next one tries again.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -63,7 +65,7 @@ class BatchRunner:
     ) -> None:
         self._queue, self._serve, self._now, self._health = queue, serve, now_wall, health
         self._slots = trio.CapacityLimiter(concurrency)
-        self._owner = secrets.token_hex(8)
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = trio.Event()
 
     def wake(self) -> None:
@@ -87,7 +89,7 @@ class BatchRunner:
     async def _round(self, nursery: trio.Nursery) -> float:
         """One look; returns how long to sleep before the next."""
         queue, now = self._queue, self._now()
-        if not await trio.to_thread.run_sync(queue.lead, self._owner, now, LEASE_S):
+        if not await trio.to_thread.run_sync(queue.lead, self._owner, now, LEASE_S, gone):
             return LEASE_S / 3  # another process leads
         await trio.to_thread.run_sync(queue.settle, now)
         room = int(self._slots.total_tokens - self._slots.borrowed_tokens)
@@ -130,6 +132,22 @@ class BatchRunner:
             line = failed_line(item.endpoint, item_id, item.custom_id, answer.status,
                                answer.request_id, _json(answer.body))  # fmt: skip
             await trio.to_thread.run_sync(lambda: queue.finish(item, ok=False, line=line))
+
+
+def gone(owner: str) -> bool:
+    """Whether the lease holder `owner` ("host:pid:token") is a process of this host that is no
+    longer running (one of another host is trusted until its lease runs out)."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _body(raw: bytes) -> bytes:
