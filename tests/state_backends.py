@@ -45,7 +45,7 @@ class State:
         else:
             from lanes._core.state.redis_store import RedisStore
 
-            store = RedisStore(self.url, local=SQLiteStore(":memory:"))
+            store = RedisStore(self.url, local=SQLiteStore(":memory:"), loss_hold_s=0.0)
             store.begin_sync(time.time())
             store.flush()  # a first full sync: the store is up
         self.stores.append(store)

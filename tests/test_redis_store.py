@@ -30,10 +30,13 @@ def host(url: str, *, timeouts_s: float | None = None) -> RedisStore:
     """A host's store on `url`, synchronised once; `timeouts_s` for both its connect and its
     read timeouts (else the store's own)."""
     local = SQLiteStore(":memory:")
+    # no hold after a loss (its own test below): these tests follow who put what back
     store = (
-        RedisStore(url, local=local)
+        RedisStore(url, local=local, loss_hold_s=0.0)
         if timeouts_s is None
-        else RedisStore(url, local=local, connect_timeout_s=timeouts_s, timeout_s=timeouts_s)
+        else RedisStore(
+            url, local=local, connect_timeout_s=timeouts_s, timeout_s=timeouts_s, loss_hold_s=0.0
+        )
     )
     store.begin_sync(time.time())
     store.flush()  # a first full sync: the store is up
@@ -729,8 +732,35 @@ def test_a_host_restarted_on_an_empty_redis_waits_for_the_others_to_restart(redi
     raw.flushall()
     a = RedisStore(redis_server.url, local=SQLiteStore(files[0]))
     _sync(a)
-    with pytest.raises(StoreUnavailable, match="the hosts that restarted with it"):
+    with pytest.raises(StoreUnavailable, match="any host it can not name"):
         _reserve_on(a, today)
     b = RedisStore(redis_server.url, local=SQLiteStore(files[1]))
     _sync(b)
     assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 2 * 10**10  # both put back
+
+
+def test_after_a_loss_paid_waits_out_the_next_sync_of_hosts_it_did_not_know(redis_server):
+    """Review break 5: c joined and reserved after a's last beat, then Redis was flushed; a did
+    not know c, so it reopened on a day without c's reservations. Now a running host that notices
+    a loss holds paid past every live host's next sync (`loss_hold_s`), and c puts its own back
+    at its own."""
+    raw = redis.Redis.from_url(redis_server.url)
+    hold = 0.3
+    a = RedisStore(redis_server.url, local=SQLiteStore(":memory:"), loss_hold_s=hold)
+    _sync(a)
+    b = host(redis_server.url)
+    _beat(a, b)
+    c = host(redis_server.url)  # after a's last beat: a does not know it
+    today = window_id("day", time.time())
+    assert all([_reserve_on(a, today), _reserve_on(b, today), _reserve_on(c, today)])
+    raw.flushall()
+    _sync(a)
+    _sync(b)
+    _sync(a)
+    with pytest.raises(StoreUnavailable, match="any host it can not name"):
+        _reserve_on(a, today)  # the old code granted it here: the day held a's and b's only
+    _sync(c)
+    time.sleep(hold)  # wall-clock: the hold is real time (every host syncs every 0.5 s)
+    _sync(a)
+    assert int(raw.get(f"lanes:paid-total:{today}") or 0) == 3 * 10**10
+    assert _reserve_on(a, today) is not None

@@ -95,7 +95,8 @@ class PutBack:
         hosts = ", ".join(
             ["this host"] * (self.own in self.awaited)
             + sorted(self.awaited - {self.own})
-            + [f"the hosts that restarted with it, {LIVE_S:g} s"] * (self.until > self.since)
+            + [f"any host it can not name, {self.until - self.since:.0f} s"]
+            * (self.until > self.since)
         )
         return (
             f"redis at {where}: {self.reason}; paid fallback stays closed until every host that "

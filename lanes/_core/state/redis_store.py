@@ -59,6 +59,7 @@ AFTER_OUTAGE = (
     "it was unreachable from this host (a failover or a restart may have lost other hosts' "
     "reservations too)"
 )
+LOSS_HOLD_S = 2.0  # after a loss, past every live host's next sync (they sync every 0.5 s)
 POLICY_EVERY_S = 60.0  # the eviction policy is read again this often (and after every outage)
 
 
@@ -112,6 +113,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         local: SQLiteStore,
         namespace: str = "",
         min_replicas: int = 0,
+        loss_hold_s: float = LOSS_HOLD_S,
         threads: int = 8,
         connect_timeout_s: float = 0.5,
         timeout_s: float = 2.0,
@@ -134,6 +136,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         )
         self._redis = redis.Redis(connection_pool=pool)
         self._min_replicas = min_replicas
+        self._loss_hold_s = loss_hold_s  # after a loss: every live host's next sync comes first
         # a namespace is a hash tag too: every key of a deployment in one Cluster slot
         self._p = f"lanes:{{{namespace}}}:" if namespace else "lanes:"
         database = pool.connection_kwargs.get("db", 0)
@@ -258,9 +261,11 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
             lost, epoch = AFTER_OUTAGE, self._rotate(epoch)
         if lost:
             self.lost_reason = lost
-            # met empty while holding reservations of its own: the others restarted too (new,
-            # unknown ids), so it waits for them to come back and put theirs back
-            hold_s = LIVE_S if epoch is None and self._epoch is None and holding else 0.0
+            # a loss a running host notices: paid waits out the other hosts' next sync too (one
+            # that joined since this host's last beat puts its own back then); met empty while
+            # holding reservations of its own: the others restarted too (new, unknown ids)
+            hold_s = self._loss_hold_s if self._epoch is not None else 0.0
+            hold_s = LIVE_S if epoch is None and self._epoch is None and holding else hold_s
             noticed = time.monotonic()  # wall-clock: hosts put back in real time
             self._lost_day(lost, noticed, server_time, self._live_hosts(), hold_s)
         if epoch is None:
