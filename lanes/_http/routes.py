@@ -92,7 +92,10 @@ async def serve(row: Row, ctx: Context, request: Request) -> Response | SSERelay
                     return await row.handler(request, ctx)
         return await row.handler(request, ctx)
     except (RequestRefused, BadRequest, BadField) as exc:
-        return refusal(shape, exc)
+        refused = refusal(shape, exc)
+        if row.door is Door.UPLOADER:  # its body may be unread: the connection is not reused
+            refused.headers["connection"] = "close"
+        return refused
     except JobFailed as exc:
         status, body, headers = shape.failed(exc)
         return JSONResponse(body, status_code=status, headers=headers)

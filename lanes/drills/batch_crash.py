@@ -14,7 +14,7 @@ import httpx2
 import trio
 
 from lanes.drills.registry import Result, check, drill
-from lanes.harness.configs import KEYS, free_lane, paid_lane
+from lanes.harness.configs import KEYS, local_lane, paid_lane
 from lanes.harness.processes import open_sidecar_process
 from lanes.testing import answer, open_fake
 
@@ -56,16 +56,17 @@ async def batch_crash(workdir: Path) -> Result:
 every item answered exactly once, none paid."""
     auth = {"authorization": "Bearer drill"}
     async with (
-        open_fake("free", models=("free-model",)) as free,
+        open_fake("local", models=("local-model",)) as local,
         open_fake("paid", models=("paid-model",)) as paid,
         httpx2.AsyncClient(trust_env=False, timeout=20, headers=auth) as http,
     ):
-        free.script("free-model", *[answer(delay_s=0.15) for _ in range(ITEMS * 2)])
+        local.script("local-model", *[answer(delay_s=0.15) for _ in range(ITEMS * 2)])
         config = {
             "state": str(workdir / "batch.db"),
             "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0},
             "batch": {"concurrency": 3},
-            "lanes": [free_lane("free", free.base_url), paid_lane("paid", paid.base_url)],
+            # owned capacity: the kill switch (FREE_LANE=off) leaves it serving
+            "lanes": [local_lane("local", local.base_url), paid_lane("paid", paid.base_url)],
         }
         async with open_sidecar_process(config, workdir, env=KEYS) as first:
             files = {"file": ("in.jsonl", _file())}
@@ -73,14 +74,17 @@ every item answered exactly once, none paid."""
             ask = {"input_file_id": made.json()["id"], "endpoint": "/v1/chat/completions",
                    "completion_window": "1h"}  # fmt: skip
             batch_id = (await http.post(f"{first.base}/v1/batches", json=ask)).json()["id"]
-            with trio.fail_after(20):  # a third done, three in flight: then the process dies
+            with trio.fail_after(20):  # a third done, one in flight at least: then it dies
                 await _until(
                     http,
                     first.base,
                     batch_id,
-                    lambda b: b["request_counts"]["completed"] >= ITEMS // 3,
+                    lambda b: (
+                        b["request_counts"]["completed"] >= ITEMS // 3
+                        and len(local.requests()) > b["request_counts"]["completed"]
+                    ),  # one in flight
                 )
-            sent_before = len(free.requests())
+            sent_before = len(local.requests())
             first.process.send_signal(signal.SIGKILL)
             await first.process.wait()
         async with open_sidecar_process(config, workdir, env=KEYS) as second:
@@ -92,7 +96,7 @@ every item answered exactly once, none paid."""
                     await http.get(f"{second.base}/v1/files/{done['output_file_id']}/content")
                 ).content
     ids = [json.loads(line)["custom_id"] for line in output.splitlines() if line.strip()]
-    sent = len(free.requests())
+    sent = len(local.requests())
     return check(
         "batch-crash",
         f"SIGKILL after {sent_before} items sent: finished {done['status']}, {len(ids)} answers "
