@@ -322,3 +322,20 @@ async def test_serve_state_keeps_the_simulation_and_its_batches_in_a_file(tmp_pa
     assert state.exists() and (tmp_path / "sim.db.batches" / "queue.db").exists()
     assert "lanes" not in (batch.model_extra or {})  # durable: no "durable": false
     nursery.cancel_scope.cancel()
+
+
+def test_a_batch_past_its_retention_is_deleted_with_its_bodies(tmp_path):
+    """`batch.retention_days` after it ended, a batch goes with its items, its output file and
+    its input file (the one place request bodies are kept); a batch still in its retention, or
+    still running, stays."""
+    queue = _queue(tmp_path)
+    assert queue.lead("me", 1000.0, 1e9)
+    old = _batch(queue, jsonl(line("x")), now=1000)
+    queue.finish(queue.take(1000.0, 1)[0], ok=True, line=b'{"custom_id": "x"}\n')
+    queue.settle(1001.0)
+    running = _batch(queue, jsonl(line("y")), now=2000)
+    assert queue.purge(ended_before=1001.0) == 0  # ended at 1001: not before
+    assert queue.purge(ended_before=5000.0) == 1
+    assert queue.batch("c", old["id"]) is None and queue.batch("c", running["id"]) is not None
+    kept = sorted(p.name for p in (tmp_path / "q" / "files").iterdir())
+    assert kept == [f"{running['input_file_id']}.jsonl"]

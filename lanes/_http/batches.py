@@ -77,6 +77,7 @@ async def open_batches(config: Config, dispatcher: Any) -> AsyncIterator[Batches
             now_wall=dispatcher.now_wall,
             health=dispatcher.background.task("batches"),
             concurrency=config.batch.concurrency,
+            retention_s=config.batch.retention_days * 86400.0,
         )
         try:
             yield Batches(queue=queue, runner=runner)

@@ -387,6 +387,20 @@ class BatchQueue:
         the batch is not this client's."""
         return None if self.batch(client, batch_id) is None else self._lines_of(batch_id, ok=None)
 
+    def purge(self, ended_before: float) -> int:
+        """Delete the batches that ended before `ended_before` (`batch.retention_days`), with
+        their items, their output and error files and their input file: the request bodies go
+        with them. How many were deleted."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, client FROM batch WHERE status IN ('completed', 'failed', 'expired', "
+                "'cancelled') AND coalesce(json_extract(data, '$.completed_at'), json_extract("
+                "data, '$.failed_at'), json_extract(data, '$.expired_at'), json_extract(data, "
+                "'$.cancelled_at')) < ? LIMIT 1000",
+                (ended_before,),
+            ).fetchall()
+        return sum(bool(self.delete_batch(client, batch_id)) for batch_id, client in rows)
+
     def delete_batch(self, client: str, batch_id: str) -> bool | None:
         """Delete an ended batch of this client's, its items and files: True; False when it has
         not ended; None when it is not this client's."""

@@ -29,6 +29,7 @@ log = logging.getLogger("lanes")
 LEASE_S = 15.0  # the leader's lease; renewed every round
 IDLE_S = 5.0  # how long the runner sleeps when nothing is due (a new batch wakes it at once)
 FAILED_PAUSE_S = 5.0  # after a round that failed
+PURGE_EVERY_S = 3600.0  # how often batches past their retention are looked for
 RETRY_S = 1.0  # an item that could not be run (not its answer's fault) is taken again after this
 
 
@@ -62,8 +63,10 @@ class BatchRunner:
         now_wall: Callable[[], float],
         health: TaskHealth,
         concurrency: int = 4,
+        retention_s: float = 7 * 86400.0,
     ) -> None:
         self._queue, self._serve, self._now, self._health = queue, serve, now_wall, health
+        self._retention_s, self._purged_at = retention_s, 0.0
         self._slots = trio.CapacityLimiter(concurrency)
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = trio.Event()
@@ -92,6 +95,9 @@ class BatchRunner:
         if not await trio.to_thread.run_sync(queue.lead, self._owner, now, LEASE_S, gone):
             return LEASE_S / 3  # another process leads
         await trio.to_thread.run_sync(queue.settle, now)
+        if now - self._purged_at >= PURGE_EVERY_S:  # what ended before the retention: deleted
+            await trio.to_thread.run_sync(queue.purge, now - self._retention_s)
+            self._purged_at = now
         room = int(self._slots.total_tokens - self._slots.borrowed_tokens)
         items = await trio.to_thread.run_sync(queue.take, now, room) if room else []
         for item in items:

@@ -310,6 +310,9 @@ class BatchConfig:
     max_lines: int = attrs.field(default=50_000, validator=[at_least(1), at_most(10_000_000)])
     #: items running at once
     concurrency: int = attrs.field(default=4, validator=[at_least(1), at_most(256)])
+    #: days a batch is kept after it ended — with its items, its output and error files and its
+    #: input file (the request bodies); then deleted
+    retention_days: float = attrs.field(default=7.0, validator=[positive, at_most(3650.0)])
 
 
 @attrs.frozen(kw_only=True)
