@@ -34,6 +34,13 @@ def jsonl(*lines: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def two_clients() -> Any:
+    """A sidecar with a free and a paid lane, and two clients (a and b) of their own keys."""
+    return open_sidecar(
+        ("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"]), server=SERVER, env=KEYS
+    )
+
+
 def sdk(url: str, key: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
 
@@ -53,12 +60,7 @@ async def test_the_openai_sdk_round_trip_runs_free_and_stays_the_clients_own():
     """Upload, create, poll, read the output: one line per item in OpenAI's format, every item
     served by the free lane, none by the paid one (a batch never pays); another client sees
     neither the file nor the batch."""
-    async with open_sidecar(
-        ("free", "free", ["free-model"]),
-        ("paid", "paid", ["paid-model"]),
-        server=SERVER,
-        env=KEYS,
-    ) as (url, fakes):
+    async with two_clients() as (url, fakes):
         a, b = sdk(url, KEYS["A_KEY"]), sdk(url, KEYS["B_KEY"])
         upload = io.BytesIO(jsonl(line("r1"), line("r2"), line("r3", model="paid-model")))
         file = await a.files.create(file=("in.jsonl", upload), purpose="batch")
@@ -260,12 +262,7 @@ async def test_the_anthropic_sdk_message_batches_round_trip():
     request naming only a paid model — a batch never pays); another client sees none of it."""
     import anthropic
 
-    async with open_sidecar(
-        ("free", "free", ["free-model"]),
-        ("paid", "paid", ["paid-model"]),
-        server=SERVER,
-        env=KEYS,
-    ) as (url, fakes):
+    async with two_clients() as (url, fakes):
         a = anthropic.AsyncAnthropic(base_url=url[:-3], api_key=KEYS["A_KEY"], max_retries=0)
         b = anthropic.AsyncAnthropic(base_url=url[:-3], api_key=KEYS["B_KEY"], max_retries=0)
         made = await a.messages.batches.create(requests=[

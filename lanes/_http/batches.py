@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,12 +32,13 @@ from lanes._core.batch.runner import Batches, BatchRunner, ItemAnswer, ServeItem
 from lanes._core.config.schema import Config
 from lanes._core.dialects.common import BadField
 from lanes._core.model.errors import FreeTierExhausted, JobFailed
-from lanes._core.model.job import Job, Reply
+from lanes._core.model.job import Reply
 from lanes._http.context import Context, caller
-from lanes._http.doors import MESSAGES, RESPONSES, embedding_job
+from lanes._http.dialects import API
+from lanes._http.doors import MESSAGES, RESPONSES, embedding_job, translated_job
 from lanes._http.errors import LATER, BadRequest, error_body
 from lanes._http.routes import OPENAI
-from lanes._http.validation import chat_fields, digits, job_headers, parse_job
+from lanes._http.validation import digits, job_headers, parse_job
 
 UPLOAD_WITHIN_S = 600.0  # an upload's whole body, at most
 MAX_LIST = 100  # a list's page, at most (OpenAI's)
@@ -119,25 +120,14 @@ async def _served(
         job = attrs.evolve(embedding_job(body, client, headers), free_only=True)
         dispatcher.resolve(job)
         return _answer(await dispatcher.embed(job))
-    if endpoint == MESSAGES_PATH:
+    translated: dict[str, API] = {MESSAGES_PATH: MESSAGES, "/v1/responses": RESPONSES}
+    api = translated.get(endpoint)
+    if api is not None:  # translated onto a chat job and back, as its door does
         body = json.loads(raw)
-        chat = MESSAGES.to_chat(body)
-        job = Job(messages=chat_fields(chat.messages, chat.params), params=chat.params,
-                  model=chat.model, client=client, dropped=chat.dropped,
-                  reasoning_effort=chat.reasoning_effort, free_only=True, **headers)  # fmt: skip
+        job, _ = translated_job(api, body, client, headers, free_only=True)
         dispatcher.resolve(job)
         reply = await dispatcher.complete(job)
-        answer = MESSAGES.answer(body, reply, job, dispatcher.now_wall())
-        return ItemAnswer(200, json.dumps(answer).encode(), reply.request_id)
-    if endpoint == "/v1/responses":
-        body = json.loads(raw)
-        chat = RESPONSES.to_chat(body)
-        job = Job(messages=chat_fields(chat.messages, chat.params), params=chat.params,
-                  model=chat.model, client=client, dropped=chat.dropped,
-                  reasoning_effort=chat.reasoning_effort, free_only=True, **headers)  # fmt: skip
-        dispatcher.resolve(job)
-        reply = await dispatcher.complete(job)
-        answer = RESPONSES.answer(body, reply, job, dispatcher.now_wall())
+        answer = api.answer(body, reply, job, dispatcher.now_wall())
         return ItemAnswer(200, json.dumps(answer).encode(), reply.request_id)
     job, _ = parse_job(raw, {}, client)
     job = attrs.evolve(job, free_only=True, deadline_s=headers["deadline_s"],
@@ -244,17 +234,31 @@ async def _receive(request: Request, target: Path, cap: int, too_large: str) -> 
         await form.close()
 
 
-async def list_files(request: Request, ctx: Context) -> Response:
+async def _listing(
+    request: Request, ctx: Context, read: Callable[[BatchQueue], Callable[..., list[Any]]]
+) -> Response:
+    """A page of the caller's own (files or batches: `read` picks the queue's lister)."""
     batches = _batches(ctx)
     limit, after = _page(request)
-    found = await batches.call(batches.queue.files, caller(request).client, limit + 1, after)
+    found = await batches.call(read(batches.queue), caller(request).client, limit + 1, after)
     return _listed(found, limit)
 
 
+async def _one(
+    request: Request, ctx: Context, kind: str, read: Callable[[BatchQueue], Callable[..., Any]]
+) -> Response:
+    """One of the caller's own by its id (`{kind}_id` in the path), or a 404."""
+    batches, name = _batches(ctx), request.path_params[f"{kind}_id"]
+    found = await batches.call(read(batches.queue), caller(request).client, name)
+    return _not_found(kind, name) if found is None else JSONResponse(found)
+
+
+async def list_files(request: Request, ctx: Context) -> Response:
+    return await _listing(request, ctx, lambda queue: queue.files)
+
+
 async def get_file(request: Request, ctx: Context) -> Response:
-    batches, file_id = _batches(ctx), request.path_params["file_id"]
-    found = await batches.call(batches.queue.file, caller(request).client, file_id)
-    return _not_found("file", file_id) if found is None else JSONResponse(found)
+    return await _one(request, ctx, "file", lambda queue: queue.file)
 
 
 async def file_content(request: Request, ctx: Context) -> Response:
@@ -316,16 +320,11 @@ async def create_batch(request: Request, ctx: Context) -> Response:
 
 
 async def list_batches(request: Request, ctx: Context) -> Response:
-    batches = _batches(ctx)
-    limit, after = _page(request)
-    found = await batches.call(batches.queue.batches, caller(request).client, limit + 1, after)
-    return _listed(found, limit)
+    return await _listing(request, ctx, lambda queue: queue.batches)
 
 
 async def get_batch(request: Request, ctx: Context) -> Response:
-    batches, batch_id = _batches(ctx), request.path_params["batch_id"]
-    found = await batches.call(batches.queue.batch, caller(request).client, batch_id)
-    return _not_found("batch", batch_id) if found is None else JSONResponse(found)
+    return await _one(request, ctx, "batch", lambda queue: queue.batch)
 
 
 async def cancel_batch(request: Request, ctx: Context) -> Response:

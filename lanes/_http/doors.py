@@ -47,17 +47,27 @@ async def messages(request: Request, ctx: Context) -> Response | SSERelay:
 async def _read_job(api: API, request: Request, ctx: Context) -> tuple[dict[str, Any], Job, bool]:
     """(the body as sent, its chat-completion job, streamed?). Raises BadRequest or BadField."""
     body = json_object(await read_body(request, ctx))
+    job, stream = translated_job(api, body, caller(request).client, job_headers(request.headers))
+    return body, job, stream
+
+
+def translated_job(
+    api: API, body: Mapping[str, Any], client: str, fields: Mapping[str, Any], **more: Any
+) -> tuple[Job, bool]:
+    """A Responses or Messages body as a chat-completion job (with the `Job` fields our headers
+    set, and `more`), and whether it asks to be streamed. Raises BadRequest or BadField."""
     chat = api.to_chat(body)
     job = Job(
         messages=chat_fields(chat.messages, chat.params),
         params=chat.params,
         model=chat.model,
-        client=caller(request).client,
+        client=client,
         dropped=chat.dropped,
         reasoning_effort=chat.reasoning_effort,
-        **job_headers(request.headers),
+        **fields,
+        **more,
     )
-    return body, job, chat.stream
+    return job, chat.stream
 
 
 async def translated(api: API, request: Request, ctx: Context) -> Response | SSERelay:
