@@ -6,6 +6,7 @@ import os
 import sys
 import textwrap
 
+import attrs
 import pytest
 import trio
 
@@ -200,3 +201,41 @@ async def test_provider_balance_beats_the_local_estimate(env, autojump_clock):
             assert dispatcher.manager.credit_left("credit", dispatcher.now_wall()) == 4.5
             assert (await dispatcher.complete(job())).lane == "credit"
     assert [r.authorization for r in credit.requests() if r.behaviour == "key"] == [True, True]
+
+
+async def test_a_job_that_may_wait_is_served_free_after_the_reset_not_paid(env, autojump_clock):
+    """X-Lanes-Max-Wait (`Job.max_wait_s`): the free model answers 429 with Retry-After 20, and a
+    paid fallback is allowed. A job that may wait 60 s waits for the reset and is served free;
+    one that may wait 10 s (less than the reset) goes to paid, as without the header; one without
+    it is unchanged."""
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        free.script(
+            "free-model", rate_limited(retry_after=20), answer(), rate_limited(retry_after=20)
+        )
+        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            start = trio.current_time()
+            waited = await dispatcher.complete(attrs.evolve(job(), max_wait_s=60.0))
+            took = trio.current_time() - start
+            short = await dispatcher.complete(attrs.evolve(job(), max_wait_s=10.0))
+            plain = await dispatcher.complete(job())
+    assert waited.lane == "free" and 20 <= took <= 23
+    assert (short.lane, plain.lane) == ("paid", "paid")
+    assert len(paid.requests()) == 2 and len(free.requests()) == 3  # 429, the answer, 429
+
+
+async def test_a_wait_longer_than_the_deadline_is_not_waited(env, autojump_clock):
+    """A wait never outlasts the job's deadline: the quota reopens after it, so the job answers
+    the exact 429 at once, as without the header."""
+    async with open_fake("free", models=("free-model",)) as free:
+        free.script("free-model", rate_limited(retry_after=20))
+        cfg = config(free_lane("free", free.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            start = trio.current_time()
+            with pytest.raises(lanes.FreeTierExhausted) as refused:
+                await dispatcher.complete(attrs.evolve(job(deadline_s=5), max_wait_s=60.0))
+            assert trio.current_time() - start < 1.0
+    assert refused.value.retry_after_s is not None and refused.value.retry_after_s >= 19

@@ -96,7 +96,8 @@ def chat_fields(messages: Any, params: Mapping[str, Any]) -> list[dict[str, Any]
 
 def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     """The `Job` fields our request headers set: deadline, cohort, class, approval, the client's
-    own keys, privacy, and the W3C `traceparent` (a malformed one is ignored, never refused).
+    own keys, privacy, how long it may wait for a free quota (`X-Lanes-Max-Wait`, seconds), and
+    the W3C `traceparent` (a malformed one is ignored, never refused).
     Raises BadRequest."""
     pairs = list(headers.items())
     headers = {}  # one pass (the first of a repeated header wins, as a lookup gives it), then a
@@ -109,6 +110,7 @@ def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     if privacy not in PRIVACY:
         raise BadRequest("X-Lanes-Privacy must be any, zdr or local", "X-Lanes-Privacy")
     approval = label(headers.get("x-lanes-approval"), "X-Lanes-Approval")
+    max_wait = digits(headers.get("x-lanes-max-wait"), "X-Lanes-Max-Wait", low=1, high=3600)
     deadline_s = deadline_ms / 1000 if deadline_ms is not None else None
     arrived = arrived_at() if deadline_s is not None else None
     return {
@@ -120,6 +122,7 @@ def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
         "keys": byok_keys(pairs),
         "privacy": PRIVACY[privacy],
         "traceparent": headers.get("traceparent"),  # the Job keeps it when valid, else ignores it
+        "max_wait_s": None if max_wait is None else float(max_wait),
     }
 
 

@@ -33,6 +33,7 @@ from lanes._core.engine.order import LOOKAHEAD, order
 from lanes._core.model.errors import (
     AttemptTimedOut,
     FinalError,
+    FreeTierExhausted,
     PaidBudgetExhausted,
     UpstreamError,
     UpstreamRejected,
@@ -69,7 +70,14 @@ async def walk(
     """
     token = job_deadline.set(record.deadline_at)  # every store call this job waits on ends by it
     try:
-        return await _walk(routing, record, call, keep, exclude, require_prefill)
+        while True:
+            try:
+                return await _walk(routing, record, call, keep, exclude, require_prefill)
+            except FreeTierExhausted as exc:  # a free quota reopens within the job's wait?
+                pause = record.free_wait(exc.retry_after_s, trio.current_time())
+                if pause is None:
+                    raise
+                await trio.sleep(pause)  # cancelled with the job (its client left)
     finally:
         job_deadline.reset(token)
 
@@ -175,16 +183,11 @@ class _PlanWalk(Generic[T]):
     ) -> T | object:
         """Attempts on `candidate` — again after a transient fault while the policy allows —
         until one gives its result, or `_SKIPPED` when the candidate is done with."""
-        routing, record, retry = self._routing, self._record, False
+        record, retry = self._record, False
         while True:
             permit = None
             if candidate.tier == "paid":  # asked before every paid attempt: a grant may be revoked
-                permit = await routing.paid.may_pay(
-                    record,
-                    routing.paid.quote(quotes, candidate),
-                    pinned=pinned,
-                    lane_min_s=routing.catalog.lanes[candidate.lane].config.min_useful_s,
-                )
+                permit = await self._permit(candidate, pinned, quotes)
                 if permit is None:
                     return _SKIPPED
             try:
@@ -230,6 +233,38 @@ class _PlanWalk(Generic[T]):
             result = await self._call(run, stack)
             self._keep.push_async_exit(stack.pop_all())
             return result
+
+    async def _permit(
+        self, candidate: Candidate, pinned: bool, quotes: Quotes
+    ) -> PaidPermit | None:
+        """The paid gate's permit for `candidate` (None: not now — recorded), unless a free quota
+        reopens within the job's wait: then it waits rather than pay."""
+        routing, record = self._routing, self._record
+        if self._free_within_wait():
+            record.skip(candidate, "a free quota reopens within the job's X-Lanes-Max-Wait")
+            return None
+        return await routing.paid.may_pay(
+            record,
+            routing.paid.quote(quotes, candidate),
+            pinned=pinned,
+            lane_min_s=routing.catalog.lanes[candidate.lane].config.min_useful_s,
+        )
+
+    def _free_within_wait(self) -> bool:
+        """Does one of the job's free candidates reopen within what is left of its
+        `max_wait_s`? Then it waits for it rather than pay."""
+        record, routing = self._record, self._routing
+        cooling = record.free_blocked or any(
+            a.outcome in ("rate_limited", "credit_exhausted") for a in record.attempts
+        )
+        if record.job.max_wait_s is None or not cooling:
+            return False
+        found = routing.next_free(record.job)
+        if found is None:
+            return False
+        wait = found[0] - routing.now_wall()
+        left = record.deadline_at - trio.current_time() - 1.0
+        return wait <= min(record.job.max_wait_s - record.waited_free_s, left)
 
     def _rules_out(self, candidate: Candidate, exc: UpstreamError) -> bool:
         """Does `exc` rule `candidate` out for the rest of the job (recorded)? A silent one is not

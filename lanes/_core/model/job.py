@@ -131,6 +131,15 @@ class Job:
     approval: str | None = None  # the approval a retry carries (X-Lanes-Approval), if any
     # never pays, whatever consent and the model named say: work that can wait (a batch item)
     free_only: bool = False
+    # how long it may wait for a free quota to reopen (X-Lanes-Max-Wait), seconds: when every free
+    # candidate is cooling and one reopens within it, the job waits instead of answering 429;
+    # without a deadline of its own, its deadline grows by it
+    max_wait_s: float | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(
+            [attrs.validators.gt(0.0), attrs.validators.le(3600.0)]
+        ),
+    )
     # provider keys the client brought, by bring-your-own-key lane: used for this job only, never
     # sent anywhere else, stored, audited or printed
     keys: Mapping[str, str] = attrs.field(factory=dict, repr=False)
@@ -167,11 +176,13 @@ class Job:
             raise ValueError(f"deadline_s must be > 0 seconds (got {value!r})")
 
     def resolve_deadline(self, now: TrioTime, default_s: float) -> TrioTime:
-        """The absolute deadline on trio's clock: `deadline_at`, else
-        `now + deadline_s or default_s`."""
+        """The absolute deadline on trio's clock: `deadline_at`, else `now + deadline_s`, else
+        `now + default_s` (and the free wait the job may spend, `max_wait_s`)."""
         if self.deadline_at is not None:
             return TrioTime(self.deadline_at)
-        return TrioTime(now + (self.deadline_s if self.deadline_s is not None else default_s))
+        if self.deadline_s is not None:
+            return TrioTime(now + self.deadline_s)
+        return TrioTime(now + default_s + (self.max_wait_s or 0.0))
 
     @property
     def embedding(self) -> bool:

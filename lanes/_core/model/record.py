@@ -93,6 +93,7 @@ class JobRecord:
         self.maybe_later = False
         # each wait for a paid-fallback approval: (started_at, ended_at on trio's clock, its id)
         self.waits: list[tuple[float, float, str]] = []
+        self.waited_free_s = 0.0  # waited for a free quota to reopen (X-Lanes-Max-Wait), seconds
 
     @property
     def id(self) -> str:
@@ -198,6 +199,19 @@ class JobRecord:
         """Today's paid spend before the job's first paid attempt (kept from the first)."""
         if self.paid_before is None:
             self.paid_before = spent_usd
+
+    def free_wait(self, retry_after_s: float | None, now: float) -> float | None:
+        """How long to wait for a free quota that reopens in `retry_after_s`, within the job's
+        `max_wait_s` (what it waited before counted) and a second before its deadline — counted
+        as waited; None: not (no wait asked for, or the quota reopens too late)."""
+        budget = self.job.max_wait_s
+        if budget is None or retry_after_s is None:
+            return None
+        pause = max(retry_after_s, 0.05)
+        if self.waited_free_s + pause > budget or now + pause > self.deadline_at - 1.0:
+            return None
+        self.waited_free_s += pause
+        return pause
 
     def retried_same(self) -> None:
         """A same-candidate retry after a transient fault (its own allowance)."""
