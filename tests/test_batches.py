@@ -241,7 +241,7 @@ def test_a_clients_files_and_open_batches_are_capped(tmp_path):
     _batch(queue, jsonl(line("a")))
     with pytest.raises(BatchRefused, match="batches not ended") as refused:
         _batch(queue, jsonl(line("a")))  # its second file is kept; its second batch is not
-    assert refused.value.status == 429
+    assert refused.value.status == 400  # not 429: waiting does not lift it (a client retries 429)
     upload = queue.upload_path()
     upload.write_bytes(jsonl(line("a")))
     with pytest.raises(BatchRefused, match="keeps 2 files"):
@@ -336,3 +336,65 @@ def test_a_batch_past_its_retention_is_deleted_with_its_bodies(tmp_path):
     assert queue.batch("c", old["id"]) is None and queue.batch("c", running["id"]) is not None
     kept = sorted(p.name for p in (tmp_path / "q" / "files").iterdir())
     assert kept == [f"{running['input_file_id']}.jsonl"]
+
+
+def test_a_deleted_input_file_goes_when_its_batch_ends_and_lines_are_read_bounded(tmp_path):
+    """A file deleted while its batch runs is removed from disk when the batch ends (review of
+    issue 40: it stayed for ever); a line far over the per-line cap is read past in chunks, never
+    held whole, and refused by its line number."""
+    queue = _queue(tmp_path)
+    assert queue.lead("me", 1000.0, 1e9)
+    made = _batch(queue, jsonl(line("x"), line("y")))
+    assert queue.delete_file("c", made["input_file_id"])
+    path = tmp_path / "q" / "files" / f"{made['input_file_id']}.jsonl"
+    assert path.exists()  # still read by the running batch
+    queue.cancel("c", made["id"], 1001)
+    assert not path.exists()
+    huge = b'{"custom_id": "big", "pad": "' + b"x" * (CAPS.max_line_bytes * 3) + b'"}\n'
+    failed = _batch(queue, jsonl(line("a")) + huge + jsonl(line("b")))
+    assert failed["status"] == "failed"
+    assert [(e["line"], e["code"]) for e in failed["errors"]["data"]] == [(2, "request_too_large")]
+
+
+def test_an_item_is_tried_again_unless_it_can_never_be_served_free():
+    """Review of issue 40: a breaker open or a lane unreachable for a few seconds failed a
+    24-hour batch's items for good. Now only an item that can never be served free (every
+    candidate paid, or none able) takes its error as its answer; any other "not now" is put back."""
+    from lanes._core.model.errors import NoLaneAvailable, Unservable
+    from lanes._core.model.job import Skip
+    from lanes._core.money.paid import NEVER_PAYS
+    from lanes._http.batches import _never_free
+
+    paid_only = NoLaneAvailable("x", skips=[Skip(lane="paid", model="m", reason=NEVER_PAYS)])
+    breaker = NoLaneAvailable("x", skips=[Skip(lane="free", model="m", reason="breaker open")])
+    both = [Skip(lane="paid", model="m", reason=NEVER_PAYS), *breaker.skips]
+    mixed = NoLaneAvailable("x", skips=both)
+    assert _never_free(paid_only) and _never_free(Unservable("x", code="no_capable_model"))
+    assert not _never_free(breaker) and not _never_free(mixed)
+
+
+async def test_malformed_uploads_odd_metadata_and_container_bombs_are_refused_in_json():
+    """Review of issue 40: a broken multipart body was answered in Starlette's plain text;
+    metadata of any type was taken (and nested values turned into text); a Message Batch of
+    `[{},{},…]` held 60 times its size while it was parsed on the event loop. Each is a 4xx in
+    the API's JSON shape now, nothing kept."""
+    async with open_sidecar(("free", "free", ["free-model"])) as (url, _):
+        auth = {"authorization": "Bearer x"}
+        async with httpx2.AsyncClient(headers=auth) as http:
+            broken = await http.post(f"{url}/files", content=b"--x\r\nnope",
+                                     headers={"content-type": "multipart/form-data"})  # fmt: skip
+            made = await http.post(f"{url}/files", data={"purpose": "batch"},
+                                   files={"file": ("in.jsonl", jsonl(line("a")))})  # fmt: skip
+            ask = {"input_file_id": made.json()["id"], "endpoint": "/v1/chat/completions",
+                   "completion_window": "24h", "metadata": {"a": {"b": [1]}}}  # fmt: skip
+            odd = await http.post(f"{url}/batches", json=ask)
+            plain = {k: v for k, v in ask.items() if k != "metadata"}
+            unnamed = await http.post(f"{url}/batches", json={**plain, "input_file_id": None})
+            bomb = b'{"requests": [{"custom_id": "a", "params": {"x": [' + b"{}," * 300_000
+            bomb += b"{}]}}]}"
+            messages = await http.post(f"{url}/messages/batches", content=bomb,
+                                       headers={"content-type": "application/json"})  # fmt: skip
+    assert broken.status_code == 400 and broken.json()["error"]["param"] == "file"
+    assert odd.status_code == 400 and odd.json()["error"]["param"] == "metadata"
+    assert unnamed.status_code == 400 and unnamed.json()["error"]["param"] == "input_file_id"
+    assert messages.status_code == 413 and messages.json()["type"] == "error"

@@ -23,6 +23,8 @@ from typing import Any
 
 import attrs
 import trio
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -31,8 +33,9 @@ from lanes._core.batch.queue import BatchQueue, BatchRefused, Caps
 from lanes._core.batch.runner import Batches, BatchRunner, ItemAnswer, ServeItem
 from lanes._core.config.schema import Config
 from lanes._core.dialects.common import BadField
-from lanes._core.model.errors import FreeTierExhausted, JobFailed
+from lanes._core.model.errors import FreeTierExhausted, JobFailed, Unservable
 from lanes._core.model.job import Reply
+from lanes._core.money.paid import NEVER_PAYS
 from lanes._http.context import Context, caller
 from lanes._http.dialects import API
 from lanes._http.doors import MESSAGES, RESPONSES, embedding_job, translated_job
@@ -41,6 +44,7 @@ from lanes._http.routes import OPENAI
 from lanes._http.validation import digits, job_headers, parse_job
 
 UPLOAD_WITHIN_S = 600.0  # an upload's whole body, at most
+SEND_WITHIN_S = 30.0  # a download's chunk must leave within this (a reader that stalls is let go)
 MAX_LIST = 100  # a list's page, at most (OpenAI's)
 
 
@@ -105,11 +109,25 @@ def serve_item(dispatcher: Any) -> ServeItem:
             # "not now" only where the free capacity is known to come back (a backoff, a quota):
             # anything else is the item's answer, as OpenAI writes a failed request's
             later = None
-            if isinstance(exc, FreeTierExhausted) and status in LATER:
+            if status in LATER and not _never_free(exc):
                 later = max(1.0, float(said.get("Retry-After", 1)))
             return ItemAnswer(status, json.dumps(failed).encode(), exc.request_id or "", later)
 
     return serve
+
+
+def _never_free(exc: JobFailed) -> bool:
+    """Can this item never be served free (its only candidates paid, or none able)? Then its
+    error is its answer; any other "not now" (a quota, a breaker, a lane unreachable) is tried
+    again later."""
+    if isinstance(exc, FreeTierExhausted):
+        return False
+    return (
+        isinstance(exc, Unservable)
+        or bool(exc.skips)
+        and all(s.reason.startswith(NEVER_PAYS) for s in exc.skips)
+        and not exc.attempts
+    )
 
 
 async def _served(
@@ -215,7 +233,10 @@ async def _receive(request: Request, target: Path, cap: int, too_large: str) -> 
             raise BadRequest(too_large, "file", status=413, code="file_too_large")
         return message
 
-    form = await Request(request.scope, bounded).form(max_files=1, max_fields=8)
+    try:
+        form = await Request(request.scope, bounded).form(max_files=1, max_fields=8)
+    except (MultiPartException, HTTPException) as exc:  # said in OpenAI's shape, not as text
+        raise BadRequest(f"the upload is not a valid multipart form: {exc}", "file") from None
     try:
         upload, purpose = form.get("file"), form.get("purpose")
         if upload is None or isinstance(upload, str):
@@ -284,9 +305,13 @@ class Streamed(Response):
         del self.headers["content-length"]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        """Each chunk must leave within `SEND_WITHIN_S`: a client that stops reading is let go
+        (its connection dropped), so it can not hold a shutdown."""
+        with trio.fail_after(SEND_WITHIN_S):
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         async for chunk in streamed(self._batches, self._chunks):
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            with trio.fail_after(SEND_WITHIN_S):
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -31,6 +31,8 @@ from lanes._http.errors import BadRequest
 from lanes._http.validation import digits
 
 CUSTOM_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Anthropic's rule for a request's custom_id
+INLINE_MAX_BYTES = 32 * 1024 * 1024  # a Message Batch's body, at most (parsed whole)
+BYTES_PER_CONTAINER = 16  # a body with more JSON objects and arrays than one per this is refused
 PURPOSE = "message_batch"  # the queue's input files of Message Batches (not in /v1/files)
 STATUS = {"in_progress": "in_progress", "cancelling": "canceling"}  # anything else: ended
 
@@ -97,7 +99,7 @@ async def create(request: Request, ctx: Context) -> Response:
     bad ones (nothing runs)."""
     batches = _batches(ctx)
     queue = batches.queue
-    body = await _bounded_json(request, queue.caps.max_bytes)
+    body = await _bounded_json(request, queue.caps.max_bytes, batches)
     requests = body.get("requests") if isinstance(body, dict) else None
     if not isinstance(requests, list) or not requests:
         return _error(400, "requests: a list of {custom_id, params} is required")
@@ -143,9 +145,12 @@ def _write_lines(target: Any, requests: list[dict[str, Any]]) -> None:
             out.write(json.dumps(line).encode() + b"\n")
 
 
-async def _bounded_json(request: Request, cap: int) -> Any:
-    """The body as JSON, at most `cap` bytes (a Message Batch may be far larger than a
-    request)."""
+async def _bounded_json(request: Request, cap: int, batches: Batches) -> Any:
+    """The body as JSON, at most `cap` bytes (`INLINE_MAX_BYTES` at most: a Message Batch's
+    requests come inline and are parsed whole), with at most one JSON object or array per
+    `BYTES_PER_CONTAINER` bytes (what a parse holds grows with them: `[{},{},…]` took 60 times
+    its size), parsed in the queue's worker thread, one at a time: the event loop goes on."""
+    cap = min(cap, INLINE_MAX_BYTES)
     declared = digits(request.headers.get("content-length"), "Content-Length", low=0, high=10**13)
     too_large = BadRequest(f"the body is over batch.max_file_mb ({cap / 1e6:g} MB)", status=413,
                            code="body_too_large")  # fmt: skip
@@ -158,8 +163,13 @@ async def _bounded_json(request: Request, cap: int) -> Any:
             if size > cap:
                 raise too_large
             parts.append(part)
+    raw = b"".join(parts)
+    parts.clear()
+    if (raw.count(b"{") + raw.count(b"[")) * BYTES_PER_CONTAINER > max(len(raw), 4096):
+        raise BadRequest("the body holds more JSON objects and arrays than a batch of requests "
+                         "would", status=413, code="body_too_large")  # fmt: skip
     try:
-        return strictjson.loads(b"".join(parts))
+        return await batches.call(strictjson.loads, raw)
     except (ValueError, RecursionError):
         raise BadRequest("the request body must be one JSON object") from None
 

@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS batch_item (
     DEFAULT 0, not_before REAL NOT NULL DEFAULT 0, expires_at INTEGER NOT NULL,
     PRIMARY KEY (batch, line), UNIQUE (batch, custom_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_batch_item_due ON batch_item (state, expires_at, not_before);
+CREATE INDEX IF NOT EXISTS idx_batch_item_left ON batch_item (batch, state);
 CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT,
     until REAL)
 """
@@ -79,6 +80,7 @@ class Item:
     length: int
     expires_at: int
     path: str
+    tries: int = 1  # this run included
 
 
 @attrs.frozen(kw_only=True)
@@ -138,12 +140,12 @@ class BatchQueue:
             upload.unlink(missing_ok=True)
             raise BatchRefused(
                 f"this client keeps {self.caps.max_files} files already: delete one first",
-                status=429,
+                param="file",
             )
         size, lines = upload.stat().st_size, 0
         with upload.open("rb") as stream:
-            for raw in stream:
-                lines += bool(raw.strip())
+            for raw, _ in _lines(stream, self.caps.max_line_bytes):
+                lines += raw is None or bool(raw.strip())
                 if lines > self.caps.max_lines:
                     upload.unlink(missing_ok=True)
                     raise BatchRefused(
@@ -180,11 +182,10 @@ class BatchQueue:
             rows = self._conn.execute(
                 "SELECT id, bytes, created_at, filename, purpose, kind FROM batch_file "
                 "WHERE client = ? AND deleted = 0 AND purpose = 'batch' AND (? IS NULL OR "
-                "created_at < (SELECT "
-                "created_at FROM batch_file WHERE id = ?) OR (created_at = (SELECT created_at "
-                "FROM batch_file WHERE id = ?) AND id < ?)) ORDER BY created_at DESC, id DESC "
-                "LIMIT ?",
-                (client, after, after, after, after, limit),
+                "created_at < (SELECT created_at FROM batch_file WHERE id = ? AND client = ?) OR "
+                "(created_at = (SELECT created_at FROM batch_file WHERE id = ? AND client = ?) "
+                "AND id < ?)) ORDER BY created_at DESC, id DESC LIMIT ?",
+                (client, after, after, client, after, client, after, limit),
             ).fetchall()
         return [_file_object(r) for r in rows]
 
@@ -193,12 +194,17 @@ class BatchQueue:
         from is kept until the batch ends). False when it is not this client's."""
         with self._lock, self._conn:
             row = self._conn.execute(
-                "SELECT kind FROM batch_file WHERE id = ? AND client = ? AND deleted = 0",
+                "SELECT kind, batch FROM batch_file WHERE id = ? AND client = ? AND deleted = 0",
                 (file_id, client),
             ).fetchone()
             if row is None:
                 return False
             self._conn.execute("UPDATE batch_file SET deleted = 1 WHERE id = ?", (file_id,))
+            if row[0] != "input":  # an output or error file: its lines go with it
+                self._conn.execute(
+                    "UPDATE batch_item SET result = NULL WHERE batch = ? AND ok = ?",
+                    (row[1], int(row[0] == "output")),
+                )
             running = self._conn.execute(
                 "SELECT 1 FROM batch WHERE status NOT IN ('completed', 'failed', 'expired', "
                 "'cancelled') AND json_extract(data, '$.input_file_id') = ?",
@@ -265,10 +271,22 @@ class BatchQueue:
             window = window_s(ask.get("completion_window"))
         except ValueError as exc:
             raise BatchRefused(str(exc), param="completion_window") from None
-        metadata = ask.get("metadata") or {}
-        if not isinstance(metadata, dict) or len(metadata) > 16:
-            raise BatchRefused("metadata must be an object of at most 16 keys", param="metadata")
+        metadata = ask.get("metadata")
+        metadata = {} if metadata is None else metadata
+        if (
+            not isinstance(metadata, dict)
+            or len(metadata) > 16
+            or not all(isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+                       for k, v in metadata.items())
+        ):  # fmt: skip
+            raise BatchRefused(
+                "metadata must be an object of at most 16 keys (64 characters) with string "
+                "values (512 characters)",
+                param="metadata",
+            )
         input_id = ask.get("input_file_id")
+        if not isinstance(input_id, str) or not input_id:
+            raise BatchRefused("input_file_id must name an uploaded file", param="input_file_id")
         found = self.file(client, input_id) if isinstance(input_id, str) else None
         if (
             not isinstance(input_id, str)
@@ -287,7 +305,6 @@ class BatchQueue:
             raise BatchRefused(
                 f"this client has {self.caps.max_open} batches not ended yet: wait for one, "
                 "or cancel one",
-                status=429,
             )
         batch_id = _id(prefix)
         data: dict[str, Any] = {
@@ -298,7 +315,7 @@ class BatchQueue:
             "finalizing_at": None, "completed_at": None, "failed_at": None, "expired_at": None,
             "cancelling_at": None, "cancelled_at": None,
             "request_counts": {"total": 0, "completed": 0, "failed": 0},
-            "metadata": {str(k)[:64]: str(v)[:512] for k, v in metadata.items()},
+            "metadata": dict(metadata),
         }  # fmt: skip
         if not self.durable:
             data["lanes"] = {"durable": False}
@@ -329,17 +346,25 @@ class BatchQueue:
         errors: list[LineError] = []
         start, number = 0, 0
         with self._lock, immediate(self._conn) as conn, self._path(file_id).open("rb") as stream:
-            for raw in stream:
-                number, begin, start = number + 1, start, start + len(raw)
-                if not raw.strip():
+            for raw, size in _lines(stream, self.caps.max_line_bytes):
+                number, begin, start = number + 1, start, start + size
+                if raw is not None and not raw.strip():
                     continue
-                line = read_line(raw, number, endpoint, self.caps.max_line_bytes)
+                line = (
+                    read_line(raw, number, endpoint, self.caps.max_line_bytes)
+                    if raw is not None
+                    else LineError(
+                        number,
+                        "request_too_large",
+                        f"the line is over the {self.caps.max_line_bytes}-byte cap per line",
+                    )  # fmt: skip
+                )
                 if isinstance(line, Line):  # kept while bad lines are looked for: duplicates
                     try:
                         conn.execute(
                             "INSERT INTO batch_item (batch, line, custom_id, start, length, "
                             "state, expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-                            (batch, number, line.custom_id, begin, len(raw), expires_at),
+                            (batch, number, line.custom_id, begin, size, expires_at),
                         )
                     except sqlite3.IntegrityError:
                         line = LineError(number, "duplicate_custom_id",
@@ -367,8 +392,9 @@ class BatchQueue:
             rows = self._conn.execute(
                 "SELECT data FROM batch WHERE client = ? AND json_extract(data, '$.endpoint') "
                 f"IN ({marks}) AND (? IS NULL OR (created_at, id) < (SELECT created_at, id "
-                "FROM batch WHERE id = ?)) ORDER BY created_at DESC, id DESC LIMIT ?",
-                (client, *endpoints, after, after, limit),
+                "FROM batch WHERE id = ? AND client = ?)) ORDER BY created_at DESC, id DESC "
+                "LIMIT ?",
+                (client, *endpoints, after, after, client, limit),
             ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
@@ -460,7 +486,7 @@ class BatchQueue:
             rows = conn.execute(
                 "SELECT i.batch, i.line, i.custom_id, json_extract(b.data, '$.endpoint'), "
                 "b.client, i.start, i.length, i.expires_at, json_extract(b.data, "
-                "'$.input_file_id') FROM batch_item i JOIN batch b ON b.id = i.batch "
+                "'$.input_file_id'), i.tries + 1 FROM batch_item i JOIN batch b ON b.id = i.batch "
                 "WHERE i.state = 'pending' AND i.not_before <= ? AND b.status = 'in_progress' "
                 "AND i.expires_at > ? ORDER BY i.expires_at, i.batch, i.line LIMIT ?",
                 (now, now, limit),
@@ -471,7 +497,7 @@ class BatchQueue:
                 [(r[0], r[1]) for r in rows],
             )
         return [
-            Item(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], str(self._path(r[8])))
+            Item(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], str(self._path(r[8])), r[9])
             for r in rows
         ]
 
@@ -527,6 +553,17 @@ class BatchQueue:
                 if status is not None:
                     _end(conn, data, status, int(now))
                     ended.append(data["id"])
+            gone = [
+                r[0]
+                for i in ended
+                for r in conn.execute(
+                    "SELECT id FROM batch_file WHERE id = (SELECT json_extract(data, "
+                    "'$.input_file_id') FROM batch WHERE id = ?) AND deleted = 1",
+                    (i,),
+                )
+            ]
+        for file_id in gone:  # deleted while its batch ran: its bodies go now
+            self._path(file_id).unlink(missing_ok=True)
         return ended
 
 
@@ -534,8 +571,8 @@ def _ending(conn: sqlite3.Connection, data: Obj, now: float) -> str | None:
     """How `data`'s batch ends now (None: not yet); the items left are answered for."""
     left = dict(
         conn.execute(
-            "SELECT state, count(*) FROM batch_item WHERE batch = ? AND state != 'done' "
-            "GROUP BY state",
+            "SELECT state, count(*) FROM batch_item WHERE batch = ? AND state IN ('pending', "
+            "'running') GROUP BY state",
             (data["id"],),
         ).fetchall()
     )
@@ -617,3 +654,20 @@ def _chunks(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
     with path.open("rb") as stream:
         while chunk := stream.read(size):
             yield chunk
+
+
+def _lines(stream: Any, cap: int) -> Iterator[tuple[bytes | None, int]]:
+    """Each line of `stream` and its size in bytes, never holding more than `cap` + 1 bytes of
+    one: a longer line is read past in chunks and given as None."""
+    while True:
+        raw = stream.readline(cap + 1)
+        if not raw:
+            return
+        if len(raw) <= cap or raw.endswith(b"\n"):
+            yield raw, len(raw)
+            continue
+        size = len(raw)
+        while raw and not raw.endswith(b"\n"):
+            raw = stream.readline(1 << 16)
+            size += len(raw)
+        yield None, size

@@ -2,7 +2,8 @@
 
 An item is served as a job that never pays (`Job.free_only`), its deadline inside its batch's
 window. An answer that says "not now" (429 or 503: every free candidate is cooling) puts the item
-back until its Retry-After — when the quota resets — instead of spending anything; a final error
+back until its Retry-After — when the quota resets, or a breaker or a connection may have
+recovered, each try waiting longer — instead of spending anything; a final error
 is the item's line in the error file; a 200 its line in the output file. Batches past their
 window end `expired`, as OpenAI's do. The runner never dies: a round that fails is logged on its
 task's health and the next one tries again.
@@ -31,6 +32,7 @@ IDLE_S = 5.0  # how long the runner sleeps when nothing is due (a new batch wake
 FAILED_PAUSE_S = 5.0  # after a round that failed
 PURGE_EVERY_S = 3600.0  # how often batches past their retention are looked for
 RETRY_S = 1.0  # an item that could not be run (not its answer's fault) is taken again after this
+MAX_BACKOFF_S = 300.0  # an item put back again and again waits at most this long between tries
 
 
 @attrs.frozen
@@ -131,8 +133,9 @@ class BatchRunner:
                 item.endpoint, item_id, item.custom_id, answer.request_id, answer.body
             )
             await trio.to_thread.run_sync(lambda: queue.finish(item, ok=True, line=line))
-        elif answer.retry_after_s is not None:
-            when = min(self._now() + answer.retry_after_s, float(item.expires_at))
+        elif answer.retry_after_s is not None:  # later, each try waiting longer (to 5 min)
+            pause = max(answer.retry_after_s, min(2.0**item.tries, MAX_BACKOFF_S))
+            when = min(self._now() + pause, float(item.expires_at))
             await trio.to_thread.run_sync(queue.later, item, when)
         else:
             line = failed_line(item.endpoint, item_id, item.custom_id, answer.status,

@@ -44,6 +44,9 @@ from lanes._core.policy.spend import Unbounded
 log = logging.getLogger("lanes")
 
 
+NEVER_PAYS = "work that can wait never pays (a batch item)"  # a free_only job's paid candidates
+
+
 @attrs.frozen(kw_only=True)
 class PaidPermit:
     """Consent to pay for one quote: what `may_pay` gives and a paid `hold` requires."""
@@ -93,7 +96,7 @@ class PaidGate:
         for and not given, a denial)."""
         candidate, estimate = quote.candidate, quote.worst_usd
         if record.job.free_only:
-            record.skip(candidate, "work that can wait never pays (a batch item)")
+            record.skip(candidate, NEVER_PAYS)
             return None
         if estimate is None or isinstance(estimate, Unbounded):
             record.skip(candidate, f"worst case can not be bounded: {estimate or 'not held'}")
