@@ -16,7 +16,8 @@ import openai
 import pytest
 import trio
 
-from lanes._core.batch.queue import BatchQueue, BatchRefused, Caps
+from lanes._core.batch.files import BatchRefused, Caps
+from lanes._core.batch.queue import BatchQueue
 from lanes.testing import ANSWER, answer, rate_limited
 from sidecar import open_sidecar
 

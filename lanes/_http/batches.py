@@ -28,8 +28,9 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from lanes._core.batch.files import BatchRefused, Caps
 from lanes._core.batch.lines import MESSAGES as MESSAGES_PATH
-from lanes._core.batch.queue import BatchQueue, BatchRefused, Caps
+from lanes._core.batch.queue import BatchQueue
 from lanes._core.batch.runner import Batches, BatchRunner, ItemAnswer, ServeItem
 from lanes._core.config.schema import Config
 from lanes._core.dialects.common import BadField

@@ -12,8 +12,6 @@ client's id is not found.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -22,12 +20,13 @@ from typing import Any
 
 import attrs
 
+from lanes._core.batch.ending import Obj, count, end, ending, new_id, write
+from lanes._core.batch.files import BatchFiles, BatchRefused, Caps, bounded_lines
 from lanes._core.batch.lines import (
     ENDPOINTS,
     MAX_ERRORS,
     Line,
     LineError,
-    closed_line,
     read_line,
     window_s,
 )
@@ -55,16 +54,7 @@ CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), ow
     until REAL)
 """
 
-Obj = dict[str, Any]  # a file or batch object, as OpenAI's API has it
 TERMINAL = ("completed", "failed", "expired", "cancelled")
-
-
-class BatchRefused(ValueError):
-    """A file or batch request that can not be taken, with the status and the field to name."""
-
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.param = status, param
 
 
 @attrs.frozen
@@ -83,22 +73,7 @@ class Item:
     tries: int = 1  # this run included
 
 
-@attrs.frozen(kw_only=True)
-class Caps:
-    """What a file may hold (`[batch]`): bytes, lines, bytes per line; what a client may keep."""
-
-    max_bytes: int
-    max_lines: int
-    max_line_bytes: int
-    max_files: int = 100  # a client's files kept at once (delete one to upload another)
-    max_open: int = 100  # a client's batches not ended yet
-
-
-def _id(prefix: str) -> str:
-    return f"{prefix}{secrets.token_hex(12)}"
-
-
-class BatchQueue:
+class BatchQueue(BatchFiles):
     """Files, batches and items in `folder` (`queue.db` and `files/`). Blocking: call it from a
     worker thread. `durable` False: the folder is temporary and the objects say so."""
 
@@ -110,143 +85,6 @@ class BatchQueue:
 
     def close(self) -> None:
         self._conn.close()
-
-    # -- files --------------------------------------------------------------------------------
-    def upload_path(self) -> Path:
-        """Where an upload is written as it arrives (then `add_file`, or deleted)."""
-        return self.folder / "files" / f"upload-{secrets.token_hex(8)}.part"
-
-    def add_file(
-        self,
-        client: str,
-        purpose: str,
-        filename: str,
-        upload: Path,
-        now: int,
-        purposes: tuple[str, ...] = ("batch",),
-    ) -> Obj:
-        """Keep an uploaded JSONL file (`upload`, as written). Raises BatchRefused when it is not
-        JSONL within the caps, or its purpose is not one of `purposes`."""
-        if purpose not in purposes:
-            upload.unlink(missing_ok=True)
-            raise BatchRefused(f"purpose must be {' or '.join(purposes)}", param="purpose")
-        with self._lock:
-            (kept,) = self._conn.execute(
-                "SELECT count(*) FROM batch_file WHERE client = ? AND deleted = 0 AND kind = "
-                "'input'",
-                (client,),
-            ).fetchone()
-        if kept >= self.caps.max_files:
-            upload.unlink(missing_ok=True)
-            raise BatchRefused(
-                f"this client keeps {self.caps.max_files} files already: delete one first",
-                param="file",
-            )
-        size, lines = upload.stat().st_size, 0
-        with upload.open("rb") as stream:
-            for raw, _ in _lines(stream, self.caps.max_line_bytes):
-                lines += raw is None or bool(raw.strip())
-                if lines > self.caps.max_lines:
-                    upload.unlink(missing_ok=True)
-                    raise BatchRefused(
-                        f"the file holds more than batch.max_lines ({self.caps.max_lines}) lines",
-                        param="file",
-                    )
-        if not lines:
-            upload.unlink(missing_ok=True)
-            raise BatchRefused("the file holds no line: a batch file is JSONL", param="file")
-        file_id = _id("file-")
-        os.replace(upload, self._path(file_id))
-        row = (file_id, client, purpose, filename[:255] or "batch.jsonl", size, lines, now)
-        with self._lock, self._conn:
-            self._conn.execute(
-                "INSERT INTO batch_file (id, client, purpose, filename, bytes, lines, created_at, "
-                "kind) VALUES (?, ?, ?, ?, ?, ?, ?, 'input')",
-                row,
-            )
-        return self.file(client, file_id) or {}
-
-    def file(self, client: str, file_id: str) -> Obj | None:
-        """The file object, or None when it is not this client's (or deleted)."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT id, bytes, created_at, filename, purpose, kind FROM batch_file "
-                "WHERE id = ? AND client = ? AND deleted = 0",
-                (file_id, client),
-            ).fetchone()
-        return None if row is None else _file_object(row)
-
-    def files(self, client: str, limit: int, after: str | None) -> list[Obj]:
-        """This client's files, newest first, after the id `after`."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT id, bytes, created_at, filename, purpose, kind FROM batch_file "
-                "WHERE client = ? AND deleted = 0 AND purpose = 'batch' AND (? IS NULL OR "
-                "created_at < (SELECT created_at FROM batch_file WHERE id = ? AND client = ?) OR "
-                "(created_at = (SELECT created_at FROM batch_file WHERE id = ? AND client = ?) "
-                "AND id < ?)) ORDER BY created_at DESC, id DESC LIMIT ?",
-                (client, after, after, client, after, client, after, limit),
-            ).fetchall()
-        return [_file_object(r) for r in rows]
-
-    def delete_file(self, client: str, file_id: str) -> bool:
-        """Delete a file of this client's: its bytes at once (an input file a batch still runs
-        from is kept until the batch ends). False when it is not this client's."""
-        with self._lock, self._conn:
-            row = self._conn.execute(
-                "SELECT kind, batch FROM batch_file WHERE id = ? AND client = ? AND deleted = 0",
-                (file_id, client),
-            ).fetchone()
-            if row is None:
-                return False
-            self._conn.execute("UPDATE batch_file SET deleted = 1 WHERE id = ?", (file_id,))
-            if row[0] != "input":  # an output or error file: its lines go with it
-                self._conn.execute(
-                    "UPDATE batch_item SET result = NULL WHERE batch = ? AND ok = ?",
-                    (row[1], int(row[0] == "output")),
-                )
-            running = self._conn.execute(
-                "SELECT 1 FROM batch WHERE status NOT IN ('completed', 'failed', 'expired', "
-                "'cancelled') AND json_extract(data, '$.input_file_id') = ?",
-                (file_id,),
-            ).fetchone()
-        if row[0] == "input" and running is None:
-            self._path(file_id).unlink(missing_ok=True)
-        return True
-
-    def content(self, client: str, file_id: str) -> Iterator[bytes] | None:
-        """A file's bytes in chunks: an input file as uploaded, an output or error file as its
-        items' lines in line order. None when it is not this client's."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT kind, batch FROM batch_file WHERE id = ? AND client = ? AND deleted = 0",
-                (file_id, client),
-            ).fetchone()
-        if row is None:
-            return None
-        kind, batch = row
-        if kind == "input":
-            return _chunks(self._path(file_id))
-        return self._lines_of(batch, ok=kind == "output")
-
-    def _lines_of(self, batch: str, *, ok: bool | None) -> Iterator[bytes]:
-        """The done items' lines in line order, 500 at a time: the answered (`ok`), the failed,
-        or (None) all."""
-        last = 0
-        while True:
-            with self._lock:
-                rows = self._conn.execute(
-                    "SELECT line, result FROM batch_item WHERE batch = ? AND state = 'done' AND "
-                    "(? IS NULL OR ok = ?) AND line > ? ORDER BY line LIMIT 500",
-                    (batch, None if ok is None else int(ok), None if ok is None else int(ok), last),
-                ).fetchall()
-            if not rows:
-                return
-            yield b"".join(r[1] for r in rows)
-            last = rows[-1][0]
-
-    def _path(self, file_id: str) -> Path:
-        return self.folder / "files" / f"{file_id}.jsonl"
 
     # -- batches ------------------------------------------------------------------------------
     def create(
@@ -306,7 +144,7 @@ class BatchQueue:
                 f"this client has {self.caps.max_open} batches not ended yet: wait for one, "
                 "or cancel one",
             )
-        batch_id = _id(prefix)
+        batch_id = new_id(prefix)
         data: dict[str, Any] = {
             "id": batch_id, "object": "batch", "endpoint": endpoint, "errors": None,
             "input_file_id": input_id, "completion_window": ask["completion_window"],
@@ -346,7 +184,7 @@ class BatchQueue:
         errors: list[LineError] = []
         start, number = 0, 0
         with self._lock, immediate(self._conn) as conn, self._path(file_id).open("rb") as stream:
-            for raw, size in _lines(stream, self.caps.max_line_bytes):
+            for raw, size in bounded_lines(stream, self.caps.max_line_bytes):
                 number, begin, start = number + 1, start, start + size
                 if raw is not None and not raw.strip():
                     continue
@@ -457,7 +295,7 @@ class BatchQueue:
             data = json.loads(row[0])
             if data["status"] in ("validating", "in_progress"):
                 data |= {"status": "cancelling", "cancelling_at": now}
-                _write(conn, data)
+                write(conn, data)
         self.settle(now)
         return self.batch(client, batch_id)
 
@@ -517,7 +355,7 @@ class BatchQueue:
                 (int(ok), "ok" if ok else "error", line, item.batch, item.line),
             ).rowcount
             if done:
-                _count(conn, item.batch, "completed" if ok else "failed")
+                count(conn, item.batch, "completed" if ok else "failed")
 
     def later(self, item: Item, not_before: float) -> None:
         """Put an item back, not to be taken before `not_before` (its free capacity resets)."""
@@ -549,9 +387,9 @@ class BatchQueue:
             ).fetchall()
             for (raw,) in rows:
                 data = json.loads(raw)
-                status = _ending(conn, data, now)
+                status = ending(conn, data, now)
                 if status is not None:
-                    _end(conn, data, status, int(now))
+                    end(conn, data, status, int(now))
                     ended.append(data["id"])
             gone = [
                 r[0]
@@ -565,109 +403,3 @@ class BatchQueue:
         for file_id in gone:  # deleted while its batch ran: its bodies go now
             self._path(file_id).unlink(missing_ok=True)
         return ended
-
-
-def _ending(conn: sqlite3.Connection, data: Obj, now: float) -> str | None:
-    """How `data`'s batch ends now (None: not yet); the items left are answered for."""
-    left = dict(
-        conn.execute(
-            "SELECT state, count(*) FROM batch_item WHERE batch = ? AND state IN ('pending', "
-            "'running') GROUP BY state",
-            (data["id"],),
-        ).fetchall()
-    )
-    if data["status"] == "cancelling":
-        if left.get("running"):
-            return None
-        _close_left(conn, data, "cancelled")
-        return "cancelled"
-    if now >= data["expires_at"] and not left.get("running"):
-        _close_left(conn, data, "expired")
-        return "expired" if left else "completed"
-    return None if left else "completed"
-
-
-def _close_left(conn: sqlite3.Connection, data: Obj, why: str) -> None:
-    """The items not run yet answered for: expired or cancelled, in the batch's own format."""
-    rows = conn.execute(
-        "SELECT line, custom_id FROM batch_item WHERE batch = ? AND state = 'pending'",
-        (data["id"],),
-    ).fetchall()
-    for line, custom_id in rows:
-        result = closed_line(data["endpoint"], f"{data['id']}-{line}", custom_id, why)
-        conn.execute(
-            "UPDATE batch_item SET state = 'done', ok = 0, outcome = ?, result = ? "
-            "WHERE batch = ? AND line = ?",
-            (why, result, data["id"], line),
-        )
-
-
-def _end(conn: sqlite3.Connection, data: Obj, status: str, now: int) -> None:
-    counts = dict(
-        conn.execute(
-            "SELECT ok, count(*) FROM batch_item WHERE batch = ? AND state = 'done' GROUP BY ok",
-            (data["id"],),
-        ).fetchall()
-    )
-    data["request_counts"] |= {"completed": counts.get(1, 0), "failed": counts.get(0, 0)}
-    data |= {"status": status, f"{status}_at": now, "finalizing_at": now}
-    for kind, has in (("output", counts.get(1)), ("error", counts.get(0))):
-        if has:
-            file_id = _id("file-")
-            conn.execute(
-                "INSERT INTO batch_file (id, client, purpose, filename, bytes, lines, created_at, "
-                "batch, kind) VALUES (?, (SELECT client FROM batch WHERE id = ?), "
-                "'batch_output', ?, (SELECT coalesce(sum(length(result)), 0) FROM batch_item "
-                "WHERE batch = ? AND ok = ?), ?, ?, ?, ?)",
-                (file_id, data["id"], f"{data['id']}_{kind}.jsonl", data["id"],
-                 int(kind == "output"), has, now, data["id"], kind),
-            )  # fmt: skip
-            data[f"{kind}_file_id"] = file_id
-    _write(conn, data)
-
-
-def _count(conn: sqlite3.Connection, batch: str, field: str) -> None:
-    row = conn.execute("SELECT data FROM batch WHERE id = ?", (batch,)).fetchone()
-    if row is not None:
-        data = json.loads(row[0])
-        data["request_counts"][field] += 1
-        _write(conn, data)
-
-
-def _write(conn: sqlite3.Connection, data: Obj) -> None:
-    conn.execute(
-        "UPDATE batch SET data = ?, status = ? WHERE id = ?",
-        (json.dumps(data), data["status"], data["id"]),
-    )
-
-
-def _file_object(row: tuple[Any, ...]) -> Obj:
-    file_id, size, created, filename, purpose, _kind = row
-    return {
-        "id": file_id, "object": "file", "bytes": size, "created_at": created,
-        "filename": filename, "purpose": purpose, "status": "processed", "expires_at": None,
-        "status_details": None,
-    }  # fmt: skip
-
-
-def _chunks(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
-    with path.open("rb") as stream:
-        while chunk := stream.read(size):
-            yield chunk
-
-
-def _lines(stream: Any, cap: int) -> Iterator[tuple[bytes | None, int]]:
-    """Each line of `stream` and its size in bytes, never holding more than `cap` + 1 bytes of
-    one: a longer line is read past in chunks and given as None."""
-    while True:
-        raw = stream.readline(cap + 1)
-        if not raw:
-            return
-        if len(raw) <= cap or raw.endswith(b"\n"):
-            yield raw, len(raw)
-            continue
-        size = len(raw)
-        while raw and not raw.endswith(b"\n"):
-            raw = stream.readline(1 << 16)
-            size += len(raw)
-        yield None, size

@@ -1,0 +1,214 @@
+"""The batch queue's files: uploads kept as they came in the queue's folder, each client's own,
+bounded as they are taken (bytes, lines, bytes per line, files per client); output and error files
+are their batch's items' lines, streamed in line order. The queue (`queue.py`) is built on it."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from lanes._core.batch.ending import Obj, new_id
+
+
+class BatchRefused(ValueError):
+    """A file or batch request that can not be taken, with the status and the field to name."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param = status, param
+
+
+@attrs.frozen(kw_only=True)
+class Caps:
+    """What a file may hold (`[batch]`): bytes, lines, bytes per line; what a client may keep."""
+
+    max_bytes: int
+    max_lines: int
+    max_line_bytes: int
+    max_files: int = 100  # a client's files kept at once (delete one to upload another)
+    max_open: int = 100  # a client's batches not ended yet
+
+
+class BatchFiles:
+    """Files of the queue in `folder` (`files/`), rows in its SQLite file (the queue's)."""
+
+    folder: Path
+    caps: Caps
+    _conn: sqlite3.Connection
+    _lock: threading.Lock
+
+    # -- files --------------------------------------------------------------------------------
+    def upload_path(self) -> Path:
+        """Where an upload is written as it arrives (then `add_file`, or deleted)."""
+        return self.folder / "files" / f"upload-{secrets.token_hex(8)}.part"
+
+    def add_file(
+        self,
+        client: str,
+        purpose: str,
+        filename: str,
+        upload: Path,
+        now: int,
+        purposes: tuple[str, ...] = ("batch",),
+    ) -> Obj:
+        """Keep an uploaded JSONL file (`upload`, as written). Raises BatchRefused when it is not
+        JSONL within the caps, or its purpose is not one of `purposes`."""
+        if purpose not in purposes:
+            upload.unlink(missing_ok=True)
+            raise BatchRefused(f"purpose must be {' or '.join(purposes)}", param="purpose")
+        with self._lock:
+            (kept,) = self._conn.execute(
+                "SELECT count(*) FROM batch_file WHERE client = ? AND deleted = 0 AND kind = "
+                "'input'",
+                (client,),
+            ).fetchone()
+        if kept >= self.caps.max_files:
+            upload.unlink(missing_ok=True)
+            raise BatchRefused(
+                f"this client keeps {self.caps.max_files} files already: delete one first",
+                param="file",
+            )
+        size, lines = upload.stat().st_size, 0
+        with upload.open("rb") as stream:
+            for raw, _ in bounded_lines(stream, self.caps.max_line_bytes):
+                lines += raw is None or bool(raw.strip())
+                if lines > self.caps.max_lines:
+                    upload.unlink(missing_ok=True)
+                    raise BatchRefused(
+                        f"the file holds more than batch.max_lines ({self.caps.max_lines}) lines",
+                        param="file",
+                    )
+        if not lines:
+            upload.unlink(missing_ok=True)
+            raise BatchRefused("the file holds no line: a batch file is JSONL", param="file")
+        file_id = new_id("file-")
+        os.replace(upload, self._path(file_id))
+        row = (file_id, client, purpose, filename[:255] or "batch.jsonl", size, lines, now)
+        with self._lock, self._conn:
+            self._conn.execute(
+                "INSERT INTO batch_file (id, client, purpose, filename, bytes, lines, created_at, "
+                "kind) VALUES (?, ?, ?, ?, ?, ?, ?, 'input')",
+                row,
+            )
+        return self.file(client, file_id) or {}
+
+    def file(self, client: str, file_id: str) -> Obj | None:
+        """The file object, or None when it is not this client's (or deleted)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT id, bytes, created_at, filename, purpose, kind FROM batch_file "
+                "WHERE id = ? AND client = ? AND deleted = 0",
+                (file_id, client),
+            ).fetchone()
+        return None if row is None else _file_object(row)
+
+    def files(self, client: str, limit: int, after: str | None) -> list[Obj]:
+        """This client's files, newest first, after the id `after`."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, bytes, created_at, filename, purpose, kind FROM batch_file "
+                "WHERE client = ? AND deleted = 0 AND purpose = 'batch' AND (? IS NULL OR "
+                "created_at < (SELECT created_at FROM batch_file WHERE id = ? AND client = ?) OR "
+                "(created_at = (SELECT created_at FROM batch_file WHERE id = ? AND client = ?) "
+                "AND id < ?)) ORDER BY created_at DESC, id DESC LIMIT ?",
+                (client, after, after, client, after, client, after, limit),
+            ).fetchall()
+        return [_file_object(r) for r in rows]
+
+    def delete_file(self, client: str, file_id: str) -> bool:
+        """Delete a file of this client's: its bytes at once (an input file a batch still runs
+        from is kept until the batch ends). False when it is not this client's."""
+        with self._lock, self._conn:
+            row = self._conn.execute(
+                "SELECT kind, batch FROM batch_file WHERE id = ? AND client = ? AND deleted = 0",
+                (file_id, client),
+            ).fetchone()
+            if row is None:
+                return False
+            self._conn.execute("UPDATE batch_file SET deleted = 1 WHERE id = ?", (file_id,))
+            if row[0] != "input":  # an output or error file: its lines go with it
+                self._conn.execute(
+                    "UPDATE batch_item SET result = NULL WHERE batch = ? AND ok = ?",
+                    (row[1], int(row[0] == "output")),
+                )
+            running = self._conn.execute(
+                "SELECT 1 FROM batch WHERE status NOT IN ('completed', 'failed', 'expired', "
+                "'cancelled') AND json_extract(data, '$.input_file_id') = ?",
+                (file_id,),
+            ).fetchone()
+        if row[0] == "input" and running is None:
+            self._path(file_id).unlink(missing_ok=True)
+        return True
+
+    def content(self, client: str, file_id: str) -> Iterator[bytes] | None:
+        """A file's bytes in chunks: an input file as uploaded, an output or error file as its
+        items' lines in line order. None when it is not this client's."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT kind, batch FROM batch_file WHERE id = ? AND client = ? AND deleted = 0",
+                (file_id, client),
+            ).fetchone()
+        if row is None:
+            return None
+        kind, batch = row
+        if kind == "input":
+            return _chunks(self._path(file_id))
+        return self._lines_of(batch, ok=kind == "output")
+
+    def _lines_of(self, batch: str, *, ok: bool | None) -> Iterator[bytes]:
+        """The done items' lines in line order, 500 at a time: the answered (`ok`), the failed,
+        or (None) all."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT line, result FROM batch_item WHERE batch = ? AND state = 'done' AND "
+                    "(? IS NULL OR ok = ?) AND line > ? ORDER BY line LIMIT 500",
+                    (batch, None if ok is None else int(ok), None if ok is None else int(ok), last),
+                ).fetchall()
+            if not rows:
+                return
+            yield b"".join(r[1] for r in rows)
+            last = rows[-1][0]
+
+    def _path(self, file_id: str) -> Path:
+        return self.folder / "files" / f"{file_id}.jsonl"
+
+
+def _file_object(row: tuple[Any, ...]) -> Obj:
+    file_id, size, created, filename, purpose, _kind = row
+    return {
+        "id": file_id, "object": "file", "bytes": size, "created_at": created,
+        "filename": filename, "purpose": purpose, "status": "processed", "expires_at": None,
+        "status_details": None,
+    }  # fmt: skip
+
+
+def _chunks(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
+    with path.open("rb") as stream:
+        while chunk := stream.read(size):
+            yield chunk
+
+
+def bounded_lines(stream: Any, cap: int) -> Iterator[tuple[bytes | None, int]]:
+    """Each line of `stream` and its size in bytes, never holding more than `cap` + 1 bytes of
+    one: a longer line is read past in chunks and given as None."""
+    while True:
+        raw = stream.readline(cap + 1)
+        if not raw:
+            return
+        if len(raw) <= cap or raw.endswith(b"\n"):
+            yield raw, len(raw)
+            continue
+        size = len(raw)
+        while raw and not raw.endswith(b"\n"):
+            raw = stream.readline(1 << 16)
+            size += len(raw)
+        yield None, size
