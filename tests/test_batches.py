@@ -15,6 +15,7 @@ import httpx2
 import openai
 import pytest
 import trio
+import trio.testing
 
 from lanes._core.batch.files import BatchRefused, Caps
 from lanes._core.batch.queue import BatchQueue
@@ -399,3 +400,62 @@ async def test_malformed_uploads_odd_metadata_and_container_bombs_are_refused_in
     assert odd.status_code == 400 and odd.json()["error"]["param"] == "metadata"
     assert unnamed.status_code == 400 and unnamed.json()["error"]["param"] == "input_file_id"
     assert messages.status_code == 413 and messages.json()["type"] == "error"
+
+
+@pytest.mark.free_lane
+async def test_a_batch_leaves_the_headroom_of_a_quota_to_interactive_work():
+    """rpd = 10 and `batch.headroom` 0.2: the batch's items use 8 of the day's requests and wait
+    for the next day with 2 items left; an interactive request is still served free."""
+    async with open_sidecar(
+        ("free", "free", ["free-model"], {"free_tier": {"kind": "rate_limited", "rpd": 10}}),
+        batch={"concurrency": 1, "headroom": 0.2},
+    ) as (url, fakes):
+        client = sdk(url, "unused")
+        lines = jsonl(*(line(f"r{i}") for i in range(10)))
+        file = await client.files.create(file=("in.jsonl", io.BytesIO(lines)), purpose="batch")
+        batch = await client.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        with trio.fail_after(30):
+            while (await client.batches.retrieve(batch.id)).request_counts.completed < 8:
+                await trio.sleep(0.05)
+        now = await client.batches.retrieve(batch.id)
+        assert now.status == "in_progress" and now.request_counts.completed == 8
+        assert len(fakes["free"].requests()) == 8  # the 9th item was not sent
+        reply = await client.chat.completions.create(
+            model="free-model", messages=[{"role": "user", "content": "urgent"}]
+        )
+        assert reply.choices[0].message.content == ANSWER
+        assert len(fakes["free"].requests()) == 9
+
+
+async def test_no_item_starts_while_interactive_work_waits_for_a_free_quota(tmp_path):
+    """While an interactive job waits in the waiting room, a round of the runner starts no item
+    and looks again within a second; once it has gone, the next round runs them. (Rounds are
+    driven one by one: the queue's calls run in threads, which a virtual clock outruns.)"""
+    from lanes._core.batch.runner import YIELD_S, BatchRunner, ItemAnswer
+    from lanes._core.runtime.tasks import Background
+
+    queue = _queue(tmp_path)
+    _batch(queue, jsonl(line("x"), line("y")), now=1000)
+    waiting, served = [1], []
+
+    async def serve(endpoint: str, body: bytes, client: str, deadline_s: float) -> ItemAnswer:
+        served.append(json.loads(body)["messages"][0]["content"])
+        return ItemAnswer(200, json.dumps({"choices": []}).encode(), "r")
+
+    runner = BatchRunner(
+        queue,
+        serve,
+        now_wall=lambda: 1001.0,
+        health=Background().task("batches"),
+        interactive_waiting=lambda: waiting[0],
+    )
+    async with trio.open_nursery() as nursery:
+        assert await runner._round(nursery) == YIELD_S
+        await trio.testing.wait_all_tasks_blocked()
+        assert served == []
+        waiting[0] = 0
+        await runner._round(nursery)
+    assert sorted(served) == ["classify x", "classify y"]
+    queue.close()

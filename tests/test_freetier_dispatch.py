@@ -11,7 +11,7 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane, paid_lane
+from helpers import ENGINE_POLICY, config, free_lane, paid_lane
 from lanes._http.errors import http_status
 from lanes.testing import answer, open_fake, rate_limited
 
@@ -239,3 +239,84 @@ async def test_a_wait_longer_than_the_deadline_is_not_waited(env, autojump_clock
                 await dispatcher.complete(attrs.evolve(job(deadline_s=5), max_wait_s=60.0))
             assert trio.current_time() - start < 1.0
     assert refused.value.retry_after_s is not None and refused.value.retry_after_s >= 19
+
+
+async def test_a_full_waiting_room_answers_the_exact_429_and_places_are_given_back(
+    env, autojump_clock
+):
+    """One place per client (`waiting_per_client = 1`): a's first job waits and is served free
+    after the reset; a's second, meanwhile, is answered at once with the exact 429 as without
+    the header; b's waits in its own place. A job whose client left gives its place back."""
+    async with open_fake("free", models=("free-model",)) as free:
+        free.script("free-model", rate_limited(retry_after=20), answer(), answer())
+        policy = {**ENGINE_POLICY, "waiting_per_client": 1}
+        cfg = config(free_lane("free", free.base_url), policy=policy)
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            with pytest.raises(lanes.FreeTierExhausted):  # the 429 that starts the backoff
+                await dispatcher.complete(job(client="a"))
+            room = dispatcher.waiting
+            served: list[str] = []
+
+            async def waits(client: str) -> None:
+                reply = await dispatcher.complete(job(client=client, max_wait_s=60.0))
+                served.append(f"{client}:{reply.lane}")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waits, "a")
+                nursery.start_soon(waits, "b")
+                await trio.sleep(1)
+                assert room.waiting == 2
+                start = trio.current_time()
+                with pytest.raises(lanes.FreeTierExhausted) as full:
+                    await dispatcher.complete(job(client="a", max_wait_s=60.0))
+                assert trio.current_time() == start  # at once
+                with pytest.raises(lanes.FreeTierExhausted) as plain:  # without the header
+                    await dispatcher.complete(job(client="d"))
+                assert full.value.retry_after_s == plain.value.retry_after_s
+                assert 18 <= (full.value.retry_after_s or 0) <= 23
+            assert sorted(served) == ["a:free", "b:free"] and room.waiting == 0
+            free.script("free-model", rate_limited(retry_after=20))
+            with pytest.raises(lanes.FreeTierExhausted):
+                await dispatcher.complete(job(client="c"))
+            with trio.move_on_after(5):  # the client leaves while its job waits
+                await dispatcher.complete(job(client="c", max_wait_s=60.0))
+            assert room.waiting == 0
+
+
+async def test_jobs_due_at_once_start_in_turns_across_clients(autojump_clock):
+    """Four jobs whose quota reopens at the same moment start again in turns: every client's
+    earliest deadline first (a's 5, then b's 30), then a's next (10, then 20)."""
+    from lanes._core.engine.waiting import WaitingRoom
+    from lanes._core.policy.policy import PolicyConfig
+
+    room = WaitingRoom(lambda: PolicyConfig())
+    started: list[str] = []
+
+    reopens = trio.current_time() + 7.0
+
+    async def one(name: str, client: str, deadline: float) -> None:
+        with room.place(client, deadline, 10) as ticket:
+            await room.wait(ticket, reopens - trio.current_time())
+            started.append(name)
+            await trio.sleep(1)  # its walk; the next start does not wait for it to end
+
+    async with trio.open_nursery() as nursery:
+        for name, client, deadline in (("a10", "a", 10), ("a20", "a", 20), ("a5", "a", 5),
+                                       ("b30", "b", 30)):  # fmt: skip
+            nursery.start_soon(one, name, client, deadline)
+            await trio.sleep(0.1)
+    assert started == ["a5", "b30", "a10", "a20"]
+
+
+def test_the_waiting_room_refuses_past_its_caps():
+    from lanes._core.engine.waiting import RoomFull, WaitingRoom
+    from lanes._core.policy.policy import PolicyConfig
+
+    room = WaitingRoom(lambda: PolicyConfig(waiting_jobs=2, waiting_mb=0.001))
+    with room.place("a", 1.0, 400), room.place("b", 1.0, 400):
+        with pytest.raises(RoomFull):
+            room.place("c", 1.0, 1).__enter__()  # two jobs wait: the total cap
+        assert room.waiting == 2
+    with room.place("a", 1.0, 900), pytest.raises(RoomFull):
+        room.place("b", 1.0, 200).__enter__()  # 1,100 bytes > 1,000
+    assert room.waiting == 0

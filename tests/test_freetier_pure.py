@@ -202,3 +202,58 @@ def test_a_quiet_expiry_halves_the_step():
         now = m.back_off("g", "m", "rate_limited", now=now).until
     m.update_from_headers("g", "m", {}, status=200, now=now)
     assert m.back_off("g", "m", "rate_limited", now=now).until - now == RATE_LADDER_S[2]
+
+
+@given(
+    limit=st.integers(1, 200),
+    used=st.integers(0, 250),
+    headroom=st.floats(0.0, 0.9),
+)
+def test_work_that_can_wait_leaves_the_headroom_to_interactive_work(limit, used, headroom):
+    """Counted here: a batch item (headroom h) sees the quota used up at limit x (1 - h), an
+    interactive job at the limit; whatever a batch may still use, interactive work may too."""
+    m = manager(RateLimitedFree(rpd=limit))
+    for _ in range(used):
+        m.count_usage("g", "m", now=NOW)
+    batch = m.classify("g", "m", NOW, headroom)
+    interactive = m.classify("g", "m", NOW)
+    assert batch.free == (used < limit * (1 - headroom))
+    assert interactive.free == (used < limit)
+    assert not batch.free or interactive.free
+    if not batch.free:
+        assert batch.free_again_at == window_end("day", NOW)
+
+
+@given(limit=st.integers(1, 10_000), remaining=st.integers(0, 10_000), headroom=st.floats(0, 0.9))
+def test_a_reported_quota_within_the_headroom_is_kept_for_interactive_work(
+    limit, remaining, headroom
+):
+    """Reported by the provider: a batch item stops where `remaining` falls to limit x h, until
+    that window resets; interactive work goes on to 0."""
+    remaining = min(remaining, limit)
+    m = manager(RateLimitedFree())
+    m.update_from_headers(
+        "g",
+        "m",
+        {
+            "x-ratelimit-limit-requests": str(limit),
+            "x-ratelimit-remaining-requests": str(remaining),
+            "x-ratelimit-reset-requests": "30s",
+        },
+        status=200,
+        now=NOW,
+    )
+    batch = m.classify("g", "m", NOW, headroom)
+    assert batch.free == (remaining > limit * headroom)
+    assert m.classify("g", "m", NOW).free == (remaining > 0)
+    if not batch.free:
+        assert batch.free_again_at == NOW + 30
+        assert m.classify("g", "m", NOW + 30, headroom).free  # the window reset
+
+
+def test_credits_within_the_headroom_are_kept_for_interactive_work():
+    m = manager(CreditBased(budget_usd=10.0, reset="daily"))
+    m.set_balance("g", 1.5, now=NOW)
+    assert not m.classify("g", "m", NOW, 0.2).free
+    assert m.classify("g", "m", NOW, 0.1).free
+    assert m.classify("g", "m", NOW).free

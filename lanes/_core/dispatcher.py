@@ -37,6 +37,7 @@ from lanes._core.engine.gate import Gate, Switchboard
 from lanes._core.engine.probes import Probes
 from lanes._core.engine.session import StreamJob, stream_job
 from lanes._core.engine.stream import ReplyStream
+from lanes._core.engine.waiting import WaitingRoom
 from lanes._core.engine.walk import Call, walk
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime, TrioTime
@@ -143,6 +144,7 @@ class Dispatcher:
                 now_wall=wall,
                 switchboard=self._switches,
                 catch_up=self._sync.catch_up,
+                room=WaitingRoom(policy),
             ),
             health=self._health,
             paid=PaidGate(self._ledger, consent, manager, wall, policy),
@@ -197,6 +199,12 @@ class Dispatcher:
         """The FreeTierManager, for tests and tools that look into the quotas (views read
         `statistics()`)."""
         return self._manager
+
+    @property
+    def waiting(self) -> WaitingRoom:
+        """The room where jobs that asked to wait for a free quota wait (work that can wait
+        holds back while it is not empty)."""
+        return self._routing.gate.room
 
     @property
     def free_lane_on(self) -> bool:

@@ -79,11 +79,12 @@ async def open_batches(config: Config, dispatcher: Any) -> AsyncIterator[Batches
         )
         runner = BatchRunner(
             queue,
-            serve_item(dispatcher),
+            serve_item(dispatcher, config.batch.headroom),
             now_wall=dispatcher.now_wall,
             health=dispatcher.background.task("batches"),
             concurrency=config.batch.concurrency,
             retention_s=config.batch.retention_days * 86400.0,
+            interactive_waiting=lambda: dispatcher.waiting.waiting,
         )
         try:
             yield Batches(queue=queue, runner=runner)
@@ -91,15 +92,16 @@ async def open_batches(config: Config, dispatcher: Any) -> AsyncIterator[Batches
             queue.close()
 
 
-def serve_item(dispatcher: Any) -> ServeItem:
-    """Serve one item as the door of its endpoint would, as a job that never pays."""
+def serve_item(dispatcher: Any, headroom: float = 0.0) -> ServeItem:
+    """Serve one item as the door of its endpoint would, as a job that never pays and leaves
+    `headroom` of every free quota to interactive work."""
 
     async def serve(endpoint: str, body: bytes, client: str, deadline_s: float) -> ItemAnswer:
         ms = int(min(max(deadline_s, 1.0), 3600.0) * 1000)
         headers = job_headers({"x-lanes-deadline-ms": str(ms)})
         shape = MESSAGES if endpoint == MESSAGES_PATH else OPENAI  # the item's own error shape
         try:
-            return await _served(dispatcher, endpoint, body, client, headers)
+            return await _served(dispatcher, endpoint, body, client, headers, headroom)
         except (BadRequest, BadField) as exc:
             status = 400 if isinstance(exc, BadField) else exc.status
             code = "invalid_request" if isinstance(exc, BadField) else exc.code
@@ -132,24 +134,26 @@ def _never_free(exc: JobFailed) -> bool:
 
 
 async def _served(
-    dispatcher: Any, endpoint: str, raw: bytes, client: str, headers: dict[str, Any]
-) -> ItemAnswer:
+    dispatcher: Any, endpoint: str, raw: bytes, client: str, headers: dict[str, Any],
+    headroom: float,
+) -> ItemAnswer:  # fmt: skip
+    waits: dict[str, Any] = {"free_only": True, "headroom": headroom}  # what makes an item
     if endpoint == "/v1/embeddings":
         body = json.loads(raw)
-        job = attrs.evolve(embedding_job(body, client, headers), free_only=True)
+        job = attrs.evolve(embedding_job(body, client, headers), **waits)
         dispatcher.resolve(job)
         return _answer(await dispatcher.embed(job))
     translated: dict[str, API] = {MESSAGES_PATH: MESSAGES, "/v1/responses": RESPONSES}
     api = translated.get(endpoint)
     if api is not None:  # translated onto a chat job and back, as its door does
         body = json.loads(raw)
-        job, _ = translated_job(api, body, client, headers, free_only=True)
+        job, _ = translated_job(api, body, client, headers, **waits)
         dispatcher.resolve(job)
         reply = await dispatcher.complete(job)
         answer = api.answer(body, reply, job, dispatcher.now_wall())
         return ItemAnswer(200, json.dumps(answer).encode(), reply.request_id)
     job, _ = parse_job(raw, {}, client)
-    job = attrs.evolve(job, free_only=True, deadline_s=headers["deadline_s"],
+    job = attrs.evolve(job, **waits, deadline_s=headers["deadline_s"],
                        deadline_at=headers["deadline_at"])  # fmt: skip
     dispatcher.resolve(job)
     return _answer(await dispatcher.complete(job))

@@ -32,6 +32,7 @@ IDLE_S = 5.0  # how long the runner sleeps when nothing is due (a new batch wake
 FAILED_PAUSE_S = 5.0  # after a round that failed
 PURGE_EVERY_S = 3600.0  # how often batches past their retention are looked for
 RETRY_S = 1.0  # an item that could not be run (not its answer's fault) is taken again after this
+YIELD_S = 1.0  # how often it looks again while interactive work waits
 MAX_BACKOFF_S = 300.0  # an item put back again and again waits at most this long between tries
 
 
@@ -66,8 +67,12 @@ class BatchRunner:
         health: TaskHealth,
         concurrency: int = 4,
         retention_s: float = 7 * 86400.0,
+        interactive_waiting: Callable[[], int] = lambda: 0,
     ) -> None:
+        """`interactive_waiting`: how many interactive jobs wait for a free quota now — while
+        any does, no item starts (they go first)."""
         self._queue, self._serve, self._now, self._health = queue, serve, now_wall, health
+        self._waiting = interactive_waiting
         self._retention_s, self._purged_at = retention_s, 0.0
         self._slots = trio.CapacityLimiter(concurrency)
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -101,12 +106,16 @@ class BatchRunner:
             await trio.to_thread.run_sync(queue.purge, now - self._retention_s)
             self._purged_at = now
         room = int(self._slots.total_tokens - self._slots.borrowed_tokens)
+        if self._waiting():  # interactive work waits for a free quota: it goes first
+            room = 0
         items = await trio.to_thread.run_sync(queue.take, now, room) if room else []
         for item in items:
             await self._slots.acquire_on_behalf_of(item)
             nursery.start_soon(self._one, item)
         due = await trio.to_thread.run_sync(queue.next_due, now)
         pause = IDLE_S if due is None else max(0.0, due - now)
+        if self._waiting():
+            pause = YIELD_S
         return min(pause, LEASE_S / 3)
 
     async def _one(self, item: Item) -> None:

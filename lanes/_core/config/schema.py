@@ -313,6 +313,9 @@ class BatchConfig:
     #: days a batch is kept after it ended — with its items, its output and error files and its
     #: input file (the request bodies); then deleted
     retention_days: float = attrs.field(default=7.0, validator=[positive, at_most(3650.0)])
+    #: the share of every free quota (per minute, per day, credits) batch items leave to
+    #: interactive work: at 0.2 a batch stops where 20 % of a quota is left, and waits for its reset
+    headroom: float = attrs.field(default=0.2, validator=[at_least(0.0), at_most(0.9)])
 
 
 @attrs.frozen(kw_only=True)

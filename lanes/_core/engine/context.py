@@ -103,4 +103,4 @@ def next_free(
         free = [(c.lane, c.model) for c in catalog.resolve(job) if c.tier == "free"]
     except (UnknownModel, Unservable):
         return None
-    return manager.next_free_at(free, now)
+    return manager.next_free_at(free, now, job.headroom)

@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from lanes._core.engine.probes import Probes
+from lanes._core.engine.waiting import WaitingRoom
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.job import Candidate, Outcome
@@ -92,9 +93,12 @@ class Gate:
         now_wall: Callable[[], EpochTime],
         switchboard: Switchboard,
         catch_up: Callable[[], None],
+        room: WaitingRoom,
     ) -> None:
-        """`catch_up` takes what other processes on the host wrote a moment ago (see sync.py)."""
+        """`catch_up` takes what other processes on the host wrote a moment ago (see sync.py);
+        `room` is where jobs that asked to wait for a free quota wait."""
         self._catch_up = catch_up
+        self.room = room
         self._lanes = lanes
         self._breakers = {name: LaneBreakers(lane.config.breaker) for name, lane in lanes.items()}
         self._manager = manager
@@ -113,8 +117,9 @@ class Gate:
             return "lane switched off"
         return None
 
-    def held_back(self, candidate: Candidate) -> str | None:
-        """Why the quarantine or the FreeTierManager holds `candidate` back now, or None."""
+    def held_back(self, candidate: Candidate, headroom: float = 0.0) -> str | None:
+        """Why the quarantine or the FreeTierManager holds `candidate` back now (for work that
+        leaves `headroom` of every free quota to interactive work), or None."""
         if candidate.tier in ("local", "byok"):  # owned, or the client's own key: no shared quota
             return None
         now = self._now_wall()
@@ -122,7 +127,7 @@ class Gate:
             quarantined = self._switches.why_quarantined(candidate.key)
             if quarantined is not None:
                 return quarantined
-            verdict = self._manager.classify(candidate.lane, candidate.model, now)
+            verdict = self._manager.classify(candidate.lane, candidate.model, now, headroom)
             return None if verdict.free else verdict.reason
         backoff = self._manager.is_in_backoff(candidate.lane, candidate.model, now)
         return None if backoff is None else f"backoff ({backoff.reason}, {backoff.source})"
@@ -173,7 +178,7 @@ class Gate:
                 record.short_of()
                 record.skip(candidate, "too little time left")
                 return None
-            reason = self.held_back(candidate)
+            reason = self.held_back(candidate, record.job.headroom)
             if reason is not None:
                 if candidate.tier == "free" and not self._switches.why_quarantined(candidate.key):
                     record.held_back(candidate)  # a quarantine is no capacity wait

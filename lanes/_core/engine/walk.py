@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Container
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack, ExitStack
 from typing import Generic, TypeVar
 
 import trio
@@ -30,6 +30,7 @@ import trio
 from lanes._core.engine.attempt import AttemptRun, open_attempt
 from lanes._core.engine.context import Routing
 from lanes._core.engine.order import LOOKAHEAD, order
+from lanes._core.engine.waiting import RoomFull, Ticket, WaitingRoom
 from lanes._core.model.errors import (
     AttemptTimedOut,
     FinalError,
@@ -42,6 +43,7 @@ from lanes._core.model.job import Candidate
 from lanes._core.model.record import JobRecord
 from lanes._core.money.paid import PaidPermit
 from lanes._core.money.quote import Quotes
+from lanes._core.policy.needs import input_bytes
 from lanes._core.policy.plan_queue import Queue
 from lanes._core.policy.policy import PolicyConfig, after_failure
 from lanes._core.state.store import job_deadline
@@ -70,16 +72,27 @@ async def walk(
     """
     token = job_deadline.set(record.deadline_at)  # every store call this job waits on ends by it
     try:
-        while True:
-            try:
-                return await _walk(routing, record, call, keep, exclude, require_prefill)
-            except FreeTierExhausted as exc:  # a free quota reopens within the job's wait?
-                pause = record.free_wait(exc.retry_after_s, trio.current_time())
-                if pause is None:
-                    raise
-                await trio.sleep(pause)  # cancelled with the job (its client left)
+        with ExitStack() as place:
+            ticket = None
+            while True:
+                try:
+                    return await _walk(routing, record, call, keep, exclude, require_prefill)
+                except FreeTierExhausted as exc:  # a free quota reopens within the job's wait?
+                    pause = record.free_wait(exc.retry_after_s, trio.current_time())
+                    if pause is None:
+                        raise
+                    if ticket is None:  # a place in the waiting room, else answered as without
+                        try:
+                            ticket = place.enter_context(_place(routing.gate.room, record))
+                        except RoomFull:
+                            raise exc from None
+                    await routing.gate.room.wait(ticket, pause)  # cancelled with the job
     finally:
         job_deadline.reset(token)
+
+
+def _place(room: WaitingRoom, record: JobRecord) -> AbstractContextManager[Ticket]:
+    return room.place(record.job.client, record.deadline_at, input_bytes(record.job))
 
 
 async def _walk(

@@ -137,9 +137,10 @@ class FreeTierManager:
         found = [b for key in keys if (b := self._backoffs.get(key)) and b.until > now]
         return max(found, key=lambda b: b.until) if found else None
 
-    def classify(self, lane: str, model: str, now: float) -> QuotaVerdict:
+    def classify(self, lane: str, model: str, now: float, headroom: float = 0.0) -> QuotaVerdict:
         """AlwaysFree (owned or subscribed), FreeWithinLimits, or NotFree with the reason and
-        when."""
+        when. `headroom` (0..1, work that can wait): that share of every quota — counted, reported
+        or credit — is kept for interactive work, so the quota counts as used up earlier."""
         terms = self._terms.get(lane) or LaneTerms(kind=NoFreeTier())
         kind = terms.kind
         if not terms.is_free(model):
@@ -153,12 +154,14 @@ class FreeTierManager:
                 reason=f"backoff ({backoff.reason}, {backoff.source})",
                 free_again_at=backoff.until,
             )
-        over = self._over_local_limit(lane, model, kind, now)
+        over = self._over_local_limit(lane, model, kind, now, headroom) or (
+            self._kept_for_interactive(self.scope(lane, model), now, headroom) if headroom else None
+        )
         if over is not None:
             return over
         if isinstance(kind, CreditBased):
             left = self.credit_left(lane, now)
-            if left is not None and left <= 0:
+            if left is not None and left <= headroom * kind.budget_usd:
                 return QuotaVerdict(
                     kind="not_free",
                     reason="credits exhausted",
@@ -189,20 +192,40 @@ class FreeTierManager:
         return None
 
     def _over_local_limit(
-        self, lane: str, model: str, kind: FreeTierKind, now: float
+        self, lane: str, model: str, kind: FreeTierKind, now: float, headroom: float = 0.0
     ) -> QuotaVerdict | None:
-        """Client-side counts against configured limits — only where no fresh header speaks."""
+        """Client-side counts against configured limits (less the `headroom` kept for
+        interactive work) — only where no fresh header speaks."""
         scope = self.scope(lane, model)
         fresh = self._fresh_windows(scope, now)
         for key, dimension, window in _LIMITS:
             limit = getattr(kind, key, None)
             if not limit or (dimension, window) in fresh:
                 continue
-            if self._usage.used(scope, dimension, window, now) >= limit:
+            if self._usage.used(scope, dimension, window, now) >= limit * (1.0 - headroom):
+                kept = f", {headroom:.0%} kept for interactive work" if headroom else ""
                 return QuotaVerdict(
                     kind="not_free",
-                    reason=f"{key}={limit} used up (counted here)",
+                    reason=f"{key}={limit} used up (counted here{kept})",
                     free_again_at=window_end(window, now),
+                )
+        return None
+
+    def _kept_for_interactive(self, scope: str, now: float, headroom: float) -> QuotaVerdict | None:
+        """Is what the provider last reported left of a window (still fresh) within the share
+        `headroom` kept for interactive work? Then NotFree until that window resets."""
+        entry = self._snapshots.get(scope)
+        if entry is None:
+            return None
+        at, snapshot = entry
+        for w in snapshot.windows:
+            if w.limit is None or w.remaining is None or at + (w.reset_s or 60.0) <= now:
+                continue
+            if w.remaining <= w.limit * headroom:
+                return QuotaVerdict(
+                    kind="not_free",
+                    reason=f"{headroom:.0%} of {w.dimension} kept for interactive work",
+                    free_again_at=at + (w.reset_s or 60.0),
                 )
         return None
 
@@ -401,12 +424,13 @@ class FreeTierManager:
 
     # -- the soonest reopening ---------------------------------------------------------------------
     def next_free_at(
-        self, candidates: Iterable[tuple[str, str]], now: float
+        self, candidates: Iterable[tuple[str, str]], now: float, headroom: float = 0.0
     ) -> tuple[float, str] | None:
-        """(epoch seconds, "lane/model") of the soonest moment a candidate now not free reopens."""
+        """(epoch seconds, "lane/model") of the soonest moment a candidate now not free reopens
+        (for work that keeps `headroom`, see `classify`)."""
         soonest = None
         for lane, model in candidates:
-            verdict = self.classify(lane, model, now)
+            verdict = self.classify(lane, model, now, headroom)
             if (
                 verdict.kind == "not_free"
                 and verdict.free_again_at is not None

@@ -131,6 +131,11 @@ class Job:
     approval: str | None = None  # the approval a retry carries (X-Lanes-Approval), if any
     # never pays, whatever consent and the model named say: work that can wait (a batch item)
     free_only: bool = False
+    # the share (0..0.9) of every free quota this job leaves for interactive work (a batch item's
+    # `batch.headroom`): to it a quota is used up that much earlier
+    headroom: float = attrs.field(
+        default=0.0, validator=[attrs.validators.ge(0.0), attrs.validators.le(0.9)]
+    )
     # how long it may wait for a free quota to reopen (X-Lanes-Max-Wait), seconds: when every free
     # candidate is cooling and one reopens within it, the job waits instead of answering 429;
     # without a deadline of its own, its deadline grows by it

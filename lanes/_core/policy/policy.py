@@ -21,7 +21,7 @@ from typing import Literal
 import attrs
 
 from lanes._core.model.job import Candidate, Job, Skip
-from lanes._core.model.validators import at_least
+from lanes._core.model.validators import at_least, at_most
 from lanes._core.policy.needs import Needs, clamped, estimate_tokens, needs_of
 from lanes._core.policy.room import MIN_CLAMPED_OUTPUT
 
@@ -52,6 +52,13 @@ class PolicyConfig:
     #: a 429 asking for at most this long is waited out on the same candidate — only when the
     #: alternative would cost money or there is none
     max_wait_s: float = attrs.field(default=5.0, validator=at_least(0))
+    #: jobs of one client waiting at once for a free quota to reopen (`X-Lanes-Max-Wait`): one more
+    #: is answered as without the header (429 with the exact Retry-After)
+    waiting_per_client: int = attrs.field(default=32, validator=[at_least(0), at_most(10_000)])
+    #: jobs of all clients waiting at once for a free quota to reopen
+    waiting_jobs: int = attrs.field(default=256, validator=[at_least(0), at_most(100_000)])
+    #: the waiting jobs' requests, MB in all (messages and tools as sent)
+    waiting_mb: float = attrs.field(default=64.0, validator=[at_least(0), at_most(100_000.0)])
     #: a transient fault (5xx, reset, refused) is retried once on the same candidate after this
     #: pause (× 1–2, jittered)
     retry_pause_s: float = attrs.field(default=0.25, validator=at_least(0))
