@@ -17,6 +17,7 @@ import pytest
 import trio
 import trio.testing
 
+import lanes
 from lanes._core.batch.files import BatchRefused, Caps
 from lanes._core.batch.queue import BatchQueue
 from lanes.testing import ANSWER, answer, rate_limited
@@ -364,15 +365,17 @@ def test_an_item_is_tried_again_unless_it_can_never_be_served_free():
     candidate paid, or none able) takes its error as its answer; any other "not now" is put back."""
     from lanes._core.model.errors import NoLaneAvailable, Unservable
     from lanes._core.model.job import Skip
-    from lanes._core.money.paid import NEVER_PAYS
-    from lanes._http.batches import _never_free
+    from lanes._core.model.statuses import NEVER_PAYS, try_again_in
 
     paid_only = NoLaneAvailable("x", skips=[Skip(lane="paid", model="m", reason=NEVER_PAYS)])
     breaker = NoLaneAvailable("x", skips=[Skip(lane="free", model="m", reason="breaker open")])
     both = [Skip(lane="paid", model="m", reason=NEVER_PAYS), *breaker.skips]
     mixed = NoLaneAvailable("x", skips=both)
-    assert _never_free(paid_only) and _never_free(Unservable("x", code="no_capable_model"))
-    assert not _never_free(breaker) and not _never_free(mixed)
+    unservable = Unservable("x", code="no_capable_model")
+    assert try_again_in(paid_only) is None and try_again_in(unservable) is None
+    assert try_again_in(breaker) == 1.0 and try_again_in(mixed) == 1.0
+    assert try_again_in(lanes.FreeTierExhausted("x", retry_after_s=42.0)) == 42.0
+    assert try_again_in(lanes.DeadlineExceeded("x")) is None  # 504: the item's answer
 
 
 async def test_malformed_uploads_odd_metadata_and_container_bombs_are_refused_in_json():
@@ -416,10 +419,11 @@ async def test_a_batch_leaves_the_headroom_of_a_quota_to_interactive_work():
         batch = await client.batches.create(
             input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
         )
-        with trio.fail_after(30):
-            while (await client.batches.retrieve(batch.id)).request_counts.completed < 8:
+        with trio.fail_after(30):  # polled as a user would
+            now = await client.batches.retrieve(batch.id)
+            while now.request_counts.completed < 8:
                 await trio.sleep(0.05)
-        now = await client.batches.retrieve(batch.id)
+                now = await client.batches.retrieve(batch.id)
         assert now.status == "in_progress" and now.request_counts.completed == 8
         assert len(fakes["free"].requests()) == 8  # the 9th item was not sent
         reply = await client.chat.completions.create(

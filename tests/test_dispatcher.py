@@ -8,7 +8,7 @@ from conftest import FREE_LANE_OFF
 
 import lanes
 from helpers import ENGINE_POLICY, config, free_lane, local_lane, paid_lane
-from lanes._http.errors import http_status
+from lanes._core.model.statuses import http_status
 from lanes.testing import answer, garbage, hang, open_fake, rate_limited, reset, status
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]

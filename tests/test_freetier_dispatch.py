@@ -12,7 +12,7 @@ import trio
 
 import lanes
 from helpers import ENGINE_POLICY, config, free_lane, paid_lane
-from lanes._http.errors import http_status
+from lanes._core.model.statuses import http_status
 from lanes.testing import answer, open_fake, rate_limited
 
 JOB = [{"role": "user", "content": "hi"}]

@@ -21,7 +21,8 @@ import lanes
 from helpers import PAID_KEY, config, examples, paid_lane
 from lanes._core.freetier.prices import usage_cost
 from lanes._core.model.errors import StreamInterrupted
-from lanes._http.errors import http_status, job_failed
+from lanes._core.model.statuses import http_status
+from lanes._http.errors import job_failed
 from lanes.testing import answer, open_fake
 
 MESSAGES = [{"role": "user", "content": "Say the pangram, in full, please."}]

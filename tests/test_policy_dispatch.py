@@ -11,7 +11,7 @@ import trio
 import lanes
 from helpers import config, free_lane, http_client, local_lane, paid_lane, sqlite_store
 from lanes._core.audit.report import report
-from lanes._http.errors import http_status
+from lanes._core.model.statuses import http_status
 from lanes.testing import ANSWER, answer, hang, open_fake, rate_limited, status
 from sidecar import open_sidecar
 

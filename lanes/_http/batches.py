@@ -34,13 +34,13 @@ from lanes._core.batch.queue import BatchQueue
 from lanes._core.batch.runner import Batches, BatchRunner, ItemAnswer, ServeItem
 from lanes._core.config.schema import Config
 from lanes._core.dialects.common import BadField
-from lanes._core.model.errors import FreeTierExhausted, JobFailed, Unservable
+from lanes._core.model.errors import JobFailed
 from lanes._core.model.job import Reply
-from lanes._core.money.paid import NEVER_PAYS
+from lanes._core.model.statuses import try_again_in
 from lanes._http.context import Context, caller
 from lanes._http.dialects import API
 from lanes._http.doors import MESSAGES, RESPONSES, embedding_job, translated_job
-from lanes._http.errors import LATER, BadRequest, error_body
+from lanes._http.errors import BadRequest, error_body
 from lanes._http.routes import OPENAI
 from lanes._http.validation import digits, job_headers, parse_job
 
@@ -111,26 +111,10 @@ def serve_item(dispatcher: Any, headroom: float = 0.0) -> ServeItem:
             status, failed, said = shape.failed(exc)
             # "not now" only where the free capacity is known to come back (a backoff, a quota):
             # anything else is the item's answer, as OpenAI writes a failed request's
-            later = None
-            if status in LATER and not _never_free(exc):
-                later = max(1.0, float(said.get("Retry-After", 1)))
+            later = try_again_in(exc)
             return ItemAnswer(status, json.dumps(failed).encode(), exc.request_id or "", later)
 
     return serve
-
-
-def _never_free(exc: JobFailed) -> bool:
-    """Can this item never be served free (its only candidates paid, or none able)? Then its
-    error is its answer; any other "not now" (a quota, a breaker, a lane unreachable) is tried
-    again later."""
-    if isinstance(exc, FreeTierExhausted):
-        return False
-    return (
-        isinstance(exc, Unservable)
-        or bool(exc.skips)
-        and all(s.reason.startswith(NEVER_PAYS) for s in exc.skips)
-        and not exc.attempts
-    )
 
 
 async def _served(

@@ -22,12 +22,12 @@ from lanes._core.dialects.common import ChatRequest, sse_event
 from lanes._core.engine.stream import ReplyStream
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job, Reply
+from lanes._core.model.statuses import http_status
 from lanes._http.errors import (
     MESSAGES_REQUEST_ID,
     MESSAGES_TYPES,
     REQUEST_ID,
     error_body,
-    http_status,
     job_failed,
     messages_error_body,
 )

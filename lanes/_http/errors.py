@@ -10,18 +10,15 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from lanes._core.model.errors import (
-    DeadlineExceeded,
-    FallbackDenied,
     FallbackNeedsApproval,
     FreeTierExhausted,
     JobFailed,
     NoLaneAvailable,
     RetryLater,
-    StreamInterrupted,
-    UnknownModel,
     Unservable,
     UpstreamRejected,
 )
+from lanes._core.model.statuses import LATER, http_status
 
 TYPES = {
     400: "invalid_request_error",
@@ -71,29 +68,6 @@ class BadRequest(Exception):
         self.param, self.status, self.code = param, status, code
 
 
-#: The HTTP status of each way a job can fail; the most specific class wins (see `http_status`).
-STATUSES: tuple[tuple[type[JobFailed], int], ...] = (
-    (FreeTierExhausted, 429),
-    (RetryLater, 429),
-    (DeadlineExceeded, 504),
-    (Unservable, 400),  # never: no candidate could serve it, whatever the moment
-    (UnknownModel, 404),
-    (NoLaneAvailable, 503),  # not now
-    (FallbackDenied, 403),
-    (StreamInterrupted, 502),
-    (JobFailed, 503),
-)
-
-
-def http_status(exc: JobFailed) -> int:
-    """The status a failed job is answered with over HTTP (a final upstream error keeps its own)."""
-    if isinstance(exc, UpstreamRejected):
-        return exc.upstream_status
-    if isinstance(exc, StreamInterrupted) and exc.upstream_status is not None:
-        return exc.upstream_status  # what the provider said inside its stream
-    return next(status for cls, status in STATUSES if isinstance(exc, cls))
-
-
 def error_body(
     status: int, message: str, code: str | None, param: str | None = None
 ) -> dict[str, Any]:
@@ -112,10 +86,6 @@ def _utf8(text: str | None) -> str | None:
     if text is None or text.isascii():
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-#: The statuses that say "try again later" — and only those: each is sent with `Retry-After`.
-LATER = frozenset({429, 503})
 
 
 def error_response(

@@ -29,10 +29,11 @@ from starlette.routing import Route
 
 from lanes._core.dialects.common import BadField
 from lanes._core.model.errors import JobFailed
+from lanes._core.model.statuses import LATER
 from lanes._http.context import Context
 from lanes._http.departures import departure_shield
 from lanes._http.dialects import ChatCompletions, Shape
-from lanes._http.errors import LATER, BadRequest, retry_after
+from lanes._http.errors import BadRequest, retry_after
 from lanes._http.guard import RequestRefused
 from lanes._http.streaming import SSERelay
 

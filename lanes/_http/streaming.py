@@ -29,7 +29,8 @@ from lanes._core.engine.stream import ReplyStream
 from lanes._core.freetier.prices import usd_text
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job
-from lanes._http.errors import REQUEST_ID, error_body, http_status, job_failed
+from lanes._core.model.statuses import http_status
+from lanes._http.errors import REQUEST_ID, error_body, job_failed
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),

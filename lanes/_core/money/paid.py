@@ -35,6 +35,7 @@ from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted
 from lanes._core.model.job import Candidate, Outcome
 from lanes._core.model.record import JobRecord
+from lanes._core.model.statuses import NEVER_PAYS
 from lanes._core.money.consent import Consent
 from lanes._core.money.ledger import Ledger, Reservation
 from lanes._core.money.quote import Quote, Quotes, settled_cost
@@ -42,9 +43,6 @@ from lanes._core.policy.policy import PolicyConfig
 from lanes._core.policy.spend import Unbounded
 
 log = logging.getLogger("lanes")
-
-
-NEVER_PAYS = "work that can wait never pays (a batch item)"  # a free_only job's paid candidates
 
 
 @attrs.frozen(kw_only=True)
