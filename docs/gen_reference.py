@@ -15,7 +15,8 @@ A page is prose written by hand around blocks the generator owns:
 On the config page a block names a TOML table as a file writes it (`[policy]`, `[[lanes]]`,
 `[server.clients.NAME]`, `[lanes.free_tier] kind = "credits"`), or `top level`, or
 `free-tier kinds`; every table the walk finds must have its block, and a block naming no table is
-an error. The CLI page has one block, `lanes`: every subcommand with its arguments. The lanes
+an error. The CLI page has one block, `lanes`: every subcommand with its arguments (and each action
+of one that has actions, `lanes batch submit`, a level down). The lanes
 page has one block, `lanes`: a row for every lane module the loader finds in `lanes/` (its
 provider, default free-tier kind and limits, key variable, and its docstring's first paragraph).
 
@@ -316,14 +317,27 @@ def cli_blocks() -> dict[str, str]:
             out.append(f"| `{argument(action)}` | {cell(meaning(action))} |")
     out.append("")
     for name, sub in commands.choices.items():
-        out += [f"### `lanes {name}`", "", cell(helps.get(name, "")), ""]
-        out += ["```", usage(name, sub), "```", ""]
-        arguments = [a for a in sub._actions if not isinstance(a, argparse._HelpAction)]
-        if arguments:
-            out += ["| argument | meaning |", "|---|---|"]
-            out += [f"| `{argument(a)}` | {cell(meaning(a))} |" for a in arguments]
-            out.append("")
+        out += command_section(name, sub, helps.get(name, ""))
     return {"lanes": "\n".join(out)}
+
+
+def command_section(name: str, parser: argparse.ArgumentParser, said: str) -> list[str]:
+    """`lanes NAME`'s section: its help, its usage and a table of its arguments; then, for a
+    command of actions (`lanes batch submit`, …), a section a level down for each."""
+    level = "#" * (2 + len(name.split()))
+    out = [f"{level} `lanes {name}`", "", cell(said), ""]
+    out += ["```", usage(name, parser), "```", ""]
+    arguments = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    if arguments:
+        out += ["| argument | meaning |", "|---|---|"]
+        out += [f"| `{argument(a)}` | {cell(meaning(a))} |" for a in arguments]
+        out.append("")
+    for action in arguments:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for inner, sub in action.choices.items():
+                out += command_section(f"{name} {inner}", sub, helps.get(inner, ""))
+    return out
 
 
 def lane_modules() -> dict[str, tuple[Provider, str]]:

@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 import httpx2
 import trio
 
-from lanes import _cli_reports, _cli_whatif
-from lanes._cli_reports import call
+from lanes import _cli_batch, _cli_reports, _cli_whatif
+from lanes._cli_reports import SidecarRefused, UsageError, call, error_message
 from lanes._core.audit.forecast import status_lines
 from lanes._core.check import check_config
 from lanes._core.config.schema import packaged
@@ -32,18 +32,6 @@ from lanes._core.model.errors import ConfigError
 
 DEFAULT_URL = "http://127.0.0.1:4098"
 log = logging.getLogger("lanes")
-
-
-class UsageError(Exception):
-    """A mistake in how the command was called: one line on stderr, exit 2."""
-
-
-class SidecarRefused(Exception):
-    """The sidecar answered other than 200: its message on stderr, exit `code`."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,39 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="lanes", description="free-tier-first LLM routing sidecar")
     parser.add_argument("--version", action="version", version=f"lanes {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the sidecar")
-    serve.add_argument(
-        "--config", default=None, help="TOML config (default: the one shipped with lanes)"
-    )
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument(
-        "--simulate", action="store_true", help="route to built-in simulated providers"
-    )
-    serve.add_argument(
-        "--state",
-        default=None,
-        metavar="PATH",
-        help="the SQLite state file (over the config's `state`; with --simulate too): spend, "
-        "quotas and the batch queue survive a restart",
-    )
-    serve.add_argument(
-        "--log-format", choices=["text", "json"], default="text", help="json: one object a line"
-    )
-    serve.add_argument(
-        "--log-level",
-        choices=["warning", "info", "debug"],
-        default="warning",
-        help="info: also one line per job (lanes.jobs) and per failed attempt",
-    )
-    serve.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        metavar="N",
-        help="N processes serving the port under a parent that restarts them and reloads the "
-        "config on SIGHUP (default: one process, which never reloads)",
-    )
+    _serve_parser(sub.add_parser("serve", help="run the sidecar"))
     for name, text in (
         ("status", "lanes, breakers, backoffs, spend and the forecast of a running sidecar"),
         ("reload", "reload the config of a running `lanes serve --workers N` (as SIGHUP)"),
@@ -157,11 +113,49 @@ def _parser() -> argparse.ArgumentParser:
         help="reach the state store too: what it is, and whether paid fallback can open",
     )
     _cli_reports.add_parsers(sub, DEFAULT_URL)
+    _cli_batch.add_parser(sub, DEFAULT_URL)
     _cli_whatif.add_parser(sub)
     init = sub.add_parser("init", help="write a starter config for the keys in the environment")
     init.add_argument("path", nargs="?", default="lanes.toml", help='where ("-" for stdout)')
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     return parser
+
+
+def _serve_parser(serve: argparse.ArgumentParser) -> None:
+    """The flags of `lanes serve`."""
+
+    serve.add_argument(
+        "--config", default=None, help="TOML config (default: the one shipped with lanes)"
+    )
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument(
+        "--simulate", action="store_true", help="route to built-in simulated providers"
+    )
+    serve.add_argument(
+        "--state",
+        default=None,
+        metavar="PATH",
+        help="the SQLite state file (over the config's `state`; with --simulate too): spend, "
+        "quotas and the batch queue survive a restart",
+    )
+    serve.add_argument(
+        "--log-format", choices=["text", "json"], default="text", help="json: one object a line"
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=["warning", "info", "debug"],
+        default="warning",
+        help="info: also one line per job (lanes.jobs) and per failed attempt",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N processes serving the port under a parent that restarts them and reloads the "
+        "config on SIGHUP (default: one process, which never reloads)",
+    )
 
 
 def _remote(command: argparse.ArgumentParser) -> None:
@@ -176,7 +170,7 @@ def _ok(method: str, url: str, body: Any = None, *, bad_request: int = 1) -> Any
     exit 1 (`bad_request` for a 400)."""
     code, answer = call(method, url, body)
     if code != 200:
-        raise SidecarRefused(_error_message(answer), bad_request if code == 400 else 1)
+        raise SidecarRefused(error_message(answer), bad_request if code == 400 else 1)
     return answer
 
 
@@ -327,11 +321,6 @@ def _ceiling(args: argparse.Namespace) -> int:
     )
     _print(args, paid, human)
     return 0
-
-
-def _error_message(body: Any) -> str:
-    error = body.get("error") if isinstance(body, dict) else None
-    return str(error.get("message", body)) if isinstance(error, dict) else str(body)
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -549,6 +538,7 @@ def _run(args: argparse.Namespace) -> int:
         "report": _cli_reports.run_report,
         "explain": _cli_reports.run_explain,
         "whatif": _cli_whatif.run,
+        "batch": _cli_batch.run,
         "init": _init,
     }
     try:

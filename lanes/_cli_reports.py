@@ -1,5 +1,7 @@
 """`lanes report` and `lanes explain`: the audit's measures per cohort (or class, lane, model,
-client), and the story of one request — read from the state file, or from a running sidecar."""
+client), and the story of one request — read from the state file, or from a running sidecar. Also
+what every command asking a sidecar shares: `call`, `error_message`, and the two failures a user
+can cause (`UsageError`, `SidecarRefused`), which `lanes._cli` says in one line."""
 
 from __future__ import annotations
 
@@ -17,6 +19,24 @@ from lanes._core.audit.report import GROUPS, Report, explain, parse_since, repor
 from lanes._core.config.schema import read_config
 from lanes._core.model.errors import ConfigError
 from lanes._core.state.store import SQLiteStore
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called: one line on stderr, exit 2."""
+
+
+class SidecarRefused(Exception):
+    """The sidecar answered other than 200: its message on stderr, exit `code`."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def error_message(body: Any) -> str:
+    """What a sidecar's error answer says: OpenAI's `error.message`, else the body itself."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message", body)) if isinstance(error, dict) else str(body)
 
 
 def add_parsers(sub: Any, default_url: str) -> None:
@@ -196,4 +216,15 @@ def story_text(story: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Report", "add_parsers", "markdown", "run_explain", "run_report", "story_text"]
+__all__ = [
+    "Report",
+    "SidecarRefused",
+    "UsageError",
+    "add_parsers",
+    "call",
+    "error_message",
+    "markdown",
+    "run_explain",
+    "run_report",
+    "story_text",
+]

@@ -70,6 +70,7 @@ LAYERS = (
     "lanes/drills",
     "lanes/_cli_reports.py",
     "lanes/_cli_whatif.py",
+    "lanes/_cli_batch.py",
     "lanes/_cli.py",
     "lanes/__main__.py",
 )

@@ -158,24 +158,36 @@ def test_a_config_field_without_a_description_is_refused(tmp_path, monkeypatch):
         GEN.keys(GEN.Table(header="[bare]", cls=bare))
 
 
-def subcommands() -> dict[str, argparse.ArgumentParser]:
+def subcommands(
+    parser: argparse.ArgumentParser | None = None,
+) -> dict[str, argparse.ArgumentParser]:
+    """Each `lanes` subcommand by name, and each action of one that has actions by its whole name
+    (`batch submit`)."""
     from lanes._cli import _parser
 
-    action = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    found = {}
+    for action in (parser or _parser())._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[name] = sub
+                found |= {f"{name} {inner}": p for inner, p in subcommands(sub).items()}
+    return found
 
 
 def cli_sections() -> dict[str, str]:
-    """The CLI reference's section of each subcommand: `### lanes NAME` up to the next one."""
+    """The CLI reference's section of each subcommand (`### lanes NAME`) and of each action of one
+    (`#### lanes NAME ACTION`), up to the next section."""
     text = (DOCS / "reference" / "cli.md").read_text()
-    parts = re.split(r"^### `lanes ([a-z-]+)`$", text, flags=re.MULTILINE)
+    parts = re.split(r"^#{3,4} `lanes ([a-z -]+)`$", text, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def test_the_docs_document_every_cli_command():
-    """Each `lanes` subcommand has its section in the CLI reference, with its help, and is named
-    on the hand-written pages too (the sidecar page's `lanes` command table)."""
+    """Each `lanes` subcommand (and each action of one) has its section in the CLI reference, with
+    its help, and is named on the hand-written pages too (the sidecar page's `lanes` command
+    table)."""
     commands = subcommands()
+    assert "batch submit" in commands
     assert sorted(cli_sections()) == sorted(commands)
     written = "\n".join(p.read_text() for p in pages() if p != DOCS / "reference" / "cli.md")
     assert sorted(c for c in commands if f"lanes {c}" not in written) == []
