@@ -18,6 +18,7 @@ docs/lane-authors.md.
 """
 
 from lanes._core.audit.statistics import Statistics
+from lanes._core.batch.library import BatchCancelled, BatchExpired, BatchResult, LibraryBatch
 from lanes._core.config.schema import Config, load_config, read_config
 from lanes._core.config.schema import ModelConfig as Model
 from lanes._core.dispatcher import Dispatcher
@@ -59,6 +60,9 @@ from lanes._whatif import WhatIf, whatif
 __all__ = [
     "AlwaysFreeLocal",
     "Attempt",
+    "BatchCancelled",
+    "BatchExpired",
+    "BatchResult",
     "Candidate",
     "Config",
     "ConfigError",
@@ -75,6 +79,7 @@ __all__ = [
     "JobFailed",
     "LaneSpec",
     "LanesError",
+    "LibraryBatch",
     "Model",
     "ModelNotFound",
     "NoFreeTier",

@@ -10,7 +10,7 @@ background tasks (`upkeep.py`) start with `start()`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from lanes._core.audit.statistics import (
     snapshot,
 )
 from lanes._core.audit.tracing import JobTrace
+from lanes._core.batch.library import LibraryBatch, window_of
 from lanes._core.config.schema import Config
 from lanes._core.engine.calls import complete_call, embed_call
 from lanes._core.engine.catalog import Catalog, LaneHealth
@@ -315,6 +316,28 @@ class Dispatcher:
         candidates, which config declares the same model — never a different one. Raises what
         `complete` raises; the reply's body is the upstream's embeddings `list`."""
         return await self._serve(self._open_record(job, embedding=True), embed_call)
+
+    @asynccontextmanager
+    async def submit_batch(
+        self, jobs: Iterable[Job], *, window: str | float = "24h", concurrency: int | None = None
+    ) -> AsyncIterator[LibraryBatch]:
+        """Work that can wait: serve `jobs` on free capacity as it reopens, within `window`
+        (`"24h"`, lanes' `"1h"`..`"7d"`, or seconds), never paying, leaving `[batch]` `headroom`
+        of every free quota to interactive work; at most `concurrency` (default `[batch]`'s) at
+        once. Yields the batch (`progress`, `results()`, `cancel()`); leaving the block waits for
+        it to end. See `batch/library.py`."""
+        settings = self.config.batch
+        batch = LibraryBatch(
+            list(jobs),
+            lambda job: self.embed(job) if job.input is not None else self.complete(job),
+            window_s=window_of(window),
+            headroom=settings.headroom,
+            concurrency=concurrency or settings.concurrency,
+            interactive_waiting=lambda: self.waiting.waiting,
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(batch.run)
+            yield batch
 
     async def _serve(self, record: JobRecord, call: Call[Reply]) -> Reply:
         with request_secrets(record.job.keys.values()):  # its own keys: out of its log lines

@@ -1,0 +1,182 @@
+"""Work that can wait, from the library: `dispatcher.submit_batch(jobs, window="24h")`.
+
+The jobs run as the sidecar's batch items do — never paying (`Job.free_only`), leaving
+`batch.headroom` of every free quota to interactive work, no job started while an interactive one
+waits for a free quota, a "not now" tried again when its quota reopens (the rule of
+`model/statuses.py`, each try waiting longer, to 5 min), the rest ended by the window. The jobs are
+the caller's objects, in memory already; nothing is written to disk (the sidecar's queue is the
+durable one).
+
+    async with dispatcher.submit_batch(jobs, window="6h") as batch:
+        async for result in batch.results():
+            ...  # result.index, result.reply or result.error, as each ends
+        print(batch.progress)
+
+Leaving the block waits for the batch to end; `batch.cancel()` ends it sooner (jobs running are
+let finish, the rest answer `batch_cancelled`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import attrs
+import trio
+
+from lanes._core.batch.lines import window_s
+from lanes._core.model.errors import DeadlineExceeded, JobFailed
+from lanes._core.model.job import Job, Reply
+from lanes._core.model.statuses import try_again_in
+
+MAX_TRY_S = 3600.0  # one try's deadline, at most (the window's end when sooner), as the runner's
+MAX_BACKOFF_S = 300.0  # a job put back again and again waits at most this long between tries
+YIELD_S = 1.0  # how often it looks again while interactive work waits
+
+
+class BatchCancelled(JobFailed):
+    """The batch was cancelled before this job ran."""
+
+    code = "batch_cancelled"
+
+
+class BatchExpired(DeadlineExceeded):
+    """The batch's window ended before this job could be served free."""
+
+    code = "batch_expired"
+
+
+@attrs.frozen
+class BatchResult:
+    """One job's end: its place in what was submitted, and its reply or its error."""
+
+    index: int
+    job: Job
+    reply: Reply | None = None
+    error: JobFailed | None = None
+
+
+@attrs.frozen
+class Progress:
+    total: int
+    completed: int = 0
+    failed: int = 0  # its error is its answer (expired and cancelled included)
+    running: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.completed - self.failed
+
+
+def window_of(window: str | float) -> float:
+    """A window in seconds: OpenAI's `24h` and lanes' `1h`..`7d` as text, or seconds (> 0)."""
+    if isinstance(window, str):
+        return float(window_s(window))
+    if not (isinstance(window, int | float) and 0 < window <= 7 * 86400 and math.isfinite(window)):
+        raise ValueError(f"window must be 0 < seconds <= 7 days, or text as 24h (got {window!r})")
+    return float(window)
+
+
+class LibraryBatch:
+    """Runs `jobs` through `serve` within `window_s`; see the module's text."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        serve: Callable[[Job], Awaitable[Reply]],
+        *,
+        window_s: float,
+        headroom: float,
+        concurrency: int,
+        interactive_waiting: Callable[[], int],
+    ) -> None:
+        self._jobs = [attrs.evolve(j, free_only=True, headroom=headroom) for j in jobs]
+        self._serve, self._waiting = serve, interactive_waiting
+        self._end = trio.current_time() + window_s
+        self._slots = trio.CapacityLimiter(concurrency)
+        self._due: list[tuple[float, int, int]] = [(0.0, i, 0) for i in range(len(self._jobs))]
+        self._progress = Progress(total=len(self._jobs))
+        self._send, self._receive = trio.open_memory_channel[BatchResult](math.inf)
+        self._wake = trio.Event()
+        self._cancelled = False
+
+    @property
+    def progress(self) -> Progress:
+        return self._progress
+
+    @property
+    def ends_at(self) -> float:
+        """The window's end, on trio's clock."""
+        return self._end
+
+    def cancel(self) -> None:
+        """No job starts any more; those not started answer `batch_cancelled`."""
+        self._cancelled = True
+        self._wake.set()
+
+    async def results(self) -> AsyncIterator[BatchResult]:
+        """Each job's result as it ends, once each; ends when the batch has."""
+        async with self._receive.clone() as receive:
+            async for result in receive:
+                yield result
+
+    async def run(self) -> None:
+        """Start what is due while there is room, until every job has ended."""
+        async with trio.open_nursery() as nursery:
+            while self._due or self._progress.running:
+                now = trio.current_time()
+                if self._cancelled or now >= self._end:  # what is not running ends now; what
+                    self._end_the_rest(BatchCancelled if self._cancelled else BatchExpired)
+                    if not self._progress.running:
+                        break
+                    pause = math.inf  # is ends by the window's end, or is put back and ends
+                else:
+                    pause = self._start_due(nursery, now)
+                with trio.move_on_after(pause):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+        await self._send.aclose()
+
+    def _start_due(self, nursery: trio.Nursery, now: float) -> float:
+        """Start the jobs due while there is room; how long to sleep before looking again."""
+        if self._waiting():  # interactive work waits for a free quota: it goes first
+            return YIELD_S
+        while self._due and self._due[0][0] <= now and self._slots.available_tokens:
+            _, index, tries = heapq.heappop(self._due)
+            self._slots.acquire_on_behalf_of_nowait(index)
+            self._progress = attrs.evolve(self._progress, running=self._progress.running + 1)
+            nursery.start_soon(self._one, index, tries)
+        return min(self._end, self._due[0][0] if self._due else self._end) - now
+
+    async def _one(self, index: int, tries: int) -> None:
+        job, now = self._jobs[index], trio.current_time()
+        try:
+            try:
+                timed = attrs.evolve(job, deadline_s=None,
+                                     deadline_at=min(self._end, now + MAX_TRY_S))  # fmt: skip
+                self._ended(BatchResult(index, job, reply=await self._serve(timed)))
+            except JobFailed as exc:
+                later = try_again_in(exc)
+                if later is None:
+                    self._ended(BatchResult(index, job, error=exc))
+                else:  # later, each try waiting longer (to 5 min), never past the window
+                    pause = max(later, min(2.0 ** (tries + 1), MAX_BACKOFF_S))
+                    when = min(trio.current_time() + pause, self._end)
+                    heapq.heappush(self._due, (when, index, tries + 1))
+        finally:
+            self._slots.release_on_behalf_of(index)
+            self._progress = attrs.evolve(self._progress, running=self._progress.running - 1)
+            self._wake.set()
+
+    def _ended(self, result: BatchResult) -> None:
+        ok = result.reply is not None
+        p = self._progress
+        self._progress = attrs.evolve(p, completed=p.completed + ok, failed=p.failed + (not ok))
+        self._send.send_nowait(result)
+
+    def _end_the_rest(self, error: type[JobFailed]) -> None:
+        why = "the batch was cancelled" if error is BatchCancelled else "the batch's window ended"
+        for _, index, _ in sorted(self._due, key=lambda d: d[1]):
+            self._ended(BatchResult(index, self._jobs[index], error=error(why)))
+        self._due.clear()

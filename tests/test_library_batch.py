@@ -1,0 +1,122 @@
+"""Work that can wait from the library: `dispatcher.submit_batch(jobs, window=...)` over loopback
+fakes, on the virtual clock — served free as quotas reopen, never paid, ended by its window or a
+cancel, the headroom left to interactive work, each job's result given once."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import trio
+
+import lanes
+from helpers import config, free_lane, paid_lane
+from lanes.testing import answer, open_fake, rate_limited
+
+pytestmark = pytest.mark.free_lane
+
+
+def jobs(n: int, **kw) -> list[lanes.Job]:
+    return [lanes.Job(messages=[{"role": "user", "content": f"item {i}"}], **kw) for i in range(n)]
+
+
+async def test_a_cooling_quota_is_waited_for_and_nothing_is_paid(env, autojump_clock):
+    """The free model answers 429 (Retry-After 120) once; a paid lane is allowed. Every job is
+    served free after the reset, one result each, in the order they end; paid is never asked."""
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        free.script("free-model", rate_limited(retry_after=120), answer())
+        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            start = trio.current_time()
+            async with dispatcher.submit_batch(jobs(3), window="1h") as batch:
+                results = [r async for r in batch.results()]
+            took = trio.current_time() - start
+            assert (batch.progress.completed, batch.progress.failed) == (3, 0)
+    assert sorted(r.index for r in results) == [0, 1, 2]
+    assert all(r.reply is not None and r.reply.lane == "free" for r in results)
+    assert 120 <= took < 300
+    assert paid.requests() == []
+
+
+async def test_what_the_window_does_not_serve_expires(env, autojump_clock):
+    """Free capacity does not come back within the 10-minute window: every job ends
+    `batch_expired` at the window's end, and nothing was paid."""
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        free.script("free-model", rate_limited(retry_after=3000))
+        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            start = trio.current_time()
+            async with dispatcher.submit_batch(jobs(4), window=600) as batch:
+                results = [r async for r in batch.results()]
+            took = trio.current_time() - start
+    assert sorted(r.index for r in results) == [0, 1, 2, 3]
+    assert all(isinstance(r.error, lanes.BatchExpired) for r in results)
+    assert 600 <= took < 602 and batch.progress.failed == 4
+    assert paid.requests() == [] and len(free.requests()) == 1
+
+
+async def test_a_cancel_ends_what_has_not_started(env, autojump_clock):
+    async with open_fake("free", models=("free-model",)) as free:
+        free.script("free-model", rate_limited(retry_after=100))
+        cfg = config(free_lane("free", free.base_url))
+        async with (
+            lanes.open_dispatcher(cfg, env=env) as dispatcher,
+            dispatcher.submit_batch(jobs(5), window="1h") as batch,
+        ):
+            await trio.sleep(10)
+            assert batch.progress.remaining == 5
+            batch.cancel()
+            results = [r async for r in batch.results()]
+    assert len(results) == 5 and all(isinstance(r.error, lanes.BatchCancelled) for r in results)
+
+
+async def test_the_headroom_is_left_to_interactive_work(env, autojump_clock):
+    """rpd = 10, the default headroom 0.2: the batch serves 8 and the rest wait for the next UTC
+    day (past its 1-hour window: expired); an interactive job is still served free."""
+    async with open_fake("free", models=("free-model",)) as free:
+        rpd = {"kind": "rate_limited", "rpd": 10}
+        cfg = config(free_lane("free", free.base_url, free_tier=rpd))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            async with dispatcher.submit_batch(jobs(10), window="1h", concurrency=1) as batch:
+                await trio.sleep(600)  # the virtual clock: 8 served within seconds
+                assert batch.progress.completed == 8 and len(free.requests()) == 8
+                reply = await dispatcher.complete(jobs(1)[0])
+                assert reply.lane == "free"
+            assert batch.progress.completed == 8 and batch.progress.failed == 2
+
+
+async def test_no_job_starts_while_interactive_work_waits(env, autojump_clock):
+    """An interactive job waits for the free quota (X-Lanes-Max-Wait): the batch starts nothing
+    until it has gone, then its jobs are served."""
+    async with open_fake("free", models=("free-model",)) as free:
+        free.script("free-model", rate_limited(retry_after=30), answer())
+        cfg = config(free_lane("free", free.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            with pytest.raises(lanes.FreeTierExhausted):
+                await dispatcher.complete(jobs(1)[0])
+            async with trio.open_nursery() as nursery:
+                waiter = attrs.evolve(jobs(1)[0], max_wait_s=60.0)
+                nursery.start_soon(dispatcher.complete, waiter)
+                await trio.sleep(1)
+                assert dispatcher.waiting.waiting == 1
+                async with dispatcher.submit_batch(jobs(2), window="1h") as batch:
+                    await trio.sleep(20)
+                    assert len(free.requests()) == 1  # only the first 429: nothing started
+                    results = [r async for r in batch.results()]
+    assert [r.reply is not None for r in results] == [True, True]
+    bodies = [r.body for r in free.requests()]
+    assert len(bodies) == 4
+
+
+def test_a_window_is_text_or_seconds_within_seven_days():
+    from lanes._core.batch.library import window_of
+
+    assert window_of("24h") == 86400 and window_of(90) == 90.0
+    for bad in (0, -1, float("nan"), 8 * 86400, "2w", True and "x"):
+        with pytest.raises(ValueError):
+            window_of(bad)
