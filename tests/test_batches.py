@@ -99,6 +99,17 @@ async def test_the_openai_sdk_round_trip_runs_free_and_stays_the_clients_own():
         assert (await a.files.delete(file.id)).deleted
         with pytest.raises(openai.NotFoundError):
             await a.files.retrieve(file.id)
+        # /metrics counts the queue's batches and items (as its runner last counted them)
+        base = url.removesuffix("/v1")
+        want = ('lanes_batches{status="completed"} 1.0', 'lanes_batch_items{state="completed"} 2.0',
+                'lanes_batch_items{state="failed"} 1.0', "lanes_waiting_jobs 0.0")  # fmt: skip
+        async with httpx2.AsyncClient() as http:
+            with trio.fail_after(10):  # polled: the runner counts after each round
+                text = (await http.get(f"{base}/metrics")).text
+                while any(w not in text for w in want):
+                    await trio.sleep(0.05)
+                    text = (await http.get(f"{base}/metrics")).text
+        assert 'lanes_batch_items{state="pending"} 0.0' in text
 
 
 @pytest.mark.free_lane

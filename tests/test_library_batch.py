@@ -120,3 +120,35 @@ def test_a_window_is_text_or_seconds_within_seven_days():
     for bad in (0, -1, float("nan"), 8 * 86400, "2w", True and "x"):
         with pytest.raises(ValueError):
             window_of(bad)
+
+
+async def test_the_audit_and_the_report_split_batch_from_interactive_work(
+    env, tmp_path, autojump_clock
+):
+    """A batch's jobs are audited with `work` = batch, the others interactive; `--by work`
+    reports each apart (and a client's own report too)."""
+    from lanes._core.audit.report import report
+
+    async with open_fake("free", models=("free-model",)) as free:
+        cfg = config(free_lane("free", free.base_url), state=str(tmp_path / "s.db"))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            async with dispatcher.submit_batch(jobs(3, client="ci"), window="1h") as batch:
+                pass
+            assert batch.progress.completed == 3
+            await dispatcher.complete(jobs(1, client="ci")[0])
+            await trio.sleep(2)  # the audit is written by the sync
+            rows = dispatcher.store.records.query("SELECT work, count(*) FROM audit GROUP BY work")
+            attempts = dispatcher.store.records.query(
+                "SELECT work, count(*) FROM audit_attempt GROUP BY work"
+            )
+            got = report(dispatcher.store.records.query, since=0, by="work", ceiling_usd=1.0)
+            own = report(
+                dispatcher.store.records.query, since=0, by="work", ceiling_usd=1.0, client="ci"
+            )
+    assert sorted(map(tuple, rows)) == [("batch", 3), ("interactive", 1)]
+    assert sorted(map(tuple, attempts)) == [("batch", 3), ("interactive", 1)]
+    for r in (got, own):
+        assert {(g.key, g.jobs, g.answered) for g in r.groups} == {
+            ("batch", 3, 3),
+            ("interactive", 1, 1),
+        }

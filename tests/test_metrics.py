@@ -32,6 +32,9 @@ FAMILIES = {
     "lanes_free_lane_on": "gauge",
     "lanes_approvals_pending": "gauge",
     "lanes_state_store_up": "gauge",
+    "lanes_batches": "gauge",
+    "lanes_batch_items": "gauge",
+    "lanes_waiting_jobs": "gauge",
 }
 
 

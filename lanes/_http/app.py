@@ -24,7 +24,7 @@ from lanes._http import admin, batches, doors, endpoints, message_batches
 from lanes._http.context import Context
 from lanes._http.errors import error_response
 from lanes._http.guard import Guard
-from lanes._http.metrics import Metrics
+from lanes._http.metrics import Metrics, WorkCollector
 from lanes._http.routes import DELETE, GET, POST, Door, Endpoint, Row, endpoint, route
 from lanes._http.running import Running
 
@@ -143,6 +143,12 @@ async def internal_error(request: Request, exc: Exception) -> Response:
     return error_response(500, message, "internal_error")
 
 
+def work_collector(dispatcher: Dispatcher, batches: Batches | None) -> WorkCollector:
+    """`/metrics`' view of work that can wait: the batch queue and the waiting room."""
+    tally = (lambda: batches.runner.tally) if batches is not None else dict
+    return WorkCollector(tally, lambda: dispatcher.waiting.waiting)
+
+
 def build_app(
     dispatcher: Dispatcher,
     *,
@@ -159,7 +165,7 @@ def build_app(
         dispatcher=dispatcher,
         server=server,
         guard=Guard(server, env, bind_host=bind_host or server.host),
-        metrics=metrics or Metrics(dispatcher.statistics),
+        metrics=metrics or Metrics(dispatcher.statistics, work_collector(dispatcher, batches)),
         running=running or Running(),
         batches=batches,
     )

@@ -28,6 +28,10 @@ from lanes._core.audit.tally import Histogram
 
 STATES = {"closed": 0, "half_open": 1, "open": 2}
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: a batch's life cycle (OpenAI's), and an item's states: each shown, 0 when none
+BATCH_STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "expired",
+                  "cancelling", "cancelled")  # fmt: skip
+ITEM_STATES = ("pending", "running", "completed", "failed")
 
 
 def _counter(
@@ -192,14 +196,47 @@ class StatisticsCollector(Collector):
         )
 
 
+class WorkCollector(Collector):
+    """Work that can wait: the batch queue's batches by status and items by state (counted every
+    few seconds by its runner), and the interactive jobs waiting for a free quota now."""
+
+    def __init__(
+        self, tally: Callable[[], Mapping[str, Mapping[str, int]]], waiting: Callable[[], int]
+    ) -> None:
+        self._tally, self._waiting = tally, waiting
+
+    def collect(self) -> Iterator[Metric]:
+        tally = self._tally()
+        batches = _gauge("lanes_batches", "Batches kept, by status.", ("status",))
+        held = tally.get("batches", {})
+        for status in BATCH_STATUSES:
+            batches.add_metric([status], held.get(status, 0))
+        items = _gauge(
+            "lanes_batch_items",
+            "Items of the batches kept, by state (expired and cancelled items are failed).",
+            ("state",),
+        )
+        held = tally.get("items", {})
+        for state in ITEM_STATES:
+            items.add_metric([state], held.get(state, 0))
+        waiting = _gauge(
+            "lanes_waiting_jobs", "Interactive jobs waiting for a free quota (X-Lanes-Max-Wait)."
+        )
+        waiting.add_metric([], self._waiting())
+        yield from (batches, items, waiting)
+
+
 class Metrics:
     """The sidecar's registry: `render()` is one scrape in Prometheus' text format."""
 
     content_type = CONTENT_TYPE
 
-    def __init__(self, statistics: Callable[[], Statistics]) -> None:
+    def __init__(self, statistics: Callable[[], Statistics], *more: Collector) -> None:
+        """`more`: collectors of what `statistics()` does not hold (work that can wait)."""
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StatisticsCollector(statistics))
+        for collector in more:
+            self.registry.register(collector)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -26,7 +26,7 @@ from lanes._core.config.schema import Config, ServerConfig, packaged
 from lanes._core.model.errors import ConfigError
 from lanes._core.open import open_dispatcher, open_simulated, state_of
 from lanes._core.source import Source, read_source
-from lanes._http.app import build_app
+from lanes._http.app import build_app, work_collector
 from lanes._http.batches import open_batches
 from lanes._http.connections import bind_of, connection_cap, serve_http
 from lanes._http.guard import is_loopback, resolved_keys
@@ -141,12 +141,13 @@ async def serve(
         if running.status_path is not None:
             totals = HostTotals(Path(running.status_path).parent / "metrics", dispatcher.statistics)
         batches = await stack.enter_async_context(open_batches(config, dispatcher))
+        work = work_collector(dispatcher, batches)
         app = build_app(
             dispatcher,
             env=env,
             bind_host=host,
             running=running,
-            metrics=Metrics(totals.statistics) if totals else None,
+            metrics=Metrics(totals.statistics, work) if totals else None,
             batches=batches,
         )
         if dedicated:

@@ -91,3 +91,20 @@ def write(conn: sqlite3.Connection, data: Obj) -> None:
         "UPDATE batch SET data = ?, status = ? WHERE id = ?",
         (json.dumps(data), data["status"], data["id"]),
     )
+
+
+def tally(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+    """What the queue holds now: its batches by status, and their items by state — `pending`,
+    `running`, `completed`, `failed` (expired and cancelled items among them, as
+    `request_counts` counts them)."""
+    batches = dict(conn.execute("SELECT status, count(*) FROM batch GROUP BY status").fetchall())
+    (running,) = conn.execute("SELECT count(*) FROM batch_item WHERE state = 'running'").fetchone()
+    total = completed = failed = 0
+    for t, c, f in conn.execute(
+        "SELECT json_extract(data, '$.request_counts.total'), json_extract(data, "
+        "'$.request_counts.completed'), json_extract(data, '$.request_counts.failed') FROM batch"
+    ):
+        total, completed, failed = total + (t or 0), completed + (c or 0), failed + (f or 0)
+    pending = max(0, total - completed - failed - running)
+    items = {"pending": pending, "running": running, "completed": completed, "failed": failed}
+    return {"batches": batches, "items": items}

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from lanes._core.batch.ending import Obj, count, end, ending, new_id, write
+from lanes._core.batch.ending import Obj, count, end, ending, new_id, tally, write
 from lanes._core.batch.files import BatchFiles, BatchRefused, Caps, bounded_lines
 from lanes._core.batch.lines import (
     ENDPOINTS,
@@ -365,6 +365,11 @@ class BatchQueue(BatchFiles):
                 "WHERE batch = ? AND line = ? AND state = 'running'",
                 (not_before, item.batch, item.line),
             )
+
+    def tally(self) -> dict[str, dict[str, int]]:
+        """Batches by status and items by state (see `ending.tally`)."""
+        with self._lock:
+            return tally(self._conn)
 
     def next_due(self, now: float) -> float | None:
         """When the next pending item may be taken (None: none is pending)."""

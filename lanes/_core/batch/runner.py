@@ -32,6 +32,7 @@ IDLE_S = 5.0  # how long the runner sleeps when nothing is due (a new batch wake
 FAILED_PAUSE_S = 5.0  # after a round that failed
 PURGE_EVERY_S = 3600.0  # how often batches past their retention are looked for
 RETRY_S = 1.0  # an item that could not be run (not its answer's fault) is taken again after this
+TALLY_S = 5.0  # how often the queue's batches and items are counted (for /metrics)
 YIELD_S = 1.0  # how often it looks again while interactive work waits
 MAX_BACKOFF_S = 300.0  # an item put back again and again waits at most this long between tries
 
@@ -77,6 +78,8 @@ class BatchRunner:
         self._slots = trio.CapacityLimiter(concurrency)
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = trio.Event()
+        self._counted_at = -TALLY_S
+        self.tally: dict[str, dict[str, int]] = {"batches": {}, "items": {}}
 
     def wake(self) -> None:
         """Something changed (a batch created or cancelled): look now."""
@@ -100,8 +103,9 @@ class BatchRunner:
         """One look; returns how long to sleep before the next."""
         queue, now = self._queue, self._now()
         if not await trio.to_thread.run_sync(queue.lead, self._owner, now, LEASE_S, gone):
+            await self._count(now, ended=False)
             return LEASE_S / 3  # another process leads
-        await trio.to_thread.run_sync(queue.settle, now)
+        await self._count(now, ended=bool(await trio.to_thread.run_sync(queue.settle, now)))
         if now - self._purged_at >= PURGE_EVERY_S:  # what ended before the retention: deleted
             await trio.to_thread.run_sync(queue.purge, now - self._retention_s)
             self._purged_at = now
@@ -117,6 +121,12 @@ class BatchRunner:
         if self._waiting():
             pause = YIELD_S
         return min(pause, LEASE_S / 3)
+
+    async def _count(self, now: float, *, ended: bool) -> None:
+        """Count the queue's batches and items for /metrics (every process does), every few
+        seconds and whenever a batch ended."""
+        if ended or now - self._counted_at >= TALLY_S:
+            self.tally, self._counted_at = await trio.to_thread.run_sync(self._queue.tally), now
 
     async def _one(self, item: Item) -> None:
         try:

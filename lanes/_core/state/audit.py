@@ -39,11 +39,12 @@ ATTEMPT_COLUMNS = (
     "latency_s",
     "tokens",
     "cost_usd",
+    "work",
 )
 #: What a report can group by; each job (and attempt) is rolled up once per dimension, and once
 #: more under ("all", "all") for the totals — and each of those again under its client's own
 #: dimension (`client_dim`), so a client's report reads only its own jobs.
-DIMENSIONS = ("cohort", "class", "lane", "model", "client")
+DIMENSIONS = ("cohort", "class", "lane", "model", "client", "work")
 
 
 class AuditedJob(Protocol):
@@ -59,6 +60,8 @@ class AuditedJob(Protocol):
     def model(self) -> str: ...
     @property
     def embedding(self) -> bool: ...
+    @property
+    def free_only(self) -> bool: ...
     @property
     def params(self) -> Mapping[str, Any]: ...
     @property
@@ -77,6 +80,7 @@ class JobFacts:
     cohort: str | None
     model: str
     embedding: bool
+    free_only: bool  # work that can wait (a batch item)
     params: Mapping[str, Any]  # the output cap only
     dropped: tuple[str, ...]
     digest: tuple[str, int]
@@ -91,6 +95,7 @@ class JobFacts:
             cohort=job.cohort,
             model=job.model,
             embedding=job.embedding,
+            free_only=job.free_only,
             params={"max_tokens": cap} if cap else {},
             dropped=job.dropped,
             digest=job.fingerprint(),
@@ -102,6 +107,12 @@ class JobFacts:
 
     def request(self) -> Any:
         return self.body
+
+
+def work_of(job: AuditedJob) -> str:
+    """The audit's `work` of a job: `batch` (work that can wait: a batch item, sidecar or
+    library) or `interactive`."""
+    return "batch" if job.free_only else "interactive"
 
 
 def client_dim(dim: str, client: str) -> str:
@@ -172,6 +183,7 @@ def audit_row(
     answer_sha, answer_bytes = answer_digest
     counted = usage_tokens(usage)
     free = [a for a in attempts if a.tier == "free"]
+    work = work_of(job)
     return {
         "job": job.id,
         "at": at,
@@ -215,6 +227,7 @@ def audit_row(
         "paid_after_usd": paid_after,
         "approval": approval,
         "explored": int(explored),
+        "work": work,
         "body": json.dumps(
             {"input" if job.embedding else "messages": job.request(), "answer": answer}
         )
@@ -239,6 +252,7 @@ def audit_row(
                 "latency_s": a.duration_s,
                 "tokens": a.tokens,
                 "cost_usd": a.cost_usd,
+                "work": work,
             }
             for n, a in enumerate(attempts)
         ],

@@ -21,12 +21,12 @@ CREATE TABLE IF NOT EXISTS audit (
     tier TEXT, privacy TEXT, zdr INTEGER, free_attempts INTEGER, first_free_outcome TEXT,
     plan TEXT, paid_before_usd FLOAT, paid_after_usd FLOAT, dropped TEXT, asked TEXT,
     embedding INTEGER, streamed INTEGER, max_tokens INTEGER, deadline_s FLOAT,
-    prompt_tokens INTEGER, completion_tokens INTEGER);
+    prompt_tokens INTEGER, completion_tokens INTEGER, work TEXT);
 CREATE INDEX IF NOT EXISTS idx_audit_at ON audit (at);
 CREATE TABLE IF NOT EXISTS audit_attempt (
     job TEXT, n INTEGER, at FLOAT, client TEXT, cohort TEXT, class TEXT, lane TEXT, model TEXT,
     tier TEXT, route TEXT, outcome TEXT, category TEXT, status INTEGER, retry INTEGER,
-    latency_s FLOAT, tokens INTEGER, cost_usd FLOAT, PRIMARY KEY (job, n));
+    latency_s FLOAT, tokens INTEGER, cost_usd FLOAT, work TEXT, PRIMARY KEY (job, n));
 CREATE INDEX IF NOT EXISTS idx_audit_attempt_at ON audit_attempt (at);
 CREATE TABLE IF NOT EXISTS audit_jobs_hourly (
     hour INTEGER, dim TEXT, value TEXT, route TEXT, tier TEXT, outcome TEXT, privacy TEXT,
@@ -58,7 +58,10 @@ ADDED = (
     ("deadline_s", "FLOAT"),
     ("prompt_tokens", "INTEGER"),
     ("completion_tokens", "INTEGER"),
+    ("work", "TEXT"),
 )
+#: Columns added to `audit_attempt` since its first release.
+ATTEMPT_ADDED = (("work", "TEXT"),)
 AUDIT_COLUMNS = (
     "job",
     "at",

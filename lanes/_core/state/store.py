@@ -80,6 +80,7 @@ _ADDED: dict[str, tuple[tuple[str, str], ...]] = {
     "paid_ledger": (("client", "TEXT"),),
     "once_consent": (("cost_usd", "FLOAT"),),  # NULL in an older file's onces: they never match
     "audit": audit_tables.ADDED,
+    "audit_attempt": audit_tables.ATTEMPT_ADDED,
 }
 
 
