@@ -442,6 +442,15 @@ async def test_a_batch_leaves_the_headroom_of_a_quota_to_interactive_work():
                 now = await client.batches.retrieve(batch.id)
         assert now.status == "in_progress" and completed(now) == 8
         assert len(fakes["free"].requests()) == 8  # the 9th item was not sent
+        # the forecast: its 2 items left wait for the next UTC day (rpd resets at midnight)
+        base = url.removesuffix("/v1")
+        async with httpx2.AsyncClient() as http:
+            forecast = (await http.get(f"{base}/v1/forecast")).json()
+        (outlook,) = forecast["batches"]
+        assert (outlook["id"], outlook["left"], outlook["completed"]) == (batch.id, 2, 8)
+        midnight = -(-forecast["at"] // 86400) * 86400
+        assert outlook["next_try_at"] == pytest.approx(midnight, abs=2.0)
+        assert outlook["outlook"] in ("finishes", "expires") and "wait until" in outlook["note"]
         reply = await client.chat.completions.create(
             model="free-model", messages=[{"role": "user", "content": "urgent"}]
         )

@@ -493,3 +493,40 @@ def test_under_a_shared_store_a_client_without_a_ceiling_sees_its_own_audited_sp
     assert asked == [("alice", 0.0)]  # since the ledger's day began
     every = paid_day(ledger, True)
     assert every.spent_usd == 9.0 and every.client is None  # the admin's
+
+
+@given(
+    total=st.integers(0, 100_000),
+    completed=st.integers(0, 100_000),
+    failed=st.integers(0, 100_000),
+    started_ago=st.floats(0, 7 * 86400),
+    window=st.floats(3600, 7 * 86400),
+    waits=st.floats(0, 86400),
+)
+def test_a_batch_outlook_never_ends_before_now_nor_past_its_window(
+    total, completed, failed, started_ago, window, waits
+):
+    """A batch's projected end is never before now (nor before its items' next try), only ever
+    within its window (past it, the outlook is `expires` and no time is given), and its items
+    left are what its counts leave; a batch never pays."""
+    from lanes._core.batch.outlook import batch_outlook
+
+    now = 1_800_000_000.0
+    completed, failed = min(completed, total), min(failed, total - min(completed, total))
+    batch = {
+        "id": "batch_x",
+        "status": "in_progress",
+        "request_counts": {"total": total, "completed": completed, "failed": failed},
+        "in_progress_at": now - started_ago,
+        "expires_at": now - started_ago + window,
+        "next_try_at": now + waits if waits else None,
+    }
+    got = batch_outlook(batch, now)
+    assert got["left"] == total - completed - failed and got["paid_usd"] == 0.0
+    if got["outlook"] == "finishes":
+        assert now + waits <= got["projected_end_at"] <= batch["expires_at"]
+    else:
+        assert got["projected_end_at"] is None
+    if completed + failed == 0 and got["left"]:
+        assert got["outlook"] == "no_rate"
+    assert got["note"]

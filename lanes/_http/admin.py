@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lanes._core.audit.forecast import (
+    MOST,
     WINDOW_S,
     forecast_body,
     rate_per_hour,
@@ -21,6 +22,7 @@ from lanes._core.audit.forecast import (
 )
 from lanes._core.audit.quotas import audited_spend
 from lanes._core.audit.report import explain, parse_since, report
+from lanes._core.batch.outlook import batch_outlook
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.context import Context, caller, read_body
 from lanes._http.errors import error_response
@@ -196,7 +198,11 @@ async def forecast_view(request: Request, ctx: Context) -> Response:
     except STORE_ERRORS:
         return error_response(503, "the audit can not be read now", "state_store_down")
     rates, paid_rate = scope_rates(use, dispatcher.manager.scope), rate_per_hour(use.paid_usd)
-    return JSONResponse(forecast_body(quotas, rates, paid, paid_rate=paid_rate, now=now))
+    body = forecast_body(quotas, rates, paid, paid_rate=paid_rate, now=now)
+    if ctx.batches is not None:  # work that can wait: each open batch's projected end
+        held = await ctx.batches.call(ctx.batches.queue.open_batches, client, MOST)
+        body["batches"] = [batch_outlook(b, now) for b in held]
+    return JSONResponse(body)
 
 
 async def request_view(request: Request, ctx: Context) -> Response:

@@ -329,4 +329,6 @@ def status_lines(body: Mapping[str, Any]) -> Sequence[str]:
         )
     if body["left_off"]:
         lines.append(f"forecast: … {body['left_off']} more quotas (GET /v1/forecast)")
+    for b in body.get("batches", ()):  # work that can wait
+        lines.append(f"forecast: {b['id']} {b['left']} of {b['total']} items left; {b['note']}")
     return lines

@@ -236,6 +236,20 @@ class BatchQueue(BatchFiles):
             ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
+    def open_batches(self, client: str | None, limit: int) -> list[Obj]:
+        """The batches not ended of `client` (None: of every client), the soonest window's end
+        first, at most `limit` — each with `next_try_at`: when its next item may run (None:
+        none waits)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT data, (SELECT min(not_before) FROM batch_item WHERE batch = b.id AND "
+                "state = 'pending') FROM batch b WHERE status IN ('validating', 'in_progress', "
+                "'finalizing', 'cancelling') AND (? IS NULL OR client = ?) ORDER BY expires_at "
+                "LIMIT ?",
+                (client, client, limit),
+            ).fetchall()
+        return [json.loads(data) | {"next_try_at": due} for data, due in rows]
+
     def outcomes(self, batch_id: str) -> dict[str, int]:
         """How a batch's items ended so far: ok, error, expired, cancelled."""
         with self._lock:
