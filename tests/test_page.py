@@ -612,3 +612,62 @@ async def test_the_console_works_when_client_keys_are_configured():
     ) as (url, _fakes):
         summary = await CHROME.run(read_the_console, url.removesuffix("/v1"))
     assert "free lane" in summary
+
+
+def batches_in_browser(base: str, screenshot: str | None) -> dict[str, Any]:
+    """Open the page, wait for the batch's row, read the panel; a picture of it when asked."""
+    seen: dict[str, Any] = {}
+    with open_page(base, seen) as page:
+        page.locator("#batches tr.batch").first.wait_for(timeout=SHOWN_MS)
+        seen["rows"] = [
+            (r.get_attribute("data-batch"), r.get_attribute("data-outlook"), r.inner_text())
+            for r in page.locator("#batches tr.batch").all()
+        ]
+        seen["bars"] = page.locator("#batches .batch-bar span").count()
+        seen["heading"] = page.inner_text("#batches-panel h2")
+        if screenshot:
+            page.locator("#batches-panel").screenshot(
+                path=screenshot.replace(".png", "-batches.png")
+            )
+    return seen
+
+
+@pytest.mark.free_lane
+async def test_the_page_shows_each_batch_with_its_projection():
+    """A batch of 10 on a free model with rpd = 10 and the headroom 0.2 runs 8 items and waits
+    for the next UTC day: the page's batch panel shows its row — 8 done, 0 failed, 2 left as a
+    bar, its pace, $0.00 paid — and the sidecar's note that its items wait until midnight."""
+    import io
+
+    import openai
+
+    await needs_a_browser()
+    lane = ("free", "free", ["free-model"], {"free_tier": {"kind": "rate_limited", "rpd": 10}})
+    async with open_sidecar(lane, batch={"concurrency": 1}) as (url, fakes):
+        client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+        lines = "".join(
+            json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                        "body": {"model": "free-model", "messages": [
+                            {"role": "user", "content": f"classify {i}"}]}}) + "\n"
+            for i in range(10)
+        )  # fmt: skip
+        file = await client.files.create(
+            file=("in.jsonl", io.BytesIO(lines.encode())), purpose="batch"
+        )
+        batch = await client.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        with trio.fail_after(30):  # polled as a user would, until the 8 are counted
+            counts = (await client.batches.retrieve(batch.id)).request_counts
+            while counts is None or counts.completed < 8:
+                await trio.sleep(0.05)
+                counts = (await client.batches.retrieve(batch.id)).request_counts
+        seen = await CHROME.run(
+            batches_in_browser, url.removesuffix("/v1"), os.environ.get("LANES_PAGE_SCREENSHOT")
+        )
+    (row,) = seen["rows"]
+    assert row[0] == batch.id and row[1] in ("finishes", "expires")
+    assert "8 / 0 / 2" in row[2] and "$0.00" in row[2] and "wait until" in row[2]
+    assert "/v1/chat/completions" in row[2] and "items/h" in row[2]
+    assert seen["bars"] == 3 and "never paid" in seen["heading"]
+    assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]

@@ -208,6 +208,37 @@ function showForecast(forecast){
     `${f.method.window_s / 60} min. Projections: ${f.method.projection}. Times: ${f.method.clock}.`;
 }
 
+// The forecast's batches (work that can wait): a bar of done / failed / left, the pace and the
+// projected end the sidecar worked out. The panel shows only where batches are served.
+const BATCH_OUTLOOK = {finishes: 'finishes', expires: 'expires', no_rate: 'no pace yet',
+  ending: 'ending'};
+function showBatches(forecast){
+  const panel = document.getElementById('batches-panel'), body = document.getElementById('batches');
+  const batches = forecast.ok ? forecast.data.batches : undefined;
+  panel.hidden = batches === undefined;
+  body.replaceChildren();
+  if(!batches) return;
+  if(!batches.length){
+    const tr = el('tr', undefined, 'none'), td = el('td', 'no batch running');
+    td.colSpan = 7; tr.appendChild(td); body.appendChild(tr);
+  }
+  for(const b of batches){
+    const bar = el('span', undefined, 'batch-bar'), total = Math.max(b.total, 1);
+    for(const [part, n] of [['done', b.completed], ['failed', b.failed], ['left', b.left]]){
+      const piece = el('span', undefined, part); piece.style.width = (100 * n / total) + '%';
+      bar.appendChild(piece);
+    }
+    const counts = el('span'); counts.append(bar, `${b.completed} / ${b.failed} / ${b.left}`);
+    const note = el('span');
+    note.append(el('span', BATCH_OUTLOOK[b.outlook] || b.outlook, 'pill ' + b.outlook), ' ' + b.note);
+    const tr = row([b.id, b.endpoint, counts,
+      b.items_per_hour === null ? '—' : `${count(b.items_per_hour)} items/h`,
+      utc(b.expires_at), dollars(b.paid_usd), note]);
+    tr.className = 'batch'; tr.dataset.batch = b.id; tr.dataset.outlook = b.outlook;
+    body.appendChild(tr);
+  }
+}
+
 let reportAt = -Infinity, forecastAt = -Infinity;
 async function refresh(force){
   try{
@@ -223,7 +254,11 @@ async function refresh(force){
       reportAt = now;
       draw('report', {report, hour: Math.floor(now / 3600)}, (d) => showReport(d.report));
     }
-    if(forecast){ forecastAt = now; draw('forecast', forecast, showForecast); }
+    if(forecast){
+      forecastAt = now;
+      draw('forecast', forecast, showForecast);
+      draw('batches', forecast.ok ? forecast.data.batches : null, () => showBatches(forecast));
+    }
     if(!state.ok){ document.getElementById('summary').textContent = state.why; return; }
     showSummary(state.data);
     draw('lanes', state.data, showLanes);
