@@ -488,3 +488,90 @@ async def test_no_item_starts_while_interactive_work_waits_for_a_free_quota(tmp_
         await runner._round(nursery)
     assert sorted(served) == ["classify x", "classify y"]
     queue.close()
+
+
+@pytest.mark.free_lane
+async def test_a_batch_budget_pays_only_what_free_capacity_can_not_serve_in_its_window():
+    """The free model answers 429 until after the 1-hour window; consent is `allow`. A batch with
+    `metadata.lanes_max_paid_usd` has its items served paid — one at a time, their worst case held
+    from the budget and settled to the ledger's cost, the sum never over it; a batch without a
+    budget sends nothing paid; a budget that is not a number is refused, naming the key."""
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0},
+    ) as (url, fakes):
+        fakes["free"].script("free-model", rate_limited(retry_after=7200))
+        client = sdk(url, "unused")
+        capped = [  # a small output cap: a worst case of cents, not dollars
+            json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
+                        "body": {"model": "auto", "max_tokens": 50,
+                                 "messages": [{"role": "user", "content": f"item {i}"}]}})
+            for i in range(3)
+        ]  # fmt: skip
+        file = await client.files.create(
+            file=("in.jsonl", io.BytesIO(jsonl(*capped))), purpose="batch"
+        )
+
+        async def create(metadata: dict[str, str] | None) -> Any:
+            return await client.batches.create(
+                input_file_id=file.id, endpoint="/v1/chat/completions",
+                completion_window="1h",  # type: ignore[arg-type]
+                metadata=metadata,
+            )  # fmt: skip
+
+        with pytest.raises(openai.BadRequestError) as bad:
+            await create({"lanes_max_paid_usd": "lots"})
+        assert "metadata.lanes_max_paid_usd" in str(bad.value)
+        free_only = await create(None)
+        paying = await create({"lanes_max_paid_usd": "0.01"})
+        done = await finished(client, paying.id)
+        assert done.status == "completed" and done.request_counts.completed == 3
+        lanes_part = (done.model_extra or {})["lanes"]
+        paid = fakes["paid"].requests()
+        assert len(paid) == 3 and lanes_part["paid_held_usd"] == 0.0
+        assert 0 < lanes_part["paid_usd"] <= lanes_part["max_paid_usd"] == 0.01
+        plain = await client.batches.retrieve(free_only.id)
+        assert plain.status == "in_progress" and plain.request_counts.completed == 0
+        assert "paid_usd" not in ((plain.model_extra or {}).get("lanes") or {})
+
+
+def test_a_paid_try_a_dead_leader_held_counts_spent_and_the_budget_holds(tmp_path):
+    """A batch's budget: one try holds what is left (a second can not hold meanwhile), settles to
+    what it cost (never more than it held, NaN as all of it); a try held by a process that died
+    counts spent in full when the next leader takes the queue."""
+    queue = _queue(tmp_path)
+    upload = queue.upload_path()
+    upload.write_bytes(jsonl(line("x")))
+    file = queue.add_file("c", "batch", "in.jsonl", upload, 1000)
+    ask = {"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+           "completion_window": "1h", "metadata": {"lanes_max_paid_usd": "0.5"}}  # fmt: skip
+    made = queue.create("c", ask, 1000)
+    with pytest.raises(BatchRefused):
+        queue.create("c", {**ask, "metadata": {"lanes_max_paid_usd": "-1"}}, 1000)
+    assert queue.lead("old", 1000.0, 15.0)
+    assert queue.paid_room(made["id"]) == 0.5
+    assert queue.hold_paid(made["id"], 0.5) and queue.paid_room(made["id"]) == 0.0
+    assert not queue.hold_paid(made["id"], 0.1)  # one try at a time
+    queue.settle_paid(made["id"], 0.2)
+    assert queue.paid_room(made["id"]) == pytest.approx(0.3)
+    assert queue.hold_paid(made["id"], 0.3)
+    queue.settle_paid(made["id"], float("nan"))  # a cost not known: all it held
+    assert queue.paid_room(made["id"]) == 0.0
+    queue.close()
+    again = _queue(tmp_path)
+    batch = again.batch("c", made["id"])
+    assert batch is not None and batch["lanes"]["paid_usd"] == pytest.approx(0.5)
+    # a try held when its process died
+    upload = again.upload_path()
+    upload.write_bytes(jsonl(line("y")))
+    file = again.add_file("c", "batch", "in2.jsonl", upload, 1000)
+    second = again.create("c", {**ask, "input_file_id": file["id"]}, 1000)
+    assert again.lead("old", 1001.0, 15.0) and again.hold_paid(second["id"], 0.5)
+    again.close()
+    third = _queue(tmp_path)
+    assert third.lead("new", 1100.0, 15.0)  # the old lease ran out: the held try is spent
+    batch = third.batch("c", second["id"])
+    assert batch is not None and batch["lanes"]["paid_usd"] == 0.5
+    assert batch["lanes"]["paid_held_usd"] == 0.0 and third.paid_room(second["id"]) == 0.0
+    third.close()

@@ -127,6 +127,8 @@ pay = st.fixed_dictionaries(
         "n": st.sampled_from([1, 1, 1, 2, 1000]),  # 1000: a worst case with no bound
         "client": st.sampled_from(["alice", "bob"]),
         "free_only": st.sampled_from([False, False, True]),  # a batch item: work that can wait
+        # a batch item past its free window, on what is left of its batch's budget
+        "paid_cap": st.none() | st.none() | st.sampled_from([0.0, 1e-6, 0.0005, 0.01, 1.0]),
     }
 )
 settle = st.fixed_dictionaries(
@@ -193,6 +195,8 @@ class Bench:
         consented = person == "pinned" or fallback == "allow"
         consented |= fallback == "ask" and (client in self.granted or person == "once")
         assert consented and not record.job.free_only, (fallback, person)
+        cap = record.job.paid_cap_usd  # a batch pays only under allow, within its budget left
+        assert cap is None or (fallback == "allow" and q.worst_usd <= cap), (fallback, cap)
         if not isinstance(hold, Hold):
             assert self.rows() == before
             return None
@@ -254,6 +258,7 @@ def job_of(op: dict[str, Any]) -> Job:
         params=params,
         client=op["client"],
         free_only=op["free_only"],
+        paid_cap_usd=op["paid_cap"],
     )
 
 

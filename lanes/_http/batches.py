@@ -96,12 +96,18 @@ def serve_item(dispatcher: Any, headroom: float = 0.0) -> ServeItem:
     """Serve one item as the door of its endpoint would, as a job that never pays and leaves
     `headroom` of every free quota to interactive work."""
 
-    async def serve(endpoint: str, body: bytes, client: str, deadline_s: float) -> ItemAnswer:
+    async def serve(
+        endpoint: str,
+        body: bytes,
+        client: str,
+        deadline_s: float,
+        paid_cap: float | None = None,
+    ) -> ItemAnswer:
         ms = int(min(max(deadline_s, 1.0), 3600.0) * 1000)
         headers = job_headers({"x-lanes-deadline-ms": str(ms)})
         shape = MESSAGES if endpoint == MESSAGES_PATH else OPENAI  # the item's own error shape
         try:
-            return await _served(dispatcher, endpoint, body, client, headers, headroom)
+            return await _served(dispatcher, endpoint, body, client, headers, headroom, paid_cap)
         except (BadRequest, BadField) as exc:
             status = 400 if isinstance(exc, BadField) else exc.status
             code = "invalid_request" if isinstance(exc, BadField) else exc.code
@@ -112,16 +118,21 @@ def serve_item(dispatcher: Any, headroom: float = 0.0) -> ServeItem:
             # "not now" only where the free capacity is known to come back (a backoff, a quota):
             # anything else is the item's answer, as OpenAI writes a failed request's
             later = try_again_in(exc)
-            return ItemAnswer(status, json.dumps(failed).encode(), exc.request_id or "", later)
+            cost = sum(a.cost_usd for a in exc.attempts)
+            return ItemAnswer(
+                status, json.dumps(failed).encode(), exc.request_id or "", later, cost
+            )
 
     return serve
 
 
 async def _served(
     dispatcher: Any, endpoint: str, raw: bytes, client: str, headers: dict[str, Any],
-    headroom: float,
+    headroom: float, paid_cap_usd: float | None,
 ) -> ItemAnswer:  # fmt: skip
-    waits: dict[str, Any] = {"free_only": True, "headroom": headroom}  # what makes an item
+    # what makes an item: never paid — or, on its batch's budget, paid at most what is left
+    waits: dict[str, Any] = {"free_only": paid_cap_usd is None, "headroom": headroom,
+                             "paid_cap_usd": paid_cap_usd}  # fmt: skip
     if endpoint == "/v1/embeddings":
         body = json.loads(raw)
         job = attrs.evolve(embedding_job(body, client, headers), **waits)
@@ -135,7 +146,7 @@ async def _served(
         dispatcher.resolve(job)
         reply = await dispatcher.complete(job)
         answer = api.answer(body, reply, job, dispatcher.now_wall())
-        return ItemAnswer(200, json.dumps(answer).encode(), reply.request_id)
+        return ItemAnswer(200, json.dumps(answer).encode(), reply.request_id, None, reply.cost_usd)
     job, _ = parse_job(raw, {}, client)
     job = attrs.evolve(job, **waits, deadline_s=headers["deadline_s"],
                        deadline_at=headers["deadline_at"])  # fmt: skip
@@ -145,7 +156,7 @@ async def _served(
 
 def _answer(reply: Reply) -> ItemAnswer:
     raw = reply.raw or json.dumps(dict(reply.body)).encode()
-    return ItemAnswer(200, raw, reply.request_id)
+    return ItemAnswer(200, raw, reply.request_id, None, reply.cost_usd)
 
 
 # -- the routes ------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from lanes._core.batch import budget
 from lanes._core.batch.ending import Obj, count, end, ending, new_id, tally, write
 from lanes._core.batch.files import BatchFiles, BatchRefused, Caps, bounded_lines
 from lanes._core.batch.lines import (
@@ -109,19 +110,7 @@ class BatchQueue(BatchFiles):
             window = window_s(ask.get("completion_window"))
         except ValueError as exc:
             raise BatchRefused(str(exc), param="completion_window") from None
-        metadata = ask.get("metadata")
-        metadata = {} if metadata is None else metadata
-        if (
-            not isinstance(metadata, dict)
-            or len(metadata) > 16
-            or not all(isinstance(v, str) and len(k) <= 64 and len(v) <= 512
-                       for k, v in metadata.items())
-        ):  # fmt: skip
-            raise BatchRefused(
-                "metadata must be an object of at most 16 keys (64 characters) with string "
-                "values (512 characters)",
-                param="metadata",
-            )
+        metadata, paid = _metadata(ask.get("metadata"))
         input_id = ask.get("input_file_id")
         if not isinstance(input_id, str) or not input_id:
             raise BatchRefused("input_file_id must name an uploaded file", param="input_file_id")
@@ -155,8 +144,10 @@ class BatchQueue(BatchFiles):
             "request_counts": {"total": 0, "completed": 0, "failed": 0},
             "metadata": dict(metadata),
         }  # fmt: skip
+        if paid:
+            data["lanes"] = {"max_paid_usd": paid, "paid_usd": 0.0, "paid_held_usd": 0.0}
         if not self.durable:
-            data["lanes"] = {"durable": False}
+            data["lanes"] = {**data.get("lanes", {}), "durable": False}
         errors = self._take_items(batch_id, input_id, endpoint, now + window)
         if errors:
             data |= {"status": "failed", "failed_at": now, "errors": {
@@ -330,7 +321,21 @@ class BatchQueue(BatchFiles):
             )
             if row is None or row[0] != owner:
                 conn.execute("UPDATE batch_item SET state = 'pending' WHERE state = 'running'")
+                budget.count_held(conn)  # a paid try the last leader did not settle: spent
         return True
+
+    def paid_room(self, batch: str) -> float:
+        """What is left of the batch's own paid budget (see `budget.py`)."""
+        with self._lock:
+            return budget.room(self._conn, batch)
+
+    def hold_paid(self, batch: str, amount: float) -> bool:
+        with self._lock, immediate(self._conn) as conn:
+            return budget.hold(conn, batch, amount)
+
+    def settle_paid(self, batch: str, cost: float) -> None:
+        with self._lock, immediate(self._conn) as conn:
+            budget.settle(conn, batch, cost)
 
     def take(self, now: float, limit: int) -> list[Item]:
         """Up to `limit` items due now, of running batches, the earliest window end first."""
@@ -422,3 +427,24 @@ class BatchQueue(BatchFiles):
         for file_id in gone:  # deleted while its batch ran: its bodies go now
             self._path(file_id).unlink(missing_ok=True)
         return ended
+
+
+def _metadata(metadata: object) -> tuple[dict[str, str], float]:
+    """A batch's `metadata` as OpenAI bounds it, and the paid budget it asks for (0: none).
+    Raises BatchRefused naming the field."""
+    metadata = {} if metadata is None else metadata
+    if (
+        not isinstance(metadata, dict)
+        or len(metadata) > 16
+        or not all(isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+                   for k, v in metadata.items())
+    ):  # fmt: skip
+        raise BatchRefused(
+            "metadata must be an object of at most 16 keys (64 characters) with string "
+            "values (512 characters)",
+            param="metadata",
+        )
+    try:
+        return dict(metadata), budget.budget_of(metadata)
+    except ValueError as exc:
+        raise BatchRefused(str(exc), param=f"metadata.{budget.KEY}") from None

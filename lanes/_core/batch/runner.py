@@ -46,13 +46,20 @@ class ItemAnswer:
     body: bytes
     request_id: str
     retry_after_s: float | None = None
+    cost_usd: float = 0.0  # what its paid attempts cost (settled by the ledger)
 
 
 class ServeItem(Protocol):
-    """Serve one item's body on `endpoint` for `client` within `deadline_s`, never paying."""
+    """Serve one item's body on `endpoint` for `client` within `deadline_s` — never paying, or,
+    with `paid_cap` (USD), paying at most that for one attempt (under consent `allow`)."""
 
     def __call__(
-        self, endpoint: str, body: bytes, client: str, deadline_s: float
+        self,
+        endpoint: str,
+        body: bytes,
+        client: str,
+        deadline_s: float,
+        paid_cap: float | None = None,
     ) -> Awaitable[ItemAnswer]: ...
 
 
@@ -78,6 +85,7 @@ class BatchRunner:
         self._slots = trio.CapacityLimiter(concurrency)
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = trio.Event()
+        self._paying: dict[str, trio.Lock] = {}  # batch → held while one of its items pays
         self._counted_at = -TALLY_S
         self.tally: dict[str, dict[str, int]] = {"batches": {}, "items": {}}
 
@@ -142,24 +150,63 @@ class BatchRunner:
             self.wake()
 
     async def _run(self, item: Item) -> None:
-        queue = self._queue
-        raw = await trio.to_thread.run_sync(queue.body, item)
-        now = self._now()
-        answer = await self._serve(item.endpoint, _body(raw), item.client, item.expires_at - now)
-        item_id = f"{item.batch}-{item.line}"
+        raw = await trio.to_thread.run_sync(self._queue.body, item)
+        body = _body(raw)
+        answer = await self._serve(item.endpoint, body, item.client, item.expires_at - self._now())
+        if answer.status != 200 and answer.retry_after_s is not None:
+            pause = max(answer.retry_after_s, min(2.0**item.tries, MAX_BACKOFF_S))
+            when = self._now() + pause  # later, each try waiting longer (to 5 min)
+            if when < item.expires_at:
+                await trio.to_thread.run_sync(self._queue.later, item, when)
+                return
+            # free capacity can not serve it within its window: its batch's budget may
+            answer = await self._pay(item, body) or answer
+            if answer.status != 200 and answer.retry_after_s is not None:
+                await trio.to_thread.run_sync(self._queue.later, item, float(item.expires_at))
+                return  # it expires with its window
+        await self._answered(item, answer)
+
+    async def _answered(self, item: Item, answer: ItemAnswer) -> None:
+        """The item's answer, written with the mark that it is done."""
+        queue, item_id = self._queue, f"{item.batch}-{item.line}"
         if answer.status == 200:
             line = answered_line(
                 item.endpoint, item_id, item.custom_id, answer.request_id, answer.body
             )
-            await trio.to_thread.run_sync(lambda: queue.finish(item, ok=True, line=line))
-        elif answer.retry_after_s is not None:  # later, each try waiting longer (to 5 min)
-            pause = max(answer.retry_after_s, min(2.0**item.tries, MAX_BACKOFF_S))
-            when = min(self._now() + pause, float(item.expires_at))
-            await trio.to_thread.run_sync(queue.later, item, when)
         else:
             line = failed_line(item.endpoint, item_id, item.custom_id, answer.status,
                                answer.request_id, _json(answer.body))  # fmt: skip
-            await trio.to_thread.run_sync(lambda: queue.finish(item, ok=False, line=line))
+        ok = answer.status == 200
+        await trio.to_thread.run_sync(lambda: queue.finish(item, ok=ok, line=line))
+
+    async def _pay(self, item: Item, body: bytes) -> ItemAnswer | None:
+        """One paid try of `item` on what is left of its batch's budget (one item of a batch at
+        a time), or None when nothing is left. The budget holds all it has left for the try and
+        settles to what the try cost; should this process die mid-try, the next leader counts it
+        spent in full (`budget.py`)."""
+        queue, lock = self._queue, self._paying.setdefault(item.batch, trio.Lock())
+        try:
+            return await self._pay_held(queue, lock, item, body)
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._paying.pop(item.batch, None)  # kept only while one of its items pays
+
+    async def _pay_held(
+        self, queue: BatchQueue, lock: trio.Lock, item: Item, body: bytes
+    ) -> ItemAnswer | None:
+        async with lock:
+            room = await trio.to_thread.run_sync(queue.paid_room, item.batch)
+            if not room > 0 or not await trio.to_thread.run_sync(queue.hold_paid, item.batch, room):
+                return None
+            cost = room  # an exit we did not see the end of counts it all
+            try:
+                left = item.expires_at - self._now()
+                answer = await self._serve(item.endpoint, body, item.client, left, room)
+                cost = answer.cost_usd
+                return answer
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(queue.settle_paid, item.batch, cost)
 
 
 def gone(owner: str) -> bool:

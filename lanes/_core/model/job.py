@@ -131,6 +131,11 @@ class Job:
     approval: str | None = None  # the approval a retry carries (X-Lanes-Approval), if any
     # never pays, whatever consent and the model named say: work that can wait (a batch item)
     free_only: bool = False
+    # work that can wait on a budget of its own (a batch's `lanes_max_paid_usd`, what is left of
+    # it): it may pay only under consent `allow`, each paid attempt's worst case at most this
+    paid_cap_usd: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0.0))
+    )
     # the share (0..0.9) of every free quota this job leaves for interactive work (a batch item's
     # `batch.headroom`): to it a quota is used up that much earlier
     headroom: float = attrs.field(

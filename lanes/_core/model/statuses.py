@@ -35,6 +35,8 @@ LATER = frozenset({429, 503})
 
 #: what the paid gate records for a paid candidate of a job that never pays (see money/paid.py)
 NEVER_PAYS = "work that can wait never pays (a batch item)"
+#: ... and of one that may, on its batch's budget, when free capacity can not meet its window
+BATCH_PAYS = "a batch item pays from its batch's budget"
 
 
 def http_status(exc: JobFailed) -> int:
@@ -63,6 +65,6 @@ def _never_free(exc: JobFailed) -> bool:
     return (
         isinstance(exc, Unservable)
         or bool(exc.skips)
-        and all(s.reason.startswith(NEVER_PAYS) for s in exc.skips)
+        and all(s.reason.startswith((NEVER_PAYS, BATCH_PAYS)) for s in exc.skips)
         and not exc.attempts
     )

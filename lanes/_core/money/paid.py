@@ -35,7 +35,7 @@ from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted
 from lanes._core.model.job import Candidate, Outcome
 from lanes._core.model.record import JobRecord
-from lanes._core.model.statuses import NEVER_PAYS
+from lanes._core.model.statuses import BATCH_PAYS, NEVER_PAYS
 from lanes._core.money.consent import Consent
 from lanes._core.money.ledger import Ledger, Reservation
 from lanes._core.money.quote import Quote, Quotes, settled_cost
@@ -99,6 +99,10 @@ class PaidGate:
         if estimate is None or isinstance(estimate, Unbounded):
             record.skip(candidate, f"worst case can not be bounded: {estimate or 'not held'}")
             return None
+        budget = self._within_budget(record, estimate)
+        if budget is not None:
+            record.skip(candidate, budget)
+            return None
         refusal = self._ledger.refused(estimate, record.job.client)
         if refusal is not None:
             record.refused_by_ceiling(refusal)
@@ -110,6 +114,20 @@ class PaidGate:
         if not await self._consent.ask(record, candidate, estimate=estimate, min_time_s=min_time_s):
             return None
         return PaidPermit(quote=quote, by=record.approval or "allow")
+
+    def _within_budget(self, record: JobRecord, estimate: float) -> str | None:
+        """Why a batch item on its batch's budget (`Job.paid_cap_usd`) may not pay `estimate`,
+        or None (also for any other job): it pays only under consent `allow` — no approval is
+        asked for work that can wait, and naming a paid model does not stand for consent — and
+        only within what is left of its budget."""
+        cap = record.job.paid_cap_usd
+        if cap is None:
+            return None
+        if self._policy().free_tier_fallback != "allow":
+            return f"{BATCH_PAYS} only under free_tier_fallback = allow"
+        if not estimate <= cap:
+            return f"{BATCH_PAYS}: its worst case ${estimate:.6f} is over the ${cap:.6f} left"
+        return None
 
     async def hold(
         self, record: JobRecord, quote: Quote, permit: PaidPermit | None, *, shared: bool

@@ -1,0 +1,96 @@
+"""A batch's own paid budget (`metadata.lanes_max_paid_usd`): read when the batch is created, and
+kept in its record (`lanes.max_paid_usd`, `lanes.paid_usd` settled, `lanes.paid_held_usd` held
+by an item's paid try now), inside the queue's transactions.
+
+An item may pay only when free capacity can not serve it within its batch's window (its next free
+try would fall at or after the window's end) — one paid item per batch at a time, its worst case
+within what is left (the paid gate checks that, and consent `allow`, and the one daily ceiling). A
+try held when its process died is counted spent in full by the next leader: the upstream may have
+billed it, and the budget, like the ledger, never counts less than that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+KEY = "lanes_max_paid_usd"
+MAX_USD = 1000.0  # a batch's budget, at most
+
+
+def budget_of(metadata: Mapping[str, Any]) -> float:
+    """The budget `metadata` asks for (0: none). Raises ValueError naming the key."""
+    text = metadata.get(KEY)
+    if text is None:
+        return 0.0
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and 0.0 <= value <= MAX_USD):
+        raise ValueError(f"metadata.{KEY} must be a number of dollars from 0 to {MAX_USD:g}")
+    return value
+
+
+def _paid(data: Mapping[str, Any]) -> tuple[float, float, float]:
+    lanes = data.get("lanes") or {}
+    return (
+        float(lanes.get("max_paid_usd") or 0.0),
+        float(lanes.get("paid_usd") or 0.0),
+        float(lanes.get("paid_held_usd") or 0.0),
+    )
+
+
+def _read(conn: sqlite3.Connection, batch: str) -> dict[str, Any] | None:
+    row = conn.execute("SELECT data FROM batch WHERE id = ?", (batch,)).fetchone()
+    return None if row is None else dict(json.loads(row[0]))
+
+
+def _write(conn: sqlite3.Connection, data: dict[str, Any], paid: float, held: float) -> None:
+    data["lanes"] = {**data.get("lanes", {}), "paid_usd": paid, "paid_held_usd": held}
+    conn.execute("UPDATE batch SET data = ? WHERE id = ?", (json.dumps(data), data["id"]))
+
+
+def room(conn: sqlite3.Connection, batch: str) -> float:
+    """What is left of `batch`'s budget to hold (0: none, or one item's try holds it now)."""
+    data = _read(conn, batch)
+    if data is None:
+        return 0.0
+    budget, paid, held = _paid(data)
+    return 0.0 if held > 0 else max(0.0, budget - paid)
+
+
+def hold(conn: sqlite3.Connection, batch: str, amount: float) -> bool:
+    """Hold `amount` of `batch`'s budget for one item's paid try; False when it is not there."""
+    data = _read(conn, batch)
+    if data is None or not amount > 0:
+        return False
+    budget, paid, held = _paid(data)
+    if held > 0 or paid + amount > budget + 1e-12:
+        return False
+    _write(conn, data, paid, amount)
+    return True
+
+
+def settle(conn: sqlite3.Connection, batch: str, cost: float) -> None:
+    """The held try ended having cost `cost` (never less than 0, never more than it held)."""
+    data = _read(conn, batch)
+    if data is None:
+        return
+    _, paid, held = _paid(data)
+    spent = held if not math.isfinite(cost) else min(max(cost, 0.0), held)
+    _write(conn, data, paid + spent, 0.0)
+
+
+def count_held(conn: sqlite3.Connection) -> None:
+    """A new leader: what the last one held and did not settle (its process died mid-try) is
+    counted spent in full."""
+    for (raw,) in conn.execute(
+        "SELECT data FROM batch WHERE json_extract(data, '$.lanes.paid_held_usd') > 0"
+    ).fetchall():
+        data = json.loads(raw)
+        _, paid, held = _paid(data)
+        _write(conn, data, paid + held, 0.0)
