@@ -67,7 +67,8 @@ async def test_submit_follow_and_read_the_results(tmp_path, capsys):
     """The id `submit` prints is the one `status --follow` follows to `completed` (plain lines, no
     `\\r`, exit 0); `results` writes OpenAI's output lines by custom_id, `--errors -o` the item
     the paid model refused; `list` shows the batch."""
-    specs = ("free", "free", ["free-model"]), ("paid", "paid", ["paid-model"])
+    # an owned local lane: it serves with FREE_LANE=off too
+    specs = ("local", "local", ["free-model"]), ("paid", "paid", ["paid-model"])
     file = jsonl(tmp_path, line("r1"), line("r2"), line("r3", model="paid-model"))
     async with open_sidecar(*specs) as (url, fakes):
         at = ["--url", url.removesuffix("/v1")]
@@ -114,7 +115,7 @@ async def test_submit_follow_and_read_the_results(tmp_path, capsys):
 async def test_submit_wait_in_a_pipe_prints_plain_lines(tmp_path):
     """`python -m lanes batch submit --wait`, its stdout a pipe: the id, then a line per change
     ending `completed`, no `\\r` (no bar for a file or a pipe), exit 0."""
-    async with open_sidecar(("free", "free", ["free-model"])) as (url, _):
+    async with open_sidecar(("local", "local", ["free-model"])) as (url, _):
         file = jsonl(tmp_path, line("a"), line("b"))
         argv = ["batch", "submit", file, "--wait", "--every", "0.05", "--url", url[: -len("/v1")]]
         with trio.fail_after(60):
