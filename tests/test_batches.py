@@ -20,7 +20,7 @@ import trio.testing
 import lanes
 from lanes._core.batch.files import BatchRefused, Caps
 from lanes._core.batch.queue import BatchQueue
-from lanes.testing import ANSWER, answer, rate_limited
+from lanes.testing import ANSWER, answer, rate_limited, status
 from sidecar import open_sidecar
 
 CAPS = Caps(max_bytes=1_000_000, max_lines=100, max_line_bytes=10_000)
@@ -575,3 +575,81 @@ def test_a_paid_try_a_dead_leader_held_counts_spent_and_the_budget_holds(tmp_pat
     assert batch is not None and batch["lanes"]["paid_usd"] == 0.5
     assert batch["lanes"]["paid_held_usd"] == 0.0 and third.paid_room(second["id"]) == 0.0
     third.close()
+
+
+async def test_a_round_with_every_slot_busy_waits_for_one_to_free(tmp_path):
+    """Review of issue 40: with every slot busy and items due, a round returned a pause of 0 and
+    the runner spun (~1,700 rounds a second, each a write renewing the lease). Now it waits to
+    be woken by an item that ends."""
+    from lanes._core.batch.runner import LEASE_S, BatchRunner, ItemAnswer
+    from lanes._core.runtime.tasks import Background
+
+    queue = _queue(tmp_path)
+    _batch(queue, jsonl(line("x"), line("y"), line("z")), now=1000)
+    release = trio.Event()
+
+    async def serve(endpoint: str, body: bytes, client: str, deadline_s: float,
+                    paid_cap: float | None = None) -> ItemAnswer:  # fmt: skip
+        await release.wait()
+        return ItemAnswer(200, json.dumps({"choices": []}).encode(), "r")
+
+    runner = BatchRunner(
+        queue, serve, now_wall=lambda: 1001.0, health=Background().task("b"), concurrency=1
+    )
+    async with trio.open_nursery() as nursery:
+        assert await runner._round(nursery) == LEASE_S / 3  # one taken, two due, no slot
+        assert await runner._round(nursery) == LEASE_S / 3
+        release.set()
+    queue.close()
+
+
+@pytest.mark.free_lane
+async def test_a_batch_budget_caps_the_whole_item_and_a_cancel_stops_paying():
+    """Review of issue 40: a budget checked per attempt let an item's second paid attempt (a
+    retry after a 500, `paid_attempts = 2`) bill past it; and a batch cancelled while an item's
+    free try ran still paid. Now an item's attempts together stay within what is left, and a
+    batch no longer running pays nothing (below, on the queue)."""
+    async with open_sidecar(
+        ("free", "free", ["free-model"]),
+        ("paid", "paid", ["paid-model"]),
+        ("paid2", "paid", ["paid-model-2"]),
+        policy={"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1.0,
+                "paid_attempts": 2},
+    ) as (url, fakes):  # fmt: skip
+        fakes["free"].script("free-model", rate_limited(retry_after=7200))
+        fakes["paid"].script("paid-model", status(500))
+        fakes["paid2"].script("paid-model-2", status(500))
+        client = sdk(url, "unused")
+        body = {"model": "auto", "max_tokens": 100, "messages": [{"role": "user", "content": "x"}]}
+        one = json.dumps({"custom_id": "r0", "method": "POST", "url": "/v1/chat/completions",
+                          "body": body})  # fmt: skip
+        file = await client.files.create(file=("in.jsonl", io.BytesIO(jsonl(one))),
+                                         purpose="batch")  # fmt: skip
+        batch = await client.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions",
+            completion_window="1h",  # type: ignore[arg-type]
+            metadata={"lanes_max_paid_usd": "0.0003"},  # one attempt's worst case, not two
+        )  # fmt: skip
+        async with httpx2.AsyncClient() as http:
+            with trio.fail_after(20):  # polled: until its paid try has been settled
+                view = (await client.batches.retrieve(batch.id)).model_extra or {}
+                while not view["lanes"]["paid_usd"]:
+                    await trio.sleep(0.05)
+                    view = (await client.batches.retrieve(batch.id)).model_extra or {}
+            spent = (await http.get(f"{url}/lanes")).json()["paid"]["spent_today_usd"]
+        assert len(fakes["paid"].requests()) + len(fakes["paid2"].requests()) == 1
+        assert spent == view["lanes"]["paid_usd"] <= 0.0003
+
+
+def test_a_batch_no_longer_running_has_nothing_to_pay(tmp_path):
+    queue = _queue(tmp_path)
+    upload = queue.upload_path()
+    upload.write_bytes(jsonl(line("x")))
+    file = queue.add_file("c", "batch", "in.jsonl", upload, 1000)
+    ask = {"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+           "completion_window": "1h", "metadata": {"lanes_max_paid_usd": "0.5"}}  # fmt: skip
+    made = queue.create("c", ask, 1000)
+    assert queue.paid_room(made["id"]) == 0.5
+    assert queue.cancel("c", made["id"], 1001) is not None
+    assert queue.paid_room(made["id"]) == 0.0 and not queue.hold_paid(made["id"], 0.1)
+    queue.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -210,14 +212,17 @@ def test_a_quiet_expiry_halves_the_step():
     headroom=st.floats(0.0, 0.9),
 )
 def test_work_that_can_wait_leaves_the_headroom_to_interactive_work(limit, used, headroom):
-    """Counted here: a batch item (headroom h) sees the quota used up at limit x (1 - h), an
-    interactive job at the limit; whatever a batch may still use, interactive work may too."""
+    """Counted here: a batch item (headroom h) sees the quota used up where the share h of it
+    (rounded up to whole requests) is left, an interactive job at the limit; whatever a batch
+    may still use, interactive work may too."""
     m = manager(RateLimitedFree(rpd=limit))
     for _ in range(used):
         m.count_usage("g", "m", now=NOW)
     batch = m.classify("g", "m", NOW, headroom)
     interactive = m.classify("g", "m", NOW)
-    assert batch.free == (used < limit * (1 - headroom))
+    kept = math.ceil(limit * headroom - 1e-9)
+    assert batch.free == (used < limit - kept)
+    assert limit * headroom - 1e-9 <= kept < limit * headroom + 1  # the share, rounded up
     assert interactive.free == (used < limit)
     assert not batch.free or interactive.free
     if not batch.free:
@@ -244,7 +249,7 @@ def test_a_reported_quota_within_the_headroom_is_kept_for_interactive_work(
         now=NOW,
     )
     batch = m.classify("g", "m", NOW, headroom)
-    assert batch.free == (remaining > limit * headroom)
+    assert batch.free == (remaining > math.ceil(limit * headroom - 1e-9))
     assert m.classify("g", "m", NOW).free == (remaining > 0)
     if not batch.free:
         assert batch.free_again_at == NOW + 30

@@ -152,3 +152,32 @@ async def test_the_audit_and_the_report_split_batch_from_interactive_work(
             ("batch", 3, 3),
             ("interactive", 1, 1),
         }
+
+
+async def test_a_full_batch_waits_for_a_slot_and_a_fault_ends_only_its_job(autojump_clock):
+    """Concurrency 1, three jobs of a second each: they run one after another (the batch waits
+    for a slot, it does not spin — on the virtual clock a spin would never let time pass); a
+    job whose serve raises something other than JobFailed ends with its error, the others are
+    answered."""
+    from lanes._core.batch.library import LibraryBatch
+
+    started: list[float] = []
+
+    async def serve(job: lanes.Job) -> lanes.Reply:
+        started.append(trio.current_time())
+        await trio.sleep(1)
+        if "item 1" in str(job.messages):
+            raise ValueError("a bug of ours")
+        return lanes.Reply(body={"choices": []}, lane="l", provider="p", model="m", route="local")
+
+    batch = LibraryBatch(
+        jobs(3), serve, window_s=600, headroom=0.2, concurrency=1, interactive_waiting=lambda: 0
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batch.run)
+        results = [r async for r in batch.results()]
+    assert started == [0.0, 1.0, 2.0]
+    by_index = {r.index: r for r in results}
+    assert by_index[0].reply is not None and by_index[2].reply is not None
+    assert isinstance(by_index[1].error, lanes.JobFailed) and "ValueError" in str(by_index[1].error)
+    assert (batch.progress.completed, batch.progress.failed, batch.progress.running) == (2, 1, 0)

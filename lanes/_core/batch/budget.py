@@ -55,9 +55,10 @@ def _write(conn: sqlite3.Connection, data: dict[str, Any], paid: float, held: fl
 
 
 def room(conn: sqlite3.Connection, batch: str) -> float:
-    """What is left of `batch`'s budget to hold (0: none, or one item's try holds it now)."""
+    """What is left of `batch`'s budget to hold (0: none, one item's try holds it now, or the
+    batch is no longer running — cancelled, past its window)."""
     data = _read(conn, batch)
-    if data is None:
+    if data is None or data.get("status") != "in_progress":
         return 0.0
     budget, paid, held = _paid(data)
     return 0.0 if held > 0 else max(0.0, budget - paid)
@@ -66,7 +67,7 @@ def room(conn: sqlite3.Connection, batch: str) -> float:
 def hold(conn: sqlite3.Connection, batch: str, amount: float) -> bool:
     """Hold `amount` of `batch`'s budget for one item's paid try; False when it is not there."""
     data = _read(conn, batch)
-    if data is None or not amount > 0:
+    if data is None or data.get("status") != "in_progress" or not amount > 0:
         return False
     budget, paid, held = _paid(data)
     if held > 0 or paid + amount > budget + 1e-12:
@@ -75,14 +76,17 @@ def hold(conn: sqlite3.Connection, batch: str, amount: float) -> bool:
     return True
 
 
-def settle(conn: sqlite3.Connection, batch: str, cost: float) -> None:
-    """The held try ended having cost `cost` (never less than 0, never more than it held)."""
+def settle(conn: sqlite3.Connection, batch: str, cost: float) -> float:
+    """The held try ended having cost `cost`, as the ledger settled it (not known: all it
+    held). Counted as it is — above what it held too, when an upstream billed more than the
+    worst case its request allowed; then nothing is left to pay. Returns what it counted."""
     data = _read(conn, batch)
     if data is None:
-        return
+        return 0.0
     _, paid, held = _paid(data)
-    spent = held if not math.isfinite(cost) else min(max(cost, 0.0), held)
+    spent = held if not math.isfinite(cost) else max(cost, 0.0)
     _write(conn, data, paid + spent, 0.0)
+    return spent
 
 
 def count_held(conn: sqlite3.Connection) -> None:

@@ -19,6 +19,7 @@ let finish, the rest answer `batch_cancelled`).
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
@@ -29,6 +30,8 @@ from lanes._core.batch.lines import window_s
 from lanes._core.model.errors import DeadlineExceeded, JobFailed
 from lanes._core.model.job import Job, Reply
 from lanes._core.model.statuses import try_again_in
+
+log = logging.getLogger("lanes")
 
 MAX_TRY_S = 3600.0  # one try's deadline, at most (the window's end when sooner), as the runner's
 MAX_BACKOFF_S = 300.0  # a job put back again and again waits at most this long between tries
@@ -147,6 +150,8 @@ class LibraryBatch:
             self._slots.acquire_on_behalf_of_nowait(index)
             self._progress = attrs.evolve(self._progress, running=self._progress.running + 1)
             nursery.start_soon(self._one, index, tries)
+        if self._due and self._due[0][0] <= now:  # every slot busy: a job that ends wakes it
+            return self._end - now
         return min(self._end, self._due[0][0] if self._due else self._end) - now
 
     async def _one(self, index: int, tries: int) -> None:
@@ -164,6 +169,10 @@ class LibraryBatch:
                     pause = max(later, min(2.0 ** (tries + 1), MAX_BACKOFF_S))
                     when = min(trio.current_time() + pause, self._end)
                     heapq.heappush(self._due, (when, index, tries + 1))
+            except Exception as exc:  # a fault of ours: this job's end, not the batch's
+                log.exception("batch job %d: %s", index, type(exc).__name__)
+                failed = JobFailed(f"the job could not be run ({type(exc).__name__})")
+                self._ended(BatchResult(index, job, error=failed))
         finally:
             self._slots.release_on_behalf_of(index)
             self._progress = attrs.evolve(self._progress, running=self._progress.running - 1)

@@ -333,9 +333,9 @@ class BatchQueue(BatchFiles):
         with self._lock, immediate(self._conn) as conn:
             return budget.hold(conn, batch, amount)
 
-    def settle_paid(self, batch: str, cost: float) -> None:
+    def settle_paid(self, batch: str, cost: float) -> float:
         with self._lock, immediate(self._conn) as conn:
-            budget.settle(conn, batch, cost)
+            return budget.settle(conn, batch, cost)
 
     def take(self, now: float, limit: int) -> list[Item]:
         """Up to `limit` items due now, of running batches, the earliest window end first."""

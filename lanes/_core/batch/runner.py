@@ -33,6 +33,7 @@ FAILED_PAUSE_S = 5.0  # after a round that failed
 PURGE_EVERY_S = 3600.0  # how often batches past their retention are looked for
 RETRY_S = 1.0  # an item that could not be run (not its answer's fault) is taken again after this
 TALLY_S = 5.0  # how often the queue's batches and items are counted (for /metrics)
+MIN_PAID_S = 5.0  # a paid try starts only with at least this long left of its window
 YIELD_S = 1.0  # how often it looks again while interactive work waits
 MAX_BACKOFF_S = 300.0  # an item put back again and again waits at most this long between tries
 
@@ -117,17 +118,17 @@ class BatchRunner:
         if now - self._purged_at >= PURGE_EVERY_S:  # what ended before the retention: deleted
             await trio.to_thread.run_sync(queue.purge, now - self._retention_s)
             self._purged_at = now
-        room = int(self._slots.total_tokens - self._slots.borrowed_tokens)
         if self._waiting():  # interactive work waits for a free quota: it goes first
-            room = 0
+            return YIELD_S
+        room = int(self._slots.total_tokens - self._slots.borrowed_tokens)
         items = await trio.to_thread.run_sync(queue.take, now, room) if room else []
         for item in items:
             await self._slots.acquire_on_behalf_of(item)
             nursery.start_soon(self._one, item)
+        if len(items) == room:  # every slot busy: an item that ends wakes the runner
+            return LEASE_S / 3
         due = await trio.to_thread.run_sync(queue.next_due, now)
         pause = IDLE_S if due is None else max(0.0, due - now)
-        if self._waiting():
-            pause = YIELD_S
         return min(pause, LEASE_S / 3)
 
     async def _count(self, now: float, *, ended: bool) -> None:
@@ -195,18 +196,26 @@ class BatchRunner:
         self, queue: BatchQueue, lock: trio.Lock, item: Item, body: bytes
     ) -> ItemAnswer | None:
         async with lock:
+            left = item.expires_at - self._now()
+            if left < MIN_PAID_S:  # its window ends: no paid try starts now
+                return None
             room = await trio.to_thread.run_sync(queue.paid_room, item.batch)
             if not room > 0 or not await trio.to_thread.run_sync(queue.hold_paid, item.batch, room):
-                return None
+                return None  # nothing left, or the batch no longer runs (cancelled, ended)
             cost = room  # an exit we did not see the end of counts it all
             try:
-                left = item.expires_at - self._now()
                 answer = await self._serve(item.endpoint, body, item.client, left, room)
                 cost = answer.cost_usd
                 return answer
             finally:
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(queue.settle_paid, item.batch, cost)
+                    spent = await trio.to_thread.run_sync(queue.settle_paid, item.batch, cost)
+                if spent > room + 1e-12:
+                    log.warning(
+                        "batch %s: a paid try cost $%.6f, over the $%.6f it held (its upstream "
+                        "billed past the worst case its request allowed); nothing is left to pay",
+                        item.batch, spent, room,
+                    )  # fmt: skip
 
 
 def gone(owner: str) -> bool:

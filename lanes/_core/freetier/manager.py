@@ -13,6 +13,7 @@ The router's three integration points (seed 000):
 
 from __future__ import annotations
 
+import math
 import random as _random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
@@ -42,6 +43,12 @@ _LIMITS: tuple[tuple[str, str, WindowName], ...] = (
     ("tpd", "tokens", "day"),
     ("tpmonth", "tokens", "month"),
 )
+
+
+def kept(limit: float, headroom: float) -> int:
+    """How much of a quota of `limit` its `headroom` keeps for interactive work: the share,
+    rounded up to a whole request or token (a quota of 4 at 0.2 keeps 1), 0 without one."""
+    return math.ceil(limit * headroom - 1e-9) if headroom > 0 else 0
 
 
 class Held(NamedTuple):
@@ -202,11 +209,11 @@ class FreeTierManager:
             limit = getattr(kind, key, None)
             if not limit or (dimension, window) in fresh:
                 continue
-            if self._usage.used(scope, dimension, window, now) >= limit * (1.0 - headroom):
-                kept = f", {headroom:.0%} kept for interactive work" if headroom else ""
+            if self._usage.used(scope, dimension, window, now) >= limit - kept(limit, headroom):
+                why = f", {headroom:.0%} kept for interactive work" if headroom else ""
                 return QuotaVerdict(
                     kind="not_free",
-                    reason=f"{key}={limit} used up (counted here{kept})",
+                    reason=f"{key}={limit} used up (counted here{why})",
                     free_again_at=window_end(window, now),
                 )
         return None
@@ -221,7 +228,7 @@ class FreeTierManager:
         for w in snapshot.windows:
             if w.limit is None or w.remaining is None or at + (w.reset_s or 60.0) <= now:
                 continue
-            if w.remaining <= w.limit * headroom:
+            if w.remaining <= kept(w.limit, headroom):
                 return QuotaVerdict(
                     kind="not_free",
                     reason=f"{headroom:.0%} of {w.dimension} kept for interactive work",

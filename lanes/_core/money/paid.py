@@ -125,8 +125,12 @@ class PaidGate:
             return None
         if self._policy().free_tier_fallback != "allow":
             return f"{BATCH_PAYS} only under free_tier_fallback = allow"
-        if not estimate <= cap:
-            return f"{BATCH_PAYS}: its worst case ${estimate:.6f} is over the ${cap:.6f} left"
+        spent = sum(a.cost_usd for a in record.attempts)  # its earlier attempts count too
+        if not spent + estimate <= cap:
+            return (
+                f"{BATCH_PAYS}: its worst case ${estimate:.6f} and the ${spent:.6f} it spent "
+                f"are over the ${cap:.6f} left"
+            )
         return None
 
     async def hold(
