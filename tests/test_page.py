@@ -662,6 +662,11 @@ async def test_the_page_shows_each_batch_with_its_projection():
             while counts is None or counts.completed < 8:
                 await trio.sleep(0.05)
                 counts = (await client.batches.retrieve(batch.id)).request_counts
+            async with httpx2.AsyncClient(trust_env=False) as http:  # and both left put back
+                outlook = (await http.get(f"{url}/forecast")).json()["batches"][0]
+                while outlook["next_try_at"] is None:
+                    await trio.sleep(0.05)
+                    outlook = (await http.get(f"{url}/forecast")).json()["batches"][0]
         seen = await CHROME.run(
             batches_in_browser, url.removesuffix("/v1"), os.environ.get("LANES_PAGE_SCREENSHOT")
         )
