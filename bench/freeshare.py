@@ -80,35 +80,9 @@ async def simulate(times: list[float]) -> dict[str, Any]:
     async with trio.open_nursery() as nursery:
         fakes = {}
         for name, rpm, rpd, style, _ in PROVIDERS:
-            fakes[name] = await nursery.start(_serve_fake, name, rpm, rpd, style, midnight)
-        paid = await nursery.start(_serve_fake, "paid", 0, 0, "paid", midnight)
-        lane_tables = []
-        for name, rpm, rpd, _, known in PROVIDERS:
-            kind = (
-                {"kind": "rate_limited", "rpm": rpm, "rpd": rpd}
-                if known
-                else {"kind": "rate_limited"}
-            )
-            lane_tables.append(
-                {
-                    "name": name,
-                    "module": "openai_compatible",
-                    "base_url": fakes[name].base_url,
-                    "api_key_env": "",
-                    "free_tier": kind,
-                    "models": [{"id": "m"}],
-                }
-            )
-        lane_tables.append(paid_lane("paid", paid.base_url, ["m"]))
-        config = lanes.load_config(
-            {
-                "lanes": lane_tables,
-                "default_deadline_s": 20,
-                "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1000.0},
-                "scoring": {"explore_rate": 0.0},
-            },
-            env={},
-        )
+            fakes[name] = await nursery.start(serve_fake, name, rpm, rpd, style, midnight)
+        paid = await nursery.start(serve_fake, "paid", 0, 0, "paid", midnight)
+        config = lanes_config({n: f.base_url for n, f in fakes.items()}, paid.base_url)
         outcome: dict[str, float] = {"free": 0, "paid": 0, "failed": 0}  # counts, and "cost"
         # trio time 0 is the day's first second
         async with lanes.open_dispatcher(config, env=KEYS, epoch_now=midnight) as d:
@@ -129,18 +103,53 @@ async def simulate(times: list[float]) -> dict[str, Any]:
                 for t in times:
                     await trio.sleep_until(start + t)
                     jobs.start_soon(job)
-        exhausted_hits = sum(1 for f in fakes.values() for r in f.log if r.behaviour == "status")
+        upstream = sum(len(f.log) for f in fakes.values())
         nursery.cancel_scope.cancel()
     return {
         **outcome,
-        "requests_to_exhausted_providers": exhausted_hits,
-        "upstream_requests": sum(len(f.log) for f in fakes.values()),
+        # every request to a free fake was answered or refused (429): the refused ones are those
+        # not served free (the log's `behaviour` is "quota" for both)
+        "requests_to_exhausted_providers": upstream - int(outcome["free"]),
+        "upstream_requests": upstream,
     }
 
 
-async def _serve_fake(
+def lanes_config(free: dict[str, str], paid: str, **top: Any) -> lanes.Config:
+    """The five free lanes (by name → base URL; the limits in config where `PROVIDERS` says our
+    config knows them) and a paid lane, paid fallback allowed for interactive work."""
+    tables = []
+    for name, rpm, rpd, _, known in PROVIDERS:
+        kind = (
+            {"kind": "rate_limited", "rpm": rpm, "rpd": rpd} if known else {"kind": "rate_limited"}
+        )
+        tables.append(
+            {
+                "name": name,
+                "module": "openai_compatible",
+                "base_url": free[name],
+                "api_key_env": "",
+                "free_tier": kind,
+                "models": [{"id": "m"}],
+            }
+        )
+    tables.append(paid_lane("paid", paid, ["m"]))
+    return lanes.load_config(
+        {
+            "lanes": tables,
+            "default_deadline_s": 20,
+            "policy": {"free_tier_fallback": "allow", "paid_ceiling_usd_per_day": 1000.0},
+            "scoring": {"explore_rate": 0.0},
+            **top,
+        },
+        env={},
+    )
+
+
+async def serve_fake(
     name: str, rpm: int, rpd: int, style: str, midnight: float, task_status=trio.TASK_STATUS_IGNORED
 ):
+    """One fake provider answering model `m` under `rpm` a minute and `rpd` a day (trio's clock
+    0 is `midnight`), reporting its limits as `style` says (`paid`: no limit)."""
     async with open_fake(name) as fake:
         fake.wall_offset = midnight - trio.current_time()
         fake.script(

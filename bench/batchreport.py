@@ -1,0 +1,298 @@
+"""docs/benchmarks.md's sections on work that can wait: the batch over a simulated day
+(`bench/batchday.py`, with its diagnoses) and items through the sidecar's queue
+(`bench/batch100k.py`) — from a run's JSON, or the newest in bench/results."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PROBE = "one at a time, 20 ms apart, for 15 s"  # bench/batch100k.py's probe
+
+
+def sections(data: Mapping[str, Any]) -> list[str]:
+    """Both sections: this run's figures where it has them, else the newest full runs'."""
+    day = data.get("batchday")
+    newest, diagnoses = latest_day()
+    if day is None:
+        day = newest
+    if day is None or newest is None or newest["date"] != day["date"] or day["hours"] < 24:
+        diagnoses = {}
+    return day_section(day, diagnoses) + queue_section(data.get("batch100k") or latest_queue())
+
+
+def latest_day() -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    """The newest full `batchday` run, and the diagnoses of its date: `backoff` (a full day with
+    the pause capped), `quick` and `concurrency` (2-hour days at the default and another
+    `[batch] concurrency`)."""
+    runs = sorted(RESULTS.glob("batchday-2???-??-??.json"))
+    if not runs:
+        return None, {}
+    day = json.loads(runs[-1].read_text())
+    found = {}
+    for key, pattern in (
+        ("backoff", "-backoff*"),
+        ("quick", "-quick"),
+        ("concurrency", "-quick-concurrency*"),
+    ):
+        paths = sorted(RESULTS.glob(f"batchday-{day['date']}{pattern}.json"))
+        if paths:
+            found[key] = json.loads(paths[-1].read_text())
+    return day, found
+
+
+def latest_queue() -> dict[str, Any] | None:
+    """The newest full `batch100k` run."""
+    runs = sorted(RESULTS.glob("batch100k-2???-??-??.json"))
+    return json.loads(runs[-1].read_text()) if runs else None
+
+
+def _clock(seconds: float | None) -> str:
+    """Seconds after midnight as `6 h 35 min`."""
+    if seconds is None:
+        return "—"
+    minutes = int(seconds // 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+# -- a batch over a simulated day ------------------------------------------------------------------
+def day_section(d: Mapping[str, Any] | None, diagnoses: Mapping[str, Any]) -> list[str]:
+    if not d:
+        return []
+    b, alone, beside = d["batch"], d["interactive_alone"], d["interactive_with_batch"]
+    wall = d["simulation_wall_s"]
+    lines = [
+        f"## Work that can wait: a {b['items']:,}-item batch over a simulated day",
+        "",
+        f"`python -m bench.batchday` on {d['date']} (commit {d['commit']}, 2 cores), one run "
+        "with the batch and one without on the same arrivals, on trio's virtual clock (two "
+        f"processes at once: {wall['with_batch']:.0f} s and {wall['alone']:.0f} s of wall "
+        "time). A library "
+        '`dispatcher.submit_batch(jobs, window="24h")` (`[batch]` defaults: headroom '
+        f"{b['headroom']:.0%}, concurrency 4) is submitted at a UTC midnight beside the free "
+        f"share's interactive traffic ({alone['jobs']:,} jobs, which may fall back to a paid "
+        "lane), over the same five free fakes. The bound: no scheduler can serve more items "
+        "free under lanes' headroom rule over the same arrivals, the interactive jobs served "
+        "free first wherever a quota has room (a max-flow bound; `bench/batchbound.py` says "
+        "exactly what it assumes). The oracle's schedule — the batch at every reset to the "
+        "rule's share, each interactive job placed, when one has room, on a quota the batch is "
+        "done with — serves the figure beside it, so the best lies between. The rule's "
+        "ceiling is the bound with no interactive traffic.",
+        "",
+        "| items | served free | bound | share of the bound | the oracle's schedule | the "
+        "rule's ceiling | paid | last served free | the oracle's last | minutes with an item "
+        "served / up to the last |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {b['items']:,} | {b['free']:,} ({b['free_share']:.1%}) | {b['bound']:,} "
+        f"({b['bound_share']:.1%}) | {b['share_of_bound']:.1%} | {b['oracle']:,} | "
+        f"{b['ceiling']:,} | {b['paid']} (${b['paid_usd']:.2f}; {b['paid_requests']} requests "
+        f"to the paid lane) | {_clock(b['finish_s'])} | {_clock(b['oracle_finish_s'])} | "
+        f"{b['minutes_served']} / {b['minutes_to_finish']} |",
+        "",
+        "| provider | the rule's share: a minute, a day | served | the oracle's schedule | most "
+        "in a minute | served over the rule: minute, day | its 429s: minute, day |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, p in b["per_provider"].items():
+        lines.append(
+            f"| {name} | {p['r']}, {p['d']:,} | {p['served']:,} | {p['oracle']:,} | "
+            f"{p['max_in_a_minute']} | {p['over_minute']}, {p['over_day']} | "
+            f"{p['refused']['minute']}, {p['refused']['day']} |"
+        )
+    lines += [
+        "",
+        "| interactive jobs | free | paid, spend | wall time a job p50 / p99 (ms) | virtual "
+        "time a job p50 / p99 / max (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    for label, i in (("without the batch", alone), ("beside the batch", beside)):
+        lines.append(
+            f"| {label} | {i['free']:,} ({i['free_share']:.1%}) | {i['paid']:,}, "
+            f"${i['paid_usd']:.4f} | {i['wall_p50_ms']:.2f} / {i['wall_p99_ms']:.2f} | "
+            f"{i['virtual_p50_ms']:.0f} / {i['virtual_p99_ms']:.0f} / {i['virtual_max_ms']:.0f} |"
+        )
+    lines += ["", *_pace(b, diagnoses.get("backoff")), ""]
+    lines += _over_the_rule(b, diagnoses.get("quick"), diagnoses.get("concurrency"))
+    lines += [*_beside(alone, beside), ""]
+    return lines
+
+
+def _pace(b: Mapping[str, Any], capped: Mapping[str, Any] | None) -> list[str]:
+    """Why below the bound: the pace, and what the interactive jobs took meanwhile."""
+    text = (
+        f"Why below the bound. The batch was served in {b['minutes_served']} of the "
+        f"{b['minutes_to_finish']} minutes up to its last item, and in none of the others. An "
+        "item put back waits max(its Retry-After, 2^tries s up to 300 s) (`batch/library.py`; "
+        "the queue's runner has the same rule); the items put back at one instant, with the "
+        "same count of tries, all come due together, and once 2^tries passes a minute they "
+        "wait 2 to 5 minutes for quotas that reopen every minute: the batch runs one minute in "
+        "five. Meanwhile the interactive jobs take the day's quotas the batch was still owed: "
+        f"{b['interactive_before_done']:,} of them were served where the batch was not done "
+        f"yet, against {b['oracle_interactive_before_done']:,} in the oracle's schedule — so a "
+        "slower batch is also a smaller one. The dispatcher was asked "
+        f"{b['tries']:,} times for the batch's {b['free']:,} answers (every waiting item is "
+        "tried at each of those instants, and refused but for the rule's few)."
+    )
+    if capped:
+        x, cap = capped["batch"], capped["changed"]["backoff_cap_s"]
+        text += (
+            f" With that pause capped at {cap:g} s — a diagnosis, not lanes' behaviour: "
+            f"`python -m bench.batchday --backoff-cap {cap:g}` sets the library's "
+            "`MAX_BACKOFF_S` in the batch's process — the same day gives "
+            f"{x['free']:,} items free ({x['share_of_bound']:.1%} of the bound, "
+            f"{x['share_of_oracle']:.1%} of the oracle's schedule), the last at "
+            f"{_clock(x['finish_s'])} against the oracle's {_clock(x['oracle_finish_s'])}, "
+            f"served in {x['minutes_served']} of {x['minutes_to_finish']} minutes, for "
+            f"{x['tries']:,} tries; what is left of the gap is the interactive jobs' routing: "
+            f"{x['interactive_before_done']:,} of them were served where the batch was not done "
+            f"(the oracle: {x['oracle_interactive_before_done']:,}), as lanes ranks providers "
+            "for an interactive job without regard to the quotas a batch still needs."
+        )
+    return [text]
+
+
+def _over_the_rule(
+    b: Mapping[str, Any], quick: Mapping[str, Any] | None, other: Mapping[str, Any] | None
+) -> list[str]:
+    """Where the batch took more of a quota than the rule leaves it, and (from 2-hour days at
+    the default and another concurrency) why."""
+    lines = []
+    for name, p in b["per_provider"].items():
+        if not (p["over_minute"] or p["over_day"]):
+            continue
+        text = (
+            f"On {name}, whose limits our config does not know (its headers report the "
+            f"minute's), {p['over_minute']} items started after the minute's use had reached "
+            f"the rule's {p['r']}, and {p['refused']['minute']} batch requests were refused by "
+            "its minute quota (429): there the headroom is read from the last `remaining` the "
+            "provider reported, which does not count the requests still in flight, and is "
+            "forgotten at the window's reset until an answer brings a new one; "
+            "`[batch] concurrency` items start on it at once."
+        )
+        if quick and other and name in quick["batch"]["per_provider"]:
+            q, o = quick["batch"]["per_provider"][name], other["batch"]["per_provider"][name]
+            n = other["changed"]["concurrency"]
+            text += (
+                f" In a 2-hour day (`python -m bench.batchday --quick`, 1,000 items) at "
+                f"concurrency 4: {q['over_minute']} over the rule and {q['refused']['minute']} "
+                f"refused; at {n} (`--quick --concurrency {n}`): {o['over_minute']} and "
+                f"{o['refused']['minute']}."
+            )
+        lines += [text, ""]
+    return lines
+
+
+def _beside(alone: Mapping[str, Any], beside: Mapping[str, Any]) -> list[str]:
+    return [
+        "The interactive jobs ask more than the free quotas hold, so every item the batch serves "
+        "free is a free request they no longer find later in the day: "
+        f"{alone['free'] - beside['free']:,} fewer of them were served free and "
+        f"{beside['paid'] - alone['paid']:,} more paid "
+        f"(+${beside['paid_usd'] - alone['paid_usd']:.4f}); none failed. On the virtual clock a "
+        "job meets the batch's work only when both fall on the same instant, so its wall time "
+        "is the dispatcher's own work and its virtual time any wait (none here); interactive "
+        "requests beside a batch in real time are measured in the next section."
+    ]
+
+
+# -- items through the sidecar's queue -------------------------------------------------------------
+def projected_s(d: Mapping[str, Any]) -> float | None:
+    """A projection, not a measure: the seconds a 100,000-item batch would take to its end, if
+    an item's wall time grows linearly with the items pending — fitted through the 10,000-item
+    batch (5,000 pending on average) and the 100,000-item one's window (its pending then)."""
+    small, big = d.get("10000"), d.get("100000")
+    if not small or not big:
+        return None
+    pending_big = big["items"] - big["done_in_run"] / 2
+    per_item = (small["wall_ms_per_item"] / 1000, big["wall_ms_per_item"] / 1000)
+    slope = (per_item[1] - per_item[0]) / (pending_big - small["items"] / 2)
+    base = per_item[0] - slope * small["items"] / 2
+    n = big["items"]
+    return float(n * base + slope * n * (n + 1) / 2)
+
+
+def queue_section(d: Mapping[str, Any] | None) -> list[str]:
+    if not d:
+        return []
+    i, alone = d["interactive"], d["probe_alone"]
+    runs = [d[k] for k in ("10000", "100000") if k in d]
+    lines = [
+        "## Items through the sidecar's durable queue",
+        "",
+        f"`python -m bench.batch100k` on {d['date']} (commit {d['commit']}, 2 cores), one run: "
+        "`lanes serve` with its state and batch queue in SQLite files, over one local lane (a "
+        "`lanes.testing` fake on 127.0.0.1, in the load generator's process) at `[batch] "
+        f"concurrency` {d['concurrency']}. Each JSONL file is uploaded over HTTP, its batch "
+        "created and run, and its output and error files streamed back; the 100,000-item "
+        "batch is cancelled after two minutes (to its end it would take an hour or more: "
+        "below). CPU is the sidecar's user + system time from /proc, an item's beside the same "
+        "body sent as an ordinary request at the same concurrency "
+        f"({i['cpu_ms_per_request']:.2f} ms of CPU each, over {i['requests']:,}): the "
+        "difference is the queue's own cost. The fake's time is this process's CPU (the fake, "
+        "the polls and the probe below).",
+        "",
+        "| items | upload | create (every line read) | ran | items done | items/s | wall an "
+        "item | less the fake's time | sidecar CPU an item | the queue's own | then | output "
+        "+ error lines streamed back |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(
+            f"| {r['items']:,} ({r['file_mb']:.1f} MB) | {r['upload_s']:.2f} s | "
+            f"{r['create_s']:.2f} s | {r['run_s']:.0f} s | {r['done_in_run']:,} | "
+            f"{r['items_per_s']:.0f} | {r['wall_ms_per_item']:.2f} ms | "
+            f"{r['overhead_wall_ms_per_item']:.2f} ms | {r['sidecar_cpu_ms_per_item']:.2f} ms | "
+            f"{r['queue_cpu_ms_per_item']:+.2f} ms | {r['status']} | {r['output_lines']:,} + "
+            f"{r['error_lines']:,} in {r['download_s']:.2f} s |"
+        )
+    lines += [
+        "",
+        "The queue's own calls (`BatchQueue`, SQLite, no HTTP), µs each, with one batch of so "
+        "many items pending. The runner makes a round of them — its lease, `settle`, `take` "
+        "and, when a slot is left, `next_due` — whenever an item ends:",
+        "",
+        "| items pending | create (s) | take 4 (and put back) | next_due | settle | finish one |",
+        "|---|---|---|---|---|---|",
+    ]
+    for size, c in d["queue_calls"].items():
+        lines.append(
+            f"| {int(size):,} | {c['create_s']:.2f} | {c['take_4_us']:,.0f} | "
+            f"{c['next_due_us']:,.0f} | {c['settle_us']:,.0f} | {c['finish_us']:,.0f} |"
+        )
+    projection = projected_s(d)
+    lines += [
+        "",
+        "All but `finish` grow with the items pending: `take` sorts every pending item to "
+        "return the first few (`ORDER BY i.expires_at, i.batch, i.line` over an index on "
+        "(state, expires_at, not_before): SQLite's plan says `USE TEMP B-TREE FOR RIGHT PART OF "
+        "ORDER BY`), `next_due` reads them all for their least `not_before`, and `settle` "
+        "counts them for each batch in progress — so a batch costs the square of its items."
+        + (
+            " Fitted through the two batches above (an item's wall time linear in the items "
+            f"pending), a 100,000-item batch would take about {projection / 3600:.1f} h here: a "
+            "projection, not a measure."
+            if projection
+            else ""
+        ),
+        "",
+        f"The sidecar's resident memory: {d['idle_rss_mb']:.1f} MiB warm and idle, "
+        f"{d['before_rss_mb']:.1f} MiB after the ordinary requests, at most "
+        f"{d['peak_rss_mb']:.1f} MiB through every upload, run, cancel and download (sampled "
+        f"every 0.1 s): +{d['rss_growth_mb']:.1f} MiB over idle. Lines are read from the "
+        "uploaded file one item at a time and streamed back out of the table.",
+        "",
+        f"Interactive requests ({PROBE}) took p50 {alone['p50_ms']:.1f} / p99 "
+        f"{alone['p99_ms']:.1f} ms with the sidecar otherwise idle ({alone['requests']} "
+        "requests), and as each batch started: "
+        + "; ".join(
+            f"{r['items']:,} items, p50 {r['probe_beside_batch']['p50_ms']:.1f} / p99 "
+            f"{r['probe_beside_batch']['p99_ms']:.1f} ms ({r['probe_beside_batch']['requests']})"
+            for r in runs
+        )
+        + ". The items share the sidecar's one event loop and its CPU with them.",
+        "",
+    ]
+    return lines
