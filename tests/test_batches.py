@@ -476,7 +476,8 @@ async def test_no_item_starts_while_interactive_work_waits_for_a_free_quota(tmp_
     _batch(queue, jsonl(line("x"), line("y")), now=1000)
     waiting, served = [1], []
 
-    async def serve(endpoint: str, body: bytes, client: str, deadline_s: float) -> ItemAnswer:
+    async def serve(endpoint: str, body: bytes, client: str, deadline_s: float,
+                    paid_cap: float | None = None) -> ItemAnswer:  # fmt: skip
         served.append(json.loads(body)["messages"][0]["content"])
         return ItemAnswer(200, json.dumps({"choices": []}).encode(), "r")
 
@@ -539,7 +540,8 @@ async def test_a_batch_budget_pays_only_what_free_capacity_can_not_serve_in_its_
         assert len(paid) == 3 and lanes_part["paid_held_usd"] == 0.0
         assert 0 < lanes_part["paid_usd"] <= lanes_part["max_paid_usd"] == 0.01
         plain = await client.batches.retrieve(free_only.id)
-        assert plain.status == "in_progress" and plain.request_counts.completed == 0
+        assert plain.status == "in_progress" and plain.request_counts is not None
+        assert plain.request_counts.completed == 0
         assert "paid_usd" not in ((plain.model_extra or {}).get("lanes") or {})
 
 

@@ -196,7 +196,8 @@ class Bench:
         consented |= fallback == "ask" and (client in self.granted or person == "once")
         assert consented and not record.job.free_only, (fallback, person)
         cap = record.job.paid_cap_usd  # a batch pays only under allow, within its budget left
-        assert cap is None or (fallback == "allow" and q.worst_usd <= cap), (fallback, cap)
+        worst = q.worst_usd
+        assert cap is None or (fallback == "allow" and isinstance(worst, float) and worst <= cap)
         if not isinstance(hold, Hold):
             assert self.rows() == before
             return None
