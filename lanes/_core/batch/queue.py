@@ -50,7 +50,9 @@ CREATE TABLE IF NOT EXISTS batch_item (
     DEFAULT 0, not_before REAL NOT NULL DEFAULT 0, expires_at INTEGER NOT NULL,
     PRIMARY KEY (batch, line), UNIQUE (batch, custom_id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_batch_item_due ON batch_item (state, expires_at, not_before);
-CREATE INDEX IF NOT EXISTS idx_batch_item_left ON batch_item (batch, state);
+CREATE INDEX IF NOT EXISTS idx_batch_item_order ON batch_item (state, expires_at, batch, line);
+CREATE INDEX IF NOT EXISTS idx_batch_item_next ON batch_item (batch, state, not_before);
+DROP INDEX IF EXISTS idx_batch_item_left;
 CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT,
     until REAL)
 """
@@ -393,9 +395,9 @@ class BatchQueue(BatchFiles):
     def next_due(self, now: float) -> float | None:
         """When the next pending item may be taken (None: none is pending)."""
         with self._lock:
-            row = self._conn.execute(
-                "SELECT min(max(i.not_before, ?)) FROM batch_item i JOIN batch b ON b.id = "
-                "i.batch WHERE i.state = 'pending' AND b.status = 'in_progress'",
+            row = self._conn.execute(  # per running batch, its soonest: an index's first row
+                "SELECT min(max((SELECT min(not_before) FROM batch_item WHERE batch = b.id AND "
+                "state = 'pending'), ?)) FROM batch b WHERE b.status = 'in_progress'",
                 (now,),
             ).fetchone()
         return None if row is None or row[0] is None else float(row[0])
