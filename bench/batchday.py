@@ -383,9 +383,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.one:
         if args.backoff_cap is not None:  # a diagnosis: what the batch does without the long pause
-            from lanes._core.batch import library
+            from lanes._core.batch import runner  # the rule library batches share
 
-            library.MAX_BACKOFF_S = args.backoff_cap
+            runner.MAX_BACKOFF_S = args.backoff_cap
         json.dump(run_one(args.hours, args.items, args.concurrency), sys.stdout)
     elif args.from_raw is not None:
         kept_runs = json.loads(gzip.decompress(args.from_raw.read_bytes()))

@@ -27,6 +27,7 @@ import attrs
 import trio
 
 from lanes._core.batch.lines import window_s
+from lanes._core.batch.runner import YIELD_S, put_back_for
 from lanes._core.model.errors import DeadlineExceeded, JobFailed
 from lanes._core.model.job import Job, Reply
 from lanes._core.model.statuses import try_again_in
@@ -34,9 +35,6 @@ from lanes._core.model.statuses import try_again_in
 log = logging.getLogger("lanes")
 
 MAX_TRY_S = 3600.0  # one try's deadline, at most (the window's end when sooner), as the runner's
-MAX_BACKOFF_S = 60.0  # a job put back again and again waits at most this long between tries
-# (a minute: per-minute quotas reset every minute; at 300 s a simulated day got 62 % of the bound)
-YIELD_S = 1.0  # how often it looks again while interactive work waits
 
 
 class BatchCancelled(JobFailed):
@@ -167,8 +165,7 @@ class LibraryBatch:
                 if later is None:
                     self._ended(BatchResult(index, job, error=exc))
                 else:  # later, each try waiting longer (to a minute), never past the window
-                    pause = max(later, min(2.0 ** (tries + 1), MAX_BACKOFF_S))
-                    when = min(trio.current_time() + pause, self._end)
+                    when = min(trio.current_time() + put_back_for(later, tries + 1), self._end)
                     heapq.heappush(self._due, (when, index, tries + 1))
             except Exception as exc:  # a fault of ours: this job's end, not the batch's
                 log.exception("batch job %d: %s", index, type(exc).__name__)

@@ -156,8 +156,7 @@ class BatchRunner:
         body = _body(raw)
         answer = await self._serve(item.endpoint, body, item.client, item.expires_at - self._now())
         if answer.status != 200 and answer.retry_after_s is not None:
-            pause = max(answer.retry_after_s, min(2.0**item.tries, MAX_BACKOFF_S))
-            when = self._now() + pause  # later, each try waiting longer (to a minute)
+            when = self._now() + put_back_for(answer.retry_after_s, item.tries)
             if when < item.expires_at:
                 await trio.to_thread.run_sync(self._queue.later, item, when)
                 return
@@ -217,6 +216,12 @@ class BatchRunner:
                         "billed past the worst case its request allowed); nothing is left to pay",
                         item.batch, spent, room,
                     )  # fmt: skip
+
+
+def put_back_for(retry_after_s: float, tries: int) -> float:
+    """How long an item (or a library batch's job) told "not now" after its `tries`-th try waits
+    before the next: its Retry-After, and each try longer (2^tries s), to `MAX_BACKOFF_S`."""
+    return max(retry_after_s, min(2.0**tries, MAX_BACKOFF_S))
 
 
 def gone(owner: str) -> bool:
