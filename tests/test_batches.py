@@ -470,11 +470,12 @@ async def test_no_item_starts_while_interactive_work_waits_for_a_free_quota(tmp_
     and looks again within a second; once it has gone, the next round runs them. (Rounds are
     driven one by one: the queue's calls run in threads, which a virtual clock outruns.)"""
     from lanes._core.batch.runner import YIELD_S, BatchRunner, ItemAnswer
+    from lanes._core.engine.backlog import Backlog
     from lanes._core.runtime.tasks import Background
 
     queue = _queue(tmp_path)
     _batch(queue, jsonl(line("x"), line("y")), now=1000)
-    waiting, served = [1], []
+    waiting, served, backlog = [1], [], Backlog(0.2)
 
     async def serve(endpoint: str, body: bytes, client: str, deadline_s: float,
                     paid_cap: float | None = None) -> ItemAnswer:  # fmt: skip
@@ -487,11 +488,12 @@ async def test_no_item_starts_while_interactive_work_waits_for_a_free_quota(tmp_
         now_wall=lambda: 1001.0,
         health=Background().task("batches"),
         interactive_waiting=lambda: waiting[0],
+        backlog=backlog,
     )
     async with trio.open_nursery() as nursery:
         assert await runner._round(nursery) == YIELD_S
         await trio.testing.wait_all_tasks_blocked()
-        assert served == []
+        assert served == [] and backlog.items == 2  # interactive jobs are told what is left
         waiting[0] = 0
         await runner._round(nursery)
     assert sorted(served) == ["classify x", "classify y"]

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 import lanes
-from helpers import config, free_lane, paid_lane
+from helpers import ENGINE_POLICY, config, free_lane, paid_lane
 from lanes.testing import answer, open_fake, rate_limited
 
 pytestmark = pytest.mark.free_lane
@@ -160,6 +160,7 @@ async def test_a_full_batch_waits_for_a_slot_and_a_fault_ends_only_its_job(autoj
     job whose serve raises something other than JobFailed ends with its error, the others are
     answered."""
     from lanes._core.batch.library import LibraryBatch
+    from lanes._core.engine.backlog import Backlog
 
     started: list[float] = []
 
@@ -170,14 +171,148 @@ async def test_a_full_batch_waits_for_a_slot_and_a_fault_ends_only_its_job(autoj
             raise ValueError("a bug of ours")
         return lanes.Reply(body={"choices": []}, lane="l", provider="p", model="m", route="local")
 
+    backlog = Backlog(0.2)
     batch = LibraryBatch(
-        jobs(3), serve, window_s=600, headroom=0.2, concurrency=1, interactive_waiting=lambda: 0
-    )
+        jobs(3), serve, window_s=600, headroom=0.2, concurrency=1, interactive_waiting=lambda: 0,
+        backlog=backlog,
+    )  # fmt: skip
     async with trio.open_nursery() as nursery:
         nursery.start_soon(batch.run)
+        await trio.sleep(0.5)
+        assert backlog.items == 3  # none ended yet: all three left
         results = [r async for r in batch.results()]
+    assert backlog.items == 0
     assert started == [0.0, 1.0, 2.0]
     by_index = {r.index: r for r in results}
     assert by_index[0].reply is not None and by_index[2].reply is not None
     assert isinstance(by_index[1].error, lanes.JobFailed) and "ValueError" in str(by_index[1].error)
     assert (batch.progress.completed, batch.progress.failed, batch.progress.running) == (2, 1, 0)
+
+
+async def test_interactive_jobs_spare_the_quotas_a_batch_still_needs(env, autojump_clock):
+    """Lanes a (rpd 100) then b (rpd 10), the headroom 0.2: after 8 requests on b, a batch may use
+    no more of b's day, while b still has 2 for interactive work. An interactive job goes to a
+    while no batch has items left, to b (the share kept for it) while one has, and to a again
+    once b's day is used up; a batch item is never sent to b."""
+    async with (
+        open_fake("a", models=("free-model",)) as a,
+        open_fake("b", models=("free-model",)) as b,
+    ):
+        cfg = config(
+            free_lane("a", a.base_url, free_tier={"kind": "rate_limited", "rpd": 100}),
+            free_lane("b", b.base_url, free_tier={"kind": "rate_limited", "rpd": 10}),
+        )
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+
+            async def lane() -> str:
+                return (await dispatcher.complete(jobs(1, model="free-model")[0])).lane
+
+            for job in jobs(8, model="b/free-model"):
+                assert (await dispatcher.complete(job)).lane == "b"
+            assert await lane() == "a"  # no batch: config order
+            dispatcher.work_left.left("test", 5)
+            lanes_served = [await lane() for _ in range(3)]
+            assert lanes_served == ["b", "b", "a"]  # b's two kept for interactive work, then a
+            dispatcher.work_left.left("test", 0)
+            assert await lane() == "a"
+            async with dispatcher.submit_batch(jobs(3, model="free-model"), window="1h") as batch:
+                pass
+            assert batch.progress.completed == 3 and dispatcher.work_left.items == 0
+    assert len(b.requests()) == 10 and len(a.requests()) == 1 + 1 + 1 + 3
+
+
+async def test_a_minute_kept_off_goes_after_a_day_kept_off(env, autojump_clock):
+    """Beside a batch, of two free candidates held from batch items, the one whose day is used
+    to the headroom (kept off till midnight) serves an interactive job before the one whose
+    minute is (kept off for seconds); a candidate with room for the batch comes last."""
+    async with (
+        open_fake("a", models=("free-model",)) as a,
+        open_fake("m", models=("free-model",)) as m,
+        open_fake("d", models=("free-model",)) as d,
+    ):
+        cfg = config(
+            free_lane("a", a.base_url),
+            free_lane("m", m.base_url, free_tier={"kind": "rate_limited", "rpm": 5}),
+            free_lane("d", d.base_url, free_tier={"kind": "rate_limited", "rpd": 5}),
+        )
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+
+            async def lane() -> str:
+                return (await dispatcher.complete(jobs(1, model="free-model")[0])).lane
+
+            await trio.sleep(60 - trio.current_time() % 60 + 1)  # a minute's start (UTC epoch)
+            for name in ("m", "d"):  # 4 of 5: a batch keeps off (kept(5, 0.2) = 1)
+                for job in jobs(4, model=f"{name}/free-model"):
+                    await dispatcher.complete(job)
+            dispatcher.work_left.left("test", 1)
+            assert await lane() == "d"
+            assert await lane() == "m"
+            assert await lane() == "a"
+
+
+def capped(n: int) -> list[lanes.Job]:
+    """Jobs whose output cap makes a paid worst case of cents, not dollars."""
+    return jobs(n, params={"max_tokens": 50})
+
+
+async def test_a_budget_pays_only_what_free_capacity_can_not_serve_in_the_window(
+    env, autojump_clock
+):
+    """The free model answers 429 until after the 10-minute window; consent is `allow`. With a
+    budget, the jobs are served paid, one at a time, and what was spent (the ledger's cost of
+    each reply) stays within it; without one, nothing is paid and every job expires. A budget
+    pays nothing while free capacity comes back within the window."""
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        free.script("free-model", rate_limited(retry_after=60), answer(), answer())
+        cfg = config(free_lane("free", free.base_url), paid_lane("paid", paid.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            async with dispatcher.submit_batch(capped(2), window=600, max_paid_usd=1.0) as waits:
+                pass
+            assert waits.progress.completed == 2 and paid.requests() == []
+            assert waits.progress.paid_usd == 0.0
+            free.script("free-model", *[rate_limited(retry_after=7200)] * 20)
+            async with dispatcher.submit_batch(capped(2), window=600) as unpaid:
+                pass
+            assert paid.requests() == [] and unpaid.progress.failed == 2
+            async with dispatcher.submit_batch(capped(3), window=600, max_paid_usd=0.01) as batch:
+                results = [r async for r in batch.results()]
+    assert [r.reply is not None and r.reply.route == "paid_fallback" for r in results] == [True] * 3
+    spent = sum(r.reply.cost_usd for r in results if r.reply is not None)
+    assert len(paid.requests()) == 3 and 0 < spent <= 0.01
+    assert batch.progress.paid_usd == pytest.approx(spent)
+
+
+async def test_a_budget_too_small_or_consent_not_allow_pays_nothing(env, autojump_clock):
+    """A budget below one request's worst case pays nothing (the jobs expire); with consent
+    `ask`, a budget pays nothing either — work that can wait asks no approval; a budget that is
+    not a number of dollars from 0 to 1000 is refused."""
+    for policy, budget in (({"free_tier_fallback": "allow"}, 1e-7),
+                           ({"free_tier_fallback": "ask"}, 0.01)):  # fmt: skip
+        async with (
+            open_fake("free", models=("free-model",)) as free,
+            open_fake("paid", models=("paid-model",)) as paid,
+        ):
+            free.script("free-model", *[rate_limited(retry_after=7200)] * 20)
+            cfg = config(
+                free_lane("free", free.base_url),
+                paid_lane("paid", paid.base_url),
+                policy={**ENGINE_POLICY, **policy},
+            )
+            async with (
+                lanes.open_dispatcher(cfg, env=env) as dispatcher,
+                dispatcher.submit_batch(capped(2), window=600, max_paid_usd=budget) as batch,
+            ):
+                results = [r async for r in batch.results()]
+        assert paid.requests() == [], policy
+        assert all(isinstance(r.error, lanes.BatchExpired) for r in results), policy
+        assert batch.progress.paid_usd == 0.0
+    for bad in (-1.0, float("nan"), 1001.0):
+        with pytest.raises(ValueError, match="max_paid_usd"):
+            async with (
+                lanes.open_dispatcher(cfg, env=env) as dispatcher,
+                dispatcher.submit_batch(capped(1), max_paid_usd=bad),
+            ):
+                pass

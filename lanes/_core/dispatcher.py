@@ -31,6 +31,7 @@ from lanes._core.audit.statistics import (
 from lanes._core.audit.tracing import JobTrace
 from lanes._core.batch.library import LibraryBatch, window_of
 from lanes._core.config.schema import Config
+from lanes._core.engine.backlog import Backlog
 from lanes._core.engine.calls import complete_call, embed_call
 from lanes._core.engine.catalog import Catalog, LaneHealth
 from lanes._core.engine.context import Routing, next_free
@@ -146,6 +147,7 @@ class Dispatcher:
                 switchboard=self._switches,
                 catch_up=self._sync.catch_up,
                 room=WaitingRoom(policy),
+                backlog=Backlog(self.config.batch.headroom),
             ),
             health=self._health,
             paid=PaidGate(self._ledger, consent, manager, wall, policy),
@@ -206,6 +208,11 @@ class Dispatcher:
         """The room where jobs that asked to wait for a free quota wait (work that can wait
         holds back while it is not empty)."""
         return self._routing.gate.room
+
+    @property
+    def work_left(self) -> Backlog:
+        """How much work that can wait is left (interactive jobs spare what it needs)."""
+        return self._routing.gate.work_left
 
     @property
     def free_lane_on(self) -> bool:
@@ -319,13 +326,19 @@ class Dispatcher:
 
     @asynccontextmanager
     async def submit_batch(
-        self, jobs: Iterable[Job], *, window: str | float = "24h", concurrency: int | None = None
+        self,
+        jobs: Iterable[Job],
+        *,
+        window: str | float = "24h",
+        concurrency: int | None = None,
+        max_paid_usd: float = 0.0,
     ) -> AsyncIterator[LibraryBatch]:
         """Work that can wait: serve `jobs` on free capacity as it reopens, within `window`
-        (`"24h"`, lanes' `"1h"`..`"7d"`, or seconds), never paying, leaving `[batch]` `headroom`
-        of every free quota to interactive work; at most `concurrency` (default `[batch]`'s) at
-        once. Yields the batch (`progress`, `results()`, `cancel()`); leaving the block waits for
-        it to end. See `batch/library.py`."""
+        (`"24h"`, lanes' `"1h"`..`"7d"`, or seconds), leaving `[batch]` `headroom` of every free
+        quota to interactive work; at most `concurrency` (default `[batch]`'s) at once; paying
+        only on a budget of its own (`max_paid_usd`), for what free capacity can not serve in the
+        window. Yields the batch (`progress`, `results()`, `cancel()`); leaving the block waits
+        for it to end. See `batch/library.py`."""
         settings = self.config.batch
         batch = LibraryBatch(
             list(jobs),
@@ -334,6 +347,8 @@ class Dispatcher:
             headroom=settings.headroom,
             concurrency=concurrency or settings.concurrency,
             interactive_waiting=lambda: self.waiting.waiting,
+            backlog=self._routing.gate.work_left,
+            max_paid_usd=max_paid_usd,
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(batch.run)

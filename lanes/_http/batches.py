@@ -85,6 +85,7 @@ async def open_batches(config: Config, dispatcher: Any) -> AsyncIterator[Batches
             concurrency=config.batch.concurrency,
             retention_s=config.batch.retention_days * 86400.0,
             interactive_waiting=lambda: dispatcher.waiting.waiting,
+            backlog=dispatcher.work_left,
         )
         try:
             yield Batches(queue=queue, runner=runner)

@@ -1,11 +1,12 @@
 """Work that can wait, from the library: `dispatcher.submit_batch(jobs, window="24h")`.
 
-The jobs run as the sidecar's batch items do — never paying (`Job.free_only`), leaving
-`batch.headroom` of every free quota to interactive work, no job started while an interactive one
-waits for a free quota, a "not now" tried again when its quota reopens (the rule of
-`model/statuses.py`, each try waiting longer, to 5 min), the rest ended by the window. The jobs are
-the caller's objects, in memory already; nothing is written to disk (the sidecar's queue is the
-durable one).
+The jobs run as the sidecar's batch items do — never paying without a budget of their own
+(`Job.free_only`), leaving `batch.headroom` of every free quota to interactive work, no job
+started while an interactive one waits for a free quota, a "not now" tried again when its quota
+reopens (the rule of `model/statuses.py`, each try waiting longer, to a minute), the rest ended
+by the window; while it has jobs left, interactive jobs spare the quotas it needs
+(`engine/backlog.py`). The jobs are the caller's objects, in memory already; nothing is written
+to disk (the sidecar's queue is the durable one).
 
     async with dispatcher.submit_batch(jobs, window="6h") as batch:
         async for result in batch.results():
@@ -14,6 +15,12 @@ durable one).
 
 Leaving the block waits for the batch to end; `batch.cancel()` ends it sooner (jobs running are
 let finish, the rest answer `batch_cancelled`).
+
+A batch may pay on a budget of its own (`max_paid_usd`, as the sidecar's `lanes_max_paid_usd`): a
+job pays only when free capacity can not serve it within the window (its next free try would fall
+at or after the window's end), one job at a time, under consent `allow` and the daily ceiling, its
+paid attempts' worst cases together within what is left (`Job.paid_cap_usd`); a try whose end was
+not seen counts the whole of what it held.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import attrs
 import trio
 
+from lanes._core.batch.budget import MAX_USD
 from lanes._core.batch.lines import window_s
-from lanes._core.batch.runner import YIELD_S, put_back_for
+from lanes._core.batch.runner import MIN_PAID_S, YIELD_S, ItemsLeft, put_back_for
 from lanes._core.model.errors import DeadlineExceeded, JobFailed
 from lanes._core.model.job import Job, Reply
 from lanes._core.model.statuses import try_again_in
@@ -65,6 +73,7 @@ class Progress:
     completed: int = 0
     failed: int = 0  # its error is its answer (expired and cancelled included)
     running: int = 0
+    paid_usd: float = 0.0  # spent on its budget (what a try not seen to its end held, in full)
 
     @property
     def remaining(self) -> int:
@@ -92,7 +101,13 @@ class LibraryBatch:
         headroom: float,
         concurrency: int,
         interactive_waiting: Callable[[], int],
+        backlog: ItemsLeft,
+        max_paid_usd: float = 0.0,
     ) -> None:
+        if not (math.isfinite(max_paid_usd) and 0.0 <= max_paid_usd <= MAX_USD):
+            raise ValueError(f"max_paid_usd must be a number of dollars from 0 to {MAX_USD:g}")
+        self._budget, self._paying = max_paid_usd, trio.Lock()
+        self._backlog, self._source = backlog, f"library batch {id(self):x}"
         self._jobs = [attrs.evolve(j, free_only=True, headroom=headroom) for j in jobs]
         self._serve, self._waiting = serve, interactive_waiting
         self._end = trio.current_time() + window_s
@@ -125,6 +140,13 @@ class LibraryBatch:
 
     async def run(self) -> None:
         """Start what is due while there is room, until every job has ended."""
+        self._backlog.left(self._source, self._progress.remaining)
+        try:
+            await self._run()
+        finally:
+            self._backlog.left(self._source, 0)
+
+    async def _run(self) -> None:
         async with trio.open_nursery() as nursery:
             while self._due or self._progress.running:
                 now = trio.current_time()
@@ -165,8 +187,12 @@ class LibraryBatch:
                 if later is None:
                     self._ended(BatchResult(index, job, error=exc))
                 else:  # later, each try waiting longer (to a minute), never past the window
-                    when = min(trio.current_time() + put_back_for(later, tries + 1), self._end)
-                    heapq.heappush(self._due, (when, index, tries + 1))
+                    when = trio.current_time() + put_back_for(later, tries + 1)
+                    paid = await self._pay(index, job) if when >= self._end else None
+                    if paid is not None:
+                        self._ended(paid)
+                    else:
+                        heapq.heappush(self._due, (min(when, self._end), index, tries + 1))
             except Exception as exc:  # a fault of ours: this job's end, not the batch's
                 log.exception("batch job %d: %s", index, type(exc).__name__)
                 failed = JobFailed(f"the job could not be run ({type(exc).__name__})")
@@ -176,10 +202,36 @@ class LibraryBatch:
             self._progress = attrs.evolve(self._progress, running=self._progress.running - 1)
             self._wake.set()
 
+    async def _pay(self, index: int, job: Job) -> BatchResult | None:
+        """One paid try of `job` on what is left of the budget (one job at a time), or None when
+        nothing is left, too little of the window, or the try was told "not now" too."""
+        async with self._paying:
+            now = trio.current_time()
+            room = self._budget - self._progress.paid_usd
+            if not room > 0 or self._cancelled or self._end - now < MIN_PAID_S:
+                return None
+            paying = attrs.evolve(job, free_only=False, paid_cap_usd=room, deadline_s=None,
+                                  deadline_at=min(self._end, now + MAX_TRY_S))  # fmt: skip
+            cost = room  # an exit whose end we did not see counts all it held
+            try:
+                reply = await self._serve(paying)
+                cost = reply.cost_usd
+                return BatchResult(index, job, reply=reply)
+            except JobFailed as exc:
+                cost = sum(a.cost_usd for a in exc.attempts)
+                return BatchResult(index, job, error=exc) if try_again_in(exc) is None else None
+            finally:
+                paid = self._progress.paid_usd + cost
+                self._progress = attrs.evolve(self._progress, paid_usd=paid)
+                if cost > room + 1e-12:
+                    log.warning("a library batch's paid try cost $%.6f, over the $%.6f it held; "
+                                "nothing is left to pay", cost, room)  # fmt: skip
+
     def _ended(self, result: BatchResult) -> None:
         ok = result.reply is not None
         p = self._progress
         self._progress = attrs.evolve(p, completed=p.completed + ok, failed=p.failed + (not ok))
+        self._backlog.left(self._source, self._progress.remaining)
         self._send.send_nowait(result)
 
     def _end_the_rest(self, error: type[JobFailed]) -> None:

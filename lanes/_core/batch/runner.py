@@ -51,6 +51,12 @@ class ItemAnswer:
     cost_usd: float = 0.0  # what its paid attempts cost (settled by the ledger)
 
 
+class ItemsLeft(Protocol):
+    """Where work that can wait says how many items it has left (see `engine/backlog.py`)."""
+
+    def left(self, source: str, items: int) -> None: ...
+
+
 class ServeItem(Protocol):
     """Serve one item's body on `endpoint` for `client` within `deadline_s` — never paying, or,
     with `paid_cap` (USD), paying at most that for one attempt (under consent `allow`)."""
@@ -78,9 +84,12 @@ class BatchRunner:
         concurrency: int = 4,
         retention_s: float = 7 * 86400.0,
         interactive_waiting: Callable[[], int] = lambda: 0,
+        backlog: ItemsLeft | None = None,
     ) -> None:
         """`interactive_waiting`: how many interactive jobs wait for a free quota now — while
-        any does, no item starts (they go first)."""
+        any does, no item starts (they go first); `backlog` is told how many items are left
+        (interactive jobs spare the quotas they need: `engine/backlog.py`)."""
+        self._backlog = backlog
         self._queue, self._serve, self._now, self._health = queue, serve, now_wall, health
         self._waiting = interactive_waiting
         self._retention_s, self._purged_at = retention_s, 0.0
@@ -137,6 +146,9 @@ class BatchRunner:
         seconds and whenever a batch ended."""
         if ended or now - self._counted_at >= TALLY_S:
             self.tally, self._counted_at = await trio.to_thread.run_sync(self._queue.tally), now
+            if self._backlog is not None:
+                items = self.tally["items"]
+                self._backlog.left("queue", items.get("pending", 0) + items.get("running", 0))
 
     async def _one(self, item: Item) -> None:
         try:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 import attrs
 import trio
 
+from lanes._core.engine.backlog import Backlog
 from lanes._core.engine.probes import Probes
 from lanes._core.engine.waiting import WaitingRoom
 from lanes._core.freetier.manager import FreeTierManager
@@ -94,11 +95,14 @@ class Gate:
         switchboard: Switchboard,
         catch_up: Callable[[], None],
         room: WaitingRoom,
+        backlog: Backlog,
     ) -> None:
         """`catch_up` takes what other processes on the host wrote a moment ago (see sync.py);
-        `room` is where jobs that asked to wait for a free quota wait."""
+        `room` is where jobs that asked to wait for a free quota wait; `backlog`, how much work
+        that can wait is left (see backlog.py)."""
         self._catch_up = catch_up
         self.room = room
+        self.work_left = backlog
         self._lanes = lanes
         self._breakers = {name: LaneBreakers(lane.config.breaker) for name, lane in lanes.items()}
         self._manager = manager
@@ -131,6 +135,19 @@ class Gate:
             return None if verdict.free else verdict.reason
         backoff = self._manager.is_in_backoff(candidate.lane, candidate.model, now)
         return None if backoff is None else f"backoff ({backoff.reason}, {backoff.source})"
+
+    def batch_kept_off(self, candidate: Candidate) -> float | None:
+        """While batches have items left: how long (s) their headroom keeps them off `candidate`,
+        a free candidate an interactive job may use now — else None."""
+        if candidate.tier != "free" or not self.work_left.items:
+            return None
+        now, lane, model = self._now_wall(), candidate.lane, candidate.model
+        if not self._manager.classify(lane, model, now).free:
+            return None
+        verdict = self._manager.classify(lane, model, now, self.work_left.headroom)
+        if verdict.free:
+            return None
+        return max(0.0, (verdict.free_again_at or now) - now)
 
     def gone(self, candidate: Candidate) -> bool:
         """Held back because its upstream said the model does not exist (and that backoff is the

@@ -56,6 +56,8 @@ def order(
             if not plan.candidates:  # say why, should nothing ever serve it
                 verdict = never_served(job, candidates, needs, privacy)
         record.classified(klass, privacy, verdict)
+    if not job.headroom and routing.gate.work_left.items:  # interactive, beside work that can wait
+        _spare_the_batches(routing, queue)
     if auto is not None:
         _front(routing, record, queue, auto)
     record.planned(c.key for c in queue.peek(PLAN_SHOWN))
@@ -85,6 +87,22 @@ def _record_removed(
     total = sum(len(group.members) for group, _ in removed)
     # some not listed, and one of them only "not now": the job may yet be served
     record.passed_over(total - listed, maybe_later=listed < total and None in never.values())
+
+
+def _spare_the_batches(routing: Routing, queue: Queue) -> None:
+    """Among the free candidates looked at, those batches are kept off go first, the longest kept
+    off first (the others after, in their order; every other candidate keeps its place): see
+    backlog.py."""
+    ahead = queue.peek(LOOKAHEAD)
+    at = [i for i, c in enumerate(ahead) if c.tier == "free"]
+    kept_off = {ahead[i].key: routing.gate.batch_kept_off(ahead[i]) for i in at}
+    if all(s is None for s in kept_off.values()):
+        return
+    free = sorted((ahead[i] for i in at), key=lambda c: -(kept_off[c.key] or -1.0))
+    order = list(ahead)
+    for i, c in zip(at, free, strict=True):
+        order[i] = c
+    queue.put_ahead(order, len(ahead))
 
 
 def _front(routing: Routing, record: JobRecord, queue: Queue, plan: AutoPlan) -> None:
