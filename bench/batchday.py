@@ -354,7 +354,7 @@ if __name__ == "__main__":
         type=float,
         default=None,
         metavar="S",
-        help="diagnosis: the library batch's longest pause between tries, instead of lanes' 300 s",
+        help="diagnosis: the library batch's longest pause between tries (lanes': 60 s)",
     )
     parser.add_argument(
         "--concurrency",

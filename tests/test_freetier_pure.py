@@ -262,3 +262,27 @@ def test_credits_within_the_headroom_are_kept_for_interactive_work():
     assert not m.classify("g", "m", NOW, 0.2).free
     assert m.classify("g", "m", NOW, 0.1).free
     assert m.classify("g", "m", NOW).free
+
+
+def test_the_day_left_to_work_that_keeps_headroom():
+    """A configured rpd: its limit less the share kept, less our count; a day window the
+    provider reports (Cerebras-style headers) replaces the count; no daily limit: None."""
+    m = manager(RateLimitedFree(rpd=10))
+    assert m.day_left("g", "m", NOW) == 10 and m.day_left("g", "m", NOW, 0.2) == 8
+    for _ in range(9):
+        m.count_usage("g", "m", now=NOW)
+    assert m.day_left("g", "m", NOW) == 1 and m.day_left("g", "m", NOW, 0.2) == 0
+    m.update_from_headers(
+        "g",
+        "m",
+        {
+            "x-ratelimit-limit-requests-day": "100",
+            "x-ratelimit-remaining-requests-day": "50",
+            "x-ratelimit-reset-requests-day": "3600",
+        },
+        status=200,
+        now=NOW,
+    )
+    assert m.day_left("g", "m", NOW, 0.2) == 50 - 20
+    assert m.day_left("g", "m", NOW + 3601, 0.2) == 0  # the report is old: the count again
+    assert manager(RateLimitedFree(rpm=5)).day_left("g", "m", NOW) is None

@@ -250,6 +250,32 @@ async def test_a_minute_kept_off_goes_after_a_day_kept_off(env, autojump_clock):
             assert await lane() == "a"
 
 
+async def test_beside_a_batch_the_quota_nearest_used_up_serves_first(env, autojump_clock):
+    """Lanes a (rpd 100: 80 for batch items) then b (rpd 50: 40): beside a batch an interactive
+    job goes to b, whose day a batch would use up first; without one, or with `[batch] spare`
+    off, to a (config order)."""
+    async with (
+        open_fake("a", models=("free-model",)) as a,
+        open_fake("b", models=("free-model",)) as b,
+    ):
+        cfg = config(
+            free_lane("a", a.base_url, free_tier={"kind": "rate_limited", "rpd": 100}),
+            free_lane("b", b.base_url, free_tier={"kind": "rate_limited", "rpd": 50}),
+        )
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+
+            async def lane() -> str:
+                return (await dispatcher.complete(jobs(1, model="free-model")[0])).lane
+
+            assert await lane() == "a"
+            dispatcher.work_left.left("test", 1)
+            assert [await lane() for _ in range(2)] == ["b", "b"]
+        kept = attrs.evolve(cfg, batch=attrs.evolve(cfg.batch, spare=False))
+        async with lanes.open_dispatcher(kept, env=env) as dispatcher:  # [batch] spare = false
+            dispatcher.work_left.left("test", 1)
+            assert (await dispatcher.complete(jobs(1, model="free-model")[0])).lane == "a"
+
+
 def capped(n: int) -> list[lanes.Job]:
     """Jobs whose output cap makes a paid worst case of cents, not dollars."""
     return jobs(n, params={"max_tokens": 50})

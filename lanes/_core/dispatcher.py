@@ -147,7 +147,7 @@ class Dispatcher:
                 switchboard=self._switches,
                 catch_up=self._sync.catch_up,
                 room=WaitingRoom(policy),
-                backlog=Backlog(self.config.batch.headroom),
+                backlog=Backlog(self.config.batch.headroom, spare=self.config.batch.spare),
             ),
             health=self._health,
             paid=PaidGate(self._ledger, consent, manager, wall, policy),

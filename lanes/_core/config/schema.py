@@ -316,6 +316,10 @@ class BatchConfig:
     #: the share of every free quota (per minute, per day, credits) batch items leave to
     #: interactive work: at 0.2 a batch stops where 20 % of a quota is left, and waits for its reset
     headroom: float = attrs.field(default=0.2, validator=[at_least(0.0), at_most(0.9)])
+    #: while a batch has items left, interactive jobs try first the free quotas its items may not
+    #: use (the headroom), then those it would use up first; `false`: their order stays as it is
+    #: without a batch
+    spare: bool = True
 
 
 @attrs.frozen(kw_only=True)

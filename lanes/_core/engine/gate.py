@@ -10,6 +10,7 @@ reason recorded and nothing sent.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import attrs
@@ -136,18 +137,22 @@ class Gate:
         backoff = self._manager.is_in_backoff(candidate.lane, candidate.model, now)
         return None if backoff is None else f"backoff ({backoff.reason}, {backoff.source})"
 
-    def batch_kept_off(self, candidate: Candidate) -> float | None:
-        """While batches have items left: how long (s) their headroom keeps them off `candidate`,
-        a free candidate an interactive job may use now — else None."""
-        if candidate.tier != "free" or not self.work_left.items:
+    def spare_rank(self, candidate: Candidate) -> tuple[float, float] | None:
+        """While batches have items left, where an interactive job puts `candidate` to spare
+        them (lower first; see backlog.py): the requests of its day batch items may still use (0
+        when kept off it for the day; unknown: infinite), then how long (s) they are kept off it,
+        longer first. None when no batch has items left, or `candidate` is not a free one the job
+        may use now."""
+        if candidate.tier != "free" or not self.work_left.spared:
             return None
         now, lane, model = self._now_wall(), candidate.lane, candidate.model
         if not self._manager.classify(lane, model, now).free:
             return None
-        verdict = self._manager.classify(lane, model, now, self.work_left.headroom)
-        if verdict.free:
-            return None
-        return max(0.0, (verdict.free_again_at or now) - now)
+        headroom = self.work_left.headroom
+        verdict = self._manager.classify(lane, model, now, headroom)
+        kept_off = 0.0 if verdict.free else max(0.0, (verdict.free_again_at or now) - now)
+        day = self._manager.day_left(lane, model, now, headroom)
+        return (math.inf if day is None else day, -kept_off)
 
     def gone(self, candidate: Candidate) -> bool:
         """Held back because its upstream said the model does not exist (and that backoff is the

@@ -56,7 +56,7 @@ def order(
             if not plan.candidates:  # say why, should nothing ever serve it
                 verdict = never_served(job, candidates, needs, privacy)
         record.classified(klass, privacy, verdict)
-    if not job.headroom and routing.gate.work_left.items:  # interactive, beside work that can wait
+    if not job.headroom and routing.gate.work_left.spared:  # interactive, beside work that waits
         _spare_the_batches(routing, queue)
     if auto is not None:
         _front(routing, record, queue, auto)
@@ -90,15 +90,15 @@ def _record_removed(
 
 
 def _spare_the_batches(routing: Routing, queue: Queue) -> None:
-    """Among the free candidates looked at, those batches are kept off go first, the longest kept
-    off first (the others after, in their order; every other candidate keeps its place): see
-    backlog.py."""
+    """The free candidates looked at, in the order that spares batches most (see backlog.py):
+    those with the least of their day left to batch items first; those it may not use now after
+    them, in their order. Every other candidate keeps its place."""
     ahead = queue.peek(LOOKAHEAD)
     at = [i for i, c in enumerate(ahead) if c.tier == "free"]
-    kept_off = {ahead[i].key: routing.gate.batch_kept_off(ahead[i]) for i in at}
-    if all(s is None for s in kept_off.values()):
+    rank = {ahead[i].key: routing.gate.spare_rank(ahead[i]) for i in at}
+    if all(r is None for r in rank.values()):
         return
-    free = sorted((ahead[i] for i in at), key=lambda c: -(kept_off[c.key] or -1.0))
+    free = sorted((ahead[i] for i in at), key=lambda c: (rank[c.key] is None, rank[c.key] or ()))
     order = list(ahead)
     for i, c in zip(at, free, strict=True):
         order[i] = c

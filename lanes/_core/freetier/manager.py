@@ -446,6 +446,27 @@ class FreeTierManager:
                 soonest = (verdict.free_again_at, f"{lane}/{model}")
         return soonest
 
+    def day_left(self, lane: str, model: str, now: float, headroom: float = 0.0) -> float | None:
+        """Requests of its day `lane/model` has left for work that keeps `headroom` (see
+        `classify`): the fewest of what the provider last reported of a day window and what our
+        count leaves of a configured `rpd`; None when no daily request limit is known."""
+        terms, scope = self._terms.get(lane), self.scope(lane, model)
+        found: list[float] = []
+        entry = self._snapshots.get(scope)
+        if entry is not None:
+            at, snapshot = entry
+            found += [
+                w.remaining - kept(w.limit, headroom)
+                for w in snapshot.windows
+                if w.window_s == 86400.0 and w.dimension == "requests" and w.limit is not None
+                and w.remaining is not None and at + (w.reset_s or 60.0) > now
+            ]  # fmt: skip
+        limit = getattr(terms.kind, "rpd", None) if terms is not None else None
+        if limit and ("requests", "day") not in self._fresh_windows(scope, now):
+            used = self._usage.used(scope, "requests", "day", now)
+            found.append(limit - kept(limit, headroom) - used)
+        return max(0.0, min(found)) if found else None
+
     # -- sharing through a store -------------------------------------------------------------------
     def take_pending(self) -> Held:
         """Hand over what changed since the last call (usage, spend, backoffs, snapshots) for the
