@@ -121,35 +121,28 @@ def day_section(d: Mapping[str, Any] | None, diagnoses: Mapping[str, Any]) -> li
 
 
 def _pace(b: Mapping[str, Any], capped: Mapping[str, Any] | None) -> list[str]:
-    """Why below the bound: the pace, and what the interactive jobs took meanwhile."""
+    """Where the batch stands against the bound and the oracle's schedule, and why."""
     text = (
-        f"Why below the bound. The batch was served in {b['minutes_served']} of the "
-        f"{b['minutes_to_finish']} minutes up to its last item, and in none of the others. An "
-        "item put back waits max(its Retry-After, 2^tries s up to 300 s) (`batch/library.py`; "
-        "the queue's runner has the same rule); the items put back at one instant, with the "
-        "same count of tries, all come due together, and once 2^tries passes a minute they "
-        "wait 2 to 5 minutes for quotas that reopen every minute: the batch runs one minute in "
-        "five. Meanwhile the interactive jobs take the day's quotas the batch was still owed: "
-        f"{b['interactive_before_done']:,} of them were served where the batch was not done "
-        f"yet, against {b['oracle_interactive_before_done']:,} in the oracle's schedule — so a "
-        "slower batch is also a smaller one. The dispatcher was asked "
-        f"{b['tries']:,} times for the batch's {b['free']:,} answers (every waiting item is "
-        "tried at each of those instants, and refused but for the rule's few)."
+        f"The bound is an upper limit, not a schedule; the oracle's own schedule serves "
+        f"{b['oracle']:,}, so lanes served {b['share_of_oracle']:.1%} of what it does (over 100 % "
+        "where a provider's items started past the rule: below). The batch was served in "
+        f"{b['minutes_served']} of the {b['minutes_to_finish']} minutes up to its last item. An "
+        'item told "not now" is put back until its Retry-After — the reset of the quota that '
+        "refused it — and no other job of its model is tried before then (`batch/library.py`), "
+        "so at each reset the items start at once, ahead of that minute's interactive jobs: the "
+        f"dispatcher was asked {b['tries']:,} times for the batch's {b['free']:,} answers. While "
+        "the batch has items left, an interactive job goes first to a quota the batch may not "
+        "use again today, then to the one it would use up first (`[batch] spare`, "
+        f"`engine/backlog.py`): {b['interactive_before_done']:,} interactive jobs were served "
+        "where the batch was not done yet, against "
+        f"{b['oracle_interactive_before_done']:,} in the oracle's schedule."
     )
     if capped:
         x, cap = capped["batch"], capped["changed"]["backoff_cap_s"]
         text += (
-            f" With that pause capped at {cap:g} s — a diagnosis, not lanes' behaviour: "
-            f"`python -m bench.batchday --backoff-cap {cap:g}` sets the library's "
-            "`MAX_BACKOFF_S` in the batch's process — the same day gives "
-            f"{x['free']:,} items free ({x['share_of_bound']:.1%} of the bound, "
-            f"{x['share_of_oracle']:.1%} of the oracle's schedule), the last at "
-            f"{_clock(x['finish_s'])} against the oracle's {_clock(x['oracle_finish_s'])}, "
-            f"served in {x['minutes_served']} of {x['minutes_to_finish']} minutes, for "
-            f"{x['tries']:,} tries; what is left of the gap is the interactive jobs' routing: "
-            f"{x['interactive_before_done']:,} of them were served where the batch was not done "
-            f"(the oracle: {x['oracle_interactive_before_done']:,}), as lanes ranks providers "
-            "for an interactive job without regard to the quotas a batch still needs."
+            f" With the pause between tries capped at {cap:g} s (`--backoff-cap {cap:g}`, a "
+            f"diagnosis): {x['free']:,} items free ({x['share_of_bound']:.1%} of the bound), "
+            f"{x['tries']:,} tries."
         )
     return [text]
 

@@ -2,11 +2,11 @@
 
 The jobs run as the sidecar's batch items do — never paying without a budget of their own
 (`Job.free_only`), leaving `batch.headroom` of every free quota to interactive work, no job
-started while an interactive one waits for a free quota, a "not now" tried again when its quota
-reopens (the rule of `model/statuses.py`, each try waiting longer, to a minute), the rest ended
-by the window; while it has jobs left, interactive jobs spare the quotas it needs
-(`engine/backlog.py`). The jobs are the caller's objects, in memory already; nothing is written
-to disk (the sidecar's queue is the durable one).
+started while an interactive one waits for a free quota, a "not now" (the rule of
+`model/statuses.py`) tried again at its Retry-After — the quota's reset — with no job of the
+same model tried before then, the rest ended by the window; while it has jobs left,
+interactive jobs spare the quotas it needs (`engine/backlog.py`). The jobs are the caller's
+objects, in memory already; nothing is written to disk (the sidecar's queue is the durable one).
 
     async with dispatcher.submit_batch(jobs, window="6h") as batch:
         async for result in batch.results():
@@ -113,6 +113,7 @@ class LibraryBatch:
         self._end = trio.current_time() + window_s
         self._slots = trio.CapacityLimiter(concurrency)
         self._due: list[tuple[float, int, int]] = [(0.0, i, 0) for i in range(len(self._jobs))]
+        self._held: dict[str, float] = {}  # a model → no job of it tried before (trio time)
         self._progress = Progress(total=len(self._jobs))
         self._send, self._receive = trio.open_memory_channel[BatchResult](math.inf)
         self._wake = trio.Event()
@@ -168,6 +169,10 @@ class LibraryBatch:
             return YIELD_S
         while self._due and self._due[0][0] <= now and self._slots.available_tokens:
             _, index, tries = heapq.heappop(self._due)
+            held = self._held.get(self._jobs[index].model, 0.0)
+            if held > now:  # a job like it was told "not before": none is tried sooner
+                heapq.heappush(self._due, (min(held, self._end), index, tries))
+                continue
             self._slots.acquire_on_behalf_of_nowait(index)
             self._progress = attrs.evolve(self._progress, running=self._progress.running + 1)
             nursery.start_soon(self._one, index, tries)
@@ -186,8 +191,9 @@ class LibraryBatch:
                 later = try_again_in(exc)
                 if later is None:
                     self._ended(BatchResult(index, job, error=exc))
-                else:  # later, each try waiting longer (to a minute), never past the window
-                    when = trio.current_time() + put_back_for(later, tries + 1)
+                else:  # at its Retry-After — a reset — never past the window; a job like it
+                    when = trio.current_time() + put_back_for(later)  # waits as long
+                    self._held[job.model] = when
                     paid = await self._pay(index, job) if when >= self._end else None
                     if paid is not None:
                         self._ended(paid)

@@ -35,6 +35,7 @@ RETRY_S = 1.0  # an item that could not be run (not its answer's fault) is taken
 TALLY_S = 5.0  # how often the queue's batches and items are counted (for /metrics)
 MIN_PAID_S = 5.0  # a paid try starts only with at least this long left of its window
 YIELD_S = 1.0  # how often it looks again while interactive work waits
+MIN_PUT_BACK_S = 1.0  # an item put back waits at least this long
 MAX_BACKOFF_S = 60.0  # an item put back again and again waits at most this long between tries
 # (a minute: per-minute quotas reset every minute; at 300 s a simulated day got 62 % of the bound)
 
@@ -230,9 +231,13 @@ class BatchRunner:
                     )  # fmt: skip
 
 
-def put_back_for(retry_after_s: float, tries: int) -> float:
+def put_back_for(retry_after_s: float, tries: int | None = None) -> float:
     """How long an item (or a library batch's job) told "not now" after its `tries`-th try waits
-    before the next: its Retry-After, and each try longer (2^tries s), to `MAX_BACKOFF_S`."""
+    before the next: its Retry-After, and each try longer (2^tries s), to `MAX_BACKOFF_S`; a
+    library batch's job (`tries` None: its batch holds back the jobs like it meanwhile) its
+    Retry-After, at least `MIN_PUT_BACK_S`."""
+    if tries is None:
+        return max(retry_after_s, MIN_PUT_BACK_S)
     return max(retry_after_s, min(2.0**tries, MAX_BACKOFF_S))
 
 
