@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
 from lanes._core.freetier.backoff import CREDIT_LADDER_S, RATE_LADDER_S, backoff_for
 from lanes._core.freetier.headers import RateLimitSnapshot, Window
 from lanes._core.freetier.kinds import CreditBased, FreeModelsOnly, NoFreeTier, RateLimitedFree
@@ -234,7 +235,7 @@ def test_a_reported_quota_within_the_headroom_is_kept_for_interactive_work(
     limit, remaining, headroom
 ):
     """Reported by the provider: a batch item stops where `remaining` falls to limit x h, until
-    that window resets; interactive work goes on to 0."""
+    that window resets (then the window holds its limit again); interactive work goes on to 0."""
     remaining = min(remaining, limit)
     m = manager(RateLimitedFree())
     m.update_from_headers(
@@ -253,7 +254,8 @@ def test_a_reported_quota_within_the_headroom_is_kept_for_interactive_work(
     assert m.classify("g", "m", NOW).free == (remaining > 0)
     if not batch.free:
         assert batch.free_again_at == NOW + 30
-        assert m.classify("g", "m", NOW + 30, headroom).free  # the window reset
+        kept = math.ceil(limit * headroom - 1e-9)
+        assert m.classify("g", "m", NOW + 30, headroom).free == (limit > kept)  # the window reset
 
 
 def test_credits_within_the_headroom_are_kept_for_interactive_work():
@@ -286,3 +288,110 @@ def test_the_day_left_to_work_that_keeps_headroom():
     assert m.day_left("g", "m", NOW, 0.2) == 50 - 20
     assert m.day_left("g", "m", NOW + 3601, 0.2) == 0  # the report is old: the count again
     assert manager(RateLimitedFree(rpm=5)).day_left("g", "m", NOW) is None
+
+
+def _minute_headers(limit: int, remaining: int, t: float) -> dict[str, str]:
+    """A provider's headers for a minute window (starting at NOW + whole minutes) at NOW + t."""
+    reset = (t // 60 + 1) * 60 - t
+    return {
+        "x-ratelimit-limit-requests": str(limit),
+        "x-ratelimit-remaining-requests": str(remaining),
+        "x-ratelimit-reset-requests": f"{reset:g}s",
+    }
+
+
+_ANSWERS = ["answer", "fresh answer", "bare answer", "lost"]
+
+
+@settings(max_examples=examples(300))
+@given(
+    limit=st.integers(1, 10),
+    headroom=st.sampled_from([0.1, 0.2, 0.5]),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.sampled_from(["batch", "interactive"]), st.just(0)),
+            st.tuples(st.sampled_from(_ANSWERS), st.integers(0, 3)),  # which request's answer
+            st.tuples(st.just("wait"), st.sampled_from([1, 2, 60, 119, 120])),  # half seconds
+        ),
+        max_size=60,
+    ),
+)
+# the answers of two requests sent at once arrive in the other order (each with its own count)
+@example(limit=4, headroom=0.2, steps=[("interactive", 0), ("interactive", 0), ("answer", 1),
+         ("answer", 0), ("batch", 0), ("batch", 0)])  # fmt: skip
+# a request still in flight when an answer to an earlier one reports, a second later
+@example(limit=4, headroom=0.2, steps=[("interactive", 0), ("answer", 0), ("batch", 0),
+         ("batch", 0), ("wait", 2), ("answer", 0), ("batch", 0)])  # fmt: skip
+# the reported window reset: nothing reported of the new one yet
+@example(limit=4, headroom=0.2, steps=[("interactive", 0), ("answer", 0), ("wait", 120),
+         *[("batch", 0)] * 4])  # fmt: skip
+def test_sends_no_report_covers_yet_count_against_the_reported_window(limit, headroom, steps):
+    """Any interleaving of sends (batch ones at headroom h, interactive ones), answers with or
+    without headers — each with the provider's count when it took the request, or when it
+    answered — in any order, answers lost, and time: every batch send starts while the reported
+    minute holds fewer than limit - kept(limit, h) requests, whether the report is fresh, stale
+    or from a minute that has ended."""
+    m = manager(RateLimitedFree())  # no configured limit: only what the headers report
+    rule = limit - math.ceil(limit * headroom - 1e-9)
+    t = 0.0  # seconds after NOW, in half seconds (exact in floats)
+    taken: dict[int, int] = {}  # minute → requests the provider took
+    pending: dict[int, tuple[int, int, int]] = {}  # number → (minute, remaining then, status)
+    reported = False  # before its first report, the manager knows nothing of the window
+    for what, pick in steps:
+        minute = int(t // 60)
+        if what == "wait":
+            t += pick / 2
+        elif what in ("batch", "interactive"):
+            if what == "batch" and not m.classify("g", "m", NOW + t, headroom).free:
+                continue
+            number = m.sending("g", "m", now=NOW + t)
+            status = 200 if taken.get(minute, 0) < limit else 429
+            taken[minute] = taken.get(minute, 0) + (status == 200)
+            if what == "batch" and reported:
+                assert taken[minute] <= rule
+            pending[number] = (minute, limit - taken[minute], status)
+        elif pending:
+            number = sorted(pending)[pick % len(pending)]
+            sent_in, remaining_then, status = pending.pop(number)
+            if what == "lost":
+                continue
+            # the count when it took the request (the same minute), or when it answers
+            then = what == "answer" and sent_in == minute
+            remaining = remaining_then if then else limit - taken.get(minute, 0)
+            headers = {} if what == "bare answer" else _minute_headers(limit, remaining, t)
+            reported = reported or bool(headers)
+            if status == 429:
+                m.back_off("g", "m", "rate_limited", headers=headers, status=429, now=NOW + t,
+                           sent=number)  # fmt: skip
+            else:
+                m.update_from_headers("g", "m", headers, status=200, now=NOW + t, sent=number)
+
+
+def test_an_answer_of_a_window_already_over_does_not_replace_the_running_one():
+    """A minute's answer that arrives after the next minute's (its reset 57.5 s sooner) does not
+    bring back that minute's figure: the running window's stays."""
+    m = manager(RateLimitedFree())
+    m.update_from_headers("g", "m", _minute_headers(8, 2, 61.0), status=200, now=NOW + 61)
+    late = {**_minute_headers(8, 7, 59.5), "x-ratelimit-reset-requests": "0.5s"}
+    m.update_from_headers("g", "m", late, status=200, now=NOW + 62)
+    verdict = m.classify("g", "m", NOW + 62, 0.2)
+    assert not verdict.free and verdict.free_again_at == NOW + 120
+
+
+def test_tokens_a_request_in_flight_may_use_count_against_a_reported_token_window():
+    """A token window reported (500 of 1,000 left): a request sent since that may use 300 leaves
+    200, the share 0.2 keeps; its answer's report replaces the estimate."""
+    m = manager(RateLimitedFree())
+    tokens = {
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": "500",
+        "x-ratelimit-reset-tokens": "30s",
+    }
+    m.update_from_headers("g", "m", tokens, status=200, now=NOW)
+    assert m.reports_tokens("g", "m") and m.classify("g", "m", NOW, 0.2).free
+    sent = m.sending("g", "m", now=NOW, expected_tokens=300)
+    assert not m.classify("g", "m", NOW, 0.2).free
+    assert m.classify("g", "m", NOW).free  # interactive work: unchanged
+    answer = {**tokens, "x-ratelimit-remaining-tokens": "350"}  # it used 150
+    m.update_from_headers("g", "m", answer, status=200, now=NOW + 1, sent=sent)
+    assert m.classify("g", "m", NOW + 1, 0.2).free

@@ -10,7 +10,7 @@ import trio
 
 import lanes
 from helpers import ENGINE_POLICY, config, free_lane, paid_lane
-from lanes.testing import answer, open_fake, rate_limited
+from lanes.testing import answer, open_fake, quota, rate_limited
 
 pytestmark = pytest.mark.free_lane
 
@@ -88,6 +88,30 @@ async def test_the_headroom_is_left_to_interactive_work(env, autojump_clock):
                 reply = await dispatcher.complete(jobs(1)[0])
                 assert reply.lane == "free"
             assert batch.progress.completed == 8 and batch.progress.failed == 2
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 2.5])
+async def test_the_headroom_holds_with_jobs_in_flight_on_a_quota_only_its_headers_tell(
+    env, autojump_clock, delay_s
+):
+    """8 requests a minute that only the provider's headers tell, 4 jobs at once (answered at
+    once, or after 2.5 s): the batch starts at most the 6 the 0.2 headroom leaves in any minute
+    — the requests its answers have not reported on count — and none is refused."""
+    async with open_fake("free", models=("free-model",)) as free:
+        free.script("free-model", quota(8, style="openai", delay_s=delay_s))
+        cfg = config(free_lane("free", free.base_url))  # no rpm in config
+        async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+            start = trio.current_time()
+            async with dispatcher.submit_batch(jobs(24), window="1h", concurrency=4) as batch:
+                results = [r async for r in batch.results()]
+            took = trio.current_time() - start
+    assert all(r.reply is not None for r in results) and len(results) == 24
+    assert len(free.requests()) == 24  # none refused (a 429 is tried again)
+    per_minute: dict[int, int] = {}
+    for r in free.requests():  # the fake counts a request when it answers it
+        minute = int((r.at + delay_s) // 60)
+        per_minute[minute] = per_minute.get(minute, 0) + 1
+    assert max(per_minute.values()) == 6 and took < 5 * 60
 
 
 async def test_no_job_starts_while_interactive_work_waits(env, autojump_clock):

@@ -38,6 +38,7 @@ from lanes._core.model.job import Attempt, Candidate, Job, Outcome
 from lanes._core.model.record import JobRecord
 from lanes._core.money.paid import Hold, PaidPermit
 from lanes._core.money.quote import Quotes
+from lanes._core.policy.needs import estimate_tokens, max_output_tokens
 from lanes._core.upstream.lane import OpenAICompatibleLane
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class AttemptRun:
         self._quotes = quotes
         self._permit = permit
         self._sent = False  # budgets taken, the request may have left: an attempt to record
+        self._number: int | None = None  # the free-tier manager's number for it (`sending`)
         self._ended = False
         self._admission: Admission | None = admission
 
@@ -101,8 +103,15 @@ class AttemptRun:
             return hold
         self._hold = hold
         if self._quota:
-            routing.manager.count_usage(
-                candidate.lane, candidate.model, now=routing.now_wall(), requests=1
+            manager = routing.manager
+            # what it may use of a token window its provider reports (read only then: the body)
+            expected = (
+                estimate_tokens(self.job) + (max_output_tokens(self.job.params) or 0)
+                if manager.reports_tokens(candidate.lane, candidate.model)
+                else 0
+            )
+            self._number = manager.sending(
+                candidate.lane, candidate.model, now=routing.now_wall(), expected_tokens=expected
             )
         self._sent = True
         self.started = trio.current_time()
@@ -120,6 +129,7 @@ class AttemptRun:
             headers,
             status=status,
             now=routing.now_wall(),
+            sent=self._number,
         )
 
     def fail(self, exc: UpstreamError) -> Attempt:
@@ -140,6 +150,7 @@ class AttemptRun:
                 status=exc.status,
                 body=exc.body,
                 now=routing.now_wall(),
+                sent=self._number,
             )
             routing.sync.backoffs_changed()  # other processes hear of it now, not at the next tick
         if outcome != "deadline":

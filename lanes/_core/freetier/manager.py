@@ -6,6 +6,7 @@ store that persists it and shares it with other processes is driven from outside
 
 The router's three integration points (seed 000):
 - before routing: `is_in_backoff()` / `classify()` — skip without sending;
+- sending a request: `sending()`;
 - after a response: `update_from_headers()` and `count_usage()`;
 - after an error: `back_off()`.
 `next_free_at()` is the soonest moment a free candidate reopens: the sidecar's exact Retry-After.
@@ -31,6 +32,7 @@ from lanes._core.freetier.kinds import (
     Subscription,
 )
 from lanes._core.freetier.prices import usage_total
+from lanes._core.freetier.unreported import DEFAULT_RESET_S, Unreported, combined, period_now
 from lanes._core.freetier.windows import Key as UsageKey
 from lanes._core.freetier.windows import UsageCounter, WindowName, window_end, window_id
 
@@ -105,6 +107,7 @@ class FreeTierManager:
         self._terms: dict[str, LaneTerms] = {}
         self._backoffs: dict[str, Backoff] = {}  # scope ("lane/model" or "lane/*") → backoff
         self._snapshots: dict[str, tuple[float, RateLimitSnapshot]] = {}  # scope → (at, snapshot)
+        self._unreported = Unreported()  # the sends here their answers have not reported on
         self._usage = UsageCounter()
         self._spend: dict[tuple[str, int], float] = {}  # (lane, period id) → USD spent from credits
         # lane → (at, remaining USD, spend then)
@@ -219,20 +222,22 @@ class FreeTierManager:
         return None
 
     def _kept_for_interactive(self, scope: str, now: float, headroom: float) -> QuotaVerdict | None:
-        """Is what the provider last reported left of a window (still fresh) within the share
+        """Is what is left of a window the provider reported — its last figure, or its limit once
+        it reset, less the sends here no report covers (`unreported.py`) — within the share
         `headroom` kept for interactive work? Then NotFree until that window resets."""
         entry = self._snapshots.get(scope)
         if entry is None:
             return None
         at, snapshot = entry
         for w in snapshot.windows:
-            if w.limit is None or w.remaining is None or at + (w.reset_s or 60.0) <= now:
+            if w.limit is None or (found := period_now(at, w, now)) is None:
                 continue
-            if w.remaining <= kept(w.limit, headroom):
+            start, end, left = found
+            if left - self._unreported.since(scope, w.dimension, start) <= kept(w.limit, headroom):
                 return QuotaVerdict(
                     kind="not_free",
                     reason=f"{headroom:.0%} of {w.dimension} kept for interactive work",
-                    free_again_at=at + (w.reset_s or 60.0),
+                    free_again_at=end,
                 )
         return None
 
@@ -249,8 +254,8 @@ class FreeTierManager:
         }
 
     def reported(self, scope: str, now: float) -> tuple[float | None, float | None]:
-        """Requests and tokens remaining as last reported — None for a figure whose window has
-        reset since (a reset not given counts as a minute): an old "0 left" is not believed."""
+        """Requests and tokens remaining as reported (`snapshot`) — None for a figure whose window
+        has reset since (a reset not given counts as a minute): an old "0 left" is not believed."""
         entry = self._snapshots.get(scope)
         if entry is None:
             return None, None
@@ -264,8 +269,19 @@ class FreeTierManager:
             fresh(snap.tokens_remaining, snap.reset_tokens_s),
         )
 
+    def reports_tokens(self, lane: str, model: str) -> bool:
+        """Did the provider's last report on this candidate's scope give a token window (its limit
+        and remaining)? Then what a request may use of it is wanted (`sending`)."""
+        entry = self._snapshots.get(self.scope(lane, model))
+        return entry is not None and any(
+            w.dimension == "tokens" and w.limit is not None and w.remaining is not None
+            for w in entry[1].windows
+        )
+
     def snapshot(self, scope: str) -> tuple[float, RateLimitSnapshot] | None:
-        """What the provider last reported of `scope`'s limits, and when (epoch s), if ever."""
+        """What the provider reported of `scope`'s limits, and when (epoch s), if ever: its last
+        answer's, but of a window still running the lowest figure it gave (`unreported.combined`:
+        answers to requests sent together arrive in any order)."""
         return self._snapshots.get(scope)
 
     def needs_probe(self, lane: str, model: str) -> bool:
@@ -275,12 +291,44 @@ class FreeTierManager:
             return False
         return self.scope(lane, model) not in self._confirmed
 
+    # -- sending -----------------------------------------------------------------------------------
+    def sending(self, lane: str, model: str, *, now: float, expected_tokens: int = 0) -> int:
+        """One request sent now: counted against every window (`count_usage`) and, until its
+        answer reports on it, taken from what the provider reported left (with the
+        `expected_tokens` it may use of a token window: input estimated, output capped). Returns
+        its number, for its answer's `update_from_headers(sent=)`."""
+        self.count_usage(lane, model, now=now)
+        scope = self.scope(lane, model)
+        entry = self._snapshots.get(scope)
+        # what no window counts any more is let go: sends before the periods running, or, with
+        # nothing reported yet, a minute ago
+        starts = (
+            [found[0] for w in entry[1].windows if (found := period_now(entry[0], w, now))]
+            if entry
+            else []
+        )
+        return self._unreported.add(
+            scope,
+            now,
+            requests=1,
+            tokens=expected_tokens,
+            keep_from=min(starts) if starts else now - DEFAULT_RESET_S,
+        )
+
     # -- after a response --------------------------------------------------------------------------
     def update_from_headers(
-        self, lane: str, model: str, headers: Any, *, status: int, now: float, body: Any = None
+        self,
+        lane: str,
+        model: str,
+        headers: Any,
+        *,
+        status: int,
+        now: float,
+        body: Any = None,
+        sent: int | None = None,
     ) -> RateLimitSnapshot:
-        """Parse and keep what the provider reported; `remaining: 0` parks the scope until its
-        reset."""
+        """Parse and keep what the provider reported (`snapshot`) — in its answer to request
+        number `sent` (`sending`'s), if given; `remaining: 0` parks the scope until its reset."""
         terms = self._terms.get(lane)
         snapshot = parse_rate_limit(
             headers,
@@ -293,7 +341,10 @@ class FreeTierManager:
             self._clamped.setdefault((lane, what), False)
         scope = self.scope(lane, model)
         if snapshot.windows:
-            self._snapshots[scope] = self._changed_snapshots[scope] = (now, snapshot)
+            kept_now = (now, combined(self._snapshots.get(scope), now, snapshot))
+            self._snapshots[scope] = self._changed_snapshots[scope] = kept_now
+            if sent is not None:
+                self._unreported.reported(scope, sent)
         if 200 <= status < 300:
             if any(w.remaining == 0 for w in snapshot.windows):
                 self._enter(scope, "quota_exhausted", snapshot, now)
@@ -337,10 +388,12 @@ class FreeTierManager:
         status: int | None = None,
         body: Any = None,
         now: float,
+        sent: int | None = None,
     ) -> Backoff:
-        """Enter (or extend) the coordinated backoff after a 429, 402 or model-gone answer."""
+        """Enter (or extend) the coordinated backoff after a 429, 402 or model-gone answer (to
+        request number `sent`, if given: see `update_from_headers`)."""
         snapshot = self.update_from_headers(
-            lane, model, headers or {}, status=status or 429, now=now, body=body
+            lane, model, headers or {}, status=status or 429, now=now, body=body, sent=sent
         )
         scope = f"{lane}/{model}" if reason == "model_gone" else self.scope(lane, model)
         return self._enter(scope, reason, snapshot, now)
@@ -572,7 +625,7 @@ class FreeTierManager:
     def merge_snapshots(self, snapshots: Mapping[str, tuple[float, RateLimitSnapshot]]) -> None:
         for scope, (at, snapshot) in snapshots.items():
             if scope not in self._snapshots or self._snapshots[scope][0] < at:
-                self._snapshots[scope] = (at, snapshot)
+                self._snapshots[scope] = (at, combined(self._snapshots.get(scope), at, snapshot))
 
     def merge_backoffs(self, rows: Iterable[tuple[str, Backoff]]) -> None:
         """Take backoffs other processes wrote; the later deadline wins."""
