@@ -160,10 +160,9 @@ def _over_the_rule(
             f"On {name}, whose limits our config does not know (its headers report the "
             f"minute's), {p['over_minute']} items started after the minute's use had reached "
             f"the rule's {p['r']}, and {p['refused']['minute']} batch requests were refused by "
-            "its minute quota (429): there the headroom is read from the last `remaining` the "
-            "provider reported, which does not count the requests still in flight, and is "
-            "forgotten at the window's reset until an answer brings a new one; "
-            "`[batch] concurrency` items start on it at once."
+            "its minute quota (429): there the headroom is read from what the provider last "
+            "reported, less the requests sent since that its answers have not reported on "
+            "(`freetier/unreported.py`)."
         )
         if quick and other and name in quick["batch"]["per_provider"]:
             q, o = quick["batch"]["per_provider"][name], other["batch"]["per_provider"][name]
