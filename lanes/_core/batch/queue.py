@@ -21,7 +21,20 @@ from typing import Any
 import attrs
 
 from lanes._core.batch import budget
-from lanes._core.batch.ending import Obj, count, end, ending, new_id, tally, write
+from lanes._core.batch.ending import (
+    COUNT_SCHEMA,
+    COUNTS,
+    RECOUNT,
+    Obj,
+    bump,
+    end,
+    ending,
+    kept,
+    new_id,
+    tally,
+    with_counts,
+    write,
+)
 from lanes._core.batch.files import BatchFiles, BatchRefused, Caps, bounded_lines
 from lanes._core.batch.lines import (
     ENDPOINTS,
@@ -54,10 +67,16 @@ CREATE INDEX IF NOT EXISTS idx_batch_item_order ON batch_item (state, expires_at
 CREATE INDEX IF NOT EXISTS idx_batch_item_next ON batch_item (batch, state, not_before);
 DROP INDEX IF EXISTS idx_batch_item_left;
 CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT,
-    until REAL)
+    until REAL);
 """
+SCHEMA += COUNT_SCHEMA
 
 TERMINAL = ("completed", "failed", "expired", "cancelled")
+#: A batch's record and its `request_counts`' done parts, from its kept counts (`with_counts`).
+WITH_COUNTS = (
+    "SELECT b.data, c.ok, c.error + c.expired + c.cancelled FROM batch b "
+    "LEFT JOIN batch_count c ON c.batch = b.id"
+)
 
 
 @attrs.frozen
@@ -83,7 +102,7 @@ class BatchQueue(BatchFiles):
     def __init__(self, folder: Path, caps: Caps, *, durable: bool = True) -> None:
         self.folder, self.caps, self.durable = folder, caps, durable
         (folder / "files").mkdir(parents=True, exist_ok=True)
-        self._conn = connect(str(folder / "queue.db"), SCHEMA)
+        self._conn = connect(str(folder / "queue.db"), SCHEMA, _recount)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -150,33 +169,33 @@ class BatchQueue(BatchFiles):
             data["lanes"] = {"max_paid_usd": paid, "paid_usd": 0.0, "paid_held_usd": 0.0}
         if not self.durable:
             data["lanes"] = {**data.get("lanes", {}), "durable": False}
-        errors = self._take_items(batch_id, input_id, endpoint, now + window)
-        if errors:
-            data |= {"status": "failed", "failed_at": now, "errors": {
-                "object": "list", "data": [e.entry() for e in errors]}}  # fmt: skip
-        else:
-            with self._lock:
-                (total,) = self._conn.execute(
-                    "SELECT count(*) FROM batch_item WHERE batch = ?", (batch_id,)
-                ).fetchone()
-            data |= {"status": "in_progress", "in_progress_at": now}
-            data["request_counts"]["total"] = total
-        with self._lock, self._conn:
-            self._conn.execute(
+        with self._lock, immediate(self._conn) as conn:  # the items, the batch and its counts
+            errors, total = self._take_items(conn, batch_id, input_id, endpoint, now + window)
+            if errors:
+                data |= {"status": "failed", "failed_at": now, "errors": {
+                    "object": "list", "data": [e.entry() for e in errors]}}  # fmt: skip
+            else:
+                data |= {"status": "in_progress", "in_progress_at": now}
+                data["request_counts"]["total"] = total
+            conn.execute(
                 "INSERT INTO batch (id, client, data, status, expires_at, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (batch_id, client, json.dumps(data), data["status"], now + window, now),
             )
+            conn.execute(
+                "INSERT INTO batch_count (batch, pending) VALUES (?, ?)",
+                (batch_id, 0 if errors else total),
+            )
         return data
 
     def _take_items(
-        self, batch: str, file_id: str, endpoint: str, expires_at: int
-    ) -> list[LineError]:
-        """Every line of the file, as items of `batch` (one transaction); the bad lines instead,
-        and no item, when there is one."""
+        self, conn: sqlite3.Connection, batch: str, file_id: str, endpoint: str, expires_at: int
+    ) -> tuple[list[LineError], int]:
+        """Every line of the file, as items of `batch` (in the caller's transaction), and how many;
+        the bad lines instead, and no item, when there is one."""
         errors: list[LineError] = []
-        start, number = 0, 0
-        with self._lock, immediate(self._conn) as conn, self._path(file_id).open("rb") as stream:
+        start, number, total = 0, 0, 0
+        with self._path(file_id).open("rb") as stream:
             for raw, size in bounded_lines(stream, self.caps.max_line_bytes):
                 number, begin, start = number + 1, start, start + size
                 if raw is not None and not raw.strip():
@@ -197,6 +216,7 @@ class BatchQueue(BatchFiles):
                             "state, expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
                             (batch, number, line.custom_id, begin, size, expires_at),
                         )
+                        total += 1
                     except sqlite3.IntegrityError:
                         line = LineError(number, "duplicate_custom_id",
                                          f"custom_id {line.custom_id!r} is on an earlier line",
@@ -205,14 +225,14 @@ class BatchQueue(BatchFiles):
                     errors.append(line)
             if errors:
                 conn.execute("DELETE FROM batch_item WHERE batch = ?", (batch,))
-        return errors
+        return errors, total
 
     def batch(self, client: str, batch_id: str) -> Obj | None:
         with self._lock:
             row = self._conn.execute(
-                "SELECT data FROM batch WHERE id = ? AND client = ?", (batch_id, client)
+                f"{WITH_COUNTS} WHERE b.id = ? AND b.client = ?", (batch_id, client)
             ).fetchone()
-        return None if row is None else json.loads(row[0])
+        return None if row is None else with_counts(*row)
 
     def batches(
         self, client: str, limit: int, after: str | None, endpoints: tuple[str, ...] = ENDPOINTS
@@ -221,13 +241,13 @@ class BatchQueue(BatchFiles):
         marks = ", ".join("?" * len(endpoints))
         with self._lock:
             rows = self._conn.execute(
-                "SELECT data FROM batch WHERE client = ? AND json_extract(data, '$.endpoint') "
-                f"IN ({marks}) AND (? IS NULL OR (created_at, id) < (SELECT created_at, id "
-                "FROM batch WHERE id = ? AND client = ?)) ORDER BY created_at DESC, id DESC "
+                f"{WITH_COUNTS} WHERE b.client = ? AND json_extract(b.data, '$.endpoint') "
+                f"IN ({marks}) AND (? IS NULL OR (b.created_at, b.id) < (SELECT created_at, id "
+                "FROM batch WHERE id = ? AND client = ?)) ORDER BY b.created_at DESC, b.id DESC "
                 "LIMIT ?",
                 (client, *endpoints, after, after, client, limit),
             ).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return [with_counts(*r) for r in rows]
 
     def open_batches(self, client: str | None, limit: int) -> list[Obj]:
         """The batches not ended of `client` (None: of every client), the soonest window's end
@@ -235,23 +255,22 @@ class BatchQueue(BatchFiles):
         none waits)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT data, (SELECT min(not_before) FROM batch_item WHERE batch = b.id AND "
-                "state = 'pending') FROM batch b WHERE status IN ('validating', 'in_progress', "
-                "'finalizing', 'cancelling') AND (? IS NULL OR client = ?) ORDER BY expires_at "
-                "LIMIT ?",
+                "SELECT b.data, c.ok, c.error + c.expired + c.cancelled, (SELECT "
+                "min(not_before) FROM batch_item WHERE batch = b.id AND state = 'pending') FROM "
+                "batch b LEFT JOIN batch_count c ON c.batch = b.id WHERE b.status IN "
+                "('validating', 'in_progress', 'finalizing', 'cancelling') AND (? IS NULL OR "
+                "b.client = ?) ORDER BY b.expires_at LIMIT ?",
                 (client, client, limit),
             ).fetchall()
-        return [json.loads(data) | {"next_try_at": due} for data, due in rows]
+        return [
+            with_counts(raw, ok, failed) | {"next_try_at": due} for raw, ok, failed, due in rows
+        ]
 
     def outcomes(self, batch_id: str) -> dict[str, int]:
         """How a batch's items ended so far: ok, error, expired, cancelled."""
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT outcome, count(*) FROM batch_item WHERE batch = ? AND state = 'done' "
-                "GROUP BY outcome",
-                (batch_id,),
-            ).fetchall()
-        return {str(k): int(n) for k, n in rows}
+            counts = kept(self._conn, batch_id)
+        return {k: counts[k] for k in ("ok", "error", "expired", "cancelled")}
 
     def results(self, client: str, batch_id: str) -> Iterator[bytes] | None:
         """Every answered item's line, in line order (Anthropic's one results file); None when
@@ -282,6 +301,7 @@ class BatchQueue(BatchFiles):
             return False
         with self._lock, self._conn:
             self._conn.execute("DELETE FROM batch_item WHERE batch = ?", (batch_id,))
+            self._conn.execute("DELETE FROM batch_count WHERE batch = ?", (batch_id,))
             self._conn.execute("DELETE FROM batch WHERE id = ?", (batch_id,))
             self._conn.execute(
                 "UPDATE batch_file SET deleted = 1 WHERE batch = ? OR id = ?",
@@ -295,11 +315,11 @@ class BatchQueue(BatchFiles):
         already ended is returned as it is."""
         with self._lock, immediate(self._conn) as conn:
             row = conn.execute(
-                "SELECT data FROM batch WHERE id = ? AND client = ?", (batch_id, client)
+                f"{WITH_COUNTS} WHERE b.id = ? AND b.client = ?", (batch_id, client)
             ).fetchone()
             if row is None:
                 return None
-            data = json.loads(row[0])
+            data = with_counts(*row)
             if data["status"] in ("validating", "in_progress"):
                 data |= {"status": "cancelling", "cancelling_at": now}
                 write(conn, data)
@@ -323,6 +343,10 @@ class BatchQueue(BatchFiles):
             )
             if row is None or row[0] != owner:
                 conn.execute("UPDATE batch_item SET state = 'pending' WHERE state = 'running'")
+                conn.execute(
+                    "UPDATE batch_count SET pending = pending + running, running = 0 "
+                    "WHERE running > 0"
+                )
                 budget.count_held(conn)  # a paid try the last leader did not settle: spent
         return True
 
@@ -355,6 +379,9 @@ class BatchQueue(BatchFiles):
                 "WHERE batch = ? AND line = ?",
                 [(r[0], r[1]) for r in rows],
             )
+            for batch in {r[0] for r in rows}:
+                n = sum(r[0] == batch for r in rows)
+                bump(conn, batch, pending=-n, running=n)
         return [
             Item(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], str(self._path(r[8])), r[9])
             for r in rows
@@ -376,16 +403,18 @@ class BatchQueue(BatchFiles):
                 (int(ok), "ok" if ok else "error", line, item.batch, item.line),
             ).rowcount
             if done:
-                count(conn, item.batch, "completed" if ok else "failed")
+                bump(conn, item.batch, running=-1, **{"ok" if ok else "error": 1})
 
     def later(self, item: Item, not_before: float) -> None:
         """Put an item back, not to be taken before `not_before` (its free capacity resets)."""
-        with self._lock, self._conn:
-            self._conn.execute(
+        with self._lock, immediate(self._conn) as conn:
+            back = conn.execute(
                 "UPDATE batch_item SET state = 'pending', not_before = ? "
                 "WHERE batch = ? AND line = ? AND state = 'running'",
                 (not_before, item.batch, item.line),
-            )
+            ).rowcount
+            if back:
+                bump(conn, item.batch, running=-1, pending=1)
 
     def tally(self) -> dict[str, dict[str, int]]:
         """Batches by status and items by state (see `ending.tally`)."""
@@ -408,12 +437,13 @@ class BatchQueue(BatchFiles):
         with nothing left `completed` — each with its output and error files. The ids ended."""
         ended = []
         with self._lock, immediate(self._conn) as conn:
-            rows = conn.execute(
-                "SELECT data FROM batch WHERE status IN ('in_progress', 'cancelling')"
+            rows = conn.execute(  # a row per running batch: its counts are kept, not counted
+                f"SELECT b.data, {', '.join('c.' + k for k in COUNTS)} FROM batch b JOIN "
+                "batch_count c ON c.batch = b.id WHERE b.status IN ('in_progress', 'cancelling')"
             ).fetchall()
-            for (raw,) in rows:
+            for raw, *counted in rows:
                 data = json.loads(raw)
-                status = ending(conn, data, now)
+                status = ending(conn, data, now, dict(zip(COUNTS, counted, strict=True)))
                 if status is not None:
                     end(conn, data, status, int(now))
                     ended.append(data["id"])
@@ -429,6 +459,11 @@ class BatchQueue(BatchFiles):
         for file_id in gone:  # deleted while its batch ran: its bodies go now
             self._path(file_id).unlink(missing_ok=True)
         return ended
+
+
+def _recount(conn: sqlite3.Connection) -> None:
+    """A queue of an older version: its batches' items counted once (see `ending.RECOUNT`)."""
+    conn.execute(RECOUNT)
 
 
 def _metadata(metadata: object) -> tuple[dict[str, str], float]:
