@@ -35,8 +35,8 @@ import httpx2
 import trio
 
 from bench.load import percentile, run_load
-from lanes._core.batch.files import Caps
-from lanes._core.batch.queue import BatchQueue
+from lanes._core.batch.queue import BatchQueue, Caps
+from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes.harness.processes import open_sidecar_process
 from lanes.testing import open_fake
 
@@ -321,7 +321,7 @@ def queue_calls(sizes: tuple[int, ...]) -> dict[str, dict[str, float]]:
 def _calls(folder: Path, size: int) -> dict[str, float]:
     jsonl(folder / "upload.jsonl", size)
     caps = Caps(max_bytes=10**9, max_lines=10**7, max_line_bytes=10**6)
-    queue = BatchQueue(folder / "queue", caps)
+    queue = SQLiteBatchQueue(folder / "queue", caps)
     now = 1_800_000_000
     try:
         upload = queue.add_file("c", "batch", "in.jsonl", folder / "upload.jsonl", now)

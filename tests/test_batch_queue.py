@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import examples
-from lanes._core.batch.files import Caps
-from lanes._core.batch.queue import BatchQueue
+from lanes._core.batch.queue import Caps
+from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 
 CAPS = Caps(max_bytes=1_000_000, max_lines=100, max_line_bytes=10_000, max_files=1000,
             max_open=1000)  # fmt: skip
@@ -45,16 +45,16 @@ class SQLiteQueues:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    def open(self) -> BatchQueue:
-        return BatchQueue(self.folder, CAPS)
+    def open(self) -> SQLiteBatchQueue:
+        return SQLiteBatchQueue(self.folder, CAPS)
 
     @staticmethod
-    def kept(queue: BatchQueue) -> dict[str, dict[str, int]]:
+    def kept(queue: SQLiteBatchQueue) -> dict[str, dict[str, int]]:
         rows = queue._conn.execute(f"SELECT batch, {', '.join(COUNTS)} FROM batch_count")
         return {r[0]: dict(zip(COUNTS, r[1:], strict=True)) for r in rows}
 
     @staticmethod
-    def recounted(queue: BatchQueue) -> dict[str, dict[str, int]]:
+    def recounted(queue: SQLiteBatchQueue) -> dict[str, dict[str, int]]:
         batches = queue._conn.execute("SELECT id FROM batch")
         found = {b: dict.fromkeys(COUNTS, 0) for (b,) in batches}
         for batch, state, outcome, n in queue._conn.execute(

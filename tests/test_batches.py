@@ -18,8 +18,8 @@ import trio
 import trio.testing
 
 import lanes
-from lanes._core.batch.files import BatchRefused, Caps
-from lanes._core.batch.queue import BatchQueue
+from lanes._core.batch.queue import BatchRefused, Caps
+from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes.testing import ANSWER, answer, rate_limited, status
 from sidecar import open_sidecar
 
@@ -179,12 +179,12 @@ async def test_an_upload_from_a_page_of_another_site_is_refused():
     assert listed.json()["data"] == []
 
 
-def _queue(tmp_path: Path) -> BatchQueue:
-    return BatchQueue(tmp_path / "q", CAPS)
+def _queue(tmp_path: Path) -> SQLiteBatchQueue:
+    return SQLiteBatchQueue(tmp_path / "q", CAPS)
 
 
 def _batch(
-    queue: BatchQueue, lines: bytes, window: str = "1h", now: int = 1000, budget: str = ""
+    queue: SQLiteBatchQueue, lines: bytes, window: str = "1h", now: int = 1000, budget: str = ""
 ) -> dict[str, Any]:
     upload = queue.upload_path()
     upload.write_bytes(lines)
@@ -243,7 +243,8 @@ def test_a_window_that_ends_expires_what_is_left_and_a_cancel_cancels(tmp_path):
 
 
 def test_a_file_over_the_line_cap_is_refused_and_not_kept(tmp_path):
-    queue = BatchQueue(tmp_path / "q", Caps(max_bytes=10_000, max_lines=2, max_line_bytes=1000))
+    caps = Caps(max_bytes=10_000, max_lines=2, max_line_bytes=1000)
+    queue = SQLiteBatchQueue(tmp_path / "q", caps)
     upload = queue.upload_path()
     upload.write_bytes(jsonl(line("a"), line("b"), line("c")))
     with pytest.raises(BatchRefused, match="max_lines"):
@@ -254,7 +255,7 @@ def test_a_file_over_the_line_cap_is_refused_and_not_kept(tmp_path):
 def test_a_clients_files_and_open_batches_are_capped(tmp_path):
     """What one client keeps is bounded: files (delete one to upload another) and batches not
     ended yet; another client is not held back by it."""
-    queue = BatchQueue(tmp_path / "q", attrs.evolve(CAPS, max_files=2, max_open=1))
+    queue = SQLiteBatchQueue(tmp_path / "q", attrs.evolve(CAPS, max_files=2, max_open=1))
     _batch(queue, jsonl(line("a")))
     with pytest.raises(BatchRefused, match="batches not ended") as refused:
         _batch(queue, jsonl(line("a")))  # its second file is kept; its second batch is not

@@ -28,10 +28,10 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from lanes._core.batch.files import BatchRefused, Caps
 from lanes._core.batch.lines import MESSAGES as MESSAGES_PATH
-from lanes._core.batch.queue import BatchQueue
+from lanes._core.batch.queue import BatchQueue, BatchRefused, Caps
 from lanes._core.batch.runner import Batches, BatchRunner, ItemAnswer, ServeItem
+from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes._core.config.schema import Config
 from lanes._core.dialects.common import BadField
 from lanes._core.model.errors import JobFailed
@@ -75,7 +75,7 @@ async def open_batches(config: Config, dispatcher: Any) -> AsyncIterator[Batches
             max_line_bytes=config.server.max_body_bytes,
         )
         queue = await trio.to_thread.run_sync(
-            lambda: BatchQueue(folder or Path(scratch), caps, durable=folder is not None)
+            lambda: SQLiteBatchQueue(folder or Path(scratch), caps, durable=folder is not None)
         )
         runner = BatchRunner(
             queue,

@@ -1,6 +1,6 @@
-"""A batch's record and how it ends (inside the queue's transactions): its items counted as they
-change state, those never run answered for (expired, cancelled) in the batch's own format, its
-counts and its output and error files written as it ends.
+"""A batch's record in the SQLite queue and how it ends (inside the queue's transactions): its
+items counted as they change state, those never run answered for (expired, cancelled) in the
+batch's own format, its counts and its output and error files written as it ends.
 
 Each batch's items are counted by state in `batch_count` — `pending`, `running`, and the done
 ones by outcome: `ok`, `error`, `expired`, `cancelled` — in the transaction that changes them, so
@@ -11,14 +11,10 @@ a round of the runner reads one row per running batch, never its items (`ending`
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
-from typing import Any
 
 from lanes._core.batch.lines import closed_line
-
-Obj = dict[str, Any]  # a file or batch object, as OpenAI's API has it
-COUNTS = ("pending", "running", "ok", "error", "expired", "cancelled")  # a batch's kept counts
+from lanes._core.batch.queue import COUNTS, Obj, ending_of, new_id
 
 COUNT_SCHEMA = """
 CREATE TABLE IF NOT EXISTS batch_count (
@@ -38,24 +34,6 @@ SELECT b.id, count(i.line) FILTER (WHERE i.state = 'pending'),
 FROM batch b LEFT JOIN batch_item i ON i.batch = b.id
 WHERE b.id NOT IN (SELECT batch FROM batch_count) GROUP BY b.id
 """
-
-
-def new_id(prefix: str) -> str:
-    """A new object id: `prefix` and 96 random bits."""
-    return f"{prefix}{secrets.token_hex(12)}"
-
-
-def ending_of(
-    status: str, expires_at: float, counts: dict[str, int], now: float
-) -> tuple[str | None, str | None]:
-    """How a batch of `status` whose window ends at `expires_at` ends now, from its kept
-    `counts`: (its end, what its items left are answered as), or (None, None): not yet. Pure."""
-    pending, running = counts.get("pending", 0), counts.get("running", 0)
-    if status == "cancelling":
-        return (None, None) if running else ("cancelled", "cancelled")
-    if now >= expires_at and not running:  # an item closed as expired already: a resumed end
-        return ("expired" if pending or counts.get("expired") else "completed"), "expired"
-    return (None, None) if pending or running else ("completed", None)
 
 
 def bump(conn: sqlite3.Connection, batch: str, **change: int) -> None:
