@@ -36,6 +36,45 @@ WHERE b.id NOT IN (SELECT batch FROM batch_count) GROUP BY b.id
 """
 
 
+SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS batch_file (
+    id TEXT PRIMARY KEY, client TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
+    bytes INTEGER NOT NULL, lines INTEGER NOT NULL, created_at INTEGER NOT NULL,
+    batch TEXT, kind TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS batch (
+    id TEXT PRIMARY KEY, client TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
+    expires_at INTEGER NOT NULL, created_at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS idx_batch_client ON batch (client, created_at);
+CREATE INDEX IF NOT EXISTS idx_batch_status ON batch (status);
+CREATE TABLE IF NOT EXISTS batch_item (
+    batch TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, start INTEGER NOT NULL,
+    length INTEGER NOT NULL, state TEXT NOT NULL, ok INTEGER, outcome TEXT, result BLOB,
+    tries INTEGER NOT NULL
+    DEFAULT 0, not_before REAL NOT NULL DEFAULT 0, expires_at INTEGER NOT NULL,
+    PRIMARY KEY (batch, line), UNIQUE (batch, custom_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idx_batch_item_due ON batch_item (state, expires_at, not_before);
+CREATE INDEX IF NOT EXISTS idx_batch_item_order ON batch_item (state, expires_at, batch, line);
+CREATE INDEX IF NOT EXISTS idx_batch_item_next ON batch_item (batch, state, not_before);
+DROP INDEX IF EXISTS idx_batch_item_left;
+CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT,
+    until REAL);
+"""
+    + COUNT_SCHEMA
+)
+
+#: A batch's record and its `request_counts`' done parts, from its kept counts (`with_counts`).
+WITH_COUNTS = (
+    "SELECT b.data, c.ok, c.error + c.expired + c.cancelled FROM batch b "
+    "LEFT JOIN batch_count c ON c.batch = b.id"
+)
+
+
+def recount(conn: sqlite3.Connection) -> None:
+    """A queue of an older version: its batches' items counted once (see `ending.RECOUNT`)."""
+    conn.execute(RECOUNT)
+
+
 def bump(conn: sqlite3.Connection, batch: str, **change: int) -> None:
     """Add `change` (count → difference) to `batch`'s kept counts."""
     sets = ", ".join(f"{name} = {name} + ?" for name in change if name in COUNTS)

@@ -110,12 +110,8 @@ class SQLiteBatchFiles:
                     "UPDATE batch_item SET result = NULL WHERE batch = ? AND ok = ?",
                     (row[1], int(row[0] == "output")),
                 )
-            running = self._conn.execute(
-                "SELECT 1 FROM batch WHERE status NOT IN ('completed', 'failed', 'expired', "
-                "'cancelled') AND json_extract(data, '$.input_file_id') = ?",
-                (file_id,),
-            ).fetchone()
-        if row[0] == "input" and running is None:
+            running = in_use(self._conn, file_id)
+        if row[0] == "input" and not running:
             self._path(file_id).unlink(missing_ok=True)
         return True
 
@@ -147,11 +143,20 @@ class SQLiteBatchFiles:
                 ).fetchall()
             if not rows:
                 return
-            yield b"".join(r[1] for r in rows)
+            yield b"".join(r[1] for r in rows if r[1] is not None)  # a deleted file's: none
             last = rows[-1][0]
 
     def _path(self, file_id: str) -> Path:
         return self.folder / "files" / f"{file_id}.jsonl"
+
+
+def in_use(conn: sqlite3.Connection, file_id: str) -> bool:
+    """Whether a batch not ended runs from the input file `file_id`."""
+    return bool(conn.execute(
+        "SELECT 1 FROM batch WHERE status NOT IN ('completed', 'failed', 'expired', 'cancelled') "
+        "AND json_extract(data, '$.input_file_id') = ?",
+        (file_id,),
+    ).fetchone())  # fmt: skip
 
 
 def _chunks(path: Path, size: int = 1 << 16) -> Iterator[bytes]:

@@ -13,8 +13,9 @@ folder beside the state: the processes of one host share it. `RedisBatchQueue`
 deployment shares one queue. One contract suite runs over both (`tests/test_batch_queue.py`);
 its atomic rules:
 
-- an item's answer is written in the step that marks it done, and only while it is running: a
-  late answer of a leader that lost the queue is not written, so no item is answered twice;
+- an item's answer is written in the step that marks it done, and only by the run that has it
+  (its `tries`): the late answer of a leader that lost the queue is not written, even when the
+  item runs again, so no item is answered twice;
 - one leader at a time (`lead`); a new one takes back the items the last one left running, and
   counts a paid try it held and did not settle as spent in full;
 - each batch's items are counted by state in the steps that change them, so a round reads a

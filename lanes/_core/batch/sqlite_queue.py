@@ -21,17 +21,18 @@ from typing import Any
 
 from lanes._core.batch import budget
 from lanes._core.batch.ending import (
-    COUNT_SCHEMA,
-    RECOUNT,
+    SCHEMA,
+    WITH_COUNTS,
     bump,
     end,
     ending,
     kept,
+    recount,
     tally,
     with_counts,
     write,
 )
-from lanes._core.batch.files import SQLiteBatchFiles
+from lanes._core.batch.files import SQLiteBatchFiles, in_use
 from lanes._core.batch.lines import ENDPOINTS, MAX_ERRORS, Line, LineError
 from lanes._core.batch.queue import (
     COUNTS,
@@ -50,37 +51,6 @@ from lanes._core.batch.queue import (
 )
 from lanes._core.state.sqlite_file import connect, immediate
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS batch_file (
-    id TEXT PRIMARY KEY, client TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
-    bytes INTEGER NOT NULL, lines INTEGER NOT NULL, created_at INTEGER NOT NULL,
-    batch TEXT, kind TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS batch (
-    id TEXT PRIMARY KEY, client TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
-    expires_at INTEGER NOT NULL, created_at INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS idx_batch_client ON batch (client, created_at);
-CREATE INDEX IF NOT EXISTS idx_batch_status ON batch (status);
-CREATE TABLE IF NOT EXISTS batch_item (
-    batch TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, start INTEGER NOT NULL,
-    length INTEGER NOT NULL, state TEXT NOT NULL, ok INTEGER, outcome TEXT, result BLOB,
-    tries INTEGER NOT NULL
-    DEFAULT 0, not_before REAL NOT NULL DEFAULT 0, expires_at INTEGER NOT NULL,
-    PRIMARY KEY (batch, line), UNIQUE (batch, custom_id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idx_batch_item_due ON batch_item (state, expires_at, not_before);
-CREATE INDEX IF NOT EXISTS idx_batch_item_order ON batch_item (state, expires_at, batch, line);
-CREATE INDEX IF NOT EXISTS idx_batch_item_next ON batch_item (batch, state, not_before);
-DROP INDEX IF EXISTS idx_batch_item_left;
-CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT,
-    until REAL);
-"""
-SCHEMA += COUNT_SCHEMA
-
-#: A batch's record and its `request_counts`' done parts, from its kept counts (`with_counts`).
-WITH_COUNTS = (
-    "SELECT b.data, c.ok, c.error + c.expired + c.cancelled FROM batch b "
-    "LEFT JOIN batch_count c ON c.batch = b.id"
-)
-
 
 class SQLiteBatchQueue(SQLiteBatchFiles):
     """Files, batches and items in `folder` (`queue.db` and `files/`). Blocking: call it from a
@@ -89,7 +59,7 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
     def __init__(self, folder: Path, caps: Caps, *, durable: bool = True) -> None:
         self.folder, self.caps, self.durable = folder, caps, durable
         (folder / "files").mkdir(parents=True, exist_ok=True)
-        self._conn = connect(str(folder / "queue.db"), SCHEMA, _recount)
+        self._conn = connect(str(folder / "queue.db"), SCHEMA, recount)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -245,7 +215,9 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
                 "UPDATE batch_file SET deleted = 1 WHERE batch = ? OR id = ?",
                 (batch_id, data["input_file_id"]),
             )
-        self._path(data["input_file_id"]).unlink(missing_ok=True)
+            shared = in_use(self._conn, data["input_file_id"])  # goes when that batch ends
+        if not shared:
+            self._path(data["input_file_id"]).unlink(missing_ok=True)
         return True
 
     def cancel(self, client: str, batch_id: str, now: int) -> Obj | None:
@@ -333,23 +305,25 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
 
     def finish(self, item: Item, *, ok: bool, line: bytes) -> None:
         """The item's answer (a line of the output file, or of the error file), written in the
-        statement that marks it done; its batch's counts follow."""
+        statement that marks it done, and only while this run has it (its `tries`): the late
+        answer of a run whose item was taken back is not; its batch's counts follow."""
         with self._lock, immediate(self._conn) as conn:
             done = conn.execute(
                 "UPDATE batch_item SET state = 'done', ok = ?, outcome = ?, result = ? "
-                "WHERE batch = ? AND line = ? AND state = 'running'",
-                (int(ok), "ok" if ok else "error", line, item.batch, item.line),
+                "WHERE batch = ? AND line = ? AND state = 'running' AND tries = ?",
+                (int(ok), "ok" if ok else "error", line, item.batch, item.line, item.tries),
             ).rowcount
             if done:
                 bump(conn, item.batch, running=-1, **{"ok" if ok else "error": 1})
 
     def later(self, item: Item, not_before: float) -> None:
-        """Put an item back, not to be taken before `not_before` (its free capacity resets)."""
+        """Put an item back (this run's: its `tries`), not to be taken before `not_before` (its
+        free capacity resets)."""
         with self._lock, immediate(self._conn) as conn:
             back = conn.execute(
                 "UPDATE batch_item SET state = 'pending', not_before = ? "
-                "WHERE batch = ? AND line = ? AND state = 'running'",
-                (not_before, item.batch, item.line),
+                "WHERE batch = ? AND line = ? AND state = 'running' AND tries = ?",
+                (not_before, item.batch, item.line, item.tries),
             ).rowcount
             if back:
                 bump(conn, item.batch, running=-1, pending=1)
@@ -393,12 +367,8 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
                     "'$.input_file_id') FROM batch WHERE id = ?) AND deleted = 1",
                     (i,),
                 )
+                if not in_use(conn, r[0])
             ]
         for file_id in gone:  # deleted while its batch ran: its bodies go now
             self._path(file_id).unlink(missing_ok=True)
         return ended
-
-
-def _recount(conn: sqlite3.Connection) -> None:
-    """A queue of an older version: its batches' items counted once (see `ending.RECOUNT`)."""
-    conn.execute(RECOUNT)
