@@ -265,6 +265,24 @@ return best and string.format('%.17g', best) or false
 """
 )
 
+# ARGV: P, batch, expiry (s), then line, custom_id and item, triples. A page of a batch's items
+# written while it is created (its keys with an expiry until `CREATE`); the lines whose custom_id
+# an earlier line has (`ids:<batch>`).
+STAGE = """
+local P, b, repeated = ARGV[1], ARGV[2], {}
+for i = 4, #ARGV, 3 do
+  if redis.call('HSETNX', P .. 'ids:' .. b, ARGV[i + 1], ARGV[i]) == 0 then
+    repeated[#repeated + 1] = ARGV[i]
+  end
+  redis.call('HSET', P .. 'items:' .. b, ARGV[i], ARGV[i + 2])
+  redis.call('ZADD', P .. 'pending:' .. b, 0, ARGV[i])
+end
+for _, name in ipairs({'ids:', 'items:', 'pending:'}) do
+  redis.call('EXPIRE', P .. name .. b, ARGV[3])
+end
+return repeated
+"""
+
 # ARGV: P, batch, client, created_at, expires_at, status, the object (JSON), endpoint, input
 # file id, items, the last line's number, the budget (USD, or ""), failed_at (or ""). The batch
 # appears with its items at once: the staged items' keys (with an expiry while they were written)

@@ -54,6 +54,7 @@ from lanes._core.batch.redis_lua import (
     LEAD,
     NEXT_DUE,
     SETTLE_PAID,
+    STAGE,
     TAKE,
 )
 from lanes._core.state.redis_store import connection_pool, redacted
@@ -145,43 +146,37 @@ class RedisBatchQueue(RedisBatchFiles):
         number). A repeated `custom_id` is found by the first to set it (`ids:<batch>`)."""
         errors: list[LineError] = []
         total = last = sent = 0
-        pipe, checked = self._r.pipeline(transaction=False), []
+        staged: list[tuple[int, str, str]] = []
         with self._reader(file_id) as stream:
             for number, begin, size, line in lines_in(stream, endpoint, self.caps.max_line_bytes):
                 last = number
                 if isinstance(line, Line):
-                    at = member(number)
-                    pipe.hsetnx(self._k("ids", batch), line.custom_id, at)
-                    pipe.hset(
-                        self._k("items", batch), at, json.dumps([begin, size, line.custom_id])
-                    )
-                    pipe.zadd(self._k("pending", batch), {at: 0})
-                    checked.append((number, line.custom_id))
+                    item = json.dumps([begin, size, line.custom_id])
+                    staged.append((number, line.custom_id, item))
                 else:
                     errors.append(line)
                 if number - sent >= PAGE:  # a page of lines: sent, and the first bad ones kept
-                    total, sent = total + self._written(pipe, batch, checked, errors), number
-            total += self._written(pipe, batch, checked, errors)
+                    total, sent = total + self._written(batch, staged, errors), number
+            total += self._written(batch, staged, errors)
         if errors:
             self._unstage(batch)
         return errors, 0 if errors else total, last
 
     def _written(
-        self, pipe: Any, batch: str, checked: list[tuple[int, str]], errors: list[LineError]
+        self, batch: str, staged: list[tuple[int, str, str]], errors: list[LineError]
     ) -> int:
-        """Send the lines staged in `pipe`; a repeated custom_id is a bad line. How many were."""
-        for key in ("ids", "items", "pending"):
-            pipe.expire(self._k(key, batch), STAGED_S)
-        replies = pipe.execute()
-        for (number, custom_id), first in zip(
-            checked, replies[: 3 * len(checked) : 3], strict=True
-        ):
-            if not first:
-                errors.append(duplicate(number, custom_id))
+        """Write the `staged` items (line, custom_id, item) in one step; a repeated custom_id is
+        a bad line. How many were written."""
+        if not staged:
+            return 0
+        args = [a for number, custom_id, item in staged for a in (member(number), custom_id, item)]
+        for repeated in self._run(STAGE, batch, STAGED_S, *args):
+            number = int(repeated)
+            errors.append(duplicate(number, next(c for n, c, _ in staged if n == number)))
         errors.sort(key=lambda e: e.line)
         del errors[MAX_ERRORS:]
-        done = len(checked)
-        checked.clear()
+        done = len(staged)
+        staged.clear()
         return done
 
     def _unstage(self, batch: str) -> None:
