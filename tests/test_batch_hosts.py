@@ -141,8 +141,38 @@ async def test_two_sidecars_on_one_redis_serve_one_batch(redis_server):
         assert sorted(json.loads(x)["custom_id"] for x in out) == [f"r{i}" for i in range(6)]
         served = len(fakes_one["free"].requests()) + len(fakes_two["free"].requests())
         assert served == 6
+        await message_batch_across(one, two)
     keys = store_keys(redis_server.url, "bq:")
     assert keys and all(k.startswith("lanes:{prod}:bq:") for k in keys)
+
+
+async def message_batch_across(one: str, two: str) -> None:
+    """An Anthropic Message Batch created through one sidecar ends and is read, listed and
+    deleted through the other."""
+    import anthropic
+
+    first = anthropic.AsyncAnthropic(base_url=one[:-3], api_key="k", max_retries=0)
+    second = anthropic.AsyncAnthropic(base_url=two[:-3], api_key="k", max_retries=0)
+    ask: Any = {
+        "model": "free-model",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    made = await first.messages.batches.create(
+        requests=[{"custom_id": f"m{i}", "params": ask} for i in range(3)]
+    )
+
+    async def ended() -> bool:
+        return (await second.messages.batches.retrieve(made.id)).processing_status == "ended"
+
+    await until(ended)
+    found = {
+        r.custom_id: r.result.type async for r in await second.messages.batches.results(made.id)
+    }
+    assert found == {"m0": "succeeded", "m1": "succeeded", "m2": "succeeded"}
+    assert [x.id async for x in second.messages.batches.list()] == [made.id]
+    assert (await second.messages.batches.delete(made.id)).type == "message_batch_deleted"
+    assert [x.id async for x in first.messages.batches.list()] == []
 
 
 def store_keys(url: str, part: str) -> list[str]:
