@@ -1,4 +1,5 @@
-"""`python -m bench.batch100k [--quick]`: items through the sidecar's durable batch queue.
+"""`python -m bench.batch100k [--quick | --queue-calls SIZES [--redis URL]]`: items through the
+sidecar's durable batch queue.
 
 A real `lanes serve` process with its state and queue in SQLite files (`state = <tmp>/state.db`,
 so the queue is `<tmp>/state.db.batches/`) over one fast local lane (a `lanes.testing` fake in
@@ -35,8 +36,8 @@ import httpx2
 import trio
 
 from bench.load import percentile, run_load
-from lanes._core.batch.files import Caps
-from lanes._core.batch.queue import BatchQueue
+from lanes._core.batch.queue import BatchQueue, Caps
+from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes.harness.processes import open_sidecar_process
 from lanes.testing import open_fake
 
@@ -307,21 +308,35 @@ async def count_lines(http: httpx2.AsyncClient, file_id: str | None) -> int:
     return lines
 
 
-def queue_calls(sizes: tuple[int, ...]) -> dict[str, dict[str, float]]:
-    """The queue's own calls (`BatchQueue`, SQLite, no HTTP), µs each, with a batch of each size
-    pending: what one round of the runner asks — `take` (and `later`) of 4 items, `next_due`,
-    `settle` — and one item's `finish`."""
+def queue_calls(
+    sizes: tuple[int, ...], redis_url: str | None = None
+) -> dict[str, dict[str, float]]:
+    """The queue's own calls (`SQLiteBatchQueue`, or with `redis_url` `RedisBatchQueue` on that
+    server — emptied first — no HTTP), µs each, with a batch of each size pending: what one round
+    of the runner asks — `take` (and `later`) of 4 items, `next_due`, `settle` — and one item's
+    `finish`."""
     found = {}
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="lanes-queue-") as tmp:
-            found[str(size)] = _calls(Path(tmp), size)
+            found[str(size)] = _calls(Path(tmp), size, redis_url)
     return found
 
 
-def _calls(folder: Path, size: int) -> dict[str, float]:
+def _open(folder: Path, caps: Caps, redis_url: str | None) -> BatchQueue:
+    if redis_url is None:
+        return SQLiteBatchQueue(folder / "queue", caps)
+    import redis
+
+    from lanes._core.batch.redis_queue import RedisBatchQueue
+
+    redis.Redis.from_url(redis_url).flushall()
+    return RedisBatchQueue(redis_url, caps, folder / "scratch")
+
+
+def _calls(folder: Path, size: int, redis_url: str | None = None) -> dict[str, float]:
     jsonl(folder / "upload.jsonl", size)
     caps = Caps(max_bytes=10**9, max_lines=10**7, max_line_bytes=10**6)
-    queue = BatchQueue(folder / "queue", caps)
+    queue = _open(folder, caps, redis_url)
     now = 1_800_000_000
     try:
         upload = queue.add_file("c", "batch", "in.jsonl", folder / "upload.jsonl", now)
@@ -385,4 +400,17 @@ async def run(quick: bool) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the 10,000-item batch only")
-    print(json.dumps(trio.run(run, parser.parse_args().quick), indent=2))
+    parser.add_argument(
+        "--queue-calls",
+        metavar="SIZES",
+        help="only the queue's own calls, with batches of these sizes (10000,100000); not saved",
+    )
+    parser.add_argument(
+        "--redis", metavar="URL", help="with --queue-calls: the Redis queue on URL (emptied)"
+    )
+    args = parser.parse_args()
+    if args.queue_calls:
+        sizes = tuple(int(n) for n in args.queue_calls.split(","))
+        print(json.dumps(queue_calls(sizes, args.redis), indent=2))
+    else:
+        print(json.dumps(trio.run(run, args.quick), indent=2))

@@ -1,7 +1,7 @@
 """Work that can wait: OpenAI's Files and Batch APIs on a running sidecar over fake providers,
 driven by the OpenAI SDK unmodified (`files.create`, `batches.create/retrieve/list/cancel`,
-`files.content`), and the durable queue on its own (a real SQLite file): what a crash leaves, what
-a window's end and a cancel answer, and that nothing runs from a file with a bad line."""
+`files.content`), and the runner over the durable queue (the queue's own contract, on SQLite and
+Redis, is tests/test_batch_queue.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import attrs
 import httpx2
 import openai
 import pytest
@@ -18,8 +17,8 @@ import trio
 import trio.testing
 
 import lanes
-from lanes._core.batch.files import BatchRefused, Caps
-from lanes._core.batch.queue import BatchQueue
+from lanes._core.batch.queue import Caps
+from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes.testing import ANSWER, answer, rate_limited, status
 from sidecar import open_sidecar
 
@@ -179,12 +178,12 @@ async def test_an_upload_from_a_page_of_another_site_is_refused():
     assert listed.json()["data"] == []
 
 
-def _queue(tmp_path: Path) -> BatchQueue:
-    return BatchQueue(tmp_path / "q", CAPS)
+def _queue(tmp_path: Path) -> SQLiteBatchQueue:
+    return SQLiteBatchQueue(tmp_path / "q", CAPS)
 
 
 def _batch(
-    queue: BatchQueue, lines: bytes, window: str = "1h", now: int = 1000, budget: str = ""
+    queue: SQLiteBatchQueue, lines: bytes, window: str = "1h", now: int = 1000, budget: str = ""
 ) -> dict[str, Any]:
     upload = queue.upload_path()
     upload.write_bytes(lines)
@@ -193,79 +192,6 @@ def _batch(
            "completion_window": window,
            "metadata": {"lanes_max_paid_usd": budget} if budget else None}  # fmt: skip
     return queue.create("c", ask, now)
-
-
-def test_an_item_a_dead_leader_left_running_is_taken_again_and_answered_once(tmp_path):
-    """A process takes two items and dies; the queue is opened again (a restart) and a new leader
-    takes them back; one answer each, written with the mark that it is done."""
-    queue = _queue(tmp_path)
-    made = _batch(queue, jsonl(line("x"), line("y")))
-    assert queue.lead("old", 1000.0, 15.0)
-    taken = queue.take(1000.0, 10)
-    assert [t.custom_id for t in taken] == ["x", "y"]
-    queue.close()  # the process dies with both running
-    again = _queue(tmp_path)
-    assert not again.lead("new", 1005.0, 15.0)  # the old lease still holds
-    assert again.lead("new", 1016.0, 15.0)
-    retaken = again.take(1016.0, 10)
-    assert [t.custom_id for t in retaken] == ["x", "y"]
-    for item in retaken:
-        again.finish(item, ok=True, line=f'{{"custom_id": "{item.custom_id}"}}\n'.encode())
-        again.finish(item, ok=True, line=b"twice\n")  # a late second answer is not written
-    assert again.settle(1017.0) == [made["id"]]
-    batch = again.batch("c", made["id"])
-    assert batch is not None and batch["status"] == "completed"
-    assert batch["request_counts"] == {"total": 2, "completed": 2, "failed": 0}
-    content = again.content("c", batch["output_file_id"])
-    assert content is not None and b"".join(content).count(b"custom_id") == 2
-
-
-def test_a_window_that_ends_expires_what_is_left_and_a_cancel_cancels(tmp_path):
-    """Past its window, a batch's items left get `batch_expired` in the error file; a cancelled
-    batch waits for its running item, then its items left get `batch_cancelled`."""
-    queue = _queue(tmp_path)
-    assert queue.lead("me", 1000.0, 1e9)
-    late = _batch(queue, jsonl(line("x"), line("y")), window="1h")
-    assert queue.settle(1000.0 + 3600) == [late["id"]]
-    expired = queue.batch("c", late["id"])
-    assert expired is not None and expired["status"] == "expired"
-    assert expired["request_counts"]["failed"] == 2
-    content = queue.content("c", expired["error_file_id"])
-    assert content is not None and b"batch_expired" in b"".join(content)
-    stopped = _batch(queue, jsonl(line("x"), line("y")), now=5000)
-    (running,) = queue.take(5000.0, 1)
-    assert queue.cancel("c", stopped["id"], 5001)["status"] == "cancelling"  # type: ignore[index]
-    queue.finish(running, ok=True, line=b'{"custom_id": "x"}\n')
-    queue.settle(5002.0)
-    cancelled = queue.batch("c", stopped["id"])
-    assert cancelled is not None and cancelled["status"] == "cancelled"
-    assert cancelled["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
-
-
-def test_a_file_over_the_line_cap_is_refused_and_not_kept(tmp_path):
-    queue = BatchQueue(tmp_path / "q", Caps(max_bytes=10_000, max_lines=2, max_line_bytes=1000))
-    upload = queue.upload_path()
-    upload.write_bytes(jsonl(line("a"), line("b"), line("c")))
-    with pytest.raises(BatchRefused, match="max_lines"):
-        queue.add_file("c", "batch", "in.jsonl", upload, 0)
-    assert not upload.exists() and list((tmp_path / "q" / "files").iterdir()) == []
-
-
-def test_a_clients_files_and_open_batches_are_capped(tmp_path):
-    """What one client keeps is bounded: files (delete one to upload another) and batches not
-    ended yet; another client is not held back by it."""
-    queue = BatchQueue(tmp_path / "q", attrs.evolve(CAPS, max_files=2, max_open=1))
-    _batch(queue, jsonl(line("a")))
-    with pytest.raises(BatchRefused, match="batches not ended") as refused:
-        _batch(queue, jsonl(line("a")))  # its second file is kept; its second batch is not
-    assert refused.value.status == 400  # not 429: waiting does not lift it (a client retries 429)
-    upload = queue.upload_path()
-    upload.write_bytes(jsonl(line("a")))
-    with pytest.raises(BatchRefused, match="keeps 2 files"):
-        queue.add_file("c", "batch", "in.jsonl", upload, 0)
-    assert not upload.exists()
-    upload.write_bytes(jsonl(line("a")))
-    assert queue.add_file("other", "batch", "in.jsonl", upload, 0)["purpose"] == "batch"
 
 
 def params(text: str, model: str = "free-model") -> Any:  # the SDK's TypedDict, built plainly
@@ -547,39 +473,6 @@ async def test_a_batch_budget_pays_only_what_free_capacity_can_not_serve_in_its_
         assert "paid_usd" not in ((plain.model_extra or {}).get("lanes") or {})
 
 
-def test_a_paid_try_a_dead_leader_held_counts_spent_and_the_budget_holds(tmp_path):
-    """A batch's budget: one try holds what is left (a second can not hold meanwhile), settles to
-    what it cost (a cost not known: all it held); a try held by a process that died counts spent
-    in full when the next leader takes the queue."""
-    queue = _queue(tmp_path)
-    made = _batch(queue, jsonl(line("x")), budget="0.5")
-    with pytest.raises(BatchRefused):
-        _batch(queue, jsonl(line("x")), budget="-1")
-    assert queue.lead("old", 1000.0, 15.0)
-    assert queue.paid_room(made["id"]) == 0.5
-    assert queue.hold_paid(made["id"], 0.5) and queue.paid_room(made["id"]) == 0.0
-    assert not queue.hold_paid(made["id"], 0.1)  # one try at a time
-    queue.settle_paid(made["id"], 0.2)
-    assert queue.paid_room(made["id"]) == pytest.approx(0.3)
-    assert queue.hold_paid(made["id"], 0.3)
-    queue.settle_paid(made["id"], float("nan"))  # a cost not known: all it held
-    assert queue.paid_room(made["id"]) == 0.0
-    queue.close()
-    again = _queue(tmp_path)
-    batch = again.batch("c", made["id"])
-    assert batch is not None and batch["lanes"]["paid_usd"] == pytest.approx(0.5)
-    # a try held when its process died
-    second = _batch(again, jsonl(line("y")), budget="0.5")
-    assert again.lead("old", 1001.0, 15.0) and again.hold_paid(second["id"], 0.5)
-    again.close()
-    third = _queue(tmp_path)
-    assert third.lead("new", 1100.0, 15.0)  # the old lease ran out: the held try is spent
-    batch = third.batch("c", second["id"])
-    assert batch is not None and batch["lanes"]["paid_usd"] == 0.5
-    assert batch["lanes"]["paid_held_usd"] == 0.0 and third.paid_room(second["id"]) == 0.0
-    third.close()
-
-
 async def test_a_round_with_every_slot_busy_waits_for_one_to_free(tmp_path):
     """Review of issue 40: with every slot busy and items due, a round returned a pause of 0 and
     the runner spun (~1,700 rounds a second, each a write renewing the lease). Now it waits to
@@ -642,12 +535,3 @@ async def test_a_batch_budget_caps_the_whole_item_and_a_cancel_stops_paying():
             spent = (await http.get(f"{url}/lanes")).json()["paid"]["spent_today_usd"]
         assert len(fakes["paid"].requests()) + len(fakes["paid2"].requests()) == 1
         assert spent == view["lanes"]["paid_usd"] <= 0.0003
-
-
-def test_a_batch_no_longer_running_has_nothing_to_pay(tmp_path):
-    queue = _queue(tmp_path)
-    made = _batch(queue, jsonl(line("x")), budget="0.5")
-    assert queue.paid_room(made["id"]) == 0.5
-    assert queue.cancel("c", made["id"], 1001) is not None
-    assert queue.paid_room(made["id"]) == 0.0 and not queue.hold_paid(made["id"], 0.1)
-    queue.close()

@@ -14,6 +14,7 @@ not that header. The items run as jobs that never pay (`serve_item`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
@@ -28,10 +29,10 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from lanes._core.batch.files import BatchRefused, Caps
 from lanes._core.batch.lines import MESSAGES as MESSAGES_PATH
-from lanes._core.batch.queue import BatchQueue
+from lanes._core.batch.queue import BatchQueue, BatchRefused, Caps
 from lanes._core.batch.runner import Batches, BatchRunner, ItemAnswer, ServeItem
+from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes._core.config.schema import Config
 from lanes._core.dialects.common import BadField
 from lanes._core.model.errors import JobFailed
@@ -44,20 +45,41 @@ from lanes._http.errors import BadRequest, error_body
 from lanes._http.routes import OPENAI
 from lanes._http.validation import digits, job_headers, parse_job
 
+log = logging.getLogger("lanes")
 UPLOAD_WITHIN_S = 600.0  # an upload's whole body, at most
 SEND_WITHIN_S = 30.0  # a download's chunk must leave within this (a reader that stalls is let go)
 MAX_LIST = 100  # a list's page, at most (OpenAI's)
 
 
 def queue_folder(config: Config) -> Path | None:
-    """Where the queue lives: `batch.folder`, else beside the SQLite state (or `local_state`);
-    None when both are in memory (a temporary folder then)."""
+    """Where the SQLite queue lives (with a Redis `state`, where uploads are written as they
+    arrive): `batch.folder`, else beside the SQLite state; None when it is in memory (a temporary
+    folder then)."""
     if config.batch.folder:
         return Path(os.path.expanduser(config.batch.folder))
-    for path in (config.state, config.local_state):
-        if path != ":memory:" and "://" not in path:
-            return Path(os.path.expanduser(path + ".batches"))
+    if config.state != ":memory:" and not config.shared_state:
+        return Path(os.path.expanduser(config.state + ".batches"))
     return None
+
+
+def open_queue(config: Config, folder: Path | None, scratch: Path) -> BatchQueue:
+    """The queue `config` asks for: in its Redis state store (shared by every host, under its
+    namespace; a server that may evict its keys is said once), else a SQLite file in `folder`
+    (`scratch`, a temporary one, when None). Blocking: call it in a worker thread."""
+    caps = Caps(
+        max_bytes=int(config.batch.max_file_mb * 1_000_000),
+        max_lines=config.batch.max_lines,
+        max_line_bytes=config.server.max_body_bytes,
+    )
+    if not config.shared_state:
+        return SQLiteBatchQueue(folder or scratch, caps, durable=folder is not None)
+    from lanes._core.batch.redis_queue import RedisBatchQueue
+
+    queue = RedisBatchQueue(config.state, caps, folder or scratch, namespace=config.state_namespace)
+    risk = queue.evicting()
+    if risk:
+        log.warning("%s", risk)
+    return queue
 
 
 @asynccontextmanager
@@ -69,14 +91,7 @@ async def open_batches(config: Config, dispatcher: Any) -> AsyncIterator[Batches
         return
     folder = queue_folder(config)
     with tempfile.TemporaryDirectory(prefix="lanes-batches-") as scratch:
-        caps = Caps(
-            max_bytes=int(config.batch.max_file_mb * 1_000_000),
-            max_lines=config.batch.max_lines,
-            max_line_bytes=config.server.max_body_bytes,
-        )
-        queue = await trio.to_thread.run_sync(
-            lambda: BatchQueue(folder or Path(scratch), caps, durable=folder is not None)
-        )
+        queue = await trio.to_thread.run_sync(open_queue, config, folder, Path(scratch))
         runner = BatchRunner(
             queue,
             serve_item(dispatcher, config.batch.headroom),

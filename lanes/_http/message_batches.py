@@ -20,8 +20,8 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from lanes._core.batch.files import BatchRefused
 from lanes._core.batch.lines import MESSAGES as MESSAGES_PATH
+from lanes._core.batch.queue import BatchRefused
 from lanes._core.batch.runner import Batches
 from lanes._core.model import strictjson
 from lanes._http.batches import Streamed

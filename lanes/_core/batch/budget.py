@@ -7,6 +7,10 @@ try would fall at or after the window's end) — one paid item per batch at a ti
 within what is left (the paid gate checks that, and consent `allow`, and the one daily ceiling). A
 try held when its process died is counted spent in full by the next leader: the upstream may have
 billed it, and the budget, like the ledger, never counts less than that.
+
+The rules are the pure `room_of`, `may_hold` and `spent_of`; the SQLite queue applies them in its
+transactions (below), the Redis queue in Lua scripts that say the same (`redis_lua.py`), and one
+contract suite checks both.
 """
 
 from __future__ import annotations
@@ -35,6 +39,28 @@ def budget_of(metadata: Mapping[str, Any]) -> float:
     return value
 
 
+def room_of(status: str | None, budget: float, paid: float, held: float) -> float:
+    """What is left to hold: nothing while a try holds it, or once the batch is not running."""
+    if status != "in_progress" or held > 0:
+        return 0.0
+    return max(0.0, budget - paid)
+
+
+def may_hold(status: str | None, budget: float, paid: float, held: float, amount: float) -> bool:
+    """Whether one try may hold `amount`: the batch runs, none holds, and it is left."""
+    return (
+        status == "in_progress"
+        and amount > 0
+        and not held > 0
+        and (paid + amount <= budget + 1e-12)
+    )
+
+
+def spent_of(held: float, cost: float) -> float:
+    """What a held try counts when it ends having cost `cost` (not finite: all it held)."""
+    return held if not math.isfinite(cost) else max(cost, 0.0)
+
+
 def _paid(data: Mapping[str, Any]) -> tuple[float, float, float]:
     lanes = data.get("lanes") or {}
     return (
@@ -58,21 +84,15 @@ def room(conn: sqlite3.Connection, batch: str) -> float:
     """What is left of `batch`'s budget to hold (0: none, one item's try holds it now, or the
     batch is no longer running — cancelled, past its window)."""
     data = _read(conn, batch)
-    if data is None or data.get("status") != "in_progress":
-        return 0.0
-    budget, paid, held = _paid(data)
-    return 0.0 if held > 0 else max(0.0, budget - paid)
+    return 0.0 if data is None else room_of(data.get("status"), *_paid(data))
 
 
 def hold(conn: sqlite3.Connection, batch: str, amount: float) -> bool:
     """Hold `amount` of `batch`'s budget for one item's paid try; False when it is not there."""
     data = _read(conn, batch)
-    if data is None or data.get("status") != "in_progress" or not amount > 0:
+    if data is None or not may_hold(data.get("status"), *_paid(data), amount):
         return False
-    budget, paid, held = _paid(data)
-    if held > 0 or paid + amount > budget + 1e-12:
-        return False
-    _write(conn, data, paid, amount)
+    _write(conn, data, _paid(data)[1], amount)
     return True
 
 
@@ -84,7 +104,7 @@ def settle(conn: sqlite3.Connection, batch: str, cost: float) -> float:
     if data is None:
         return 0.0
     _, paid, held = _paid(data)
-    spent = held if not math.isfinite(cost) else max(cost, 0.0)
+    spent = spent_of(held, cost)
     _write(conn, data, paid + spent, 0.0)
     return spent
 

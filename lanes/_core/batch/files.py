@@ -1,6 +1,7 @@
-"""The batch queue's files: uploads kept as they came in the queue's folder, each client's own,
-bounded as they are taken (bytes, lines, bytes per line, files per client); output and error files
-are their batch's items' lines, streamed in line order. The queue (`queue.py`) is built on it."""
+"""The SQLite batch queue's files: uploads kept as they came in the queue's folder, each client's
+own, bounded as they are taken (bytes, lines, bytes per line, files per client); output and error
+files are their batch's items' lines, streamed in line order. The queue (`sqlite_queue.py`) is
+built on it."""
 
 from __future__ import annotations
 
@@ -10,33 +11,11 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import attrs
-
-from lanes._core.batch.ending import Obj, new_id
+from lanes._core.batch.queue import BatchRefused, Caps, Obj, counted, file_object, new_id
 
 
-class BatchRefused(ValueError):
-    """A file or batch request that can not be taken, with the status and the field to name."""
-
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.param = status, param
-
-
-@attrs.frozen(kw_only=True)
-class Caps:
-    """What a file may hold (`[batch]`): bytes, lines, bytes per line; what a client may keep."""
-
-    max_bytes: int
-    max_lines: int
-    max_line_bytes: int
-    max_files: int = 100  # a client's files kept at once (delete one to upload another)
-    max_open: int = 100  # a client's batches not ended yet
-
-
-class BatchFiles:
+class SQLiteBatchFiles:
     """Files of the queue in `folder` (`files/`), rows in its SQLite file (the queue's)."""
 
     folder: Path
@@ -75,19 +54,12 @@ class BatchFiles:
                 f"this client keeps {self.caps.max_files} files already: delete one first",
                 param="file",
             )
-        size, lines = upload.stat().st_size, 0
-        with upload.open("rb") as stream:
-            for raw, _ in bounded_lines(stream, self.caps.max_line_bytes):
-                lines += raw is None or bool(raw.strip())
-                if lines > self.caps.max_lines:
-                    upload.unlink(missing_ok=True)
-                    raise BatchRefused(
-                        f"the file holds more than batch.max_lines ({self.caps.max_lines}) lines",
-                        param="file",
-                    )
-        if not lines:
+        size = upload.stat().st_size
+        try:
+            lines = counted(upload, self.caps)
+        except BatchRefused:
             upload.unlink(missing_ok=True)
-            raise BatchRefused("the file holds no line: a batch file is JSONL", param="file")
+            raise
         file_id = new_id("file-")
         os.replace(upload, self._path(file_id))
         row = (file_id, client, purpose, filename[:255] or "batch.jsonl", size, lines, now)
@@ -107,7 +79,7 @@ class BatchFiles:
                 "WHERE id = ? AND client = ? AND deleted = 0",
                 (file_id, client),
             ).fetchone()
-        return None if row is None else _file_object(row)
+        return None if row is None else file_object(*row)
 
     def files(self, client: str, limit: int, after: str | None) -> list[Obj]:
         """This client's files, newest first, after the id `after`."""
@@ -120,7 +92,7 @@ class BatchFiles:
                 "AND id < ?)) ORDER BY created_at DESC, id DESC LIMIT ?",
                 (client, after, after, client, after, client, after, limit),
             ).fetchall()
-        return [_file_object(r) for r in rows]
+        return [file_object(*r) for r in rows]
 
     def delete_file(self, client: str, file_id: str) -> bool:
         """Delete a file of this client's: its bytes at once (an input file a batch still runs
@@ -138,12 +110,8 @@ class BatchFiles:
                     "UPDATE batch_item SET result = NULL WHERE batch = ? AND ok = ?",
                     (row[1], int(row[0] == "output")),
                 )
-            running = self._conn.execute(
-                "SELECT 1 FROM batch WHERE status NOT IN ('completed', 'failed', 'expired', "
-                "'cancelled') AND json_extract(data, '$.input_file_id') = ?",
-                (file_id,),
-            ).fetchone()
-        if row[0] == "input" and running is None:
+            running = in_use(self._conn, file_id)
+        if row[0] == "input" and not running:
             self._path(file_id).unlink(missing_ok=True)
         return True
 
@@ -175,40 +143,23 @@ class BatchFiles:
                 ).fetchall()
             if not rows:
                 return
-            yield b"".join(r[1] for r in rows)
+            yield b"".join(r[1] for r in rows if r[1] is not None)  # a deleted file's: none
             last = rows[-1][0]
 
     def _path(self, file_id: str) -> Path:
         return self.folder / "files" / f"{file_id}.jsonl"
 
 
-def _file_object(row: tuple[Any, ...]) -> Obj:
-    file_id, size, created, filename, purpose, _kind = row
-    return {
-        "id": file_id, "object": "file", "bytes": size, "created_at": created,
-        "filename": filename, "purpose": purpose, "status": "processed", "expires_at": None,
-        "status_details": None,
-    }  # fmt: skip
+def in_use(conn: sqlite3.Connection, file_id: str) -> bool:
+    """Whether a batch not ended runs from the input file `file_id`."""
+    return bool(conn.execute(
+        "SELECT 1 FROM batch WHERE status NOT IN ('completed', 'failed', 'expired', 'cancelled') "
+        "AND json_extract(data, '$.input_file_id') = ?",
+        (file_id,),
+    ).fetchone())  # fmt: skip
 
 
 def _chunks(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
     with path.open("rb") as stream:
         while chunk := stream.read(size):
             yield chunk
-
-
-def bounded_lines(stream: Any, cap: int) -> Iterator[tuple[bytes | None, int]]:
-    """Each line of `stream` and its size in bytes, never holding more than `cap` + 1 bytes of
-    one: a longer line is read past in chunks and given as None."""
-    while True:
-        raw = stream.readline(cap + 1)
-        if not raw:
-            return
-        if len(raw) <= cap or raw.endswith(b"\n"):
-            yield raw, len(raw)
-            continue
-        size = len(raw)
-        while raw and not raw.endswith(b"\n"):
-            raw = stream.readline(1 << 16)
-            size += len(raw)
-        yield None, size

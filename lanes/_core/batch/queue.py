@@ -1,68 +1,72 @@
-"""The durable batch queue: files, batches and their items in one SQLite file beside the state.
+"""The batch queue's contract: what the runner and the doors ask of it, and the rules its two
+halves share.
 
-The one place request bodies are stored: an uploaded input file is kept as it came, in the
-queue's folder, and an item is its line's place in it (offset and length) — read when the item
-runs, never all in memory. An item's answer is written in the same statement that marks it done,
-so a crash or restart loses no item and answers none twice; an item taken by a process that died
-is taken again by the next leader (`lead`). Output and error files are the done items' lines,
-streamed from the table in line order (`lines_of`). Files and batches are a client's own: another
-client's id is not found.
+- `BatchBudget` — `paid_room`, `hold_paid`, `settle_paid`: a paid try (`budget.py`'s rules);
+- `RunnerQueue` — and `lead`, `settle`, `purge`, `take`, `body`, `finish`, `later`,
+  `next_due`, `tally`: what the runner asks;
+- `BatchQueue` — and files, batches, `cancel`, `results`, `outcomes`, `open_batches`, `close`:
+  what the doors ask.
+
+`SQLiteBatchQueue` (`sqlite_queue.py`) keeps files, batches and items in a SQLite file and a
+folder beside the state: the processes of one host share it. `RedisBatchQueue`
+(`redis_queue.py`) keeps them in the Redis state store, request bodies included: every host of a
+deployment shares one queue. One contract suite runs over both (`tests/test_batch_queue.py`);
+its atomic rules:
+
+- an item's answer is written in the step that marks it done, and only by the run that has it
+  (its `tries`): the late answer of a leader that lost the queue is not written, even when the
+  item runs again, so no item is answered twice;
+- one leader at a time (`lead`); a new one takes back the items the last one left running, and
+  counts a paid try it held and did not settle as spent in full;
+- each batch's items are counted by state in the steps that change them, so a round reads a
+  batch's counts, never its items;
+- a batch's paid budget is held one try at a time and never held past what is left.
+
+Blocking: call a queue from a worker thread. Errors: `BatchRefused` (a request the API refuses,
+with its status and the field to name); the store's own (`sqlite3.Error`, redis-py's) otherwise.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-import threading
+import secrets
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Protocol
 
 import attrs
 
 from lanes._core.batch import budget
-from lanes._core.batch.ending import Obj, count, end, ending, new_id, tally, write
-from lanes._core.batch.files import BatchFiles, BatchRefused, Caps, bounded_lines
-from lanes._core.batch.lines import (
-    ENDPOINTS,
-    MAX_ERRORS,
-    Line,
-    LineError,
-    read_line,
-    window_s,
-)
-from lanes._core.state.sqlite_file import connect, immediate
+from lanes._core.batch.lines import ENDPOINTS, Line, LineError, read_line, window_s
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS batch_file (
-    id TEXT PRIMARY KEY, client TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
-    bytes INTEGER NOT NULL, lines INTEGER NOT NULL, created_at INTEGER NOT NULL,
-    batch TEXT, kind TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS batch (
-    id TEXT PRIMARY KEY, client TEXT NOT NULL, data TEXT NOT NULL, status TEXT NOT NULL,
-    expires_at INTEGER NOT NULL, created_at INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS idx_batch_client ON batch (client, created_at);
-CREATE INDEX IF NOT EXISTS idx_batch_status ON batch (status);
-CREATE TABLE IF NOT EXISTS batch_item (
-    batch TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL, start INTEGER NOT NULL,
-    length INTEGER NOT NULL, state TEXT NOT NULL, ok INTEGER, outcome TEXT, result BLOB,
-    tries INTEGER NOT NULL
-    DEFAULT 0, not_before REAL NOT NULL DEFAULT 0, expires_at INTEGER NOT NULL,
-    PRIMARY KEY (batch, line), UNIQUE (batch, custom_id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idx_batch_item_due ON batch_item (state, expires_at, not_before);
-CREATE INDEX IF NOT EXISTS idx_batch_item_order ON batch_item (state, expires_at, batch, line);
-CREATE INDEX IF NOT EXISTS idx_batch_item_next ON batch_item (batch, state, not_before);
-DROP INDEX IF EXISTS idx_batch_item_left;
-CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT,
-    until REAL)
-"""
-
+Obj = dict[str, Any]  # a file or batch object, as OpenAI's API has it
 TERMINAL = ("completed", "failed", "expired", "cancelled")
+OPEN = ("validating", "in_progress", "finalizing", "cancelling")
+COUNTS = ("pending", "running", "ok", "error", "expired", "cancelled")  # a batch's kept counts
+
+
+class BatchRefused(ValueError):
+    """A file or batch request that can not be taken, with the status and the field to name."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param = status, param
+
+
+@attrs.frozen(kw_only=True)
+class Caps:
+    """What a file may hold (`[batch]`): bytes, lines, bytes per line; what a client may keep."""
+
+    max_bytes: int
+    max_lines: int
+    max_line_bytes: int
+    max_files: int = 100  # a client's files kept at once (delete one to upload another)
+    max_open: int = 100  # a client's batches not ended yet
 
 
 @attrs.frozen
 class Item:
-    """One item taken to run: where its body is, and what it answers for."""
+    """One item taken to run: where its body is (`source`: its input file's path, or its id in
+    Redis; `start` and `length` in bytes), and what it answers for."""
 
     batch: str
     line: int
@@ -72,363 +76,217 @@ class Item:
     start: int
     length: int
     expires_at: int
-    path: str
+    source: str
     tries: int = 1  # this run included
 
 
-class BatchQueue(BatchFiles):
-    """Files, batches and items in `folder` (`queue.db` and `files/`). Blocking: call it from a
-    worker thread. `durable` False: the folder is temporary and the objects say so."""
+class BatchBudget(Protocol):
+    """A batch's own paid budget, one item's paid try at a time (`budget.py`)."""
 
-    def __init__(self, folder: Path, caps: Caps, *, durable: bool = True) -> None:
-        self.folder, self.caps, self.durable = folder, caps, durable
-        (folder / "files").mkdir(parents=True, exist_ok=True)
-        self._conn = connect(str(folder / "queue.db"), SCHEMA)
-        self._lock = threading.Lock()
+    def paid_room(self, batch: str) -> float: ...
+    def hold_paid(self, batch: str, amount: float) -> bool: ...
+    def settle_paid(self, batch: str, cost: float) -> float: ...
 
-    def close(self) -> None:
-        self._conn.close()
 
-    # -- batches ------------------------------------------------------------------------------
-    def create(
-        self,
-        client: str,
-        ask: Mapping[str, Any],
-        now: int,
-        *,
-        endpoints: tuple[str, ...] = ENDPOINTS,
-        purpose: str = "batch",
-        prefix: str = "batch_",
-    ) -> Obj:
-        """A batch over one of this client's input files: every line read first; a bad line
-        makes it `failed` at once with OpenAI's `errors` list, and nothing runs. Raises
-        BatchRefused for a request OpenAI refuses (an unknown file, endpoint or window).
-        Anthropic's Message Batches come through here too (`endpoints` ("/v1/messages",), their
-        own `purpose` and id `prefix`)."""
-        endpoint = ask.get("endpoint")
-        if endpoint not in endpoints:
-            raise BatchRefused(f"endpoint must be one of {', '.join(endpoints)}", param="endpoint")
-        try:
-            window = window_s(ask.get("completion_window"))
-        except ValueError as exc:
-            raise BatchRefused(str(exc), param="completion_window") from None
-        metadata, paid = _metadata(ask.get("metadata"))
-        input_id = ask.get("input_file_id")
-        if not isinstance(input_id, str) or not input_id:
-            raise BatchRefused("input_file_id must name an uploaded file", param="input_file_id")
-        found = self.file(client, input_id) if isinstance(input_id, str) else None
-        if (
-            not isinstance(input_id, str)
-            or found is None
-            or found["purpose"] != purpose
-            or not found["id"].startswith("file-")
-        ):
-            raise BatchRefused(f"no file {input_id!r}", status=404, param="input_file_id")
-        with self._lock:
-            (running,) = self._conn.execute(
-                "SELECT count(*) FROM batch WHERE client = ? AND status NOT IN ('completed', "
-                "'failed', 'expired', 'cancelled')",
-                (client,),
-            ).fetchone()
-        if running >= self.caps.max_open:
-            raise BatchRefused(
-                f"this client has {self.caps.max_open} batches not ended yet: wait for one, "
-                "or cancel one",
-            )
-        batch_id = new_id(prefix)
-        data: dict[str, Any] = {
-            "id": batch_id, "object": "batch", "endpoint": endpoint, "errors": None,
-            "input_file_id": input_id, "completion_window": ask["completion_window"],
-            "status": "validating", "output_file_id": None, "error_file_id": None,
-            "created_at": now, "in_progress_at": None, "expires_at": now + window,
-            "finalizing_at": None, "completed_at": None, "failed_at": None, "expired_at": None,
-            "cancelling_at": None, "cancelled_at": None,
-            "request_counts": {"total": 0, "completed": 0, "failed": 0},
-            "metadata": dict(metadata),
-        }  # fmt: skip
-        if paid:
-            data["lanes"] = {"max_paid_usd": paid, "paid_usd": 0.0, "paid_held_usd": 0.0}
-        if not self.durable:
-            data["lanes"] = {**data.get("lanes", {}), "durable": False}
-        errors = self._take_items(batch_id, input_id, endpoint, now + window)
-        if errors:
-            data |= {"status": "failed", "failed_at": now, "errors": {
-                "object": "list", "data": [e.entry() for e in errors]}}  # fmt: skip
-        else:
-            with self._lock:
-                (total,) = self._conn.execute(
-                    "SELECT count(*) FROM batch_item WHERE batch = ?", (batch_id,)
-                ).fetchone()
-            data |= {"status": "in_progress", "in_progress_at": now}
-            data["request_counts"]["total"] = total
-        with self._lock, self._conn:
-            self._conn.execute(
-                "INSERT INTO batch (id, client, data, status, expires_at, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (batch_id, client, json.dumps(data), data["status"], now + window, now),
-            )
-        return data
+class RunnerQueue(BatchBudget, Protocol):
+    """What the runner asks: the lease, the items due, their answers, the ends of batches."""
 
-    def _take_items(
-        self, batch: str, file_id: str, endpoint: str, expires_at: int
-    ) -> list[LineError]:
-        """Every line of the file, as items of `batch` (one transaction); the bad lines instead,
-        and no item, when there is one."""
-        errors: list[LineError] = []
-        start, number = 0, 0
-        with self._lock, immediate(self._conn) as conn, self._path(file_id).open("rb") as stream:
-            for raw, size in bounded_lines(stream, self.caps.max_line_bytes):
-                number, begin, start = number + 1, start, start + size
-                if raw is not None and not raw.strip():
-                    continue
-                line = (
-                    read_line(raw, number, endpoint, self.caps.max_line_bytes)
-                    if raw is not None
-                    else LineError(
-                        number,
-                        "request_too_large",
-                        f"the line is over the {self.caps.max_line_bytes}-byte cap per line",
-                    )  # fmt: skip
-                )
-                if isinstance(line, Line):  # kept while bad lines are looked for: duplicates
-                    try:
-                        conn.execute(
-                            "INSERT INTO batch_item (batch, line, custom_id, start, length, "
-                            "state, expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-                            (batch, number, line.custom_id, begin, size, expires_at),
-                        )
-                    except sqlite3.IntegrityError:
-                        line = LineError(number, "duplicate_custom_id",
-                                         f"custom_id {line.custom_id!r} is on an earlier line",
-                                         "custom_id")  # fmt: skip
-                if isinstance(line, LineError) and len(errors) < MAX_ERRORS:
-                    errors.append(line)
-            if errors:
-                conn.execute("DELETE FROM batch_item WHERE batch = ?", (batch,))
-        return errors
-
-    def batch(self, client: str, batch_id: str) -> Obj | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT data FROM batch WHERE id = ? AND client = ?", (batch_id, client)
-            ).fetchone()
-        return None if row is None else json.loads(row[0])
-
-    def batches(
-        self, client: str, limit: int, after: str | None, endpoints: tuple[str, ...] = ENDPOINTS
-    ) -> list[Obj]:
-        """This client's batches on `endpoints`, newest first, after the id `after`."""
-        marks = ", ".join("?" * len(endpoints))
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT data FROM batch WHERE client = ? AND json_extract(data, '$.endpoint') "
-                f"IN ({marks}) AND (? IS NULL OR (created_at, id) < (SELECT created_at, id "
-                "FROM batch WHERE id = ? AND client = ?)) ORDER BY created_at DESC, id DESC "
-                "LIMIT ?",
-                (client, *endpoints, after, after, client, limit),
-            ).fetchall()
-        return [json.loads(r[0]) for r in rows]
-
-    def open_batches(self, client: str | None, limit: int) -> list[Obj]:
-        """The batches not ended of `client` (None: of every client), the soonest window's end
-        first, at most `limit` — each with `next_try_at`: when its next item may run (None:
-        none waits)."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT data, (SELECT min(not_before) FROM batch_item WHERE batch = b.id AND "
-                "state = 'pending') FROM batch b WHERE status IN ('validating', 'in_progress', "
-                "'finalizing', 'cancelling') AND (? IS NULL OR client = ?) ORDER BY expires_at "
-                "LIMIT ?",
-                (client, client, limit),
-            ).fetchall()
-        return [json.loads(data) | {"next_try_at": due} for data, due in rows]
-
-    def outcomes(self, batch_id: str) -> dict[str, int]:
-        """How a batch's items ended so far: ok, error, expired, cancelled."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT outcome, count(*) FROM batch_item WHERE batch = ? AND state = 'done' "
-                "GROUP BY outcome",
-                (batch_id,),
-            ).fetchall()
-        return {str(k): int(n) for k, n in rows}
-
-    def results(self, client: str, batch_id: str) -> Iterator[bytes] | None:
-        """Every answered item's line, in line order (Anthropic's one results file); None when
-        the batch is not this client's."""
-        return None if self.batch(client, batch_id) is None else self._lines_of(batch_id, ok=None)
-
-    def purge(self, ended_before: float) -> int:
-        """Delete the batches that ended before `ended_before` (`batch.retention_days`), with
-        their items, their output and error files and their input file: the request bodies go
-        with them. How many were deleted."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT id, client FROM batch WHERE status IN ('completed', 'failed', 'expired', "
-                "'cancelled') AND coalesce(json_extract(data, '$.completed_at'), json_extract("
-                "data, '$.failed_at'), json_extract(data, '$.expired_at'), json_extract(data, "
-                "'$.cancelled_at')) < ? LIMIT 1000",
-                (ended_before,),
-            ).fetchall()
-        return sum(bool(self.delete_batch(client, batch_id)) for batch_id, client in rows)
-
-    def delete_batch(self, client: str, batch_id: str) -> bool | None:
-        """Delete an ended batch of this client's, its items and files: True; False when it has
-        not ended; None when it is not this client's."""
-        data = self.batch(client, batch_id)
-        if data is None:
-            return None
-        if data["status"] not in TERMINAL:
-            return False
-        with self._lock, self._conn:
-            self._conn.execute("DELETE FROM batch_item WHERE batch = ?", (batch_id,))
-            self._conn.execute("DELETE FROM batch WHERE id = ?", (batch_id,))
-            self._conn.execute(
-                "UPDATE batch_file SET deleted = 1 WHERE batch = ? OR id = ?",
-                (batch_id, data["input_file_id"]),
-            )
-        self._path(data["input_file_id"]).unlink(missing_ok=True)
-        return True
-
-    def cancel(self, client: str, batch_id: str, now: int) -> Obj | None:
-        """`cancelling`: no item is taken any more; `cancelled` once none is running. A batch
-        already ended is returned as it is."""
-        with self._lock, immediate(self._conn) as conn:
-            row = conn.execute(
-                "SELECT data FROM batch WHERE id = ? AND client = ?", (batch_id, client)
-            ).fetchone()
-            if row is None:
-                return None
-            data = json.loads(row[0])
-            if data["status"] in ("validating", "in_progress"):
-                data |= {"status": "cancelling", "cancelling_at": now}
-                write(conn, data)
-        self.settle(now)
-        return self.batch(client, batch_id)
-
-    # -- the runner's side ----------------------------------------------------------------------
     def lead(
-        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False
-    ) -> bool:
-        """Take or keep the queue's one lease (only its holder runs items). A new holder takes
-        back the items the last one left running: its process died (`gone` says so of a holder
-        on this host, before its lease runs out) or lost the lease."""
-        with self._lock, immediate(self._conn) as conn:
-            row = conn.execute("SELECT owner, until FROM batch_lead WHERE id = 1").fetchone()
-            if row is not None and row[0] != owner and row[1] > now and not gone(row[0]):
-                return False
-            conn.execute(
-                "INSERT OR REPLACE INTO batch_lead (id, owner, until) VALUES (1, ?, ?)",
-                (owner, now + ttl_s),
-            )
-            if row is None or row[0] != owner:
-                conn.execute("UPDATE batch_item SET state = 'pending' WHERE state = 'running'")
-                budget.count_held(conn)  # a paid try the last leader did not settle: spent
-        return True
+        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = ...
+    ) -> bool: ...
+    def settle(self, now: float) -> list[str]: ...
+    def purge(self, ended_before: float) -> int: ...
+    def take(self, now: float, limit: int) -> list[Item]: ...
+    def body(self, item: Item) -> bytes: ...
+    def finish(self, item: Item, *, ok: bool, line: bytes) -> None: ...
+    def later(self, item: Item, not_before: float) -> None: ...
+    def next_due(self, now: float) -> float | None: ...
+    def tally(self) -> dict[str, dict[str, int]]: ...
 
-    def paid_room(self, batch: str) -> float:
-        """What is left of the batch's own paid budget (see `budget.py`)."""
-        with self._lock:
-            return budget.room(self._conn, batch)
 
-    def hold_paid(self, batch: str, amount: float) -> bool:
-        with self._lock, immediate(self._conn) as conn:
-            return budget.hold(conn, batch, amount)
+class BatchQueue(RunnerQueue, Protocol):
+    """The whole queue: the runner's side and the doors' (files, batches, their results)."""
 
-    def settle_paid(self, batch: str, cost: float) -> float:
-        with self._lock, immediate(self._conn) as conn:
-            return budget.settle(conn, batch, cost)
+    @property
+    def caps(self) -> Caps: ...
+    def upload_path(self) -> Path: ...
+    def add_file(
+        self, client: str, purpose: str, filename: str, upload: Path, now: int,
+        purposes: tuple[str, ...] = ...,
+    ) -> Obj: ...  # fmt: skip
+    def file(self, client: str, file_id: str) -> Obj | None: ...
+    def files(self, client: str, limit: int, after: str | None) -> list[Obj]: ...
+    def content(self, client: str, file_id: str) -> Iterator[bytes] | None: ...
+    def delete_file(self, client: str, file_id: str) -> bool: ...
+    def create(
+        self, client: str, ask: Mapping[str, Any], now: int, *, endpoints: tuple[str, ...] = ...,
+        purpose: str = ..., prefix: str = ...,
+    ) -> Obj: ...  # fmt: skip
+    def batch(self, client: str, batch_id: str) -> Obj | None: ...
+    def batches(
+        self, client: str, limit: int, after: str | None, endpoints: tuple[str, ...] = ...
+    ) -> list[Obj]: ...
+    def open_batches(self, client: str | None, limit: int) -> list[Obj]: ...
+    def outcomes(self, batch_id: str) -> dict[str, int]: ...
+    def results(self, client: str, batch_id: str) -> Iterator[bytes] | None: ...
+    def cancel(self, client: str, batch_id: str, now: int) -> Obj | None: ...
+    def delete_batch(self, client: str, batch_id: str) -> bool | None: ...
+    def close(self) -> None: ...
 
-    def take(self, now: float, limit: int) -> list[Item]:
-        """Up to `limit` items due now, of running batches, the earliest window end first."""
-        with self._lock, immediate(self._conn) as conn:
-            rows = conn.execute(
-                "SELECT i.batch, i.line, i.custom_id, json_extract(b.data, '$.endpoint'), "
-                "b.client, i.start, i.length, i.expires_at, json_extract(b.data, "
-                "'$.input_file_id'), i.tries + 1 FROM batch_item i JOIN batch b ON b.id = i.batch "
-                "WHERE i.state = 'pending' AND i.not_before <= ? AND b.status = 'in_progress' "
-                "AND i.expires_at > ? ORDER BY i.expires_at, i.batch, i.line LIMIT ?",
-                (now, now, limit),
-            ).fetchall()
-            conn.executemany(
-                "UPDATE batch_item SET state = 'running', tries = tries + 1 "
-                "WHERE batch = ? AND line = ?",
-                [(r[0], r[1]) for r in rows],
-            )
-        return [
-            Item(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], str(self._path(r[8])), r[9])
-            for r in rows
-        ]
 
-    def body(self, item: Item) -> bytes:
-        """The item's line, read from its input file."""
-        with open(item.path, "rb") as stream:
-            stream.seek(item.start)
-            return stream.read(item.length)
+# -- the rules both halves share ---------------------------------------------------------------
+def new_id(prefix: str) -> str:
+    """A new object id: `prefix` and 96 random bits."""
+    return f"{prefix}{secrets.token_hex(12)}"
 
-    def finish(self, item: Item, *, ok: bool, line: bytes) -> None:
-        """The item's answer (a line of the output file, or of the error file), written in the
-        statement that marks it done; its batch's counts follow."""
-        with self._lock, immediate(self._conn) as conn:
-            done = conn.execute(
-                "UPDATE batch_item SET state = 'done', ok = ?, outcome = ?, result = ? "
-                "WHERE batch = ? AND line = ? AND state = 'running'",
-                (int(ok), "ok" if ok else "error", line, item.batch, item.line),
-            ).rowcount
-            if done:
-                count(conn, item.batch, "completed" if ok else "failed")
 
-    def later(self, item: Item, not_before: float) -> None:
-        """Put an item back, not to be taken before `not_before` (its free capacity resets)."""
-        with self._lock, self._conn:
-            self._conn.execute(
-                "UPDATE batch_item SET state = 'pending', not_before = ? "
-                "WHERE batch = ? AND line = ? AND state = 'running'",
-                (not_before, item.batch, item.line),
-            )
+def ending_of(
+    status: str, expires_at: float, counts: Mapping[str, int], now: float
+) -> tuple[str | None, str | None]:
+    """How a batch of `status` whose window ends at `expires_at` ends now, from its kept
+    `counts`: (its end, what its items left are answered as), or (None, None): not yet. Pure."""
+    pending, running = counts.get("pending", 0), counts.get("running", 0)
+    if status == "cancelling":
+        return (None, None) if running else ("cancelled", "cancelled")
+    if now >= expires_at and not running:  # an item closed as expired already: a resumed end
+        return ("expired" if pending or counts.get("expired") else "completed"), "expired"
+    return (None, None) if pending or running else ("completed", None)
 
-    def tally(self) -> dict[str, dict[str, int]]:
-        """Batches by status and items by state (see `ending.tally`)."""
-        with self._lock:
-            return tally(self._conn)
 
-    def next_due(self, now: float) -> float | None:
-        """When the next pending item may be taken (None: none is pending)."""
-        with self._lock:
-            row = self._conn.execute(  # per running batch, its soonest: an index's first row
-                "SELECT min(max((SELECT min(not_before) FROM batch_item WHERE batch = b.id AND "
-                "state = 'pending'), ?)) FROM batch b WHERE b.status = 'in_progress'",
-                (now,),
-            ).fetchone()
-        return None if row is None or row[0] is None else float(row[0])
+@attrs.frozen
+class Asked:
+    """A batch request as checked before its file is looked at."""
 
-    def settle(self, now: float) -> list[str]:
-        """End what is over: a batch past its window `expired` (its items left get the error
-        file's `batch_expired`), a cancelling one with nothing running `cancelled`, a running one
-        with nothing left `completed` — each with its output and error files. The ids ended."""
-        ended = []
-        with self._lock, immediate(self._conn) as conn:
-            rows = conn.execute(
-                "SELECT data FROM batch WHERE status IN ('in_progress', 'cancelling')"
-            ).fetchall()
-            for (raw,) in rows:
-                data = json.loads(raw)
-                status = ending(conn, data, now)
-                if status is not None:
-                    end(conn, data, status, int(now))
-                    ended.append(data["id"])
-            gone = [
-                r[0]
-                for i in ended
-                for r in conn.execute(
-                    "SELECT id FROM batch_file WHERE id = (SELECT json_extract(data, "
-                    "'$.input_file_id') FROM batch WHERE id = ?) AND deleted = 1",
-                    (i,),
+    endpoint: str
+    window_s: int
+    metadata: dict[str, str]
+    paid_usd: float
+    input_id: str
+
+
+def asked(ask: Mapping[str, Any], endpoints: tuple[str, ...] = ENDPOINTS) -> Asked:
+    """`ask` (a `POST /v1/batches` body) checked. Raises BatchRefused naming the field."""
+    endpoint = ask.get("endpoint")
+    if not isinstance(endpoint, str) or endpoint not in endpoints:
+        raise BatchRefused(f"endpoint must be one of {', '.join(endpoints)}", param="endpoint")
+    try:
+        window = window_s(ask.get("completion_window"))
+    except ValueError as exc:
+        raise BatchRefused(str(exc), param="completion_window") from None
+    metadata, paid = _metadata(ask.get("metadata"))
+    input_id = ask.get("input_file_id")
+    if not isinstance(input_id, str) or not input_id:
+        raise BatchRefused("input_file_id must name an uploaded file", param="input_file_id")
+    return Asked(endpoint, window, metadata, paid, input_id)
+
+
+def check_input(found: Obj | None, input_id: str, purpose: str) -> None:
+    """The input file a batch names must be the client's, of the batch's `purpose`."""
+    if found is None or found["purpose"] != purpose or not found["id"].startswith("file-"):
+        raise BatchRefused(f"no file {input_id!r}", status=404, param="input_file_id")
+
+
+def check_open(open_now: int, caps: Caps) -> None:
+    """A client keeps at most `caps.max_open` batches not ended."""
+    if open_now >= caps.max_open:
+        raise BatchRefused(
+            f"this client has {caps.max_open} batches not ended yet: wait for one, or cancel one"
+        )
+
+
+def new_batch(batch_id: str, ask: Asked, window: str, now: int, *, durable: bool = True) -> Obj:
+    """A batch's object as it is created (`validating`, no item counted yet)."""
+    data: Obj = {
+        "id": batch_id, "object": "batch", "endpoint": ask.endpoint, "errors": None,
+        "input_file_id": ask.input_id, "completion_window": window,
+        "status": "validating", "output_file_id": None, "error_file_id": None,
+        "created_at": now, "in_progress_at": None, "expires_at": now + ask.window_s,
+        "finalizing_at": None, "completed_at": None, "failed_at": None, "expired_at": None,
+        "cancelling_at": None, "cancelled_at": None,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "metadata": dict(ask.metadata),
+    }  # fmt: skip
+    if ask.paid_usd:
+        data["lanes"] = {"max_paid_usd": ask.paid_usd, "paid_usd": 0.0, "paid_held_usd": 0.0}
+    if not durable:
+        data["lanes"] = {**data.get("lanes", {}), "durable": False}
+    return data
+
+
+def created(data: Obj, errors: list[LineError], total: int, now: int) -> None:
+    """`data` as its lines left it: `failed` with OpenAI's `errors` list, or `in_progress`."""
+    if errors:
+        data |= {"status": "failed", "failed_at": now, "errors": {
+            "object": "list", "data": [e.entry() for e in errors]}}  # fmt: skip
+    else:
+        data |= {"status": "in_progress", "in_progress_at": now}
+        data["request_counts"]["total"] = total
+
+
+def file_object(
+    file_id: str, size: int, created_at: int, filename: str, purpose: str, *_: Any
+) -> Obj:
+    return {
+        "id": file_id, "object": "file", "bytes": size, "created_at": created_at,
+        "filename": filename, "purpose": purpose, "status": "processed", "expires_at": None,
+        "status_details": None,
+    }  # fmt: skip
+
+
+def bounded_lines(stream: Any, cap: int) -> Iterator[tuple[bytes | None, int]]:
+    """Each line of `stream` and its size in bytes, never holding more than `cap` + 1 bytes of
+    one: a longer line is read past in chunks and given as None."""
+    while True:
+        raw = stream.readline(cap + 1)
+        if not raw:
+            return
+        if len(raw) <= cap or raw.endswith(b"\n"):
+            yield raw, len(raw)
+            continue
+        size = len(raw)
+        while raw and not raw.endswith(b"\n"):
+            raw = stream.readline(1 << 16)
+            size += len(raw)
+        yield None, size
+
+
+def counted(upload: Path, caps: Caps) -> int:
+    """The lines of an uploaded file (`upload`), read within the caps. Raises BatchRefused when
+    it holds more than `caps.max_lines`, or none."""
+    lines = 0
+    with upload.open("rb") as stream:
+        for raw, _ in bounded_lines(stream, caps.max_line_bytes):
+            lines += raw is None or bool(raw.strip())
+            if lines > caps.max_lines:
+                raise BatchRefused(
+                    f"the file holds more than batch.max_lines ({caps.max_lines}) lines",
+                    param="file",
                 )
-            ]
-        for file_id in gone:  # deleted while its batch ran: its bodies go now
-            self._path(file_id).unlink(missing_ok=True)
-        return ended
+    if not lines:
+        raise BatchRefused("the file holds no line: a batch file is JSONL", param="file")
+    return lines
+
+
+def lines_in(
+    stream: BinaryIO, endpoint: str, cap: int
+) -> Iterator[tuple[int, int, int, Line | LineError]]:
+    """Each line of an input file that is not blank: (its number, 1-based; where it starts and
+    its size, bytes; the line, or why it can not run)."""
+    start, number = 0, 0
+    for raw, size in bounded_lines(stream, cap):
+        number, begin, start = number + 1, start, start + size
+        if raw is not None and not raw.strip():
+            continue
+        if raw is None:
+            message = f"the line is over the {cap}-byte cap per line"
+            yield number, begin, size, LineError(number, "request_too_large", message)
+        else:
+            yield number, begin, size, read_line(raw, number, endpoint, cap)
+
+
+def duplicate(number: int, custom_id: str) -> LineError:
+    return LineError(number, "duplicate_custom_id",
+                     f"custom_id {custom_id!r} is on an earlier line", "custom_id")  # fmt: skip
 
 
 def _metadata(metadata: object) -> tuple[dict[str, str], float]:

@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from lanes._core.batch.lines import answered_line, failed_line
-from lanes._core.batch.queue import BatchQueue, Item
+from lanes._core.batch.queue import BatchQueue, Item, RunnerQueue
 from lanes._core.runtime.tasks import TaskHealth
 
 log = logging.getLogger("lanes")
@@ -77,7 +77,7 @@ class BatchRunner:
 
     def __init__(
         self,
-        queue: BatchQueue,
+        queue: RunnerQueue,
         serve: ServeItem,
         *,
         now_wall: Callable[[], float],
@@ -206,7 +206,7 @@ class BatchRunner:
                 self._paying.pop(item.batch, None)  # kept only while one of its items pays
 
     async def _pay_held(
-        self, queue: BatchQueue, lock: trio.Lock, item: Item, body: bytes
+        self, queue: RunnerQueue, lock: trio.Lock, item: Item, body: bytes
     ) -> ItemAnswer | None:
         async with lock:
             left = item.expires_at - self._now()

@@ -301,8 +301,10 @@ class BatchConfig:
     #: serve `/v1/files` and `/v1/batches` and run their items; `false`: those routes answer 404
     enabled: bool = True
     #: where the queue keeps its files and items (the one place request bodies are stored); empty:
-    #: beside the SQLite `state` (`<state>.batches/`), or `local_state` with a Redis `state`; with
-    #: both in memory, a temporary folder, and a batch says it does not survive a restart
+    #: beside the SQLite `state` (`<state>.batches/`); with the state in memory, a temporary
+    #: folder, and a batch says it does not survive a restart. With a Redis `state` the queue, its
+    #: files' bytes included, is in Redis (one for every host), and this folder only holds uploads
+    #: while they arrive (empty: a temporary folder)
     folder: str = ""
     #: an uploaded file's size, at most, MB
     max_file_mb: float = attrs.field(default=200.0, validator=[positive, at_most(10_000.0)])

@@ -70,7 +70,7 @@ def redacted(url: str) -> str:
     return f"{parts.scheme}://{hosts}{parts.path}"
 
 
-def _pool(url: str, **options: Any) -> redis.ConnectionPool:
+def connection_pool(url: str, **options: Any) -> redis.ConnectionPool:
     """The connections to `url`'s server; for `redis+sentinel://h:p,h:p/service[/db]`, to the
     master the sentinels name, asked again after a failover (a demoted master's ReadOnlyError
     is a lost connection to redis-py's Sentinel pool: the next call finds the new master)."""
@@ -126,7 +126,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         self.listen_limiter = trio.CapacityLimiter(1)
         # a blocking pool: a call beyond the connections waits for one rather than failing as
         # "Redis down"
-        pool = _pool(
+        pool = connection_pool(
             url,
             max_connections=threads + 4,
             timeout=timeout_s,
