@@ -454,3 +454,23 @@ def test_an_input_file_two_batches_run_from_stays_until_both_have_ended(store, q
     for item in items:
         queue.finish(item, ok=True, line=b"{}\n")
     assert queue.settle(1002.0) == [second["id"]] and store.bodies() == 0
+
+
+def test_a_batch_without_a_budget_of_its_own_has_its_clients(queue):
+    """A client's `batch_max_paid_usd` is the budget of a batch whose metadata names none; one
+    the metadata names, 0 included, is the batch's own."""
+    from batch_backends import jsonl, line, upload
+
+    def created(metadata: dict[str, str] | None) -> dict[str, Any]:
+        file = upload(queue, jsonl(line("a")))
+        ask = {"input_file_id": file["id"], "endpoint": "/v1/chat/completions",
+               "completion_window": "1h", "metadata": metadata}  # fmt: skip
+        return dict(queue.create("c", ask, 1000, default_budget=0.25))
+
+    assert created(None)["lanes"]["max_paid_usd"] == 0.25
+    assert created({"team": "x"})["lanes"]["max_paid_usd"] == 0.25
+    assert created({"lanes_max_paid_usd": "0.1"})["lanes"]["max_paid_usd"] == 0.1
+    assert "max_paid_usd" not in created({"lanes_max_paid_usd": "0"}).get("lanes", {})
+    plain = {"input_file_id": upload(queue, jsonl(line("a")))["id"],
+             "endpoint": "/v1/chat/completions", "completion_window": "1h"}  # fmt: skip
+    assert "max_paid_usd" not in dict(queue.create("c", plain, 1000)).get("lanes", {})

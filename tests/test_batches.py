@@ -535,3 +535,25 @@ async def test_a_batch_budget_caps_the_whole_item_and_a_cancel_stops_paying():
             spent = (await http.get(f"{url}/lanes")).json()["paid"]["spent_today_usd"]
         assert len(fakes["paid"].requests()) + len(fakes["paid2"].requests()) == 1
         assert spent == view["lanes"]["paid_usd"] <= 0.0003
+
+
+async def test_a_clients_default_budget_is_its_batches_unless_they_name_one():
+    """Client a's `batch_max_paid_usd` is the budget of a batch it creates without one of its
+    own; client b has none; a batch naming its own keeps it (the free lane serves them all)."""
+    server = {"clients": {"a": {"key_env": "A_KEY", "batch_max_paid_usd": 0.02}, "b": "B_KEY"}}
+    async with open_sidecar(("free", "free", ["free-model"]), server=server, env=KEYS) as (url, _):
+        a, b = sdk(url, KEYS["A_KEY"]), sdk(url, KEYS["B_KEY"])
+
+        async def budget(client: openai.AsyncOpenAI, metadata: dict[str, str] | None) -> Any:
+            file = await client.files.create(
+                file=("in.jsonl", io.BytesIO(jsonl(line("r1")))), purpose="batch"
+            )
+            made = await client.batches.create(
+                input_file_id=file.id, endpoint="/v1/chat/completions",
+                completion_window="24h", metadata=metadata,
+            )  # fmt: skip
+            return (made.model_extra or {})["lanes"].get("max_paid_usd", 0.0)
+
+        assert await budget(a, None) == 0.02
+        assert await budget(a, {"lanes_max_paid_usd": "0.005"}) == 0.005
+        assert await budget(b, None) == 0.0

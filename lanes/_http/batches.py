@@ -353,7 +353,12 @@ async def create_batch(request: Request, ctx: Context) -> Response:
     body = json_object(await read_body(request, ctx))
     now = int(ctx.dispatcher.now_wall())
     try:
-        made = await batches.call(batches.queue.create, caller(request).client, body, now)
+        client = caller(request).client
+        own = ctx.server.clients.get(client)
+        budget = own.batch_max_paid_usd if own is not None else 0.0
+        made = await batches.call(
+            lambda: batches.queue.create(client, body, now, default_budget=budget)
+        )
     except BatchRefused as exc:
         return _refused(exc)
     batches.runner.wake()

@@ -118,9 +118,17 @@ async def create(request: Request, ctx: Context) -> Response:
             lambda: queue.add_file(client, PURPOSE, "requests.jsonl", target, now, (PURPOSE,))
         )
         ask = {"input_file_id": file["id"], "endpoint": MESSAGES_PATH, "completion_window": "24h"}
+        own = ctx.server.clients.get(client)
+        budget = own.batch_max_paid_usd if own is not None else 0.0
         made = await batches.call(
             lambda: queue.create(
-                client, ask, now, endpoints=(MESSAGES_PATH,), purpose=PURPOSE, prefix="msgbatch_"
+                client,
+                ask,
+                now,
+                endpoints=(MESSAGES_PATH,),
+                purpose=PURPOSE,
+                prefix="msgbatch_",
+                default_budget=budget,
             )  # fmt: skip
         )
     except BatchRefused as exc:

@@ -120,7 +120,7 @@ class BatchQueue(RunnerQueue, Protocol):
     def delete_file(self, client: str, file_id: str) -> bool: ...
     def create(
         self, client: str, ask: Mapping[str, Any], now: int, *, endpoints: tuple[str, ...] = ...,
-        purpose: str = ..., prefix: str = ...,
+        purpose: str = ..., prefix: str = ..., default_budget: float = ...,
     ) -> Obj: ...  # fmt: skip
     def batch(self, client: str, batch_id: str) -> Obj | None: ...
     def batches(
@@ -164,8 +164,11 @@ class Asked:
     input_id: str
 
 
-def asked(ask: Mapping[str, Any], endpoints: tuple[str, ...] = ENDPOINTS) -> Asked:
-    """`ask` (a `POST /v1/batches` body) checked. Raises BatchRefused naming the field."""
+def asked(
+    ask: Mapping[str, Any], endpoints: tuple[str, ...] = ENDPOINTS, default_budget: float = 0.0
+) -> Asked:
+    """`ask` (a `POST /v1/batches` body) checked; a batch whose metadata names no budget has
+    `default_budget` (its client's). Raises BatchRefused naming the field."""
     endpoint = ask.get("endpoint")
     if not isinstance(endpoint, str) or endpoint not in endpoints:
         raise BatchRefused(f"endpoint must be one of {', '.join(endpoints)}", param="endpoint")
@@ -174,6 +177,8 @@ def asked(ask: Mapping[str, Any], endpoints: tuple[str, ...] = ENDPOINTS) -> Ask
     except ValueError as exc:
         raise BatchRefused(str(exc), param="completion_window") from None
     metadata, paid = _metadata(ask.get("metadata"))
+    if budget.KEY not in metadata:
+        paid = default_budget
     input_id = ask.get("input_file_id")
     if not isinstance(input_id, str) or not input_id:
         raise BatchRefused("input_file_id must name an uploaded file", param="input_file_id")

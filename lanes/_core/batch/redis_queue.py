@@ -121,11 +121,12 @@ class RedisBatchQueue(RedisBatchFiles):
         endpoints: tuple[str, ...] = ENDPOINTS,
         purpose: str = "batch",
         prefix: str = "batch_",
+        default_budget: float = 0.0,
     ) -> Obj:
         """A batch over one of this client's input files: every line read first; a bad line
         makes it `failed` at once with OpenAI's `errors` list, and nothing runs. Raises
         BatchRefused as `SQLiteBatchQueue.create` does."""
-        checked = asked(ask, endpoints)
+        checked = asked(ask, endpoints, default_budget)
         check_input(self.file(client, checked.input_id), checked.input_id, purpose)
         check_open(self._r.scard(self._k("open", client)), self.caps)
         batch_id = new_id(prefix)

@@ -75,13 +75,14 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
         endpoints: tuple[str, ...] = ENDPOINTS,
         purpose: str = "batch",
         prefix: str = "batch_",
+        default_budget: float = 0.0,
     ) -> Obj:
         """A batch over one of this client's input files: every line read first; a bad line
         makes it `failed` at once with OpenAI's `errors` list, and nothing runs. Raises
         BatchRefused for a request OpenAI refuses (an unknown file, endpoint or window).
         Anthropic's Message Batches come through here too (`endpoints` ("/v1/messages",), their
         own `purpose` and id `prefix`)."""
-        checked = asked(ask, endpoints)
+        checked = asked(ask, endpoints, default_budget)
         check_input(self.file(client, checked.input_id), checked.input_id, purpose)
         with self._lock:
             (open_now,) = self._conn.execute(

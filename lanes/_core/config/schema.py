@@ -203,6 +203,9 @@ class ClientConfig:
     attempts_per_minute: int | None = attrs.field(default=None, validator=at_least(1))
     #: its own attempt governor, beside the global ones (unset: none)
     attempts_per_day: int | None = attrs.field(default=None, validator=at_least(1))
+    #: the paid budget, USD, of each batch it creates without `metadata.lanes_max_paid_usd`
+    #: (0: such batches never pay); see docs/batches.md
+    batch_max_paid_usd: float = attrs.field(default=0.0, validator=[at_least(0.0), at_most(1000.0)])
 
 
 @attrs.frozen(kw_only=True)
