@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 
 import attrs
 import trio
@@ -39,6 +39,7 @@ from lanes._core.batch.runner import MIN_PAID_S, YIELD_S, ItemsLeft, put_back_fo
 from lanes._core.model.errors import DeadlineExceeded, JobFailed
 from lanes._core.model.job import Job, Reply
 from lanes._core.model.statuses import try_again_in
+from lanes._core.policy.needs import needs_of
 
 log = logging.getLogger("lanes")
 
@@ -104,16 +105,18 @@ class LibraryBatch:
         backlog: ItemsLeft,
         max_paid_usd: float = 0.0,
     ) -> None:
-        if not (math.isfinite(max_paid_usd) and 0.0 <= max_paid_usd <= MAX_USD):
-            raise ValueError(f"max_paid_usd must be a number of dollars from 0 to {MAX_USD:g}")
-        self._budget, self._paying = max_paid_usd, trio.Lock()
+        self._budget, self._paying = _dollars(max_paid_usd), trio.Lock()
+        self._cut: trio.CancelScope | None = None  # the paid try running, which a cancel cuts
         self._backlog, self._source = backlog, f"library batch {id(self):x}"
-        self._jobs = [attrs.evolve(j, free_only=True, headroom=headroom) for j in jobs]
+        self._own = list(jobs)  # as the caller made them: its free_only and paid cap hold
+        self._jobs = [attrs.evolve(j, free_only=True, headroom=headroom, max_wait_s=None)
+                      for j in jobs]  # fmt: skip
+        self._kinds = [_kind(j) for j in self._jobs]
         self._serve, self._waiting = serve, interactive_waiting
         self._end = trio.current_time() + window_s
         self._slots = trio.CapacityLimiter(concurrency)
         self._due: list[tuple[float, int, int]] = [(0.0, i, 0) for i in range(len(self._jobs))]
-        self._held: dict[str, float] = {}  # a model → no job of it tried before (trio time)
+        self._held: dict[Hashable, float] = {}  # a kind → none of it tried before (trio time)
         self._progress = Progress(total=len(self._jobs))
         self._send, self._receive = trio.open_memory_channel[BatchResult](math.inf)
         self._wake = trio.Event()
@@ -129,8 +132,11 @@ class LibraryBatch:
         return self._end
 
     def cancel(self) -> None:
-        """No job starts any more; those not started answer `batch_cancelled`."""
+        """No job starts any more; those not started answer `batch_cancelled`; a paid try
+        running is cut (counted in full: its upstream may bill it)."""
         self._cancelled = True
+        if self._cut is not None:
+            self._cut.cancel()
         self._wake.set()
 
     async def results(self) -> AsyncIterator[BatchResult]:
@@ -169,7 +175,7 @@ class LibraryBatch:
             return YIELD_S
         while self._due and self._due[0][0] <= now and self._slots.available_tokens:
             _, index, tries = heapq.heappop(self._due)
-            held = self._held.get(self._jobs[index].model, 0.0)
+            held = self._held.get(self._kinds[index], 0.0)
             if held > now:  # a job like it was told "not before": none is tried sooner
                 heapq.heappush(self._due, (min(held, self._end), index, tries))
                 continue
@@ -183,6 +189,7 @@ class LibraryBatch:
     async def _one(self, index: int, tries: int) -> None:
         job, now = self._jobs[index], trio.current_time()
         try:
+            later: float | None = None
             try:
                 timed = attrs.evolve(job, deadline_s=None,
                                      deadline_at=min(self._end, now + MAX_TRY_S))  # fmt: skip
@@ -191,47 +198,66 @@ class LibraryBatch:
                 later = try_again_in(exc)
                 if later is None:
                     self._ended(BatchResult(index, job, error=exc))
-                else:  # at its Retry-After — a reset — never past the window; a job like it
-                    when = trio.current_time() + put_back_for(later)  # waits as long
-                    self._held[job.model] = when
-                    paid = await self._pay(index, job) if when >= self._end else None
-                    if paid is not None:
-                        self._ended(paid)
-                    else:
-                        heapq.heappush(self._due, (min(when, self._end), index, tries + 1))
-            except Exception as exc:  # a fault of ours: this job's end, not the batch's
-                log.exception("batch job %d: %s", index, type(exc).__name__)
-                failed = JobFailed(f"the job could not be run ({type(exc).__name__})")
-                self._ended(BatchResult(index, job, error=failed))
+            if later is not None:
+                await self._later(index, tries, later)
+        except Exception as exc:  # a fault of ours: this job's end, not the batch's
+            log.exception("batch job %d: %s", index, type(exc).__name__)
+            failed = JobFailed(f"the job could not be run ({type(exc).__name__})")
+            self._ended(BatchResult(index, job, error=failed))
         finally:
             self._slots.release_on_behalf_of(index)
             self._progress = attrs.evolve(self._progress, running=self._progress.running - 1)
             self._wake.set()
 
-    async def _pay(self, index: int, job: Job) -> BatchResult | None:
-        """One paid try of `job` on what is left of the budget (one job at a time), or None when
-        nothing is left, too little of the window, or the try was told "not now" too."""
+    async def _later(self, index: int, tries: int, later: float) -> None:
+        """A job told "not now": tried again at its Retry-After (a reset) within the window, the
+        jobs of its kind with it; else paid on the budget, if it may; else it expires."""
+        when = trio.current_time() + put_back_for(later)
+        if when < self._end or not self._budget:  # (without a budget, the others expire too)
+            self._held[self._kinds[index]] = when
+        if when < self._end:
+            heapq.heappush(self._due, (when, index, tries + 1))
+            return
+        paid = await self._pay(index)
+        if paid is not None:
+            self._ended(paid)
+        else:
+            heapq.heappush(self._due, (self._end, index, tries + 1))
+
+    async def _pay(self, index: int) -> BatchResult | None:
+        """One paid try of job `index` on what is left of the budget (one job at a time, within
+        the caller's own cap), or None: the caller said free only, nothing is left, too little of
+        the window, the batch was cancelled, or the try was told "not now" too."""
+        job, own = self._jobs[index], self._own[index]
+        if own.free_only:
+            return None
         async with self._paying:
             now = trio.current_time()
             room = self._budget - self._progress.paid_usd
+            if own.paid_cap_usd is not None:
+                room = min(room, own.paid_cap_usd)
             if not room > 0 or self._cancelled or self._end - now < MIN_PAID_S:
                 return None
             paying = attrs.evolve(job, free_only=False, paid_cap_usd=room, deadline_s=None,
                                   deadline_at=min(self._end, now + MAX_TRY_S))  # fmt: skip
-            cost = room  # an exit whose end we did not see counts all it held
+            cost, result = room, None  # an exit whose end we did not see counts all it held
             try:
-                reply = await self._serve(paying)
-                cost = reply.cost_usd
-                return BatchResult(index, job, reply=reply)
-            except JobFailed as exc:
-                cost = sum(a.cost_usd for a in exc.attempts)
-                return BatchResult(index, job, error=exc) if try_again_in(exc) is None else None
+                with trio.CancelScope() as self._cut:
+                    try:
+                        reply = await self._serve(paying)
+                        cost, result = reply.cost_usd, BatchResult(index, job, reply=reply)
+                    except JobFailed as exc:
+                        cost = sum(a.cost_usd for a in exc.attempts)
+                        if try_again_in(exc) is None:
+                            result = BatchResult(index, job, error=exc)
             finally:
+                self._cut = None
                 paid = self._progress.paid_usd + cost
                 self._progress = attrs.evolve(self._progress, paid_usd=paid)
                 if cost > room + 1e-12:
                     log.warning("a library batch's paid try cost $%.6f, over the $%.6f it held; "
                                 "nothing is left to pay", cost, room)  # fmt: skip
+            return result
 
     def _ended(self, result: BatchResult) -> None:
         ok = result.reply is not None
@@ -245,3 +271,22 @@ class LibraryBatch:
         for _, index, _ in sorted(self._due, key=lambda d: d[1]):
             self._ended(BatchResult(index, self._jobs[index], error=error(why)))
         self._due.clear()
+
+
+def _dollars(value: object) -> float:
+    """A budget in dollars from 0 to `MAX_USD` (a number, not a bool), or ValueError."""
+    try:
+        found = math.nan if isinstance(value, bool) else float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        found = math.nan
+    if not (math.isfinite(found) and 0.0 <= found <= MAX_USD):
+        raise ValueError(f"max_paid_usd must be a number of dollars from 0 to {MAX_USD:g}")
+    return found
+
+
+def _kind(job: Job) -> Hashable:
+    """Jobs of one kind have the same candidates — but for the context sizes their lengths
+    need — so one told "not now" holds back the others until its reset."""
+    n = needs_of(job)
+    return (job.model, n.tools, n.images, n.json_mode, n.embedding, job.privacy, job.client,
+            job.cohort, job.request_class)  # fmt: skip

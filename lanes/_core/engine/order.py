@@ -90,18 +90,19 @@ def _record_removed(
 
 
 def _spare_the_batches(routing: Routing, queue: Queue) -> None:
-    """The free candidates looked at, in the order that spares batches most (see backlog.py):
-    those with the least of their day left to batch items first; those it may not use now after
-    them, in their order. Every other candidate keeps its place."""
+    """Of the free candidates looked at, the one that spares batches most (see backlog.py) is
+    tried first: the one with the least of its day left to batch items, the longest kept off
+    among equals. Only that one moves (should it refuse, the rest follow in their order, one
+    free attempt spent); every other candidate keeps its place."""
     ahead = queue.peek(LOOKAHEAD)
-    at = [i for i, c in enumerate(ahead) if c.tier == "free"]
-    rank = {ahead[i].key: routing.gate.spare_rank(ahead[i]) for i in at}
-    if all(r is None for r in rank.values()):
+    free = [c for c in ahead if c.tier == "free"]
+    ranked = [(rank, i) for i, c in enumerate(free) if (rank := routing.gate.spare_rank(c))]
+    if not ranked or min(ranked)[1] == 0:
         return
-    free = sorted((ahead[i] for i in at), key=lambda c: (rank[c.key] is None, rank[c.key] or ()))
-    order = list(ahead)
-    for i, c in zip(at, free, strict=True):
-        order[i] = c
+    best = free[min(ranked)[1]]
+    first = ahead.index(free[0])
+    order = [c for c in ahead if c is not best]
+    order.insert(first, best)
     queue.put_ahead(order, len(ahead))
 
 

@@ -37,6 +37,8 @@ LATER = frozenset({429, 503})
 NEVER_PAYS = "work that can wait never pays (a batch item)"
 #: ... and of one that may, on its batch's budget, when free capacity can not meet its window
 BATCH_PAYS = "a batch item pays from its batch's budget"
+#: a batch item's paid attempt starts only with at least this long left of its window (seconds)
+BATCH_MIN_PAID_S = 5.0
 
 
 def http_status(exc: JobFailed) -> int:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+import trio
 
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.freetier.prices import usage_cost
@@ -35,7 +36,7 @@ from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted
 from lanes._core.model.job import Candidate, Outcome
 from lanes._core.model.record import JobRecord
-from lanes._core.model.statuses import BATCH_PAYS, NEVER_PAYS
+from lanes._core.model.statuses import BATCH_MIN_PAID_S, BATCH_PAYS, NEVER_PAYS
 from lanes._core.money.consent import Consent
 from lanes._core.money.ledger import Ledger, Reservation
 from lanes._core.money.quote import Quote, Quotes, settled_cost
@@ -125,6 +126,8 @@ class PaidGate:
             return None
         if self._policy().free_tier_fallback != "allow":
             return f"{BATCH_PAYS} only under free_tier_fallback = allow"
+        if record.deadline_at - trio.current_time() < BATCH_MIN_PAID_S:  # each attempt, retries too
+            return f"{BATCH_PAYS} only with {BATCH_MIN_PAID_S:g} s of its window left"
         spent = sum(a.cost_usd for a in record.attempts)  # its earlier attempts count too
         if not spent + estimate <= cap:
             return (
