@@ -8,6 +8,7 @@ recount of the items, whatever happened."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -474,3 +475,17 @@ def test_a_batch_without_a_budget_of_its_own_has_its_clients(queue):
     plain = {"input_file_id": upload(queue, jsonl(line("a")))["id"],
              "endpoint": "/v1/chat/completions", "completion_window": "1h"}  # fmt: skip
     assert "max_paid_usd" not in dict(queue.create("c", plain, 1000)).get("lanes", {})
+
+
+def test_a_held_batch_is_not_taken_before_its_time(queue):
+    """`hold`: none of a batch's items is taken before its time, which the next due and the
+    batch's `next_try_at` say; then they are."""
+    made = make_batch(queue, ["a", "b"], now=1000)
+    queue.hold(made["id"], 1030.0)
+    assert queue.take(1001, 4) == []
+    assert queue.next_due(1001) == 1030.0
+    [listed] = queue.open_batches("c", 10)
+    assert listed["next_try_at"] == 1030.0
+    taken = queue.take(1030.5, 4)
+    assert sorted(i.custom_id for i in taken) == ["a", "b"]
+    assert {i.model for i in taken} == {json.loads(line("a"))["body"]["model"]}  # its one model

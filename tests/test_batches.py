@@ -557,3 +557,42 @@ async def test_a_clients_default_budget_is_its_batches_unless_they_name_one():
         assert await budget(a, None) == 0.02
         assert await budget(a, {"lanes_max_paid_usd": "0.005"}) == 0.005
         assert await budget(b, None) == 0.0
+
+
+async def test_an_item_told_not_now_holds_its_batch_until_the_reset(tmp_path):
+    """The free quota answers "not now" for 30 s: the item waits for exactly then, and so do
+    its batch's other items of its model — the next round tries none of them, the queue says
+    when the next is due; a batch whose items name several models is not held."""
+    from lanes._core.batch.runner import BatchRunner, ItemAnswer
+    from lanes._core.runtime.tasks import Background
+
+    queue = _queue(tmp_path)
+    one = _batch(queue, jsonl(line("x"), line("y"), line("z")), now=1000)
+    served: list[str] = []
+
+    async def serve(endpoint: str, body: bytes, client: str, deadline_s: float,
+                    paid_cap: float | None = None) -> ItemAnswer:  # fmt: skip
+        served.append(json.loads(body)["messages"][0]["content"])
+        return ItemAnswer(429, b"{}", "r", retry_after_s=30.0)
+
+    runner = BatchRunner(queue, serve, now_wall=lambda: 1001.0,
+                         health=Background().task("batches"), concurrency=1)  # fmt: skip
+
+    async def round_done(nursery: trio.Nursery) -> None:
+        """One round, and the items it started put back (they run in threads, too)."""
+        await runner._round(nursery)
+        with trio.fail_after(10):
+            while runner._slots.borrowed_tokens:  # noqa: ASYNC110 - threads set no event
+                await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        await round_done(nursery)
+        assert served == ["classify x"]
+        await round_done(nursery)
+        assert served == ["classify x"] and queue.next_due(1001.0) == pytest.approx(1031.0)
+        mixed = _batch(queue, jsonl(line("p"), line("q", model="other-model")), now=1000)
+        for _ in range(3):
+            await round_done(nursery)
+    assert served[1:] == ["classify p", "classify q"]  # q tried though p was told "not now"
+    assert one["id"] != mixed["id"]
+    queue.close()

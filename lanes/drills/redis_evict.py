@@ -81,7 +81,9 @@ started under `allkeys-lru` keeps paid closed and says so in one line, and local
                 served = await http.post(
                     f"{third.base}/v1/chat/completions", json={"messages": MESSAGES}
                 )
-                said = third.log().count(EVICTING)
+                lines = [x for x in third.log().splitlines() if EVICTING in x]
+                said = sum("state store:" in x for x in lines)  # the paid ledger's, once
+                queue_said = sum("batch queue:" in x for x in lines)  # the batch queue's, once
             sent = len(paid.log)
     finally:
         stop.set()
@@ -91,10 +93,11 @@ started under `allkeys-lru` keeps paid closed and says so in one line, and local
         f"{evicted} keys evicted under volatile-lru; billed ${billed:.6f} of a ${CEILING_USD} "
         f"ceiling over two sidecars ({statuses.count(200)} paid answers of {len(statuses)}); "
         f"under allkeys-lru: paid {refused.status_code}, local {served.status_code}, "
-        f"{said} line",
+        f"{said} line (and {queue_said} of the batch queue)",
         evicted=evicted > 1000,
         ceiling_held=billed <= CEILING_USD + 1e-12 and sent == statuses.count(200),
         paid_reached_the_ceiling=statuses.count(200) > 0 and 429 in statuses,
         allkeys_closed=refused.status_code == 429 and said == 1,
+        queue_warned=queue_said == 1,
         local_served=served.status_code == 200,
     )

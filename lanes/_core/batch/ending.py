@@ -59,6 +59,8 @@ CREATE INDEX IF NOT EXISTS idx_batch_item_next ON batch_item (batch, state, not_
 DROP INDEX IF EXISTS idx_batch_item_left;
 CREATE TABLE IF NOT EXISTS batch_lead (id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT,
     until REAL);
+CREATE TABLE IF NOT EXISTS batch_hold (batch TEXT PRIMARY KEY, until REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batch_model (batch TEXT PRIMARY KEY, model TEXT NOT NULL) WITHOUT ROWID;
 """
     + COUNT_SCHEMA
 )

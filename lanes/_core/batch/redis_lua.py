@@ -76,8 +76,9 @@ return 1
 )
 
 # ARGV: P, now (s), limit. Up to `limit` items due now of running batches whose window has not
-# ended, the soonest window's end first (then the batch's id), marked running and their tries
-# counted. Returns {batch, line, item, endpoint, client, input file, expires_at, tries} each.
+# ended and that are not held (`held_until`), the soonest window's end first (then the batch's
+# id), marked running and their tries counted. Returns {batch, line, item, endpoint, client,
+# input file, expires_at, tries, the batch's one model or ""} each.
 TAKE = (
     _HEAD
     + """
@@ -85,8 +86,9 @@ local need, out = tonumber(ARGV[3]), {}
 if need <= 0 then return out end
 for _, b in ipairs(redis.call('ZRANGEBYSCORE', P .. 'open', '(' .. ARGV[2], '+inf')) do
   local meta = redis.call('HMGET', P .. 'batch:' .. b, 'status', 'endpoint', 'client',
-                          'input_file_id', 'expires_at')
-  if meta[1] == 'in_progress' then
+                          'input_file_id', 'expires_at', 'held_until', 'model')
+  local held = tonumber(meta[6] or '') or 0
+  if meta[1] == 'in_progress' and not (held > tonumber(ARGV[2])) then
     local lines = redis.call('ZRANGEBYSCORE', P .. 'pending:' .. b, '-inf', ARGV[2],
                              'LIMIT', 0, need)
     for _, line in ipairs(lines) do
@@ -94,7 +96,7 @@ for _, b in ipairs(redis.call('ZRANGEBYSCORE', P .. 'open', '(' .. ARGV[2], '+in
       redis.call('SADD', P .. 'running:' .. b, line)
       local tries = redis.call('HINCRBY', P .. 'tries:' .. b, line, 1)
       out[#out + 1] = {b, line, redis.call('HGET', P .. 'items:' .. b, line), meta[2], meta[3],
-                       meta[4], meta[5], tries}
+                       meta[4], meta[5], tries, meta[7] or ''}
     end
     bump(b, 'pending', -#lines)
     bump(b, 'running', #lines)
@@ -247,16 +249,18 @@ return string.format('%.17g', spent)
 """
 )
 
-# ARGV: P, now (s). When the next pending item of a running batch may be taken (false: none).
+# ARGV: P, now (s). When the next pending item of a running batch may be taken, a held one's not
+# before its `held_until` (false: none).
 NEXT_DUE = (
     _HEAD
     + """
 local now, best = tonumber(ARGV[2]), false
 for _, b in ipairs(redis.call('ZRANGE', P .. 'open', 0, -1)) do
-  if redis.call('HGET', P .. 'batch:' .. b, 'status') == 'in_progress' then
+  local meta = redis.call('HMGET', P .. 'batch:' .. b, 'status', 'held_until')
+  if meta[1] == 'in_progress' then
     local first = redis.call('ZRANGE', P .. 'pending:' .. b, 0, 0, 'WITHSCORES')
     if first[2] then
-      local due = math.max(tonumber(first[2]), now)
+      local due = math.max(tonumber(first[2]), now, tonumber(meta[2] or '') or now)
       if not best or due < best then best = due end
     end
   end
@@ -386,4 +390,21 @@ redis.call('HSET', key, 'deleted', '1')
 redis.call('SREM', P .. 'inputs:' .. ARGV[3], ARGV[2])
 redis.call('ZREM', P .. 'files:' .. ARGV[3], ARGV[2])
 return {f[3], f[4] or '', f[5]}
+"""
+
+# ARGV: P, batch, until (s). None of a batch's items is taken before `until`; a batch gone (ended
+# and deleted) is left so.
+HOLD_BATCH = """
+local P = ARGV[1]
+if redis.call('EXISTS', P .. 'batch:' .. ARGV[2]) == 1 then
+  redis.call('HSET', P .. 'batch:' .. ARGV[2], 'held_until', ARGV[3])
+end
+"""
+
+# ARGV: P, batch, model. The one model a batch's items name (`take` gives it with each item).
+HOLD_BATCH_MODEL = """
+local P = ARGV[1]
+if redis.call('EXISTS', P .. 'batch:' .. ARGV[2]) == 1 then
+  redis.call('HSET', P .. 'batch:' .. ARGV[2], 'model', ARGV[3])
+end
 """

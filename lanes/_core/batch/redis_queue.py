@@ -50,6 +50,8 @@ from lanes._core.batch.redis_lua import (
     END,
     FINISH,
     HOLD,
+    HOLD_BATCH,
+    HOLD_BATCH_MODEL,
     LATER,
     LEAD,
     NEXT_DUE,
@@ -131,7 +133,7 @@ class RedisBatchQueue(RedisBatchFiles):
         check_open(self._r.scard(self._k("open", client)), self.caps)
         batch_id = new_id(prefix)
         data = new_batch(batch_id, checked, ask["completion_window"], now)
-        errors, total, last = self._stage(batch_id, checked.input_id, checked.endpoint)
+        errors, total, last, models = self._stage(batch_id, checked.input_id, checked.endpoint)
         created(data, errors, total, now)
         made = self._run(CREATE, batch_id, client, now, now + checked.window_s, data["status"],
                          json.dumps(data), checked.endpoint, checked.input_id, total, last,
@@ -139,19 +141,26 @@ class RedisBatchQueue(RedisBatchFiles):
         if not made:
             self._unstage(batch_id)
             raise RuntimeError(f"batch {batch_id}: its items were evicted while they were written")
+        if len(models) == 1 and not errors:  # one model: its items are held back together
+            self._run(HOLD_BATCH_MODEL, batch_id, *models)
         return data
 
-    def _stage(self, batch: str, file_id: str, endpoint: str) -> tuple[list[LineError], int, int]:
+    def _stage(
+        self, batch: str, file_id: str, endpoint: str
+    ) -> tuple[list[LineError], int, int, set[str]]:
         """Every line of the file written as an item of `batch` (keys with an expiry until the
         batch is created), and (the bad lines instead, and none kept; how many; the last line's
         number). A repeated `custom_id` is found by the first to set it (`ids:<batch>`)."""
         errors: list[LineError] = []
         total = last = sent = 0
         staged: list[tuple[int, str, str]] = []
+        models: set[str] = set()
         with self._reader(file_id) as stream:
             for number, begin, size, line in lines_in(stream, endpoint, self.caps.max_line_bytes):
                 last = number
                 if isinstance(line, Line):
+                    if len(models) < 2:
+                        models.add(line.body["model"])
                     item = json.dumps([begin, size, line.custom_id])
                     staged.append((number, line.custom_id, item))
                 else:
@@ -161,7 +170,7 @@ class RedisBatchQueue(RedisBatchFiles):
             total += self._written(batch, staged, errors)
         if errors:
             self._unstage(batch)
-        return errors, 0 if errors else total, last
+        return errors, 0 if errors else total, last, models
 
     def _written(
         self, batch: str, staged: list[tuple[int, str, str]], errors: list[LineError]
@@ -240,7 +249,11 @@ class RedisBatchQueue(RedisBatchFiles):
         replies, found = pipe.execute(), []
         for row, first in zip(replies[::2], replies[1::2], strict=True):
             if row and (client is None or row[b"client"].decode() == client):
-                found.append(self._object(row) | {"next_try_at": first[0][1] if first else None})
+                due = first[0][1] if first else None
+                held = float(row.get(b"held_until") or 0.0)
+                found.append(
+                    self._object(row) | {"next_try_at": None if due is None else max(due, held)}
+                )
         return found[:limit]
 
     def outcomes(self, batch_id: str) -> dict[str, int]:
@@ -306,11 +319,11 @@ class RedisBatchQueue(RedisBatchFiles):
         """Up to `limit` items due now, of running batches, the earliest window end first."""
         taken = self._run(TAKE, repr(float(now)), limit)
         items = []
-        for batch, line, item, endpoint, client, source, expires_at, tries in taken:
+        for batch, line, item, endpoint, client, source, expires_at, tries, model in taken:
             start, length, custom_id = json.loads(item)
             items.append(Item(batch.decode(), int(line), custom_id, endpoint.decode(),
                               client.decode(), start, length, int(expires_at), source.decode(),
-                              int(tries)))  # fmt: skip
+                              int(tries), model.decode() or None))  # fmt: skip
         return items
 
     def finish(self, item: Item, *, ok: bool, line: bytes) -> None:
@@ -330,6 +343,11 @@ class RedisBatchQueue(RedisBatchFiles):
         items = {"pending": row.get("pending", 0), "running": row.get("running", 0),
                  "completed": row.get("ok", 0), "failed": failed}  # fmt: skip
         return {"batches": batches, "items": items}
+
+    def hold(self, batch: str, until: float) -> None:
+        """None of `batch`'s items is taken before `until` (its items, of one model, were told
+        to wait for a quota's reset)."""
+        self._run(HOLD_BATCH, batch, repr(float(until)))
 
     def next_due(self, now: float) -> float | None:
         """When the next pending item may be taken (None: none is pending)."""

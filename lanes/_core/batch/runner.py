@@ -23,6 +23,7 @@ import trio
 
 from lanes._core.batch.lines import answered_line, failed_line
 from lanes._core.batch.queue import BatchQueue, Item, RunnerQueue
+from lanes._core.model.statuses import BATCH_MIN_PAID_S
 from lanes._core.runtime.tasks import TaskHealth
 
 log = logging.getLogger("lanes")
@@ -33,7 +34,7 @@ FAILED_PAUSE_S = 5.0  # after a round that failed
 PURGE_EVERY_S = 3600.0  # how often batches past their retention are looked for
 RETRY_S = 1.0  # an item that could not be run (not its answer's fault) is taken again after this
 TALLY_S = 5.0  # how often the queue's batches and items are counted (for /metrics)
-MIN_PAID_S = 5.0  # a paid try starts only with at least this long left of its window
+MIN_PAID_S = BATCH_MIN_PAID_S  # a paid try starts only with this long left of its window
 YIELD_S = 1.0  # how often it looks again while interactive work waits
 MIN_PUT_BACK_S = 1.0  # an item put back waits at least this long
 MAX_BACKOFF_S = 60.0  # an item put back again and again waits at most this long between tries
@@ -169,7 +170,14 @@ class BatchRunner:
         body = _body(raw)
         answer = await self._serve(item.endpoint, body, item.client, item.expires_at - self._now())
         if answer.status != 200 and answer.retry_after_s is not None:
-            when = self._now() + put_back_for(answer.retry_after_s, item.tries)
+            if item.model is not None:  # its batch's items all name one model
+                # at its Retry-After — the reset — and its batch's items (its model's) with it,
+                # free capacity back within its window (else they are taken, and may pay)
+                when = self._now() + put_back_for(answer.retry_after_s)
+                if when < item.expires_at:
+                    await trio.to_thread.run_sync(self._queue.hold, item.batch, when)
+            else:  # each try waiting longer
+                when = self._now() + put_back_for(answer.retry_after_s, item.tries)
             if when < item.expires_at:
                 await trio.to_thread.run_sync(self._queue.later, item, when)
                 return
@@ -232,10 +240,11 @@ class BatchRunner:
 
 
 def put_back_for(retry_after_s: float, tries: int | None = None) -> float:
-    """How long an item (or a library batch's job) told "not now" after its `tries`-th try waits
-    before the next: its Retry-After, and each try longer (2^tries s), to `MAX_BACKOFF_S`; a
-    library batch's job (`tries` None: its batch holds back the jobs like it meanwhile) its
-    Retry-After, at least `MIN_PUT_BACK_S`."""
+    """How long an item (or a library batch's job) told "not now" waits before its next try:
+    where the items like it are held back meanwhile (`tries` None: its batch's, or a library
+    batch's jobs of its model), its Retry-After (the reset), at least `MIN_PUT_BACK_S`; else,
+    after its `tries`-th try, its Retry-After, and each try longer (2^tries s), to
+    `MAX_BACKOFF_S`."""
     if tries is None:
         return max(retry_after_s, MIN_PUT_BACK_S)
     return max(retry_after_s, min(2.0**tries, MAX_BACKOFF_S))

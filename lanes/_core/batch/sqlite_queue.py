@@ -114,13 +114,15 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
         """Every line of the file, as items of `batch` (in the caller's transaction), and how many;
         the bad lines instead, and no item, when there is one."""
         errors: list[LineError] = []
-        total = 0
+        total, models = 0, set[str]()
         with self._path(ask.input_id).open("rb") as stream:
             for number, begin, size, line in lines_in(
                 stream, ask.endpoint, self.caps.max_line_bytes
             ):
                 found: Line | LineError = line
                 if isinstance(line, Line):  # kept while bad lines are looked for: duplicates
+                    if len(models) < 2:
+                        models.add(line.body["model"])
                     try:
                         conn.execute(
                             "INSERT INTO batch_item (batch, line, custom_id, start, length, "
@@ -134,6 +136,9 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
                     errors.append(found)
             if errors:
                 conn.execute("DELETE FROM batch_item WHERE batch = ?", (batch,))
+            elif len(models) == 1:  # one model: its items are held back together (`hold`)
+                conn.execute("INSERT INTO batch_model (batch, model) VALUES (?, ?)",
+                             (batch, *models))  # fmt: skip
         return errors, total
 
     def batch(self, client: str, batch_id: str) -> Obj | None:
@@ -164,8 +169,9 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
         none waits)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT b.data, c.ok, c.error + c.expired + c.cancelled, (SELECT "
-                "min(not_before) FROM batch_item WHERE batch = b.id AND state = 'pending') FROM "
+                "SELECT b.data, c.ok, c.error + c.expired + c.cancelled, max((SELECT "
+                "min(not_before) FROM batch_item WHERE batch = b.id AND state = 'pending'), "
+                "coalesce((SELECT until FROM batch_hold WHERE batch = b.id), 0)) FROM "
                 "batch b LEFT JOIN batch_count c ON c.batch = b.id WHERE b.status IN "
                 "('validating', 'in_progress', 'finalizing', 'cancelling') AND (? IS NULL OR "
                 "b.client = ?) ORDER BY b.expires_at LIMIT ?",
@@ -211,6 +217,8 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
         with self._lock, self._conn:
             self._conn.execute("DELETE FROM batch_item WHERE batch = ?", (batch_id,))
             self._conn.execute("DELETE FROM batch_count WHERE batch = ?", (batch_id,))
+            self._conn.execute("DELETE FROM batch_hold WHERE batch = ?", (batch_id,))
+            self._conn.execute("DELETE FROM batch_model WHERE batch = ?", (batch_id,))
             self._conn.execute("DELETE FROM batch WHERE id = ?", (batch_id,))
             self._conn.execute(
                 "UPDATE batch_file SET deleted = 1 WHERE batch = ? OR id = ?",
@@ -280,10 +288,12 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
             rows = conn.execute(
                 "SELECT i.batch, i.line, i.custom_id, json_extract(b.data, '$.endpoint'), "
                 "b.client, i.start, i.length, i.expires_at, json_extract(b.data, "
-                "'$.input_file_id'), i.tries + 1 FROM batch_item i JOIN batch b ON b.id = i.batch "
+                "'$.input_file_id'), i.tries + 1, m.model FROM batch_item i JOIN batch b ON "
+                "b.id = i.batch LEFT JOIN batch_model m ON m.batch = i.batch "
                 "WHERE i.state = 'pending' AND i.not_before <= ? AND b.status = 'in_progress' "
-                "AND i.expires_at > ? ORDER BY i.expires_at, i.batch, i.line LIMIT ?",
-                (now, now, limit),
+                "AND i.expires_at > ? AND NOT EXISTS (SELECT 1 FROM batch_hold h WHERE h.batch = "
+                "i.batch AND h.until > ?) ORDER BY i.expires_at, i.batch, i.line LIMIT ?",
+                (now, now, now, limit),
             ).fetchall()
             conn.executemany(
                 "UPDATE batch_item SET state = 'running', tries = tries + 1 "
@@ -294,7 +304,7 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
                 n = sum(r[0] == batch for r in rows)
                 bump(conn, batch, pending=-n, running=n)
         return [
-            Item(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], str(self._path(r[8])), r[9])
+            Item(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], str(self._path(r[8])), r[9], r[10])
             for r in rows
         ]
 
@@ -334,12 +344,20 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
         with self._lock:
             return tally(self._conn)
 
+    def hold(self, batch: str, until: float) -> None:
+        """None of `batch`'s items is taken before `until` (its items, of one model, were told
+        to wait for a quota's reset)."""
+        with self._lock, immediate(self._conn) as conn:
+            conn.execute("INSERT OR REPLACE INTO batch_hold (batch, until) VALUES (?, ?)",
+                         (batch, until))  # fmt: skip
+
     def next_due(self, now: float) -> float | None:
         """When the next pending item may be taken (None: none is pending)."""
         with self._lock:
             row = self._conn.execute(  # per running batch, its soonest: an index's first row
                 "SELECT min(max((SELECT min(not_before) FROM batch_item WHERE batch = b.id AND "
-                "state = 'pending'), ?)) FROM batch b WHERE b.status = 'in_progress'",
+                "state = 'pending'), ?, coalesce((SELECT until FROM batch_hold WHERE batch = "
+                "b.id), 0))) FROM batch b WHERE b.status = 'in_progress'",
                 (now,),
             ).fetchone()
         return None if row is None or row[0] is None else float(row[0])
