@@ -5,10 +5,9 @@ A real `lanes serve` process with its state and queue in SQLite files (`state = 
 so the queue is `<tmp>/state.db.batches/`) over one fast local lane (a `lanes.testing` fake in
 this process, on 127.0.0.1; a local lane has no quota, so no item waits). A 10,000-line JSONL file
 is uploaded over HTTP (`POST /v1/files`), its batch created (window 24 h) and run to its end, and
-its output file streamed back. Then (not `--quick`) a 100,000-line one the same way — but a batch
-of 100,000 would take hours here (each round of the runner reads every pending item: see
-`queue_calls`), so it runs for `WINDOW_S`, is cancelled, and its output and error files (every
-item answered, `batch_cancelled` for those not run) are streamed back.
+its output file streamed back. Then (not `--quick`) a 100,000-line one the same way, run to its
+end — or, should it run past `WINDOW_S`, cancelled there, its output and error files (every item
+answered, `batch_cancelled` for those not run) streamed back all the same.
 
 Measured: the wall time of each step; items per second; the sidecar's CPU (user + system, from
 /proc) per item, beside its CPU per request for the same body sent as ordinary requests at the
@@ -98,7 +97,7 @@ def config(upstream: str, workdir: Path, items: int) -> dict[str, Any]:
 
 async def measure(quick: bool) -> dict[str, Any]:
     """The sidecar measured as the module's text says: a 10,000-item batch to its end, and (not
-    `quick`) a 100,000-item one for `WINDOW_S`, then cancelled."""
+    `quick`) a 100,000-item one, cancelled should it run past `WINDOW_S`."""
     with tempfile.TemporaryDirectory(prefix="lanes-batch100k-") as tmp:
         workdir = Path(tmp)
         sources = {}
@@ -119,7 +118,7 @@ async def measure(quick: bool) -> dict[str, Any]:
 BODY = {"model": "m", "messages": [{"role": "user", "content": "Classify: 1"}]}
 PROBE_S = 15.0  # interactive requests one at a time for this long: before the batch, and during
 PROBE_GAP_S = 0.02  # between them (a light load: about 45 a second)
-WINDOW_S = 120.0  # how long the 100,000-item batch runs before it is cancelled
+WINDOW_S = 3600.0  # the 100,000-item batch runs at most this long, then it is cancelled
 EVERY_S = 0.5  # how often the batch's progress is asked
 
 
