@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import trio
 from conftest import FREE_LANE_OFF
@@ -176,6 +179,24 @@ async def test_context_length_error_moves_on(fakes, env, autojump_clock):
     async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
         reply = await dispatcher.complete(job())
     assert reply.lane == "paid"
+    assert reply.attempts[0].outcome == "context_length"
+
+
+#: llama-server's own answer to a prompt past its context (tests/corpus/local/SOURCES.md).
+LLAMACPP_TOO_LONG = json.loads(
+    (Path(__file__).parent / "corpus" / "local" / "llamacpp-context.json").read_text()
+)["body"]
+
+
+async def test_a_llamacpp_context_overflow_moves_to_a_larger_model(fakes, env, autojump_clock):
+    """llama-server's 400 `exceed_context_size_error` (its code a number, its type the word) is a
+    context overflow, not a final 400: the next candidate answers and the attempt says so."""
+    _, local, paid = fakes
+    local.script("local-model", status(400, LLAMACPP_TOO_LONG))
+    cfg = config(local_lane("local", local.base_url), paid_lane("paid", paid.base_url))
+    async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+        reply = await dispatcher.complete(job())
+    assert reply.lane == "paid" and len(paid.requests()) == 1
     assert reply.attempts[0].outcome == "context_length"
 
 

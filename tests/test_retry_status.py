@@ -5,6 +5,8 @@ included."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -273,6 +275,20 @@ async def test_a_prompt_every_upstream_says_is_too_long_is_a_400():
         got = await answers(url, requests_on_every_door("auto")[:1])
     assert error_of(got["chat"]) == (400, "context_length_exceeded")
     assert "maximum context length is 8192" in got["chat"].json()["error"]["message"]
+
+
+async def test_a_llamacpp_prompt_past_its_context_is_a_400_in_the_clients_dialect():
+    """llama-server's own `exceed_context_size_error` with nothing larger to try: a 400
+    `context_length_exceeded` on chat (its message kept) and `invalid_request_error` on Messages —
+    not the upstream's bare code "400"."""
+    body = json.loads((Path(__file__).parent / "corpus/local/llamacpp-context.json").read_text())
+    async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
+        fakes["local"].script("local-model", status(400, body["body"]))
+        doors = requests_on_every_door("auto")
+        got = await answers(url, [d for d in doors if d[0] in ("chat", "messages")])
+    assert error_of(got["chat"]) == (400, "context_length_exceeded")
+    assert "exceeds the available context size (2048" in got["chat"].json()["error"]["message"]
+    assert error_of(got["messages"]) == (400, "invalid_request_error")
 
 
 GONE = {

@@ -5,9 +5,16 @@ Retryable: 408, 425, 5xx, unknown 4xx, garbage. Final (the walk stops, nothing f
 429 is `RateLimited` unless the body says credits ran out; 402 is `CreditExhausted`; 404 and
 `model_not_found` are `ModelGone`.
 
-Messages keep the upstream's own error message and code, each passed through `untrusted.shown`
-(bounded, without known secrets, control characters or anything key-shaped) before it is kept
-anywhere — the exception's `code` too, which becomes the client's error `code`.
+An error object's words are read before its numbers: the code kept is its first text among `code`,
+`type` and `status` (llama.cpp's `{"code": 400, "type": "exceed_context_size_error"}` keeps the
+type), a bare number only when there is no word; and it is classified on all of them and the
+message together. Messages keep the upstream's own error message and code, each passed through
+`untrusted.shown` (bounded, without known secrets, control characters or anything key-shaped)
+before it is kept anywhere — the exception's `code` too, which becomes the client's error `code`.
+
+The context-overflow wordings are those of the hosted APIs and of the local servers' own source
+(tests/corpus/local/SOURCES.md): llama.cpp's `exceed_context_size_error`, Ollama's "exceeds the
+context length", vLLM's "context length is only", LM Studio's "context length of only".
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ from lanes._core.upstream.shapes import in_band_error
 FINAL_STATUSES = frozenset({400, 401, 403, 413, 422})
 _CONTEXT = re.compile(
     r"context[_ ]length|context window|maximum context|too many tokens|prompt is too long"
-    r"|reduce the length|exceeds the model'?s? (max|context)",
+    r"|reduce the length|exceeds the model'?s? (max|context)"
+    r"|exceed_context_size|(exceeds|larger than) the (available|max) context size",
     re.IGNORECASE,
 )
+_FIELDS = ("code", "type", "status")  # where an error object names itself
 _CREDIT = re.compile(
     r"insufficient[_ ]quota|\bcredits?\b|\bbalance\b|billing|payment", re.IGNORECASE
 )
@@ -52,21 +61,43 @@ def shown_error(message: str, code: str | None, secrets: Iterable[str]) -> tuple
 
 
 def error_fields(body: Any) -> tuple[str, str | None]:
-    """(message, code) from an OpenAI-shaped error body, a bare string, or anything else."""
+    """(message, code) from an OpenAI-shaped error body, a bare string, or anything else; the code
+    is the error's first word among `code`, `type`, `status`, else its first number."""
+    message, names = _said(body)
+    return message, _code(names)
+
+
+def _code(names: list[str]) -> str | None:
+    """The first word among an error's names, else its first number, else None."""
+    words = [name for name in names if not name.isdigit()]
+    return next(iter(words or names), None)
+
+
+def _said(body: Any) -> tuple[str, list[str]]:
+    """(message, the names the error gives itself in `_FIELDS` order, each as text)."""
     if isinstance(body, Mapping):
         error = body.get("error", body)
         if isinstance(error, Mapping):
             message = error.get("message")
-            code = error.get("code") or error.get("type") or error.get("status")
-            return (str(message) if message is not None else ""), (str(code) if code else None)
+            names = [error.get(key) for key in _FIELDS]
+            return (str(message) if message is not None else ""), [
+                str(name) for name in names if _is_name(name)
+            ]
         if isinstance(error, str):
-            return error, None
-        return "", None
+            return error, []
+        return "", []
     if isinstance(body, list) and body:
-        return error_fields(body[0])  # some upstreams wrap their error in a list
+        return _said(body[0])  # some upstreams wrap their error in a list
     if isinstance(body, (str, bytes)):
-        return (body.decode("utf-8", "replace") if isinstance(body, bytes) else body), None
-    return "", None
+        return (body.decode("utf-8", "replace") if isinstance(body, bytes) else body), []
+    return "", []
+
+
+def _is_name(value: Any) -> bool:
+    """A code, type or status worth keeping: non-empty text, or a number (never a bool)."""
+    if isinstance(value, str):
+        return bool(value.strip())
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def parse_body(raw: bytes) -> Any:
@@ -85,8 +116,9 @@ def classify_status(
     secrets: Iterable[str] = (),
 ) -> UpstreamError:
     """The exception for a non-2xx answer (returned, not raised: the caller raises it `from`)."""
-    raw_message, raw_code = error_fields(body)
-    text = f"{raw_code or ''} {raw_message}"  # read whole to classify, never shown
+    raw_message, names = _said(body)
+    raw_code = _code(names)
+    text = " ".join([*names, raw_message])  # read whole to classify, never shown
     message, code = shown_error(raw_message, raw_code, secrets)
     detail = f"HTTP {status}" + (f" {code}" if code else "") + (f": {message}" if message else "")
     kw = {"status": status, "headers": headers, "body": body, "code": code}
