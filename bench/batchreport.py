@@ -191,21 +191,6 @@ def _beside(alone: Mapping[str, Any], beside: Mapping[str, Any]) -> list[str]:
 
 
 # -- items through the sidecar's queue -------------------------------------------------------------
-def projected_s(d: Mapping[str, Any]) -> float | None:
-    """A projection, not a measure: the seconds a 100,000-item batch would take to its end, if
-    an item's wall time grows linearly with the items pending — fitted through the 10,000-item
-    batch (5,000 pending on average) and the 100,000-item one's window (its pending then)."""
-    small, big = d.get("10000"), d.get("100000")
-    if not small or not big:
-        return None
-    pending_big = big["items"] - big["done_in_run"] / 2
-    per_item = (small["wall_ms_per_item"] / 1000, big["wall_ms_per_item"] / 1000)
-    slope = (per_item[1] - per_item[0]) / (pending_big - small["items"] / 2)
-    base = per_item[0] - slope * small["items"] / 2
-    n = big["items"]
-    return float(n * base + slope * n * (n + 1) / 2)
-
-
 def queue_section(d: Mapping[str, Any] | None) -> list[str]:
     if not d:
         return []
@@ -218,9 +203,9 @@ def queue_section(d: Mapping[str, Any] | None) -> list[str]:
         "`lanes serve` with its state and batch queue in SQLite files, over one local lane (a "
         "`lanes.testing` fake on 127.0.0.1, in the load generator's process) at `[batch] "
         f"concurrency` {d['concurrency']}. Each JSONL file is uploaded over HTTP, its batch "
-        "created and run, and its output and error files streamed back; the 100,000-item "
-        "batch is cancelled after two minutes (to its end it would take an hour or more: "
-        "below). CPU is the sidecar's user + system time from /proc, an item's beside the same "
+        "created and run to its end (cancelled only past an hour: the table's `then` says), "
+        "and its output and error files streamed back. CPU is the sidecar's user + system "
+        "time from /proc, an item's beside the same "
         "body sent as an ordinary request at the same concurrency "
         f"({i['cpu_ms_per_request']:.2f} ms of CPU each, over {i['requests']:,}): the "
         "difference is the queue's own cost. The fake's time is this process's CPU (the fake, "
@@ -254,21 +239,14 @@ def queue_section(d: Mapping[str, Any] | None) -> list[str]:
             f"| {int(size):,} | {c['create_s']:.2f} | {c['take_4_us']:,.0f} | "
             f"{c['next_due_us']:,.0f} | {c['settle_us']:,.0f} | {c['finish_us']:,.0f} |"
         )
-    projection = projected_s(d)
     lines += [
         "",
-        "All but `finish` grow with the items pending: `take` sorts every pending item to "
-        "return the first few (`ORDER BY i.expires_at, i.batch, i.line` over an index on "
-        "(state, expires_at, not_before): SQLite's plan says `USE TEMP B-TREE FOR RIGHT PART OF "
-        "ORDER BY`), `next_due` reads them all for their least `not_before`, and `settle` "
-        "counts them for each batch in progress — so a batch costs the square of its items."
-        + (
-            " Fitted through the two batches above (an item's wall time linear in the items "
-            f"pending), a 100,000-item batch would take about {projection / 3600:.1f} h here: a "
-            "projection, not a measure."
-            if projection
-            else ""
-        ),
+        "None of the calls grows with the items pending: `take` reads the first due items from "
+        "an index in their order, `next_due` one index row per running batch, `settle` the "
+        "counts each batch keeps by state (kept in the transactions that change its items), "
+        "and `finish` one item. (Before 2026-12-04 all but `finish` read every pending item — "
+        "at 100,000 pending, take 132 ms, next_due 30 ms, settle 16 ms a round — and a "
+        "100,000-item batch ran at 13 items a second.)",
         "",
         f"The sidecar's resident memory: {d['idle_rss_mb']:.1f} MiB warm and idle, "
         f"{d['before_rss_mb']:.1f} MiB after the ordinary requests, at most "
