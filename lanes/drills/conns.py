@@ -156,9 +156,9 @@ answered 505 and closed, and /health answers within 1 s of the flood."""
             flood_s = time.monotonic() - start  # wall-clock: as above
             after = time.monotonic()  # wall-clock: as above
             health = await http.get(f"{sidecar.base}/health")
-            while health.status_code != 200 and time.monotonic() - after < 1.0:  # wall-clock
-                # the flood's connections are let go as the sidecar reads their close: until
-                # then a new one may find the cap full (503) — within the second it must not
+            # the flood's connections are let go as the sidecar reads their close: until then a
+            # new one may find the cap full (503) — within the second it must not
+            while health.status_code != 200 and time.monotonic() - after < 1.0:  # wall-clock: ^
                 await trio.sleep(0.05)
                 health = await http.get(f"{sidecar.base}/health")
             health_s = time.monotonic() - after  # wall-clock: as above
