@@ -59,7 +59,7 @@ from lanes._core.batch.redis_lua import (
     STAGE,
     TAKE,
 )
-from lanes._core.state.redis_store import connection_pool, redacted
+from lanes._core.state.redis_store import connection_pool, memory_policy, redacted
 
 log = logging.getLogger("lanes")
 CHUNK_BYTES = 1 << 20  # an input file's bytes per Redis key
@@ -100,13 +100,9 @@ class RedisBatchQueue(RedisBatchFiles):
         reached now): its `maxmemory-policy` is `allkeys-*` (the keys carry no expiry, so
         `volatile-*` never takes one)."""
         try:
-            try:
-                policy = self._r.config_get("maxmemory-policy").get("maxmemory-policy", "")
-            except redis.ResponseError:  # CONFIG renamed or not granted
-                policy = self._r.info("memory").get("maxmemory_policy", "")
+            policy = memory_policy(self._r)
         except (redis.RedisError, OSError):
             return ""
-        policy = policy.decode() if isinstance(policy, bytes) else str(policy)
         if not policy.startswith("allkeys-"):
             return ""
         return (f"batch queue: redis at {self.where}: maxmemory-policy is {policy}, so Redis may "

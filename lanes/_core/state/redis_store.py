@@ -327,13 +327,7 @@ class RedisStore(RedisPaid, RedisApprovals, RedisGrants, RedisLeases, RedisSwitc
         or not granted). Under an `allkeys-*` policy Redis may evict the paid ledger's keys and
         forget the day's spend — they carry no expiry, so a `volatile-*` policy never does — and
         paid stays closed (`_evicting`), said in one line when that changes."""
-        try:
-            policy = text(self._redis.config_get("maxmemory-policy").get("maxmemory-policy", ""))
-        except redis.ResponseError:
-            try:
-                policy = text(self._redis.info("memory").get("maxmemory_policy", ""))
-            except redis.ResponseError:
-                policy = ""
+        policy = memory_policy(self._redis)
         self._policy_read_at, self._policy = time.monotonic(), policy  # wall-clock: as above
         was, self._evicting = self._evicting, _eviction_risk(self.where, policy)
         if self._evicting and self._evicting != was:
@@ -442,6 +436,18 @@ def _loss(now: str | None, known: str | None) -> str:
     if now is None:
         return "it lost the paid ledger (a restart without persistence, or a flush)"
     return "another host found the day's paid ledger lost"
+
+
+def memory_policy(client: redis.Redis) -> str:
+    """The server's `maxmemory-policy`, by CONFIG GET, else INFO where CONFIG is renamed or not
+    granted ("" when neither may be run). Raises what the connection raises."""
+    try:
+        return text(client.config_get("maxmemory-policy").get("maxmemory-policy", ""))
+    except redis.ResponseError:
+        try:
+            return text(client.info("memory").get("maxmemory_policy", ""))
+        except redis.ResponseError:
+            return ""
 
 
 def _eviction_risk(where: str, policy: str) -> str:
