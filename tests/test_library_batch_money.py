@@ -8,6 +8,8 @@ interactive job no more than one free attempt."""
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -35,9 +37,16 @@ def capped(n: int, **kw: Any) -> list[lanes.Job]:
     return jobs(n, params={"max_tokens": 50}, **kw)
 
 
-def cooling(free: object) -> None:
-    """The free model answers 429, Retry-After 2 h: past any window here."""
-    free.script("free-model", *[rate_limited(retry_after=7200)] * 20)  # type: ignore[attr-defined]
+@asynccontextmanager
+async def cooling_pair() -> AsyncIterator[tuple[Any, Any]]:
+    """A free fake whose model answers 429, Retry-After 2 h (past any window here), and a paid
+    one."""
+    async with (
+        open_fake("free", models=("free-model",)) as free,
+        open_fake("paid", models=("paid-model",)) as paid,
+    ):
+        free.script("free-model", *[rate_limited(retry_after=7200)] * 20)
+        yield free, paid
 
 
 def cfg_of(free: object, paid: object, **policy: object) -> lanes.Config:
@@ -74,15 +83,11 @@ async def test_a_fault_in_the_paid_try_ends_its_job_only(autojump_clock):
 @pytest.mark.parametrize("budget", [Decimal("0.50"), 0.5, 1])
 async def test_a_budget_is_any_number_of_dollars(env, autojump_clock, budget):
     async with (
-        open_fake("free", models=("free-model",)) as free,
-        open_fake("paid", models=("paid-model",)) as paid,
+        cooling_pair() as (free, paid),
+        lanes.open_dispatcher(cfg_of(free, paid), env=env) as dispatcher,
+        dispatcher.submit_batch(capped(3), window=600, max_paid_usd=budget) as batch,
     ):
-        cooling(free)
-        async with (
-            lanes.open_dispatcher(cfg_of(free, paid), env=env) as dispatcher,
-            dispatcher.submit_batch(capped(3), window=600, max_paid_usd=budget) as batch,
-        ):
-            results = [r async for r in batch.results()]
+        results = [r async for r in batch.results()]
     assert all(r.reply is not None for r in results) and len(paid.requests()) == 3
     assert 0 < batch.progress.paid_usd <= float(budget)
 
@@ -103,41 +108,29 @@ async def test_jobs_held_behind_a_refusal_past_the_window_still_pay(env, autojum
     """Concurrency 1: the first job's refusal (Retry-After past the window) does not hold the
     other two back until the window's end — all three are paid."""
     async with (
-        open_fake("free", models=("free-model",)) as free,
-        open_fake("paid", models=("paid-model",)) as paid,
+        cooling_pair() as (free, paid),
+        lanes.open_dispatcher(cfg_of(free, paid), env=env) as dispatcher,
+        dispatcher.submit_batch(capped(3), window=600, max_paid_usd=1.0, concurrency=1) as b,
     ):
-        cooling(free)
-        async with (
-            lanes.open_dispatcher(cfg_of(free, paid), env=env) as dispatcher,
-            dispatcher.submit_batch(capped(3), window=600, max_paid_usd=1.0, concurrency=1) as b,
-        ):
-            results = [r async for r in b.results()]
+        results = [r async for r in b.results()]
     assert len(paid.requests()) == 3 and all(r.reply is not None for r in results)
 
 
 @pytest.mark.parametrize("own", [{"free_only": True}, {"paid_cap_usd": 1e-9}])
 async def test_the_callers_free_only_and_paid_cap_hold(env, autojump_clock, own):
     async with (
-        open_fake("free", models=("free-model",)) as free,
-        open_fake("paid", models=("paid-model",)) as paid,
+        cooling_pair() as (free, paid),
+        lanes.open_dispatcher(cfg_of(free, paid), env=env) as dispatcher,
+        dispatcher.submit_batch(capped(1, **own), window=600, max_paid_usd=1.0) as batch,
     ):
-        cooling(free)
-        async with (
-            lanes.open_dispatcher(cfg_of(free, paid), env=env) as dispatcher,
-            dispatcher.submit_batch(capped(1, **own), window=600, max_paid_usd=1.0) as batch,
-        ):
-            [result] = [r async for r in batch.results()]
+        [result] = [r async for r in batch.results()]
     assert paid.requests() == [] and result.error is not None
 
 
 async def test_no_paid_attempt_after_a_cancel(env, autojump_clock):
     """paid_attempts 2; the first paid request answers 500 after 10 s; cancel() at 5 s cuts the
     try: no second paid request, and what it held counts spent."""
-    async with (
-        open_fake("free", models=("free-model",)) as free,
-        open_fake("paid", models=("paid-model",)) as paid,
-    ):
-        cooling(free)
+    async with cooling_pair() as (free, paid):
         paid.script("paid-model", attrs.evolve(status(500), delay_s=10), answer())
         async with lanes.open_dispatcher(cfg_of(free, paid, paid_attempts=2), env=env) as d:
             async with d.submit_batch(capped(1), window=600, max_paid_usd=1.0) as batch:
