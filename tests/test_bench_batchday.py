@@ -1,5 +1,6 @@
-"""The batch day's bound: what lanes' headroom rule lets a batch start, an upper bound on the
-items any schedule could serve under it, and the oracle's schedule below it."""
+"""The batch day's bound: what lanes' headroom rule lets a batch start, two upper bounds on the
+items any schedule could serve under it (a max-flow and a mixed-integer program), and the oracle's
+schedule below them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.batchbound import allowed, bound, caps, obeyed, replay
+from bench.batchexact import tight_upper
 from helpers import examples
 from lanes.testing import open_fake, quota
 
@@ -99,6 +101,57 @@ def test_the_oracle_by_hand():
     assert early.served == early.upper == 117  # 3 in the minute's headroom, before either is done
     late = bound({30: 20}, items=10**6, minutes=1440, limits=limits)
     assert late.served == late.upper == 120  # both done: the 20 use the day's headroom
+
+
+PROVIDERS = st.lists(
+    st.tuples(st.integers(1, 3), st.integers(1, 7), st.floats(0.0, 0.9), st.booleans()),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=examples(100))
+@given(
+    PROVIDERS,
+    st.lists(st.integers(0, 5), min_size=1, max_size=5),
+    st.one_of(st.integers(0, 12), st.just(100)),
+    st.data(),
+)
+def test_no_schedule_serves_more_than_the_program_allows(providers, arrivals, items, data):
+    """The program's bound holds over every schedule, with free-first routing modelled for
+    every minute or only the first few (the rest relaxed)."""
+    limits = {
+        f"p{i}": (rpm, rpd, allowed(rpm, h), allowed(rpd, h) if known else rpd)
+        for i, (rpm, rpd, h, known) in enumerate(providers)
+    }
+    horizon = data.draw(st.integers(0, len(arrivals)))
+    tight = tight_upper(
+        dict(enumerate(arrivals)),
+        items=items,
+        minutes=len(arrivals),
+        limits=limits,
+        horizon=horizon,
+    )
+    assert tight.optimal
+    assert brute_force(limits, arrivals, items) <= tight.upper
+
+
+def test_the_program_where_the_max_flow_is_loose():
+    """One provider of 3 a minute and 2 a day, the batch allowed 1 a minute: at the first
+    reset it starts 1, and the minute's jobs must take the day's other request, so 1 is all any
+    schedule serves. The max-flow bound says 2 (it counts as surely served only the room no
+    schedule can take away, and the day could be full by then); the program says 1."""
+    limits = {"p": (3, 2, 1, 2)}
+    arrivals = [4, 2, 2, 2, 2]
+    minutes = len(arrivals)
+    found = bound(dict(enumerate(arrivals)), items=100, minutes=minutes, limits=limits)
+    tight = tight_upper(
+        dict(enumerate(arrivals)), items=100, minutes=minutes, limits=limits, horizon=minutes
+    )
+    assert found.upper == 2
+    assert brute_force(limits, arrivals, 100) == found.served == tight.upper == 1
+    alone = tight_upper({}, items=100, minutes=minutes, limits=limits, horizon=minutes)
+    assert alone.upper == 2  # with no jobs to take its room, the batch has the day
 
 
 async def test_replay_answers_as_the_fake_does(autojump_clock):
