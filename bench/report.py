@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import batchreport, onehost
+from bench import agent, batchreport, onehost
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -349,6 +349,7 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         f"{f['requests_to_exhausted_providers']} |",
         "",
     ]
+    lines += agent.section(data.get("agent") or _latest("agent"))
     lines += batchreport.sections(data)
     lines += _audit_report(data.get("audit_report"))
     lines += whatif_section(data.get("whatif"))

@@ -25,7 +25,7 @@ from typing import Any
 import httpx2
 import trio
 
-from bench import audit_report, batch100k, batchday, onehost, peers, shared, whatif
+from bench import agent, audit_report, batch100k, batchday, onehost, peers, shared, whatif
 from bench.load import percentile, run_load, summary
 from lanes.harness.processes import free_port
 
@@ -302,6 +302,10 @@ async def main(quick: bool) -> dict[str, Any]:
         added(result["speed"])
         print("bench: free share …", file=sys.stderr, flush=True)
         result["free_share"] = await free_share(hours=2.0 if quick else 24.0)
+        print("bench: agent-sized requests …", file=sys.stderr, flush=True)
+        result["agent"] = await agent.run(
+            rounds=1 if quick else 3, requests=20 if quick else 60, sizes=list(agent.SIZES)
+        )
         print("bench: a batch over a simulated day …", file=sys.stderr, flush=True)
         result["batchday"] = await batchday.run(quick)
         print("bench: items through the sidecar's batch queue …", file=sys.stderr, flush=True)

@@ -74,6 +74,39 @@ _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
+@attrs.define(eq=False, repr=False)
+class _Memo:
+    """What a job's request encodes to, kept for the copies `attrs.evolve` makes of the job (they
+    share this object) while their messages (or input) and tools are the very same objects: a
+    512 KB request is encoded once for its size, not once per candidate and attempt, and once for
+    its digest. A copy with other messages or tools finds them changed and encodes its own."""
+
+    sized: tuple[Any, ...] | None = None
+    size: int = 0
+    digested: tuple[Any, ...] | None = None
+    digest: tuple[str, int] = ("", 0)
+
+    def size_of(self, of: tuple[Any, ...], what: Any) -> int:
+        """The byte length of `what` as JSON, where `of` (the objects it is made from) are those
+        of the last call, by identity; else worked out."""
+        if not _same(self.sized, of):
+            self.size = len(json.dumps(what, ensure_ascii=False, default=str).encode())
+            self.sized = of
+        return self.size
+
+    def digest_of(self, of: tuple[Any, ...], what: Any) -> tuple[str, int]:
+        if not _same(self.digested, of):
+            self.digest = digest(what)
+            self.digested = of
+        return self.digest
+
+
+def _same(kept: tuple[Any, ...] | None, of: tuple[Any, ...]) -> bool:
+    if kept is None or len(kept) != len(of):
+        return False
+    return all(a is b for a, b in zip(kept, of, strict=True))
+
+
 def _new_id() -> str:
     """A random version-4 UUID in hex, as `uuid.uuid4().hex` spells it."""
     return f"{int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET:032x}"
@@ -160,6 +193,8 @@ class Job:
     id: str = attrs.field(factory=_new_id)
     # the caller's W3C `traceparent`: the job's span is its child (a malformed one is dropped)
     traceparent: str | None = attrs.field(default=None, converter=normalised)
+    # sizes and digests already worked out (`_Memo`): shared with the copies evolve makes
+    memo: _Memo = attrs.field(factory=_Memo, eq=False, repr=False, alias="_memo")
 
     @messages.validator
     def _check_messages(
@@ -231,7 +266,15 @@ class Job:
     def fingerprint(self) -> tuple[str, int]:
         """SHA-256 and byte count of the messages (or input): what the audit keeps instead of the
         body."""
-        return digest(self.request())
+        return self.memo.digest_of((self.input, self.messages), self.request())
+
+    def input_bytes(self) -> int:
+        """Bytes of the messages and tools (or an embedding's input) as JSON — what a token
+        estimate is made of."""
+        if self.input is not None:
+            return self.memo.size_of((self.input,), self.request())
+        tools = self.params.get("tools")
+        return self.memo.size_of((self.messages, tools), [self.messages, tools])
 
 
 def digest(value: Any) -> tuple[str, int]:

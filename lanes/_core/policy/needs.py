@@ -28,8 +28,8 @@ class Needs:
 
 
 def input_bytes(job: Job) -> int:
-    what = job.request() if job.embedding else [list(job.messages), job.params.get("tools")]
-    return len(json.dumps(what, ensure_ascii=False, default=str).encode())
+    """Bytes of the messages and tools (or an embedding's input) as JSON."""
+    return job.input_bytes()
 
 
 def estimate_tokens(job: Job) -> int:
