@@ -20,7 +20,8 @@ its atomic rules:
   counts a paid try it held and did not settle as spent in full;
 - each batch's items are counted by state in the steps that change them, so a round reads a
   batch's counts, never its items;
-- a batch's paid budget is held one try at a time and never held past what is left.
+- a batch's paid budget is held one try at a time, never past what is left, and only by the
+  run that has its item (a leader that lost the queue pays for none of its items).
 
 Blocking: call a queue from a worker thread. Errors: `BatchRefused` (a request the API refuses,
 with its status and the field to name); the store's own (`sqlite3.Error`, redis-py's) otherwise.
@@ -85,7 +86,7 @@ class BatchBudget(Protocol):
     """A batch's own paid budget, one item's paid try at a time (`budget.py`)."""
 
     def paid_room(self, batch: str) -> float: ...
-    def hold_paid(self, batch: str, amount: float) -> bool: ...
+    def hold_paid(self, item: Item, amount: float) -> bool: ...
     def settle_paid(self, batch: str, cost: float) -> float: ...
 
 

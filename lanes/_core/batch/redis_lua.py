@@ -217,15 +217,18 @@ return 1
 """
 )
 
-# ARGV: P, batch, amount (USD). `budget.may_hold`: the batch runs, no try holds, and the amount
-# is left (within 1e-12). 1: held.
+# ARGV: P, batch, amount (USD), the item's line and its run's tries. `budget.may_hold`: the
+# batch runs, no try holds, and the amount is left (within 1e-12) — and the run has its item (a
+# run of a leader that lost the queue does not pay). 1: held.
 HOLD = (
     _HEAD
+    + _MINE
     + """
 local key = P .. 'batch:' .. ARGV[2]
 local f = redis.call('HMGET', key, 'status', 'max_paid', 'paid', 'held')
 local amount = tonumber(ARGV[3])
-if f[1] ~= 'in_progress' or not (amount > 0) or num(f[4]) > 0 then return 0 end
+if not mine(ARGV[2], ARGV[4], ARGV[5]) then return 0 end
+if f[1] ~= 'in_progress' or not (amount and amount > 0) or num(f[4]) > 0 then return 0 end
 if num(f[3]) + amount > num(f[2]) + 1e-12 then return 0 end
 redis.call('HSET', key, 'held', ARGV[3])
 redis.call('SADD', P .. 'held', ARGV[2])

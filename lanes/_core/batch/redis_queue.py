@@ -304,8 +304,11 @@ class RedisBatchQueue(RedisBatchFiles):
         status = row[0].decode() if row[0] is not None else None
         return budget.room_of(status, *(float(v or 0) for v in row[1:]))
 
-    def hold_paid(self, batch: str, amount: float) -> bool:
-        return bool(self._run(HOLD, batch, repr(float(amount))))
+    def hold_paid(self, item: Item, amount: float) -> bool:
+        """Hold `amount` of `item`'s batch's budget for its paid try, only while this run has
+        the item (its `tries`): a run whose item was taken back pays nothing."""
+        args = (item.batch, repr(float(amount)), member(item.line), item.tries)
+        return bool(self._run(HOLD, *args))
 
     def settle_paid(self, batch: str, cost: float) -> float:
         told = repr(max(cost, 0.0)) if math.isfinite(cost) else ""

@@ -221,7 +221,7 @@ class BatchRunner:
             if left < MIN_PAID_S:  # its window ends: no paid try starts now
                 return None
             room = await trio.to_thread.run_sync(queue.paid_room, item.batch)
-            if not room > 0 or not await trio.to_thread.run_sync(queue.hold_paid, item.batch, room):
+            if not room > 0 or not await trio.to_thread.run_sync(queue.hold_paid, item, room):
                 return None  # nothing left, or the batch no longer runs (cancelled, ended)
             cost = room  # an exit we did not see the end of counts it all
             try:

@@ -274,9 +274,16 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
         with self._lock:
             return budget.room(self._conn, batch)
 
-    def hold_paid(self, batch: str, amount: float) -> bool:
+    def hold_paid(self, item: Item, amount: float) -> bool:
+        """Hold `amount` of `item`'s batch's budget for its paid try, only while this run has
+        the item (its `tries`): a run whose item was taken back pays nothing."""
         with self._lock, immediate(self._conn) as conn:
-            return budget.hold(conn, batch, amount)
+            mine = conn.execute(
+                "SELECT 1 FROM batch_item WHERE batch = ? AND line = ? AND state = 'running' "
+                "AND tries = ?",
+                (item.batch, item.line, item.tries),
+            ).fetchone()
+            return mine is not None and budget.hold(conn, item.batch, amount)
 
     def settle_paid(self, batch: str, cost: float) -> float:
         with self._lock, immediate(self._conn) as conn:
