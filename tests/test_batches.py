@@ -596,3 +596,24 @@ async def test_an_item_told_not_now_holds_its_batch_until_the_reset(tmp_path):
     assert served[1:] == ["classify p", "classify q"]  # q tried though p was told "not now"
     assert one["id"] != mixed["id"]
     queue.close()
+
+
+async def test_a_message_batch_refused_keeps_no_input_file(tmp_path):
+    """Hostile review: a Message Batch refused after its requests were written (its client has
+    `max_open` batches running) left its input file behind: not listed, so never deleted, and
+    counted against the client's files until every upload was refused."""
+    folder = tmp_path / "queue"
+    sidecar = open_sidecar(("free", "free", ["free-model"]), batch={"folder": str(folder)})
+    async with sidecar as (url, fakes):
+        fakes["free"].script("free-model", rate_limited(retry_after=3600))  # they stay open
+        async with httpx2.AsyncClient(headers={"authorization": "Bearer x"}) as http:
+            made = await http.post(f"{url}/files", data={"purpose": "batch"},
+                                   files={"file": ("in.jsonl", jsonl(line("a")))})  # fmt: skip
+            ask = {"input_file_id": made.json()["id"], "endpoint": "/v1/chat/completions",
+                   "completion_window": "24h"}  # fmt: skip
+            for _ in range(CAPS.max_open):
+                assert (await http.post(f"{url}/batches", json=ask)).status_code == 200
+            body = {"requests": [{"custom_id": "m", "params": params("hello")}]}
+            refused = [await http.post(f"{url}/messages/batches", json=body) for _ in range(3)]
+    assert {r.status_code for r in refused} == {400}
+    assert len(list((folder / "files").glob("*.jsonl"))) == 1  # the one uploaded
