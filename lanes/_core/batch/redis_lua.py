@@ -9,7 +9,8 @@ namespace is a hash tag, so every key of a deployment is on one server (one slot
 The keys (none with an expiry: an eviction policy of `volatile-*` never takes one; an item's
 staging keys while its batch is created are the one exception, made permanent in `CREATE`):
 
-- `lead` — hash: the leader (`owner`) and until when (`until`, epoch s on the hosts' walls);
+- `lead` — hash: the leader (`owner`), until when (`until`, epoch s on the hosts' walls) and the
+  mark its last lead left (`mark`);
 - `batch:<id>` — hash: `data` (the object as created), `client`, `status`, `<status>_at`,
   `endpoint`, `input_file_id`, `expires_at`, `last_line`, the output and error file ids, the
   kept counts (`total`, `pending`, `running`, `ok`, `error`, `expired`, `cancelled`, and the
@@ -42,18 +43,21 @@ end
 local function num(v) return tonumber(v or '0') or 0 end
 """
 
-# ARGV: P, owner, now (s), ttl (s), the holder this host knows is gone (or ""). 1: leading.
-# A new leader takes back the items the last one left running (due at once) and counts what a
-# paid try of it held spent in full (`budget.py`: the upstream may have billed it).
+# ARGV: P, owner, now (s), ttl (s), the holder this host knows is gone (or ""), the mark this
+# owner's last lead left (or ""), a new mark. 1: leading. A new leader takes back the items the
+# last one left running (due at once) and counts what a paid try of it held spent in full
+# (`budget.py`: the upstream may have billed it) — and so does a leader whose lease is not as it
+# left it (its mark): a Redis restarted from an older snapshot, or a replica promoted behind its
+# primary, may give back as running items it answered since.
 LEAD = (
     _HEAD
     + """
-local held = redis.call('HMGET', P .. 'lead', 'owner', 'until')
+local held = redis.call('HMGET', P .. 'lead', 'owner', 'until', 'mark')
 local owner, now = ARGV[2], tonumber(ARGV[3])
 if held[1] and held[1] ~= owner and num(held[2]) > now and held[1] ~= ARGV[5] then return 0 end
 redis.call('HSET', P .. 'lead', 'owner', owner,
-           'until', string.format('%.17g', now + tonumber(ARGV[4])))
-if held[1] == owner then return 1 end
+           'until', string.format('%.17g', now + tonumber(ARGV[4])), 'mark', ARGV[7])
+if held[1] == owner and held[3] == ARGV[6] then return 1 end
 for _, b in ipairs(redis.call('ZRANGE', P .. 'open', 0, -1)) do
   local lines = redis.call('SMEMBERS', P .. 'running:' .. b)
   for _, line in ipairs(lines) do redis.call('ZADD', P .. 'pending:' .. b, 0, line) end

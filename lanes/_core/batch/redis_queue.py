@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,7 @@ class RedisBatchQueue(RedisBatchFiles):
     ) -> None:
         self.caps, self.where = caps, redacted(url)
         self._scratch, self._chunk, self._scripts = scratch, chunk_bytes, {}
+        self._marks: dict[str, str] = {}  # owner → the mark its last lead left (`lead`)
         scratch.mkdir(parents=True, exist_ok=True)
         waits = {"socket_connect_timeout": timeout_s, "socket_timeout": timeout_s}
         pool = connection_pool(url, max_connections=8, timeout=timeout_s, **waits)
@@ -293,10 +295,15 @@ class RedisBatchQueue(RedisBatchFiles):
     def lead(
         self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False
     ) -> bool:
-        """Take or keep the queue's one lease for every host (see `SQLiteBatchQueue.lead`)."""
+        """Take or keep the queue's one lease for every host (see `SQLiteBatchQueue.lead`); a
+        lease not as its holder left it (Redis lost or rolled back its writes) is taken as anew."""
         holder = self._r.hget(self._k("lead"), "owner")
         dead = holder.decode() if holder is not None and gone(holder.decode()) else ""
-        return bool(self._run(LEAD, owner, repr(float(now)), repr(float(ttl_s)), dead))
+        mark, left = secrets.token_hex(8), self._marks.get(owner, "")
+        led = bool(self._run(LEAD, owner, repr(float(now)), repr(float(ttl_s)), dead, left, mark))
+        if led:
+            self._marks[owner] = mark
+        return led
 
     def paid_room(self, batch: str) -> float:
         """What is left of the batch's own paid budget (see `budget.py`)."""
