@@ -19,7 +19,7 @@ import trio.testing
 import lanes
 from lanes._core.batch.queue import Caps
 from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
-from lanes.testing import ANSWER, answer, rate_limited, status
+from lanes.testing import ANSWER, answer, rate_limited, raw, status
 from sidecar import open_sidecar
 
 CAPS = Caps(max_bytes=1_000_000, max_lines=100, max_line_bytes=10_000)
@@ -617,3 +617,27 @@ async def test_a_message_batch_refused_keeps_no_input_file(tmp_path):
             refused = [await http.post(f"{url}/messages/batches", json=body) for _ in range(3)]
     assert {r.status_code for r in refused} == {400}
     assert len(list((folder / "files").glob("*.jsonl"))) == 1  # the one uploaded
+
+
+@pytest.mark.free_lane
+async def test_an_answer_the_upstream_wrote_on_several_lines_is_one_line_of_the_output():
+    """Hostile review: the output file carried the upstream's own bytes, so an answer it
+    pretty-printed (or ended with a newline, as many servers do) broke its line into several —
+    a JSONL file no reader could parse, where an upstream could write a line of its choosing."""
+    completion = {"id": "c", "object": "chat.completion", "model": "free-model", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "a\nb"},
+         "finish_reason": "stop"}]}  # fmt: skip
+    pretty = json.dumps(completion, indent=2).encode() + b"\n"
+    async with open_sidecar(("free", "free", ["free-model"])) as (url, fakes):
+        fakes["free"].script("free-model", raw(200, pretty))
+        client = sdk(url, "unused")
+        file = await client.files.create(file=("in.jsonl", io.BytesIO(jsonl(line("x")))),
+                                         purpose="batch")  # fmt: skip
+        made = await client.batches.create(input_file_id=file.id,
+                                           endpoint="/v1/chat/completions",
+                                           completion_window="24h")  # fmt: skip
+        done = await finished(client, made.id)
+        assert done.output_file_id is not None
+        output = (await client.files.content(done.output_file_id)).content
+    [one] = output.splitlines()
+    assert json.loads(one)["response"]["body"] == completion
