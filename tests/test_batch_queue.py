@@ -512,3 +512,14 @@ def test_a_run_whose_item_was_taken_back_can_not_hold_the_budget(store):
     assert new.paid_room(made["id"]) == 0.4
     old.close()
     new.close()
+
+
+def test_blank_lines_count_toward_the_line_cap(store, queue):
+    """Hostile review: blank lines were not counted toward `max_lines`, so an upload of 200 MB
+    of newlines was read a line at a time — two minutes on upload, as long again inside the
+    create's transaction — while every other call on the queue waited."""
+    with pytest.raises(BatchRefused, match="max_lines"):
+        upload(queue, b"\n" * (CAPS.max_lines + 1) + jsonl(line("a")))
+    assert queue.files("c", 10, None) == [] and store.bodies() == 0
+    full = jsonl(*(line(str(n)) for n in range(CAPS.max_lines))) + b"\n"  # a trailing blank
+    assert upload(queue, full)["bytes"] == len(full)

@@ -259,15 +259,18 @@ def bounded_lines(stream: Any, cap: int) -> Iterator[tuple[bytes | None, int]]:
 
 
 def counted(upload: Path, caps: Caps) -> int:
-    """The lines of an uploaded file (`upload`), read within the caps. Raises BatchRefused when
-    it holds more than `caps.max_lines`, or none."""
-    lines = 0
+    """The lines of an uploaded file (`upload`) that are not blank, read within the caps. Raises
+    BatchRefused when it holds more than `caps.max_lines` of them or of blank ones (each is read,
+    on upload and as its batch is created), or none."""
+    lines = blank = 0
     with upload.open("rb") as stream:
         for raw, _ in bounded_lines(stream, caps.max_line_bytes):
-            lines += raw is None or bool(raw.strip())
-            if lines > caps.max_lines:
+            filled = raw is None or bool(raw.strip())
+            lines, blank = lines + filled, blank + (not filled)
+            if max(lines, blank) > caps.max_lines:
                 raise BatchRefused(
-                    f"the file holds more than batch.max_lines ({caps.max_lines}) lines",
+                    f"the file holds more than batch.max_lines ({caps.max_lines}) lines, or "
+                    "as many blank ones",
                     param="file",
                 )
     if not lines:
