@@ -227,3 +227,36 @@ def test_a_redis_rolled_back_under_its_leader_ends_its_batch(redis_server, tmp_p
     queue.finish(again, ok=True, line=b"{}\n")
     assert queue.settle(1006.0) == [made["id"]]
     queue.close()
+
+
+async def test_an_item_ending_while_redis_is_down_does_not_end_the_runner(redis_server, tmp_path):
+    """Hostile review: an item that ended while Redis was down — its answer not written, its
+    put-back not either — raised out of the runner, whose nursery is the sidecar's: a Redis
+    blip took the whole sidecar down, interactive work with it. The item stays running (a
+    leader takes it back) and the runner goes on."""
+    store = RedisQueues(redis_server.url, tmp_path / "scratch")
+    store.redis.flushall()
+    queue = store.open()
+    made = make_batch(queue, ["a"], now=int(time.time()))
+    began, release = trio.Event(), trio.Event()
+
+    async def serve(endpoint: str, body: bytes, client: str, deadline_s: float,
+                    paid_cap: float | None = None) -> ItemAnswer:  # fmt: skip
+        began.set()
+        await release.wait()
+        return ItemAnswer(200, b"{}", "r")
+
+    host = BatchRunner(queue, serve, now_wall=time.time, health=Background().task("batches"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host.run)
+        with trio.fail_after(30):
+            await began.wait()
+        store.redis.save()  # Redis comes back with the item running
+        redis_server.kill()
+        release.set()
+        await trio.sleep(0.5)  # its answer and its put-back fail
+        redis_server.start()
+        host.wake()
+        await until(lambda: (queue.batch("c", made["id"]) or {}).get("status") == "completed")
+        nursery.cancel_scope.cancel()
+    queue.close()

@@ -99,6 +99,7 @@ class BatchRunner:
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = trio.Event()
         self._paying: dict[str, trio.Lock] = {}  # batch → held while one of its items pays
+        self._unsettled: list[Item] = []  # ended, and not put back: the store was down
         self._counted_at = -TALLY_S
         self.tally: dict[str, dict[str, int]] = {"batches": {}, "items": {}}
 
@@ -124,8 +125,12 @@ class BatchRunner:
         """One look; returns how long to sleep before the next."""
         queue, now = self._queue, self._now()
         if not await trio.to_thread.run_sync(queue.lead, self._owner, now, LEASE_S, gone):
+            self._unsettled.clear()  # the leader that took over took them back
             await self._count(now, ended=False)
             return LEASE_S / 3  # another process leads
+        while self._unsettled:  # items whose put-back failed (the store was down): put back now
+            await trio.to_thread.run_sync(queue.later, self._unsettled[0], now)
+            self._unsettled.pop(0)
         await self._count(now, ended=bool(await trio.to_thread.run_sync(queue.settle, now)))
         if now - self._purged_at >= PURGE_EVERY_S:  # what ended before the retention: deleted
             await trio.to_thread.run_sync(queue.purge, now - self._retention_s)
@@ -159,8 +164,11 @@ class BatchRunner:
             log.warning(
                 "batch %s item %d: %s; taken again", item.batch, item.line, type(exc).__name__
             )
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._queue.later, item, self._now() + RETRY_S)
+            try:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._queue.later, item, self._now() + RETRY_S)
+            except Exception:  # the store is down: a round puts it back (never raised into the
+                self._unsettled.append(item)  # nursery, the sidecar's)
         finally:
             self._slots.release_on_behalf_of(item)
             self.wake()
