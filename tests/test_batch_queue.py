@@ -523,3 +523,21 @@ def test_blank_lines_count_toward_the_line_cap(store, queue):
     assert queue.files("c", 10, None) == [] and store.bodies() == 0
     full = jsonl(*(line(str(n)) for n in range(CAPS.max_lines))) + b"\n"  # a trailing blank
     assert upload(queue, full)["bytes"] == len(full)
+
+
+def test_the_leader_takes_back_what_it_holds_running_and_does_not_run(queue):
+    """Hostile review: an item whose answer and put-back the store lost (down, or rolled back)
+    stayed running under the same leader for good, and its batch never ended. The leader says
+    what it runs; the rest it holds running is taken back (unsaid: none is)."""
+    made = make_batch(queue, ["a", "b"])
+    assert queue.lead("me", 1000.0, 15.0)
+    one, two = queue.take(1000.0, 2)
+    assert queue.lead("me", 1001.0, 15.0)  # not said: nothing taken back
+    assert queue.lead("me", 1002.0, 15.0, running=[(one.batch, one.line)])
+    [again] = queue.take(1002.0, 2)  # `two`, lost: taken again; `one` still runs
+    assert (again.custom_id, again.tries) == (two.custom_id, 2)
+    queue.finish(two, ok=True, line=b"late\n")  # the lost run's answer: not written
+    queue.finish(one, ok=True, line=b"{}\n")
+    queue.finish(again, ok=True, line=b"{}\n")
+    assert queue.settle(1003.0) == [made["id"]]
+    assert b"late" not in b"".join(queue.results("c", made["id"]) or [])

@@ -17,7 +17,8 @@ its atomic rules:
   (its `tries`): the late answer of a leader that lost the queue is not written, even when the
   item runs again, so no item is answered twice;
 - one leader at a time (`lead`); a new one takes back the items the last one left running, and
-  counts a paid try it held and did not settle as spent in full;
+  counts a paid try it held and did not settle as spent in full; the leader takes back what it
+  holds running and does not run (`running`: an answer or a put-back the store lost or refused);
 - each batch's items are counted by state in the steps that change them, so a round reads a
   batch's counts, never its items;
 - a batch's paid budget is held one try at a time, never past what is left, and only by the
@@ -30,7 +31,7 @@ with its status and the field to name); the store's own (`sqlite3.Error`, redis-
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -94,8 +95,9 @@ class RunnerQueue(BatchBudget, Protocol):
     """What the runner asks: the lease, the items due, their answers, the ends of batches."""
 
     def lead(
-        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = ...
-    ) -> bool: ...
+        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = ...,
+        running: Collection[tuple[str, int]] | None = ...,
+    ) -> bool: ...  # fmt: skip
     def settle(self, now: float) -> list[str]: ...
     def purge(self, ended_before: float) -> int: ...
     def take(self, now: float, limit: int) -> list[Item]: ...

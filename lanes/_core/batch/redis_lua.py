@@ -44,11 +44,12 @@ local function num(v) return tonumber(v or '0') or 0 end
 """
 
 # ARGV: P, owner, now (s), ttl (s), the holder this host knows is gone (or ""), the mark this
-# owner's last lead left (or ""), a new mark. 1: leading. A new leader takes back the items the
-# last one left running (due at once) and counts what a paid try of it held spent in full
-# (`budget.py`: the upstream may have billed it) — and so does a leader whose lease is not as it
-# left it (its mark): a Redis restarted from an older snapshot, or a replica promoted behind its
-# primary, may give back as running items it answered since.
+# owner's last lead left (or ""), a new mark, then the items the owner runs ("<batch> <line>"
+# each; "*": not said). 1: leading. A new leader takes back the items the last one left running
+# (due at once) and counts what a paid try of it held spent in full (`budget.py`: the upstream
+# may have billed it) — and so does a leader whose lease is not as it left it (its mark): a Redis
+# restarted from an older snapshot, or a replica promoted behind its primary. The leader takes
+# back those it holds running and does not run (an answer or a put-back the server lost).
 LEAD = (
     _HEAD
     + """
@@ -57,16 +58,22 @@ local owner, now = ARGV[2], tonumber(ARGV[3])
 if held[1] and held[1] ~= owner and num(held[2]) > now and held[1] ~= ARGV[5] then return 0 end
 redis.call('HSET', P .. 'lead', 'owner', owner,
            'until', string.format('%.17g', now + tonumber(ARGV[4])), 'mark', ARGV[7])
-if held[1] == owner and held[3] == ARGV[6] then return 1 end
+local kept, runs = held[1] == owner and held[3] == ARGV[6], {}
+if kept and ARGV[8] == '*' then return 1 end
+for i = 8, #ARGV do runs[ARGV[i]] = true end
 for _, b in ipairs(redis.call('ZRANGE', P .. 'open', 0, -1)) do
-  local lines = redis.call('SMEMBERS', P .. 'running:' .. b)
-  for _, line in ipairs(lines) do redis.call('ZADD', P .. 'pending:' .. b, 0, line) end
-  if #lines > 0 then
-    redis.call('DEL', P .. 'running:' .. b)
-    bump(b, 'running', -#lines)
-    bump(b, 'pending', #lines)
+  local back = {}
+  for _, line in ipairs(redis.call('SMEMBERS', P .. 'running:' .. b)) do
+    if not (kept and runs[b .. ' ' .. line]) then back[#back + 1] = line end
   end
+  for _, line in ipairs(back) do
+    redis.call('ZADD', P .. 'pending:' .. b, 0, line)
+    redis.call('SREM', P .. 'running:' .. b, line)
+  end
+  bump(b, 'running', -#back)
+  bump(b, 'pending', #back)
 end
+if kept then return 1 end
 for _, b in ipairs(redis.call('SMEMBERS', P .. 'held')) do
   local f = redis.call('HMGET', P .. 'batch:' .. b, 'paid', 'held')
   if num(f[2]) > 0 then

@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -293,14 +293,17 @@ class RedisBatchQueue(RedisBatchFiles):
 
     # -- the runner's side ----------------------------------------------------------------------
     def lead(
-        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False
-    ) -> bool:
+        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False,
+        running: Collection[tuple[str, int]] | None = None,
+    ) -> bool:  # fmt: skip
         """Take or keep the queue's one lease for every host (see `SQLiteBatchQueue.lead`); a
         lease not as its holder left it (Redis lost or rolled back its writes) is taken as anew."""
         holder = self._r.hget(self._k("lead"), "owner")
         dead = holder.decode() if holder is not None and gone(holder.decode()) else ""
         mark, left = secrets.token_hex(8), self._marks.get(owner, "")
-        led = bool(self._run(LEAD, owner, repr(float(now)), repr(float(ttl_s)), dead, left, mark))
+        runs = ["*"] if running is None else [f"{b} {member(line)}" for b, line in running]
+        led = bool(self._run(LEAD, owner, repr(float(now)), repr(float(ttl_s)), dead, left, mark,
+                             *runs))  # fmt: skip
         if led:
             self._marks[owner] = mark
         return led

@@ -99,7 +99,7 @@ class BatchRunner:
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = trio.Event()
         self._paying: dict[str, trio.Lock] = {}  # batch → held while one of its items pays
-        self._unsettled: list[Item] = []  # ended, and not put back: the store was down
+        self._running: set[tuple[str, int]] = set()  # (batch, line) of the items it runs
         self._counted_at = -TALLY_S
         self.tally: dict[str, dict[str, int]] = {"batches": {}, "items": {}}
 
@@ -124,13 +124,12 @@ class BatchRunner:
     async def _round(self, nursery: trio.Nursery) -> float:
         """One look; returns how long to sleep before the next."""
         queue, now = self._queue, self._now()
-        if not await trio.to_thread.run_sync(queue.lead, self._owner, now, LEASE_S, gone):
-            self._unsettled.clear()  # the leader that took over took them back
+        runs = frozenset(self._running)  # what it runs: what else it holds running is lost
+        if not await trio.to_thread.run_sync(
+            lambda: queue.lead(self._owner, now, LEASE_S, gone, running=runs)
+        ):
             await self._count(now, ended=False)
             return LEASE_S / 3  # another process leads
-        while self._unsettled:  # items whose put-back failed (the store was down): put back now
-            await trio.to_thread.run_sync(queue.later, self._unsettled[0], now)
-            self._unsettled.pop(0)
         await self._count(now, ended=bool(await trio.to_thread.run_sync(queue.settle, now)))
         if now - self._purged_at >= PURGE_EVERY_S:  # what ended before the retention: deleted
             await trio.to_thread.run_sync(queue.purge, now - self._retention_s)
@@ -141,6 +140,7 @@ class BatchRunner:
         items = await trio.to_thread.run_sync(queue.take, now, room) if room else []
         for item in items:
             await self._slots.acquire_on_behalf_of(item)
+            self._running.add((item.batch, item.line))
             nursery.start_soon(self._one, item)
         if len(items) == room:  # every slot busy: an item that ends wakes the runner
             return LEASE_S / 3
@@ -167,9 +167,10 @@ class BatchRunner:
             try:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self._queue.later, item, self._now() + RETRY_S)
-            except Exception:  # the store is down: a round puts it back (never raised into the
-                self._unsettled.append(item)  # nursery, the sidecar's)
+            except Exception:  # the store is down: the next lead takes it back (never raised
+                pass  # into the nursery, the sidecar's)
         finally:
+            self._running.discard((item.batch, item.line))
             self._slots.release_on_behalf_of(item)
             self.wake()
 

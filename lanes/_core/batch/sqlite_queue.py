@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -247,11 +247,13 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
 
     # -- the runner's side ----------------------------------------------------------------------
     def lead(
-        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False
-    ) -> bool:
+        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False,
+        running: Collection[tuple[str, int]] | None = None,
+    ) -> bool:  # fmt: skip
         """Take or keep the queue's one lease (only its holder runs items). A new holder takes
         back the items the last one left running: its process died (`gone` says so of a holder
-        on this host, before its lease runs out) or lost the lease."""
+        on this host, before its lease runs out) or lost the lease; the holder, those it holds
+        running and does not run (not in `running`, (batch, line) each; None: not said)."""
         with self._lock, immediate(self._conn) as conn:
             row = conn.execute("SELECT owner, until FROM batch_lead WHERE id = 1").fetchone()
             if row is not None and row[0] != owner and row[1] > now and not gone(row[0]):
@@ -267,6 +269,15 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
                     "WHERE running > 0"
                 )
                 budget.count_held(conn)  # a paid try the last leader did not settle: spent
+            elif running is not None:  # its answer or put-back lost: taken back
+                runs = set(running)
+                lost = [r for r in conn.execute("SELECT batch, line FROM batch_item WHERE state = "
+                        "'running'") if tuple(r) not in runs]  # fmt: skip
+                conn.executemany("UPDATE batch_item SET state = 'pending' WHERE batch = ? AND "
+                                 "line = ?", lost)  # fmt: skip
+                for batch in {b for b, _ in lost}:
+                    n = sum(b == batch for b, _ in lost)
+                    bump(conn, batch, running=-n, pending=n)
         return True
 
     def paid_room(self, batch: str) -> float:
