@@ -259,3 +259,25 @@ async def test_an_item_ending_while_redis_is_down_does_not_end_the_runner(redis_
         await until(lambda: (queue.batch("c", made["id"]) or {}).get("status") == "completed")
         nursery.cancel_scope.cancel()
     queue.close()
+
+
+def test_a_holder_of_another_pid_namespace_is_never_taken_for_gone():
+    """Hostile review: a lease holder was taken for gone when its host name was this host's and
+    its pid not running here — but two containers may share a host name (host networking) and
+    never a PID namespace: each took the lease from the other every round, taking back the
+    other's running items (run again) and counting its paid try spent in full."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from lanes._core.batch.runner import gone, host
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    dead = int(ended.stdout)
+    name = socket.gethostname()
+    assert not gone(f"{name}:{dead}:abcd")  # a holder of a lanes before this one: not known
+    assert not gone(f"{name}/1:{dead}:abcd")  # another PID namespace's
+    assert gone(f"{host()}:{dead}:abcd")  # of this namespace, not running: gone
+    assert not gone(f"{host()}:{os.getpid()}:abcd")  # running

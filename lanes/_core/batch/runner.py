@@ -96,7 +96,7 @@ class BatchRunner:
         self._waiting = interactive_waiting
         self._retention_s, self._purged_at = retention_s, 0.0
         self._slots = trio.CapacityLimiter(concurrency)
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._owner = f"{host()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = trio.Event()
         self._paying: dict[str, trio.Lock] = {}  # batch → held while one of its items pays
         self._running: set[tuple[str, int]] = set()  # (batch, line) of the items it runs
@@ -259,12 +259,22 @@ def put_back_for(retry_after_s: float, tries: int | None = None) -> float:
     return max(retry_after_s, min(2.0**tries, MAX_BACKOFF_S))
 
 
+def host() -> str:
+    """This process's host, as a lease holder names it: its name and its PID namespace (two
+    containers may share a name — host networking — and never a PID namespace)."""
+    try:
+        space = os.readlink("/proc/self/ns/pid").strip("pid:[]")
+    except OSError:
+        space = ""
+    return f"{socket.gethostname()}/{space}"
+
+
 def gone(owner: str) -> bool:
-    """Whether the lease holder `owner` ("host:pid:token") is a process of this host that is no
-    longer running (one of another host is trusted until its lease runs out)."""
-    host, _, rest = owner.partition(":")
+    """Whether the lease holder `owner` ("host:pid:token") is a process of this host (`host`)
+    that is no longer running (one of another host is trusted until its lease runs out)."""
+    where, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    if where != host() or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)
