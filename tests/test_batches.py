@@ -641,3 +641,15 @@ async def test_an_answer_the_upstream_wrote_on_several_lines_is_one_line_of_the_
         output = (await client.files.content(done.output_file_id)).content
     [one] = output.splitlines()
     assert json.loads(one)["response"]["body"] == completion
+
+
+def test_the_queues_folder_is_its_owners_alone(tmp_path):
+    """Hostile review: the queue's folder, its uploaded files (request bodies) and its SQLite file
+    (their answers) were made under the process's umask — readable by every user of the host."""
+    queue = _queue(tmp_path)
+    made = _batch(queue, jsonl(line("a")))
+    folder = tmp_path / "q"
+    kept = [folder, folder / "files", *folder.glob("queue.db*")]  # the uploads: in `files/`
+    assert made["status"] == "in_progress" and len(kept) >= 3
+    assert {oct(p.stat().st_mode & 0o077) for p in kept} == {"0o0"}
+    queue.close()

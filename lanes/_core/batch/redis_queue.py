@@ -87,7 +87,8 @@ class RedisBatchQueue(RedisBatchFiles):
         self.caps, self.where = caps, redacted(url)
         self._scratch, self._chunk, self._scripts = scratch, chunk_bytes, {}
         self._marks: dict[str, str] = {}  # owner → the mark its last lead left (`lead`)
-        scratch.mkdir(parents=True, exist_ok=True)
+        if not scratch.exists():  # uploads in progress (request bodies): its owner's alone
+            scratch.mkdir(mode=0o700, parents=True)
         waits = {"socket_connect_timeout": timeout_s, "socket_timeout": timeout_s}
         pool = connection_pool(url, max_connections=8, timeout=timeout_s, **waits)
         self._r = redis.Redis(connection_pool=pool)

@@ -13,6 +13,7 @@ own: another client's id is not found.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -52,13 +53,26 @@ from lanes._core.batch.queue import (
 from lanes._core.state.sqlite_file import connect, immediate
 
 
+def private(folder: Path) -> None:
+    """The queue's folder, its `files/` (request bodies) and its SQLite file (their answers) made
+    its owner's alone, whatever the umask; a folder that was there already is left as it is."""
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True)
+    (folder / "files").mkdir(mode=0o700, exist_ok=True)
+    db = folder / "queue.db"  # made before SQLite makes its log beside it, with its mode
+    os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+    for mine in (folder / "files", db, *folder.glob("queue.db-*")):  # a queue of an older lanes
+        if mine.stat().st_uid == os.getuid():
+            mine.chmod(0o700 if mine.is_dir() else 0o600)
+
+
 class SQLiteBatchQueue(SQLiteBatchFiles):
     """Files, batches and items in `folder` (`queue.db` and `files/`). Blocking: call it from a
     worker thread. `durable` False: the folder is temporary and the objects say so."""
 
     def __init__(self, folder: Path, caps: Caps, *, durable: bool = True) -> None:
         self.folder, self.caps, self.durable = folder, caps, durable
-        (folder / "files").mkdir(parents=True, exist_ok=True)
+        private(folder)
         self._conn = connect(str(folder / "queue.db"), SCHEMA, recount)
         self._lock = threading.Lock()
 
