@@ -541,3 +541,17 @@ def test_the_leader_takes_back_what_it_holds_running_and_does_not_run(queue):
     queue.finish(again, ok=True, line=b"{}\n")
     assert queue.settle(1003.0) == [made["id"]]
     assert b"late" not in b"".join(queue.results("c", made["id"]) or [])
+
+
+def test_a_message_batchs_requests_do_not_count_toward_the_clients_files(store):
+    """Hostile review: a Message Batch's requests, kept as an input file until its batch is
+    deleted or purged, counted toward the client's `max_files`: after 100 Message Batches in a
+    week every upload was refused, "delete one first", of files `/v1/files` does not list."""
+    queue = store.open(attrs.evolve(CAPS, max_files=2))
+    for _ in range(3):  # kept with their batches (at most `max_open` running)
+        upload(queue, jsonl(line("a")), purpose="message_batch", purposes=("message_batch",))
+    upload(queue, jsonl(line("a")))
+    upload(queue, jsonl(line("b")))
+    with pytest.raises(BatchRefused, match="files already"):
+        upload(queue, jsonl(line("c")))
+    queue.close()

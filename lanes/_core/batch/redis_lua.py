@@ -24,8 +24,8 @@ staging keys while its batch is created are the one exception, made permanent in
   of a client's batches by creation; `held` — set of the batches a paid try holds now;
 - `tally` — hash: `status:<status>` → batches, and the items' counts summed over every batch;
 - `file:<id>` — hash: a file's record; `chunk:<id>:<n>` — an input file's bytes, in chunks;
-  `inputs:<client>` — set of a client's input files kept; `files:<client>` — sorted set of its
-  listed files (purpose `batch`) by creation.
+  `inputs:<client>` — set of a client's listed input files kept (purpose `batch`);
+  `files:<client>` — sorted set of them by creation.
 """
 
 from __future__ import annotations
@@ -381,16 +381,19 @@ return 1
 """
 )
 
-# ARGV: P, file id, client, purpose, filename, bytes, lines, created_at, at most this many input
-# files kept by the client, 1 when it is listed (purpose `batch`). 0: the client keeps enough.
+# ARGV: P, file id, client, purpose, filename, bytes, lines, created_at, at most this many listed
+# input files kept by the client, 1 when it is listed (purpose `batch`; a Message Batch's
+# requests go with their batch, uncounted). 0: the client keeps enough.
 ADD_FILE = """
 local P = ARGV[1]
-if redis.call('SCARD', P .. 'inputs:' .. ARGV[3]) >= tonumber(ARGV[9]) then return 0 end
+if ARGV[10] == '1' then
+  if redis.call('SCARD', P .. 'inputs:' .. ARGV[3]) >= tonumber(ARGV[9]) then return 0 end
+  redis.call('SADD', P .. 'inputs:' .. ARGV[3], ARGV[2])
+  redis.call('ZADD', P .. 'files:' .. ARGV[3], ARGV[8], ARGV[2])
+end
 redis.call('HSET', P .. 'file:' .. ARGV[2], 'client', ARGV[3], 'purpose', ARGV[4], 'filename',
            ARGV[5], 'bytes', ARGV[6], 'lines', ARGV[7], 'created_at', ARGV[8], 'kind', 'input',
            'deleted', '0')
-redis.call('SADD', P .. 'inputs:' .. ARGV[3], ARGV[2])
-if ARGV[10] == '1' then redis.call('ZADD', P .. 'files:' .. ARGV[3], ARGV[8], ARGV[2]) end
 return 1
 """
 
