@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, TextIO
+from urllib.parse import quote
 
 import httpx2
 
@@ -162,7 +163,12 @@ def _answer(response: httpx2.Response, args: argparse.Namespace) -> Batch:
 
 
 def _batch(client: httpx2.Client, args: argparse.Namespace) -> Batch:
-    return _answer(client.get(f"/v1/batches/{args.id}"), args)
+    return _answer(client.get(_path(args.id)), args)
+
+
+def _path(batch_id: str) -> str:
+    """A batch's URL path: its id is one segment, never a way to another route (`../`, `?`)."""
+    return f"/v1/batches/{quote(batch_id, safe='')}"
 
 
 # -- the actions -----------------------------------------------------------------------------------
@@ -213,7 +219,7 @@ def _status(args: argparse.Namespace, client: httpx2.Client) -> int:
 def _followed(args: argparse.Namespace, client: httpx2.Client, batch_id: str) -> int:
     """Follow a batch to its end on stdout (with `--json`, its object a line as it changes);
     the ending's exit code."""
-    read = lambda: _answer(client.get(f"/v1/batches/{batch_id}"), args)  # noqa: E731
+    read = lambda: _answer(client.get(_path(batch_id)), args)  # noqa: E731
     shown = json.dumps if args.json else line
     tty = sys.stdout.isatty() and not args.json
     batch = follow(read, sys.stdout, every_s=args.every, tty=tty, shown=shown)
@@ -302,7 +308,7 @@ def _sink(output: str | None) -> Iterator[IO[bytes]]:
 def _cancel(args: argparse.Namespace, client: httpx2.Client) -> int:
     """Cancel: `cancelling` until its running items end, then `cancelled`; an ended batch is
     shown as it is."""
-    batch = _answer(client.post(f"/v1/batches/{args.id}/cancel", json={}), args)
+    batch = _answer(client.post(f"{_path(args.id)}/cancel", json={}), args)
     print(json.dumps(batch, indent=2) if args.json else line(batch))
     return 0
 

@@ -204,3 +204,80 @@ def test_the_queues_keys_carry_the_namespace_and_no_expiry(redis_server, tmp_pat
     assert "allkeys-lru" in queue.evicting() and "noeviction" in queue.evicting()
     queue.close()
     other.close()
+
+
+def test_a_redis_rolled_back_under_its_leader_ends_its_batch(redis_server, tmp_path):
+    """Hostile review: a Redis restarted from an older snapshot (or a replica promoted behind its
+    primary) gave back as running an item its leader had answered; the leader kept its lease,
+    took nothing back, and the batch never ended — not even at its window's end. A leader takes
+    back what it holds running and does not run."""
+    store = RedisQueues(redis_server.url, tmp_path / "scratch")
+    store.redis.flushall()
+    queue = store.open()
+    made = make_batch(queue, ["a"], now=1000, window="1h")
+    assert queue.lead("me", 1000.0, LEASE_S)
+    [item] = queue.take(1000.0, 1)
+    store.redis.save()  # the snapshot it comes back from
+    queue.finish(item, ok=True, line=b"{}\n")
+    redis_server.kill()
+    redis_server.start()
+    assert queue.lead("me", 1005.0, LEASE_S, running=())  # it runs nothing now
+    [again] = queue.take(1005.0, 1)  # taken back, and run again
+    queue.finish(again, ok=True, line=b"{}\n")
+    assert queue.settle(1006.0) == [made["id"]]
+    queue.close()
+
+
+async def test_an_item_ending_while_redis_is_down_does_not_end_the_runner(redis_server, tmp_path):
+    """Hostile review: an item that ended while Redis was down — its answer not written, its
+    put-back not either — raised out of the runner, whose nursery is the sidecar's: a Redis
+    blip took the whole sidecar down, interactive work with it. The item stays running (a
+    leader takes it back) and the runner goes on."""
+    store = RedisQueues(redis_server.url, tmp_path / "scratch")
+    store.redis.flushall()
+    queue = store.open()
+    made = make_batch(queue, ["a"], now=int(time.time()))
+    began, release = trio.Event(), trio.Event()
+
+    async def serve(endpoint: str, body: bytes, client: str, deadline_s: float,
+                    paid_cap: float | None = None) -> ItemAnswer:  # fmt: skip
+        began.set()
+        await release.wait()
+        return ItemAnswer(200, b"{}", "r")
+
+    host = BatchRunner(queue, serve, now_wall=time.time, health=Background().task("batches"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host.run)
+        with trio.fail_after(30):
+            await began.wait()
+        store.redis.save()  # Redis comes back with the item running
+        redis_server.kill()
+        release.set()
+        await trio.sleep(0.5)  # its answer and its put-back fail
+        redis_server.start()
+        host.wake()
+        await until(lambda: (queue.batch("c", made["id"]) or {}).get("status") == "completed")
+        nursery.cancel_scope.cancel()
+    queue.close()
+
+
+def test_a_holder_of_another_pid_namespace_is_never_taken_for_gone():
+    """Hostile review: a lease holder was taken for gone when its host name was this host's and
+    its pid not running here — but two containers may share a host name (host networking) and
+    never a PID namespace: each took the lease from the other every round, taking back the
+    other's running items (run again) and counting its paid try spent in full."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from lanes._core.batch.runner import gone, host
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    dead = int(ended.stdout)
+    name = socket.gethostname()
+    assert not gone(f"{name}:{dead}:abcd")  # a holder of a lanes before this one: not known
+    assert not gone(f"{name}/1:{dead}:abcd")  # another PID namespace's
+    assert gone(f"{host()}:{dead}:abcd")  # of this namespace, not running: gone
+    assert not gone(f"{host()}:{os.getpid()}:abcd")  # running

@@ -398,13 +398,14 @@ def test_a_paid_try_a_dead_leader_held_counts_spent_and_the_budget_holds(store):
     with pytest.raises(BatchRefused):
         make_batch(queue, ["x"], budget="-1")
     assert queue.lead("old", 1000.0, 15.0)
+    [item] = queue.take(1000.0, 1)
     assert queue.paid_room(made["id"]) == 0.5
-    assert not queue.hold_paid(made["id"], 0.6) and not queue.hold_paid(made["id"], 0.0)
-    assert queue.hold_paid(made["id"], 0.5) and queue.paid_room(made["id"]) == 0.0
-    assert not queue.hold_paid(made["id"], 0.1)  # one try at a time
+    assert not queue.hold_paid(item, 0.6) and not queue.hold_paid(item, 0.0)
+    assert queue.hold_paid(item, 0.5) and queue.paid_room(made["id"]) == 0.0
+    assert not queue.hold_paid(item, 0.1)  # one try at a time
     assert queue.settle_paid(made["id"], 0.2) == 0.2
     assert queue.paid_room(made["id"]) == 0.5 - 0.2  # the same double on both backends
-    assert queue.hold_paid(made["id"], 0.5 - 0.2)
+    assert queue.hold_paid(item, 0.5 - 0.2)
     assert queue.settle_paid(made["id"], float("nan")) == 0.5 - 0.2  # not known: all it held
     assert queue.paid_room(made["id"]) == 0.0
     queue.close()
@@ -413,7 +414,9 @@ def test_a_paid_try_a_dead_leader_held_counts_spent_and_the_budget_holds(store):
     assert batch is not None and batch["lanes"] == {
         "max_paid_usd": 0.5, "paid_usd": 0.2 + (0.5 - 0.2), "paid_held_usd": 0.0}  # fmt: skip
     second = make_batch(again, ["y"], budget="0.5")
-    assert again.lead("old", 1001.0, 15.0) and again.hold_paid(second["id"], 0.4)
+    assert again.lead("old", 1001.0, 15.0)
+    [held] = [i for i in again.take(1001.0, 5) if i.batch == second["id"]]
+    assert again.hold_paid(held, 0.4)
     assert again.batch("c", second["id"])["lanes"]["paid_held_usd"] == 0.4
     again.close()  # its process dies mid-try
     third = store.open()
@@ -425,15 +428,17 @@ def test_a_paid_try_a_dead_leader_held_counts_spent_and_the_budget_holds(store):
     assert third.batch("c", second["id"])["lanes"]["paid_usd"] == 0.4 + 0.3
     plain = make_batch(third, ["z"])
     assert "lanes" not in third.batch("c", plain["id"]) and third.paid_room(plain["id"]) == 0.0
-    assert not third.hold_paid(plain["id"], 0.01)
+    assert not third.hold_paid(next(i for i in third.take(1100.0, 5) if i.custom_id == "z"), 0.01)
     third.close()
 
 
 def test_a_batch_no_longer_running_has_nothing_to_pay(queue):
     made = make_batch(queue, ["x"], budget="0.5")
+    assert queue.lead("me", 1000.0, 15.0)
+    [item] = queue.take(1000.0, 1)
     assert queue.paid_room(made["id"]) == 0.5
     assert queue.cancel("c", made["id"], 1001) is not None
-    assert queue.paid_room(made["id"]) == 0.0 and not queue.hold_paid(made["id"], 0.1)
+    assert queue.paid_room(made["id"]) == 0.0 and not queue.hold_paid(item, 0.1)
 
 
 def test_an_input_file_two_batches_run_from_stays_until_both_have_ended(store, queue):
@@ -489,3 +494,64 @@ def test_a_held_batch_is_not_taken_before_its_time(queue):
     taken = queue.take(1030.5, 4)
     assert sorted(i.custom_id for i in taken) == ["a", "b"]
     assert {i.model for i in taken} == {json.loads(line("a"))["body"]["model"]}  # its one model
+
+
+def test_a_run_whose_item_was_taken_back_can_not_hold_the_budget(store):
+    """Hostile review: a leader that lost the queue while an item ran could still hold its
+    batch's budget for that item's paid try after the new leader had paid for it — one item
+    billed twice. A hold is the run's that has the item (its tries), as its answer is."""
+    old = store.open()
+    made = make_batch(old, ["x"], budget="0.5")
+    assert old.lead("old", 1000.0, 15.0)
+    [stale] = old.take(1000.0, 1)
+    new = store.open()
+    assert new.lead("new", 1100.0, 15.0)  # the old lease ran out: its item is taken back
+    [item] = new.take(1100.0, 1)
+    assert new.hold_paid(item, 0.5) and new.settle_paid(made["id"], 0.1) == 0.1
+    assert not old.hold_paid(stale, 0.4)  # the stale run's paid try: refused
+    assert new.paid_room(made["id"]) == 0.4
+    old.close()
+    new.close()
+
+
+def test_blank_lines_count_toward_the_line_cap(store, queue):
+    """Hostile review: blank lines were not counted toward `max_lines`, so an upload of 200 MB
+    of newlines was read a line at a time — two minutes on upload, as long again inside the
+    create's transaction — while every other call on the queue waited."""
+    with pytest.raises(BatchRefused, match="max_lines"):
+        upload(queue, b"\n" * (CAPS.max_lines + 1) + jsonl(line("a")))
+    assert queue.files("c", 10, None) == [] and store.bodies() == 0
+    full = jsonl(*(line(str(n)) for n in range(CAPS.max_lines))) + b"\n"  # a trailing blank
+    assert upload(queue, full)["bytes"] == len(full)
+
+
+def test_the_leader_takes_back_what_it_holds_running_and_does_not_run(queue):
+    """Hostile review: an item whose answer and put-back the store lost (down, or rolled back)
+    stayed running under the same leader for good, and its batch never ended. The leader says
+    what it runs; the rest it holds running is taken back (unsaid: none is)."""
+    made = make_batch(queue, ["a", "b"])
+    assert queue.lead("me", 1000.0, 15.0)
+    one, two = queue.take(1000.0, 2)
+    assert queue.lead("me", 1001.0, 15.0)  # not said: nothing taken back
+    assert queue.lead("me", 1002.0, 15.0, running=[(one.batch, one.line)])
+    [again] = queue.take(1002.0, 2)  # `two`, lost: taken again; `one` still runs
+    assert (again.custom_id, again.tries) == (two.custom_id, 2)
+    queue.finish(two, ok=True, line=b"late\n")  # the lost run's answer: not written
+    queue.finish(one, ok=True, line=b"{}\n")
+    queue.finish(again, ok=True, line=b"{}\n")
+    assert queue.settle(1003.0) == [made["id"]]
+    assert b"late" not in b"".join(queue.results("c", made["id"]) or [])
+
+
+def test_a_message_batchs_requests_do_not_count_toward_the_clients_files(store):
+    """Hostile review: a Message Batch's requests, kept as an input file until its batch is
+    deleted or purged, counted toward the client's `max_files`: after 100 Message Batches in a
+    week every upload was refused, "delete one first", of files `/v1/files` does not list."""
+    queue = store.open(attrs.evolve(CAPS, max_files=2))
+    for _ in range(3):  # kept with their batches (at most `max_open` running)
+        upload(queue, jsonl(line("a")), purpose="message_batch", purposes=("message_batch",))
+    upload(queue, jsonl(line("a")))
+    upload(queue, jsonl(line("b")))
+    with pytest.raises(BatchRefused, match="files already"):
+        upload(queue, jsonl(line("c")))
+    queue.close()

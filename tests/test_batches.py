@@ -19,7 +19,7 @@ import trio.testing
 import lanes
 from lanes._core.batch.queue import Caps
 from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
-from lanes.testing import ANSWER, answer, rate_limited, status
+from lanes.testing import ANSWER, answer, rate_limited, raw, status
 from sidecar import open_sidecar
 
 CAPS = Caps(max_bytes=1_000_000, max_lines=100, max_line_bytes=10_000)
@@ -595,4 +595,61 @@ async def test_an_item_told_not_now_holds_its_batch_until_the_reset(tmp_path):
             await round_done(nursery)
     assert served[1:] == ["classify p", "classify q"]  # q tried though p was told "not now"
     assert one["id"] != mixed["id"]
+    queue.close()
+
+
+async def test_a_message_batch_refused_keeps_no_input_file(tmp_path):
+    """Hostile review: a Message Batch refused after its requests were written (its client has
+    `max_open` batches running) left its input file behind: not listed, so never deleted, and
+    counted against the client's files until every upload was refused."""
+    folder = tmp_path / "queue"
+    sidecar = open_sidecar(("free", "free", ["free-model"]), batch={"folder": str(folder)})
+    async with sidecar as (url, fakes):
+        fakes["free"].script("free-model", rate_limited(retry_after=3600))  # they stay open
+        async with httpx2.AsyncClient(headers={"authorization": "Bearer x"}) as http:
+            made = await http.post(f"{url}/files", data={"purpose": "batch"},
+                                   files={"file": ("in.jsonl", jsonl(line("a")))})  # fmt: skip
+            ask = {"input_file_id": made.json()["id"], "endpoint": "/v1/chat/completions",
+                   "completion_window": "24h"}  # fmt: skip
+            for _ in range(CAPS.max_open):
+                assert (await http.post(f"{url}/batches", json=ask)).status_code == 200
+            body = {"requests": [{"custom_id": "m", "params": params("hello")}]}
+            refused = [await http.post(f"{url}/messages/batches", json=body) for _ in range(3)]
+    assert {r.status_code for r in refused} == {400}
+    assert len(list((folder / "files").glob("*.jsonl"))) == 1  # the one uploaded
+
+
+@pytest.mark.free_lane
+async def test_an_answer_the_upstream_wrote_on_several_lines_is_one_line_of_the_output():
+    """Hostile review: the output file carried the upstream's own bytes, so an answer it
+    pretty-printed (or ended with a newline, as many servers do) broke its line into several —
+    a JSONL file no reader could parse, where an upstream could write a line of its choosing."""
+    completion = {"id": "c", "object": "chat.completion", "model": "free-model", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "a\nb"},
+         "finish_reason": "stop"}]}  # fmt: skip
+    pretty = json.dumps(completion, indent=2).encode() + b"\n"
+    async with open_sidecar(("free", "free", ["free-model"])) as (url, fakes):
+        fakes["free"].script("free-model", raw(200, pretty))
+        client = sdk(url, "unused")
+        file = await client.files.create(file=("in.jsonl", io.BytesIO(jsonl(line("x")))),
+                                         purpose="batch")  # fmt: skip
+        made = await client.batches.create(input_file_id=file.id,
+                                           endpoint="/v1/chat/completions",
+                                           completion_window="24h")  # fmt: skip
+        done = await finished(client, made.id)
+        assert done.output_file_id is not None
+        output = (await client.files.content(done.output_file_id)).content
+    [one] = output.splitlines()
+    assert json.loads(one)["response"]["body"] == completion
+
+
+def test_the_queues_folder_is_its_owners_alone(tmp_path):
+    """Hostile review: the queue's folder, its uploaded files (request bodies) and its SQLite file
+    (their answers) were made under the process's umask — readable by every user of the host."""
+    queue = _queue(tmp_path)
+    made = _batch(queue, jsonl(line("a")))
+    folder = tmp_path / "q"
+    kept = [folder, folder / "files", *folder.glob("queue.db*")]  # the uploads: in `files/`
+    assert made["status"] == "in_progress" and len(kept) >= 3
+    assert {oct(p.stat().st_mode & 0o077) for p in kept} == {"0o0"}
     queue.close()

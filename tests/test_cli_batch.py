@@ -289,3 +289,18 @@ def test_on_a_terminal_one_bar_is_redrawn_in_place():
         "batch_1 in_progress: 2 done, 1 failed of 4\n"
         "batch_1 completed: 3 done, 1 failed of 4\n"
     )
+
+
+async def test_an_id_is_one_segment_of_the_path_never_another_route(capsys):
+    """Hostile review: the id was put in the URL as it came, so `lanes batch cancel
+    '../../v1/lanes/free/off?x='` posted to the lane switch, with the user's key (an admin's,
+    maybe), and switched the lane off. An id is one path segment: no such route."""
+    async with open_sidecar(("free", "free", ["free-model"])) as (url, fakes):
+        done = await run_lanes(capsys, "batch", "cancel", "../../v1/lanes/free/off?x=",
+                               "--url", url.removesuffix("/v1"))  # fmt: skip
+        fakes["free"].script("free-model")
+        async with httpx2.AsyncClient() as http:
+            asked = {"model": "free-model", "messages": [{"role": "user", "content": "hi"}]}
+            served = await http.post(f"{url}/chat/completions", json=asked)
+    assert done.code == 1 and one_line(done.err).startswith("lanes: no ")
+    assert served.status_code == 200  # the lane still serves

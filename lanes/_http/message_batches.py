@@ -112,6 +112,7 @@ async def create(request: Request, ctx: Context) -> Response:
             return _error(400, f"requests.{i}.custom_id: 1 to 64 of letters, digits, _ and -")
     target = queue.upload_path()
     client, now = caller(request).client, int(ctx.dispatcher.now_wall())
+    made: dict[str, Any] | None = None
     try:
         await batches.call(_write_lines, target, requests)
         file = await batches.call(
@@ -120,23 +121,27 @@ async def create(request: Request, ctx: Context) -> Response:
         ask = {"input_file_id": file["id"], "endpoint": MESSAGES_PATH, "completion_window": "24h"}
         own = ctx.server.clients.get(client)
         budget = own.batch_max_paid_usd if own is not None else 0.0
-        made = await batches.call(
-            lambda: queue.create(
-                client,
-                ask,
-                now,
-                endpoints=(MESSAGES_PATH,),
-                purpose=PURPOSE,
-                prefix="msgbatch_",
-                default_budget=budget,
-            )  # fmt: skip
-        )
+        try:
+            made = await batches.call(
+                lambda: queue.create(
+                    client,
+                    ask,
+                    now,
+                    endpoints=(MESSAGES_PATH,),
+                    purpose=PURPOSE,
+                    prefix="msgbatch_",
+                    default_budget=budget,
+                )  # fmt: skip
+            )
+        finally:  # nothing runs from it (refused, failed): it goes — unlisted, none else could
+            if made is None or made["status"] == "failed":
+                with trio.CancelScope(shield=True):
+                    await batches.call(queue.delete_file, client, file["id"])
     except BatchRefused as exc:
         return _error(exc.status, str(exc))
     finally:
         target.unlink(missing_ok=True)
     if made["status"] == "failed":
-        await batches.call(queue.delete_file, client, file["id"])
         bad = "; ".join(
             f"requests.{e['line'] - 1}: {e['message']}" for e in made["errors"]["data"][:5]
         )

@@ -38,17 +38,18 @@ class SQLiteBatchFiles:
         purposes: tuple[str, ...] = ("batch",),
     ) -> Obj:
         """Keep an uploaded JSONL file (`upload`, as written). Raises BatchRefused when it is not
-        JSONL within the caps, or its purpose is not one of `purposes`."""
+        JSONL within the caps, its purpose is not one of `purposes`, or the client keeps
+        `max_files` of purpose `batch` (those it lists and deletes) and this is one."""
         if purpose not in purposes:
             upload.unlink(missing_ok=True)
             raise BatchRefused(f"purpose must be {' or '.join(purposes)}", param="purpose")
-        with self._lock:
+        with self._lock:  # the files it lists (a Message Batch's requests go with their batch)
             (kept,) = self._conn.execute(
                 "SELECT count(*) FROM batch_file WHERE client = ? AND deleted = 0 AND kind = "
-                "'input'",
+                "'input' AND purpose = 'batch'",
                 (client,),
             ).fetchone()
-        if kept >= self.caps.max_files:
+        if purpose == "batch" and kept >= self.caps.max_files:
             upload.unlink(missing_ok=True)
             raise BatchRefused(
                 f"this client keeps {self.caps.max_files} files already: delete one first",

@@ -102,7 +102,8 @@ def _body_wrong(body: object) -> tuple[str, str, str] | None:
 
 
 def output_line(item_id: str, custom_id: str, request_id: str, body: bytes) -> bytes:
-    """A 200 answer's line of the output file; `body` is the upstream's own JSON bytes."""
+    """A 200 answer's line of the output file; `body` is the upstream's own JSON bytes, on one
+    line."""
     head = json.dumps({"id": item_id, "custom_id": custom_id})[:-1]
     response = f'{{"status_code": 200, "request_id": {json.dumps(request_id)}, "body": '
     return f'{head}, "response": {response}'.encode() + body + b'}, "error": null}\n'
@@ -133,6 +134,8 @@ def answered_line(
 ) -> bytes:
     """A 200 answer's line in its batch's format: OpenAI's output line, or Anthropic's
     `succeeded` result (the Messages API answer as `message`)."""
+    if b"\n" in body or b"\r" in body:  # an upstream's pretty print: its bytes are not one line
+        body = json.dumps(json.loads(body, strict=False)).encode()
     if endpoint != MESSAGES:
         return output_line(item_id, custom_id, request_id, body)
     head = json.dumps({"custom_id": custom_id})[:-1]

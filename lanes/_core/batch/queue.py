@@ -17,10 +17,12 @@ its atomic rules:
   (its `tries`): the late answer of a leader that lost the queue is not written, even when the
   item runs again, so no item is answered twice;
 - one leader at a time (`lead`); a new one takes back the items the last one left running, and
-  counts a paid try it held and did not settle as spent in full;
+  counts a paid try it held and did not settle as spent in full; the leader takes back what it
+  holds running and does not run (`running`: an answer or a put-back the store lost or refused);
 - each batch's items are counted by state in the steps that change them, so a round reads a
   batch's counts, never its items;
-- a batch's paid budget is held one try at a time and never held past what is left.
+- a batch's paid budget is held one try at a time, never past what is left, and only by the
+  run that has its item (a leader that lost the queue pays for none of its items).
 
 Blocking: call a queue from a worker thread. Errors: `BatchRefused` (a request the API refuses,
 with its status and the field to name); the store's own (`sqlite3.Error`, redis-py's) otherwise.
@@ -29,7 +31,7 @@ with its status and the field to name); the store's own (`sqlite3.Error`, redis-
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -85,7 +87,7 @@ class BatchBudget(Protocol):
     """A batch's own paid budget, one item's paid try at a time (`budget.py`)."""
 
     def paid_room(self, batch: str) -> float: ...
-    def hold_paid(self, batch: str, amount: float) -> bool: ...
+    def hold_paid(self, item: Item, amount: float) -> bool: ...
     def settle_paid(self, batch: str, cost: float) -> float: ...
 
 
@@ -93,8 +95,9 @@ class RunnerQueue(BatchBudget, Protocol):
     """What the runner asks: the lease, the items due, their answers, the ends of batches."""
 
     def lead(
-        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = ...
-    ) -> bool: ...
+        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = ...,
+        running: Collection[tuple[str, int]] | None = ...,
+    ) -> bool: ...  # fmt: skip
     def settle(self, now: float) -> list[str]: ...
     def purge(self, ended_before: float) -> int: ...
     def take(self, now: float, limit: int) -> list[Item]: ...
@@ -258,15 +261,18 @@ def bounded_lines(stream: Any, cap: int) -> Iterator[tuple[bytes | None, int]]:
 
 
 def counted(upload: Path, caps: Caps) -> int:
-    """The lines of an uploaded file (`upload`), read within the caps. Raises BatchRefused when
-    it holds more than `caps.max_lines`, or none."""
-    lines = 0
+    """The lines of an uploaded file (`upload`) that are not blank, read within the caps. Raises
+    BatchRefused when it holds more than `caps.max_lines` of them or of blank ones (each is read,
+    on upload and as its batch is created), or none."""
+    lines = blank = 0
     with upload.open("rb") as stream:
         for raw, _ in bounded_lines(stream, caps.max_line_bytes):
-            lines += raw is None or bool(raw.strip())
-            if lines > caps.max_lines:
+            filled = raw is None or bool(raw.strip())
+            lines, blank = lines + filled, blank + (not filled)
+            if max(lines, blank) > caps.max_lines:
                 raise BatchRefused(
-                    f"the file holds more than batch.max_lines ({caps.max_lines}) lines",
+                    f"the file holds more than batch.max_lines ({caps.max_lines}) lines, or "
+                    "as many blank ones",
                     param="file",
                 )
     if not lines:

@@ -62,20 +62,20 @@ class RedisBatchFiles:
         purposes: tuple[str, ...] = ("batch",),
     ) -> Obj:
         """Keep an uploaded JSONL file (`upload`, as written; deleted either way). Raises
-        BatchRefused when it is not JSONL within the caps, or its purpose is not one of
-        `purposes`."""
+        BatchRefused as `SQLiteBatchFiles.add_file` does."""
         full = f"this client keeps {self.caps.max_files} files already: delete one first"
         try:
             if purpose not in purposes:
                 raise BatchRefused(f"purpose must be {' or '.join(purposes)}", param="purpose")
-            if self._r.scard(self._k("inputs", client)) >= self.caps.max_files:
+            listed = purpose == "batch"  # a Message Batch's requests go with their batch
+            if listed and self._r.scard(self._k("inputs", client)) >= self.caps.max_files:
                 raise BatchRefused(full, param="file")
             lines, size = counted(upload, self.caps), upload.stat().st_size
             file_id = new_id("file-")
             self._put_chunks(file_id, upload)
             name = filename[:255] or "batch.jsonl"
             args = (file_id, client, purpose, name, size, lines, now, self.caps.max_files)
-            if not self._run(ADD_FILE, *args, int(purpose == "batch")):
+            if not self._run(ADD_FILE, *args, int(listed)):
                 self._drop_chunks(file_id, size)  # another upload of the client's came first
                 raise BatchRefused(full, param="file")
         finally:

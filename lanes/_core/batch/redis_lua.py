@@ -9,7 +9,8 @@ namespace is a hash tag, so every key of a deployment is on one server (one slot
 The keys (none with an expiry: an eviction policy of `volatile-*` never takes one; an item's
 staging keys while its batch is created are the one exception, made permanent in `CREATE`):
 
-- `lead` — hash: the leader (`owner`) and until when (`until`, epoch s on the hosts' walls);
+- `lead` — hash: the leader (`owner`), until when (`until`, epoch s on the hosts' walls) and the
+  mark its last lead left (`mark`);
 - `batch:<id>` — hash: `data` (the object as created), `client`, `status`, `<status>_at`,
   `endpoint`, `input_file_id`, `expires_at`, `last_line`, the output and error file ids, the
   kept counts (`total`, `pending`, `running`, `ok`, `error`, `expired`, `cancelled`, and the
@@ -23,8 +24,8 @@ staging keys while its batch is created are the one exception, made permanent in
   of a client's batches by creation; `held` — set of the batches a paid try holds now;
 - `tally` — hash: `status:<status>` → batches, and the items' counts summed over every batch;
 - `file:<id>` — hash: a file's record; `chunk:<id>:<n>` — an input file's bytes, in chunks;
-  `inputs:<client>` — set of a client's input files kept; `files:<client>` — sorted set of its
-  listed files (purpose `batch`) by creation.
+  `inputs:<client>` — set of a client's listed input files kept (purpose `batch`);
+  `files:<client>` — sorted set of them by creation.
 """
 
 from __future__ import annotations
@@ -42,27 +43,37 @@ end
 local function num(v) return tonumber(v or '0') or 0 end
 """
 
-# ARGV: P, owner, now (s), ttl (s), the holder this host knows is gone (or ""). 1: leading.
-# A new leader takes back the items the last one left running (due at once) and counts what a
-# paid try of it held spent in full (`budget.py`: the upstream may have billed it).
+# ARGV: P, owner, now (s), ttl (s), the holder this host knows is gone (or ""), the mark this
+# owner's last lead left (or ""), a new mark, then the items the owner runs ("<batch> <line>"
+# each; "*": not said). 1: leading. A new leader takes back the items the last one left running
+# (due at once) and counts what a paid try of it held spent in full (`budget.py`: the upstream
+# may have billed it) — and so does a leader whose lease is not as it left it (its mark): a Redis
+# restarted from an older snapshot, or a replica promoted behind its primary. The leader takes
+# back those it holds running and does not run (an answer or a put-back the server lost).
 LEAD = (
     _HEAD
     + """
-local held = redis.call('HMGET', P .. 'lead', 'owner', 'until')
+local held = redis.call('HMGET', P .. 'lead', 'owner', 'until', 'mark')
 local owner, now = ARGV[2], tonumber(ARGV[3])
 if held[1] and held[1] ~= owner and num(held[2]) > now and held[1] ~= ARGV[5] then return 0 end
 redis.call('HSET', P .. 'lead', 'owner', owner,
-           'until', string.format('%.17g', now + tonumber(ARGV[4])))
-if held[1] == owner then return 1 end
+           'until', string.format('%.17g', now + tonumber(ARGV[4])), 'mark', ARGV[7])
+local kept, runs = held[1] == owner and held[3] == ARGV[6], {}
+if kept and ARGV[8] == '*' then return 1 end
+for i = 8, #ARGV do runs[ARGV[i]] = true end
 for _, b in ipairs(redis.call('ZRANGE', P .. 'open', 0, -1)) do
-  local lines = redis.call('SMEMBERS', P .. 'running:' .. b)
-  for _, line in ipairs(lines) do redis.call('ZADD', P .. 'pending:' .. b, 0, line) end
-  if #lines > 0 then
-    redis.call('DEL', P .. 'running:' .. b)
-    bump(b, 'running', -#lines)
-    bump(b, 'pending', #lines)
+  local back = {}
+  for _, line in ipairs(redis.call('SMEMBERS', P .. 'running:' .. b)) do
+    if not (kept and runs[b .. ' ' .. line]) then back[#back + 1] = line end
   end
+  for _, line in ipairs(back) do
+    redis.call('ZADD', P .. 'pending:' .. b, 0, line)
+    redis.call('SREM', P .. 'running:' .. b, line)
+  end
+  bump(b, 'running', -#back)
+  bump(b, 'pending', #back)
 end
+if kept then return 1 end
 for _, b in ipairs(redis.call('SMEMBERS', P .. 'held')) do
   local f = redis.call('HMGET', P .. 'batch:' .. b, 'paid', 'held')
   if num(f[2]) > 0 then
@@ -217,15 +228,18 @@ return 1
 """
 )
 
-# ARGV: P, batch, amount (USD). `budget.may_hold`: the batch runs, no try holds, and the amount
-# is left (within 1e-12). 1: held.
+# ARGV: P, batch, amount (USD), the item's line and its run's tries. `budget.may_hold`: the
+# batch runs, no try holds, and the amount is left (within 1e-12) — and the run has its item (a
+# run of a leader that lost the queue does not pay). 1: held.
 HOLD = (
     _HEAD
+    + _MINE
     + """
 local key = P .. 'batch:' .. ARGV[2]
 local f = redis.call('HMGET', key, 'status', 'max_paid', 'paid', 'held')
 local amount = tonumber(ARGV[3])
-if f[1] ~= 'in_progress' or not (amount > 0) or num(f[4]) > 0 then return 0 end
+if not mine(ARGV[2], ARGV[4], ARGV[5]) then return 0 end
+if f[1] ~= 'in_progress' or not (amount and amount > 0) or num(f[4]) > 0 then return 0 end
 if num(f[3]) + amount > num(f[2]) + 1e-12 then return 0 end
 redis.call('HSET', key, 'held', ARGV[3])
 redis.call('SADD', P .. 'held', ARGV[2])
@@ -367,16 +381,19 @@ return 1
 """
 )
 
-# ARGV: P, file id, client, purpose, filename, bytes, lines, created_at, at most this many input
-# files kept by the client, 1 when it is listed (purpose `batch`). 0: the client keeps enough.
+# ARGV: P, file id, client, purpose, filename, bytes, lines, created_at, at most this many listed
+# input files kept by the client, 1 when it is listed (purpose `batch`; a Message Batch's
+# requests go with their batch, uncounted). 0: the client keeps enough.
 ADD_FILE = """
 local P = ARGV[1]
-if redis.call('SCARD', P .. 'inputs:' .. ARGV[3]) >= tonumber(ARGV[9]) then return 0 end
+if ARGV[10] == '1' then
+  if redis.call('SCARD', P .. 'inputs:' .. ARGV[3]) >= tonumber(ARGV[9]) then return 0 end
+  redis.call('SADD', P .. 'inputs:' .. ARGV[3], ARGV[2])
+  redis.call('ZADD', P .. 'files:' .. ARGV[3], ARGV[8], ARGV[2])
+end
 redis.call('HSET', P .. 'file:' .. ARGV[2], 'client', ARGV[3], 'purpose', ARGV[4], 'filename',
            ARGV[5], 'bytes', ARGV[6], 'lines', ARGV[7], 'created_at', ARGV[8], 'kind', 'input',
            'deleted', '0')
-redis.call('SADD', P .. 'inputs:' .. ARGV[3], ARGV[2])
-if ARGV[10] == '1' then redis.call('ZADD', P .. 'files:' .. ARGV[3], ARGV[8], ARGV[2]) end
 return 1
 """
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping
+import secrets
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,9 @@ class RedisBatchQueue(RedisBatchFiles):
     ) -> None:
         self.caps, self.where = caps, redacted(url)
         self._scratch, self._chunk, self._scripts = scratch, chunk_bytes, {}
-        scratch.mkdir(parents=True, exist_ok=True)
+        self._marks: dict[str, str] = {}  # owner → the mark its last lead left (`lead`)
+        if not scratch.exists():  # uploads in progress (request bodies): its owner's alone
+            scratch.mkdir(mode=0o700, parents=True)
         waits = {"socket_connect_timeout": timeout_s, "socket_timeout": timeout_s}
         pool = connection_pool(url, max_connections=8, timeout=timeout_s, **waits)
         self._r = redis.Redis(connection_pool=pool)
@@ -291,12 +294,20 @@ class RedisBatchQueue(RedisBatchFiles):
 
     # -- the runner's side ----------------------------------------------------------------------
     def lead(
-        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False
-    ) -> bool:
-        """Take or keep the queue's one lease for every host (see `SQLiteBatchQueue.lead`)."""
+        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False,
+        running: Collection[tuple[str, int]] | None = None,
+    ) -> bool:  # fmt: skip
+        """Take or keep the queue's one lease for every host (see `SQLiteBatchQueue.lead`); a
+        lease not as its holder left it (Redis lost or rolled back its writes) is taken as anew."""
         holder = self._r.hget(self._k("lead"), "owner")
         dead = holder.decode() if holder is not None and gone(holder.decode()) else ""
-        return bool(self._run(LEAD, owner, repr(float(now)), repr(float(ttl_s)), dead))
+        mark, left = secrets.token_hex(8), self._marks.get(owner, "")
+        runs = ["*"] if running is None else [f"{b} {member(line)}" for b, line in running]
+        led = bool(self._run(LEAD, owner, repr(float(now)), repr(float(ttl_s)), dead, left, mark,
+                             *runs))  # fmt: skip
+        if led:
+            self._marks[owner] = mark
+        return led
 
     def paid_room(self, batch: str) -> float:
         """What is left of the batch's own paid budget (see `budget.py`)."""
@@ -304,8 +315,11 @@ class RedisBatchQueue(RedisBatchFiles):
         status = row[0].decode() if row[0] is not None else None
         return budget.room_of(status, *(float(v or 0) for v in row[1:]))
 
-    def hold_paid(self, batch: str, amount: float) -> bool:
-        return bool(self._run(HOLD, batch, repr(float(amount))))
+    def hold_paid(self, item: Item, amount: float) -> bool:
+        """Hold `amount` of `item`'s batch's budget for its paid try, only while this run has
+        the item (its `tries`): a run whose item was taken back pays nothing."""
+        args = (item.batch, repr(float(amount)), member(item.line), item.tries)
+        return bool(self._run(HOLD, *args))
 
     def settle_paid(self, batch: str, cost: float) -> float:
         told = repr(max(cost, 0.0)) if math.isfinite(cost) else ""

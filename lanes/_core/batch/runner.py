@@ -96,9 +96,10 @@ class BatchRunner:
         self._waiting = interactive_waiting
         self._retention_s, self._purged_at = retention_s, 0.0
         self._slots = trio.CapacityLimiter(concurrency)
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._owner = f"{host()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = trio.Event()
         self._paying: dict[str, trio.Lock] = {}  # batch → held while one of its items pays
+        self._running: set[tuple[str, int]] = set()  # (batch, line) of the items it runs
         self._counted_at = -TALLY_S
         self.tally: dict[str, dict[str, int]] = {"batches": {}, "items": {}}
 
@@ -123,7 +124,10 @@ class BatchRunner:
     async def _round(self, nursery: trio.Nursery) -> float:
         """One look; returns how long to sleep before the next."""
         queue, now = self._queue, self._now()
-        if not await trio.to_thread.run_sync(queue.lead, self._owner, now, LEASE_S, gone):
+        runs = frozenset(self._running)  # what it runs: what else it holds running is lost
+        if not await trio.to_thread.run_sync(
+            lambda: queue.lead(self._owner, now, LEASE_S, gone, running=runs)
+        ):
             await self._count(now, ended=False)
             return LEASE_S / 3  # another process leads
         await self._count(now, ended=bool(await trio.to_thread.run_sync(queue.settle, now)))
@@ -136,6 +140,7 @@ class BatchRunner:
         items = await trio.to_thread.run_sync(queue.take, now, room) if room else []
         for item in items:
             await self._slots.acquire_on_behalf_of(item)
+            self._running.add((item.batch, item.line))
             nursery.start_soon(self._one, item)
         if len(items) == room:  # every slot busy: an item that ends wakes the runner
             return LEASE_S / 3
@@ -159,9 +164,13 @@ class BatchRunner:
             log.warning(
                 "batch %s item %d: %s; taken again", item.batch, item.line, type(exc).__name__
             )
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._queue.later, item, self._now() + RETRY_S)
+            try:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._queue.later, item, self._now() + RETRY_S)
+            except Exception:  # the store is down: the next lead takes it back (never raised
+                pass  # into the nursery, the sidecar's)
         finally:
+            self._running.discard((item.batch, item.line))
             self._slots.release_on_behalf_of(item)
             self.wake()
 
@@ -221,7 +230,7 @@ class BatchRunner:
             if left < MIN_PAID_S:  # its window ends: no paid try starts now
                 return None
             room = await trio.to_thread.run_sync(queue.paid_room, item.batch)
-            if not room > 0 or not await trio.to_thread.run_sync(queue.hold_paid, item.batch, room):
+            if not room > 0 or not await trio.to_thread.run_sync(queue.hold_paid, item, room):
                 return None  # nothing left, or the batch no longer runs (cancelled, ended)
             cost = room  # an exit we did not see the end of counts it all
             try:
@@ -250,12 +259,22 @@ def put_back_for(retry_after_s: float, tries: int | None = None) -> float:
     return max(retry_after_s, min(2.0**tries, MAX_BACKOFF_S))
 
 
+def host() -> str:
+    """This process's host, as a lease holder names it: its name and its PID namespace (two
+    containers may share a name — host networking — and never a PID namespace)."""
+    try:
+        space = os.readlink("/proc/self/ns/pid").strip("pid:[]")
+    except OSError:
+        space = ""
+    return f"{socket.gethostname()}/{space}"
+
+
 def gone(owner: str) -> bool:
-    """Whether the lease holder `owner` ("host:pid:token") is a process of this host that is no
-    longer running (one of another host is trusted until its lease runs out)."""
-    host, _, rest = owner.partition(":")
+    """Whether the lease holder `owner` ("host:pid:token") is a process of this host (`host`)
+    that is no longer running (one of another host is trusted until its lease runs out)."""
+    where, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    if where != host() or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)

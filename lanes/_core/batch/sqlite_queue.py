@@ -13,9 +13,10 @@ own: another client's id is not found.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,26 @@ from lanes._core.batch.queue import (
 from lanes._core.state.sqlite_file import connect, immediate
 
 
+def private(folder: Path) -> None:
+    """The queue's folder, its `files/` (request bodies) and its SQLite file (their answers) made
+    its owner's alone, whatever the umask; a folder that was there already is left as it is."""
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True)
+    (folder / "files").mkdir(mode=0o700, exist_ok=True)
+    db = folder / "queue.db"  # made before SQLite makes its log beside it, with its mode
+    os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+    for mine in (folder / "files", db, *folder.glob("queue.db-*")):  # a queue of an older lanes
+        if mine.stat().st_uid == os.getuid():
+            mine.chmod(0o700 if mine.is_dir() else 0o600)
+
+
 class SQLiteBatchQueue(SQLiteBatchFiles):
     """Files, batches and items in `folder` (`queue.db` and `files/`). Blocking: call it from a
     worker thread. `durable` False: the folder is temporary and the objects say so."""
 
     def __init__(self, folder: Path, caps: Caps, *, durable: bool = True) -> None:
         self.folder, self.caps, self.durable = folder, caps, durable
-        (folder / "files").mkdir(parents=True, exist_ok=True)
+        private(folder)
         self._conn = connect(str(folder / "queue.db"), SCHEMA, recount)
         self._lock = threading.Lock()
 
@@ -247,11 +261,13 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
 
     # -- the runner's side ----------------------------------------------------------------------
     def lead(
-        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False
-    ) -> bool:
+        self, owner: str, now: float, ttl_s: float, gone: Callable[[str], bool] = lambda _: False,
+        running: Collection[tuple[str, int]] | None = None,
+    ) -> bool:  # fmt: skip
         """Take or keep the queue's one lease (only its holder runs items). A new holder takes
         back the items the last one left running: its process died (`gone` says so of a holder
-        on this host, before its lease runs out) or lost the lease."""
+        on this host, before its lease runs out) or lost the lease; the holder, those it holds
+        running and does not run (not in `running`, (batch, line) each; None: not said)."""
         with self._lock, immediate(self._conn) as conn:
             row = conn.execute("SELECT owner, until FROM batch_lead WHERE id = 1").fetchone()
             if row is not None and row[0] != owner and row[1] > now and not gone(row[0]):
@@ -267,6 +283,15 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
                     "WHERE running > 0"
                 )
                 budget.count_held(conn)  # a paid try the last leader did not settle: spent
+            elif running is not None:  # its answer or put-back lost: taken back
+                runs = set(running)
+                lost = [r for r in conn.execute("SELECT batch, line FROM batch_item WHERE state = "
+                        "'running'") if tuple(r) not in runs]  # fmt: skip
+                conn.executemany("UPDATE batch_item SET state = 'pending' WHERE batch = ? AND "
+                                 "line = ?", lost)  # fmt: skip
+                for batch in {b for b, _ in lost}:
+                    n = sum(b == batch for b, _ in lost)
+                    bump(conn, batch, running=-n, pending=n)
         return True
 
     def paid_room(self, batch: str) -> float:
@@ -274,9 +299,16 @@ class SQLiteBatchQueue(SQLiteBatchFiles):
         with self._lock:
             return budget.room(self._conn, batch)
 
-    def hold_paid(self, batch: str, amount: float) -> bool:
+    def hold_paid(self, item: Item, amount: float) -> bool:
+        """Hold `amount` of `item`'s batch's budget for its paid try, only while this run has
+        the item (its `tries`): a run whose item was taken back pays nothing."""
         with self._lock, immediate(self._conn) as conn:
-            return budget.hold(conn, batch, amount)
+            mine = conn.execute(
+                "SELECT 1 FROM batch_item WHERE batch = ? AND line = ? AND state = 'running' "
+                "AND tries = ?",
+                (item.batch, item.line, item.tries),
+            ).fetchone()
+            return mine is not None and budget.hold(conn, item.batch, amount)
 
     def settle_paid(self, batch: str, cost: float) -> float:
         with self._lock, immediate(self._conn) as conn:
