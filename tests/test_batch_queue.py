@@ -369,6 +369,24 @@ def test_a_clients_files_and_open_batches_are_capped(store):
     queue.close()
 
 
+def test_the_bytes_a_client_keeps_are_capped(store):
+    """Hostile review: with a Redis queue a client could keep `max_files` files of `max_file_mb`
+    each (20 GB by default) in the Redis that holds the ledger. Its listed files' bytes together
+    are capped (`batch.max_client_mb`); deleting one makes room; another client is not held back
+    and a refused upload leaves nothing kept."""
+    raw = jsonl(line("a"), line("b"))
+    queue = store.open(attrs.evolve(CAPS, max_client_bytes=2 * len(raw) + 10))
+    kept = [upload(queue, raw), upload(queue, raw)]
+    with pytest.raises(BatchRefused, match="batch.max_client_mb") as refused:
+        upload(queue, raw)
+    assert refused.value.status == 400 and refused.value.param == "file"
+    assert len(queue.files("c", limit=100, after=None)) == 2
+    assert upload(queue, raw, client="other")["bytes"] == len(raw)
+    assert queue.delete_file("c", kept[0]["id"])
+    assert upload(queue, raw)["bytes"] == len(raw)
+    queue.close()
+
+
 def test_batches_are_listed_newest_first_by_endpoint_and_deleted_once_ended(store, queue):
     """A client's batches, newest first, paged by `after`, on the endpoints asked; an ended
     batch is deleted with its files (`purge` after the retention), one not ended is not."""

@@ -68,6 +68,7 @@ def open_queue(config: Config, folder: Path | None, scratch: Path) -> BatchQueue
     (`scratch`, a temporary one, when None). Blocking: call it in a worker thread."""
     caps = Caps(
         max_bytes=int(config.batch.max_file_mb * 1_000_000),
+        max_client_bytes=int(config.batch.max_client_mb * 1_000_000),
         max_lines=config.batch.max_lines,
         max_line_bytes=config.server.max_body_bytes,
     )

@@ -12,7 +12,15 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from lanes._core.batch.queue import BatchRefused, Caps, Obj, counted, file_object, new_id
+from lanes._core.batch.queue import (
+    BatchRefused,
+    Caps,
+    Obj,
+    check_kept,
+    counted,
+    file_object,
+    new_id,
+)
 
 
 class SQLiteBatchFiles:
@@ -43,19 +51,19 @@ class SQLiteBatchFiles:
         if purpose not in purposes:
             upload.unlink(missing_ok=True)
             raise BatchRefused(f"purpose must be {' or '.join(purposes)}", param="purpose")
+        size = upload.stat().st_size
         with self._lock:  # the files it lists (a Message Batch's requests go with their batch)
-            (kept,) = self._conn.execute(
-                "SELECT count(*) FROM batch_file WHERE client = ? AND deleted = 0 AND kind = "
-                "'input' AND purpose = 'batch'",
+            kept, kept_bytes = self._conn.execute(
+                "SELECT count(*), coalesce(sum(bytes), 0) FROM batch_file WHERE client = ? AND "
+                "deleted = 0 AND kind = 'input' AND purpose = 'batch'",
                 (client,),
             ).fetchone()
-        if purpose == "batch" and kept >= self.caps.max_files:
-            upload.unlink(missing_ok=True)
-            raise BatchRefused(
-                f"this client keeps {self.caps.max_files} files already: delete one first",
-                param="file",
-            )
-        size = upload.stat().st_size
+        if purpose == "batch":
+            try:
+                check_kept(kept, kept_bytes, size, self.caps)
+            except BatchRefused:
+                upload.unlink(missing_ok=True)
+                raise
         try:
             lines = counted(upload, self.caps)
         except BatchRefused:

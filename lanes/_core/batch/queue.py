@@ -62,6 +62,7 @@ class Caps:
     max_lines: int
     max_line_bytes: int
     max_files: int = 100  # a client's files kept at once (delete one to upload another)
+    max_client_bytes: int = 1_000_000_000  # and their bytes together
     max_open: int = 100  # a client's batches not ended yet
 
 
@@ -194,6 +195,21 @@ def check_input(found: Obj | None, input_id: str, purpose: str) -> None:
     """The input file a batch names must be the client's, of the batch's `purpose`."""
     if found is None or found["purpose"] != purpose or not found["id"].startswith("file-"):
         raise BatchRefused(f"no file {input_id!r}", status=404, param="input_file_id")
+
+
+def check_kept(files: int, kept_bytes: int, size: int, caps: Caps) -> None:
+    """A client keeps at most `caps.max_files` files it lists, of `caps.max_client_bytes`
+    together: `files` and `kept_bytes` kept already, `size` the new one's."""
+    if files >= caps.max_files:
+        raise BatchRefused(
+            f"this client keeps {caps.max_files} files already: delete one first", param="file"
+        )
+    if kept_bytes + size > caps.max_client_bytes:
+        raise BatchRefused(
+            f"this client's files would hold {kept_bytes + size:,} bytes, over the "
+            f"{caps.max_client_bytes:,} it may keep (batch.max_client_mb): delete one first",
+            param="file",
+        )
 
 
 def check_open(open_now: int, caps: Caps) -> None:

@@ -15,7 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lanes._core.batch.queue import BatchRefused, Caps, Item, Obj, counted, file_object, new_id
+from lanes._core.batch.queue import (
+    BatchRefused,
+    Caps,
+    Item,
+    Obj,
+    check_kept,
+    counted,
+    file_object,
+    new_id,
+)
 from lanes._core.batch.redis_lua import ADD_FILE, DELETE_FILE
 
 PAGE = 500  # lines read (or chunks deleted) at a time
@@ -63,24 +72,34 @@ class RedisBatchFiles:
     ) -> Obj:
         """Keep an uploaded JSONL file (`upload`, as written; deleted either way). Raises
         BatchRefused as `SQLiteBatchFiles.add_file` does."""
-        full = f"this client keeps {self.caps.max_files} files already: delete one first"
         try:
             if purpose not in purposes:
                 raise BatchRefused(f"purpose must be {' or '.join(purposes)}", param="purpose")
             listed = purpose == "batch"  # a Message Batch's requests go with their batch
-            if listed and self._r.scard(self._k("inputs", client)) >= self.caps.max_files:
-                raise BatchRefused(full, param="file")
-            lines, size = counted(upload, self.caps), upload.stat().st_size
+            size = upload.stat().st_size
+            if listed:
+                check_kept(*self._kept(client), size, self.caps)
+            lines = counted(upload, self.caps)
             file_id = new_id("file-")
             self._put_chunks(file_id, upload)
             name = filename[:255] or "batch.jsonl"
             args = (file_id, client, purpose, name, size, lines, now, self.caps.max_files)
-            if not self._run(ADD_FILE, *args, int(listed)):
-                self._drop_chunks(file_id, size)  # another upload of the client's came first
-                raise BatchRefused(full, param="file")
+            kept = self._run(ADD_FILE, *args, int(listed), self.caps.max_client_bytes)
+            if kept != 1:  # another upload of the client's came first
+                self._drop_chunks(file_id, size)
+                files, kept_bytes = (self.caps.max_files, 0) if kept == 0 else (0, -kept - size)
+                check_kept(files, kept_bytes, size, self.caps)
         finally:
             upload.unlink(missing_ok=True)
         return self.file(client, file_id) or {}
+
+    def _kept(self, client: str) -> tuple[int, int]:
+        """The files the client lists, and their bytes together."""
+        ids = list(self._r.smembers(self._k("inputs", client)))
+        pipe = self._r.pipeline(transaction=False)
+        for file_id in ids:
+            pipe.hget(self._k("file", file_id.decode()), "bytes")
+        return len(ids), sum(int(b or 0) for b in pipe.execute())
 
     def _put_chunks(self, file_id: str, upload: Path) -> None:
         pipe = self._r.pipeline(transaction=False)

@@ -383,11 +383,19 @@ return 1
 
 # ARGV: P, file id, client, purpose, filename, bytes, lines, created_at, at most this many listed
 # input files kept by the client, 1 when it is listed (purpose `batch`; a Message Batch's
-# requests go with their batch, uncounted). 0: the client keeps enough.
+# requests go with their batch, uncounted), at most these bytes in its listed files together.
+# 1: kept; 0: the client keeps as many files as it may; negative: its files and this one would
+# hold that many bytes (negated), more than it may keep.
 ADD_FILE = """
 local P = ARGV[1]
 if ARGV[10] == '1' then
-  if redis.call('SCARD', P .. 'inputs:' .. ARGV[3]) >= tonumber(ARGV[9]) then return 0 end
+  local inputs = P .. 'inputs:' .. ARGV[3]
+  if redis.call('SCARD', inputs) >= tonumber(ARGV[9]) then return 0 end
+  local kept = tonumber(ARGV[6])
+  for _, id in ipairs(redis.call('SMEMBERS', inputs)) do
+    kept = kept + (tonumber(redis.call('HGET', P .. 'file:' .. id, 'bytes')) or 0)
+  end
+  if kept > tonumber(ARGV[11]) then return -kept end
   redis.call('SADD', P .. 'inputs:' .. ARGV[3], ARGV[2])
   redis.call('ZADD', P .. 'files:' .. ARGV[3], ARGV[8], ARGV[2])
 end

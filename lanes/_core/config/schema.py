@@ -311,6 +311,9 @@ class BatchConfig:
     folder: str = ""
     #: an uploaded file's size, at most, MB
     max_file_mb: float = attrs.field(default=200.0, validator=[positive, at_most(10_000.0)])
+    #: the bytes of the files a client keeps at once (those `/v1/files` lists), at most, MB: with
+    #: a Redis `state` they are held in Redis beside the ledger
+    max_client_mb: float = attrs.field(default=1000.0, validator=[positive, at_most(1_000_000.0)])
     #: an uploaded file's lines, at most
     max_lines: int = attrs.field(default=50_000, validator=[at_least(1), at_most(10_000_000)])
     #: items running at once
