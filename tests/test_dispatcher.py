@@ -188,6 +188,52 @@ LLAMACPP_TOO_LONG = json.loads(
 )["body"]
 
 
+#: llama-server's answer to every request until its model is loaded (tests/corpus/local/SOURCES.md).
+LLAMACPP_LOADING = json.loads(
+    (Path(__file__).parent / "corpus" / "local" / "llamacpp-loading.json").read_text()
+)["body"]
+
+
+async def test_a_model_still_loading_is_no_fault_against_its_breaker(fakes, env, autojump_clock):
+    """llama-server answers 503 "Loading model" until its model is loaded (a restart's 12 s in
+    issue 43): each job meanwhile falls back, the lane's breaker counts no fault — a plain 503
+    as often opens it (test_breaker_opens_and_skips_without_sending) — and once it is loaded
+    the next job is its again."""
+    _, local, paid = fakes
+    loading = status(503, LLAMACPP_LOADING)
+    local.script("local-model", *[loading] * 6, answer(text="loaded"))
+    breaker = {"failures": 2, "cooldown_s": 30, "jitter": 0}
+    cfg = config(
+        local_lane("local", local.base_url, breaker=breaker), paid_lane("paid", paid.base_url)
+    )
+    async with lanes.open_dispatcher(cfg, env=env) as dispatcher:
+        for _ in range(3):
+            reply = await dispatcher.complete(job())
+            assert reply.lane == "paid"
+            assert {(a.outcome, a.category) for a in reply.attempts if a.lane == "local"} == {
+                ("rate_limited", "loading")
+            }
+        stats = dispatcher.statistics().model("local/local-model").breaker
+        assert stats.state == "closed" and stats.consecutive_faults == 0
+        for _ in range(4):  # the loading answers left, then the model's own
+            reply = await dispatcher.complete(job())
+    assert reply.text == "loaded" and len(local.requests()) == 7
+
+
+async def test_a_model_still_loading_with_no_fallback_is_a_503_saying_so(
+    fakes, env, autojump_clock
+):
+    """With nothing to fall back to, the caller hears the upstream's meaning — the model is
+    loading, try again (503) — not that free capacity ran out (429)."""
+    _, local, _ = fakes
+    local.script("local-model", status(503, LLAMACPP_LOADING))
+    async with lanes.open_dispatcher(config(local_lane("local", local.base_url)), env=env) as d:
+        with pytest.raises(lanes.NoLaneAvailable) as caught:
+            await d.complete(job())
+    assert not isinstance(caught.value, lanes.FreeTierExhausted)
+    assert http_status(caught.value) == 503 and "Loading model" in str(caught.value)
+
+
 async def test_a_llamacpp_context_overflow_moves_to_a_larger_model(fakes, env, autojump_clock):
     """llama-server's 400 `exceed_context_size_error` (its code a number, its type the word) is a
     context overflow, not a final 400: the next candidate answers and the attempt says so."""

@@ -25,6 +25,7 @@ LanesError
     ├── RetryableError            refused, reset, 5xx, 408, 425, garbage, truncated stream
     │   └── AttemptTimedOut       the lane's own time cap (not the job's deadline) ran out
     ├── RateLimited               429: .retry_after_s, .headers
+    │   └── ModelLoading          503 "Loading model": a local server still loading (no fault)
     ├── CreditExhausted           402
     ├── ModelGone                 404 / model_not_found
     ├── ContextLengthExceeded     the prompt does not fit the model
@@ -257,6 +258,14 @@ class AttemptTimedOut(RetryableError):
 class RateLimited(UpstreamError):
     outcome = "rate_limited"
     default_category = "rate_limited"
+
+
+class ModelLoading(RateLimited):
+    """A local server still loading its model (llama-server's 503 "Loading model"): nothing
+    wrong with it — no fault against its breaker, no quota used up: the job moves on, and the
+    model is tried again by the next job (or after the walk's short pause)."""
+
+    default_category = "loading"
 
 
 class CreditExhausted(UpstreamError):

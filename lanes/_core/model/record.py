@@ -301,8 +301,9 @@ class JobRecord:
             return PaidBudgetExhausted(
                 f"{refusal}{tail}", retry_after_s=refusal.retry_after_s, **kw
             )
-        if self.free_blocked or any(
-            a.outcome in ("rate_limited", "credit_exhausted") for a in self.attempts
+        if self.free_blocked or any(  # a model still loading is no quota used up
+            a.outcome in ("rate_limited", "credit_exhausted") and a.category != "loading"
+            for a in self.attempts
         ):
             retry = max(0.0, next_free[0] - now_wall) if next_free else None
             when = f"; {next_free[1]} reopens in {retry:.1f}s" if next_free else ""

@@ -14,7 +14,8 @@ before it is kept anywhere — the exception's `code` too, which becomes the cli
 
 The context-overflow wordings are those of the hosted APIs and of the local servers' own source
 (tests/corpus/local/SOURCES.md): llama.cpp's `exceed_context_size_error`, Ollama's "exceeds the
-context length", vLLM's "context length is only", LM Studio's "context length of only".
+context length", vLLM's "context length is only", LM Studio's "context length of only". A 503
+"Loading model" (llama-server until its model is loaded) is `ModelLoading`: no fault.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from lanes._core.model.errors import (
     CreditExhausted,
     FinalError,
     ModelGone,
+    ModelLoading,
     RateLimited,
     RetryableError,
     UpstreamError,
@@ -51,6 +53,7 @@ _CREDIT = re.compile(
 _MODEL_GONE = re.compile(
     r"model[_ ]not[_ ]found|no such model|model .{0,80} does not exist", re.IGNORECASE
 )
+_LOADING = re.compile(r"\bloading model\b", re.IGNORECASE)  # llama-server, before it is ready
 MAX_DEPTH = 128  # an answer nests a little deeper than a request (tool calls, logprobs)
 
 
@@ -127,6 +130,8 @@ def classify_status(
         return cls(detail, **kw)
     if status == 402:
         return CreditExhausted(detail, **kw)
+    if status == 503 and _LOADING.search(text):
+        return ModelLoading(detail, **kw)
     if status in (404, 410) or _MODEL_GONE.search(text) and 400 <= status < 500:
         return ModelGone(detail, **kw)
     if 400 <= status < 500 and _CONTEXT.search(text):
