@@ -427,3 +427,29 @@ async def test_stream_failures_before_the_first_chunk_are_real_errors(env, autoj
             _, events = await streamed_text(d, job())
     assert len(events) == 1 and isinstance(events[0], Failed)
     assert isinstance(events[0].error, lanes.NoLaneAvailable) and not isinstance(events[0], Broken)
+
+
+@pytest.mark.free_lane
+async def test_jobs_behind_a_cold_models_probe_go_at_its_first_chunk(env, autojump_clock):
+    """A free model nothing has proved yet gets one probe while the other jobs wait (single
+    flight); they go as soon as its stream's first chunk shows the model serving, not after its
+    whole answer (issue 45: 63 of 64 parallel jobs paid one more upstream round trip)."""
+    async with open_fake("wall", models=("slow",)) as wall, open_fake("c") as c:
+        wall.script("slow", answer(chunk_delay_s=1.0))  # its answer takes ~9 s, chunk by chunk
+        cfg = config(free_lane("wall", wall.base_url, models=["slow"]), paid_lane("c", c.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            ended: list[float] = []
+
+            async def one() -> None:
+                text, _ = await streamed_text(d, job(model="wall/slow"))
+                assert text == ANSWER
+                ended.append(trio.current_time())
+
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                for _ in range(8):
+                    nursery.start_soon(one)
+    sent = [r.at - start for r in wall.requests()]
+    assert len(sent) == 8 and c.requests() == []
+    assert max(sent) < 2.0, sent  # the waiters went at the probe's first chunk
+    assert max(ended) - min(ended) < 2.0  # so all ended within a chunk or two of the probe

@@ -131,6 +131,8 @@ class AttemptRun:
             now=routing.now_wall(),
             sent=self._number,
         )
+        if 200 <= status < 300 and self._admission is not None:  # a probe's model is serving
+            self._admission = routing.gate.probe_answered(self._admission)
 
     def fail(self, exc: UpstreamError) -> Attempt:
         """End an attempt that failed with an upstream error, by the error's class."""

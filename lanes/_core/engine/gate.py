@@ -227,6 +227,14 @@ class Gate:
             return None
         return Admission(lane=candidate.lane, granted=granted, probe=probe)
 
+    def probe_answered(self, admission: Admission) -> Admission:
+        """The probe `admission` carries showed its model serving (its first chunk): the jobs
+        waiting for it go now, not when its answer ends. Returns the admission without it."""
+        if admission.probe is None:
+            return admission
+        self._probes.release(admission.probe)
+        return attrs.evolve(admission, probe=None)
+
     def release(
         self, admission: Admission, outcome: Outcome, *, connection: bool, neutral: bool
     ) -> None:
