@@ -104,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
         )
     except sqlite3.DatabaseError as exc:
         raise ConfigError(f"{audit}: not an audit lanes can read ({exc})") from None
+    _show(args, result)
+    return _gates(args, result)
+
+
+def _show(args: argparse.Namespace, result: WhatIf) -> None:
     rows = table(result.columns)
     if args.md:
         Path(args.md).write_text(markdown(rows) + "\n\n" + _notes_md(result), encoding="utf-8")
@@ -114,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
         print(text(rows))
         for note in result.notes:
             print(f"- {note}")
-    return _gates(args, result)
+        for warning in result.warnings:
+            print(f"warning: {warning}")
 
 
 def _heading(result: WhatIf) -> str:
@@ -128,7 +134,8 @@ def _heading(result: WhatIf) -> str:
 
 
 def _notes_md(result: WhatIf) -> str:
-    return _heading(result) + "\n" + "\n".join(f"- {n}" for n in result.notes) + "\n"
+    lines = [f"- {n}" for n in result.notes] + [f"- **warning**: {w}" for w in result.warnings]
+    return _heading(result) + "\n" + "\n".join(lines) + "\n"
 
 
 def _gates(args: argparse.Namespace, result: WhatIf) -> int:
