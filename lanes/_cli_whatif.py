@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lanes._cli_inputs import NotFound, state_of
 from lanes._core.audit.report import parse_since
-from lanes._core.config.schema import read_config
+from lanes._core.config.schema import packaged
 from lanes._core.model.errors import ConfigError
 from lanes._whatif import WhatIf, whatif
 from lanes._whatif.figures import as_json, markdown, table, text
@@ -23,7 +24,12 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "whatif", help="replay the audit under another config: free share, spend, failures"
     )
-    p.add_argument("--config", required=True, help="the config to try (TOML)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="the config to try (TOML; default: the current one — --against, else the shipped "
+        "config — replayed against its own audit: the fidelity check alone)",
+    )
     p.add_argument(
         "--against",
         default=None,
@@ -33,7 +39,7 @@ def add_parser(sub: Any) -> None:
         "--audit",
         default=None,
         help="the SQLite file holding the audit (default: the state file of --against, "
-        "else config/lanes.toml's)",
+        "else of the shipped config)",
     )
     p.add_argument(
         "--since", default="7d", help="7d, 12h, a UTC date such as 2026-11-24, or epoch s"
@@ -47,14 +53,28 @@ def add_parser(sub: Any) -> None:
 
 
 def _audit_path(args: argparse.Namespace) -> str:
+    """--audit, else the state file of --against, else of the shipped config."""
     if args.audit:
         return str(args.audit)
-    source = args.against or "config/lanes.toml"
-    config = read_config(source, env={})
-    state = config.local_state if config.shared_state else config.state
+    source = args.against or str(packaged("lanes.toml"))
+    whose = args.against or "the shipped config"
+    state = state_of(source)
     if state == ":memory:":
-        raise ConfigError(f"{source}: its state is :memory:, no audit to read; pass --audit FILE")
+        raise NotFound(f"{whose} keeps its state in memory: no audit to read; pass --audit FILE")
+    if not Path(state).expanduser().is_file():
+        raise NotFound(
+            f"no audit at {state} (the state file of {whose}); pass --audit FILE, or --against "
+            "the config the sidecar ran with"
+        )
     return state
+
+
+def _configs(args: argparse.Namespace) -> tuple[str, str | None, bool]:
+    """The config to try, the current one, and whether the one to try is the current one (its
+    replay is then the fidelity check): without --config, the current config is tried."""
+    if args.config:
+        return args.config, args.against, False
+    return args.against or str(packaged("lanes.toml")), None, True
 
 
 def _progress(done: int, total: int) -> None:
@@ -80,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     audit = _audit_path(args)
     if not Path(audit).expanduser().is_file():
         raise ConfigError(f"{audit}: no audit here (no such file); pass --audit FILE")
+    config, against, served = _configs(args)
     now = args.until if args.until is not None else time.time()  # wall-clock: "now"
     since: float
     try:
@@ -94,12 +115,13 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name} must be epoch seconds or a date (got {value})", key=name)
     try:
         result = whatif(
-            args.config,
+            config,
             audit,
             since=since,
             until=now,
-            against=args.against,
+            against=against,
             faults=args.faults,
+            served=served,
             progress=_progress if sys.stderr.isatty() and not args.json else None,
         )
     except sqlite3.DatabaseError as exc:

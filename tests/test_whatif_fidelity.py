@@ -5,16 +5,13 @@ set here is not counted as serving."""
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import lanes
-from helpers import lanes_command
-from lanes._core.state.audit_tables import SCHEMA
+from helpers import audit_of, lanes_command
 from lanes._whatif.recorded import read_window
 
 T = 1_780_000_000.0  # the window's start (epoch seconds)
@@ -40,49 +37,10 @@ models = [{ id = "llama-3.1-8b-instant", context = 8192 }]
 """
 
 
-def _audit(path: Path, jobs: list[str]) -> Path:
-    """An audit of one job a minute on ollama: "ok" served; "refused" failed after ollama refused
-    its connection (an attempt recorded); "skipped" failed with no attempt (the breaker was
-    open: the job never reached ollama)."""
-    conn = sqlite3.connect(path)
-    conn.executescript(SCHEMA)
-    with conn:
-        for n, how in enumerate(jobs):
-            at = T + STEP * (n + 1)
-            ok = how == "ok"
-            conn.execute(
-                "INSERT INTO audit (job, at, client, cohort, class, route, outcome, lane, model, "
-                "tier, latency_s, cost_usd, approval, asked, embedding, streamed, prompt_tokens, "
-                "completion_tokens, deadline_s, plan) VALUES (?, ?, 'anonymous', '', 'general', "
-                "?, ?, ?, ?, ?, 0.5, 0.0, '', 'auto', 0, 0, 20, 5, 20.0, ?)",
-                (
-                    f"job-{n}",
-                    at,
-                    "local" if ok else "",
-                    "ok" if ok else "no_lane_available",
-                    "ollama" if ok else "",
-                    LOCAL if ok else "",
-                    "local" if ok else "",
-                    json.dumps([f"ollama/{LOCAL}"]),
-                ),
-            )
-            if how == "skipped":
-                continue
-            conn.execute(
-                "INSERT INTO audit_attempt (job, n, at, client, cohort, class, lane, model, tier, "
-                "route, outcome, category, status, retry, latency_s, tokens, cost_usd) VALUES "
-                "(?, 0, ?, 'anonymous', '', 'general', 'ollama', ?, 'local', 'local', ?, ?, "
-                "NULL, 0, 0.5, 25, 0.0)",
-                (f"job-{n}", at, LOCAL, "ok" if ok else "fault", "" if ok else "connect"),
-            )
-    conn.close()
-    return path
-
-
 def _files(tmp_path: Path, jobs: list[str], config: str = CONFIG) -> tuple[Path, Path]:
     toml = tmp_path / "lanes.toml"
     toml.write_text(config)
-    return toml, _audit(tmp_path / "lanes.db", jobs)
+    return toml, audit_of(tmp_path / "lanes.db", jobs, start=T, step=STEP)
 
 
 def _run(config: Path, audit: Path, jobs: int, **kw: Any) -> lanes.WhatIf:
