@@ -12,6 +12,7 @@ documentation is: the `Documentation` Project-URL the distribution carries.
 from __future__ import annotations
 
 import argparse
+import os
 from importlib.metadata import PackageNotFoundError, metadata
 from pathlib import Path
 
@@ -84,6 +85,24 @@ def answers(url: str) -> bool:
             return client.get(f"{url}/health").status_code == 200
     except httpx2.HTTPError:
         return False
+
+
+def sidecar_state(url: str) -> str | None:
+    """Where the sidecar answering at `url` keeps its local state (`GET /v1/lanes`: a file, or
+    `:memory:`), or None when none answers (or it does not say)."""
+    headers = {}
+    if key := os.environ.get("LANES_KEY", "").strip():
+        headers["authorization"] = f"Bearer {key}"
+    try:
+        with httpx2.Client(timeout=PROBE_S, trust_env=False) as client:
+            answer = client.get(f"{url}/v1/lanes", headers=headers)
+        state = answer.json().get("state") if answer.status_code == 200 else None
+    except (httpx2.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(state, dict) or state.get("kind") != "sqlite":
+        return None
+    where = state.get("where")
+    return where if isinstance(where, str) else None
 
 
 def state_of(path: str) -> str:

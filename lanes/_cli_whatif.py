@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lanes._cli_inputs import NotFound, state_of
+from lanes._cli_inputs import NotFound, sidecar_state, sidecar_url, state_of
 from lanes._core.audit.report import parse_since
 from lanes._core.config.schema import packaged
 from lanes._core.model.errors import ConfigError
@@ -53,20 +53,26 @@ def add_parser(sub: Any) -> None:
 
 
 def _audit_path(args: argparse.Namespace) -> str:
-    """--audit, else the state file of --against, else of the shipped config."""
+    """--audit, else the state file of --against, else of the shipped config, else of the sidecar
+    answering at the shipped config's address."""
     if args.audit:
         return str(args.audit)
     source = args.against or str(packaged("lanes.toml"))
     whose = args.against or "the shipped config"
     state = state_of(source)
-    if state == ":memory:":
-        raise NotFound(f"{whose} keeps its state in memory: no audit to read; pass --audit FILE")
-    if not Path(state).expanduser().is_file():
-        raise NotFound(
-            f"no audit at {state} (the state file of {whose}); pass --audit FILE, or --against "
-            "the config the sidecar ran with"
-        )
-    return state
+    if state != ":memory:" and Path(state).expanduser().is_file():
+        return state
+    if not args.against and (running := sidecar_state(url := sidecar_url(args))) is not None:
+        if running == ":memory:":
+            raise NotFound(
+                f"the sidecar at {url} keeps its state in memory: no audit to replay; start it "
+                "with --state FILE (or `state` in its config), or pass --audit FILE"
+            )
+        return running
+    raise NotFound(
+        f"no audit at {state} (the state of {whose}); pass --audit FILE, or --against the "
+        "config the sidecar ran with"
+    )
 
 
 def _configs(args: argparse.Namespace) -> tuple[str, str | None, bool]:

@@ -332,10 +332,15 @@ def _notes(
                 f"{label}: {run.late:,} jobs started after their arrival: more than "
                 f"{MAX_IN_FLIGHT:,} were in flight at once (the replay's bound on its memory)"
             )
-        for lane, variable in sorted(run.unkeyed.items()):
+        if run.unkeyed:
+            unkeyed = sorted(run.unkeyed.items())
             notes.append(
-                f"{label}: {lane} is not counted as serving: ${variable} is not set in this "
-                "environment (set it to replay the lane)"
+                f"{label}: {', '.join(lane for lane, _ in unkeyed)} "
+                f"{'is' if len(unkeyed) == 1 else 'are'} not counted as serving: "
+                f"{', '.join('$' + var for _, var in unkeyed)} "
+                f"{'is' if len(unkeyed) == 1 else 'are'} not set in this environment (set "
+                f"{'it' if len(unkeyed) == 1 else 'them'} to replay "
+                f"{'the lane' if len(unkeyed) == 1 else 'those lanes'})"
             )
         if run.unstated:
             notes.append(

@@ -72,6 +72,19 @@ class Replayed:
     late: int = 0  # jobs started after their arrival: MAX_IN_FLIGHT were in flight
 
 
+class _Unkeyed(logging.Filter):
+    """Keeps the loader's "KEY is not set — lane off" lines of a replay's lanes out of the
+    command's output: the replay's notes say it once, for all of them."""
+
+    def __init__(self, lanes: Mapping[str, str]) -> None:
+        super().__init__()
+        self._lanes = set(lanes)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (args and args[0] in self._lanes and "not set" in str(args[-1]))
+
+
 class _Kept(LocalRecords):
     """The replay's audit: rows kept in memory as the sync hands them over, not written."""
 
@@ -256,7 +269,13 @@ def replay(
         holder["transport"] = transport
         holder["late"] = run.late
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    quiet = _Unkeyed(unkeyed)
+    loader_log = logging.getLogger("lanes")  # the loader says it there
+    loader_log.addFilter(quiet)
+    try:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        loader_log.removeFilter(quiet)
     transport: ReplayTransport = holder["transport"]
     unstated = tuple(
         name

@@ -1,0 +1,5 @@
+import sys
+
+from lanes._cli import main
+
+sys.exit(main())

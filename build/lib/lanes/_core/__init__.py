@@ -1,0 +1,1 @@
+"""The engine. It never imports a lane module and never names a provider."""

@@ -1,0 +1,557 @@
+"""The Messages API (`POST /v1/messages`, as Claude clients speak it) ⇄ chat completions. Pure.
+
+`to_chat(body)`: `system` becomes a system message, and so does a `{"role": "system"}` entry
+inside `messages`, at its place; each message's blocks become chat messages — text and images as
+content, `tool_use` as the assistant's tool calls, each `tool_result` as a `tool` message (before
+the rest of that user turn); client tools become function tools, `tool_choice` (`auto`, `any`,
+`tool`, `none`) its chat counterpart, `stop_sequences` become `stop`, `output_config.format` (a
+JSON schema, as the SDK's `messages.parse` sends it; or the beta's top-level `output_format`, as
+LiteLLM sends it) a `response_format` and
+`output_config.effort` the job's `reasoning_effort` (sent to reasoning models only). Every other
+field (`thinking`, `context_management`, `cache_control`, `diagnostics`, a field invented
+tomorrow, …), server tool and `thinking` block is dropped and named in `dropped`; refused are
+only `mcp_servers` with entries, a server tool `tool_choice` forces, and documents.
+`message_of(...)` turns the chat completion back into a `message` (a `thinking` block for the
+provider's reasoning, text and `tool_use` blocks, `stop_reason`, usage); `MessageEvents` does it
+for a stream: `message_start`, `content_block_start` / `_delta` (`thinking_delta` then a
+`signature_delta`, `text_delta`, `input_json_delta`) / `_stop`, `message_delta`, `message_stop` —
+or an `error` event when the answer broke.
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from lanes._core.dialects.common import (
+    BadField,
+    ChatRequest,
+    ChoiceReader,
+    effort_of,
+    first_choice,
+    is_int,
+    need,
+    need_text,
+    sub_keys,
+    text_of,
+    token_counts,
+    tool_calls_of,
+)
+from lanes._core.upstream.shapes import reasoning_of, usage_in
+
+#: Fields that are read; the others are dropped (and named), `mcp_servers` refused when it has
+#: entries.
+TRANSLATED = {
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "metadata",
+    "output_config",
+    "output_format",
+    "mcp_servers",
+}
+#: What a block of each kind starts with besides its text: a thinking block carries a signature,
+#: empty here (lanes has none to give, and reads none back).
+_SIGNED: dict[str, dict[str, str]] = {"thinking": {"signature": ""}}
+_CHOICES = {"auto": "auto", "any": "required", "none": "none"}  # tool_choice.type → chat's
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+def _stop_reason(finish_reason: str | None, *, called: bool) -> str:
+    """The `stop_reason` of a chat finish reason. An answer holding a tool call is `tool_use`
+    when the provider said only `stop` (as Gemini does), so the client runs the tool."""
+    if called and finish_reason in (None, "stop"):
+        return "tool_use"
+    return STOP_REASONS.get(finish_reason or "stop", "end_turn")
+
+
+#: A `metadata.user_id` passed on as chat's `user`: a short plain identifier. Anything else (Claude
+#: Code puts a JSON object of device and session ids there) is dropped, not sent to providers.
+_USER_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,64}")
+
+
+def to_chat(body: Mapping[str, Any]) -> ChatRequest:
+    """The chat request for a Messages API body. Raises `BadField` naming what it can not carry."""
+    dropped = [key for key in body if key not in TRANSLATED]
+    need(
+        not body.get("mcp_servers"),
+        "mcp_servers are not supported: the provider would call the MCP servers; declare their "
+        "tools as client tools",
+        "mcp_servers",
+    )
+    model = need_text(body.get("model"), "model: Field required (a non-empty string)", "model")
+    cap: Any = body.get("max_tokens")
+    need(is_int(cap) and cap > 0, "max_tokens: Field required (a positive integer)", "max_tokens")
+    stream = body.get("stream", False)
+    need(isinstance(stream, bool), "stream: must be a boolean", "stream")
+    messages = _system(body.get("system")) + _messages(body.get("messages"), dropped)
+    params: dict[str, Any] = {"max_tokens": cap}
+    params |= {key: body[key] for key in ("temperature", "top_p") if body.get(key) is not None}
+    if stops := body.get("stop_sequences"):
+        need(
+            isinstance(stops, list) and all(isinstance(s, str) for s in stops),
+            "stop_sequences: must be an array of strings",
+            "stop_sequences",
+        )
+        params["stop"] = list(stops)
+    if (user := _user_id(body.get("metadata"), dropped)) is not None:
+        params["user"] = user
+    tools = _tools(body.get("tools"), body.get("tool_choice"), dropped)
+    if tools:
+        params["tools"] = tools
+    if body.get("tool_choice") is not None:
+        choice, parallel = _tool_choice(body["tool_choice"])
+        need(
+            choice != "required" or bool(tools),
+            "tool_choice.type: 'any' needs a client tool, and none of the given tools is one "
+            "lanes can offer",
+            "tool_choice.type",
+        )
+        if tools:
+            params["tool_choice"] = choice
+            if parallel is False:
+                params["parallel_tool_calls"] = False
+        else:  # chat refuses a tool_choice without tools
+            dropped.append("tool_choice")
+    effort, response_format = _output_config(body.get("output_config"), dropped)
+    if response_format is None and body.get("output_format") is not None:
+        response_format = _format(body["output_format"], "output_format")
+    if response_format is not None:
+        params["response_format"] = response_format
+    return ChatRequest(
+        model=model,
+        messages=messages,
+        params=params,
+        stream=stream,
+        dropped=tuple(dropped),
+        reasoning_effort=effort,
+    )
+
+
+def _user_id(metadata: Any, dropped: list[str]) -> str | None:
+    """`metadata.user_id` as chat's `user`, when it is a short plain identifier."""
+    if not isinstance(metadata, Mapping):
+        if metadata is not None:
+            dropped.append("metadata")
+        return None
+    dropped += sub_keys("metadata", metadata, {"user_id"})
+    user = metadata.get("user_id")
+    if isinstance(user, str) and _USER_ID.fullmatch(user):
+        return user
+    if user is not None:
+        dropped.append("metadata.user_id")
+    return None
+
+
+def _output_config(config: Any, dropped: list[str]) -> tuple[str | None, dict[str, Any] | None]:
+    """(the reasoning effort, the chat `response_format`) of `output_config`; the rest of it is
+    dropped. A format other than a JSON schema is refused: the answer's shape would change."""
+    if config is None:
+        return None, None
+    need(isinstance(config, Mapping), "output_config: must be an object", "output_config")
+    effort = effort_of(config.get("effort"))
+    read = {"format", *(("effort",) if effort else ())}
+    dropped += sub_keys("output_config", config, read)
+    spec = config.get("format")
+    return effort, (None if spec is None else _format(spec, "output_config.format"))
+
+
+def _format(spec: Any, where: str) -> dict[str, Any]:
+    """The chat `response_format` of a structured-output format (`output_config.format`, or the
+    beta's `output_format`): only a JSON schema, else refused, since the answer's shape would
+    change."""
+    need(
+        isinstance(spec, Mapping) and spec.get("type") == "json_schema",
+        f"{where}.type: must be json_schema",
+        f"{where}.type",
+    )
+    need(
+        isinstance(spec.get("schema"), Mapping),
+        f"{where}.schema: Field required (an object)",
+        f"{where}.schema",
+    )
+    schema = {"name": "response", "schema": dict(spec["schema"])}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _system(system: Any, param: str = "system") -> list[dict[str, Any]]:
+    """A system prompt (a string or text blocks; their `cache_control` has no meaning upstream)
+    as a system message."""
+    where = param if param == "system" else f"{param}.content"
+    if system is None or system == "":
+        return []
+    if isinstance(system, str):
+        return [{"role": "system", "content": system}]
+    need(isinstance(system, list), f"{where}: must be a string or an array of text blocks", where)
+    texts = []
+    for i, block in enumerate(system):
+        need(
+            isinstance(block, Mapping)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str),
+            f"{where}.{i}: must be a text block",
+            f"{where}.{i}",
+        )
+        texts.append(block["text"])
+    return [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
+
+
+def _messages(messages: Any, dropped: list[str]) -> list[dict[str, Any]]:
+    need(
+        isinstance(messages, list) and bool(messages),
+        "messages: must be a non-empty array",
+        "messages",
+    )
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        param = f"messages.{i}"
+        need(isinstance(message, Mapping), f"{param}: must be an object", param)
+        role = message.get("role")
+        need(
+            role in ("user", "assistant", "system"),
+            f"{param}.role: must be user, assistant or system",
+            f"{param}.role",
+        )
+        content = message.get("content")
+        if role == "system":  # a system entry mid-conversation: a system message at its place
+            out += _system(content, param)
+        elif isinstance(content, str):
+            out.append({"role": role, "content": content})
+        else:
+            need(
+                isinstance(content, list),
+                f"{param}.content: must be a string or an array",
+                f"{param}.content",
+            )
+            if role == "assistant":
+                out += _assistant(content, param, dropped)
+            else:
+                out += _user(content, param)
+    need(
+        any(m["role"] != "system" for m in out),
+        "messages: must hold a user or assistant turn",
+        "messages",
+    )
+    return out
+
+
+def _assistant(blocks: list[Any], param: str, dropped: list[str]) -> list[dict[str, Any]]:
+    texts, calls = [], []
+    for j, block in enumerate(blocks):
+        where = f"{param}.content.{j}"
+        kind = _kind(block, where)
+        if kind == "text":
+            texts.append(_text(block, where))
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, where))
+        elif kind in ("thinking", "redacted_thinking"):
+            dropped.append(f"messages.content.{kind}")  # chat completions has no place for it
+        else:
+            raise BadField(
+                f"{where}.type: {kind!r} is not supported in an assistant turn", f"{where}.type"
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if calls:
+        message["tool_calls"] = calls
+    elif message["content"] is None:
+        message["content"] = ""
+    return [message]
+
+
+def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
+    results, parts = [], []
+    for j, block in enumerate(blocks):
+        where = f"{param}.content.{j}"
+        kind = _kind(block, where)
+        if kind == "text":
+            parts.append({"type": "text", "text": _text(block, where)})
+        elif kind == "image":
+            parts.append(_image(block, where))
+        elif kind == "tool_result":
+            results.append(_tool_result(block, where))
+        else:
+            raise BadField(f"{where}.type: {kind!r} is not supported", f"{where}.type")
+    out = results
+    if parts:
+        content: Any = parts if any(p["type"] != "text" for p in parts) else text_of(parts)
+        out = [*out, {"role": "user", "content": content}]
+    return out
+
+
+def _kind(block: Any, where: str) -> str:
+    need(isinstance(block, Mapping), f"{where}: must be an object", where)
+    kind = block.get("type")
+    need(isinstance(kind, str), f"{where}.type: Field required", f"{where}.type")
+    return str(kind)
+
+
+def _text(block: Mapping[str, Any], where: str) -> str:
+    text = block.get("text")
+    need(isinstance(text, str), f"{where}.text: must be a string", f"{where}.text")
+    return str(text)
+
+
+def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    source: Any = block.get("source")
+    need(isinstance(source, Mapping), f"{where}.source: Field required", f"{where}.source")
+    if source.get("type") == "base64":
+        media, data = source.get("media_type"), source.get("data")
+        need(
+            isinstance(media, str) and isinstance(data, str),
+            f"{where}.source: media_type and data are required",
+            f"{where}.source",
+        )
+        return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}}
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return {"type": "image_url", "image_url": {"url": source["url"]}}
+    raise BadField(f"{where}.source.type: must be base64 or url", f"{where}.source.type")
+
+
+def _tool_use(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
+    need(isinstance(call_id, str) and bool(call_id), f"{where}.id: Field required", f"{where}.id")
+    need(isinstance(name, str) and bool(name), f"{where}.name: Field required", f"{where}.name")
+    need(isinstance(arguments, Mapping), f"{where}.input: must be an object", f"{where}.input")
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+    }
+
+
+def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    call_id = need_text(
+        block.get("tool_use_id"), f"{where}.tool_use_id: Field required", f"{where}.tool_use_id"
+    )
+    content = block.get("content", "")
+    if isinstance(content, list):
+        for k, part in enumerate(content):
+            inner = f"{where}.content.{k}"
+            need(
+                _kind(part, inner) == "text",
+                f"{inner}.type: only text is supported in a tool result",
+                f"{inner}.type",
+            )
+        content = text_of(content)
+    need(
+        isinstance(content, str),
+        f"{where}.content: must be a string or text blocks",
+        f"{where}.content",
+    )
+    if block.get("is_error"):
+        content = f"Error: {content}"
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def _tools(tools: Any, choice: Any, dropped: list[str]) -> list[dict[str, Any]]:
+    """Client tools as chat function tools. A server tool (`web_search_20250305`, `bash_…`,
+    `code_execution_…`, …) is dropped — chat completions call client tools only — unless
+    `choice` names it: then its loss would change what was asked, and it is refused."""
+    if tools is None:
+        return []
+    need(isinstance(tools, list), "tools: must be an array", "tools")
+    forced = (
+        choice.get("name") if isinstance(choice, Mapping) and choice.get("type") == "tool" else None
+    )
+    out = []
+    for i, tool in enumerate(tools):
+        param = f"tools.{i}"
+        need(isinstance(tool, Mapping), f"{param}: must be an object", param)
+        kind = tool.get("type")
+        if kind not in (None, "custom"):
+            need(
+                forced is None or tool.get("name") != forced,
+                f"tool_choice.name: names the {str(kind)[:64]!r} tool, which lanes can not offer: "
+                "chat completions call client tools only",
+                "tool_choice.name",
+            )
+            dropped.append(f"tools.{kind}")
+            continue
+        name, schema = tool.get("name"), tool.get("input_schema")
+        need(isinstance(name, str) and bool(name), f"{param}.name: Field required", f"{param}.name")
+        need(
+            isinstance(schema, Mapping),
+            f"{param}.input_schema: Field required",
+            f"{param}.input_schema",
+        )
+        function: dict[str, Any] = {"name": name, "parameters": dict(schema)}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> tuple[Any, bool | None]:
+    """(chat tool_choice, parallel tool calls allowed — None when not said)."""
+    need(isinstance(choice, Mapping), "tool_choice: must be an object", "tool_choice")
+    kind = choice.get("type")
+    parallel = (
+        None
+        if choice.get("disable_parallel_tool_use") is None
+        else not choice["disable_parallel_tool_use"]
+    )
+    if kind in _CHOICES:
+        return _CHOICES[kind], parallel
+    if kind == "tool":
+        name = need_text(choice.get("name"), "tool_choice.name: Field required", "tool_choice.name")
+        return {"type": "function", "function": {"name": name}}, parallel
+    raise BadField("tool_choice.type: must be auto, any, tool or none", "tool_choice.type")
+
+
+# -- chat completion → message ---------------------------------------------------------------------
+
+
+def usage_of(usage: Any) -> dict[str, int]:
+    prompt, completion, cached, _ = token_counts(usage)
+    return {
+        "input_tokens": prompt - cached,
+        "output_tokens": completion,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as the object a `tool_use` block carries."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {"arguments": arguments}  # not JSON: kept whole rather than lost
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) -> dict[str, Any]:
+    """The `message` for a chat completion. Its `model` is the one asked for (Claude clients
+    choose behaviour by that name; who served it is in `X-Lanes-Model`), as in a stream."""
+    message, finish_reason = first_choice(completion)
+    content: list[dict[str, Any]] = []
+    if thinking := reasoning_of(message):  # no signature: lanes reads none back, and has none
+        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
+    text = text_of(message.get("content")) or text_of(message.get("refusal"))
+    if text:
+        content.append({"type": "text", "text": text})
+    for call_id, name, arguments in tool_calls_of(message):
+        content.append(
+            {"type": "tool_use", "id": call_id, "name": name, "input": _input(arguments)}
+        )
+    if not content:
+        content.append({"type": "text", "text": ""})
+    called = any(b["type"] == "tool_use" for b in content)
+    reason = _stop_reason(finish_reason, called=called)
+    return _message(message_id, model, content, reason, usage_of(usage_in(completion)))
+
+
+def _message(
+    message_id: str, model: str, content: list[dict[str, Any]], reason: str | None, usage: Any
+) -> dict[str, Any]:
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+# -- a stream --------------------------------------------------------------------------------------
+
+
+class MessageEvents:
+    """Chat completion chunks in, Messages API stream events out (sans-io).
+
+    `start()`, `feed(chunk)` for each chunk, then `finish()` — or `fail(type, message)`.
+    """
+
+    def __init__(self, *, message_id: str, model: str) -> None:
+        self._id = message_id
+        self._model = model
+        self._reader = ChoiceReader()
+        self._blocks = 0  # content blocks started so far
+        self._open: str | None = None  # "text", or "tool:<chat index>" for the open block
+        self._called = False  # a tool_use block was started
+
+    def start(self) -> list[dict[str, Any]]:
+        message = _message(self._id, self._model, [], None, usage_of(None))
+        return [{"type": "message_start", "message": message}, {"type": "ping"}]
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for kind, value in self._reader.read(chunk):
+            if kind in ("text", "thinking"):
+                if self._open != kind:
+                    events += self._begin(kind, {"type": kind, kind: "", **_SIGNED.get(kind, {})})
+                events.append(self._delta({"type": f"{kind}_delta", kind: value}))
+                continue
+            index, call_id, name, arguments = value
+            if self._open != f"tool:{index}":
+                block: dict[str, Any] = {
+                    "type": "tool_use",
+                    "id": call_id or f"toolu_{self._id}_{self._blocks}",
+                    "name": name or "",
+                    "input": {},
+                }
+                events += self._begin(f"tool:{index}", block)
+                self._called = True
+            if arguments:
+                events.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+        return events
+
+    def _delta(self, delta: dict[str, Any]) -> dict[str, Any]:
+        """A delta to the open block (the last one started)."""
+        return {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
+
+    def _begin(self, which: str, block: dict[str, Any]) -> list[dict[str, Any]]:
+        events = self._close()
+        events.append(
+            {"type": "content_block_start", "index": self._blocks, "content_block": block}
+        )
+        self._blocks += 1
+        self._open = which
+        return events
+
+    def _close(self) -> list[dict[str, Any]]:
+        if self._open is None:
+            return []
+        events = []
+        if self._open == "thinking":  # a thinking block ends with its signature, as Claude's do
+            events.append(self._delta({"type": "signature_delta", "signature": ""}))
+        self._open = None
+        return [*events, {"type": "content_block_stop", "index": self._blocks - 1}]
+
+    def finish(self, *, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The last events; `usage` counts when no chunk fed in carried one (the stream's usage
+        can come in a chunk that is not passed on)."""
+        events = self._close()
+        if self._blocks == 0:  # an empty answer still has its (empty) text block
+            events += self._begin("text", {"type": "text", "text": ""}) + self._close()
+        reason = _stop_reason(self._reader.finish_reason, called=self._called)
+        said = usage_of(self._reader.usage or usage)
+        delta = {"stop_reason": reason, "stop_sequence": None}
+        return [
+            *events,
+            {"type": "message_delta", "delta": delta, "usage": said},
+            {"type": "message_stop"},
+        ]
+
+    def fail(self, error_type: str, message: str) -> list[dict[str, Any]]:
+        """The in-band `error` event: the answer broke and could not be recovered."""
+        return [{"type": "error", "error": {"type": error_type, "message": message}}]

@@ -1,0 +1,94 @@
+"""One streamed job, however many walks it takes: the first, and those that resume a broken answer.
+
+Every walk of a streamed job continues the job's one record, so the budgets the policy gives a job
+(`free_attempts`, `paid_attempts`, `transient_retries`) hold across a recovery, every attempt and
+every cent lands in the job's story, and the job leaves exactly one audit row — written when the
+job is over, not when its first upstream broke.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from lanes._core.engine.calls import stream_call
+from lanes._core.engine.context import Routing
+from lanes._core.engine.stream import ReplyStream
+from lanes._core.engine.walk import walk
+from lanes._core.model.errors import JobFailed
+from lanes._core.model.job import Job
+from lanes._core.model.record import JobRecord
+
+
+class StreamJob:
+    """A streamed job's walks over its one record. Open a stream with `open()`; the dispatcher
+    audits the job once with `ended()` when the job is over."""
+
+    def __init__(self, routing: Routing, record: JobRecord) -> None:
+        self.routing = routing
+        self.record = record
+        self.origin = record.job  # the job as the caller sent it: what the audit describes
+        self._last: ReplyStream | None = None  # the stream that served (or broke) last
+        self._before = ""  # the text delivered before `_last` took over by continuing it
+        self._failure: str | None = None  # the error code of the last walk that found no stream
+
+    @asynccontextmanager
+    async def open(
+        self,
+        job: Job | None = None,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        require_prefill: bool = False,
+    ) -> AsyncIterator[ReplyStream]:
+        """Walk for a stream; `job` (same id and deadline) replaces the conversation sent, e.g. with
+        the delivered text as a trailing assistant message. Raises what a walk raises."""
+        record = self.record
+        before = self._last.delivered_text if self._last is not None and require_prefill else ""
+        if job is not None:
+            record.sending(job)
+        async with AsyncExitStack() as keep:
+            try:
+                stream = await walk(
+                    self.routing,
+                    record,
+                    stream_call,
+                    keep,
+                    exclude=exclude,
+                    require_prefill=require_prefill,
+                )
+            except JobFailed as exc:
+                self._failure = record.attach(exc).code
+                raise
+            finally:
+                record.sending(self.origin)
+            self._last, self._before, self._failure = stream, before, None
+            try:
+                yield stream
+            finally:
+                stream.close()
+
+    def ended(self) -> dict[str, Any]:
+        """What the job's audit row says it ended with: `outcome`, and who served what."""
+        last = self._last
+        if last is None:
+            return {"outcome": self._failure or "abandoned"}  # no walk found a stream, or cancelled
+        return {
+            "outcome": last.outcome or "abandoned",
+            "served": last.candidate.key,
+            "answer": self._before + last.delivered_text,
+            "usage": last.usage,
+        }
+
+
+@asynccontextmanager
+async def stream_job(
+    routing: Routing, record: JobRecord, finish: Callable[..., None]
+) -> AsyncIterator[StreamJob]:
+    """A `StreamJob` for `record`, audited through `finish(record, outcome, ...)` once it is over,
+    on every exit path (a cancelled caller is audited too)."""
+    job = StreamJob(routing, record)
+    try:
+        yield job
+    finally:
+        finish(record, **job.ended())

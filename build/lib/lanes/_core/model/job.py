@@ -1,0 +1,332 @@
+"""Jobs in, replies out: the records that cross the dispatcher's one door.
+
+Pure: no I/O, no clock of its own. Times are floats on trio's clock (`*_at`) or durations in
+seconds (`*_s`); the dispatcher turns a job's relative `deadline_s` into an absolute deadline once,
+when the job enters.
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from lanes._core.model.clocks import TrioTime
+from lanes._core.model.traceparent import normalised
+
+Tier = Literal["local", "byok", "free", "paid"]  # byok: the client's own provider key
+Route = Literal["local", "byok", "primary", "free_retry", "paid_fallback"]
+Privacy = Literal["any", "zdr", "local"]
+
+#: How an attempt ended. `ok` served; `skipped_*` never sent a byte. The breaker counts only
+#: `fault`.
+Outcome = Literal[
+    "ok",
+    "fault",  # refused, reset, 5xx, 408/425, garbage, truncated, lane's own time cap
+    "rate_limited",  # 429: the free-tier manager's business, not ill health
+    "credit_exhausted",  # 402
+    "final",  # 400/401/403/413/422: the walk stops, nothing falls back
+    "context_length",  # the prompt does not fit this model
+    "model_gone",  # 404 / model_not_found
+    "deadline",  # the job's own deadline fired: never the upstream's fault
+    "abandoned",  # the caller stopped reading a stream early
+]
+
+
+def _as_messages(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(value)
+
+
+#: What an embedding job embeds, as OpenAI's `input`: a string, a list of token ids, or a list of
+#: either.
+EmbeddingInput = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
+
+
+def _check_input(value: Any) -> None:
+    if isinstance(value, str):
+        if not value:
+            raise ValueError("input: must not be an empty string")
+        return
+    if not isinstance(value, Sequence) or not value:
+        raise ValueError("input: expected a string, a list of strings or a list of token ids")
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            if not item:
+                raise ValueError(f"input[{i}]: must not be an empty string")
+        elif not (
+            isinstance(item, Sequence)
+            and item
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in item)
+        ):
+            raise ValueError(f"input[{i}]: expected a string or a non-empty list of token ids")
+
+
+#: A version-4 UUID's fixed bits: what `uuid.uuid4().hex` sets, without building a UUID object.
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def _new_id() -> str:
+    """A random version-4 UUID in hex, as `uuid.uuid4().hex` spells it."""
+    return f"{int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET:032x}"
+
+
+#: What a translation left out of a request is kept by name, never by value: at most this many
+#: names (the last one then says how many more), each at most this many characters.
+MAX_DROPPED = 32
+MAX_DROPPED_NAME = 64
+#: The reasoning efforts a translated request may ask for (what every reasoning lane honours).
+REASONING_EFFORTS = ("low", "medium", "high")
+
+
+def bounded_names(names: Iterable[str]) -> tuple[str, ...]:
+    """`names` once each, in order, as printable ASCII (anything else becomes `?`), cut to
+    `MAX_DROPPED_NAME`; beyond `MAX_DROPPED` of them the last says `+N more`."""
+    unique: dict[str, None] = {}  # ordered, and each look-up O(1): a body may hold 10^5 names
+    for raw in names:
+        name = "".join(c if " " <= c <= "~" else "?" for c in str(raw)[: MAX_DROPPED_NAME + 1])
+        if len(name) > MAX_DROPPED_NAME:
+            name = name[: MAX_DROPPED_NAME - 3] + "..."
+        unique[name] = None
+    seen = list(unique)
+    if len(seen) > MAX_DROPPED:
+        seen[MAX_DROPPED - 1 :] = [f"+{len(seen) - MAX_DROPPED + 1} more"]
+    return tuple(seen)
+
+
+@attrs.frozen(kw_only=True)
+class Job:
+    """One chat completion — or, with `input` instead of `messages`, one embedding — to route.
+
+    `messages` and `params` are OpenAI's, passed through untouched (tools, temperature, seed, ...).
+    `input` is what `dispatcher.embed()` embeds (OpenAI's embeddings `input`); such a job never
+    goes to a different model, only to the same model on another lane.
+    `model` is `"auto"`, an alias from config, `"lane/model"` or a bare model id.
+    `dropped` names what the request held that was not sent (a translated API's fields, tools or
+    blocks lanes does not carry), for the audit. `reasoning_effort` is an effort a translated
+    request asked for: sent as chat's `reasoning_effort` only to a model that declares
+    `reasoning` (a chat request's own params pass through untouched, that one included).
+    The deadline is `deadline_at` (absolute, trio's clock) when given, else `deadline_s` from the
+    moment the dispatcher receives the job.
+    """
+
+    messages: tuple[Mapping[str, Any], ...] = attrs.field(converter=_as_messages, default=())
+    input: EmbeddingInput | None = None
+    params: Mapping[str, Any] = attrs.field(factory=dict)
+    model: str = "auto"
+    deadline_s: float | None = attrs.field(default=None)
+    deadline_at: float | None = None
+    client: str = "anonymous"
+    cohort: str | None = None
+    request_class: str | None = None
+    privacy: Privacy = "any"
+    approval: str | None = None  # the approval a retry carries (X-Lanes-Approval), if any
+    # never pays, whatever consent and the model named say: work that can wait (a batch item)
+    free_only: bool = False
+    # work that can wait on a budget of its own (a batch's `lanes_max_paid_usd`, what is left of
+    # it): it may pay only under consent `allow`, each paid attempt's worst case at most this
+    paid_cap_usd: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0.0))
+    )
+    # the share (0..0.9) of every free quota this job leaves for interactive work (a batch item's
+    # `batch.headroom`): to it a quota is used up that much earlier
+    headroom: float = attrs.field(
+        default=0.0, validator=[attrs.validators.ge(0.0), attrs.validators.le(0.9)]
+    )
+    # how long it may wait for a free quota to reopen (X-Lanes-Max-Wait), seconds: when every free
+    # candidate is cooling and one reopens within it, the job waits instead of answering 429;
+    # without a deadline of its own, its deadline grows by it
+    max_wait_s: float | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(
+            [attrs.validators.gt(0.0), attrs.validators.le(3600.0)]
+        ),
+    )
+    # provider keys the client brought, by bring-your-own-key lane: used for this job only, never
+    # sent anywhere else, stored, audited or printed
+    keys: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    dropped: tuple[str, ...] = attrs.field(default=(), converter=bounded_names)
+    reasoning_effort: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(REASONING_EFFORTS))
+    )
+    id: str = attrs.field(factory=_new_id)
+    # the caller's W3C `traceparent`: the job's span is its child (a malformed one is dropped)
+    traceparent: str | None = attrs.field(default=None, converter=normalised)
+
+    @messages.validator
+    def _check_messages(
+        self, attribute: attrs.Attribute[tuple[Mapping[str, Any], ...]], value: tuple[Any, ...]
+    ) -> None:
+        if self.input is not None:
+            if value:
+                raise ValueError("a job has messages (a chat) or input (an embedding), not both")
+            _check_input(self.input)
+            return
+        if not value:
+            raise ValueError(
+                "messages: must hold at least one message (or give input, for an embedding)"
+            )
+        for i, message in enumerate(value):
+            if not isinstance(message, Mapping) or "role" not in message:
+                raise ValueError(f"messages[{i}]: expected an object with a 'role'")
+
+    @deadline_s.validator
+    def _check_deadline_s(
+        self, attribute: attrs.Attribute[float | None], value: float | None
+    ) -> None:
+        if value is not None and not value > 0:
+            raise ValueError(f"deadline_s must be > 0 seconds (got {value!r})")
+
+    def resolve_deadline(self, now: TrioTime, default_s: float) -> TrioTime:
+        """The absolute deadline on trio's clock: `deadline_at`, else `now + deadline_s`, else
+        `now + default_s` (and the free wait the job may spend, `max_wait_s`)."""
+        if self.deadline_at is not None:
+            return TrioTime(self.deadline_at)
+        if self.deadline_s is not None:
+            return TrioTime(now + self.deadline_s)
+        return TrioTime(now + default_s + (self.max_wait_s or 0.0))
+
+    @property
+    def embedding(self) -> bool:
+        """An embedding job (`input`), not a chat completion (`messages`)."""
+        return self.input is not None
+
+    def body(self, model: str, *, stream: bool = False) -> dict[str, Any]:
+        """The upstream request body: the caller's params, its messages (or input), the model."""
+        reserved = ("model", "messages", "stream", "input")
+        body = {k: v for k, v in self.params.items() if k not in reserved}
+        body["model"] = model
+        if self.input is not None:
+            body["input"] = self.request()
+            return body
+        body["messages"] = [dict(m) for m in self.messages]
+        if stream:
+            body["stream"] = True
+        return body
+
+    def request_fingerprint(self) -> str:
+        """SHA-256 of what was asked — the model, the messages or an embedding's input, and every
+        param (all that a paid attempt's worst case reads): a retry of the same request has the
+        same one, any request that could cost more has another. An approval is for one of these."""
+        embedded = None if self.input is None else self.request()
+        asked = [self.model, list(self.messages), embedded, dict(self.params)]
+        if self.reasoning_effort is not None:
+            asked.append(self.reasoning_effort)
+        return digest(asked)[0]
+
+    def request(self) -> Any:
+        """What the job sends, as JSON values: its messages, or an embedding's input."""
+        if self.input is not None:
+            return self.input if isinstance(self.input, str) else list(self.input)
+        return list(self.messages)
+
+    def fingerprint(self) -> tuple[str, int]:
+        """SHA-256 and byte count of the messages (or input): what the audit keeps instead of the
+        body."""
+        return digest(self.request())
+
+
+def digest(value: Any) -> tuple[str, int]:
+    """SHA-256 hex and byte length of a JSON value's canonical encoding."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    raw = text.encode("utf-8", "surrogatepass")  # a lone surrogate from outside must not crash this
+    return hashlib.sha256(raw).hexdigest(), len(raw)
+
+
+@attrs.frozen(kw_only=True)
+class Candidate:
+    """One (lane, model) pair the dispatcher may try, with the tier it belongs to."""
+
+    lane: str
+    model: str
+    tier: Tier
+    context: int | None = None
+    max_output_tokens: int | None = None  # the most output tokens it allows (None: its context)
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
+    zdr: bool = False
+    tools: bool | None = None
+    vision: bool | None = None
+    json_mode: bool | None = None
+    prefill: bool = False  # continues a trailing assistant message (stream recovery can resume)
+    image_usd: float | None = None  # the most one input image costs (None: unknown)
+    cap_param: str = "max_tokens"  # the output cap the lane's dialect honours
+    embedding: bool = False  # an embedding model: serves embedding jobs only, and only those
+    reasoning: bool = False  # takes chat's `reasoning_effort` (a translated effort is sent to it)
+    # request parameters that make the provider bill beyond the request (the lane declares them)
+    billing_switches: frozenset[str] = frozenset()
+    # the tool-use prompt the provider adds to a request with tools (None: not declared)
+    tool_prompt_tokens: int | None = None
+
+    @functools.cached_property
+    def key(self) -> str:
+        """ "lane/model": worked out once (a plan's walk asks it hundreds of times a job)."""
+        return f"{self.lane}/{self.model}"
+
+
+@attrs.frozen(kw_only=True)
+class Attempt:
+    """One request sent upstream (skips are `Skip`s, not attempts). Durations in seconds."""
+
+    lane: str
+    model: str
+    tier: Tier
+    outcome: Outcome
+    route: Route = "primary"  # the state of the free-first route this attempt stood for
+    status: int | None = None
+    duration_s: float = 0.0
+    detail: str = ""
+    category: str = ""  # the kind of fault (connect, reset, timeout, server_error, malformed, ...)
+    retry: bool = False  # a same-candidate retry after a transient fault
+    cost_usd: float = 0.0  # what the ledger settled for it (paid attempts)
+    tokens: int = 0  # prompt + completion tokens its (sane) usage reported
+    started_at: float | None = None  # when it was sent, on trio's clock (for its trace span)
+
+    @property
+    def key(self) -> str:
+        return f"{self.lane}/{self.model}"
+
+
+@attrs.frozen(kw_only=True)
+class Skip:
+    """A candidate passed over without sending anything, and why."""
+
+    lane: str
+    model: str
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class Reply:
+    """The upstream's `chat.completion` body (an embedding job's: its embeddings `list`) exactly as
+    returned, and beside it who served it."""
+
+    body: Mapping[str, Any]
+    lane: str
+    provider: str
+    model: str
+    route: Route
+    attempts: tuple[Attempt, ...] = ()
+    skips: tuple[Skip, ...] = ()
+    cost_usd: float = 0.0  # what the job cost: every attempt's settled figure (X-Lanes-Cost-Usd)
+    usage: Mapping[str, Any] | None = None
+    explored: bool = False  # served by a runner-up tried on purpose, so the ranking does not ossify
+    # the upstream's body bytes, for byte-exact relaying
+    raw: bytes = attrs.field(default=b"", repr=False)
+    request_id: str = ""  # the job's id: its audit row, and X-Lanes-Request-Id over HTTP
+
+    @property
+    def text(self) -> str:
+        """The first choice's message content ('' when there is none)."""
+        try:
+            return self.body["choices"][0]["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return ""

@@ -1,0 +1,199 @@
+"""The APIs translated onto chat-completion jobs, as the HTTP side needs them: how each reads a
+request, answers, streams and fails. The translations themselves are pure, in
+`lanes/_core/dialects/`; this module only fits them to the sidecar (ids, clocks, error shapes).
+
+- `ChatCompletions` — `POST /v1/chat/completions` and every route not named below: OpenAI's
+  error shape (a `Shape` only: chat completions need no translation);
+- `ResponsesAPI` — `POST /v1/responses`: OpenAI's error shape; a stream of Responses events whose
+  unrecoverable break is the in-band `error` event followed by `response.failed`.
+- `MessagesAPI` — `POST /v1/messages`: the Messages API's own error shape (`rate_limit_error`,
+  `overloaded_error`, …) and its `error` event; `x-api-key` is read as the client key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from starlette.requests import Request
+
+from lanes._core.dialects import messages_api, responses_api
+from lanes._core.dialects.common import ChatRequest, sse_event
+from lanes._core.engine.stream import ReplyStream
+from lanes._core.model.errors import JobFailed, StreamInterrupted
+from lanes._core.model.job import Job, Reply
+from lanes._core.model.statuses import http_status
+from lanes._http.errors import (
+    MESSAGES_REQUEST_ID,
+    MESSAGES_TYPES,
+    REQUEST_ID,
+    error_body,
+    job_failed,
+    messages_error_body,
+)
+from lanes._http.streaming import Dialect
+
+
+class Shape(Protocol):
+    """How an API's requests come in and its refusals and failures go out (`routes.py`)."""
+
+    def incoming(self, request: Request) -> Request: ...
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]: ...
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
+
+
+class API(Shape, Protocol):
+    """One API the sidecar translates onto chat-completion jobs; its SDK reads the request id from
+    `request_id_header`."""
+
+    request_id_header: str
+
+    def to_chat(self, body: Mapping[str, Any]) -> ChatRequest: ...
+    def answer(
+        self, body: Mapping[str, Any], reply: Reply, job: Job, now: float
+    ) -> dict[str, Any]: ...
+    def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect: ...
+
+
+class ChatCompletions:
+    """OpenAI's chat completions, and every route that speaks as they do."""
+
+    def incoming(self, request: Request) -> Request:
+        return request
+
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        return error_body(status, message, code, param)
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return job_failed(exc)
+
+
+class _Events:
+    """A stream `Dialect` over a pure translation that has `start`, `feed`, `finish` and an error
+    of its own (`fail`, given the failure)."""
+
+    def __init__(
+        self,
+        events: Any,
+        fail: Callable[[StreamInterrupted], list[dict[str, Any]]],
+        failed: Callable[[JobFailed], tuple[int, dict[str, Any], dict[str, str]]],
+        request_id_header: str,
+    ) -> None:
+        self.request_id_header = request_id_header
+        self._events = events
+        self._fail = fail
+        self._failed = failed
+
+    def opening(self, stream: ReplyStream) -> bytes:
+        return b"".join(sse_event(e) for e in self._events.start())
+
+    def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes:
+        return b"".join(sse_event(e) for e in self._events.feed(data))
+
+    def ending(self, stream: ReplyStream) -> bytes:
+        # the usage the stream reported, also when it came in a chunk the caller did not ask for
+        # (and so was not passed on as a chunk)
+        return b"".join(sse_event(e) for e in self._events.finish(usage=stream.usage))
+
+    def broken(self, error: StreamInterrupted) -> bytes:
+        return b"".join(sse_event(e) for e in self._fail(error))
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return self._failed(exc)
+
+
+class ResponsesAPI(ChatCompletions):
+    """`POST /v1/responses`: chat completions' requests and error shape."""
+
+    request_id_header = REQUEST_ID
+
+    def to_chat(self, body: Mapping[str, Any]) -> ChatRequest:
+        return responses_api.to_chat(body)
+
+    def answer(self, body: Mapping[str, Any], reply: Reply, job: Job, now: float) -> dict[str, Any]:
+        return responses_api.response_of(
+            body, reply.body, response_id=f"resp_{job.id}", created_at=now
+        )
+
+    def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
+        events = responses_api.ResponseEvents(
+            body, response_id=f"resp_{job.id}", created_at=now, model=job.model
+        )
+        return _Events(
+            events,
+            lambda error: events.fail(
+                error.upstream_code or error.code, str(error), status=http_status(error)
+            ),
+            self.failed,
+            REQUEST_ID,
+        )
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """The failure as chat completions says it, the field it names as this API calls it."""
+        status, body, headers = job_failed(exc)
+        param = body["error"]["param"]
+        body["error"]["param"] = _RESPONSES_FIELDS.get(param, param)
+        return status, body, headers
+
+
+#: The Responses API's name for each chat-completion field an error can name.
+_RESPONSES_FIELDS = {
+    "max_tokens": "max_output_tokens",
+    "max_completion_tokens": "max_output_tokens",
+    "messages": "input",
+    "response_format": "text.format",
+}
+
+
+class MessagesAPI:
+    """`POST /v1/messages`."""
+
+    request_id_header = MESSAGES_REQUEST_ID
+
+    def incoming(self, request: Request) -> Request:
+        """A request whose client key came in `x-api-key`, as this API's clients send it, with the
+        key presented as a bearer token — so the one key check (`guard.py`, at the route's door,
+        `routes.py`) reads it."""
+        key = request.headers.get("x-api-key")
+        if key is None or "authorization" in request.headers:
+            return request
+        scope = dict(request.scope)
+        scope["headers"] = [
+            *request.scope["headers"],
+            (b"authorization", b"Bearer " + key.strip().encode("latin-1", "replace")),
+        ]
+        return Request(scope, request.receive)
+
+    def to_chat(self, body: Mapping[str, Any]) -> ChatRequest:
+        return messages_api.to_chat(body)
+
+    def answer(self, body: Mapping[str, Any], reply: Reply, job: Job, now: float) -> dict[str, Any]:
+        return messages_api.message_of(reply.body, message_id=f"msg_{job.id}", model=job.model)
+
+    def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
+        events = messages_api.MessageEvents(message_id=f"msg_{job.id}", model=job.model)
+        return _Events(
+            events,
+            lambda error: events.fail(
+                MESSAGES_TYPES.get(http_status(error), "api_error"), str(error)
+            ),
+            self.failed,
+            MESSAGES_REQUEST_ID,
+        )
+
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        return messages_error_body(status, message)
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        status, body, headers = job_failed(exc, sdk_header=MESSAGES_REQUEST_ID)
+        return (
+            status,
+            messages_error_body(status, body["error"]["message"], exc.request_id),
+            headers,
+        )

@@ -1,0 +1,138 @@
+"""The sidecar's other doors, beside chat completions (`endpoints.py`):
+
+- `POST /v1/responses` and `POST /v1/messages` (and `/v1/messages/count_tokens`): translated into
+  a chat-completion `Job` (`_core/dialects/`), served by `dispatcher.complete` or streamed through
+  the same recovery as chat, and translated back — every policy, header and audit rule unchanged;
+- `POST /v1/embeddings`: an embedding `Job` through `dispatcher.embed` — the same lanes, tiers,
+  quotas, consent and ceiling, and only ever the model the request names;
+- `GET /v1/models/{id}`: one entry of the model list.
+
+What every door shares is written once: the bounded body read and the `X-Lanes-*` reply headers
+(`context.py`), our request headers (`validation.py`), and — at the route's door (`routes.py`) —
+the client-key check and every refusal, in the API's own error shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from lanes._core.model.job import Job
+from lanes._core.policy.needs import estimate_tokens
+from lanes._http.context import Context, caller, read_body, replied, reply_headers, resolve
+from lanes._http.dialects import API, MessagesAPI, ResponsesAPI
+from lanes._http.errors import BadRequest, error_response
+from lanes._http.state import model_entry
+from lanes._http.streaming import SSERelay
+from lanes._http.validation import chat_fields, job_headers, json_object
+
+#: OpenAI's limit on the inputs of one embeddings request.
+MAX_EMBEDDING_INPUTS = 2048
+RESPONSES, MESSAGES = ResponsesAPI(), MessagesAPI()
+
+
+async def responses(request: Request, ctx: Context) -> Response | SSERelay:
+    """`POST /v1/responses`."""
+    return await translated(RESPONSES, request, ctx)
+
+
+async def messages(request: Request, ctx: Context) -> Response | SSERelay:
+    """`POST /v1/messages`."""
+    return await translated(MESSAGES, request, ctx)
+
+
+async def _read_job(api: API, request: Request, ctx: Context) -> tuple[dict[str, Any], Job, bool]:
+    """(the body as sent, its chat-completion job, streamed?). Raises BadRequest or BadField."""
+    body = json_object(await read_body(request, ctx))
+    job, stream = translated_job(api, body, caller(request).client, job_headers(request.headers))
+    return body, job, stream
+
+
+def translated_job(
+    api: API, body: Mapping[str, Any], client: str, fields: Mapping[str, Any], **more: Any
+) -> tuple[Job, bool]:
+    """A Responses or Messages body as a chat-completion job (with the `Job` fields our headers
+    set, and `more`), and whether it asks to be streamed. Raises BadRequest or BadField."""
+    chat = api.to_chat(body)
+    job = Job(
+        messages=chat_fields(chat.messages, chat.params),
+        params=chat.params,
+        model=chat.model,
+        client=client,
+        dropped=chat.dropped,
+        reasoning_effort=chat.reasoning_effort,
+        **fields,
+        **more,
+    )
+    return job, chat.stream
+
+
+async def translated(api: API, request: Request, ctx: Context) -> Response | SSERelay:
+    """A Responses or Messages API request, served as a chat-completion job."""
+    body, job, stream = await _read_job(api, request, ctx)
+    resolve(ctx, job)
+    dispatcher = ctx.dispatcher
+    now = dispatcher.now_wall()
+    if stream:
+        dialect = api.stream(body, job, now)
+        return SSERelay(dispatcher, job, keepalive_s=ctx.server.keepalive_s, dialect=dialect)
+    reply = await dispatcher.complete(job)
+    headers = reply_headers(reply, api.request_id_header)
+    return JSONResponse(api.answer(body, reply, job, now), headers=headers)
+
+
+async def messages_count_tokens(request: Request, ctx: Context) -> Response:
+    """`POST /v1/messages/count_tokens`: the same estimate the policy plans with (one token per
+    four bytes of the messages and tools); nothing is sent upstream."""
+    body = json_object(await read_body(request, ctx))
+    chat = MESSAGES.to_chat({"max_tokens": 1, **body})
+    client = caller(request).client
+    job = Job(messages=chat.messages, params=chat.params, model=chat.model, client=client)
+    return JSONResponse({"input_tokens": estimate_tokens(job)})
+
+
+def embedding_job(body: Mapping[str, Any], client: str, headers: dict[str, Any]) -> Job:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' must name the embedding model", "model")
+    if model == "auto":
+        raise BadRequest(
+            "an embedding needs a named model: 'auto' could mix models whose vectors are not "
+            "comparable; name the model, a lane/model or an alias",
+            "model",
+        )
+    value = body.get("input")
+    if isinstance(value, list) and len(value) > MAX_EMBEDDING_INPUTS:
+        raise BadRequest(f"'input' holds more than {MAX_EMBEDDING_INPUTS} items", "input")
+    if body.get("encoding_format", "float") not in ("float", "base64"):
+        raise BadRequest("'encoding_format' must be float or base64", "encoding_format")
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (
+        not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1
+    ):
+        raise BadRequest("'dimensions' must be a positive integer", "dimensions")
+    params = {k: v for k, v in body.items() if k not in ("model", "input")}
+    try:
+        return Job(input=value, params=params, model=model, client=client, **headers)
+    except ValueError as exc:
+        raise BadRequest(str(exc), "input") from None
+
+
+async def embeddings(request: Request, ctx: Context) -> Response:
+    """`POST /v1/embeddings`: the upstream's own body, with who served it in `X-Lanes-*`."""
+    body = json_object(await read_body(request, ctx))
+    job = embedding_job(body, caller(request).client, job_headers(request.headers))
+    resolve(ctx, job)
+    return replied(await ctx.dispatcher.embed(job))
+
+
+async def model_by_id(request: Request, ctx: Context) -> Response:
+    """`GET /v1/models/{id}`: the model list's entry for `id` (`auto`, an alias or `lane/model`)."""
+    model_id = request.path_params["model_id"]
+    found = model_entry(ctx.dispatcher, model_id)
+    if found is None:
+        return error_response(404, f"no model {model_id!r}", "model_not_found", param="model")
+    return JSONResponse(found)

@@ -1,0 +1,1 @@
+"""The quality canary: pinned prompts, stored answers, a scheduled diff (see the canary issue)."""
