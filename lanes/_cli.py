@@ -235,6 +235,7 @@ def _lane_lines(lane: dict[str, Any]) -> list[str]:
     lines = [
         f"{lane['name']:<14} {lane['kind']:<13} "
         f"{'off' if lane['off'] else lane['breaker']['state']}"
+        + (f" — {lane['unreachable']}" if lane.get("unreachable") else "")
     ]
     for m in lane["models"]:
         extra = f" backoff {m['backoff_s']:.1f}s ({m['backoff_reason']})" if m["backoff_s"] else ""
