@@ -32,6 +32,8 @@ class StreamJob:
         self._last: ReplyStream | None = None  # the stream that served (or broke) last
         self._before = ""  # the text delivered before `_last` took over by continuing it
         self._failure: str | None = None  # the error code of the last walk that found no stream
+        self._interrupted = False  # the caller was told the stream broke (no recovery held)
+        self._broke: str | None = None  # how the last stream the upstream broke ended
 
     @asynccontextmanager
     async def open(
@@ -67,14 +69,26 @@ class StreamJob:
                 yield stream
             finally:
                 stream.close()
+                if stream.outcome not in ("ok", "abandoned", "discarded"):
+                    self._broke = stream.outcome
+
+    def interrupted(self) -> None:
+        """The caller is told the stream broke: no recovery carried it on."""
+        self._interrupted = True
 
     def ended(self) -> dict[str, Any]:
-        """What the job's audit row says it ended with: `outcome`, and who served what."""
+        """What the job's audit row says it ended with — `outcome`, naming who ended it: `ok`; how
+        the upstream broke it (`fault`, `rate_limited`, …) when no recovery carried it on, even
+        if a recovery's stream was dropped after; `abandoned` only when the caller stopped
+        reading — and who served what."""
         last = self._last
         if last is None:
             return {"outcome": self._failure or "abandoned"}  # no walk found a stream, or cancelled
+        outcome: str = last.outcome or "abandoned"
+        if self._interrupted and self._broke is not None:
+            outcome = self._broke
         return {
-            "outcome": last.outcome or "abandoned",
+            "outcome": outcome,
             "served": last.candidate.key,
             "answer": self._before + last.delivered_text,
             "usage": last.usage,
