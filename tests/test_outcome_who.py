@@ -58,7 +58,7 @@ async def test_a_recovery_that_said_something_else_is_not_the_client_leaving():
     assert b"stream_interrupted" in body  # what the client was told
     outcomes = [(a["lane"], a["outcome"]) for a in story["attempt_list"]]
     assert outcomes == [("local", "fault"), ("free", "discarded")], story
-    assert story["outcome"] == "fault", story
+    assert story["outcome"] == "fault" and story["lane"] == "local", story
     assert "abandoned" not in story["summary"]
 
 

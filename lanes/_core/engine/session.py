@@ -33,7 +33,8 @@ class StreamJob:
         self._before = ""  # the text delivered before `_last` took over by continuing it
         self._failure: str | None = None  # the error code of the last walk that found no stream
         self._interrupted = False  # the caller was told the stream broke (no recovery held)
-        self._broke: str | None = None  # how the last stream the upstream broke ended
+        # the last stream the upstream broke, and the text delivered before it took over
+        self._broke: tuple[ReplyStream, str] | None = None
 
     @asynccontextmanager
     async def open(
@@ -70,7 +71,7 @@ class StreamJob:
             finally:
                 stream.close()
                 if stream.outcome not in ("ok", "abandoned", "discarded"):
-                    self._broke = stream.outcome
+                    self._broke = (stream, before)
 
     def interrupted(self) -> None:
         """The caller is told the stream broke: no recovery carried it on."""
@@ -81,16 +82,15 @@ class StreamJob:
         the upstream broke it (`fault`, `rate_limited`, …) when no recovery carried it on, even
         if a recovery's stream was dropped after; `abandoned` only when the caller stopped
         reading — and who served what."""
-        last = self._last
+        last, before = self._last, self._before
         if last is None:
             return {"outcome": self._failure or "abandoned"}  # no walk found a stream, or cancelled
-        outcome: str = last.outcome or "abandoned"
         if self._interrupted and self._broke is not None:
-            outcome = self._broke
+            last, before = self._broke  # what the caller was served, and how it broke
         return {
-            "outcome": outcome,
+            "outcome": last.outcome or "abandoned",
             "served": last.candidate.key,
-            "answer": self._before + last.delivered_text,
+            "answer": before + last.delivered_text,
             "usage": last.usage,
         }
 
