@@ -59,11 +59,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lanes {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub.add_parser("serve", help="run the sidecar"))
-    for name, text in (
-        ("status", "lanes, breakers, backoffs, spend and the forecast of a running sidecar"),
-        ("reload", "reload the config of a running `lanes serve --workers N` (as SIGHUP)"),
-    ):
-        _remote(sub.add_parser(name, help=text))
+    _remote(
+        sub.add_parser(
+            "status", help="lanes, breakers, backoffs, spend and the forecast of a running sidecar"
+        )
+    )
+    reload = sub.add_parser(
+        "reload", help="reload the config of a running `lanes serve --workers N` (as SIGHUP)"
+    )
+    reload.add_argument(
+        "--accept-weaker",
+        action="store_true",
+        help="apply a config that lowers the guard (drops every client key or the admin key, "
+        "raises the paid ceiling or the consent mode): refused without it",
+    )
+    _remote(reload)
     lane = sub.add_parser("lane", help="switch a lane off or on at runtime")
     lane.add_argument("action", choices=["off", "on"])
     lane.add_argument("name")
@@ -263,7 +273,8 @@ def _lane(args: argparse.Namespace) -> int:
 def _reload(args: argparse.Namespace) -> int:
     """`POST /v1/reload`: the parent reads and checks the file, and starts every worker on it —
     or keeps the running config and says why."""
-    body = _ok("POST", f"{args.url}/v1/reload")
+    asked = {"accept_weaker": True} if args.accept_weaker else {}
+    body = _ok("POST", f"{args.url}/v1/reload", asked)
     _print(args, body, str(body.get("message", "")))
     return 0
 

@@ -174,3 +174,54 @@ async def test_a_single_process_refuses_a_reload_and_shows_its_hash(tmp_path, ca
     assert "--workers" in refused.json()["error"]["message"]
     assert forged.status_code == 415 and "workers" not in ready
     assert code == 0 and f"\nconfig {view['sha256'][:12]}\n" in capsys.readouterr().out
+
+
+# -- a reload never lowers the guard silently --------------------------------------------------
+
+
+def _guarded(**over):
+    base = {
+        "lanes": [{"name": "ollama"}],
+        "server": {"clients": {"ci": "CI_KEY"}, "admin_key_env": "ADMIN_KEY"},
+        "policy": {"paid_ceiling_usd_per_day": 1.0, "free_tier_fallback": "ask"},
+    }
+    for table, values in over.items():
+        base[table] = {**base[table], **values} if values is not None else {}
+    return load_config(base, env={"CI_KEY": "k", "ADMIN_KEY": "a"})
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"server": {"clients": {}}}, "server.clients: all 1 client keys dropped"),
+        ({"server": {"admin_key_env": None}}, "server.admin_key_env: the admin key dropped"),
+        (
+            {"policy": {"paid_ceiling_usd_per_day": 5.0}},
+            "policy.paid_ceiling_usd_per_day: the paid ceiling raised",
+        ),
+        (
+            {"policy": {"free_tier_fallback": "allow"}},
+            "policy.free_tier_fallback: a more permissive consent mode",
+        ),
+    ],
+)
+def test_each_way_a_config_lowers_the_guard_is_named(change, named):
+    """Dropping every client key or the admin key, raising the ceiling or the consent mode is
+    named by its key; the same config, a lower ceiling or a stricter mode lowers nothing."""
+    from lanes._core.config.lowering import guard_lowered
+
+    server = change.get("server", {})
+    new = _guarded(
+        server={k: v for k, v in server.items() if v is not None} if "server" in change else {},
+        policy=change.get("policy", {}),
+    )
+    if "admin_key_env" in server:
+        new = load_config(
+            {"lanes": [{"name": "ollama"}], "server": {"clients": {"ci": "CI_KEY"}},
+             "policy": {"paid_ceiling_usd_per_day": 1.0, "free_tier_fallback": "ask"}},
+            env={"CI_KEY": "k"},
+        )  # fmt: skip
+    (said,) = guard_lowered(_guarded(), new)
+    assert said.startswith(named)
+    stricter = _guarded(policy={"paid_ceiling_usd_per_day": 0.5, "free_tier_fallback": "off"})
+    assert guard_lowered(_guarded(), _guarded()) == [] == guard_lowered(_guarded(), stricter)
