@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from typing import Any
 
 import pytest
 import trio
@@ -23,11 +24,13 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _config(*lane_tables: dict) -> dict:
+def _config(*lane_tables: dict[str, Any]) -> dict[str, Any]:
     return {"state": ":memory:", "lanes": list(lane_tables)}
 
 
-async def _started(config: dict, caplog: pytest.LogCaptureFixture) -> tuple[list[str], dict]:
+async def _started(
+    config: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> tuple[list[str], dict[str, Any]]:
     """The warning lines of the first seconds of a dispatcher over `config`, and its /v1/lanes."""
     caplog.set_level(logging.WARNING, logger="lanes")
     env = {"FREE_API_KEY": "k"}  # the fake free lane's; GROQ_API_KEY is not set

@@ -4,6 +4,8 @@ when a recovery's answer is dropped after; `abandoned` is kept for a client that
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx2
 import trio
 
@@ -14,7 +16,7 @@ from sidecar import open_sidecar
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-async def _story(http: httpx2.AsyncClient, url: str, request_id: str) -> dict:
+async def _story(http: httpx2.AsyncClient, url: str, request_id: str) -> dict[str, Any]:
     with trio.fail_after(10):
         while True:
             story = await http.get(f"{url}/requests/{request_id}")
