@@ -155,8 +155,6 @@ def _recorded(row: dict[str, object]) -> tuple[Recorded, bool]:
 
 
 _FAULT_KINDS = {"connect": "connect", "reset": "reset", "transport": "connect"}
-#: The failures a replay answers again, as the kind of answer (what `providers.Fault` names).
-_FAILED = ("fault", "rate_limited", "credit_exhausted")
 
 
 def _attempts(
@@ -170,7 +168,7 @@ def _attempts(
     for at, lane, model, outcome, category in conn.execute(
         "SELECT at, lane, model, outcome, category FROM audit_attempt "
         "WHERE at >= ? AND at < ? AND outcome IN ('ok', 'fault', 'rate_limited', "
-        "'credit_exhausted') ORDER BY at LIMIT ?",
+        "'credit_exhausted') ORDER BY at, job, n LIMIT ?",
         (since, until, 4 * MAX_JOBS),
     ):
         if not isinstance(at, int | float) or not math.isfinite(at):

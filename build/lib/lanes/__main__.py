@@ -1,5 +1,0 @@
-import sys
-
-from lanes._cli import main
-
-sys.exit(main())

@@ -1,2 +1,0 @@
-"""Free-tier accounting: the kinds of free tier, rate-limit headers, backoff, windows and
-credits."""

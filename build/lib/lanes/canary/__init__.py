@@ -1,1 +1,0 @@
-"""The quality canary: pinned prompts, stored answers, a scheduled diff (see the canary issue)."""
