@@ -43,13 +43,13 @@ async def test_an_upstream_dying_mid_stream_is_not_the_client_leaving():
 
 
 async def test_a_recovery_that_said_something_else_is_not_the_client_leaving():
-    """The local server cuts its stream; the free lane's regeneration says something else, so
+    """The local server cuts its stream; the other local lane's regeneration says something else, so
     recovery drops it: the job ended by the upstream (`fault`), the dropped attempt `discarded` —
     neither is `abandoned` (both were: the recovery's close read as the client's)."""
-    lanes = (("local", "local", ["local-model"]), ("free", "free", ["free-model"]))
-    async with open_sidecar(*lanes) as (url, fakes):
+    lanes = (("local", "local", ["local-model"]), ("other", "local", ["other-model"]))
+    async with open_sidecar(*lanes) as (url, fakes):  # both local: FREE_LANE=off holds too
         fakes["local"].script("local-model", stream_cut(after=3))
-        fakes["free"].script("free-model", answer(text="An altogether different answer."))
+        fakes["other"].script("other-model", answer(text="An altogether different answer."))
         async with http_client() as http:
             async with http.stream(
                 "POST", f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}
@@ -59,7 +59,7 @@ async def test_a_recovery_that_said_something_else_is_not_the_client_leaving():
             story = await _story(http, url, request_id)
     assert b"stream_interrupted" in body  # what the client was told
     outcomes = [(a["lane"], a["outcome"]) for a in story["attempt_list"]]
-    assert outcomes == [("local", "fault"), ("free", "discarded")], story
+    assert outcomes == [("local", "fault"), ("other", "discarded")], story
     assert story["outcome"] == "fault" and story["lane"] == "local", story
     assert "abandoned" not in story["summary"]
 
