@@ -24,6 +24,7 @@ import httpx2
 import trio
 
 from lanes import _cli_batch, _cli_reports, _cli_whatif
+from lanes._cli_inputs import DISTRIBUTION, docs_page, docs_url, sidecar_url
 from lanes._cli_reports import SidecarRefused, UsageError, call, error_message
 from lanes._core.audit.forecast import status_lines
 from lanes._core.check import check_config
@@ -40,10 +41,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-#: The name it is installed under (`pip install lanes-router`); `lanes` on the index is not this.
-DISTRIBUTION = "lanes-router"
-
-
 def _version() -> str:
     try:
         return version(DISTRIBUTION)
@@ -52,15 +49,31 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="lanes", description="free-tier-first LLM routing sidecar")
+    parser = _Parser(
+        prog="lanes",
+        description="free-tier-first LLM routing sidecar",
+        epilog=f"Every command finds its config, sidecar and audit the same way: --config, else "
+        f"the config shipped with lanes; --url, else that config's address. "
+        f"The documentation: {docs_url()}",
+    )
     parser.add_argument("--version", action="version", version=f"lanes {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub.add_parser("serve", help="run the sidecar"))
-    for name, text in (
-        ("status", "lanes, breakers, backoffs, spend and the forecast of a running sidecar"),
-        ("reload", "reload the config of a running `lanes serve --workers N` (as SIGHUP)"),
-    ):
-        _remote(sub.add_parser(name, help=text))
+    _remote(
+        sub.add_parser(
+            "status", help="lanes, breakers, backoffs, spend and the forecast of a running sidecar"
+        )
+    )
+    reload = sub.add_parser(
+        "reload", help="reload the config of a running `lanes serve --workers N` (as SIGHUP)"
+    )
+    reload.add_argument(
+        "--accept-weaker",
+        action="store_true",
+        help="apply a config that lowers the guard (drops every client key or the admin key, "
+        "raises the paid ceiling or the consent mode): refused without it",
+    )
+    _remote(reload)
     lane = sub.add_parser("lane", help="switch a lane off or on at runtime")
     lane.add_argument("action", choices=["off", "on"])
     lane.add_argument("name")
@@ -159,9 +172,16 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
 
 
 def _remote(command: argparse.ArgumentParser) -> None:
-    """`--url` and `--json`, for a command that talks to a running sidecar: after its own flags,
-    which is where `--help` lists them."""
-    command.add_argument("--url", default=DEFAULT_URL)
+    """`--url`, `--config` and `--json`, for a command that talks to a running sidecar: after its
+    own flags, which is where `--help` lists them."""
+    command.add_argument(
+        "--url", default=None, help=f"the sidecar (default: --config's address, {DEFAULT_URL})"
+    )
+    command.add_argument(
+        "--config",
+        default=None,
+        help="a config whose [server] address the sidecar serves on (default: the shipped one)",
+    )
     command.add_argument("--json", action="store_true")
 
 
@@ -225,6 +245,7 @@ def _lane_lines(lane: dict[str, Any]) -> list[str]:
     lines = [
         f"{lane['name']:<14} {lane['kind']:<13} "
         f"{'off' if lane['off'] else lane['breaker']['state']}"
+        + (f" — {lane['unreachable']}" if lane.get("unreachable") else "")
     ]
     for m in lane["models"]:
         extra = f" backoff {m['backoff_s']:.1f}s ({m['backoff_reason']})" if m["backoff_s"] else ""
@@ -252,7 +273,8 @@ def _lane(args: argparse.Namespace) -> int:
 def _reload(args: argparse.Namespace) -> int:
     """`POST /v1/reload`: the parent reads and checks the file, and starts every worker on it —
     or keeps the running config and says why."""
-    body = _ok("POST", f"{args.url}/v1/reload")
+    asked = {"accept_weaker": True} if args.accept_weaker else {}
+    body = _ok("POST", f"{args.url}/v1/reload", asked)
     _print(args, body, str(body.get("message", "")))
     return 0
 
@@ -465,9 +487,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from lanes._core.starter import starter_config
+    from lanes._core.starter import addable, starter_config
 
-    text, names = starter_config(os.environ, path=args.path)
+    reference = docs_page("reference/config")
+    text, names = starter_config(os.environ, path=args.path, reference=reference)
     if args.path == "-":
         sys.stdout.write(text)
         return 0
@@ -479,6 +502,11 @@ def _init(args: argparse.Namespace) -> int:
         f"wrote {path}: {len(names)} lanes ({', '.join(names) or 'none'}); "
         f"check it with `lanes check-config {path}`, run it with `lanes serve --config {path}`"
     )
+    if more := addable(os.environ):
+        print("free lanes a key would add (set the variable, then `lanes init --force`):")
+        for name, variable, what in more:
+            print(f"  {name:<12} ${variable:<22} {what}")
+    print(f"every key of the config: {reference}")
     return 0
 
 
@@ -497,7 +525,11 @@ def _one_line(exc: BaseException, args: argparse.Namespace) -> tuple[str, int] |
         return str(exc), exc.code
     if isinstance(exc, httpx2.TransportError):
         url = getattr(args, "url", "?")
-        return f"can not reach the sidecar at {url} ({type(exc).__name__})", 1
+        return (
+            f"can not reach the sidecar at {url} ({type(exc).__name__}): start one with "
+            "`lanes serve`, or pass --url URL (or --config FILE: its [server] address)",
+            1,
+        )
     if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
         what = "is in use" if exc.errno == errno.EADDRINUSE else "is not an address of this host"
         host, port = getattr(args, "host", None), getattr(args, "port", None)
@@ -524,6 +556,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+#: The commands whose `--url` is a choice: without it they read a state file (`_cli_inputs`).
+_AUDIT_READERS = ("report", "explain")
+
+
 def _run(args: argparse.Namespace) -> int:
     handlers = {
         "serve": _serve,
@@ -542,6 +578,9 @@ def _run(args: argparse.Namespace) -> int:
         "init": _init,
     }
     try:
+        if hasattr(args, "url") and args.url is None and args.command not in _AUDIT_READERS:
+            # the sidecar of --config, else of the shipped config
+            args = argparse.Namespace(**{**vars(args), "url": sidecar_url(args)})
         return handlers[args.command](args)
     except BrokenPipeError:
         raise

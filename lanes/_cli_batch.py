@@ -73,7 +73,12 @@ def add_parser(sub: Any, default_url: str) -> None:
     listed = actions.add_parser("list", help="your batches, newest first")
     listed.add_argument("--limit", type=int, default=20, metavar="N", help="at most N (1 to 100)")
     for command in (submit, status, results, cancel, listed):
-        command.add_argument("--url", default=default_url, help="the sidecar")
+        command.add_argument(
+            "--url", default=None, help=f"the sidecar (default: --config's address, {default_url})"
+        )
+        command.add_argument(
+            "--config", default=None, help="a config whose [server] address the sidecar serves on"
+        )
         command.add_argument(
             "--key-env", default="LANES_KEY", metavar="VAR", help="the variable holding your key"
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx2
 
+from lanes._cli_inputs import audit_source
 from lanes._core.audit.report import GROUPS, Report, explain, parse_since, report
 from lanes._core.config.schema import read_config
 from lanes._core.model.errors import ConfigError
@@ -51,8 +52,15 @@ def add_parsers(sub: Any, default_url: str) -> None:
     exp.add_argument("request_id")
     exp.add_argument("--json", action="store_true")
     for p in (rep, exp):
-        p.add_argument("--config", default="config/lanes.toml", help="read its state file")
-        p.add_argument("--url", default=None, help=f"ask a running sidecar instead ({default_url})")
+        p.add_argument(
+            "--config",
+            default=None,
+            help="read its state file (default: a sidecar answering at the shipped config's "
+            "address, else that config's state file)",
+        )
+        p.add_argument(
+            "--url", default=None, help=f"ask the running sidecar at URL (e.g. {default_url})"
+        )
 
 
 def _store(path: str) -> tuple[SQLiteStore, float]:
@@ -81,15 +89,16 @@ def call(method: str, url: str, body: Any = None, *, timeout_s: float = 10.0) ->
 
 def run_report(args: argparse.Namespace) -> int:
     try:
-        if args.url:
+        kind, where = audit_source(args)
+        if kind == "url":
             code, body = call(
-                "GET", f"{args.url}/v1/report?since={args.since}&by={args.by}", timeout_s=30.0
+                "GET", f"{where}/v1/report?since={args.since}&by={args.by}", timeout_s=30.0
             )
             if code != 200:
-                print(f"lanes: {body}", file=sys.stderr)
+                print(f"lanes: {error_message(body)}", file=sys.stderr)
                 return 1
         else:
-            store, ceiling = _store(args.config)
+            store, ceiling = _store(where)
             since = parse_since(args.since, time.time())  # wall-clock: "since" is a date
             body = report(
                 store.records.query, since=since, by=args.by, ceiling_usd=ceiling
@@ -109,11 +118,12 @@ def run_report(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     try:
-        if args.url:
-            code, story = call("GET", f"{args.url}/v1/requests/{args.request_id}", timeout_s=30.0)
+        kind, where = audit_source(args)
+        if kind == "url":
+            code, story = call("GET", f"{where}/v1/requests/{args.request_id}", timeout_s=30.0)
             story = story if code == 200 else None
         else:
-            store, _ = _store(args.config)
+            store, _ = _store(where)
             story = explain(store.records.query, args.request_id)
             store.close()
     except ConfigError as exc:

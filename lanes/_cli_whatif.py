@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lanes._cli_inputs import NotFound, sidecar_state, sidecar_url, state_of
 from lanes._core.audit.report import parse_since
-from lanes._core.config.schema import read_config
+from lanes._core.config.schema import packaged
 from lanes._core.model.errors import ConfigError
 from lanes._whatif import WhatIf, whatif
 from lanes._whatif.figures import as_json, markdown, table, text
@@ -23,7 +24,12 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "whatif", help="replay the audit under another config: free share, spend, failures"
     )
-    p.add_argument("--config", required=True, help="the config to try (TOML)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="the config to try (TOML; default: the current one — --against, else the shipped "
+        "config — replayed against its own audit: the fidelity check alone)",
+    )
     p.add_argument(
         "--against",
         default=None,
@@ -33,7 +39,7 @@ def add_parser(sub: Any) -> None:
         "--audit",
         default=None,
         help="the SQLite file holding the audit (default: the state file of --against, "
-        "else config/lanes.toml's)",
+        "else of the shipped config)",
     )
     p.add_argument(
         "--since", default="7d", help="7d, 12h, a UTC date such as 2026-11-24, or epoch s"
@@ -47,14 +53,34 @@ def add_parser(sub: Any) -> None:
 
 
 def _audit_path(args: argparse.Namespace) -> str:
+    """--audit, else the state file of --against, else of the shipped config, else of the sidecar
+    answering at the shipped config's address."""
     if args.audit:
         return str(args.audit)
-    source = args.against or "config/lanes.toml"
-    config = read_config(source, env={})
-    state = config.local_state if config.shared_state else config.state
-    if state == ":memory:":
-        raise ConfigError(f"{source}: its state is :memory:, no audit to read; pass --audit FILE")
-    return state
+    source = args.against or str(packaged("lanes.toml"))
+    whose = args.against or "the shipped config"
+    state = state_of(source)
+    if state != ":memory:" and Path(state).expanduser().is_file():
+        return state
+    if not args.against and (running := sidecar_state(url := sidecar_url(args))) is not None:
+        if running == ":memory:":
+            raise NotFound(
+                f"the sidecar at {url} keeps its state in memory: no audit to replay; start it "
+                "with --state FILE (or `state` in its config), or pass --audit FILE"
+            )
+        return running
+    raise NotFound(
+        f"no audit at {state} (the state of {whose}); pass --audit FILE, or --against the "
+        "config the sidecar ran with"
+    )
+
+
+def _configs(args: argparse.Namespace) -> tuple[str, str | None, bool]:
+    """The config to try, the current one, and whether the one to try is the current one (its
+    replay is then the fidelity check): without --config, the current config is tried."""
+    if args.config:
+        return args.config, args.against, False
+    return args.against or str(packaged("lanes.toml")), None, True
 
 
 def _progress(done: int, total: int) -> None:
@@ -80,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     audit = _audit_path(args)
     if not Path(audit).expanduser().is_file():
         raise ConfigError(f"{audit}: no audit here (no such file); pass --audit FILE")
+    config, against, served = _configs(args)
     now = args.until if args.until is not None else time.time()  # wall-clock: "now"
     since: float
     try:
@@ -94,16 +121,22 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name} must be epoch seconds or a date (got {value})", key=name)
     try:
         result = whatif(
-            args.config,
+            config,
             audit,
             since=since,
             until=now,
-            against=args.against,
+            against=against,
             faults=args.faults,
+            served=served,
             progress=_progress if sys.stderr.isatty() and not args.json else None,
         )
     except sqlite3.DatabaseError as exc:
         raise ConfigError(f"{audit}: not an audit lanes can read ({exc})") from None
+    _show(args, result)
+    return _gates(args, result)
+
+
+def _show(args: argparse.Namespace, result: WhatIf) -> None:
     rows = table(result.columns)
     if args.md:
         Path(args.md).write_text(markdown(rows) + "\n\n" + _notes_md(result), encoding="utf-8")
@@ -114,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
         print(text(rows))
         for note in result.notes:
             print(f"- {note}")
-    return _gates(args, result)
+        for warning in result.warnings:
+            print(f"warning: {warning}")
 
 
 def _heading(result: WhatIf) -> str:
@@ -128,7 +162,8 @@ def _heading(result: WhatIf) -> str:
 
 
 def _notes_md(result: WhatIf) -> str:
-    return _heading(result) + "\n" + "\n".join(f"- {n}" for n in result.notes) + "\n"
+    lines = [f"- {n}" for n in result.notes] + [f"- **warning**: {w}" for w in result.warnings]
+    return _heading(result) + "\n" + "\n".join(lines) + "\n"
 
 
 def _gates(args: argparse.Namespace, result: WhatIf) -> int:

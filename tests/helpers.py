@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -23,6 +25,7 @@ __all__ = [
     "PAID_KEY",
     "PREFILL_PAIR",
     "QUICK",
+    "audit_of",
     "config",
     "examples",
     "free_lane",
@@ -109,3 +112,68 @@ def lanes_command(*argv: str) -> subprocess.CompletedProcess[str]:
         except SystemExit as exit_:  # argparse's bad usage: exit 2, its one line said
             code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
     return subprocess.CompletedProcess(["lanes", *argv], code, out.getvalue(), err.getvalue())
+
+
+def audit_of(path: Path, jobs: list[str], *, start: float, step: float = 60.0) -> Path:
+    """An audit file of one job every `step` seconds from `start` on ollama's llama3.2:3b, written
+    as a sidecar writes it (rows, attempts, hourly roll-ups): "ok" served; "refused" failed after
+    ollama refused its connection (an attempt recorded); "skipped" failed with no attempt (the
+    breaker was open: the job never reached ollama)."""
+    import sqlite3
+
+    from lanes._core.state.audit_tables import SCHEMA, write
+
+    model = "llama3.2:3b"
+    rows = []
+    for n, how in enumerate(jobs):
+        ok = how == "ok"
+        common = {"job": f"job-{n}", "at": start + step * (n + 1), "client": "anonymous",
+                  "cohort": "", "class": "general"}  # fmt: skip
+        attempt = {**common, "n": 0, "lane": "ollama", "model": model, "tier": "local",
+                   "route": "local", "outcome": "ok" if ok else "fault",
+                   "category": "" if ok else "connect", "status": None, "retry": 0,
+                   "latency_s": 0.5, "tokens": 25, "cost_usd": 0.0,
+                   "work": "interactive"}  # fmt: skip
+        rows.append(
+            {
+                **common,
+                "route": "local" if ok else "",
+                "lane": "ollama" if ok else "",
+                "outcome": "ok" if ok else "no_lane_available",
+                "model": model if ok else "",
+                "tier": "local" if ok else "",
+                "latency_s": 0.5,
+                "cost_usd": 0.0,
+                "approval": "",
+                "asked": "auto",
+                "embedding": 0,
+                "streamed": 0,
+                "prompt_tokens": 20,
+                "completion_tokens": 5,
+                "tokens": 25,
+                "deadline_s": 20.0,
+                "privacy": "any",
+                "attempts": 0 if how == "skipped" else 1,
+                "free_attempts": 0,
+                "plan": json.dumps([f"ollama/{model}"]),
+                "work": "interactive",
+                "request_sha256": "0" * 64,
+                "request_bytes": 80,
+                "answer_sha256": "",
+                "answer_bytes": 0,
+                "attempt_log": "[]",
+                "skip_log": "[]",
+                "dropped": "[]",
+                "explored": 0,
+                "body": "",
+                "zdr": 0,
+                "first_free_outcome": "",
+                "attempt_rows": [] if how == "skipped" else [attempt],
+            }  # fmt: skip
+        )
+    conn = sqlite3.connect(path)
+    conn.executescript(SCHEMA)
+    with conn:
+        write(conn, rows)
+    conn.close()
+    return path

@@ -68,6 +68,7 @@ LAYERS = (
     "lanes/harness",  # sidecar processes, the herd, configs for tests over the product
     "lanes/canary",
     "lanes/drills",
+    "lanes/_cli_inputs.py",
     "lanes/_cli_reports.py",
     "lanes/_cli_whatif.py",
     "lanes/_cli_batch.py",

@@ -330,3 +330,43 @@ def test_progress_is_plain_lines_off_a_terminal():
         f"canary: {n}/40 probes" for n in (10, 20, 30, 40)
     ]
     assert tty.getvalue().count("\r") == 40 and tty.getvalue().endswith("40/40 probes\n")
+
+
+async def test_a_local_lane_is_probed_and_what_is_skipped_is_said(tmp_path):
+    """`lanes canary run --lane local` probes the local model (it was skipped: only `free` was
+    probed); a lane not in the config, or a paid one, is said skipped with why, and a run that
+    probed nothing says so and exits 1 — never "no canary run yet" and 0."""
+    async with open_fake("local", models=("m",)) as local, open_fake("paid", models=("p",)) as paid:
+        (tmp_path / "lanes.toml").write_text(
+            f'state = "{tmp_path / "c.db"}"\n'
+            f'[[lanes]]\nname = "local"\nmodule = "ollama"\nbase_url = "{local.base_url}"\n'
+            '[[lanes.models]]\nid = "m"\n'
+            f'[[lanes]]\nname = "paid"\nmodule = "openai_compatible"\n'
+            f'base_url = "{paid.base_url}"\napi_key_env = ""\n'
+            'free_tier = { kind = "none" }\n'
+            '[[lanes.models]]\nid = "p"\ninput_usd_per_mtok = 1\noutput_usd_per_mtok = 1\n'
+        )
+        (tmp_path / "canary.toml").write_text(
+            '[[prompts]]\nid = "p"\nmessages = [{ role = "user", content = "pangram" }]\n'
+            'checks = { contains = ["quick brown fox"] }\n'
+        )
+
+        def canary(*argv: str) -> subprocess.CompletedProcess[str]:
+            files = [
+                "--config",
+                str(tmp_path / "lanes.toml"),
+                "--canary",
+                str(tmp_path / "canary.toml"),
+            ]
+            return lanes_command("canary", *argv, *files)
+
+        probed = await trio.to_thread.run_sync(canary, "run", "--lane", "local", "--json")
+        told = await trio.to_thread.run_sync(canary, "run", "--lane", "llamacpp", "--lane", "paid")
+        requests = len(local.requests()), len(paid.requests())
+    assert probed.returncode == 0, probed.stderr
+    assert json.loads(probed.stdout)["models"]["local/m"]["verdict"] == "ok"
+    assert requests == (1, 0)
+    assert told.returncode == 1
+    assert "skipped llamacpp: no lane of that name in the config" in told.stderr
+    assert "skipped paid/p: a paid model: the canary never spends money" in told.stderr
+    assert "probed nothing of llamacpp, paid" in told.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import lanes_command
 from lanes._cli import JsonLines, main
 from lanes.harness.processes import free_port
 
@@ -194,3 +196,29 @@ def test_check_config_connect_says_what_the_store_is_and_whether_paid_can_open(
     assert code == 1 and state["paid_can_open"] is False and state["why_not"]
     code, state, _ = check(str(tmp_path / "state.db"))
     assert code == 0 and state["kind"] == "sqlite"
+
+
+def test_init_lists_the_variables_that_would_add_each_free_lane(tmp_path, monkeypatch):
+    """`lanes init` names, for each free lane whose key is not set, the variable that would add
+    it — in the file and on the terminal — and points to the configuration reference that
+    exists (the docs' page, which docs/ holds)."""
+    from lanes._cli_inputs import docs_page, docs_url
+
+    for name in list(os.environ):
+        if name.endswith(("_API_KEY", "_TOKEN")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("GEMINI_API_KEY", "sk-secret-3")
+    monkeypatch.chdir(tmp_path)
+    done = lanes_command("init", "mine.toml")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "mine.toml").read_text()
+    for lane, variable in (("groq", "GROQ_API_KEY"), ("cerebras", "CEREBRAS_API_KEY")):
+        assert re.search(rf"^#\s+{lane}\s+\${variable}\s", text, re.M), text
+        assert re.search(rf"^\s+{lane}\s+\${variable}\s", done.stdout, re.M), done.stdout
+    assert "$GEMINI_API_KEY " not in text.split("More free lanes")[1]
+    assert "sk-secret" not in text + done.stdout
+    reference = docs_page("reference/config")
+    assert reference in text and f"every key of the config: {reference}" in done.stdout
+    assert "README's configuration reference" not in text
+    page = reference.removeprefix(docs_url().rstrip("/") + "/").rstrip("/")
+    assert (ROOT / "docs" / f"{page.removesuffix('.md')}.md").is_file()

@@ -247,7 +247,9 @@ async def test_a_sidecar_not_there_a_missing_file_and_a_bad_flag(tmp_path, capsy
     at = ["--url", f"http://127.0.0.1:{free_port()}"]
     done = await run_lanes(capsys, "batch", "list", *at)
     assert done.code == 1
-    assert one_line(done.err) == f"lanes: can not reach the sidecar at {at[1]} (ConnectError)"
+    assert one_line(done.err).startswith(
+        f"lanes: can not reach the sidecar at {at[1]} (ConnectError): start one with `lanes serve`"
+    )
     missing = await run_lanes(capsys, "batch", "submit", str(tmp_path / "nope.jsonl"), *at)
     assert missing.code == 2
     assert (

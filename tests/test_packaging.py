@@ -171,3 +171,74 @@ def test_no_page_tells_a_user_to_install_the_index_s_other_lanes():
     ]
     assert wrong == []
     assert 'name = "lanes-router"' in (ROOT / "pyproject.toml").read_text()
+
+
+def _documentation_url() -> str:
+    found = re.search(r'^Documentation = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert found is not None, "pyproject.toml names no Documentation URL"
+    return found.group(1)
+
+
+def test_commands_find_their_inputs_outside_the_repository(installed, tmp_path):
+    """From the installed wheel, outside the repository, with no flags: `report`, `explain`,
+    `whatif` and `status` say in one line which flag to pass when nothing is there (never a path
+    of the repository's); with an audit in the shipped config's state file they read it; the
+    wheel carries the docs' Project-URL and `lanes --help` ends with it."""
+    from helpers import audit_of
+
+    try:  # the shipped config's address: a sidecar someone runs there would answer instead
+        httpx2.get("http://127.0.0.1:4098/health", timeout=1.0, trust_env=False)
+        pytest.skip("a sidecar answers at 127.0.0.1:4098, the shipped config's address")
+    except httpx2.TransportError:
+        pass
+    env = {**installed, "HOME": str(tmp_path / "home")}
+    for argv, flag in (
+        (["report"], "--url"),
+        (["explain", "job-0"], "--url"),
+        (["whatif"], "--audit"),
+        (["status"], "--url"),
+    ):
+        done = run(env, "-m", "lanes", *argv)
+        assert done.returncode in (1, 2), (argv, done.stdout)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert flag in done.stderr and "config/lanes.toml" not in done.stderr, done.stderr
+    state = tmp_path / "home/.local/state/lanes/lanes.db"
+    state.parent.mkdir(parents=True)
+    now = time.time()  # wall-clock: the audit's jobs within the commands' default windows
+    audit_of(state, ["ok"] * 4, start=now - 3600.0)
+    report = run(env, "-m", "lanes", "report")
+    assert report.returncode == 0, report.stderr
+    assert "| — | 4 | 4 |" in report.stdout, report.stdout
+    story = run(env, "-m", "lanes", "explain", "job-0")
+    assert story.returncode == 0 and "request job-0" in story.stdout, story.stderr
+    replayed = run(env, "-m", "lanes", "whatif", "--since", "1d")
+    assert replayed.returncode == 0, replayed.stderr
+    assert "fidelity: lanes.toml replayed against its own audit" in replayed.stdout
+    url = _documentation_url()
+    shown = run(env, "-m", "lanes", "--help")
+    assert shown.stdout.rstrip().endswith(url), shown.stdout[-300:]
+    carried = run(
+        env,
+        "-c",
+        "from importlib.metadata import metadata; "
+        "print(metadata('lanes-router').get_all('Project-URL'))",
+    )
+    assert f"Documentation, {url}" in carried.stdout, carried.stdout
+
+
+def test_status_and_report_take_the_sidecar_s_address_from_its_config(installed, tmp_path):
+    """`lanes status --config FILE` asks the sidecar at FILE's [server] address (it was refused);
+    `lanes report --config FILE` of a config with no state file asks it too."""
+    port = free_port()
+    config = tmp_path / "mine.toml"
+    config.write_text(f'[server]\nport = {port}\n\n[[lanes]]\nname = "ollama"\n')
+    sidecar = start(installed, "serve", "--simulate", "--port", str(port))
+    try:
+        wait_healthy(sidecar, port)
+        status = run(installed, "-m", "lanes", "status", "--config", str(config))
+        report = run(installed, "-m", "lanes", "report", "--config", str(config))
+    finally:
+        stop(sidecar)
+    assert status.returncode == 0, status.stderr
+    assert "free lane on" in status.stdout
+    assert report.returncode == 0 and "# lanes report since" in report.stdout, report.stderr

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -174,3 +175,47 @@ async def test_a_single_process_refuses_a_reload_and_shows_its_hash(tmp_path, ca
     assert "--workers" in refused.json()["error"]["message"]
     assert forged.status_code == 415 and "workers" not in ready
     assert code == 0 and f"\nconfig {view['sha256'][:12]}\n" in capsys.readouterr().out
+
+
+# -- a reload never lowers the guard silently --------------------------------------------------
+
+
+GUARD_SERVER: dict[str, Any] = {"clients": {"ci": "CI_KEY"}, "admin_key_env": "ADMIN_KEY"}
+GUARD_POLICY: dict[str, Any] = {"paid_ceiling_usd_per_day": 1.0, "free_tier_fallback": "ask"}
+
+
+def _guarded(server: dict[str, Any] = GUARD_SERVER, policy: dict[str, Any] = GUARD_POLICY):
+    tables = {"lanes": [{"name": "ollama"}], "server": server, "policy": policy}
+    return load_config(tables, env={"CI_KEY": "k", "ADMIN_KEY": "a"})
+
+
+@pytest.mark.parametrize(
+    ("server", "policy", "named"),
+    [
+        ({"admin_key_env": "ADMIN_KEY"}, GUARD_POLICY, "server.clients: all 1 client keys dropped"),
+        (
+            {"clients": {"ci": "CI_KEY"}},
+            GUARD_POLICY,
+            "server.admin_key_env: the admin key dropped",
+        ),
+        (
+            GUARD_SERVER,
+            {**GUARD_POLICY, "paid_ceiling_usd_per_day": 5.0},
+            "policy.paid_ceiling_usd_per_day: the paid ceiling raised",
+        ),
+        (
+            GUARD_SERVER,
+            {**GUARD_POLICY, "free_tier_fallback": "allow"},
+            "policy.free_tier_fallback: a more permissive consent mode",
+        ),
+    ],
+)
+def test_each_way_a_config_lowers_the_guard_is_named(server, policy, named):
+    """Dropping every client key or the admin key, raising the ceiling or the consent mode is
+    named by its key; the same config, a lower ceiling or a stricter mode lowers nothing."""
+    from lanes._core.config.lowering import guard_lowered
+
+    (said,) = guard_lowered(_guarded(), _guarded(server, policy))
+    assert said.startswith(named)
+    stricter = _guarded(policy={"paid_ceiling_usd_per_day": 0.5, "free_tier_fallback": "off"})
+    assert guard_lowered(_guarded(), _guarded()) == [] == guard_lowered(_guarded(), stricter)

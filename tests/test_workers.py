@@ -347,7 +347,8 @@ async def test_a_broken_file_on_disk_never_stops_the_host(tmp_path):
 @pytest.mark.slow
 async def test_sighup_starts_every_worker_on_the_new_file_with_one_line(tmp_path):
     """SIGHUP with a valid new file: every worker runs its hash (`sha256sum`'s) and values, one
-    line names the keys that changed and no value, and the port answers throughout."""
+    line names the keys that changed and no value, and the port answers throughout. (The file
+    raises the ceiling and the consent mode: SIGUSR1, the reload that accepts it.)"""
     async with (
         open_fake("paid", models=("paid-model",)) as paid,
         open_sidecar_process(limited(paid.base_url), tmp_path, env=KEYS, args=TWO) as sidecar,
@@ -371,7 +372,7 @@ async def test_sighup_starts_every_worker_on_the_new_file_with_one_line(tmp_path
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(knock)
-            sidecar.process.send_signal(signal.SIGHUP)
+            sidecar.process.send_signal(signal.SIGUSR1)
             host = await sidecar.until_host(lambda h: h["reloads"] == 1)
             done.set()
         # the new terms are in force once the old workers have left, at the next sync
@@ -399,8 +400,8 @@ async def test_lanes_reload_refuses_a_bad_file_naming_the_key_and_keeps_the_conf
     ):
         first = (await sidecar.host())["sha256"]
 
-        def reload() -> subprocess.CompletedProcess[str]:
-            command = [sys.executable, "-m", "lanes", "reload", "--url", sidecar.base]
+        def reload(*flags: str) -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "-m", "lanes", "reload", "--url", sidecar.base, *flags]
             return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
         sidecar.rewrite(limited(paid.base_url, "allow", -1.0))
@@ -415,7 +416,8 @@ async def test_lanes_reload_refuses_a_bad_file_naming_the_key_and_keeps_the_conf
             )
         kept_views = await views_by_worker(sidecar.base)
         sidecar.rewrite(limited(paid.base_url, "allow", 5.0))
-        good = await trio.to_thread.run_sync(reload)
+        weaker = await trio.to_thread.run_sync(reload)  # raises the ceiling and the consent
+        good = await trio.to_thread.run_sync(reload, "--accept-weaker")
         await sidecar.until_every_worker(2, lambda views: kept(views) == {("allow", 5.0)})
         views = await views_by_worker(sidecar.base)
     assert bad_value.returncode == 1 and "policy.paid_ceiling_usd_per_day" in bad_value.stderr
@@ -423,8 +425,39 @@ async def test_lanes_reload_refuses_a_bad_file_naming_the_key_and_keeps_the_conf
     assert forged.status_code == 415
     assert kept(kept_views) == {("off", 0.002)}
     assert {v["config"]["sha256"] for v in kept_views.values()} == {first}
+    assert weaker.returncode == 1 and "it would lower the guard" in weaker.stderr
+    assert "policy.paid_ceiling_usd_per_day: the paid ceiling raised" in weaker.stderr
+    assert "policy.free_tier_fallback: a more permissive consent mode" in weaker.stderr
     assert good.returncode == 0 and good.stdout.startswith("config reloaded: ")
+    assert "the guard lowered, as confirmed" in good.stdout
     assert kept(views) == {("allow", 5.0)}
+
+
+async def test_a_reload_that_drops_every_client_key_is_refused_unless_accepted(tmp_path):
+    """The file without its `[server.clients]` (as a file cut at that table boundary is, still
+    valid TOML): SIGHUP is refused with one line naming it, and callers still need a key;
+    SIGUSR1 (`lanes reload --accept-weaker`) applies it."""
+    async with open_fake("paid", models=("paid-model",)) as paid:
+        guarded = {**limited(paid.base_url), "server": {"clients": {"ci": "LANES_TEST_CI_KEY"}}}
+        env = {**KEYS, "LANES_TEST_CI_KEY": "ci-secret"}
+        args = ("--workers", "1")
+        async with open_sidecar_process(guarded, tmp_path, env=env, args=args) as sidecar:
+            sidecar.rewrite(limited(paid.base_url))  # its own port kept: clients gone
+            sidecar.process.send_signal(signal.SIGHUP)
+            host = await sidecar.until_host(lambda h: h["reloads"] == 1, key="ci-secret")
+            refused = host["last_reload"]
+            async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+                keyless = (await http.get(f"{sidecar.base}/v1/models")).status_code
+            sidecar.process.send_signal(signal.SIGUSR1)
+            host = await sidecar.until_host(lambda h: h["reloads"] == 2, key="ci-secret")
+            accepted = host["last_reload"]
+            log = sidecar.log()
+    assert refused["ok"] is False and keyless == 401
+    assert (
+        "it would lower the guard (server.clients: all 1 client keys dropped" in refused["message"]
+    )
+    assert accepted["ok"] is True and "as confirmed: server.clients" in accepted["message"]
+    assert "ci-secret" not in log
 
 
 @pytest.mark.slow

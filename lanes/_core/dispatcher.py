@@ -178,8 +178,15 @@ class Dispatcher:
         nursery.start_soon(self._sync.run, sync_interval_s)
         if self.store.shared:
             nursery.start_soon(self._sync.listen)
+        unavailable = self._sources.unavailable
+        nursery.start_soon(
+            upkeep.check_lanes,
+            self._health,
+            list(self.catalog.lanes.values()),
+            unavailable,
+            upkeep.fixes_for(self.config.lanes, unavailable),
+        )
         for lane in self.catalog.lanes.values():
-            nursery.start_soon(upkeep.check_reachable, self._health, lane)
             if lane.config.discover:
                 task = self.background.task(f"catalog {lane.name}")
                 nursery.start_soon(upkeep.discover, self.catalog, self._health, lane, task)

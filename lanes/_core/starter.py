@@ -20,7 +20,8 @@ HEADER = """\
 # lanes — a starter config written by `lanes init`. Lanes are tried in the order written:
 # owned local capacity first, borrowed free capacity next, the paid fallback last.
 # Keys never go here: each lane reads its key from the environment variable named beside it.
-# Check it with `lanes check-config {path}`; every key is in README's configuration reference.
+# Check it with `lanes check-config {path}`; every key is in the configuration reference:
+# {reference}
 
 state = "~/.local/state/lanes/lanes.db"   # usage, spend, backoffs: shared by this host
 
@@ -30,8 +31,8 @@ paid_ceiling_usd_per_day = 1.0    # the hard paid budget per UTC day
 """
 
 
-def _usable(env: Mapping[str, str]) -> list[tuple[int, str, LaneSpec]]:
-    """The shipped lanes this machine can use, as a table naming only the lane would set them."""
+def _shipped() -> list[tuple[int, str, LaneSpec]]:
+    """Every shipped lane that speaks HTTP, with its routing order (local, free, credits, paid)."""
     found = []
     for name in shipped_lane_modules():
         config = LaneConfig(name=name)
@@ -41,8 +42,6 @@ def _usable(env: Mapping[str, str]) -> list[tuple[int, str, LaneSpec]]:
         spec = resolve(provider, config)
         if not spec.base_url.startswith("http"):
             continue
-        if spec.api_key_env and not env.get(spec.api_key_env):
-            continue
         kind = spec.free_tier.kind
         if not spec.api_key_env and kind != "local":
             continue  # a remote endpoint without a key variable needs a base_url of your own
@@ -50,9 +49,27 @@ def _usable(env: Mapping[str, str]) -> list[tuple[int, str, LaneSpec]]:
     return sorted(found, key=lambda item: item[0])
 
 
-def starter_config(env: Mapping[str, str], *, path: str = "lanes.toml") -> tuple[str, list[str]]:
-    """The starter config's text, and the lanes it names."""
-    lines = [HEADER.format(path=path)]
+def _usable(env: Mapping[str, str]) -> list[tuple[int, str, LaneSpec]]:
+    """The shipped lanes this machine can use: local ones, and those whose key is set."""
+    return [f for f in _shipped() if not f[2].api_key_env or env.get(f[2].api_key_env)]
+
+
+def addable(env: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """The free (and credit) lanes a key would add: (lane, the variable to set, what it is), in
+    routing order — only names, never a value."""
+    return [
+        (name, spec.api_key_env, _WHAT[order])
+        for order, name, spec in _shipped()
+        if order in (1, 2) and spec.api_key_env and not env.get(spec.api_key_env)
+    ]
+
+
+def starter_config(
+    env: Mapping[str, str], *, path: str = "lanes.toml", reference: str = "docs/reference/config.md"
+) -> tuple[str, list[str]]:
+    """The starter config's text, and the lanes it names. `reference`: where the configuration
+    reference is (the installed package's documentation page)."""
+    lines = [HEADER.format(path=path, reference=reference)]
     names, group = [], None
     for order, name, spec in _usable(env):
         if order != group:
@@ -70,4 +87,7 @@ def starter_config(env: Mapping[str, str], *, path: str = "lanes.toml") -> tuple
             lines.append("attempt_timeout_s = 60        # a local model may be slow to load")
         lines.append("")
         names.append(name)
+    if more := addable(env):
+        lines.append("\n# More free lanes: set the variable, then run `lanes init --force` again")
+        lines += [f"#   {name:<12} ${var:<22} {what}" for name, var, what in more]
     return "\n".join(lines).rstrip() + "\n", names

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 import httpx2
 import trio
 
+from lanes._core.config.schema import LaneConfig
 from lanes._core.engine.catalog import Catalog, LaneHealth
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
@@ -21,42 +22,93 @@ from lanes._core.state.backend import Backend, call
 from lanes._core.state.clock import StoreClock
 from lanes._core.state.records import LocalRecords
 from lanes._core.upstream.lane import OpenAICompatibleLane
+from lanes._core.upstream.loader import find_provider
+from lanes._core.upstream.spec import resolve
 
 log = logging.getLogger("lanes")
 
 
-async def check_reachable(
-    health: LaneHealth, lane: OpenAICompatibleLane, within_s: float = 2.0
-) -> None:
-    """At startup: one log line for a provider on an IP address or localhost that does not accept
-    a connection. Hostnames are not looked up here (a lookup can hang and leaves the machine); the
-    first request finds out. Startup never waits for this."""
+async def unreachable_at_start(lane: OpenAICompatibleLane, within_s: float = 2.0) -> str | None:
+    """Why a provider on an IP address or localhost does not accept a connection (None: it does,
+    or its host is a name). Hostnames are not looked up here (a lookup can hang and leaves the
+    machine); the first request finds out."""
     url = httpx2.URL(lane.spec.base_url)
     host, port = url.host, url.port or (443 if url.scheme == "https" else 80)
     if host != "localhost":
         try:
             ipaddress.ip_address(host)
         except ValueError:
-            return
+            return None
     with trio.move_on_after(within_s):
         try:
             stream = await trio.open_tcp_stream(host, port)
         except Exception as exc:  # refused, unreachable, or anything else: a log line, never fatal
             reason = getattr(exc, "strerror", None) or str(exc)[:120] or type(exc).__name__
-            health.unreachable(lane.name, f"unreachable at startup ({reason})")
-            log.warning(
-                "lane %s: provider unreachable at startup (%s); "
-                "serving from the others until it answers",
-                lane.name,
-                reason,
-            )
-            return
+            return f"unreachable at startup ({reason})"
         await stream.aclose()
-        return
-    health.unreachable(lane.name, f"accepted no connection within {within_s:g}s at startup")
-    log.warning(
-        "lane %s: provider accepted no connection within %gs at startup", lane.name, within_s
+        return None
+    return f"accepted no connection within {within_s:g}s at startup"
+
+
+async def check_lanes(
+    health: LaneHealth,
+    lanes: Sequence[OpenAICompatibleLane],
+    unavailable: Mapping[str, str],
+    fixes: Mapping[str, str],
+) -> None:
+    """At startup: one log line for each provider on an IP address or localhost that does not
+    accept a connection; and, when no lane can serve (none loaded, or every one loaded
+    unreachable), one line saying so with what would fix it — `fixes`: lane → what would (see
+    `no_lane_line`). Startup never waits for this."""
+    found: dict[str, str] = {}
+
+    async def one(lane: OpenAICompatibleLane) -> None:
+        if (why := await unreachable_at_start(lane)) is not None:
+            health.unreachable(lane.name, why)
+            found[lane.name] = why
+
+    async with trio.open_nursery() as nursery:
+        for lane in lanes:
+            nursery.start_soon(one, lane)
+    others = any(lane.name not in found for lane in lanes)
+    for lane in lanes:
+        if lane.name in found:
+            tail = "; serving from the others until it answers" if others else ""
+            log.warning("lane %s: provider %s%s", lane.name, found[lane.name], tail)
+    if not others:
+        log.warning("%s", no_lane_line({**unavailable, **found}, fixes))
+
+
+def no_lane_line(why: Mapping[str, str], fixes: Mapping[str, str]) -> str:
+    """The one line said when no lane can serve: each lane and why not, then what would fix it
+    (`fixes`: lane → "set $GROQ_API_KEY", "start the server at http://127.0.0.1:11434/v1", …)."""
+    if not why:
+        return "no lane can serve: the config names no lane; add a [[lanes]] table (`lanes init`)"
+    said = "; ".join(f"{lane}: {reason}" for lane, reason in why.items())
+    fix = "; or ".join(f"{fixes[lane]} ({lane})" for lane in why if lane in fixes)
+    return (
+        f"no lane can serve: every request fails until one can ({said}). "
+        f"To fix: {fix or 'see each reason'}"
     )
+
+
+def fixes_for(lanes: Sequence[LaneConfig], unavailable: Mapping[str, str]) -> dict[str, str]:
+    """What would let each lane of the config serve: set its key, enable it, or start its
+    server (for the line `no_lane_line` says)."""
+    fixes = {}
+    for config in lanes:
+        provider, _ = find_provider(config)
+        if provider is None:
+            continue
+        spec = resolve(provider, config)
+        reason = unavailable.get(config.name, "")
+        if not config.enabled:
+            fixes[config.name] = "enable it (`enabled = true`)"
+        elif spec.api_key_env and "not set" in reason:
+            fixes[config.name] = f"set ${spec.api_key_env}"
+        elif not reason:
+            fixes[config.name] = f"start the server at {spec.base_url}"
+    return fixes
 
 
 async def _round(

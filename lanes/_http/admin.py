@@ -74,9 +74,11 @@ async def reload(request: Request, ctx: Context) -> Response:
             "to apply a changed config, or run `lanes serve --workers N` to reload in place",
             "reload_unsupported",
         )
+    asked = json_object(await read_body(request, ctx) or b"{}")
+    accept_weaker = asked.get("accept_weaker") is True
     before = (ctx.running.host() or {}).get("reloads", 0)
     try:
-        ctx.running.request_reload()
+        ctx.running.request_reload(accept_weaker=accept_weaker)
     except ProcessLookupError:
         return error_response(503, "the parent process is gone", "reload_unavailable")
     with trio.move_on_after(RELOAD_WAIT_S):

@@ -20,6 +20,8 @@ from typing import Any
 import attrs
 import trio
 
+from lanes._core.config.schema import Config
+
 log = logging.getLogger("lanes")
 WORKER_ENV = "LANES_WORKER"  # the spec a worker process is started with (JSON)
 READY_S = 30.0  # a worker not ready within this is stopped: it could not start
@@ -37,6 +39,7 @@ class WorkerPlan:
     raw: Mapping[str, Any] | None
     grace_s: float
     file: Path | None = None
+    config: Config | None = None  # the checked config (None under `--simulate`): its guard
 
 
 def how_it_ended(status: int) -> str:

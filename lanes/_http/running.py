@@ -71,8 +71,9 @@ class Running:
         workers = [w for w in host.get("workers", []) if isinstance(w, dict)]
         return [w.get("worker", 0) for w in workers if not w.get("serving")], len(workers)
 
-    def request_reload(self) -> None:
-        """Ask the parent to reload (SIGHUP): only this process's own parent, still alive."""
+    def request_reload(self, *, accept_weaker: bool = False) -> None:
+        """Ask the parent to reload (SIGHUP; SIGUSR1 to accept a config that lowers the guard):
+        only this process's own parent, still alive."""
         if self.parent_pid is None or os.getppid() != self.parent_pid:
             raise ProcessLookupError("the parent process is gone")
-        os.kill(self.parent_pid, signal.SIGHUP)
+        os.kill(self.parent_pid, signal.SIGUSR1 if accept_weaker else signal.SIGHUP)

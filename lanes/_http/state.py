@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lanes._core.audit.statistics import Statistics
+from lanes._core.audit.statistics import ModelStatistics, Statistics
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.model.job import Candidate
 from lanes._core.policy.breaker import BreakerStatistics
@@ -183,23 +183,7 @@ def lanes_state(stats: Statistics, now: float, *, client: str | None = None) -> 
     pending approvals are that client's only (a client key sees no other tenant's)."""
     lanes = []
     for lane in stats.lanes:
-        models = [
-            {
-                "model": m.model,
-                "tier": m.tier,
-                "free_now": m.tier != "paid" and m.free_now,
-                "available": m.free_now,
-                "reason": m.reason,
-                "breaker": breaker_view(m.breaker, now),
-                "backoff_s": m.backoff_s,
-                "backoff_reason": m.backoff_reason,
-                "requests_remaining": m.requests_remaining,
-                "tokens_remaining": m.tokens_remaining,
-                "used_today": m.used_today,
-                "quarantined": m.quarantined,
-            }
-            for m in lane.models
-        ]
+        models = [_model_view(m, lane.unreachable, now) for m in lane.models]
         other = lane.other
         lanes.append(
             {
@@ -230,4 +214,51 @@ def lanes_state(stats: Statistics, now: float, *, client: str | None = None) -> 
         "recent": [dict(r) for r in stats.recent if client in (None, r["client"])],
         "canary": {"quarantined": dict(stats.quarantined)},
         "state": {"kind": stats.store.kind, "where": stats.store.where, "up": stats.store.up},
+        "configured": configured(stats),
     }
+
+
+def _model_view(m: ModelStatistics, unreachable: str | None, now: float) -> dict[str, Any]:
+    """One model of a lane's row. A lane whose provider accepted no connection is not free now,
+    whatever its quotas say: its reason is why."""
+    free = m.free_now and unreachable is None
+    return {
+        "model": m.model,
+        "tier": m.tier,
+        "free_now": m.tier != "paid" and free,
+        "available": free,
+        "reason": unreachable if unreachable is not None else m.reason,
+        "breaker": breaker_view(m.breaker, now),
+        "backoff_s": m.backoff_s,
+        "backoff_reason": m.backoff_reason,
+        "requests_remaining": m.requests_remaining,
+        "tokens_remaining": m.tokens_remaining,
+        "used_today": m.used_today,
+        "quarantined": m.quarantined,
+    }
+
+
+def configured(stats: Statistics) -> list[dict[str, Any]]:
+    """Every lane the config names, each with what it is doing now: `serving` (some model could
+    take a job), `unreachable` (its provider accepted no connection), `off` (switched off),
+    `no_models` (none listed or configured yet), `waiting` (every model cooling or closed), or
+    `unavailable` (it did not load: no key, no module, disabled) — and why, in words."""
+    found = []
+    for lane in stats.lanes:
+        models = len(lane.models) + (lane.other.models if lane.other else 0)
+        if lane.off:
+            state, why = "off", "switched off"
+        elif lane.unreachable is not None:
+            state, why = "unreachable", lane.unreachable
+        elif not models:
+            state, why = "no_models", "no models listed or configured yet"
+        elif lane.free_now:
+            state, why = "serving", ""
+        else:
+            state, why = "waiting", "no model can take a job now (see its models)"
+        found.append({"name": lane.name, "kind": lane.kind, "state": state, "why": why})
+    found += [
+        {"name": name, "kind": "", "state": "unavailable", "why": why}
+        for name, why in stats.unavailable.items()
+    ]
+    return found

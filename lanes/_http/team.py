@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 import trio
 
+from lanes._core.config.lowering import guard_lowered
 from lanes._core.model.errors import ConfigError
 from lanes._core.source import changed_keys, said
 from lanes._http.processes import Processes, WorkerPlan, how_it_ended
@@ -72,6 +73,13 @@ def _again(delay_s: float) -> str:
     return f"starting it again in {delay_s:g}s" if delay_s else "starting it again"
 
 
+def lowered_by(running: WorkerPlan, plan: WorkerPlan) -> list[str]:
+    """How `plan`'s config lowers the guard `running`'s holds (`guard_lowered`)."""
+    if running.config is None or plan.config is None:
+        return []
+    return guard_lowered(running.config, plan.config)
+
+
 def _one_line(exc: ConfigError) -> str:
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
@@ -96,6 +104,7 @@ class Team:
         self._processes = Processes(env=env, log_format=log_format)
         self._lock = trio.Lock()  # one reload or restart starts workers at a time
         self._wanted = trio.Event()
+        self._accept_weaker = False  # the reload wanted may lower the guard (SIGUSR1)
         self._stopping = trio.Event()
         self._work = trio.CancelScope()
         self._reloads = 0
@@ -189,9 +198,10 @@ class Team:
         while True:
             await self._wanted.wait()
             self._wanted = trio.Event()  # SIGHUPs during a reload: one more reload after it
-            await self._reload(work)
+            accept_weaker, self._accept_weaker = self._accept_weaker, False
+            await self._reload(work, accept_weaker=accept_weaker)
 
-    async def _reload(self, work: trio.Nursery) -> None:
+    async def _reload(self, work: trio.Nursery, *, accept_weaker: bool = False) -> None:
         running = self._plan
         if self._replan is None:
             self._reloaded(False, "reload refused: --simulate runs its built-in config")
@@ -204,6 +214,15 @@ class Team:
         if plan.sha256 == running.sha256:
             self._unlink(plan)
             self._reloaded(True, f"config unchanged ({short(plan.sha256)}): nothing to reload")
+            return
+        lowered = lowered_by(running, plan)
+        if lowered and not accept_weaker:
+            self._unlink(plan)
+            self._reloaded(
+                False,
+                f"reload refused: it would lower the guard ({'; '.join(lowered)}); "
+                "`lanes reload --accept-weaker` applies it (or restart the sidecar on it)",
+            )
             return
         async with self._lock:
             started, failed = await self._start_on(plan)
@@ -222,10 +241,12 @@ class Team:
                 slot.failures = 0
             self._plan = plan
             changes = said(changed_keys(running.raw or {}, plan.raw or {}))
+            weaker = f"; the guard lowered, as confirmed: {'; '.join(lowered)}" if lowered else ""
             self._reloaded(
                 True,
                 f"config reloaded: {short(running.sha256)} → {short(plan.sha256)}; {changes} "
-                f"({len(self._slots)} workers started on it, the old ones stop gracefully)",
+                f"({len(self._slots)} workers started on it, the old ones stop gracefully)"
+                + weaker,
             )
             for process in old:
                 if process.returncode is None:
@@ -291,10 +312,13 @@ class Team:
         fresh.replace(self._status_path)
 
     async def _signals(self) -> None:
-        """SIGINT/SIGTERM: stop the workers gracefully; a second one: at once. SIGHUP: reload."""
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        """SIGINT/SIGTERM: stop the workers gracefully; a second one: at once. SIGHUP: reload;
+        SIGUSR1: reload, accepting a config that lowers the guard (`reload --accept-weaker`)."""
+        wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+        with trio.open_signal_receiver(*wanted) as signals:
             async for signum in signals:
-                if signum == signal.SIGHUP:
+                if signum in (signal.SIGHUP, signal.SIGUSR1):
+                    self._accept_weaker = self._accept_weaker or signum == signal.SIGUSR1
                     self._wanted.set()
                     continue
                 if not self._stopping.is_set():

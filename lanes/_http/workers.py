@@ -118,6 +118,7 @@ class _Planner:
             raw=source.toml(),
             grace_s=config.server.shutdown_grace_s,
             file=file,
+            config=config,
         )
 
     def replan(self) -> WorkerPlan:

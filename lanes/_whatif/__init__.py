@@ -26,12 +26,33 @@ from lanes._whatif.oracle import Need, ScopeLimits, bound
 from lanes._whatif.recorded import Recorded, RecordedWindow, read_window
 from lanes._whatif.replay import MAX_IN_FLIGHT, Replayed, replay
 
-__all__ = ["Figures", "WhatIf", "whatif"]
+__all__ = ["Fidelity", "Figures", "WhatIf", "whatif"]
 
-#: The stated tolerance: a replay of the recorded config reproduces the recorded free share within
-#: this many points (quotas are counted in fixed windows here, and latency is as recorded, so the
-#: two differ only where timing decides; tests/test_whatif.py checks it).
+#: The tolerance: a replay of the recorded config should reproduce the recorded free share within
+#: this share of the jobs (quotas are counted in fixed windows here, and latency is as recorded,
+#: so the two differ only where timing decides). Each run measures it (`Fidelity`) and warns when
+#: it misses; tests/test_whatif.py checks a simulated day holds it.
 TOLERANCE = 0.05
+
+
+@attrs.frozen(kw_only=True)
+class Fidelity:
+    """The fidelity check: the config that served the window (`label`) replayed against its own
+    audit — how far the replay's free share lands from the recorded one, and the lane whose
+    count of jobs served misses most."""
+
+    label: str
+    recorded_share: float
+    replayed_share: float
+    miss: float  # |replayed - recorded| free share, a share of the jobs (0.05: 5 points)
+    lane: str  # the lane whose jobs served differ most ("" when none differ)
+    lane_miss: int  # by how many jobs
+    faults: bool  # whether the recorded failures were replayed
+    tolerance: float = TOLERANCE
+
+    @property
+    def within(self) -> bool:
+        return self.miss <= self.tolerance + 1e-12
 
 
 @attrs.frozen(kw_only=True)
@@ -47,6 +68,8 @@ class WhatIf:
     against: Figures | None
     notes: tuple[str, ...]
     wall_s: float
+    fidelity: Fidelity | None = None  # None: no config known to have served the window
+    warnings: tuple[str, ...] = ()  # what makes the figures less than they look
 
     @property
     def columns(self) -> list[Figures]:
@@ -63,13 +86,19 @@ def whatif(
     faults: bool = False,
     progress: Callable[[int, int], None] | None = None,
     processes: int | None = None,
+    served: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> WhatIf:
     """Replay the jobs `audit` (a SQLite state file) recorded in the window under `config` (and
     `against`). `since`: "7d", "12h", a UTC date, or epoch seconds; `until` defaults to now.
-    `faults`: the failures the audit recorded are answered again. With `against`, the two replays
-    run in two processes (`processes=1`: one after the other, here). Never reaches the network;
-    reads the audit read-only and opens no other file of the configs' (their state stays in
-    memory). Runs its own trio loop: from inside one, call it in a thread."""
+    `faults`: the failures the audit recorded are answered again, for as long as they were
+    observed. The fidelity check is the replay of `against` (the config that served the window),
+    or of `config` when `served` says it is that config; without either, it is not measured (the
+    notes say so). A lane whose key `environ` (default: this process's environment) does not set
+    is off in the replay, as at start. With `against`, the two replays run in two processes
+    (`processes=1`: one after the other, here). Never reaches the network; reads the audit
+    read-only and opens no other file of the configs' (their state stays in memory). Runs its own
+    trio loop: from inside one, call it in a thread."""
     started = time.perf_counter()  # wall-clock: how long the answer took
     now = time.time() if until is None else until  # wall-clock: the window ends now
     start = float(since) if isinstance(since, int | float) else parse_since(since, now)
@@ -79,16 +108,24 @@ def whatif(
     jobs = window.jobs
     fault_list = window.faults if faults else ()
     configs = [c for c in (current, new) if c is not None]
+    env = dict(os.environ if environ is None else environ)
     if len(configs) == 2 and processes != 1 and len(jobs) > 1000:
         # the current config in a second process, the new one here (with the progress bar)
         from concurrent.futures import ProcessPoolExecutor  # only when asked for
 
         with ProcessPoolExecutor(max_workers=1) as pool:
-            other = pool.submit(replay, configs[0], jobs, since=start, faults=fault_list)
-            mine = replay(configs[1], jobs, since=start, faults=fault_list, progress=progress)
+            other = pool.submit(
+                replay, configs[0], jobs, since=start, faults=fault_list, environ=env
+            )
+            mine = replay(
+                configs[1], jobs, since=start, faults=fault_list, progress=progress, environ=env
+            )
             runs = [other.result(), mine]
     else:
-        runs = [replay(c, jobs, since=start, faults=fault_list, progress=progress) for c in configs]
+        runs = [
+            replay(c, jobs, since=start, faults=fault_list, progress=progress, environ=env)
+            for c in configs
+        ]
     named = _labels(config, against)
     figures = [
         summarise(
@@ -100,16 +137,76 @@ def whatif(
         for label, run, c in zip(named, runs, configs, strict=True)
     ]
     recorded_ceiling = (current or new).policy.paid_ceiling_usd_per_day
+    recorded = summarise("recorded", _rows(jobs), ceiling_usd=recorded_ceiling)
+    check = None
+    if current is not None or served:
+        check = fidelity(recorded, figures[0], faults=faults)
     return WhatIf(
         since=start,
         until=now,
         jobs=len(jobs),
-        recorded=summarise("recorded", _rows(jobs), ceiling_usd=recorded_ceiling),
+        recorded=recorded,
         new=figures[-1],
         against=figures[0] if current is not None else None,
-        notes=tuple(_notes(window, runs, named)),
+        notes=tuple(_notes(window, runs, named, check)),
         wall_s=time.perf_counter() - started,
+        fidelity=check,
+        warnings=tuple(_warnings(check, window, faults=faults)),
     )
+
+
+def fidelity(recorded: Figures, replayed: Figures, *, faults: bool) -> Fidelity | None:
+    """How far the replay of the config that served the window lands from what was recorded
+    (None for an empty window: nothing to compare)."""
+    if recorded.free_share is None or replayed.free_share is None:
+        return None
+    lanes = set(recorded.by_lane) | set(replayed.by_lane)
+    misses = sorted(
+        ((abs(recorded.by_lane.get(n, 0) - replayed.by_lane.get(n, 0)), n) for n in lanes),
+        key=lambda item: (-item[0], item[1]),
+    )
+    lane_miss, lane = misses[0] if misses and misses[0][0] else (0, "")
+    return Fidelity(
+        label=replayed.label,
+        recorded_share=recorded.free_share,
+        replayed_share=replayed.free_share,
+        miss=abs(replayed.free_share - recorded.free_share),
+        lane=lane,
+        lane_miss=lane_miss,
+        faults=faults,
+    )
+
+
+def _failures_said(window: RecordedWindow) -> str:
+    words = {
+        "connect": "refused connections",
+        "reset": "reset connections",
+        "server_error": "server errors or timeouts",
+        "rate_limited": "429s",
+        "credit_exhausted": "402s",
+    }
+    return "; ".join(
+        f"{lane}: "
+        + ", ".join(f"{n:,} {words.get(kind, kind)}" for kind, n in sorted(kinds.items()))
+        for lane, kinds in sorted(window.failures.items())
+    )
+
+
+def _warnings(check: Fidelity | None, window: RecordedWindow, *, faults: bool) -> list[str]:
+    said = []
+    if check is not None and not check.within:
+        said.append(
+            f"the replay of {check.label} misses its own audit by "
+            f"{100 * check.miss:.1f} points of free share (tolerance "
+            f"{100 * check.tolerance:.0f}): read every figure with that in mind"
+        )
+    failed = sum(n for kinds in window.failures.values() for n in kinds.values())
+    if failed and not faults:
+        said.append(
+            f"the window had {failed:,} failed attempts the replay leaves out "
+            f"({_failures_said(window)}): --faults replays them as observed"
+        )
+    return said
 
 
 def _config(value: Config | str | os.PathLike[str]) -> Config:
@@ -189,15 +286,38 @@ def _rows(jobs: Sequence[Recorded]) -> list[dict[str, object]]:
     ]
 
 
-def _notes(window: RecordedWindow, runs: Sequence[Replayed], labels: Sequence[str]) -> list[str]:
+def _fidelity_note(check: Fidelity | None) -> str:
+    if check is None:
+        return (
+            "fidelity not measured: no config known to have served the window "
+            "(pass --against it to replay it against its own audit)"
+        )
+    lane = (
+        f"; {check.lane} served {check.lane_miss:,} jobs more or fewer than recorded"
+        if check.lane
+        else "; every lane served as many jobs as recorded"
+    )
+    return (
+        f"fidelity: {check.label} replayed against its own audit "
+        f"{'with' if check.faults else 'without'} the recorded failures gives "
+        f"{100 * check.replayed_share:.1f} % free where {100 * check.recorded_share:.1f} % was "
+        f"recorded: {'within' if check.within else 'MISSES'} {100 * check.miss:.1f} points "
+        f"(tolerance {100 * check.tolerance:.0f}){lane}"
+    )
+
+
+def _notes(
+    window: RecordedWindow,
+    runs: Sequence[Replayed],
+    labels: Sequence[str],
+    check: Fidelity | None = None,
+) -> list[str]:
     notes = [
         "free share counts every job of the window, failed ones included; the oracle's bound is "
         "the most any router could have served free from the candidates each job's plan held, "
         "under the requests-a-minute and requests-a-day quotas (token, monthly and credit limits "
         "relaxed: a higher bound, never a lower one)",
-        f"a replay of the recorded config reproduces its free share within "
-        f"{100 * TOLERANCE:.0f} points: quotas count in fixed UTC windows here and latency is "
-        "as recorded",
+        _fidelity_note(check),
     ]
     if window.older_rows:
         notes.append(
@@ -211,6 +331,16 @@ def _notes(window: RecordedWindow, runs: Sequence[Replayed], labels: Sequence[st
             notes.append(
                 f"{label}: {run.late:,} jobs started after their arrival: more than "
                 f"{MAX_IN_FLIGHT:,} were in flight at once (the replay's bound on its memory)"
+            )
+        if run.unkeyed:
+            unkeyed = sorted(run.unkeyed.items())
+            notes.append(
+                f"{label}: {', '.join(lane for lane, _ in unkeyed)} "
+                f"{'is' if len(unkeyed) == 1 else 'are'} not counted as serving: "
+                f"{', '.join('$' + var for _, var in unkeyed)} "
+                f"{'is' if len(unkeyed) == 1 else 'are'} not set in this environment (set "
+                f"{'it' if len(unkeyed) == 1 else 'them'} to replay "
+                f"{'the lane' if len(unkeyed) == 1 else 'those lanes'})"
             )
         if run.unstated:
             notes.append(

@@ -14,7 +14,8 @@ nothing here connects anywhere); the transport finds the lane by that host and a
 Quotas count in fixed UTC windows (minute, day, calendar month), by the scope the lane's free tier
 names (the lane when account-wide, else each model), requests and tokens both. A local lane is
 always up; a lane whose limits its config does not state is never refused (the report says so).
-With faults, the outages the audit recorded are answered again (`Fault`).
+With faults, the outages the audit recorded are answered again for as long as they were observed
+(`Fault`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import trio
 from lanes._core.freetier.windows import UsageCounter, WindowName, window_end
 from lanes.testing.answers import completion_cap
 
-#: How long a recorded failure is answered again around its time, seconds (a replay of `--faults`).
+#: How long a recorded 429 is answered again on its model, seconds (a replay of `--faults`): the
+#: audit keeps no reset time.
 FAULT_S = 20.0
 #: The longest synthetic prompt, in tokens (about 4 bytes each): bounds a replay's memory.
 MAX_PROMPT_TOKENS = 200_000
@@ -51,9 +53,12 @@ class Ask:
 
 @attrs.frozen(kw_only=True)
 class Fault:
-    """A failure the audit recorded on a lane (or one of its models, for a 429) at `at`."""
+    """An outage the audit recorded on a lane (or one of its models, for a 429): every request
+    from `at` until `until` (epoch seconds) is answered with its failure (`recorded.py` reads
+    them)."""
 
     at: float  # epoch seconds
+    until: float  # epoch seconds
     lane: str
     model: str
     kind: str  # "rate_limited", "connect", "reset", "server_error", "credit_exhausted"
@@ -263,16 +268,14 @@ class ReplayTransport(httpx2.AsyncBaseTransport):
         for fault in self._faults.get(lane.name, ()):
             if fault.at > wall:
                 break
-            if wall - fault.at >= FAULT_S or (
-                fault.kind == "rate_limited" and fault.model != model
-            ):
+            if wall >= fault.until or (fault.kind == "rate_limited" and fault.model != model):
                 continue
             if fault.kind == "connect":
                 raise httpx2.ConnectError("replayed outage: connection refused")
             if fault.kind == "reset":
                 raise httpx2.ReadError("replayed outage: connection reset")
             if fault.kind == "rate_limited":
-                left = int(FAULT_S - (wall - fault.at)) + 1
+                left = int(fault.until - wall) + 1
                 return _json(
                     429, {"error": {"message": "replayed 429"}}, {"retry-after": str(left)}
                 )

@@ -1,18 +1,22 @@
 """What the audit recorded in a window, as the replay needs it: each job's arrival and shape (never
 its body — the audit holds none unless `log_bodies`, and the replay never reads that column), how
-it was served, and the failures each lane answered (for `--faults`)."""
+it was served, and the failures each lane answered (for `--faults`), as outages observed: each from
+its first failure (from the window's start when the lane had not answered before it in the window)
+to the lane's next answer (to the window's end when none came) — a lane that refused every
+connection of the window is down for the whole of it. A 429 holds its model only, for `FAULT_S`
+from the last one or until that model answers, whichever is sooner (no reset is recorded)."""
 
 from __future__ import annotations
 
 import math
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import attrs
 
-from lanes._whatif.providers import Fault
+from lanes._whatif.providers import FAULT_S, Fault
 
 #: At most this many jobs are replayed from one window (about a week of a busy sidecar): what a
 #: replay holds in memory is bounded where the audit enters.
@@ -53,7 +57,8 @@ class RecordedWindow:
     since: float
     until: float
     jobs: tuple[Recorded, ...]
-    faults: tuple[Fault, ...]
+    faults: tuple[Fault, ...]  # the outages observed, for `--faults`
+    failures: Mapping[str, Mapping[str, int]]  # lane → failure kind → failed attempts
     older_rows: int  # rows written before the audit kept what a replay needs (their shape guessed)
     left_out: int  # rows past MAX_JOBS, not replayed
 
@@ -82,7 +87,7 @@ def read_window(path: str | os.PathLike[str], since: float, until: float) -> Rec
             f"SELECT {select} FROM audit WHERE at >= ? AND at < ? ORDER BY at LIMIT ?",
             (since, until + 3600.0, MAX_JOBS + 1),
         ).fetchall()
-        faults = _faults(conn, since, until)
+        faults, failures = _outages(_attempts(conn, since, until), since, until)
     finally:
         conn.close()
     jobs, older = [], 0
@@ -97,6 +102,7 @@ def read_window(path: str | os.PathLike[str], since: float, until: float) -> Rec
         until=until,
         jobs=tuple(jobs),
         faults=tuple(faults),
+        failures=failures,
         older_rows=older,
         left_out=max(0, len(rows) - MAX_JOBS),
     )
@@ -151,18 +157,62 @@ def _recorded(row: dict[str, object]) -> tuple[Recorded, bool]:
 _FAULT_KINDS = {"connect": "connect", "reset": "reset", "transport": "connect"}
 
 
-def _faults(conn: sqlite3.Connection, since: float, until: float) -> Sequence[Fault]:
-    """Each failed attempt the audit recorded, as the kind of failure a replay answers again."""
+def _attempts(
+    conn: sqlite3.Connection, since: float, until: float
+) -> Iterable[tuple[float, str, str, str]]:
+    """Each attempt of the window that was answered or failed upstream, in time order, as (at,
+    lane, model, kind): `ok`, or the kind of failure a replay answers again."""
     have = {row[1] for row in conn.execute('PRAGMA table_info("audit_attempt")')}
     if not have:
-        return []
-    found = []
+        return
     for at, lane, model, outcome, category in conn.execute(
         "SELECT at, lane, model, outcome, category FROM audit_attempt "
-        "WHERE at >= ? AND at < ? AND outcome IN ('fault', 'rate_limited', 'credit_exhausted') "
-        "ORDER BY at LIMIT ?",
-        (since, until, MAX_JOBS),
+        "WHERE at >= ? AND at < ? AND outcome IN ('ok', 'fault', 'rate_limited', "
+        "'credit_exhausted') ORDER BY at, job, n LIMIT ?",
+        (since, until, 4 * MAX_JOBS),
     ):
+        if not isinstance(at, int | float) or not math.isfinite(at):
+            continue
         kind = _FAULT_KINDS.get(str(category), "server_error") if outcome == "fault" else outcome
-        found.append(Fault(at=float(at), lane=str(lane), model=str(model), kind=str(kind)))
-    return found
+        yield float(at), str(lane), str(model), str(kind)
+
+
+def _outages(
+    attempts: Iterable[tuple[float, str, str, str]], since: float, until: float
+) -> tuple[list[Fault], dict[str, dict[str, int]]]:
+    """The outages the attempts show (see the module docstring), and the failed attempts counted
+    by lane and kind. One pass; what it holds is the outages, not the attempts."""
+    found: list[Fault] = []
+    failures: dict[str, dict[str, int]] = {}
+    answered: set[str] = set()  # lanes that answered at least once so far
+    open_: dict[tuple[str, str], Fault] = {}  # (lane, model or "") → the outage under way
+
+    def close(key: tuple[str, str], at: float) -> None:
+        fault = open_.pop(key, None)
+        if fault is not None and min(fault.until, at) > fault.at:
+            found.append(attrs.evolve(fault, until=min(fault.until, at)))
+
+    for at, lane, model, kind in attempts:
+        if kind == "ok":
+            answered.add(lane)
+            close((lane, ""), at)
+            close((lane, model), at)
+            continue
+        counts = failures.setdefault(lane, {})
+        counts[kind] = counts.get(kind, 0) + 1
+        if kind == "rate_limited":  # its model, FAULT_S from the last 429
+            close((lane, model), at)
+            open_[(lane, model)] = Fault(
+                at=at, until=at + FAULT_S, lane=lane, model=model, kind=kind
+            )
+            continue
+        under_way = open_.get((lane, ""))
+        if under_way is not None and under_way.kind == kind:
+            continue
+        close((lane, ""), at)
+        start = at if lane in answered or under_way is not None else since
+        open_[(lane, "")] = Fault(at=start, until=until, lane=lane, model=model, kind=kind)
+    for key in list(open_):
+        close(key, until)
+    found.sort(key=lambda f: f.at)
+    return found, failures

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -64,10 +65,24 @@ class Replayed:
     tiers: Mapping[str, str]  # "lane/model" → local, free, byok, paid
     lanes: Mapping[str, SimLane]  # by lane name
     unstated: tuple[str, ...]  # free lanes whose config states no limits: never refused here
+    unkeyed: Mapping[str, str] = attrs.field(factory=dict)  # lanes off for want of a key here
     refused: Mapping[str, int]  # lane → requests its provider refused over a quota
     upstream_requests: int
     wall_s: float  # how long the replay took (wall clock)
     late: int = 0  # jobs started after their arrival: MAX_IN_FLIGHT were in flight
+
+
+class _Unkeyed(logging.Filter):
+    """Keeps the loader's "KEY is not set — lane off" lines of a replay's lanes out of the
+    command's output: the replay's notes say it once, for all of them."""
+
+    def __init__(self, lanes: Mapping[str, str]) -> None:
+        super().__init__()
+        self._lanes = set(lanes)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (args and args[0] in self._lanes and "not set" in str(args[-1]))
 
 
 class _Kept(LocalRecords):
@@ -114,22 +129,28 @@ def sim_lanes(config: Config, seen: Mapping[str, set[str]]) -> dict[str, SimLane
     return found
 
 
-def replay_config(config: Config) -> tuple[Config, dict[str, str], dict[str, str]]:
+def replay_config(
+    config: Config, environ: Mapping[str, str]
+) -> tuple[Config, dict[str, str], dict[str, str], dict[str, str]]:
     """`config` pointed at the replay's providers, with its state in memory (the operator's files
     are never opened), no traces and no job log lines; the environment its lanes read keys from
-    (placeholders: nothing is sent anywhere); and each lane's host there."""
+    (placeholders for the keys set in `environ`: nothing is sent anywhere, and a lane whose key
+    is not set here is off in the replay as it would be at start); each lane's host there; and
+    the lanes left off for want of a key (lane → the variable)."""
     rewritten: list[LaneConfig] = []
     env: dict[str, str] = {}
-    hosts = {}
+    hosts, unkeyed = {}, {}
     for n, lane_config in enumerate(config.lanes):
         host = host_of(n)
         hosts[lane_config.name] = host
         rewritten.append(attrs.evolve(lane_config, base_url=f"http://{host}/v1"))
         provider, _ = find_provider(lane_config)
-        if provider is not None:
+        if provider is not None and lane_config.enabled and not lane_config.byok:
             key_env = resolve(provider, lane_config).api_key_env
-            if key_env:
+            if key_env and environ.get(key_env, "").strip():
                 env[key_env] = "whatif-placeholder-key"
+            elif key_env:
+                unkeyed[lane_config.name] = key_env
     replayed = attrs.evolve(
         config,
         lanes=rewritten,
@@ -139,7 +160,7 @@ def replay_config(config: Config) -> tuple[Config, dict[str, str], dict[str, str
         log_jobs=False,
         audit_days=0.0,
     )
-    return replayed, env, hosts
+    return replayed, env, hosts, unkeyed
 
 
 class _Replaying:
@@ -193,11 +214,13 @@ def replay(
     since: float,
     faults: Sequence[Fault] = (),
     progress: Callable[[int, int], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Replayed:
     """Replay `jobs` (sorted by arrival) under `config`, the virtual clock starting at `since` or
     a minute before the first arrival, whichever is later (an empty stretch costs nothing, but a
-    window reaching back years would be synced through). Runs its own trio loop: call it from a
-    thread when you are inside one."""
+    window reaching back years would be synced through). A lane whose key `environ` (default:
+    this process's environment) does not set is off, as at start. Runs its own trio loop: call it
+    from a thread when you are inside one."""
     if jobs:
         since = max(since, jobs[0].arrived - 60.0)
     seen: dict[str, set[str]] = {}
@@ -205,7 +228,9 @@ def replay(
         if job.lane and job.model:
             seen.setdefault(job.lane, set()).add(job.model)
     lanes = sim_lanes(config, seen)
-    replayed, env, hosts = replay_config(config)
+    replayed, env, hosts, unkeyed = replay_config(
+        config, os.environ if environ is None else environ
+    )
     by_host = {hosts[name]: lane for name, lane in lanes.items()}
     asks = [
         Ask(
@@ -244,18 +269,27 @@ def replay(
         holder["transport"] = transport
         holder["late"] = run.late
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    quiet = _Unkeyed(unkeyed)
+    loader_log = logging.getLogger("lanes")  # the loader says it there
+    loader_log.addFilter(quiet)
+    try:
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        loader_log.removeFilter(quiet)
     transport: ReplayTransport = holder["transport"]
     unstated = tuple(
         name
         for name, lane in lanes.items()
-        if lane.kind in ("rate_limited", "free_models", "credits") and not lane.limits.stated
+        if lane.kind in ("rate_limited", "free_models", "credits")
+        and not lane.limits.stated
+        and name not in unkeyed
     )
     return Replayed(
         rows=tuple(holder["rows"]),
         tiers=holder["tiers"],
         lanes=lanes,
         unstated=unstated,
+        unkeyed=unkeyed,
         refused=dict(transport.refused),
         upstream_requests=transport.requests,
         wall_s=time.perf_counter() - started,

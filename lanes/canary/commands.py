@@ -18,8 +18,8 @@ from lanes._core.config.schema import Config, packaged
 from lanes._core.model.errors import ConfigError
 from lanes._core.open import open_store
 from lanes.canary import report as fmt
-from lanes.canary.prompts import read_canary
-from lanes.canary.run import pin, release, report, run_canary
+from lanes.canary.prompts import CanaryConfig, read_canary
+from lanes.canary.run import pin, release, report, run_canary, select
 
 
 def progress_printer(out: TextIO | None = None) -> Callable[[int, int], None]:
@@ -52,6 +52,24 @@ def _unusable(args: argparse.Namespace, config: Config, models: list[str]) -> st
     return None
 
 
+async def _run(config: Config, prompts: CanaryConfig, lanes_: list[str], models: list[str]) -> bool:
+    """`lanes canary run`: say each lane or model asked for that is not probed, and why; probe the
+    rest. False (and one line saying why) when there was nothing to probe."""
+    async with lanes.open_dispatcher(config) as dispatcher:
+        chosen, skipped = select(dispatcher, lanes_, models)
+        for what, why in skipped.items():
+            print(f"lanes canary: skipped {what}: {why}", file=sys.stderr)
+        if not chosen:
+            asked = ", ".join([*lanes_, *models])
+            said = f"of {asked}" if asked else "(no local or free chat model is loaded)"
+            print(f"lanes canary: probed nothing {said}: nothing was checked", file=sys.stderr)
+            return False
+        await run_canary(
+            dispatcher, prompts, lanes_=lanes_, models=models, progress=progress_printer()
+        )
+    return True
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         config = check_config(args.config or packaged("lanes.toml"))
@@ -63,19 +81,8 @@ def main(args: argparse.Namespace) -> int:
     if (unusable := _unusable(args, config, models)) is not None:
         print(f"lanes canary: {unusable}", file=sys.stderr)
         return 2
-    if args.action == "run":
-
-        async def go() -> None:
-            async with lanes.open_dispatcher(config) as dispatcher:
-                await run_canary(
-                    dispatcher,
-                    prompts,
-                    lanes_=args.lane,
-                    models=models,
-                    progress=progress_printer(),
-                )
-
-        trio.run(go)
+    if args.action == "run" and not trio.run(_run, config, prompts, args.lane, models):
+        return 1
     store = open_store(config)
     try:
         if args.action == "release":

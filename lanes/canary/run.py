@@ -107,17 +107,55 @@ async def _probe(
     )
 
 
-def free_candidates(
+#: The tiers the canary probes: borrowed free capacity, and owned local capacity — a local model
+#: changes silently too (a new quantisation, another file). A paid model costs money per probe:
+#: never probed.
+PROBED_TIERS = ("local", "free")
+
+
+def _not_probed(c: Candidate) -> str | None:
+    """Why the canary never probes this model, or None."""
+    if c.embedding:  # the prompts are chats; an embedding model answers none
+        return "an embedding model: the canary's prompts are chats"
+    if c.tier not in PROBED_TIERS:
+        return f"a {c.tier} model: the canary never spends money on a probe"
+    return None
+
+
+def _missing(dispatcher: lanes.Dispatcher, name: str) -> str:
+    """Why a lane offers the canary no model at all."""
+    unavailable = dispatcher.statistics().unavailable
+    if name in unavailable:
+        return f"not loaded: {unavailable[name]}"
+    if name in dispatcher.lanes:
+        return "no models listed or configured yet (is its server running?)"
+    return "no lane of that name in the config"
+
+
+def select(
     dispatcher: lanes.Dispatcher, lanes_: Sequence[str] = (), models: Sequence[str] = ()
-) -> list[Candidate]:
-    return [
+) -> tuple[list[Candidate], dict[str, str]]:
+    """The models a run probes — every local and free chat model, or those of `lanes_` and
+    `models` — and what was asked for but is not probed, with why (a lane, model or "lane/model"
+    → why). Without `lanes_` or `models`, only lanes that did not load are said."""
+    every = dispatcher.candidates()
+    picked = [
         c
-        for c in dispatcher.candidates()
-        if c.tier == "free"
-        and not c.embedding  # the prompts are chats; an embedding model answers none
-        and (not lanes_ or c.lane in lanes_)
-        and (not models or c.model in models or c.key in models)
+        for c in every
+        if (not lanes_ or c.lane in lanes_) and (not models or {c.model, c.key} & set(models))
     ]
+    chosen = [c for c in picked if _not_probed(c) is None]
+    skipped: dict[str, str] = {}
+    if lanes_ or models:
+        skipped |= {c.key: why for c in picked if (why := _not_probed(c)) is not None}
+    offered = {c.lane for c in every}
+    for name in lanes_ or dispatcher.statistics().unavailable:
+        if name not in offered:
+            skipped[name] = _missing(dispatcher, name)
+    for model in models:
+        if not any(model in (c.model, c.key) for c in every):
+            skipped[model] = "no such model in any lane"
+    return chosen, skipped
 
 
 async def run_canary(
@@ -128,12 +166,13 @@ async def run_canary(
     models: Sequence[str] = (),
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
-    """Probe every selected free model with every prompt; store the answers; return the run id."""
+    """Probe every selected model (`select`: local and free ones) with every prompt; store the
+    answers; return the run id."""
     db = dispatcher.store.records.db
     ensure_tables(db)
     dispatcher.canary_probing(True)  # quarantined models are probed too, so they can pass again
     settings = config.settings
-    candidates = free_candidates(dispatcher, lanes_, models)
+    candidates, _ = select(dispatcher, lanes_, models)
     run = int(dispatcher.now_wall() * 1000)
     limiter = trio.CapacityLimiter(settings.concurrency)
     total, done, rows = len(candidates) * len(config.prompts), 0, []

@@ -56,7 +56,8 @@ async def _kill(sidecar: SidecarProcess, number: int) -> None:
 @drill("worker-restart")
 async def worker_restart(workdir: Path) -> Result:
     """--workers 2: the file edited on disk and a worker SIGKILLed runs the running config; a \
-broken file never stops the host; SIGHUP starts every worker on the new one."""
+broken file never stops the host; SIGHUP refuses the new one (it lowers the guard), SIGUSR1 \
+(`reload --accept-weaker`) starts every worker on it."""
     async with open_fake("paid", models=("paid-model",)) as paid:
         old, new = _config(paid.base_url, "off", 0.002), _config(paid.base_url, "allow", 5.0)
         args = ("--workers", "2")
@@ -77,8 +78,10 @@ broken file never stops the host; SIGHUP starts every worker on the new one."""
             sidecar.process.send_signal(signal.SIGHUP)  # reload the broken file: refused
             await sidecar.until_host(lambda h: h["reloads"] == 1)
             sidecar.rewrite(new)
-            sidecar.process.send_signal(signal.SIGHUP)
-            host = await sidecar.until_host(lambda h: h["reloads"] == 2)
+            sidecar.process.send_signal(signal.SIGHUP)  # it raises the ceiling: refused
+            weaker = (await sidecar.until_host(lambda h: h["reloads"] == 2))["last_reload"]
+            sidecar.process.send_signal(signal.SIGUSR1)  # confirmed
+            host = await sidecar.until_host(lambda h: h["reloads"] == 3)
             reloaded = _runs(await sidecar.every_worker(2))
             alive = sidecar.process.returncode is None
             log = sidecar.log()
@@ -89,12 +92,14 @@ broken file never stops the host; SIGHUP starts every worker on the new one."""
         f"edited + SIGKILL: {len(edited)} config(s) {sorted(edited)[0][0][:12]} "
         f"({sorted(edited)[0][1]}, ${sorted(edited)[0][2]}), {len(paid.requests())} paid requests; "
         f"broken file + SIGKILL: {len(broken)} config(s), parent {'up' if alive else 'GONE'}; "
-        f"SIGHUP: {len(reloaded)} config(s) {sorted(reloaded)[0][0][:12]} "
+        f"SIGHUP {'refused' if not weaker['ok'] else 'ACCEPTED'} (it lowers the guard); "
+        f"SIGUSR1: {len(reloaded)} config(s) {sorted(reloaded)[0][0][:12]} "
         f"({sorted(reloaded)[0][1]}, ${sorted(reloaded)[0][2]})",
         running_config_stays=edited == started == {(first, "off", 0.002)},
         nothing_paid=not paid.requests() and 200 not in refused,
         broken_file_keeps_serving=broken == started and alive,
         broken_reload_refused="reload refused: " in log and "not valid TOML" in log,
+        weaker_reload_refused=not weaker["ok"] and "lower the guard" in weaker["message"],
         reload_reaches_every_worker=len(reloaded) == 1
         and next(iter(reloaded))[1:] == ("allow", 5.0)
         and next(iter(reloaded))[0] == host["sha256"] != first,

@@ -142,22 +142,27 @@ class SidecarProcess:
             f"log: {self.log()[-3000:]}"
         )
 
-    async def host(self) -> dict[str, Any]:
-        """The parent's view of its workers (`/v1/lanes`' `config.host`)."""
+    async def host(self, key: str | None = None) -> dict[str, Any]:
+        """The parent's view of its workers (`/v1/lanes`' `config.host`; asked with `key` when
+        the config names client keys)."""
+        headers = {"authorization": f"Bearer {key}"} if key else {}
         async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
-            view = (await http.get(f"{self.base}/v1/lanes")).json()
+            view = (await http.get(f"{self.base}/v1/lanes", headers=headers)).json()
         host: dict[str, Any] = view["config"]["host"]
         return host
 
     async def until_host(
-        self, check: Callable[[dict[str, Any]], bool], within_s: float = 30.0
+        self,
+        check: Callable[[dict[str, Any]], bool],
+        within_s: float = 30.0,
+        key: str | None = None,
     ) -> dict[str, Any]:
         """The parent's view once `check` holds of it (it is a file the parent writes: asked
         every 20 ms); RuntimeError when it does not within `within_s`, or the parent exits."""
         with trio.move_on_after(within_s):
             while self.process.returncode is None:
                 with contextlib.suppress(httpx2.TransportError):
-                    if check(host := await self.host()):
+                    if check(host := await self.host(key)):
                         return host
                 await trio.sleep(0.02)
         raise RuntimeError(f"the parent's view did not come to pass: {self.log()[-2000:]}")

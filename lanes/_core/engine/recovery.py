@@ -131,6 +131,7 @@ async def _relay(streamed: StreamJob, emit: Emit) -> None:
         await emit(Failed(exc))
         return
     if tools or trio.current_time() >= deadline_at or broken.upstream_status in FINAL_STATUSES:
+        streamed.interrupted()
         await emit(Broken(broken))  # a request the provider refused mid-answer is refused anywhere
         return
     sent = {"any": False}  # once a recovery has passed text on, no other may start over
@@ -143,6 +144,7 @@ async def _relay(streamed: StreamJob, emit: Emit) -> None:
         return
     if not sent["any"] and await _regenerate(streamed, delivered, failed, chunk_id, counted):
         return
+    streamed.interrupted()
     await emit(Broken(broken))
 
 
@@ -183,13 +185,16 @@ async def _regenerate(
             async for chunk in stream:
                 text = _content(chunk)
                 if text is None:
+                    stream.discard("recovery: a chunk with no text to splice on")
                     return False
                 if not chunk.get("choices"):
                     await emit(Chunk(chunk))  # usage
                     continue
                 produced += text
                 if not (produced.startswith(delivered) or delivered.startswith(produced)):
-                    return False  # it says something else: splicing it on would be a lie
+                    # it says something else: splicing it on would be a lie
+                    stream.discard("recovery: it said something else than what was delivered")
+                    return False
                 if len(produced) > sent:
                     await emit(Chunk(_with_content(chunk, produced[sent:], chunk_id)))
                     sent = len(produced)

@@ -32,6 +32,9 @@ class StreamJob:
         self._last: ReplyStream | None = None  # the stream that served (or broke) last
         self._before = ""  # the text delivered before `_last` took over by continuing it
         self._failure: str | None = None  # the error code of the last walk that found no stream
+        self._interrupted = False  # the caller was told the stream broke (no recovery held)
+        # the last stream the upstream broke, and the text delivered before it took over
+        self._broke: tuple[ReplyStream, str] | None = None
 
     @asynccontextmanager
     async def open(
@@ -67,16 +70,27 @@ class StreamJob:
                 yield stream
             finally:
                 stream.close()
+                if stream.outcome not in ("ok", "abandoned", "discarded"):
+                    self._broke = (stream, before)
+
+    def interrupted(self) -> None:
+        """The caller is told the stream broke: no recovery carried it on."""
+        self._interrupted = True
 
     def ended(self) -> dict[str, Any]:
-        """What the job's audit row says it ended with: `outcome`, and who served what."""
-        last = self._last
+        """What the job's audit row says it ended with — `outcome`, naming who ended it: `ok`; how
+        the upstream broke it (`fault`, `rate_limited`, …) when no recovery carried it on, even
+        if a recovery's stream was dropped after; `abandoned` only when the caller stopped
+        reading — and who served what."""
+        last, before = self._last, self._before
         if last is None:
             return {"outcome": self._failure or "abandoned"}  # no walk found a stream, or cancelled
+        if self._interrupted and self._broke is not None:
+            last, before = self._broke  # what the caller was served, and how it broke
         return {
             "outcome": last.outcome or "abandoned",
             "served": last.candidate.key,
-            "answer": self._before + last.delivered_text,
+            "answer": before + last.delivered_text,
             "usage": last.usage,
         }
 

@@ -194,6 +194,12 @@ class ReplyStream:
         if self._outcome is None:
             self._finish("abandoned", "the caller stopped reading")
 
+    def discard(self, why: str) -> None:
+        """Stop reading it ourselves (a recovery's answer that can not be spliced on): not the
+        caller's doing, and not the upstream's fault."""
+        if self._outcome is None:
+            self._finish("discarded", why)
+
     def _note(self, chunk: dict[str, Any]) -> None:
         self.chunks_delivered += 1
         for choice in chunk.get("choices") or ():

@@ -36,6 +36,7 @@ Outcome = Literal[
     "model_gone",  # 404 / model_not_found
     "deadline",  # the job's own deadline fired: never the upstream's fault
     "abandoned",  # the caller stopped reading a stream early
+    "discarded",  # we stopped reading it: a recovery's answer that said something else
 ]
 
 
