@@ -566,3 +566,47 @@ def test_an_input_item_type_of_the_wrong_type_is_a_400_naming_it(kind):
         responses_api.to_chat({"input": [{"type": kind}]})
     assert refused.value.param == "input[0].type"
     assert len(str(refused.value)) < 300
+
+
+def test_a_tool_results_images_follow_it_as_a_user_message():
+    """A `tool` message holds text only: a tool_result's images (Claude Code's Read of a
+    screenshot) go in a user message right after the tool messages, before the turn's own
+    text, and the tool message says they follow."""
+    png = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+    request = messages_api.to_chat(
+        {
+            "model": "m",
+            "max_tokens": 10,
+            "messages": [
+                {"role": "user", "content": "look"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "t1",
+                            "content": [
+                                {"type": "text", "text": "shot.png"},
+                                {"type": "image", "source": png},
+                            ],
+                        },
+                        {"type": "text", "text": "what is in it?"},
+                    ],
+                },
+            ],
+        }
+    )
+    tool, user = request.messages[-2:]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "t1"
+    assert tool["content"].startswith("shot.png\n") and "follow" in tool["content"]
+    assert user == {
+        "role": "user",
+        "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            {"type": "text", "text": "what is in it?"},
+        ],
+    }

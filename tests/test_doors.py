@@ -578,7 +578,6 @@ async def test_the_beta_output_format_field_asks_for_structured_output(simulated
     assert isinstance(json.loads(block["text"])["a"], int)
 
 
-@pytest.mark.xfail(strict=True, reason="review: an image in a tool_result is refused")
 async def test_an_image_in_a_tool_result_is_not_refused(simulated):
     """Claude Code's Read tool on an image answers with a tool_result holding an image block:
     the request is served (the image carried to the model as a user image after the tool

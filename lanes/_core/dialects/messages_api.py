@@ -275,7 +275,10 @@ def _assistant(blocks: list[Any], param: str, dropped: list[str]) -> list[dict[s
 
 
 def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
-    results, parts = [], []
+    """A user turn: its tool results as `tool` messages first (each right after the call it
+    answers), then one user message with its own text and images — and the images the tool
+    results held, which a `tool` message can not carry."""
+    results, parts, shown = [], [], []
     for j, block in enumerate(blocks):
         where = f"{param}.content.{j}"
         kind = _kind(block, where)
@@ -284,10 +287,13 @@ def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
         elif kind == "image":
             parts.append(_image(block, where))
         elif kind == "tool_result":
-            results.append(_tool_result(block, where))
+            message, images = _tool_result(block, where)
+            results.append(message)
+            shown += images
         else:
             raise BadField(f"{where}.type: {kind!r} is not supported", f"{where}.type")
     out = results
+    parts = shown + parts
     if parts:
         content: Any = parts if any(p["type"] != "text" for p in parts) else text_of(parts)
         out = [*out, {"role": "user", "content": content}]
@@ -335,20 +341,34 @@ def _tool_use(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _tool_result(
+    block: Mapping[str, Any], where: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The `tool` message answering a call, and the images the result held (as user image
+    parts: a `tool` message holds text only; the text says they follow)."""
     call_id = need_text(
         block.get("tool_use_id"), f"{where}.tool_use_id: Field required", f"{where}.tool_use_id"
     )
     content = block.get("content", "")
+    images: list[dict[str, Any]] = []
     if isinstance(content, list):
+        texts = []
         for k, part in enumerate(content):
             inner = f"{where}.content.{k}"
+            kind = _kind(part, inner)
             need(
-                _kind(part, inner) == "text",
-                f"{inner}.type: only text is supported in a tool result",
+                kind in ("text", "image"),
+                f"{inner}.type: only text and images are supported in a tool result",
                 f"{inner}.type",
             )
-        content = text_of(content)
+            if kind == "image":
+                images.append(_image(part, inner))
+            else:
+                texts.append(part)
+        content = text_of(texts)
+        if images:
+            note = f"[{len(images)} image(s) of this result follow in the next user message]"
+            content = f"{content}\n{note}" if content else note
     need(
         isinstance(content, str),
         f"{where}.content: must be a string or text blocks",
@@ -356,7 +376,7 @@ def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     )
     if block.get("is_error"):
         content = f"Error: {content}"
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
+    return {"role": "tool", "tool_call_id": call_id, "content": content}, images
 
 
 def _tools(tools: Any, choice: Any, dropped: list[str]) -> list[dict[str, Any]]:
