@@ -297,12 +297,17 @@ function showBatches(forecast){
   }
 }
 
-// The forecast without its clocks (when it was made, the window's start): redrawn when a projection
-// changes, not because a second passed.
+// The forecast and the report without their clocks (when each was made, where its window starts):
+// redrawn when a projection or a measure changes, not because time passed.
 function forecastContent(forecast){
   if(!forecast.ok) return forecast;
   const {at, method, ...rest} = forecast.data, {since, ...how} = method || {};
   return {...rest, method: how};
+}
+function reportContent(report){
+  if(!report.ok) return report;
+  const {since, ...rest} = report.data;
+  return rest;
 }
 
 // One refresh at a time: the next starts a second after the last one ended (never beside it; later
@@ -339,7 +344,8 @@ async function refreshOnce(force){
   if(force || now - reportAt >= REPORT_EVERY_S){
     reportAt = now;  // redrawn when the report changes, and when the hour turns
     views.push(get('/v1/report?since=7d').then((report) =>
-      draw('report', {report, hour: Math.floor(now / 3600)}, (d) => showReport(d.report))));
+      draw('report', {report: reportContent(report), hour: Math.floor(now / 3600)},
+        () => showReport(report))));
   }
   if(force || now - forecastAt >= FORECAST_EVERY_S){
     forecastAt = now;
