@@ -2,9 +2,9 @@
 Chromium — the page test's own measure (`tests/test_page_responsive.py`, the 5,000-model test),
 run `--runs` times: the first paint of the lanes table after navigation, the sidecar's share of it
 (building a 1.6 MB `/v1/lanes`), and the main thread's long tasks (over 50 ms, Chromium's
-`PerformanceObserver('longtask')`) through about 12 s of refreshes, a held "Switch off" press and
-a turned page. Writes bench/results/page-DATE.json. Loopback only; needs Debian's chromium
-(`make browser`).
+`PerformanceObserver('longtask')`) through about 12 s of refreshes, keys typed, a held "Switch
+off" press and a turned page. Writes bench/results/page-DATE.json. Loopback only; needs Debian's
+chromium (`make browser`).
 """
 
 from __future__ import annotations
