@@ -438,7 +438,7 @@ async def test_the_page_draws_the_report_as_svg_charts():
     parts = sum(bool(h["free_share"]) + bool(h["paid_share"]) for h in hours)
     assert seen["share g.bucket"] == len(hours) and seen["share rect.bar"] == parts
     assert "% of the hour's jobs" in seen["share svg text"]
-    assert "hour (local time)" in seen["share svg text"]
+    assert "hour (UTC)" in seen["share svg text"]
     assert "free or local" in seen["share text"] and "paid fallback" in seen["share text"]
     # paid spend: a bar for each of the last 7 days, and the ceiling
     assert seen["spend rect.spend"] == 7 and seen["spend line.ceiling"] == 1

@@ -72,14 +72,12 @@ function lastDays(days){
     return {day, d: by.get(day)};
   });
 }
-function hourName(at){
-  return new Date(at * 1000).toLocaleTimeString([], {hour: '2-digit', minute: '2-digit'});
-}
+function hourName(at){ return new Date(at * 1000).toISOString().slice(11, 16); }  // UTC, as every time
 
 function shareChart(slots){
   const f = frame('share', 'Free vs paid share of the jobs, per hour',
     [['free', 'free or local'], ['paid', 'paid fallback'], ['other', 'other answers'],
-     ['failed', 'not answered']], 1, pct, '% of the hour\'s jobs', 'hour (local time)');
+     ['failed', 'not answered']], 1, pct, '% of the hour\'s jobs', 'hour (UTC)');
   slots.forEach((s, i) => {
     const {x, w} = f.slot(i, slots.length);
     if(i % 6 === 0) f.label(x + w / 2, hourName(s.at));
@@ -145,7 +143,7 @@ function attemptsChart(slots){
   const points = slots.map((s, i) => ({s, i})).filter(p => p.s.h && p.s.h.answered);
   const most = Math.max(2, ...points.map(p => p.s.h.attempts_per_answer));
   const f = frame('attempts', 'Attempts per answer, per hour', [], niceTop(most),
-                  plain, 'attempts per answer', 'hour (local time)');
+                  plain, 'attempts per answer', 'hour (UTC)');
   const at = p => {
     const {x, w} = f.slot(p.i, slots.length);
     return [x + w / 2, f.y(p.s.h.attempts_per_answer)];

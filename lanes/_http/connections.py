@@ -115,6 +115,22 @@ class _Connection(TCPServer):
         await super()._read_data()
         await self.idle_task.stop()
 
+    async def _close(self) -> None:
+        """Hypercorn's close, with one writer: its `send_eof` writes (a FIN) outside the send lock
+        every other write takes, and yields inside trio's send-conflict check — so the request's
+        task, writing its answer as the reading task closed a connection whose body was cut short,
+        found the socket busy (`BusyResourceError`, an "Error in ASGI Framework" traceback). Here
+        the EOF is sent under the lock, and only when no write is under way (closing the socket
+        ends that write; it is caught as a closed connection). Closing takes no lock: a writer
+        blocked on a client that stopped reading is woken by it, never waited for."""
+        try:
+            if not self.send_lock.locked():
+                async with self.send_lock:
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await self.stream.send_eof()
+        finally:
+            await self.stream.aclose()
+
 
 class ConnectionGate:
     """Counts open connections against the cap."""

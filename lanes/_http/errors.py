@@ -54,6 +54,12 @@ MESSAGES_TYPES = {
 }
 
 
+#: On every answer of the sidecar's routes and errors (`routes.serve`, `error_response`, a stream's
+#: head): the views hold account data — no cache may keep it — and a JSON body is never sniffed
+#: into something a browser would run.
+PRIVATE_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+
+
 class BadRequest(Exception):
     """A request refused before any routing: its status (400 unless said), code and field."""
 
@@ -96,8 +102,9 @@ def error_response(
     param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    """An OpenAI-shaped error; a 429 or 503 always with `Retry-After` (1 s unless given)."""
-    headers = dict(headers or {})
+    """An OpenAI-shaped error; a 429 or 503 always with `Retry-After` (1 s unless given); never
+    cached or sniffed (`PRIVATE_HEADERS`)."""
+    headers = PRIVATE_HEADERS | (headers or {})
     if status in LATER:
         headers.setdefault("Retry-After", retry_after(None))
     return JSONResponse(

@@ -72,105 +72,163 @@ async function revoke(id){
   await send('DELETE', '/v1/grants/' + encodeURIComponent(id), {});
   refresh();
 }
-// Redraw a part only when what it shows changed, so a button is not replaced under the pointer.
+// Redraw a part only when what it shows changed (its clocks left out by the caller).
 const drawn = {};
 function draw(part, data, paint){
   const text = JSON.stringify(data);
   if(drawn[part] === text) return;
   paint(data); drawn[part] = text;
 }
-function when(epoch){
-  const d = new Date(epoch * 1000);
-  const same = d.toDateString() === new Date().toDateString();
-  return same ? d.toLocaleTimeString() : d.toLocaleString();
+
+// Keyed rows: a row per key, kept from one refresh to the next; a cell is rewritten only when
+// what it shows changed, and a control keeps its element (its label and action updated in place),
+// so nothing under the pointer is ever replaced — a press on "Switch off" that spans a refresh
+// still clicks. A row comes and goes only with its key. A row: {key, cls, data: {dataset},
+// span: colSpan of a lone cell, cells: [a value (text), or {tag, text, cls, title, act}]}.
+function sync(box, rows, tag = 'tr', slot = 'td'){
+  const have = new Map();
+  for(const child of box.children) have.set(child.dataset.key, child);
+  let at = box.firstElementChild;
+  for(const r of rows){
+    let node = have.get(r.key);
+    if(node) have.delete(r.key);
+    else{ node = el(tag); node.dataset.key = r.key; }
+    if(node === at) at = at.nextElementSibling;
+    else box.insertBefore(node, at);
+    fill(node, r, slot);
+  }
+  for(const node of have.values()) node.remove();
+}
+function fill(node, r, slot){
+  if(node.className !== (r.cls || '')) node.className = r.cls || '';
+  for(const [k, v] of Object.entries(r.data || {})) if(node.dataset[k] !== v) node.dataset[k] = v;
+  while(node.children.length > r.cells.length) node.lastElementChild.remove();
+  r.cells.forEach((c, i) => {
+    const cell = node.children[i] || node.appendChild(el(slot));
+    if(r.span && cell.colSpan !== r.span) cell.colSpan = r.span;
+    put(cell, c);
+  });
+}
+function put(cell, c){
+  if(c === null || c === undefined || typeof c !== 'object'){
+    const text = c === null || c === undefined ? '—' : String(c);
+    if(cell.firstElementChild) cell.replaceChildren();
+    if(cell.textContent !== text) cell.textContent = text;
+    return;
+  }
+  let node = cell.firstElementChild;
+  if(!node || node.tagName !== c.tag.toUpperCase()){ node = el(c.tag); cell.replaceChildren(node); }
+  const text = String(c.text ?? '');
+  if(node.textContent !== text) node.textContent = text;
+  if(node.className !== (c.cls || '')) node.className = c.cls || '';
+  if(node.title !== (c.title || '')) node.title = c.title || '';
+  for(const [k, v] of Object.entries(c.data || {})) if(node.dataset[k] !== v) node.dataset[k] = v;
+  if('disabled' in c && node.disabled !== c.disabled) node.disabled = c.disabled;
+  if(c.act) node.onclick = c.act;
+}
+function only(key, text, cls, span){ return {key, cls, span, cells: [text]}; }
+
+// Every time on the page is UTC, and says so.
+function utc(epoch){ return new Date(epoch * 1000).toISOString().slice(0, 16).replace('T', ' ') + ' UTC'; }
+function utcTime(epoch){
+  const at = new Date(epoch * 1000).toISOString(), today = new Date().toISOString().slice(0, 10);
+  return at.slice(0, 10) === today ? at.slice(11, 19) : at.slice(0, 19).replace('T', ' ');
+}
+function text(id, value){
+  const e = document.getElementById(id);
+  if(e.textContent !== value) e.textContent = value;
 }
 
 function showSummary(state){
   const paid = state.paid;
-  document.getElementById('summary').textContent = `free lane ${state.free_lane ? 'on' : 'OFF'} · ` +
+  text('summary', `free lane ${state.free_lane ? 'on' : 'OFF'} · ` +
     `paid today $${paid.spent_today_usd.toFixed(6)} of $${paid.ceiling_usd.toFixed(2)} · ` +
     `fallback ${paid.fallback}` +
-    (state.state && !state.state.up ? ` · state ${state.state.kind} DOWN: paid closed` : '');
+    (state.state && !state.state.up ? ` · state ${state.state.kind} DOWN: paid closed` : ''));
 }
 function showApprovals(approvals){
-  const box = document.getElementById('approvals'); box.replaceChildren();
-  if(!approvals.ok){ box.appendChild(el('span', approvals.why, 'bad')); return; }
-  if(!approvals.data.data.length) box.appendChild(el('span', 'none', 'none'));
-  for(const a of approvals.data.data){
-    const d = el('div', undefined, 'approval'); d.dataset.id = a.id;
-    d.appendChild(el('span', `${a.id}: client ${a.client} → ${a.candidate} ` +
-      `(≤ $${a.estimated_cost_usd.toFixed(4)}); ` +
-      `free exhausted: ${a.exhausted.join(', ') || '—'} `));
-    for(const [label, decision] of [['Approve once', 'once'], ['Approve 1 h', '1h'],
-                                    ['Deny', 'deny']]){
-      const b = el('button', label); b.onclick = () => decide(a.id, decision); d.appendChild(b);
-    }
-    box.appendChild(d);
-  }
+  const box = document.getElementById('approvals');
+  if(!approvals.ok){ sync(box, [only('!', {tag: 'span', text: approvals.why, cls: 'bad'})], 'div', 'span'); return; }
+  const rows = approvals.data.data.map(a => ({key: 'a:' + a.id, cls: 'approval', data: {id: a.id},
+    cells: [`${a.id}: client ${a.client} → ${a.candidate} ` +
+      `(≤ $${a.estimated_cost_usd.toFixed(4)}); free exhausted: ${a.exhausted.join(', ') || '—'} `,
+      ...[['Approve once', 'once'], ['Approve 1 h', '1h'], ['Deny', 'deny']].map(([label, d]) =>
+        ({tag: 'button', text: label, act: () => decide(a.id, d)}))]}));
+  sync(box, rows.length ? rows : [only('-', 'none', 'none')], 'div', 'span');
 }
 function showGrants(grants){
-  const body = document.getElementById('grants'); body.replaceChildren();
-  const only = (text, cls) => {
-    const tr = el('tr', undefined, cls), td = el('td', text); td.colSpan = 5;
-    tr.appendChild(td); body.appendChild(tr);
-  };
-  if(!grants.ok){ only(grants.why, 'bad'); return; }
-  if(!grants.data.data.length) only('none', 'none');
-  for(const g of grants.data.data){
-    const id = el('code', g.id.length > 20 ? g.id.slice(0, 20) + '…' : g.id); id.title = g.id;
-    const what = g.kind === 'once'
-      ? `paid fallback once, on ${g.candidate}, for the client's retry`
-      : 'paid fallback, any paid model';
-    const b = el('button', 'Revoke', 'revoke'); b.onclick = () => revoke(g.id);
-    const tr = row([id, g.client, what, when(g.until), b]);
-    tr.className = 'grant'; tr.dataset.id = g.id; body.appendChild(tr);
-  }
+  const body = document.getElementById('grants');
+  if(!grants.ok){ sync(body, [only('!', grants.why, 'bad', 5)]); return; }
+  const rows = grants.data.data.map(g => ({key: 'g:' + g.id, cls: 'grant', data: {id: g.id},
+    cells: [{tag: 'code', text: g.id.length > 20 ? g.id.slice(0, 20) + '…' : g.id, title: g.id},
+      g.client, g.kind === 'once'
+        ? `paid fallback once, on ${g.candidate}, for the client's retry`
+        : 'paid fallback, any paid model',
+      utc(g.until), {tag: 'button', text: 'Revoke', cls: 'revoke', act: () => revoke(g.id)}]}));
+  sync(body, rows.length ? rows : [only('-', 'none', 'none', 5)]);
 }
+
+// The lanes table, paged per lane: a lane shows PAGE_ROWS of its models at a time, with a row to
+// page through the rest — a catalog of thousands of models is never drawn whole.
+const PAGE_ROWS = 50;
+const offsets = {};  // lane → the first of its models shown
+function turn(lane, by, total){
+  offsets[lane] = Math.max(0, Math.min((offsets[lane] || 0) + by, total - 1));
+  if(lastState) showLanes(lastState);
+}
+function modelRow(l, m, first){
+  const lane = {tag: 'span', text: l.off ? 'off' : l.breaker.state,
+    cls: (l.off || l.breaker.state !== 'closed') ? 'bad' : 'ok'};
+  const sw = first ? {tag: 'button', text: l.off ? 'Switch on' : 'Switch off', cls: 'switch',
+    data: {lane: l.name}, act: () => toggle(l.name, !l.off)} : '';
+  const canary = m.quarantined ? {tag: 'span', text: 'quarantined', cls: 'pill quarantined',
+    title: m.quarantined} : '';
+  // the lane's first row is keyed by the lane, not its model: its switch stays put when the
+  // models change order (the most used first)
+  const key = first ? 'first:' + l.name : `m:${l.name}/${m.model}`;
+  return {key, data: {lane: l.name}, cells: [l.name, l.kind, sw, lane,
+    m.model, m.tier, {tag: 'span', text: m.breaker.state, cls: m.breaker.state !== 'closed' ? 'bad' : 'ok'},
+    m.free_now ? 'yes' : (m.reason || 'no'),
+    m.backoff_s ? `${Math.ceil(m.backoff_s)} s (${m.backoff_reason})` : '',  // a countdown
+    m.requests_remaining, m.used_today, canary]};
+}
+function laneRows(l){
+  const total = l.models.length, from = Math.min(offsets[l.name] || 0, Math.max(total - 1, 0));
+  const rows = l.models.slice(from, from + PAGE_ROWS).map((m, i) => modelRow(l, m, i === 0));
+  if(total > PAGE_ROWS){
+    const to = Math.min(from + PAGE_ROWS, total);
+    rows.push({key: 'pager:' + l.name, cls: 'other pager', data: {lane: l.name}, cells: [l.name,
+      l.kind, {tag: 'button', text: '‹ previous', cls: 'previous', disabled: from === 0,
+        act: () => turn(l.name, -PAGE_ROWS, total)}, '',
+      `models ${from + 1}–${to} of ${total.toLocaleString('en')}`, '', '', '', '', '', '',
+      {tag: 'button', text: 'next ›', cls: 'next', disabled: to >= total,
+        act: () => turn(l.name, PAGE_ROWS, total)}]});
+  }
+  if(l.other)  // the models beyond [metrics] models_per_lane, summed up by the sidecar
+    rows.push({key: 'other:' + l.name, cls: 'other', data: {lane: l.name}, cells: [l.name, l.kind,
+      '', '', `${l.other.models} more models`, '', '', `${l.other.free_now} free now`, '', '', '', '']});
+  return rows;
+}
+let lastState = null;
 function showLanes(state){
-  const lanes = document.getElementById('lanes'); lanes.replaceChildren();
-  for(const l of state.lanes){
-    l.models.forEach((m, i) => {
-      const st = el('span', l.off ? 'off' : l.breaker.state,
-                    (l.off || l.breaker.state !== 'closed') ? 'bad' : 'ok');
-      const mb = el('span', m.breaker.state, m.breaker.state !== 'closed' ? 'bad' : 'ok');
-      let sw = '';
-      if(i === 0){
-        sw = el('button', l.off ? 'Switch on' : 'Switch off', 'switch');
-        sw.dataset.lane = l.name; sw.onclick = () => toggle(l.name, !l.off);
-      }
-      const canary = m.quarantined ? el('span', 'quarantined', 'pill quarantined') : '';
-      if(m.quarantined) canary.title = m.quarantined;
-      const tr = row([l.name, l.kind, sw, st, m.model, m.tier, mb,
-        m.free_now ? 'yes' : (m.reason || 'no'),
-        m.backoff_s ? `${m.backoff_s.toFixed(1)} s (${m.backoff_reason})` : '',
-        m.requests_remaining, m.used_today, canary]);
-      tr.dataset.lane = l.name; lanes.appendChild(tr);
-    });
-    if(l.other){  // the models beyond [metrics] models_per_lane, summed up
-      const tr = row([l.name, l.kind, '', '', `${l.other.models} more models`, '', '',
-        `${l.other.free_now} free now`, '', '', '', '']);
-      tr.dataset.lane = l.name; tr.className = 'other'; lanes.appendChild(tr);
-    }
-  }
+  lastState = state;
+  const rows = state.lanes.flatMap(laneRows);
   for(const [name, reason] of Object.entries(state.unavailable))
-    lanes.appendChild(row([name, '', '', 'unavailable', '', '', '', reason, '', '', '', '']));
+    rows.push({key: 'u:' + name, cells: [name, '', '', 'unavailable', '', '', '', reason, '', '', '', '']});
+  sync(document.getElementById('lanes'), rows);
 }
-function showRecent(state){
-  const recent = document.getElementById('recent'); recent.replaceChildren();
-  for(const j of state.recent){
-    const id = el('code', j.id.slice(0, 12)); id.title = j.id;
-    recent.appendChild(row([new Date(j.at * 1000).toLocaleTimeString(), id,
-      el('span', j.route || '—', 'pill'), j.lane || '—', j.model || '—', j.client,
-      j.cohort || '—', j.outcome, j.attempts, `${Math.round(j.latency_s * 1000)} ms`,
-      '$' + j.cost_usd.toFixed(6)]));
-  }
+function showRecent(recent){
+  sync(document.getElementById('recent'), recent.map(j => ({key: 'j:' + j.id, cells: [
+    utcTime(j.at), {tag: 'code', text: j.id.slice(0, 12), title: j.id},
+    {tag: 'span', text: j.route || '—', cls: 'pill'}, j.lane || '—', j.model || '—', j.client,
+    j.cohort || '—', j.outcome, j.attempts, `${Math.round(j.latency_s * 1000)} ms`,
+    '$' + j.cost_usd.toFixed(6)]})));
 }
 
 const OUTLOOK = {used_up: 'used up', runs_out: 'runs out', lasts: 'lasts', no_rate: 'no rate',
   at_ceiling: 'at the ceiling', reaches_ceiling: 'reaches the ceiling', within: 'within'};
 function count(v){ return v >= 100 ? Math.round(v).toLocaleString('en') : String(+v.toPrecision(3)); }
 function dollars(v){ return '$' + (v >= 0.1 || v === 0 ? v.toFixed(2) : v.toFixed(6)); }
-function utc(epoch){ return new Date(epoch * 1000).toISOString().slice(0, 16).replace('T', ' ') + ' UTC'; }
 function outlook(name){ return el('span', OUTLOOK[name] || name, 'pill ' + name); }
 // GET /v1/forecast: every free quota's projected end, and the paid day's; each says how it was
 // made (the notes come from the sidecar), and nothing here is shown as a fact.
@@ -239,30 +297,66 @@ function showBatches(forecast){
   }
 }
 
-let reportAt = -Infinity, forecastAt = -Infinity;
-async function refresh(force){
-  try{
-    const now = Date.now() / 1000, wantReport = force || now - reportAt >= REPORT_EVERY_S;
-    const wantForecast = force || now - forecastAt >= FORECAST_EVERY_S;
-    const [state, approvals, grants, report, forecast] = await Promise.all([
-      get('/v1/lanes'), get('/v1/approvals'), get('/v1/grants'),
-      wantReport ? get('/v1/report?since=7d') : null,
-      wantForecast ? get('/v1/forecast') : null]);
-    draw('approvals', approvals, showApprovals);
-    draw('grants', grants, showGrants);
-    if(report){  // redrawn when the report changes, and when the hour turns
-      reportAt = now;
-      draw('report', {report, hour: Math.floor(now / 3600)}, (d) => showReport(d.report));
-    }
-    if(forecast){
-      forecastAt = now;
-      draw('forecast', forecast, showForecast);
-      draw('batches', forecast.ok ? forecast.data.batches : null, () => showBatches(forecast));
-    }
-    if(!state.ok){ document.getElementById('summary').textContent = state.why; return; }
-    showSummary(state.data);
-    draw('lanes', state.data, showLanes);
-    draw('recent', state.data.recent, () => showRecent(state.data));
-  }catch(e){ document.getElementById('summary').textContent = 'sidecar unreachable'; }
+// The forecast and the report without their clocks (when each was made, where its window starts):
+// redrawn when a projection or a measure changes, not because time passed.
+function forecastContent(forecast){
+  if(!forecast.ok) return forecast;
+  const {at, method, ...rest} = forecast.data, {since, ...how} = method || {};
+  return {...rest, method: how};
 }
-showKey(); refresh(true); setInterval(refresh, 1000);
+function reportContent(report){
+  if(!report.ok) return report;
+  const {since, ...rest} = report.data;
+  return rest;
+}
+
+// One refresh at a time: the next starts a second after the last one ended (never beside it; later
+// when the last took long — a large catalog's views cost the sidecar too), and one asked for
+// meanwhile (after an action) runs as soon as the running one ends.
+const REFRESH_MS = 1000;
+let reportAt = -Infinity, forecastAt = -Infinity;
+let running = false, again = false, forceNext = false, timer = null;
+function refresh(force){
+  forceNext = forceNext || !!force;
+  if(running){ again = true; return; }
+  clearTimeout(timer);
+  run();
+}
+async function run(){
+  running = true;
+  const force = forceNext, started = performance.now();
+  forceNext = false;
+  try{ await refreshOnce(force); }
+  finally{ running = false; }
+  if(again){ again = false; run(); }
+  else timer = setTimeout(refresh, Math.max(REFRESH_MS, 2 * (performance.now() - started)));
+}
+function showState(state){
+  if(!state.ok){ text('summary', state.why); return; }
+  showSummary(state.data);
+  showLanes(state.data);
+  showRecent(state.data.recent);
+}
+// Each section is drawn as soon as its own view answers, in a task of its own (the lanes' apart
+// from the task that parsed their view: with a large catalog, each is tens of milliseconds).
+function yielded(value){ return new Promise((resolve) => setTimeout(() => resolve(value))); }
+async function refreshOnce(force){
+  const now = Date.now() / 1000, views = [get('/v1/lanes').then(yielded).then(showState),
+    get('/v1/approvals').then(showApprovals), get('/v1/grants').then(showGrants)];
+  if(force || now - reportAt >= REPORT_EVERY_S){
+    reportAt = now;  // redrawn when the report changes, and when the hour turns
+    views.push(get('/v1/report?since=7d').then((report) =>
+      draw('report', {report: reportContent(report), hour: Math.floor(now / 3600)},
+        () => showReport(report))));
+  }
+  if(force || now - forecastAt >= FORECAST_EVERY_S){
+    forecastAt = now;
+    views.push(get('/v1/forecast').then((forecast) => {
+      draw('forecast', forecastContent(forecast), () => showForecast(forecast));
+      draw('batches', forecast.ok ? forecast.data.batches : null, () => showBatches(forecast));
+    }));
+  }
+  const ended = await Promise.allSettled(views);
+  if(ended.some((e) => e.status === 'rejected')) text('summary', 'sidecar unreachable');
+}
+showKey(); refresh(true);

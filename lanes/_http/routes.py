@@ -14,6 +14,9 @@ in the route's shape.
 A refusal is `RequestRefused` (the guard), `BadRequest` (our checks), `BadField` (a
 translation's) or a `JobFailed` the handler let through; anything else is a bug, answered 500 by
 the app.
+
+Every answer a route gives carries `PRIVATE_HEADERS`: not stored by any cache (the views hold
+account data: spend, clients, prompts' stories) and never sniffed as another type than it says.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from lanes._core.model.statuses import LATER
 from lanes._http.context import Context
 from lanes._http.departures import departure_shield
 from lanes._http.dialects import ChatCompletions, Shape
-from lanes._http.errors import BadRequest, retry_after
+from lanes._http.errors import PRIVATE_HEADERS, BadRequest, retry_after
 from lanes._http.guard import RequestRefused
 from lanes._http.streaming import SSERelay
 
@@ -74,7 +77,14 @@ def route(row: Row, ctx: Context) -> Route:
 
 async def serve(row: Row, ctx: Context, request: Request) -> Response | SSERelay:
     """Check `request`'s caller at `row.door`, run its handler and answer any refusal in
-    `row.shape`."""
+    `row.shape`; the answer carries `PRIVATE_HEADERS` (a stream writes its own)."""
+    response = await _served(row, ctx, request)
+    if isinstance(response, Response):
+        response.headers.update(PRIVATE_HEADERS)
+    return response
+
+
+async def _served(row: Row, ctx: Context, request: Request) -> Response | SSERelay:
     guard, shape = ctx.guard, row.shape
     request = shape.incoming(request)
     try:

@@ -30,11 +30,12 @@ from lanes._core.freetier.prices import usd_text
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job
 from lanes._core.model.statuses import http_status
-from lanes._http.errors import REQUEST_ID, error_body, job_failed
+from lanes._http.errors import PRIVATE_HEADERS, REQUEST_ID, error_body, job_failed
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache"),
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
     (b"x-accel-buffering", b"no"),
 ]
 
@@ -179,6 +180,7 @@ class SSERelay:
         status, body, headers = self.dialect.failed(exc)
         raw = json.dumps(body).encode()
         head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+        head += [(k.lower().encode(), v.encode()) for k, v in PRIVATE_HEADERS.items()]
         head += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": status, "headers": head})
         await send({"type": "http.response.body", "body": raw, "more_body": False})
