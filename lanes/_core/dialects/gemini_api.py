@@ -110,7 +110,7 @@ def _system(system: Any, dropped: list[str]) -> list[dict[str, Any]]:
     return [{"role": "system", "content": "\n".join(texts)}] if texts else []
 
 
-class _Calls:
+class _CallIds:
     """The tool-call ids of a conversation: each call's own or one from its place, and for each
     response the id of the call it answers."""
 
@@ -140,7 +140,7 @@ def _contents(contents: Any, dropped: list[str]) -> list[dict[str, Any]]:
         "contents",
     )
     out: list[dict[str, Any]] = []
-    calls = _Calls()
+    calls = _CallIds()
     for i, content in enumerate(contents):
         where = f"contents[{i}]"
         content = an_object(content, where)
@@ -175,7 +175,7 @@ def _part(part: Any, where: str, dropped: list[str]) -> tuple[str, Any]:
 
 
 def _model_turn(
-    parts: list[Any], where: str, turn: int, calls: _Calls, dropped: list[str]
+    parts: list[Any], where: str, turn: int, calls: _CallIds, dropped: list[str]
 ) -> list[dict[str, Any]]:
     texts, tool_calls = [], []
     for j, part in enumerate(parts):
@@ -197,7 +197,7 @@ def _model_turn(
 
 
 def _user_turn(
-    parts: list[Any], where: str, turn: int, calls: _Calls, dropped: list[str]
+    parts: list[Any], where: str, turn: int, calls: _CallIds, dropped: list[str]
 ) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     content: list[dict[str, Any]] = []
@@ -249,7 +249,7 @@ def _image(kind: str, data: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _function_call(
-    call: Mapping[str, Any], where: str, turn: int, part: int, calls: _Calls
+    call: Mapping[str, Any], where: str, turn: int, part: int, calls: _CallIds
 ) -> dict[str, Any]:
     name, args = field(call, "name"), field(call, "args")
     at = f"{where}.functionCall"
@@ -265,7 +265,7 @@ def _function_response(
     where: str,
     turn: int,
     part: int,
-    calls: _Calls,
+    calls: _CallIds,
     dropped: list[str],
 ) -> dict[str, Any]:
     at = f"{where}.functionResponse"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from lanes._core.dialects.common import need
 
@@ -40,12 +40,12 @@ def others(where: str, value: Mapping[str, Any], read: set[str]) -> list[str]:
 
 def an_object(value: Any, where: str) -> Mapping[str, Any]:
     need(isinstance(value, Mapping), f"{where}: must be an object", where)
-    return value  # type: ignore[no-any-return]
+    return cast("Mapping[str, Any]", value)
 
 
 def an_array(value: Any, where: str) -> list[Any]:
     need(isinstance(value, list), f"{where}: must be an array", where)
-    return value  # type: ignore[no-any-return]
+    return cast("list[Any]", value)
 
 
 # -- tools -----------------------------------------------------------------------------------------
@@ -98,8 +98,8 @@ def json_schema(schema: Any, where: str) -> dict[str, Any]:
     sends it, and Gemini accepts): `type` in lower case, `nullable` as a `null` type, int64
     counts as numbers, `propertyOrdering` left out (no meaning upstream); every other keyword as
     it is. Its depth is bounded where the body was read."""
-    out = _schema(an_object(schema, where), where)
-    return out  # type: ignore[no-any-return]
+    out: dict[str, Any] = _schema(an_object(schema, where), where)
+    return out
 
 
 def _schema(schema: Any, where: str) -> Any:
