@@ -89,7 +89,7 @@ test-quick: install
 
 # The real clients, unmodified, against `lanes serve --simulate` (not in `make test`: they are
 # heavy): the OpenAI Agents SDK, the Anthropic SDK, the Responses helpers, Google's google-genai
-# (the `clients` extra), and from the npm registry, pinned in tests/clients/package.json: Codex,
+# (the `test` and `clients` extras), and from the npm registry, pinned in tests/clients/package.json: Codex,
 # Claude Code, Gemini CLI and the Vercel AI SDK. Where npm can not install them their tests skip
 # and say why.
 CLIENTS := .clients
