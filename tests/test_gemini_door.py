@@ -162,7 +162,8 @@ async def test_a_function_call_round_trip():
 
 async def test_the_key_comes_as_x_goog_api_key_or_the_key_parameter():
     """With client keys configured, x-goog-api-key or ?key= is the client key; a wrong one is a
-    401 UNAUTHENTICATED in Google's shape; the key is never echoed."""
+    401 UNAUTHENTICATED in Google's shape; the key is never echoed. On /v1/models, google-genai's
+    default, Google's SDKs (x-goog-api-client) get Gemini's list and OpenAI's clients OpenAI's."""
     server = {"clients": {"alice": "CLIENT_KEY"}}
     path = "/v1beta/models/local-model:generateContent"
     async with open_sidecar(LOCAL, server=server) as (url, fakes):
@@ -170,8 +171,14 @@ async def test_the_key_comes_as_x_goog_api_key_or_the_key_parameter():
         by_query = await post(url, f"{path}?key={CLIENT_KEY}", {"contents": USER})
         wrong = await post(url, path, {"contents": USER}, {"x-goog-api-key": "wrong-key"})
         listed = await post(url, "/v1beta/models", None)  # POST: not a route
+        google = {"x-goog-api-key": CLIENT_KEY, "x-goog-api-client": "google-genai-sdk/3.6.1"}
         async with httpx2.AsyncClient(trust_env=False) as http:
             models = await http.get(f"{base(url)}/v1beta/models?key={CLIENT_KEY}")
+            v1_google = await http.get(f"{base(url)}/v1/models", headers=google)
+            v1_one = await http.get(f"{base(url)}/v1/models/local/local-model", headers=google)
+            v1_openai = await http.get(
+                f"{base(url)}/v1/models", headers={"authorization": f"Bearer {CLIENT_KEY}"}
+            )
     assert by_header.status_code == 200 and by_query.status_code == 200
     assert wrong.status_code == 401
     assert wrong.json()["error"]["status"] == "UNAUTHENTICATED"
@@ -179,6 +186,9 @@ async def test_the_key_comes_as_x_goog_api_key_or_the_key_parameter():
         wrong.json()["error"]["message"] == "unknown client key" and "wrong-key" not in wrong.text
     )
     assert listed.status_code == 405 and models.status_code == 200
+    assert v1_google.json()["models"][0]["name"] == "models/auto"
+    assert v1_one.json()["name"] == "models/local/local-model"
+    assert v1_openai.json()["data"][0]["id"] == "auto"
 
 
 async def test_a_malformed_request_is_a_google_shaped_400_naming_the_field():

@@ -43,7 +43,7 @@ ROUTES: tuple[Row, ...] = (
     CHAT,
     Row("/health", GET, endpoints.health, OPEN),
     Row("/ready", GET, endpoints.is_ready, OPEN),
-    Row("/v1/models", GET, endpoints.models, CALLER),
+    Row("/v1/models", GET, doors.models, CALLER),
     Row("/v1/report", GET, admin.report_view, CALLER),
     Row("/v1/forecast", GET, admin.forecast_view, CALLER),
     Row("/v1/requests/{request_id}", GET, admin.request_view, CALLER),

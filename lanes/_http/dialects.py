@@ -10,7 +10,7 @@ request, answers, streams and fails. The translations themselves are pure, in
   `overloaded_error`, …) and its `error` event; `x-api-key` is read as the client key.
 - `GeminiAPI` — `/v1beta/models/…`: Google's error shape (`{"error": {"code", "message",
   "status"}}`, the status telling the client whether to retry, `RetryInfo` saying when), the
-  client key in `x-goog-api-key` or `?key=`; `GeminiCall` is one request to it (the model and
+  client key also in `?key=`; `GeminiCall` is one request to it (the model and
   the method come from the path), streamed as `data:` events (`?alt=sse`) or one JSON array.
 """
 
@@ -229,9 +229,9 @@ class GeminiAPI:
     request_id_header = REQUEST_ID
 
     def incoming(self, request: Request) -> Request:
-        """The client key as Google's clients send it: `x-goog-api-key`, or `?key=`."""
-        key = request.headers.get("x-goog-api-key") or request.query_params.get("key")
-        return _with_key(request, key)
+        """The client key as Google's clients may send it in the URL, `?key=` (its header,
+        `x-goog-api-key`, the guard reads on every route)."""
+        return _with_key(request, request.query_params.get("key"))
 
     def error_body(
         self, status: int, message: str, code: str | None, param: str | None

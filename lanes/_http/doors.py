@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from lanes._core.dialects import gemini_reply
 from lanes._core.model.job import Job
 from lanes._core.policy.needs import estimate_tokens
+from lanes._http import endpoints
 from lanes._http.context import Context, caller, read_body, replied, reply_headers, resolve
 from lanes._http.dialects import API, GeminiAPI, GeminiCall, MessagesAPI, ResponsesAPI
 from lanes._http.errors import BadRequest, error_response
@@ -135,9 +136,25 @@ async def embeddings(request: Request, ctx: Context) -> Response:
     return replied(await ctx.dispatcher.embed(job))
 
 
+def from_google(request: Request) -> bool:
+    """Whether one of Google's SDKs sent `request`: they name themselves in `x-goog-api-client`
+    (google-genai sends its `GET /v1/models…` there by default, and reads only Gemini's list)."""
+    return "x-goog-api-client" in request.headers
+
+
+async def models(request: Request, ctx: Context) -> Response:
+    """`GET /v1/models`: OpenAI's list — Gemini's to one of Google's SDKs."""
+    if from_google(request):
+        return await gemini_models(request, ctx)
+    return await endpoints.models(request, ctx)
+
+
 async def model_by_id(request: Request, ctx: Context) -> Response:
-    """`GET /v1/models/{id}`: the model list's entry for `id` (`auto`, an alias or `lane/model`)."""
+    """`GET /v1/models/{id}`: the model list's entry for `id` (`auto`, an alias or `lane/model`);
+    Gemini's description of it to one of Google's SDKs."""
     model_id = request.path_params["model_id"]
+    if from_google(request):
+        return _gemini_model(model_id, ctx)
     found = model_entry(ctx.dispatcher, model_id)
     if found is None:
         return error_response(404, f"no model {model_id!r}", "model_not_found", param="model")
@@ -213,7 +230,11 @@ async def gemini_models(request: Request, ctx: Context) -> Response:
 async def gemini_model(request: Request, ctx: Context) -> Response:
     """`GET /v1beta/models/{model}`: one model, as Gemini's API describes it — `auto`, an alias,
     a `lane/model`, or a model's own name (the first lane's that offers it)."""
-    model_id = request.path_params["target"].removeprefix("models/")
+    return _gemini_model(request.path_params["target"], ctx)
+
+
+def _gemini_model(target: str, ctx: Context) -> Response:
+    model_id = target.removeprefix("models/")
     found = model_entry(ctx.dispatcher, model_id) or next(
         (e for e in models_list(ctx.dispatcher)["data"] if e["id"].endswith(f"/{model_id}")), None
     )

@@ -100,12 +100,15 @@ def test_genai_runs_a_function_calling_round_trip(simulated):
 
 
 def test_genai_counts_lists_and_reads_an_error(simulated):
-    """count_tokens estimates, models.list and models.get describe the sidecar's models, and a
-    malformed request is a ClientError whose status and message name the field."""
+    """count_tokens estimates, models.list (on v1beta and the SDK's default v1) and models.get
+    describe the sidecar's models, and a malformed request is a ClientError whose status and
+    message name the field."""
     sdk = client(simulated)
     counted = sdk.models.count_tokens(model="gemini-2.5-flash", contents="Say hi")
     names = [m.name for m in sdk.models.list(config={"page_size": 5})]
     one = sdk.models.get(model="gemini-flash")
+    default = client(simulated, api_version=None)  # kept: its pager asks for more pages
+    on_v1 = [m.name for m in default.models.list()]
     with pytest.raises(genai.errors.ClientError) as refused:
         sdk.models.generate_content(
             model="gemini-2.5-flash",
@@ -118,6 +121,7 @@ def test_genai_counts_lists_and_reads_an_error(simulated):
         )
     assert counted.total_tokens > 0
     assert names[0] == "models/auto" and len(names) > 5  # the pager followed nextPageToken
+    assert on_v1 == names  # the SDK's default version: GET /v1/models, answered as Gemini's
     assert one.name == "models/gemini/gemini-flash" and one.input_token_limit
     assert refused.value.code == 400 and refused.value.status == "INVALID_ARGUMENT"
     assert "inlineData.mimeType" in refused.value.message
