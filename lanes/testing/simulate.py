@@ -83,7 +83,11 @@ CLAUDE_PATTERNS = {
 #: Gemini-style names (Gemini CLI asks for gemini-3.1-pro-preview, and gemini-3.5-flash-lite for
 #: its own small questions) find an alias the same way; the simulated lane's own `gemini-flash`
 #: is a model id, and so is served by that lane.
-GEMINI_PATTERNS = {"gemini-*lite*": "claude-haiku-4-5", "gemini-*": "claude-sonnet-4-6"}
+GEMINI_PATTERNS = {
+    "gemini-*lite*": "claude-haiku-4-5",
+    "gemini-*flash*": "claude-sonnet-4-6",
+    "gemini-*pro*": "claude-sonnet-4-6",
+}
 
 
 def simulated_config(
