@@ -346,6 +346,10 @@ def test_response_schemas_become_a_response_format():
             "generationConfig.maxOutputTokens",
         ),
         (
+            {"contents": [user("x")], "generationConfig": {"maxOutputTokens": 10**12}},
+            "generationConfig.maxOutputTokens",
+        ),
+        (
             {"contents": [{"role": "model", "parts": [{"functionCall": {"args": {}}}]}]},
             "contents[0].parts[0].functionCall.name",
         ),

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from lanes._core.dialects import gemini_reply
+from lanes._core.dialects.gemini_tools import field
 from lanes._core.model.job import Job
 from lanes._core.policy.needs import estimate_tokens
 from lanes._http import endpoints
@@ -200,7 +201,7 @@ async def _gemini_count_tokens(model: str, request: Request, ctx: Context) -> Re
     """`:countTokens`: the same estimate the policy plans with, of `contents` or of a whole
     `generateContentRequest`; nothing is sent upstream."""
     body = json_object(await read_body(request, ctx))
-    inner = body.get("generateContentRequest", body)
+    inner = field(body, "generateContentRequest") or body
     if not isinstance(inner, Mapping):
         raise BadRequest("generateContentRequest: must be an object", "generateContentRequest")
     chat = GeminiCall(model=model, stream=False, sse=False).to_chat(

@@ -40,6 +40,7 @@ from lanes._core.dialects.gemini_tools import (
     tool_config,
     tools_of,
 )
+from lanes._core.freetier.prices import MAX_TOKENS
 
 #: Top-level fields that are read; the others are dropped (and named).
 TRANSLATED = {"contents", "systemInstruction", "tools", "toolConfig", "generationConfig"}
@@ -310,7 +311,11 @@ def _generation(config: Any, dropped: list[str]) -> dict[str, Any]:
         if value is not None:
             where = f"generationConfig.{name}"
             need(is_int(value), f"{where}: must be an integer", where)
-            need(name != "maxOutputTokens" or value > 0, f"{where}: must be positive", where)
+            need(
+                name != "maxOutputTokens" or 0 < value <= MAX_TOKENS,
+                f"{where}: must be a whole number in 1..{MAX_TOKENS}",
+                where,
+            )
             params[param] = value
     stops = field(config, "stopSequences")
     if stops:
