@@ -355,3 +355,22 @@ async def test_the_requests_gemini_cli_sent_are_served():
     [call] = [p["functionCall"] for p in parts(sse_data(streamed.content)) if "functionCall" in p]
     declared = turn["body"]["tools"][0]["functionDeclarations"][0]["name"]
     assert call["name"] == declared and call["id"]
+
+
+async def test_consent_is_asked_for_in_google_s_shape():
+    """ask with no decision in time: 429 RESOURCE_EXHAUSTED whose ErrorInfo names the approval
+    (its id and where to give it), the same id as X-Lanes-Approval; nothing paid is sent."""
+    async with open_sidecar(
+        LOCAL,
+        ("paid", "paid", ["paid-model"]),
+        policy={"free_tier_fallback": "ask", "approval_wait_s": 0.2},
+    ) as (url, fakes):
+        fakes["local"].script("local-model", status(503))
+        asked = await post(url, "/v1beta/models/auto:generateContent", {"contents": USER})
+    error = asked.json()["error"]
+    assert asked.status_code == 429 and error["status"] == "RESOURCE_EXHAUSTED"
+    [info] = [d for d in error["details"] if d["@type"].endswith("ErrorInfo")]
+    assert info["reason"] == "APPROVAL_REQUIRED"
+    assert info["metadata"]["approval_id"] == asked.headers["x-lanes-approval"]
+    assert info["metadata"]["approval_url"] == "/"
+    assert fakes["paid"].requests() == []

@@ -246,11 +246,13 @@ class GeminiAPI:
         error = body["error"]
         wait = headers.get("Retry-After")
         param = error["param"]
+        approval = {k: error[k] for k in ("approval_id", "approval_url") if k in error}
         said = gemini_reply.error_of(
             status,
             error["message"],
             field=_GEMINI_FIELDS.get(param, param),
             reason=error["code"],
+            metadata=approval,
             retry_after_s=int(wait) if wait is not None else None,
         )
         return status, said, headers

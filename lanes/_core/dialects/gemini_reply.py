@@ -67,11 +67,13 @@ def error_of(
     *,
     field: str | None = None,
     reason: str | None = None,
+    metadata: Mapping[str, str] | None = None,
     retry_after_s: int | None = None,
 ) -> dict[str, Any]:
     """Google's error shape for `status`: lanes' error code (`reason`: `free_tier_exhausted`, …)
-    as an `ErrorInfo`, a bad `field` as a `BadRequest` field violation, a wait as `RetryInfo`
-    (what Google's clients read before retrying)."""
+    as an `ErrorInfo` (with `metadata`: an approval's id and where to give it), a bad `field` as
+    a `BadRequest` field violation, a wait as `RetryInfo` (what Google's clients read before
+    retrying)."""
     error: dict[str, Any] = {
         "code": status,
         "message": message,
@@ -79,12 +81,9 @@ def error_of(
     }
     details: list[dict[str, Any]] = []
     if reason:
+        info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason.upper()}
         details.append(
-            {
-                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": reason.upper(),
-                "domain": "lanes",
-            }
+            info | {"domain": "lanes", **({"metadata": dict(metadata)} if metadata else {})}
         )
     if field:
         violation = {"field": field, "description": message}
