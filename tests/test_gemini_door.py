@@ -160,10 +160,12 @@ async def test_a_function_call_round_trip():
     assert [c["args"] for c in calls] == [{"city": "city"}]
 
 
-async def test_the_key_comes_as_x_goog_api_key_or_the_key_parameter():
+async def test_the_key_comes_as_x_goog_api_key_or_the_key_parameter(caplog):
     """With client keys configured, x-goog-api-key or ?key= is the client key; a wrong one is a
-    401 UNAUTHENTICATED in Google's shape; the key is never echoed. On /v1/models, google-genai's
-    default, Google's SDKs (x-goog-api-client) get Gemini's list and OpenAI's clients OpenAI's."""
+    401 UNAUTHENTICATED in Google's shape; the key is never echoed nor logged. On /v1/models,
+    google-genai's default, Google's SDKs (x-goog-api-client) get Gemini's list and OpenAI's
+    clients OpenAI's."""
+    caplog.set_level(logging.DEBUG)
     server = {"clients": {"alice": "CLIENT_KEY"}}
     path = "/v1beta/models/local-model:generateContent"
     async with open_sidecar(LOCAL, server=server) as (url, fakes):
@@ -189,6 +191,8 @@ async def test_the_key_comes_as_x_goog_api_key_or_the_key_parameter():
     assert v1_google.json()["models"][0]["name"] == "models/auto"
     assert v1_one.json()["name"] == "models/local/local-model"
     assert v1_openai.json()["data"][0]["id"] == "auto"
+    assert caplog.records  # the jobs were logged: without the key
+    assert CLIENT_KEY not in caplog.text and "wrong-key" not in caplog.text
 
 
 async def test_a_malformed_request_is_a_google_shaped_400_naming_the_field():
