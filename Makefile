@@ -88,9 +88,10 @@ test-quick: install
 	LANES_TEST_QUICK=1 $(PYTEST) -m 'not slow'; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 # The real clients, unmodified, against `lanes serve --simulate` (not in `make test`: they are
-# heavy): the OpenAI Agents SDK, the Anthropic SDK, the Responses helpers (the `clients` extra),
-# and from the npm registry, pinned in tests/clients/package.json: Codex, Claude Code and the
-# Vercel AI SDK. Where npm can not install them their tests skip and say why.
+# heavy): the OpenAI Agents SDK, the Anthropic SDK, the Responses helpers, Google's google-genai
+# (the `test` and `clients` extras), and from the npm registry, pinned in tests/clients/package.json: Codex,
+# Claude Code, Gemini CLI and the Vercel AI SDK. Where npm can not install them their tests skip
+# and say why.
 CLIENTS := .clients
 CLIENTS_STAMP := $(VENV)/.clients-installed
 $(CLIENTS_STAMP): pyproject.toml $(STAMP)

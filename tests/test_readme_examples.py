@@ -75,14 +75,14 @@ def test_the_python_example_runs_on_a_fresh_machine(tmp_path):
 
 @pytest.mark.slow
 def test_the_client_examples_run_against_the_simulator(simulated, tmp_path):
-    """Every client example of the sidecar page (chat, Responses, Messages, embeddings and models)
-    and README's own runs as written against `lanes serve --simulate`."""
+    """Every client example of the sidecar page (chat, Responses, Messages, Gemini, embeddings and
+    models) and README's own runs as written against `lanes serve --simulate`."""
     examples = [
         *blocks("## Use it as a sidecar"),
         *re.findall(r"```python\n(.*?)```", SIDECAR, re.S),
     ]
-    # README's chat; the page's chat, Responses, Messages, embeddings and models
-    expected = [ANSWER, ANSWER, ANSWER, ANSWER, "2 "]
+    # README's chat; the page's chat, Responses, Messages, Gemini, embeddings and models
+    expected = [ANSWER, ANSWER, ANSWER, ANSWER, ANSWER, "2 "]
     assert len(examples) == len(expected)
     base = simulated.removesuffix("/v1")
     assert all("http://127.0.0.1:4098" in example for example in examples)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from lanes._http.app import CHAT, CHAT_PATH, ROUTES
-from lanes._http.doors import MESSAGES
+from lanes._http.doors import GENAI, MESSAGES
 from lanes._http.routes import Door
 
 OPEN_PATHS = {"/health", "/ready", "/metrics", "/", "/favicon.ico"}  # as guard.py says
@@ -15,6 +15,8 @@ JOBS = {  # what may spend quota or money: from a known client, never a cross-si
     "/v1/messages",
     "/v1/messages/count_tokens",
     "/v1/embeddings",
+    "/v1beta/models/{target:path}",  # Gemini's API: generateContent and its kin
+    "/v1/models/{target:path}",  # the same, where google-genai sends them by default
 }
 #: a client's own batch work (its files and batches): a sender's, never a cross-site form's; an
 #: upload (multipart) names its key even where none is configured
@@ -60,3 +62,15 @@ def test_only_the_messages_routes_speak_the_messages_api():
         row.path for row in ROUTES if row.path.startswith("/v1/messages/batches")
     }
     assert len(messages) == 6
+
+
+def test_only_the_gemini_routes_speak_google_s_shape():
+    """A refusal is in Google's shape on Gemini's routes (all under /v1beta/, and the methods of
+    /v1/models/{model}:… that google-genai sends there), in no other."""
+    google = {(row.path, row.methods) for row in ROUTES if row.shape is GENAI}
+    assert google == {
+        ("/v1beta/models", ("GET",)),
+        ("/v1beta/models/{target:path}", ("GET",)),
+        ("/v1beta/models/{target:path}", ("POST",)),
+        ("/v1/models/{target:path}", ("POST",)),
+    }

@@ -15,7 +15,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from lanes._core.batch.runner import Batches
@@ -43,7 +43,7 @@ ROUTES: tuple[Row, ...] = (
     CHAT,
     Row("/health", GET, endpoints.health, OPEN),
     Row("/ready", GET, endpoints.is_ready, OPEN),
-    Row("/v1/models", GET, endpoints.models, CALLER),
+    Row("/v1/models", GET, doors.models, CALLER),
     Row("/v1/report", GET, admin.report_view, CALLER),
     Row("/v1/forecast", GET, admin.forecast_view, CALLER),
     Row("/v1/requests/{request_id}", GET, admin.request_view, CALLER),
@@ -64,6 +64,10 @@ ROUTES: tuple[Row, ...] = (
     Row("/v1/messages/count_tokens", POST, doors.messages_count_tokens, SENDER, doors.MESSAGES),
     Row("/v1/embeddings", POST, doors.embeddings, SENDER),
     Row("/v1/models/{model_id:path}", GET, doors.model_by_id, SENDER),
+    Row("/v1beta/models", GET, doors.gemini_models, CALLER, doors.GENAI),
+    Row("/v1beta/models/{target:path}", GET, doors.gemini_model, CALLER, doors.GENAI),
+    Row("/v1beta/models/{target:path}", POST, doors.generate_content, SENDER, doors.GENAI),
+    Row("/v1/models/{target:path}", POST, doors.generate_content, SENDER, doors.GENAI),
     # work that can wait: OpenAI's Files and Batch APIs (see batches.py)
     Row("/v1/files", POST, batches.upload_file, UPLOADER),
     Row("/v1/files", GET, batches.list_files, CALLER),
@@ -128,7 +132,12 @@ async def _chat_door(chat: Endpoint, scope: Scope, receive: Receive, send: Send)
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
-    return error_response(404, f"no route {request.url.path}", "not_found")
+    """No route: in Google's shape under `/v1beta/` (Gemini's clients can print no other)."""
+    message = f"no route {request.url.path}"
+    if request.url.path.startswith("/v1beta/"):
+        body = doors.GENAI.error_body(404, message, "not_found", None)
+        return JSONResponse(body, status_code=404)
+    return error_response(404, message, "not_found")
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:

@@ -8,16 +8,21 @@ request, answers, streams and fails. The translations themselves are pure, in
   unrecoverable break is the in-band `error` event followed by `response.failed`.
 - `MessagesAPI` — `POST /v1/messages`: the Messages API's own error shape (`rate_limit_error`,
   `overloaded_error`, …) and its `error` event; `x-api-key` is read as the client key.
+- `GeminiAPI` — `/v1beta/models/…`: Google's error shape (`{"error": {"code", "message",
+  "status"}}`, the status telling the client whether to retry, `RetryInfo` saying when), the
+  client key also in `?key=`; `GeminiCall` is one request to it (the model and
+  the method come from the path), streamed as `data:` events (`?alt=sse`) or one JSON array.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from starlette.requests import Request
 
-from lanes._core.dialects import messages_api, responses_api
+from lanes._core.dialects import gemini_api, gemini_reply, messages_api, responses_api
 from lanes._core.dialects.common import ChatRequest, sse_event
 from lanes._core.engine.stream import ReplyStream
 from lanes._core.model.errors import JobFailed, StreamInterrupted
@@ -31,7 +36,7 @@ from lanes._http.errors import (
     job_failed,
     messages_error_body,
 )
-from lanes._http.streaming import Dialect
+from lanes._http.streaming import SSE, Dialect, sse_comment
 
 
 class Shape(Protocol):
@@ -84,6 +89,7 @@ class _Events:
         request_id_header: str,
     ) -> None:
         self.request_id_header = request_id_header
+        self.media_type = SSE
         self._events = events
         self._fail = fail
         self._failed = failed
@@ -101,6 +107,9 @@ class _Events:
 
     def broken(self, error: StreamInterrupted) -> bytes:
         return b"".join(sse_event(e) for e in self._fail(error))
+
+    def comment(self, text: str) -> bytes:
+        return sse_comment(text)
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
         return self._failed(exc)
@@ -158,15 +167,7 @@ class MessagesAPI:
         """A request whose client key came in `x-api-key`, as this API's clients send it, with the
         key presented as a bearer token — so the one key check (`guard.py`, at the route's door,
         `routes.py`) reads it."""
-        key = request.headers.get("x-api-key")
-        if key is None or "authorization" in request.headers:
-            return request
-        scope = dict(request.scope)
-        scope["headers"] = [
-            *request.scope["headers"],
-            (b"authorization", b"Bearer " + key.strip().encode("latin-1", "replace")),
-        ]
-        return Request(scope, request.receive)
+        return _with_key(request, request.headers.get("x-api-key"))
 
     def to_chat(self, body: Mapping[str, Any]) -> ChatRequest:
         return messages_api.to_chat(body)
@@ -197,3 +198,134 @@ class MessagesAPI:
             messages_error_body(status, body["error"]["message"], exc.request_id),
             headers,
         )
+
+
+def _with_key(request: Request, key: str | None) -> Request:
+    """`request` with `key` presented as a bearer token (unless it has one), so the one key check
+    (`guard.py`, at the route's door, `routes.py`) reads it."""
+    if key is None or "authorization" in request.headers:
+        return request
+    scope = dict(request.scope)
+    scope["headers"] = [
+        *request.scope["headers"],
+        (b"authorization", b"Bearer " + key.strip().encode("latin-1", "replace")),
+    ]
+    return Request(scope, request.receive)
+
+
+#: Gemini's name for each chat-completion field an error can name.
+_GEMINI_FIELDS = {
+    "max_tokens": "generationConfig.maxOutputTokens",
+    "max_completion_tokens": "generationConfig.maxOutputTokens",
+    "messages": "contents",
+    "response_format": "generationConfig.responseMimeType",
+    "tool_choice": "toolConfig",
+}
+
+
+class GeminiAPI:
+    """`/v1beta/models/…`: Google's error shape and key."""
+
+    request_id_header = REQUEST_ID
+
+    def incoming(self, request: Request) -> Request:
+        """The client key as Google's clients may send it in the URL, `?key=` (its header,
+        `x-goog-api-key`, the guard reads on every route)."""
+        return _with_key(request, request.query_params.get("key"))
+
+    def error_body(
+        self, status: int, message: str, code: str | None, param: str | None
+    ) -> dict[str, Any]:
+        field = _GEMINI_FIELDS.get(param, param) if param else None
+        return gemini_reply.error_of(status, message, field=field, reason=code)
+
+    def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """The failure in Google's shape: the field it names as Gemini calls it, and when to
+        try again (`Retry-After` as `RetryInfo`)."""
+        status, body, headers = job_failed(exc)
+        error = body["error"]
+        wait = headers.get("Retry-After")
+        param = error["param"]
+        approval = {k: error[k] for k in ("approval_id", "approval_url") if k in error}
+        said = gemini_reply.error_of(
+            status,
+            error["message"],
+            field=_GEMINI_FIELDS.get(param, param),
+            reason=error["code"],
+            metadata=approval,
+            retry_after_s=int(wait) if wait is not None else None,
+        )
+        return status, said, headers
+
+
+class GeminiCall(GeminiAPI):
+    """One request to Gemini's API: the model and streaming its path names (`sse`: `?alt=sse`,
+    else one JSON array)."""
+
+    def __init__(self, *, model: str, stream: bool, sse: bool) -> None:
+        self.model, self.streamed, self.sse = model, stream, sse
+
+    def to_chat(self, body: Mapping[str, Any]) -> ChatRequest:
+        return gemini_api.to_chat(body, model=self.model, stream=self.streamed)
+
+    def answer(self, body: Mapping[str, Any], reply: Reply, job: Job, now: float) -> dict[str, Any]:
+        return gemini_reply.response_of(
+            reply.body, model=job.model, response_id=job.id, thoughts=gemini_api.thoughts(body)
+        )
+
+    def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
+        chunks = gemini_reply.ResponseChunks(
+            model=job.model, response_id=job.id, thoughts=gemini_api.thoughts(body)
+        )
+        return _GeminiStream(chunks, sse=self.sse, failed=self.failed)
+
+
+class _GeminiStream:
+    """A stream as Gemini's API sends one: `data: {response}` events (`?alt=sse`), or one JSON
+    array written an element at a time. A note or keep-alive is a line break, never an SSE
+    comment: Google's JavaScript SDK reads only `data:` lines from the start of what it holds,
+    and a comment would stop it for good."""
+
+    request_id_header = REQUEST_ID
+
+    def __init__(
+        self,
+        chunks: gemini_reply.ResponseChunks,
+        *,
+        sse: bool,
+        failed: Callable[[JobFailed], tuple[int, dict[str, Any], dict[str, str]]],
+    ) -> None:
+        self.media_type = SSE if sse else b"application/json"
+        self.failed = failed
+        self._chunks, self._sse = chunks, sse
+        self._written = 0  # responses written (in an array, each after the first follows a comma)
+
+    def _write(self, responses: list[dict[str, Any]]) -> bytes:
+        out = []
+        for said in responses:
+            data = json.dumps(said, separators=(",", ":"), ensure_ascii=False).encode()
+            if self._sse:
+                out.append(b"data: " + data + b"\r\n\r\n")
+            else:
+                out.append((b",\r\n" if self._written else b"") + data)
+            self._written += 1
+        return b"".join(out)
+
+    def opening(self, stream: ReplyStream) -> bytes:
+        return b"" if self._sse else b"["
+
+    def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes:
+        return self._write(self._chunks.feed(data))
+
+    def ending(self, stream: ReplyStream) -> bytes:
+        return self._write(self._chunks.finish(usage=stream.usage)) + self._closing()
+
+    def broken(self, error: StreamInterrupted) -> bytes:
+        failure = self._chunks.fail(http_status(error), str(error))
+        return self._write(failure) + self._closing()
+
+    def comment(self, text: str) -> bytes:
+        return b"\n"
+
+    def _closing(self) -> bytes:
+        return b"" if self._sse else b"]"

@@ -5,7 +5,10 @@
   the same recovery as chat, and translated back — every policy, header and audit rule unchanged;
 - `POST /v1/embeddings`: an embedding `Job` through `dispatcher.embed` — the same lanes, tiers,
   quotas, consent and ceiling, and only ever the model the request names;
-- `GET /v1/models/{id}`: one entry of the model list.
+- `GET /v1/models/{id}`: one entry of the model list;
+- Gemini's API: `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent` (SSE with
+  `?alt=sse`, else one JSON array) and `:countTokens` (also under `/v1/`, where google-genai
+  sends them by default), `GET /v1beta/models` and `/v1beta/models/{model}`.
 
 What every door shares is written once: the bounded body read and the `X-Lanes-*` reply headers
 (`context.py`), our request headers (`validation.py`), and — at the route's door (`routes.py`) —
@@ -20,18 +23,23 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from lanes._core.dialects import gemini_reply
+from lanes._core.dialects.gemini_tools import field
 from lanes._core.model.job import Job
 from lanes._core.policy.needs import estimate_tokens
+from lanes._http import endpoints
 from lanes._http.context import Context, caller, read_body, replied, reply_headers, resolve
-from lanes._http.dialects import API, MessagesAPI, ResponsesAPI
+from lanes._http.dialects import API, GeminiAPI, GeminiCall, MessagesAPI, ResponsesAPI
 from lanes._http.errors import BadRequest, error_response
-from lanes._http.state import model_entry
+from lanes._http.state import MAX_PAGE, model_entry, models_list
 from lanes._http.streaming import SSERelay
-from lanes._http.validation import chat_fields, job_headers, json_object
+from lanes._http.validation import MAX_NAME, chat_fields, digits, job_headers, json_object
 
 #: OpenAI's limit on the inputs of one embeddings request.
 MAX_EMBEDDING_INPUTS = 2048
-RESPONSES, MESSAGES = ResponsesAPI(), MessagesAPI()
+RESPONSES, MESSAGES, GENAI = ResponsesAPI(), MessagesAPI(), GeminiAPI()
+#: Gemini's methods on a model that lanes serves: whether each streams.
+GEMINI_METHODS = {"generateContent": False, "streamGenerateContent": True}
 
 
 async def responses(request: Request, ctx: Context) -> Response | SSERelay:
@@ -129,10 +137,108 @@ async def embeddings(request: Request, ctx: Context) -> Response:
     return replied(await ctx.dispatcher.embed(job))
 
 
+def from_google(request: Request) -> bool:
+    """Whether one of Google's SDKs sent `request`: they name themselves in `x-goog-api-client`
+    (google-genai sends its `GET /v1/models…` there by default, and reads only Gemini's list)."""
+    return "x-goog-api-client" in request.headers
+
+
+async def models(request: Request, ctx: Context) -> Response:
+    """`GET /v1/models`: OpenAI's list — Gemini's to one of Google's SDKs."""
+    if from_google(request):
+        return await gemini_models(request, ctx)
+    return await endpoints.models(request, ctx)
+
+
 async def model_by_id(request: Request, ctx: Context) -> Response:
-    """`GET /v1/models/{id}`: the model list's entry for `id` (`auto`, an alias or `lane/model`)."""
+    """`GET /v1/models/{id}`: the model list's entry for `id` (`auto`, an alias or `lane/model`);
+    Gemini's description of it to one of Google's SDKs."""
     model_id = request.path_params["model_id"]
+    if from_google(request):
+        return _gemini_model(model_id, ctx)
     found = model_entry(ctx.dispatcher, model_id)
     if found is None:
         return error_response(404, f"no model {model_id!r}", "model_not_found", param="model")
     return JSONResponse(found)
+
+
+# -- Gemini's API ----------------------------------------------------------------------------------
+
+
+def _gemini_target(request: Request) -> tuple[str, str]:
+    """(model, method) of `models/{model}:{method}`. Raises BadRequest (404 for a method lanes
+    does not serve)."""
+    model, _, method = request.path_params["target"].rpartition(":")
+    if not model or len(model) > MAX_NAME:
+        raise BadRequest(
+            f"the path must be models/{{model}}:{{method}}, the model at most {MAX_NAME} "
+            "characters",
+            "model",
+            status=404,
+            code="not_found",
+        )
+    if method not in (*GEMINI_METHODS, "countTokens"):
+        raise BadRequest(
+            f"models/{model[:80]}:{method[:40]} is no method lanes serves (generateContent, "
+            "streamGenerateContent, countTokens)",
+            status=404,
+            code="not_found",
+        )
+    return model, method
+
+
+async def generate_content(request: Request, ctx: Context) -> Response | SSERelay:
+    """`POST /v1beta/models/{model}:{method}` (and under `/v1/`)."""
+    model, method = _gemini_target(request)
+    if method == "countTokens":
+        return await _gemini_count_tokens(model, request, ctx)
+    sse = request.query_params.get("alt") == "sse"
+    call = GeminiCall(model=model, stream=GEMINI_METHODS[method], sse=sse)
+    return await translated(call, request, ctx)
+
+
+async def _gemini_count_tokens(model: str, request: Request, ctx: Context) -> Response:
+    """`:countTokens`: the same estimate the policy plans with, of `contents` or of a whole
+    `generateContentRequest`; nothing is sent upstream."""
+    body = json_object(await read_body(request, ctx))
+    inner = field(body, "generateContentRequest") or body
+    if not isinstance(inner, Mapping):
+        raise BadRequest("generateContentRequest: must be an object", "generateContentRequest")
+    chat = GeminiCall(model=model, stream=False, sse=False).to_chat(
+        {k: v for k, v in inner.items() if k != "model"}
+    )
+    client = caller(request).client
+    job = Job(messages=chat.messages, params=chat.params, model=chat.model, client=client)
+    return JSONResponse({"totalTokens": estimate_tokens(job)})
+
+
+async def gemini_models(request: Request, ctx: Context) -> Response:
+    """`GET /v1beta/models` (`?pageSize=N&pageToken=T`): the model list as Gemini's API lists
+    models — `auto`, the aliases, every lane's chat models."""
+    query = request.query_params
+    size = digits(query.get("pageSize"), "pageSize", low=1, high=MAX_PAGE)
+    try:
+        page = models_list(ctx.dispatcher, after=query.get("pageToken") or None, limit=size or 50)
+    except ValueError as exc:
+        raise BadRequest(str(exc).replace("after:", "pageToken:", 1), "pageToken") from None
+    chat_models = [entry for entry in page["data"] if not entry.get("embedding")]
+    listed: dict[str, Any] = {"models": [gemini_reply.model_of(entry) for entry in chat_models]}
+    if page["has_more"]:
+        listed["nextPageToken"] = page["last_id"]
+    return JSONResponse(listed)
+
+
+async def gemini_model(request: Request, ctx: Context) -> Response:
+    """`GET /v1beta/models/{model}`: one model, as Gemini's API describes it — `auto`, an alias,
+    a `lane/model`, or a model's own name (the first lane's that offers it)."""
+    return _gemini_model(request.path_params["target"], ctx)
+
+
+def _gemini_model(target: str, ctx: Context) -> Response:
+    model_id = target.removeprefix("models/")
+    found = model_entry(ctx.dispatcher, model_id) or next(
+        (e for e in models_list(ctx.dispatcher)["data"] if e["id"].endswith(f"/{model_id}")), None
+    )
+    if found is None or found.get("embedding"):
+        raise BadRequest(f"models/{model_id[:80]} is not found", status=404, code="not_found")
+    return JSONResponse(gemini_reply.model_of(found))

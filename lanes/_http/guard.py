@@ -2,10 +2,10 @@
 
 - **Keys.** With no client keys configured, only loopback callers reach the sidecar and they are one
   anonymous client. With keys (`[server.clients]`, `admin_key_env`), every endpoint but `/health`,
-  `/ready`, `/metrics`, the page and its favicon needs a known key (`Authorization: Bearer`, or
-  `x-api-key`); state-changing ones — lane switches, approval decisions, grant revocations, the
-  paid terms — need an admin key (`admin_key_env`, or a client marked `admin = true`). Keys are
-  compared in constant time.
+  `/ready`, `/metrics`, the page and its favicon needs a known key (`Authorization: Bearer`,
+  `x-api-key`, or Google's `x-goog-api-key`; Gemini's routes also take `?key=`); state-changing
+  ones — lane switches, approval decisions, grant revocations, the paid terms — need an admin key
+  (`admin_key_env`, or a client marked `admin = true`). Keys are compared in constant time.
 - **No forgery.** A state-changing request must be `Content-Type: application/json` (a cross-site
   form can not send that without a CORS preflight, which is never granted), and must not come from
   another origin (`Origin`, `Sec-Fetch-Site`). A job (chat, responses, messages, embeddings: it
@@ -99,7 +99,8 @@ class Guard:
             return Caller(client="anonymous", admin=True)
         auth = request.headers.get("authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        token = token or request.headers.get("x-api-key", "").strip()
+        for header in ("x-api-key", "x-goog-api-key"):  # the Messages API's, Google's SDKs'
+            token = token or request.headers.get(header, "").strip()
         found = None
         for key, caller in self._keys.items():  # compare with every key, in constant time
             if hmac.compare_digest(token.encode("utf-8", "replace"), key.encode()):

@@ -32,8 +32,8 @@ from lanes._core.model.job import Job
 from lanes._core.model.statuses import http_status
 from lanes._http.errors import PRIVATE_HEADERS, REQUEST_ID, error_body, job_failed
 
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
+SSE = b"text/event-stream"
+STREAM_HEADERS = [
     (b"cache-control", b"no-store"),
     (b"x-content-type-options", b"nosniff"),
     (b"x-accel-buffering", b"no"),
@@ -45,17 +45,25 @@ def _event(payload: Any) -> bytes:
 
 
 class Dialect(Protocol):
-    """How one API speaks a stream: what follows the headers, each chunk (given too as the
-    upstream's own `data` when it is passed on unchanged), the end, an in-band error after chunks,
-    and the HTTP error before any — and the header its SDK reads the request id from."""
+    """How one API speaks a stream: its media type, what follows the headers, each chunk (given
+    too as the upstream's own `data` when it is passed on unchanged), the end, an in-band error
+    after chunks, a note or keep-alive that is no event (`comment`), and the HTTP error before
+    any — and the header its SDK reads the request id from."""
 
     request_id_header: str
+    media_type: bytes
 
     def opening(self, stream: ReplyStream) -> bytes: ...
     def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes: ...
     def ending(self, stream: ReplyStream) -> bytes: ...
     def broken(self, error: StreamInterrupted) -> bytes: ...
+    def comment(self, text: str) -> bytes: ...
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
+
+
+def sse_comment(text: str) -> bytes:
+    """An SSE comment: read by no client as an event."""
+    return b": " + text.encode() + b"\n\n"
 
 
 class ChatDialect:
@@ -63,6 +71,7 @@ class ChatDialect:
     `[DONE]` at the end, an OpenAI error event."""
 
     request_id_header = REQUEST_ID
+    media_type = SSE
 
     def opening(self, stream: ReplyStream) -> bytes:
         return b""
@@ -79,6 +88,9 @@ class ChatDialect:
         """OpenAI's in-band error: the provider's own status (as the error's type) and code when
         it said why in the stream, else a 502 `stream_interrupted`."""
         return _event(error_body(http_status(error), str(error), error.upstream_code or error.code))
+
+    def comment(self, text: str) -> bytes:
+        return sse_comment(text)
 
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]:
         return job_failed(exc)
@@ -146,7 +158,7 @@ class SSERelay:
                 except trio.EndOfChannel:
                     return True
             if event is None:
-                pending.append(b": keep-alive\n\n")
+                pending.append(self.dialect.comment("keep-alive"))
                 return False
             if self._add(event, pending):
                 return True
@@ -168,8 +180,8 @@ class SSERelay:
         if isinstance(event, Ended):
             last = event.stream
             cost = usd_text(last.job_cost_usd)
-            note = f": lanes lane={last.lane} route={last.route} cost_usd={cost}\n\n"
-            pending.append(note.encode() + self.dialect.ending(last))
+            note = f"lanes lane={last.lane} route={last.route} cost_usd={cost}"
+            pending.append(self.dialect.comment(note) + self.dialect.ending(last))
             return True
         if isinstance(event, Broken):
             pending.append(self.dialect.broken(event.error))
@@ -207,7 +219,7 @@ class _Head:
             return False
         if isinstance(event, Started):
             stream = self.stream = event.stream
-            headers = SSE_HEADERS + [
+            headers = [(b"content-type", relay.dialect.media_type), *STREAM_HEADERS] + [
                 (b"x-lanes-request-id", stream.request_id.encode()),
                 (relay.dialect.request_id_header.encode(), stream.request_id.encode()),
                 (b"x-lanes-lane", stream.lane.encode()),

@@ -80,6 +80,15 @@ CLAUDE_PATTERNS = {
     "claude-*": "claude-sonnet-4-6",
 }
 
+#: Gemini-style names (Gemini CLI asks for gemini-3.1-pro-preview, and gemini-3.5-flash-lite for
+#: its own small questions) find an alias the same way; the simulated lane's own `gemini-flash`
+#: is a model id, and so is served by that lane.
+GEMINI_PATTERNS = {
+    "gemini-*lite*": "claude-haiku-4-5",
+    "gemini-*flash*": "claude-sonnet-4-6",
+    "gemini-*pro*": "claude-sonnet-4-6",
+}
+
 
 def simulated_config(
     fakes: dict[str, FakeProvider],
@@ -103,7 +112,7 @@ def simulated_config(
             "fast": ["groq/llama-3.1-8b-instant", "gemini/gemini-flash", "paid/gpt-sim-mini"],
             **CLAUDE_ALIASES,
         },
-        "alias_patterns": CLAUDE_PATTERNS,
+        "alias_patterns": CLAUDE_PATTERNS | GEMINI_PATTERNS,
         "lanes": [
             {
                 "name": "local",

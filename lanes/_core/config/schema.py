@@ -361,7 +361,8 @@ class Config:
     #: written, case-sensitive) that a name matches gives its alias, e.g.
     #: `"claude-*opus*" = "claude-opus-4-7"`; an alias, a `lane/model` or a model id of that exact
     #: name wins. The shipped config (and `--simulate`) map `claude-*haiku*`, `claude-*sonnet*`,
-    #: `claude-*opus*` to their tier's alias and any other `claude-*` to `claude-sonnet-4-6`
+    #: `claude-*opus*` to their tier's alias and any other `claude-*` to `claude-sonnet-4-6`, and
+    #: Gemini CLI's names (`gemini-*lite*`, `gemini-*flash*`, `gemini-*pro*`) likewise
     alias_patterns: dict[str, str] = attrs.field(factory=dict)
     #: a job's deadline when the caller gives none, seconds
     default_deadline_s: float = attrs.field(default=30.0, validator=positive)
