@@ -295,14 +295,14 @@ def test_on_a_terminal_one_bar_is_redrawn_in_place():
 
 async def test_an_id_is_one_segment_of_the_path_never_another_route(capsys):
     """Hostile review: the id was put in the URL as it came, so `lanes batch cancel
-    '../../v1/lanes/free/off?x='` posted to the lane switch, with the user's key (an admin's,
+    '../../v1/lanes/local/off?x='` posted to the lane switch, with the user's key (an admin's,
     maybe), and switched the lane off. An id is one path segment: no such route."""
-    async with open_sidecar(("free", "free", ["free-model"])) as (url, fakes):
-        done = await run_lanes(capsys, "batch", "cancel", "../../v1/lanes/free/off?x=",
+    async with open_sidecar(("local", "local", ["local-model"])) as (url, fakes):
+        done = await run_lanes(capsys, "batch", "cancel", "../../v1/lanes/local/off?x=",
                                "--url", url.removesuffix("/v1"))  # fmt: skip
-        fakes["free"].script("free-model")
+        fakes["local"].script("local-model")
         async with httpx2.AsyncClient() as http:
-            asked = {"model": "free-model", "messages": [{"role": "user", "content": "hi"}]}
+            asked = {"model": "local-model", "messages": [{"role": "user", "content": "hi"}]}
             served = await http.post(f"{url}/chat/completions", json=asked)
     assert done.code == 1 and one_line(done.err).startswith("lanes: no ")
     assert served.status_code == 200  # the lane still serves

@@ -578,6 +578,7 @@ async def test_the_beta_output_format_field_asks_for_structured_output(simulated
     assert isinstance(json.loads(block["text"])["a"], int)
 
 
+@pytest.mark.free_lane  # with the free lanes off, the simulator's one paid model prices no image
 async def test_an_image_in_a_tool_result_is_not_refused(simulated):
     """Claude Code's Read tool on an image answers with a tool_result holding an image block:
     the request is served (the image carried to the model as a user image after the tool

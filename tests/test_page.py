@@ -28,6 +28,7 @@ from test_forecast import POLICY as FORECAST_POLICY
 from test_forecast import jobs as forecast_jobs
 
 from helpers import http_client
+from lanes.harness.processes import free_port
 from lanes.testing import answer, rate_limited
 from sidecar import CLIENT_KEY, open_sidecar
 
@@ -676,3 +677,42 @@ async def test_the_page_shows_each_batch_with_its_projection():
     assert "/v1/chat/completions" in row[2] and "items/h" in row[2]
     assert seen["bars"] == 3 and "never paid" in seen["heading"]
     assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]
+
+
+def configured_in_browser(base: str) -> dict[str, str]:
+    """Each lane row's text, by lane, once the lanes are drawn."""
+    seen: dict[str, Any] = {}
+    with open_page(base, seen) as page:
+        page.locator('#lanes tr[data-lane="empty"]').wait_for(timeout=SHOWN_MS)
+        page.locator('#lanes tr[data-lane="down"]').first.wait_for(timeout=SHOWN_MS)
+        return {
+            lane: page.locator(f'#lanes tr[data-lane="{lane}"]').first.inner_text()
+            for lane in ("local", "down", "empty")
+        }
+
+
+async def test_the_page_lists_every_configured_lane_and_marks_the_unreachable():
+    """Issue 42: the page showed a lane whose server refused every connection as serving and
+    left out lanes with no model listed yet, which `lanes status` lists. Every configured lane
+    has a row; an unreachable one says so, one with no models says why."""
+    await needs_a_browser()
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    lanes_: tuple[tuple[Any, ...], ...] = (
+        ("local", "local", ["local-model"]),
+        ("down", "local", ["down-model"], {"base_url": closed}),
+        ("empty", "local", [], {"models": [], "discover": True}),  # its server lists none
+    )
+    async with open_sidecar(*lanes_) as (url, _):
+        async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+            with trio.fail_after(30):  # the first catalog refresh finds the closed port
+                while True:
+                    view = (await http.get(f"{url}/lanes")).json()
+                    states = {c["name"]: c["state"] for c in view["configured"]}
+                    if states.get("down") == "unreachable":
+                        break
+                    await trio.sleep(0.2)
+        rows = await CHROME.run(configured_in_browser, url.removesuffix("/v1"))
+    assert states["empty"] == "no_models"
+    assert "unreachable" in rows["down"]
+    assert "unreachable" not in rows["local"]
+    assert "no models" in rows["empty"]

@@ -176,9 +176,12 @@ function turn(lane, by, total){
   offsets[lane] = Math.max(0, Math.min((offsets[lane] || 0) + by, total - 1));
   if(lastState) showLanes(lastState);
 }
-function modelRow(l, m, first){
-  const lane = {tag: 'span', text: l.off ? 'off' : l.breaker.state,
-    cls: (l.off || l.breaker.state !== 'closed') ? 'bad' : 'ok'};
+function modelRow(l, m, first, said){
+  // the lane's own state: switched off, its provider unreachable (why, on hover), else its breaker
+  const unreachable = said && said.state === 'unreachable';
+  const lane = {tag: 'span', text: l.off ? 'off' : unreachable ? 'unreachable' : l.breaker.state,
+    cls: (l.off || unreachable || l.breaker.state !== 'closed') ? 'bad' : 'ok',
+    title: unreachable ? said.why : ''};
   const sw = first ? {tag: 'button', text: l.off ? 'Switch on' : 'Switch off', cls: 'switch',
     data: {lane: l.name}, act: () => toggle(l.name, !l.off)} : '';
   const canary = m.quarantined ? {tag: 'span', text: 'quarantined', cls: 'pill quarantined',
@@ -192,9 +195,9 @@ function modelRow(l, m, first){
     m.backoff_s ? `${Math.ceil(m.backoff_s)} s (${m.backoff_reason})` : '',  // a countdown
     m.requests_remaining, m.used_today, canary]};
 }
-function laneRows(l){
+function laneRows(l, said){
   const total = l.models.length, from = Math.min(offsets[l.name] || 0, Math.max(total - 1, 0));
-  const rows = l.models.slice(from, from + PAGE_ROWS).map((m, i) => modelRow(l, m, i === 0));
+  const rows = l.models.slice(from, from + PAGE_ROWS).map((m, i) => modelRow(l, m, i === 0, said));
   if(total > PAGE_ROWS){
     const to = Math.min(from + PAGE_ROWS, total);
     rows.push({key: 'pager:' + l.name, cls: 'other pager', data: {lane: l.name}, cells: [l.name,
@@ -212,7 +215,19 @@ function laneRows(l){
 let lastState = null;
 function showLanes(state){
   lastState = state;
-  const rows = state.lanes.flatMap(laneRows);
+  const said = Object.fromEntries((state.configured || []).map((c) => [c.name, c]));
+  const rows = state.lanes.flatMap((l) => laneRows(l, said[l.name]));
+  const shown = new Set(rows.map((r) => r.data.lane));
+  // every lane the config names: one with no model listed yet has a row of its own, saying why
+  for(const c of state.configured || []){
+    if(shown.has(c.name) || c.state === 'unavailable') continue;
+    const off = c.state === 'off';
+    rows.push({key: 'first:' + c.name, data: {lane: c.name}, cells: [c.name, c.kind,
+      {tag: 'button', text: off ? 'Switch on' : 'Switch off', cls: 'switch', data: {lane: c.name},
+        act: () => toggle(c.name, !off)},
+      {tag: 'span', text: c.state.replace('_', ' '), cls: 'bad', title: c.why},
+      '', '', '', c.why, '', '', '', '']});
+  }
   for(const [name, reason] of Object.entries(state.unavailable))
     rows.push({key: 'u:' + name, cells: [name, '', '', 'unavailable', '', '', '', reason, '', '', '', '']});
   sync(document.getElementById('lanes'), rows);
