@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import trio.testing
 
 import lanes
 from lanes._core.batch.queue import Caps
+from lanes._core.batch.runner import Batches
 from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes.testing import ANSWER, answer, rate_limited, raw, status
 from sidecar import open_sidecar
@@ -653,3 +655,22 @@ def test_the_queues_folder_is_its_owners_alone(tmp_path):
     assert made["status"] == "in_progress" and len(kept) >= 3
     assert {oct(p.stat().st_mode & 0o077) for p in kept} == {"0o0"}
     queue.close()
+
+
+async def test_a_message_batchs_parse_holds_up_no_queue_call(tmp_path):
+    """Hostile review: a Message Batch's requests (inline, up to 32 MB: ~12 s and ~600 MB to
+    parse) were parsed in the queue's one-at-a-time worker, so every client's batch calls and
+    the runner's lease waited behind it. Parses now take turns of their own."""
+    queue = SQLiteBatchQueue(tmp_path, Caps(max_bytes=10_000, max_lines=10, max_line_bytes=1000))
+    batches = Batches(queue=queue, runner=None)  # type: ignore[arg-type]  # no runner called
+    parsed = threading.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(batches.parse, parsed.wait)  # a parse that lasts until told
+        try:
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.fail_after(30):  # before the change: held until the parse ends
+                listed = await batches.call(queue.files, "c", 10, None)
+        finally:
+            parsed.set()
+    queue.close()
+    assert listed == []

@@ -114,7 +114,7 @@ async def create(request: Request, ctx: Context) -> Response:
     client, now = caller(request).client, int(ctx.dispatcher.now_wall())
     made: dict[str, Any] | None = None
     try:
-        await batches.call(_write_lines, target, requests)
+        await batches.parse(_write_lines, target, requests)
         file = await batches.call(
             lambda: queue.add_file(client, PURPOSE, "requests.jsonl", target, now, (PURPOSE,))
         )
@@ -162,7 +162,8 @@ async def _bounded_json(request: Request, cap: int, batches: Batches) -> Any:
     """The body as JSON, at most `cap` bytes (`INLINE_MAX_BYTES` at most: a Message Batch's
     requests come inline and are parsed whole), with at most one JSON object or array per
     `BYTES_PER_CONTAINER` bytes (what a parse holds grows with them: `[{},{},…]` took 60 times
-    its size), parsed in the queue's worker thread, one at a time: the event loop goes on."""
+    its size), parsed in a worker thread, one at a time (`Batches.parse`): the event loop and the
+    queue's calls go on."""
     cap = min(cap, INLINE_MAX_BYTES)
     declared = digits(request.headers.get("content-length"), "Content-Length", low=0, high=10**13)
     too_large = BadRequest(f"the body is over batch.max_file_mb ({cap / 1e6:g} MB)", status=413,
@@ -182,7 +183,7 @@ async def _bounded_json(request: Request, cap: int, batches: Batches) -> Any:
         raise BadRequest("the body holds more JSON objects and arrays than a batch of requests "
                          "would", status=413, code="body_too_large")  # fmt: skip
     try:
-        return await batches.call(strictjson.loads, raw)
+        return await batches.parse(strictjson.loads, raw)
     except (ValueError, RecursionError):
         raise BadRequest("the request body must be one JSON object") from None
 

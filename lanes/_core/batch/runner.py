@@ -304,12 +304,21 @@ def _json(raw: bytes) -> dict[str, Any]:
 
 @attrs.frozen
 class Batches:
-    """One sidecar's batch queue and its runner; `limiter`: the queue's calls, one at a time."""
+    """One sidecar's batch queue and its runner; `limiter`: the queue's calls, one at a time;
+    `parsing`: the parses of inline batches (a Message Batch's requests, up to 32 MB), one at a
+    time — apart from the queue's calls, which a parse of seconds would otherwise hold up for
+    every client and the runner."""
 
     queue: BatchQueue
     runner: BatchRunner
     limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+    parsing: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` on the queue, in a worker thread."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+    async def parse(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` — a parse or write of an inline batch, no queue call — in a worker
+        thread, one at a time (what it holds in memory is bounded by one)."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.parsing)
