@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import agent, batchreport, onehost
+from bench import agentreport, batchreport, onehost
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -349,7 +349,10 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         f"{f['requests_to_exhausted_providers']} |",
         "",
     ]
-    lines += agent.section(data.get("agent") or _latest("agent"))
+    agent = data.get("agent") or _latest("agent")
+    if agent and "cells" in agent:
+        agentreport.chart(agent)
+    lines += agentreport.section(agent)
     lines += batchreport.sections(data)
     lines += _audit_report(data.get("audit_report"))
     lines += whatif_section(data.get("whatif"))
