@@ -30,7 +30,7 @@ BEHAVIOURS = {
 
 
 async def main(port: int, behaviour: str, log: str | None) -> None:
-    async with open_fake("bench", port=port) as fake:
+    async with open_fake("bench", port=port, keep_bodies=False) as fake:
         if behaviour == "all":
             for name, make in BEHAVIOURS.items():
                 fake.script(name, make())
