@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import examples
+from lanes import Job
 from lanes._core.model import arrival, strictjson
 from lanes._http.validation import parse_job
 
@@ -27,6 +28,11 @@ LEAVES = (
 )
 VALUES = st.recursive(
     LEAVES,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=30,
+)
+NO_FLOATS = st.recursive(
+    st.none() | st.booleans() | st.integers() | TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
     max_leaves=30,
 )
@@ -95,14 +101,34 @@ def test_a_chat_request_is_never_counted_smaller_than_it_is(messages, tools, oth
 
 
 @settings(max_examples=examples(300))
-@given(VALUES)
-def test_a_translation_without_floats_is_never_counted_smaller_than_it_is(value):
-    """A value with no float (what a translated request holds when its body held none): its
-    quick bound is at least what `json.dumps` writes."""
-    if "." in json.dumps(value) or "e" in json.dumps(value).lower():
-        value = json.loads(json.dumps(value), parse_float=lambda _: 0)
-    bound = arrival.written(value)
-    assert bound is not None and bound >= len(json.dumps(value, ensure_ascii=False).encode())
+@given(NO_FLOATS, NO_FLOATS)
+def test_a_translation_without_floats_is_never_counted_smaller_than_it_is(messages, tools):
+    """Messages and tools with no float (what a translated request holds when its body held
+    none), encoded quickly: their bound is at least what `input_bytes` encodes."""
+    first, second = arrival.encoded(messages), arrival.encoded(tools)
+    assert first is not None and second is not None
+    again = json.dumps([messages, tools], ensure_ascii=False)
+    assert arrival.written(first, second) >= len(again.encode())
+
+
+@settings(max_examples=examples(200))
+@given(MESSAGES, TOOLS, st.dictionaries(TEXT, NO_FLOATS, max_size=3), st.booleans())
+def test_a_translated_request_is_sent_as_its_body_says(messages, tools, params, stream):
+    """A plain translated request's upstream body, its messages and tools spliced in as they
+    were encoded when it arrived: the same JSON as its body, as long as `json.dumps` writes it
+    (what the paid worst case counts)."""
+    messages = [{**m, "content": "x, y: z\n" * (arrival.COUNTED_FROM // 8)} for m in messages]
+    messages = json.loads(json.dumps(messages), parse_float=lambda _: 0)  # no float
+    params = {k: v for k, v in params.items() if k not in ("model", "messages", "stream")}
+    if tools is not None:
+        params["tools"] = json.loads(json.dumps(tools), parse_float=lambda _: 0)
+    job = Job(messages=messages, params=params)
+    job.arrived(json.dumps({"messages": messages, **params}).encode(), plain=True)
+    sent = job.body_bytes("m", stream=stream)
+    body = job.body("m", stream=stream)
+    assert sent is not None and json.loads(sent) == body
+    compact = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    assert len(sent) == len(compact.encode())
 
 
 @settings(max_examples=examples(200))

@@ -39,15 +39,26 @@ def counted(raw: bytes, seen: Measured) -> int | None:
     return len(raw) + seen.separators + seen.growth
 
 
-def written(value: Any) -> int | None:
-    """An upper bound of the bytes `json.dumps(value, ensure_ascii=False)` writes, from msgspec's
-    compact encoding of `value`: it writes every string byte for byte as `json.dumps` does, every
-    whole number and literal alike, and each comma and colon between items one byte shorter
-    (all counted, those inside strings too). Only for a value of what strict JSON gives (and
-    lanes' translations of it) holding no float — msgspec writes some of those shorter; None when
-    msgspec can not encode `value`."""
+def encoded(value: Any) -> bytes | None:
+    """`value` as msgspec writes it — for a value of what strict JSON gives (and lanes'
+    translations of it) holding no float, byte for byte what `json.dumps` writes compactly (with
+    `ensure_ascii=False`); None when msgspec can not encode it."""
     try:
-        encoded = _ENCODE(value)
+        return _ENCODE(value)
     except (msgspec.MsgspecError, TypeError, ValueError, RecursionError):
         return None
-    return len(encoded) + encoded.count(b",") + encoded.count(b":")
+
+
+def written(*parts: bytes) -> int:
+    """An upper bound of the bytes `json.dumps` writes for a list of the values `parts` encode
+    (`encoded`), as `input_bytes` lists a chat's messages and tools: each part as it is, and a
+    byte more for each comma and colon between items (all counted, those inside strings too:
+    `json.dumps` puts a space after each), and the list's brackets and separators."""
+    return sum(2 * len(part) - len(part.translate(None, b",:")) for part in parts) + 2 * len(parts)
+
+
+def spliced(head: bytes, fields: list[tuple[str, bytes]]) -> bytes:
+    """The JSON object `head` (encoded, with at least one member) with `fields` (a name, and
+    its value encoded) added at its end."""
+    tail = b"".join(b',"' + name.encode() + b'":' + value for name, value in fields)
+    return head[:-1] + tail + b"}"

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import attrs
 
-from lanes._core.model.arrival import COUNTED_FROM, written
+from lanes._core.model.arrival import COUNTED_FROM, encoded, spliced, written
 from lanes._core.model.clocks import TrioTime
 from lanes._core.model.memo import Memo
 from lanes._core.model.memo import digest as digest  # (the audit's, for an answer too)
@@ -180,8 +180,12 @@ class Job:
             raise ValueError(
                 "messages: must hold at least one message (or give input, for an embedding)"
             )
+        if self.memo.checked(value):  # a copy `attrs.evolve` made, with the same messages
+            return
         for i, message in enumerate(value):
-            if not isinstance(message, Mapping) or "role" not in message:
+            if (type(message) is not dict and not isinstance(message, Mapping)) or (
+                "role" not in message
+            ):
                 raise ValueError(f"messages[{i}]: expected an object with a 'role'")
 
     @deadline_s.validator
@@ -205,15 +209,21 @@ class Job:
         """An embedding job (`input`), not a chat completion (`messages`)."""
         return self.input is not None
 
-    def body(self, model: str, *, stream: bool = False) -> dict[str, Any]:
-        """The upstream request body: the caller's params, its messages (or input), the model."""
+    def body(self, model: str, *, stream: bool = False, shared: bool = False) -> dict[str, Any]:
+        """The upstream request body: the caller's params, its messages (or input), the model.
+        Its messages are copies, unless `shared` (for a reader that changes none of them) and
+        they are dicts already."""
         reserved = ("model", "messages", "stream", "input")
         body = {k: v for k, v in self.params.items() if k not in reserved}
         body["model"] = model
         if self.input is not None:
             body["input"] = self.request()
             return body
-        body["messages"] = [dict(m) for m in self.messages]
+        messages = self.messages
+        if shared and all(type(m) is dict for m in messages):
+            body["messages"] = list(messages)
+        else:
+            body["messages"] = [dict(m) for m in messages]
         if stream:
             body["stream"] = True
         return body
@@ -249,16 +259,40 @@ class Job:
         messages and tools too; `plain` also says any JSON encoder may write it (`plain`).
         Returns the job."""
         tools = self.params.get("tools")
+        parts = None
         if size is None and plain and self.input is None and len(raw) >= COUNTED_FROM:
-            size = written([list(self.messages), tools])
+            messages, listed = encoded(list(self.messages)), encoded(tools)
+            if messages is not None and listed is not None:
+                parts, size = (messages, listed), written(messages, listed)
         self.memo.arrived(
             digested=(self.input, self.messages),
             digest=(hashlib.sha256(raw).hexdigest(), len(raw)),
             sized=None if size is None or self.input is not None else (self.messages, tools),
             size=size or 0,
             plain=plain,
+            parts=parts,
         )
         return self
+
+    def body_bytes(self, model: str, *, stream: bool = False) -> bytes | None:
+        """`body(model, stream=stream)` as a plain request's bytes, its messages and tools as
+        `arrived` encoded them (once, whichever candidate and attempt sends them) after its other
+        members; None when they were not encoded there (then `body` is encoded whole)."""
+        tools = self.params.get("tools")
+        parts = self.memo.parts_of((self.messages, tools))
+        if parts is None:
+            return None
+        reserved = ("model", "messages", "stream", "input", "tools")
+        head = {k: v for k, v in self.params.items() if k not in reserved}
+        head["model"] = model
+        start = encoded(head)
+        if start is None:
+            return None
+        fields = [("tools", parts[1])] if "tools" in self.params else []
+        fields.append(("messages", parts[0]))
+        if stream:
+            fields.append(("stream", b"true"))
+        return spliced(start, fields)
 
     @property
     def plain(self) -> bool:

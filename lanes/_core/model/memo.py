@@ -28,8 +28,19 @@ class Memo:
     digested: tuple[Any, ...] | None = None
     digest: tuple[str, int] = ("", 0)
     plain: bool = False  # the request came as strict JSON with no float (`Job.arrived`)
+    valid: tuple[Any, ...] | None = None  # the messages `Job` checked last, by identity
+    # a plain translated request's messages and tools, encoded when it arrived, and of what
+    parts: tuple[bytes, bytes] | None = None
+    parted: tuple[Any, ...] | None = None
     # the upstream bodies encoded: (the job, held weakly, its key, the bytes), the last few
     bodies: list[tuple[weakref.ref[Any], tuple[Any, ...], bytes]] = attrs.field(factory=list)
+
+    def checked(self, messages: tuple[Any, ...]) -> bool:
+        """Whether `messages` (the very tuple) were checked already; from now on they are."""
+        if self.valid is messages:
+            return True
+        self.valid = messages
+        return False
 
     def size_of(self, of: tuple[Any, ...], what: Any) -> int:
         """The byte length of `what` as JSON, where `of` (the objects it is made from) are those
@@ -53,12 +64,19 @@ class Memo:
         sized: tuple[Any, ...] | None,
         size: int,
         plain: bool,
+        parts: tuple[bytes, bytes] | None = None,
     ) -> None:
         """Figures a door worked out from the request's bytes as they arrived (`Job.arrived`),
-        for the objects in `digested` and `sized` (None: no size)."""
+        for the objects in `digested` and `sized` (None: no size; the `parts` encoded, of the
+        same objects)."""
         self.digested, self.digest, self.plain = digested, digest, plain
         if sized is not None:
             self.sized, self.size = sized, size
+            self.parts, self.parted = parts, sized if parts is not None else None
+
+    def parts_of(self, of: tuple[Any, ...]) -> tuple[bytes, bytes] | None:
+        """The messages and tools encoded when the request arrived, if `of` are those objects."""
+        return self.parts if _same(self.parted, of) else None
 
     def encoded(self, job: Any, key: tuple[Any, ...], make: Callable[[], bytes]) -> bytes:
         """What `make` encodes of `job` (one of the copies sharing this memo) for `key`: worked

@@ -199,16 +199,25 @@ class OpenAICompatibleLane:
         return body
 
     def request_body(self, job: Job, model: str, *, stream: bool) -> dict[str, Any]:
-        """The body sent upstream: the job's own, through `adapt_request`."""
-        return self.adapt_request(job.body(model, stream=stream), job)
+        """The body sent upstream: the job's own, through `adapt_request` (given copies of the
+        messages to change, when a lane module has a hook of its own)."""
+        shared = type(self).adapt_request is OpenAICompatibleLane.adapt_request
+        return self.adapt_request(job.body(model, stream=stream, shared=shared), job)
 
     def encoded_body(self, job: Job, model: str, *, stream: bool) -> bytes:
         """`request_body` as the bytes sent, encoded once for the job, this lane, the model and
-        the stream switch: a retry of the same attempt sends the very bytes again."""
-        return job.encoded(
-            (self, model, stream),
-            lambda: encode(self.request_body(job, model, stream=stream), plain=job.plain),
-        )
+        the stream switch: a retry of the same attempt sends the very bytes again. Without a hook
+        of the lane module's own, a plain translated request's messages and tools are those
+        encoded when it arrived (`Job.body_bytes`)."""
+
+        def make() -> bytes:
+            if type(self).adapt_request is OpenAICompatibleLane.adapt_request:
+                spliced = job.body_bytes(model, stream=stream)
+                if spliced is not None:
+                    return spliced
+            return encode(self.request_body(job, model, stream=stream), plain=job.plain)
+
+        return job.encoded((self, model, stream), make)
 
     async def complete(self, job: Job, model: str) -> Response:
         return await self._upstream.post_json(
