@@ -42,8 +42,10 @@ DOORS = {"chat": "/chat/completions", "messages": "/messages", "responses": "/re
 KINDS = ("json", "sse")
 CONCURRENCY = (1, 8)
 PEERS = ("direct", "floor", "lanes", "litellm", "portkey")
-MODELS = ("fast", "slow")  # the fake upstream's: answers at once; streams a chunk every 0.6 s
-HELD = 64  # streamed 512 KB requests in flight for the memory figure
+#: the fake upstream's models: answers at once; streams a chunk every 0.6 s; and two no request
+#: has used before `cold`'s (answers after 5 s; streams for 5 s)
+MODELS = ("fast", "slow", "cold-json", "cold-sse")
+HELD = 64  # streamed 512 KB requests in flight for the memory figure, and requests to a cold model
 _TEXT: dict[str, Any] = {"capture_output": True, "text": True, "check": False}
 
 #: Doors a peer does not serve, and why (measured on 2026-12-04: its answer to one request).
@@ -245,6 +247,30 @@ async def cell(
     return out
 
 
+async def cold(p: peers.Peer) -> dict[str, Any]:
+    """`HELD` requests at once to a model the peer has not heard from yet, one answering after
+    5 s (JSON) and one streaming for 5 s (SSE): the median and slowest finish, in seconds (the
+    upstream's own time, direct: about 5 s)."""
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        samples, _ = await run_load(
+            p.url + DOORS["chat"],
+            concurrency=HELD,
+            total=HELD,
+            stream=kind == "sse",
+            headers=p.headers,
+            body={**agent_body(1), "model": f"cold-{kind}"},
+            timeout_s=120,
+        )
+        done = [s.latency_s for s in samples if s.status == 200]
+        out[kind] = {
+            "ok": len(done),
+            "median_s": statistics.median(done) if done else None,
+            "max_s": max(done, default=None),
+        }
+    return out
+
+
 def load_average() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
@@ -285,14 +311,17 @@ async def run(
     kinds: tuple[str, ...] = KINDS,
     concurrency: tuple[int, ...] = CONCURRENCY,
     names: tuple[str, ...] = PEERS,
+    cold_models: bool = True,
 ) -> dict[str, Any]:
-    """Every cell through every peer, `rounds` times; the figures (`figures`)."""
+    """Every cell through every peer, `rounds` times; the figures (`figures`); then each peer's
+    memory with requests held (`held`) and its answers from a cold model (`cold`)."""
     bodies = {(door, kb): agent_body(kb, door) for door in doors for kb in sizes}
     raw: dict[str, Any] = {}
     skipped = {n: why for n in names if (why := missing(n)) is not None}
     failed: dict[str, str] = {}  # "peer door kind": the first error seen there
     loads = [load_average()]
     rss: dict[str, Any] = {}
+    herd: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lanes-agent-") as tmp:
         workdir = Path(tmp)
         async with (
@@ -329,10 +358,15 @@ async def run(
                                     raw.setdefault(key, {}).setdefault(p.name, []).append(got)
                                 print(_progress(i, door, kind, conc, kb, raw), file=sys.stderr)
                 loads.append(load_average())
+            largest = agent_body(sizes[-1])
             for p in group:
                 if p.process is not None:
-                    rss[p.name] = await held(p, bodies["chat", sizes[-1]])
+                    rss[p.name] = await held(p, largest)
                     print(f"{p.name}: {rss[p.name]}", file=sys.stderr, flush=True)
+            for p in group:  # last: each cold model's first use is here
+                if cold_models:
+                    herd[p.name] = await cold(p)
+                    print(f"{p.name}: {herd[p.name]}", file=sys.stderr, flush=True)
             loads.append(load_average())
     lengths = {f"{door} {kb}": len(json.dumps(b)) for (door, kb), b in bodies.items()}
     result = figures(raw, lengths, sizes)
@@ -347,6 +381,7 @@ async def run(
         unserved={f"{p} {d}": why for (p, d), why in UNSERVED.items() if p in names},
         notes={f"{p} {d}": why for (p, d), why in NOTES.items() if p in names},
         rss=rss,
+        cold=herd,
         held=HELD,
         held_kb=sizes[-1],
         raw=raw,

@@ -91,6 +91,18 @@ def targets(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
                     all(r < 1 for r in over),
                 )
             )
+    cold = result.get("cold") or {}
+    for kind in ("json", "sse"):
+        lanes, direct = (cold.get(n, {}).get(kind, {}).get("median_s") for n in ("lanes", "direct"))
+        if lanes and direct:
+            out.append(
+                (
+                    f"{result['held']} requests at once to a cold model, {kind}: median "
+                    "finish within 1.2× of the upstream's own",
+                    f"{lanes:.2f} s / {direct:.2f} s = {lanes / direct:.2f}×",
+                    lanes / direct <= 1.2,
+                )
+            )
     return out
 
 
@@ -223,6 +235,7 @@ def section(result: dict[str, Any] | None) -> list[str]:
                 f"{r['ok']}/{result['held']} |"
             )
         lines.append("")
+    lines += _cold(result)
     lines += ["Issue 45's marks in this run:", "", "| mark | measured | met |", "|---|---|---|"]
     lines += [f"| {w} | {s} | {'yes' if m else 'no'} |" for w, s, m in targets(result)]
     lines.append("")
@@ -233,6 +246,37 @@ def section(result: dict[str, Any] | None) -> list[str]:
     if notes:
         lines += ["Notes: " + "; ".join(notes) + ".", ""]
     return lines
+
+
+def _cold(result: dict[str, Any]) -> list[str]:
+    """The requests sent at once to a model the peer had not heard from."""
+    cold = result.get("cold") or {}
+    if not cold:
+        return []
+    lines = [
+        f"{result['held']} requests at once to a model each peer has not heard from yet (a fresh "
+        "model of the fake upstream: one answering after 5 s, one streaming for 5 s), median and "
+        "slowest finish in seconds, and the median over the upstream's own (direct):",
+        "",
+        "| peer | JSON: median, slowest | SSE: median, slowest | median / direct's, JSON, SSE |",
+        "|---|---|---|---|",
+    ]
+    direct = cold.get("direct", {})
+    for name, row in cold.items():
+        cells = []
+        for kind in ("json", "sse"):
+            r = row.get(kind, {})
+            cells.append(
+                "—" if r.get("median_s") is None else f"{r['median_s']:.2f}, {r['max_s']:.2f}"
+            )
+        over = ", ".join(
+            f"{row[k]['median_s'] / direct[k]['median_s']:.2f}×"
+            if row.get(k, {}).get("median_s") and direct.get(k, {}).get("median_s")
+            else "—"
+            for k in ("json", "sse")
+        )
+        lines.append(f"| {NAMES.get(name, name)} | {cells[0]} | {cells[1]} | {over} |")
+    return [*lines, ""]
 
 
 def _tools_note() -> str:
