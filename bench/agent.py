@@ -13,8 +13,9 @@ it is not installed or does not serve a door. CPU per request comes from /proc (
 process and its children); latency is the client's, p50 per cell, and "added" is a peer's p50
 less the direct one's in the same round. Then the resident memory of each peer idle and with 64
 streamed 512 KB requests in flight. It writes `bench/results/agent-<date>.json` and the chart
-`docs/benchmarks-agent.svg`; `bench/agentreport.py` turns the file into docs/benchmarks.md's
-section. Nothing leaves 127.0.0.1.
+`docs/benchmarks-agent.svg` (and, with `--docs`, docs/benchmarks.md's agent section, which
+`bench/agentreport.py` makes of the figures; `make bench` writes it with the rest). Nothing
+leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -450,6 +451,9 @@ def main() -> None:
     parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--docs", action="store_true", help="rewrite docs/benchmarks.md's agent section too"
+    )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     result = trio.run(
@@ -473,6 +477,11 @@ def main() -> None:
     for line in agentreport.summary(result):
         print(line)
     print(f"bench: wrote {out}" + (f" and {chart}" if chart else ""), file=sys.stderr)
+    if args.docs:
+        from bench.report import rewrite_section
+
+        if rewrite_section("## Agent-sized", agentreport.section(result)):
+            print("bench: rewrote the agent section of docs/benchmarks.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

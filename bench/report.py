@@ -382,6 +382,19 @@ def _audit_report(a: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def rewrite_section(prefix: str, section: list[str], path: Path = DOCS / "benchmarks.md") -> bool:
+    """Replace the section of `path` whose heading starts with `prefix` by `section`, leaving the
+    others as the last `make bench` wrote them (a measure run on its own); False when there is
+    no such section."""
+    lines = path.read_text().split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(prefix)), None)
+    if start is None or not section:
+        return False
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    path.write_text("\n".join([*lines[:start], *section, *lines[end:]]))
+    return True
+
+
 def _latest(kind: str) -> dict[str, Any] | None:
     """The newest `bench/results/<kind>-<date>.json`, if any."""
     runs = sorted((ROOT / "bench" / "results").glob(f"{kind}-2*.json"))
