@@ -56,6 +56,7 @@ LAYERS = (
     "lanes/_core/upstream",  # providers: the one pool, the lane, what they send, the loader
     "lanes/_core/dialects",  # Responses and Messages, to and from chat completions
     "lanes/_core/state",  # what persists and is shared: the stores, the audit tables, the clock
+    "lanes/_core/cache",  # the exact response cache: its rules, its entries, a hit as a stream
     "lanes/_core/money",  # consent, approvals, the ledger, the shared terms
     "lanes/_core/engine",  # the walk, the attempt, the gate, the calls, the stream session
     "lanes/_core/audit",  # what every job leaves: the journal, the tally, reports, statistics

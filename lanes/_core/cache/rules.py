@@ -1,0 +1,249 @@
+"""The response cache's rules, apart from where entries are kept: what a request does with the
+cache (`CachePlan`), what its key is, which answers may be stored, and how an answer is taken from a
+stream and given back as one. Pure.
+
+- **The key** is a SHA-256 of the whole request as the chat-completion core has it — the client
+  key, the model (or alias) as asked, the messages, every parameter but `stream` and
+  `stream_options`, a translated reasoning effort — so one client's answer is never another's,
+  and a request asked on another door (Messages, Responses, Gemini) finds the same entry.
+- **Cacheable**: a chat request (never an embedding) with privacy `any`, that asks for determinism
+  (`temperature` 0 or a `seed`), or that opts in (`X-Lanes-Cache: on`), or any with
+  `[cache] any_sampling`.
+- **Storable**: a whole success — every choice has its `finish_reason`, no `error` in the body,
+  nothing in a message the replay could not give back; a paid answer only with `keep_paid`.
+"""
+
+from __future__ import annotations
+
+# lanes: pure
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from lanes._core.config.schema import CacheMode
+from lanes._core.model.job import Job, Tier, digest
+
+#: What a request asks of the cache (`X-Lanes-Cache`; `Cache-Control: no-cache` is `refresh`).
+Directive = Literal["on", "off", "refresh"]
+Status = Literal["hit", "miss", "bypass"]
+DIRECTIVES: tuple[Directive, ...] = ("on", "off", "refresh")
+
+#: Bumped when what the key is made of changes: older entries are then never found.
+KEY_VERSION = 1
+#: Parameters that say how an answer is delivered, not what it is.
+UNKEYED = frozenset({"stream", "stream_options"})
+#: A message's fields an entry can give back, streamed or not (others must be null or empty).
+MESSAGE_FIELDS = ("content", "refusal", "reasoning_content", "reasoning")
+_MESSAGE_KNOWN = frozenset({"role", "tool_calls", *MESSAGE_FIELDS})
+_TOOL_CALL_KNOWN = frozenset({"id", "type", "function", "index", "extra_content"})
+
+
+@attrs.frozen
+class CachePlan:
+    """What one request does with the cache: read it, write its answer; and what the answer's
+    `X-Lanes-Cache` says when it was not a hit (None: the cache is off for it, no header)."""
+
+    read: bool
+    write: bool
+    status: Status | None
+
+    @property
+    def used(self) -> bool:
+        return self.read or self.write
+
+
+OFF = CachePlan(read=False, write=False, status=None)
+BYPASS = CachePlan(read=False, write=False, status="bypass")
+
+
+def deterministic(params: Mapping[str, Any]) -> bool:
+    """Whether a request asks for the same answer each time: `temperature` 0, or a `seed`."""
+    temperature = params.get("temperature")
+    seed = params.get("seed")
+    zero = isinstance(temperature, int | float) and not isinstance(temperature, bool)
+    return (zero and temperature == 0) or (isinstance(seed, int) and not isinstance(seed, bool))
+
+
+def plan(mode: CacheMode, job: Job, *, any_sampling: bool) -> CachePlan:
+    """What `job` does with a cache in `mode` (the client's), given what it asked (`job.cache`)."""
+    if mode == "off":
+        return OFF
+    asked = job.cache
+    if asked == "off" or job.embedding or job.privacy != "any":
+        return BYPASS
+    if asked is None and not any_sampling and not deterministic(job.params):
+        return BYPASS
+    read = asked == "on" if mode == "write_only" else asked != "refresh"
+    return CachePlan(read=read, write=True, status="miss")
+
+
+def cache_key(job: Job) -> str:
+    """The entry's key for `job` (see the module's doc). The messages' digest is the job's own
+    (`fingerprint`, which the audit takes too): a large request is not encoded again for it."""
+    params = {k: v for k, v in job.params.items() if k not in UNKEYED}
+    asked = [KEY_VERSION, job.client, job.model, job.fingerprint()[0], params]
+    return digest([*asked, job.reasoning_effort])[0]
+
+
+def storable_route(route: str, *, keep_paid: bool) -> bool:
+    return route != "paid_fallback" or keep_paid
+
+
+def servable(route: str, job: Job, *, keep_paid: bool) -> bool:
+    """Whether an entry made on `route` may answer `job`: a paid answer only while `keep_paid`
+    holds, and never to work that may not pay (`free_only`)."""
+    return route != "paid_fallback" or (keep_paid and not job.free_only)
+
+
+def tier_of(route: str) -> Tier:
+    """The tier an entry's route was served from."""
+    return {"local": "local", "byok": "byok", "paid_fallback": "paid"}.get(route, "free")  # type: ignore[return-value]
+
+
+def whole(body: Any) -> bool:
+    """Whether a chat completion is a whole success an entry can give back in any form: choices,
+    each with its `finish_reason` and a message of known fields; no `error`."""
+    if not isinstance(body, Mapping) or "error" in body:
+        return False
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return False
+    return all(_whole_choice(choice) for choice in choices)
+
+
+def _whole_choice(choice: Any) -> bool:
+    if not isinstance(choice, Mapping) or not isinstance(choice.get("index", 0), int):
+        return False
+    reason, message = choice.get("finish_reason"), choice.get("message")
+    if not isinstance(reason, str) or not reason or not isinstance(message, Mapping):
+        return False
+    if choice.get("logprobs") not in (None, {}):
+        return False  # a stream's replay does not carry them
+    if any(v not in (None, [], {}) for k, v in message.items() if k not in _MESSAGE_KNOWN):
+        return False
+    calls = message.get("tool_calls")
+    if calls in (None, []):
+        return True
+    return isinstance(calls, list) and all(_whole_call(call) for call in calls)
+
+
+def _whole_call(call: Any) -> bool:
+    if not isinstance(call, Mapping) or not set(call) <= _TOOL_CALL_KNOWN:
+        return False
+    function = call.get("function")
+    return isinstance(function, Mapping) and isinstance(function.get("name"), str)
+
+
+class Assembler:
+    """A streamed answer put together as the chat completion it stands for, chunk by chunk, up to
+    `limit` bytes (beyond, or on a chunk it can not give back, it gives up: `body()` is None)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._size = 0
+        self._head: dict[str, Any] = {}
+        self._choices: dict[int, dict[str, Any]] = {}
+        self.failed = False
+
+    def add(self, chunk: Mapping[str, Any], size: int) -> None:
+        if self.failed:
+            return
+        self._size += size
+        if self._size > self._limit or not isinstance(chunk.get("choices", []), list):
+            self.failed = True
+            return
+        for name in ("id", "created", "model", "system_fingerprint"):
+            if name in chunk and name not in self._head:
+                self._head[name] = chunk[name]
+        for choice in chunk.get("choices") or ():
+            if not self._choice(choice):
+                self.failed = True
+                return
+
+    def _choice(self, choice: Any) -> bool:
+        if not isinstance(choice, Mapping) or not isinstance(choice.get("index", 0), int):
+            return False
+        if choice.get("logprobs") not in (None, {}):
+            return False
+        index = choice.get("index", 0)
+        kept = self._choices.setdefault(index, {"index": index, "message": {"role": "assistant"}})
+        if isinstance(reason := choice.get("finish_reason"), str) and reason:
+            kept["finish_reason"] = reason
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, Mapping):
+            return False
+        return _into(kept["message"], delta)
+
+    def body(self, usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """The chat completion streamed, or None when it can not be given back whole."""
+        if self.failed or not self._choices:
+            return None
+        body: dict[str, Any] = {"id": self._head.get("id", ""), "object": "chat.completion"}
+        body.update({k: v for k, v in self._head.items() if k != "id"})
+        body["choices"] = [self._choices[i] for i in sorted(self._choices)]
+        if usage is not None:
+            body["usage"] = dict(usage)
+        return body if whole(body) else None
+
+
+def _into(message: dict[str, Any], delta: Mapping[str, Any]) -> bool:
+    """Add one delta to the message being put together; False for one it can not hold."""
+    for name, value in delta.items():
+        if name == "role" or value is None:
+            continue
+        if name in MESSAGE_FIELDS and isinstance(value, str):
+            message[name] = message.get(name, "") + value
+        elif name == "tool_calls" and isinstance(value, list):
+            calls = message.setdefault("tool_calls", [])
+            if not all(_call_into(calls, part) for part in value):
+                return False
+        else:
+            return False
+    return True
+
+
+def _call_into(calls: list[dict[str, Any]], part: Any) -> bool:
+    if not isinstance(part, Mapping) or not isinstance(part.get("index", 0), int):
+        return False
+    index = part.get("index", 0)
+    while len(calls) <= index:
+        calls.append({"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+    call, function = calls[index], part.get("function") or {}
+    if not isinstance(function, Mapping):
+        return False
+    for name in ("id", "type"):
+        if isinstance(part.get(name), str):
+            call[name] = part[name]
+    if "extra_content" in part:
+        call["extra_content"] = part["extra_content"]
+    for name in ("name", "arguments"):
+        if isinstance(function.get(name), str):
+            call["function"][name] += function[name]
+    return True
+
+
+def replayed(body: Mapping[str, Any], response_id: str) -> dict[str, Any]:
+    """An entry's chat completion as a hit answers it: the original's, with a fresh id."""
+    return {**body, "id": response_id}
+
+
+def chunks_of(body: Mapping[str, Any], response_id: str, *, usage: bool) -> list[dict[str, Any]]:
+    """An entry's chat completion as the chunks of a stream: per choice, the role with its text,
+    its tool calls, its finish; then the usage when the request asked for it."""
+    head: dict[str, Any] = {"id": response_id, "object": "chat.completion.chunk"}
+    head.update({k: body[k] for k in ("created", "model", "system_fingerprint") if k in body})
+    chunks = []
+    for choice in body["choices"]:
+        index, message = choice.get("index", 0), choice["message"]
+        delta = {"role": "assistant"}
+        delta.update({k: message[k] for k in MESSAGE_FIELDS if message.get(k) is not None})
+        chunks.append({**head, "choices": [{"index": index, "delta": delta}]})
+        if calls := message.get("tool_calls"):
+            parts = [{**call, "index": i} for i, call in enumerate(calls)]
+            chunks.append({**head, "choices": [{"index": index, "delta": {"tool_calls": parts}}]})
+        done = {"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}
+        chunks.append({**head, "choices": [done]})
+    if usage and isinstance(body.get("usage"), Mapping):
+        chunks.append({**head, "choices": [], "usage": body["usage"]})
+    return chunks
