@@ -274,3 +274,29 @@ async def test_the_gemini_door_replays_a_hit_streamed_and_not():
         == text
     )
     assert events[-1]["candidates"][0]["finishReason"] == "STOP"
+
+
+def data_lines(text: str, *ids: str) -> list[str]:
+    """A stream's events (comments aside), each id in `ids` said as `ID`."""
+    lines = [line for line in text.splitlines() if line and not line.startswith(":")]
+    for one in ids:
+        lines = [line.replace(one, "ID") for line in lines]
+    return lines
+
+
+async def test_a_streamed_hit_is_the_streamed_answer_byte_for_byte_but_its_ids():
+    messages_body = {"model": "auto", "max_tokens": 64, "messages": ASK, "temperature": 0}
+    async with open_sidecar(LOCAL, cache=ON) as (url, _):
+        first = await chat(url, asked(stream=True))
+        again = await chat(url, asked(stream=True))
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            said = [
+                await http.post(f"{url}/messages", json={**messages_body, "stream": True})
+                for _ in range(2)
+            ]
+    assert again.headers["x-lanes-cache"] == "hit"
+    ids = [sse_events(r.text)[0]["id"] for r in (first, again)]
+    assert data_lines(first.text, ids[0]) == data_lines(again.text, ids[1])
+    assert said[1].headers["x-lanes-cache"] == "hit"
+    message_ids = [r.headers["request-id"] for r in said]
+    assert data_lines(said[0].text, *message_ids) == data_lines(said[1].text, *message_ids)

@@ -4,6 +4,7 @@ across clients), which answers are whole, and a stream's answer put together and
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -12,7 +13,15 @@ from hypothesis import strategies as st
 
 from helpers import examples
 from lanes import Job
-from lanes._core.cache.rules import Assembler, cache_key, chunks_of, deterministic, plan, whole
+from lanes._core.cache.rules import (
+    Assembler,
+    cache_key,
+    chunks_of,
+    deterministic,
+    plan,
+    streamed_again,
+    whole,
+)
 
 USER = [{"role": "user", "content": "Say hi"}]
 
@@ -177,7 +186,7 @@ def test_a_stream_replayed_from_an_entry_puts_together_the_same_answer(body, spl
             continue  # the usage chunk: the stream's usage is handed over at the end
         # a text split in pieces, as an upstream streams it
         for piece in _pieces(chunk, split):
-            assembler.add(piece, 100)
+            assembler.add(piece, None)
     again = assembler.body(body.get("usage"))
     assert again is not None
     assert _normal(again) == _normal(body)
@@ -228,13 +237,48 @@ def test_what_is_not_a_whole_success_is_never_stored(body):
 
 def test_an_unfinished_or_oversized_stream_is_not_put_together():
     unfinished = Assembler(limit=1000)
-    unfinished.add({"choices": [{"index": 0, "delta": {"content": "half"}}]}, 10)
+    unfinished.add({"choices": [{"index": 0, "delta": {"content": "half"}}]}, None)
     assert unfinished.body(None) is None
     large = Assembler(limit=50)
-    large.add({"choices": [{"index": 0, "delta": {"content": "x" * 40}}]}, 40)
-    large.add({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, 40)
+    large.add({"choices": [{"index": 0, "delta": {"content": "x" * 40}}]}, None)
+    large.add({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, None)
     assert large.body(None) is None
     odd = Assembler(limit=1000)
-    odd.add({"choices": [{"index": 0, "delta": {"audio": {"data": "x"}}}]}, 10)
-    odd.add({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, 10)
+    odd.add({"choices": [{"index": 0, "delta": {"audio": {"data": "x"}}}]}, None)
+    odd.add({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, None)
     assert odd.body(None) is None
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(body=bodies(), cut=st.integers(0, 20), usage=st.booleans(), asked=st.booleans())
+def test_a_kept_stream_replays_its_own_chunks_and_a_cut_one_is_never_kept(body, cut, usage, asked):
+    """A stream kept whole is replayed chunk for chunk, the same bytes but for the id (the usage
+    chunk as the hit asks); any stream cut before its last finish is not kept at all."""
+    body = {**body, "id": "chatcmpl-orig"}
+    chunks = chunks_of(body, "chatcmpl-orig", usage=usage)
+    raws = [json.dumps(c) for c in chunks]
+    whole_one = Assembler(limit=10**6)
+    for chunk, raw in zip(chunks, raws, strict=True):
+        whole_one.add(chunk, raw)
+    kept = whole_one.kept(body.get("usage"))
+    assert kept is not None
+    again = streamed_again(json.loads(json.dumps(kept)), "chatcmpl-new", usage=asked)
+    told = [data for _, data in again]
+    expected = [r.replace('"chatcmpl-orig"', '"chatcmpl-new"') for r in raws]
+    if not asked:
+        expected = [r for r, c in zip(expected, chunks, strict=True) if c["choices"]]
+    elif not usage and "usage" in body:
+        assert json.loads(told[-1])["usage"] == body["usage"]  # asked now: made up at the end
+        told = told[:-1]
+    assert told == expected
+    assert all(chunk == json.loads(data) for chunk, data in again)
+    last_finish = max(
+        i for i, c in enumerate(chunks) if any(x.get("finish_reason") for x in c["choices"])
+    )
+    cut_at = min(cut, last_finish)
+    partial = Assembler(limit=10**6)
+    for chunk, raw in zip(chunks[:cut_at], raws[:cut_at], strict=True):
+        partial.add(chunk, raw)
+    cut_kept = partial.kept(body.get("usage"))
+    # cut before its last finish: not kept, or (a choice never begun) not the choices asked for
+    assert cut_kept is None or not whole(cut_kept["completion"], len(body["choices"]))

@@ -360,7 +360,7 @@ class Dispatcher:
         reply = await self._serve(record, complete_call)
         if plan.write:
             served = Served(reply.lane, reply.model, reply.provider, reply.route, reply.cost_usd)
-            cache.keep(job, key, reply.body, served)
+            cache.keep(job, key, {"completion": reply.body}, served)
         if plan.status is not None:
             cache.counted(plan.status)
         return attrs.evolve(reply, cache=plan.status)
@@ -368,7 +368,7 @@ class Dispatcher:
     def _hit(self, record: JobRecord, entry: Entry, cache: ResponseCache) -> Reply:
         """A cache hit as the job's reply: the entry's answer with a fresh id, who made it, route
         `cache`; audited with what it saved."""
-        body = replayed(json.loads(entry.body), f"chatcmpl-{record.id}")
+        body = replayed(json.loads(entry.body)["completion"], f"chatcmpl-{record.id}")
         usage = body.get("usage") if isinstance(body.get("usage"), Mapping) else None
         self._journal.finish(
             record,

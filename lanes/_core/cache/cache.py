@@ -21,6 +21,7 @@ from lanes._core.cache.rules import (
     OFF,
     CachePlan,
     cache_key,
+    choices_asked,
     plan,
     servable,
     storable_route,
@@ -128,12 +129,15 @@ class ResponseCache:
         self._counts["saved_tokens"] += tokens
         self._saved_usd += saved_usd
 
-    def keep(self, job: Job, key: str, body: Mapping[str, Any], served: Served) -> bool:
-        """Hand a whole answer to the writer; False when it is not kept (not whole, paid without
+    def keep(self, job: Job, key: str, kept: Mapping[str, Any], served: Served) -> bool:
+        """Hand a whole answer to the writer — `{"completion": …}`, and `"stream"` when it was
+        streamed (`Assembler.kept`); False when it is not kept (not whole, paid without
         `keep_paid`, over `max_entry_kb`, or the writer's queue full)."""
-        if not storable_route(served.route, keep_paid=self.config.keep_paid) or not whole(body):
+        if not storable_route(served.route, keep_paid=self.config.keep_paid):
             return False
-        raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(
+        if not whole(kept.get("completion"), choices_asked(job)):
+            return False
+        raw = json.dumps(kept, separators=(",", ":"), ensure_ascii=False).encode(
             "utf-8", "surrogatepass"
         )
         if len(raw) > self.config.max_entry_kb * 1024:

@@ -4,11 +4,10 @@ stream — which it never breaks: nothing is sent anywhere."""
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from typing import Any, Self
 
-from lanes._core.cache.rules import Status, chunks_of, tier_of
+from lanes._core.cache.rules import Status, streamed_again, tier_of
 from lanes._core.cache.store import Entry
 from lanes._core.model.job import Attempt, Candidate, Outcome, Route
 from lanes._core.upstream.client import Received
@@ -27,14 +26,16 @@ class CachedStream:
         usage: bool,
         age_s: float,
     ) -> None:
-        """`body` is the entry's parsed; `usage`: the request asked for the usage chunk."""
+        """`body` is what the entry keeps, parsed (`Assembler.kept`); `usage`: the request asked for
+        the usage chunk."""
         self._entry = entry
         self._request_id, self._deadline_at, self._age_s = request_id, deadline_at, age_s
         self._candidate = Candidate(lane=entry.lane, model=entry.model, tier=tier_of(entry.route))
-        chunks = chunks_of(body, f"chatcmpl-{request_id}", usage=usage)
-        self._chunks: deque[dict[str, Any]] = deque(chunks)
-        self._usage = body.get("usage")
-        self._finish = next((c.get("finish_reason") for c in body["choices"]), None)
+        chunks = streamed_again(body, f"chatcmpl-{request_id}", usage=usage)
+        self._chunks: deque[tuple[dict[str, Any], str]] = deque(chunks)
+        completion = body["completion"]
+        self._usage = completion.get("usage")
+        self._finish = next((c.get("finish_reason") for c in completion["choices"]), None)
         self._texts: list[str] = []
         self._tool_calls = False
         self._delivered = 0
@@ -138,14 +139,14 @@ class CachedStream:
         if not self._chunks:
             self._outcome = self._outcome or "ok"
             return None
-        chunk = self._chunks.popleft()
+        chunk, data = self._chunks.popleft()
         self._delivered += 1
-        for choice in chunk["choices"]:
-            delta = choice["delta"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {} if isinstance(choice, dict) else {}
             if isinstance(content := delta.get("content"), str):
                 self._texts.append(content)
             self._tool_calls = self._tool_calls or bool(delta.get("tool_calls"))
-        return chunk, json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
+        return chunk, data
 
     def close(self) -> None:
         if self._outcome is None:

@@ -16,6 +16,7 @@ stream and given back as one. Pure.
 from __future__ import annotations
 
 # lanes: pure
+import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -78,6 +79,12 @@ def plan(mode: CacheMode, job: Job, *, any_sampling: bool) -> CachePlan:
     return CachePlan(read=read, write=True, status="miss")
 
 
+def choices_asked(job: Job) -> int:
+    """How many choices `job` asks for (`n`; 1 unless a whole number says otherwise)."""
+    n = job.params.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
 def cache_key(job: Job) -> str:
     """The entry's key for `job` (see the module's doc). The messages' digest is the job's own
     (`fingerprint`, which the audit takes too): a large request is not encoded again for it."""
@@ -101,13 +108,16 @@ def tier_of(route: str) -> Tier:
     return {"local": "local", "byok": "byok", "paid_fallback": "paid"}.get(route, "free")  # type: ignore[return-value]
 
 
-def whole(body: Any) -> bool:
-    """Whether a chat completion is a whole success an entry can give back in any form: choices,
-    each with its `finish_reason` and a message of known fields; no `error`."""
+def whole(body: Any, choices_asked: int | None = None) -> bool:
+    """Whether a chat completion is a whole success an entry can give back in any form: choices
+    (as many as asked, when said), each with its `finish_reason` and a message of known fields;
+    no `error`."""
     if not isinstance(body, Mapping) or "error" in body:
         return False
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
+        return False
+    if choices_asked is not None and len(choices) != choices_asked:
         return False
     return all(_whole_choice(choice) for choice in choices)
 
@@ -144,12 +154,17 @@ class Assembler:
         self._size = 0
         self._head: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
+        self._raws: list[str] = []  # each chunk's `data`, as the caller was handed it
         self.failed = False
 
-    def add(self, chunk: Mapping[str, Any], size: int) -> None:
+    def add(self, chunk: Mapping[str, Any], raw: str | None) -> None:
+        """One chunk as the caller was handed it, with its `data` as the upstream sent it (None:
+        encoded here)."""
         if self.failed:
             return
-        self._size += size
+        data = raw if raw is not None else json.dumps(chunk, separators=(",", ":"))
+        self._raws.append(data)
+        self._size += len(data)
         if self._size > self._limit or not isinstance(chunk.get("choices", []), list):
             self.failed = True
             return
@@ -185,6 +200,12 @@ class Assembler:
         if usage is not None:
             body["usage"] = dict(usage)
         return body if whole(body) else None
+
+    def kept(self, usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """What an entry keeps of the stream: the chat completion it stands for, and its chunks as
+        handed over (a streamed hit replays them); None when it can not be given back whole."""
+        body = self.body(usage)
+        return None if body is None else {"completion": body, "stream": list(self._raws)}
 
 
 def _into(message: dict[str, Any], delta: Mapping[str, Any]) -> bool:
@@ -226,6 +247,32 @@ def _call_into(calls: list[dict[str, Any]], part: Any) -> bool:
 def replayed(body: Mapping[str, Any], response_id: str) -> dict[str, Any]:
     """An entry's chat completion as a hit answers it: the original's, with a fresh id."""
     return {**body, "id": response_id}
+
+
+def streamed_again(
+    kept: Mapping[str, Any], response_id: str, *, usage: bool
+) -> list[tuple[dict[str, Any], str]]:
+    """An entry as a streamed hit hands it over, each chunk with its `data`: a stream's own chunks
+    when it was kept from one (their id the hit's; the usage chunk as this request asks), else
+    the chat completion as chunks (`chunks_of`)."""
+    body, stream = kept["completion"], kept.get("stream")
+    if not isinstance(stream, list):
+        chunks = chunks_of(body, response_id, usage=usage)
+        return [(c, json.dumps(c, separators=(",", ":"), ensure_ascii=False)) for c in chunks]
+    old = json.dumps(body.get("id", ""))
+    out, told = [], False
+    for data in stream:
+        data = data.replace(old, json.dumps(response_id), 1) if old != '""' else data
+        chunk = json.loads(data)
+        if not chunk.get("choices") and "usage" in chunk:
+            told = True
+            if not usage:
+                continue
+        out.append((chunk, data))
+    if usage and not told and isinstance(body.get("usage"), Mapping):
+        extra = chunks_of(body, response_id, usage=True)[-1]
+        out.append((extra, json.dumps(extra, separators=(",", ":"), ensure_ascii=False)))
+    return out
 
 
 def chunks_of(body: Mapping[str, Any], response_id: str, *, usage: bool) -> list[dict[str, Any]]:

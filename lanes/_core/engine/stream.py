@@ -134,10 +134,11 @@ class ReplyStream:
         self._cache, self._kept = status, assembler
 
     def kept_answer(self) -> dict[str, Any] | None:
-        """The whole answer put together for the cache: None unless it ended well and whole."""
+        """The whole answer put together for the cache (`Assembler.kept`): None unless it ended
+        well and whole."""
         if self._kept is None or self._outcome != "ok":
             return None
-        return self._kept.body(self._reader.usage)
+        return self._kept.kept(self._reader.usage)
 
     @property
     def delivered_text(self) -> str:
@@ -252,7 +253,7 @@ class ReplyStream:
         received = self._buffered.popleft()
         self._note(received[0])
         if self._kept is not None:
-            self._kept.add(received[0], len(received[1]) if received[1] is not None else 256)
+            self._kept.add(received[0], received[1])
         return received
 
     def _keep(self, received: Iterable[Received]) -> None:
