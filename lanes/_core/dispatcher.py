@@ -360,7 +360,7 @@ class Dispatcher:
         reply = await self._serve(record, complete_call)
         if plan.write:
             served = Served(reply.lane, reply.model, reply.provider, reply.route, reply.cost_usd)
-            cache.keep(job, key, {"completion": reply.body}, served)
+            cache.keep(job, key, {"completion": reply.body}, served, reply.raw)
         if plan.status is not None:
             cache.counted(plan.status)
         return attrs.evolve(reply, cache=plan.status)

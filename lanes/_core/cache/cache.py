@@ -36,6 +36,9 @@ log = logging.getLogger("lanes")
 
 #: Answers waiting for the writer, at most, in bytes: beyond, an answer is not kept.
 MAX_PENDING_BYTES = 64 * 1024 * 1024
+#: How long the writer gathers answers before it writes them, in one transaction: a miss then
+#: costs a share of one write, not a write (this process reads them meanwhile, `_waiting`).
+GROUP_S = 0.05
 
 
 @attrs.frozen
@@ -129,17 +132,22 @@ class ResponseCache:
         self._counts["saved_tokens"] += tokens
         self._saved_usd += saved_usd
 
-    def keep(self, job: Job, key: str, kept: Mapping[str, Any], served: Served) -> bool:
+    def keep(
+        self, job: Job, key: str, kept: Mapping[str, Any], served: Served, raw: bytes = b""
+    ) -> bool:
         """Hand a whole answer to the writer — `{"completion": …}`, and `"stream"` when it was
         streamed (`Assembler.kept`); False when it is not kept (not whole, paid without
-        `keep_paid`, over `max_entry_kb`, or the writer's queue full)."""
+        `keep_paid`, over `max_entry_kb`, or the writer's queue full). `raw`: the completion's
+        bytes as the upstream sent them (kept as they are, not encoded again)."""
         if not storable_route(served.route, keep_paid=self.config.keep_paid):
             return False
         if not whole(kept.get("completion"), choices_asked(job)):
             return False
-        raw = json.dumps(kept, separators=(",", ":"), ensure_ascii=False).encode(
-            "utf-8", "surrogatepass"
-        )
+        if raw and set(kept) == {"completion"}:
+            raw = b'{"completion":' + raw + b"}"
+        else:
+            text = json.dumps(kept, separators=(",", ":"), ensure_ascii=False)
+            raw = text.encode("utf-8", "surrogatepass")
         if len(raw) > self.config.max_entry_kb * 1024:
             return False
         made_at = self._now_wall()
@@ -164,6 +172,7 @@ class ResponseCache:
         """The writer: store each answer handed over, evicting the oldest over `max_mb`."""
         max_bytes = int(self.config.max_mb * 1_000_000)
         async for entry in self._receive:
+            await trio.sleep(GROUP_S)  # what comes meanwhile is written with it, in one go
             batch = [entry, *self._ready()]
             fresh = [e for e in batch if not self._cleared_since(e)]
             try:

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -28,6 +28,24 @@ CREATE INDEX IF NOT EXISTS idx_cache_made ON cache_entry (made_at);
 CREATE INDEX IF NOT EXISTS idx_cache_client ON cache_entry (client);
 CREATE TABLE IF NOT EXISTS cache_total (one INTEGER PRIMARY KEY CHECK (one = 1), bytes INTEGER);
 """
+#: What keeps `cache_total` the stored bytes, one statement each (a trigger holds a `;`, which the
+#: schema's splitter would cut at).
+TRIGGERS = (
+    "INSERT OR IGNORE INTO cache_total VALUES (1, 0)",
+    "CREATE TRIGGER IF NOT EXISTS cache_added AFTER INSERT ON cache_entry BEGIN "
+    "UPDATE cache_total SET bytes = bytes + NEW.size; END",
+    "CREATE TRIGGER IF NOT EXISTS cache_replaced AFTER UPDATE OF size ON cache_entry BEGIN "
+    "UPDATE cache_total SET bytes = bytes + NEW.size - OLD.size; END",
+    "CREATE TRIGGER IF NOT EXISTS cache_gone AFTER DELETE ON cache_entry BEGIN "
+    "UPDATE cache_total SET bytes = bytes - OLD.size; END",
+)
+#: One entry written, or written over (the triggers keep `cache_total`).
+_UPSERT = (
+    "INSERT INTO cache_entry VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
+    "SET client = excluded.client, made_at = excluded.made_at, size = excluded.size, "
+    "lane = excluded.lane, model = excluded.model, provider = excluded.provider, "
+    "route = excluded.route, cost_usd = excluded.cost_usd, body = excluded.body"
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -80,12 +98,30 @@ def _private(path: str) -> None:
             mine.chmod(0o600)
 
 
+def _row(entry: Entry) -> tuple[Any, ...]:
+    return (
+        entry.key,
+        entry.client,
+        entry.made_at,
+        entry.size,
+        entry.lane,
+        entry.model,
+        entry.provider,
+        entry.route,
+        entry.cost_usd,
+        entry.body,
+    )
+
+
 class SQLiteEntries:
     def __init__(self, path: str) -> None:
         self.where = path
         _private(path)
         self._conn = connect(path, SCHEMA)
         self._lock = threading.Lock()
+        with self._lock, immediate(self._conn) as conn:
+            for statement in TRIGGERS:
+                conn.execute(statement)
 
     def get(self, key: str, now: float, ttl_s: float) -> Entry | None:
         with self._lock:
@@ -112,46 +148,16 @@ class SQLiteEntries:
     def put(self, entries: list[Entry], max_bytes: int, ttl_s: float) -> None:
         """(`ttl_s`: a row past it is never read, and goes with the oldest.)"""
         with self._lock, immediate(self._conn) as conn:
-            total = 0
-            for entry in entries:
-                total = self._put_one(conn, entry)
-            while total > max_bytes:
-                oldest = conn.execute(
-                    "SELECT key, size FROM cache_entry ORDER BY made_at LIMIT 1"
-                ).fetchone()
-                if oldest is None:
+            conn.executemany(_UPSERT, [_row(entry) for entry in entries])
+            while self._total(conn) > max_bytes:
+                oldest = conn.execute("SELECT key FROM cache_entry ORDER BY made_at LIMIT 1")
+                row = oldest.fetchone()
+                if row is None:
                     break
-                conn.execute("DELETE FROM cache_entry WHERE key = ?", (oldest[0],))
-                total = self._add(conn, -oldest[1])
-
-    def _put_one(self, conn: sqlite3.Connection, entry: Entry) -> int:
-        """Write one entry; the stored bytes after it."""
-        old = conn.execute("SELECT size FROM cache_entry WHERE key = ?", (entry.key,))
-        before = (old.fetchone() or (0,))[0]
-        conn.execute(
-            "INSERT OR REPLACE INTO cache_entry VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                entry.key,
-                entry.client,
-                entry.made_at,
-                entry.size,
-                entry.lane,
-                entry.model,
-                entry.provider,
-                entry.route,
-                entry.cost_usd,
-                entry.body,
-            ),
-        )
-        return self._add(conn, entry.size - before)
+                conn.execute("DELETE FROM cache_entry WHERE key = ?", row)
 
     @staticmethod
-    def _add(conn: sqlite3.Connection, change: int) -> int:
-        conn.execute(
-            "INSERT INTO cache_total VALUES (1, ?) ON CONFLICT (one) DO UPDATE SET "
-            "bytes = MAX(0, bytes + excluded.bytes)",
-            (change,),
-        )
+    def _total(conn: sqlite3.Connection) -> int:
         total: int = conn.execute("SELECT bytes FROM cache_total").fetchone()[0]
         return total
 
@@ -159,15 +165,13 @@ class SQLiteEntries:
         with self._lock, immediate(self._conn) as conn:
             where, args = ("WHERE client = ?", (client,)) if client is not None else ("", ())
             gone = conn.execute(f"DELETE FROM cache_entry {where}", args).rowcount
-            left = conn.execute("SELECT COALESCE(SUM(size), 0) FROM cache_entry").fetchone()[0]
-            conn.execute("INSERT OR REPLACE INTO cache_total VALUES (1, ?)", (left,))
         return int(gone)
 
     def sizes(self) -> tuple[int, int]:
         with self._lock:
             count = self._conn.execute("SELECT COUNT(*) FROM cache_entry").fetchone()[0]
-            total = self._conn.execute("SELECT bytes FROM cache_total").fetchone()
-        return int(count), int(total[0]) if total else 0
+            total = self._total(self._conn)
+        return int(count), total
 
     def close(self) -> None:
         with self._lock:
