@@ -12,6 +12,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
+import trio
 
 from lanes.testing import raw, status, stream_cut
 from sidecar import open_sidecar
@@ -212,7 +213,11 @@ async def test_a_hit_is_audited_as_route_cache_with_what_it_saved(tmp_path):
         await chat(url, asked())
         hit = await chat(url, asked())
         async with httpx2.AsyncClient(trust_env=False) as http:
-            await http.get(f"{url[:-3]}/metrics")  # a sync writes the audit
+            for _ in range(200):  # the sync writes the audit within a second
+                report = (await http.get(f"{url}/report")).json()["total"]
+                if report["jobs"] >= 2:
+                    break
+                await trio.sleep(0.05)
     request_id = hit.headers["x-lanes-request-id"]
     with sqlite3.connect(state) as db:
         row = db.execute(
@@ -222,6 +227,7 @@ async def test_a_hit_is_audited_as_route_cache_with_what_it_saved(tmp_path):
     route, outcome, lane, tokens, attempts = row
     assert (route, outcome, lane, attempts) == ("cache", "ok", "local", 0)
     assert tokens == hit.json()["usage"]["total_tokens"]
+    assert report["cache_hits"] == 1 and report["cache_saved_tokens"] == tokens
     assert (tmp_path / "state.db.cache").stat().st_mode & 0o077 == 0  # its owner's alone
 
 
