@@ -143,7 +143,7 @@ def section(result: dict[str, Any] | None) -> list[str]:
         f"`python -m bench.cache` on {result['date']}: a day of {result['requests']:,} "
         f"deterministic requests, {result['repeat']:.0%} of them asking again something asked "
         f"earlier ({result['distinct']:,} distinct), through `lanes serve` with and without "
-        "`[cache] mode = \"on\"`; then, one at a time and in turn, requests without a cache, "
+        '`[cache] mode = "on"`; then, one at a time and in turn, requests without a cache, '
         "misses and hits. Wall time per request includes the client; CPU is the sidecar's own "
         "(from /proc).",
         "",
