@@ -157,7 +157,7 @@ def response_of(
         parts.append({"text": thinking, "thought": True})
     if text := text_of(message.get("content")) or text_of(message.get("refusal")):
         parts.append({"text": text})
-    for k, (call_id, name, arguments) in enumerate(tool_calls_of(message)):
+    for k, (call_id, name, arguments, _) in enumerate(tool_calls_of(message)):
         parts.append(_call(call_id or f"call_{response_id}_{k}", name, arguments))
     return response(
         parts,
@@ -190,7 +190,7 @@ class ResponseChunks:
             elif kind == "thinking" and self._thoughts:
                 parts.append({"text": value, "thought": True})
             elif kind == "tool":
-                index, call_id, name, arguments = value
+                index, call_id, name, arguments, _ = value
                 call = self._calls.setdefault(index, ["", "", ""])
                 call[0], call[1] = call[0] or call_id or "", call[1] or name or ""
                 call[2] += arguments
