@@ -16,6 +16,8 @@ import httpx2
 import openai
 import pytest
 import trio
+from google import genai
+from google.genai import types
 
 import lanes
 from helpers import config, free_lane
@@ -468,8 +470,8 @@ async def test_a_tool_call_answer_that_says_stop_is_tool_use_on_the_messages_api
 #: Gemini 3 signs each tool call (`extra_content.google.thought_signature`) and refuses the next
 #: request when the signature is not sent back on that call (its thought-signatures
 #: documentation; THU-MAIC/OpenMAIC#1556). Chat clients keep and resend it; a Messages or a
-#: Responses client can only send back the id lanes gave it. A signature of a few KB, in standard
-#: base64 (`+`, `/`, `=`).
+#: Responses client can only send back the id lanes gave it, and a Gemini API client sends it as
+#: the part's `thoughtSignature`. A signature of a few KB, in standard base64 (`+`, `/`, `=`).
 SIGNATURE = base64.b64encode(hashlib.shake_256(b"lanes").digest(2045)).decode()
 SIGNED_CALL = _call(
     "function-call-1", "a.txt", extra_content={"google": {"thought_signature": SIGNATURE}}
@@ -570,3 +572,48 @@ async def test_a_tool_calls_thought_signature_goes_back_upstream_from_the_respon
         ]
         await client(url).responses.create(model="auto", input=turn, tools=tools)
     assert sent_back(fakes) == (SIGNED_CALL, ["function-call-1"])
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_a_tool_calls_thought_signature_goes_back_upstream_from_the_gemini_api(streamed):
+    """A Gemini API client (google-genai) gets Gemini's signature as the functionCall part's
+    thoughtSignature, and sending that part back makes lanes send the call upstream with the
+    signature exactly as Gemini gave it (the SDK sends the bytes back URL-safe)."""
+    async with open_sidecar(GEMINI_LANE) as (url, fakes):
+        fakes["gemini"].script("corpus-model", replay(SIGNED[streamed]), replay(DONE))
+        sdk: Any = genai.Client(
+            api_key="unused",
+            http_options=types.HttpOptions(
+                base_url=url[:-3],
+                api_version="v1beta",
+                retry_options=types.HttpRetryOptions(attempts=1),
+            ),
+        )
+        read = types.FunctionDeclaration(name="read", parameters_json_schema={"type": "object"})
+        config = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[read])])
+
+        def first_turn() -> Any:
+            asked: Any = {"model": "auto", "contents": "read a.txt", "config": config}
+            if not streamed:
+                return sdk.models.generate_content(**asked).candidates[0].content
+            pieces = sdk.models.generate_content_stream(**asked)
+            parts = [p for piece in pieces for p in piece.candidates[0].content.parts]
+            return types.Content(role="model", parts=parts)
+
+        said = await trio.to_thread.run_sync(first_turn)
+        [part] = said.parts
+        answer: Any = types.Part.from_function_response(name="read", response={"output": "hello"})
+        answer.function_response.id = part.function_call.id
+        turn = [
+            types.Content(role="user", parts=[types.Part(text="read a.txt")]),
+            said,
+            types.Content(role="user", parts=[answer]),
+        ]
+        await trio.to_thread.run_sync(
+            lambda: sdk.models.generate_content(model="auto", contents=turn, config=config)
+        )
+    assert part.thought_signature == base64.b64decode(SIGNATURE)
+    assert part.function_call.id == "function-call-1"
+    call, answered = sent_back(fakes)
+    assert call["extra_content"] == SIGNED_CALL["extra_content"]
+    assert answered == [call["id"]] == ["function-call-1"]
