@@ -12,6 +12,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
+import redis
 import trio
 
 from lanes.testing import raw, status, stream_cut
@@ -306,3 +307,28 @@ async def test_a_streamed_hit_is_the_streamed_answer_byte_for_byte_but_its_ids()
     assert said[1].headers["x-lanes-cache"] == "hit"
     message_ids = [r.headers["request-id"] for r in said]
     assert data_lines(said[0].text, *message_ids) == data_lines(said[1].text, *message_ids)
+
+
+async def test_two_sidecars_on_one_redis_share_the_cache_and_a_redis_gone_is_a_miss(redis_server):
+    """Hosts of one deployment share entries through Redis; with Redis stopped, a request is
+    answered fresh (a miss), never failed by the cache."""
+    shared = {"cache": ON, "state": redis_server.url, "state_namespace": "prod"}
+    async with (
+        open_sidecar(LOCAL, **shared) as (one, fakes_one),
+        open_sidecar(LOCAL, **shared) as (two, fakes_two),
+    ):
+        first = await chat(one, asked())
+        kept = redis.Redis.from_url(redis_server.url)
+        for _ in range(200):  # written within the writer's gathering window
+            if kept.zcard("lanes:{prod}:cache:order"):
+                break
+            await trio.sleep(0.05)
+        kept.close()
+        again = await chat(two, asked())
+        assert again.headers["x-lanes-cache"] == "hit"
+        assert fakes_two["local"].requests() == []  # the other host's answer
+        redis_server.stop()
+        fresh = await chat(two, asked(messages=[{"role": "user", "content": "other"}]))
+    assert first.headers["x-lanes-cache"] == "miss"
+    assert without_ids(again.json()) == without_ids(first.json())
+    assert fresh.status_code == 200 and fresh.headers["x-lanes-cache"] == "miss"
