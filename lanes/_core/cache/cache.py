@@ -151,7 +151,17 @@ class ResponseCache:
         if len(raw) > self.config.max_entry_kb * 1024:
             return False
         made_at = self._now_wall()
-        entry = Entry(key=key, client=job.client, made_at=made_at, body=raw, **attrs.asdict(served))
+        entry = Entry(
+            key=key,
+            client=job.client,
+            made_at=made_at,
+            body=raw,
+            lane=served.lane,
+            model=served.model,
+            provider=served.provider,
+            route=served.route,
+            cost_usd=served.cost_usd,
+        )
         if self._pending + len(raw) > MAX_PENDING_BYTES:
             self._counts["dropped"] += 1
             self._health.dropped("cache writes")
