@@ -9,8 +9,9 @@ stream and given back as one. Pure.
 - **Cacheable**: a chat request (never an embedding) with privacy `any`, that asks for determinism
   (`temperature` 0 or a `seed`), or that opts in (`X-Lanes-Cache: on`), or any with
   `[cache] any_sampling`.
-- **Storable**: a whole success — every choice has its `finish_reason`, no `error` in the body,
-  nothing in a message the replay could not give back; a paid answer only with `keep_paid`.
+- **Storable**: a whole success — every choice has its `finish_reason` (not `error`), no `error`
+  in the body or a choice, nothing in a message the replay could not give back; a paid answer
+  only with `keep_paid`.
 """
 
 from __future__ import annotations
@@ -126,7 +127,9 @@ def _whole_choice(choice: Any) -> bool:
     if not isinstance(choice, Mapping) or not isinstance(choice.get("index", 0), int):
         return False
     reason, message = choice.get("finish_reason"), choice.get("message")
-    if not isinstance(reason, str) or not reason or not isinstance(message, Mapping):
+    if not _finished(reason) or choice.get("error") is not None:
+        return False
+    if not isinstance(message, Mapping):
         return False
     if choice.get("logprobs") not in (None, {}):
         return False  # a stream's replay does not carry them
@@ -136,6 +139,12 @@ def _whole_choice(choice: Any) -> bool:
     if calls in (None, []):
         return True
     return isinstance(calls, list) and all(_whole_call(call) for call in calls)
+
+
+def _finished(reason: Any) -> bool:
+    """A finish reason of a whole answer: OpenRouter's `error` says the answer broke (its error
+    beside it, in the choice, inside a 200)."""
+    return isinstance(reason, str) and bool(reason) and reason != "error"
 
 
 def _whole_call(call: Any) -> bool:
@@ -179,7 +188,7 @@ class Assembler:
     def _choice(self, choice: Any) -> bool:
         if not isinstance(choice, Mapping) or not isinstance(choice.get("index", 0), int):
             return False
-        if choice.get("logprobs") not in (None, {}):
+        if choice.get("logprobs") not in (None, {}) or choice.get("error") is not None:
             return False
         index = choice.get("index", 0)
         kept = self._choices.setdefault(index, {"index": index, "message": {"role": "assistant"}})

@@ -1,0 +1,86 @@
+"""The response cache under a hostile review: what a hostile client, a broken upstream or an
+operator could make it do that it must not — each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+
+from lanes.testing import raw
+from sidecar import open_sidecar
+
+LOCAL = ("local", "local", ["local-model"])
+ASK: Any = [{"role": "user", "content": "Say hi"}]
+ON = {"mode": "on"}
+
+
+async def chat(url: str, body: dict[str, Any], **headers: str) -> httpx2.Response:
+    async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+        return await http.post(f"{url}/chat/completions", json=body, headers=headers)
+
+
+def asked(**more: Any) -> dict[str, Any]:
+    return {"model": "auto", "messages": ASK, "temperature": 0, **more}
+
+
+async def test_a_200_whose_choice_says_error_is_never_stored():
+    """OpenRouter's way of failing inside a 200: the choice's `finish_reason` is `error`, with the
+    error beside it — an answer to pass on, never one to serve again for a day."""
+    failed = {
+        "id": "gen-1",
+        "object": "chat.completion",
+        "model": "local-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "The quick"},
+                "finish_reason": "error",
+                "error": {"code": 502, "message": "Provider disconnected"},
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+    async with open_sidecar(LOCAL, cache=ON) as (url, fakes):
+        fakes["local"].script("local-model", raw(200, json.dumps(failed).encode()))
+        await chat(url, asked())
+        fakes["local"].script("local-model")
+        again = await chat(url, asked())
+        assert len(fakes["local"].requests()) == 2
+    assert again.headers["x-lanes-cache"] == "miss"
+    assert again.json()["choices"][0]["finish_reason"] == "stop"
+
+
+def _sse(*chunks: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (
+        b"data: [DONE]\n\n"
+    )
+
+
+async def test_a_stream_whose_choice_ends_in_error_is_never_stored():
+    """The same inside a stream: the last chunk's choice ends with `error` (and says it), no
+    top-level error — the reader passes it on as a finish, the cache must not keep it."""
+    head = {"id": "gen-1", "object": "chat.completion.chunk", "model": "local-model"}
+    body = _sse(
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "The"}}]},
+        {
+            **head,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": ""},
+                    "finish_reason": "error",
+                    "error": {"code": 502, "message": "Provider disconnected"},
+                }
+            ],
+        },
+    )
+    streamed = raw(200, body, headers={"content-type": "text/event-stream"})
+    async with open_sidecar(LOCAL, cache=ON) as (url, fakes):
+        fakes["local"].script("local-model", streamed)
+        await chat(url, asked(stream=True))
+        fakes["local"].script("local-model")
+        again = await chat(url, asked())
+        assert len(fakes["local"].requests()) == 2
+    assert again.headers["x-lanes-cache"] == "miss"
