@@ -84,3 +84,16 @@ async def test_a_stream_whose_choice_ends_in_error_is_never_stored():
         again = await chat(url, asked())
         assert len(fakes["local"].requests()) == 2
     assert again.headers["x-lanes-cache"] == "miss"
+
+
+async def test_the_sections_off_keeps_the_cache_off_for_a_client_that_says_on():
+    """`[cache] mode = "off"` is the operator's word for every client (the config reference says
+    so): a client's own `cache = "on"` must not turn storing answers back on for it."""
+    server = {"clients": {"a": {"key_env": "KEY_A", "cache": "on"}}}
+    env = {"KEY_A": "client-a-key-0123456789"}
+    a = {"Authorization": f"Bearer {env['KEY_A']}"}
+    async with open_sidecar(LOCAL, cache={"mode": "off"}, server=server, env=env) as (url, fakes):
+        first = await chat(url, asked(), **a)
+        second = await chat(url, asked(), **a)
+        assert len(fakes["local"].requests()) == 2
+    assert "x-lanes-cache" not in first.headers and "x-lanes-cache" not in second.headers

@@ -194,10 +194,10 @@ def state_of(config: Config | None) -> tuple[str, str]:
 
 
 def open_entries(config: Config) -> Entries | None:
-    """The response cache's entries, when `[cache]` or a client's `cache` turns it on: in the
-    Redis state store (every host's), else in a SQLite file beside the state; None when off."""
-    modes = [config.cache.mode, *(c.cache for c in config.server.clients.values())]
-    if all(mode in (None, "off") for mode in modes):
+    """The response cache's entries, when `[cache]` turns it on: in the Redis state store (every
+    host's), else in a SQLite file beside the state; None when off (the section's `off` is every
+    client's, whatever a client's own `cache` says)."""
+    if config.cache.mode == "off":
         return None
     if config.shared_state:
         from lanes._core.cache.redis_entries import RedisEntries  # imported only when configured

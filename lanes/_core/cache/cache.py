@@ -96,7 +96,10 @@ class ResponseCache:
         self._saved_usd = 0.0
 
     def mode(self, client: str) -> CacheMode:
-        """The cache's mode for `client`: its own entry's, else the section's."""
+        """The cache's mode for `client`: its own entry's, else the section's — and off for every
+        client while the section's is off."""
+        if self.config.mode == "off":
+            return "off"
         return self._modes.get(client, self.config.mode)
 
     def plan(self, job: Job) -> CachePlan:
