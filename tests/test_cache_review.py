@@ -97,3 +97,22 @@ async def test_the_sections_off_keeps_the_cache_off_for_a_client_that_says_on():
         second = await chat(url, asked(), **a)
         assert len(fakes["local"].requests()) == 2
     assert "x-lanes-cache" not in first.headers and "x-lanes-cache" not in second.headers
+
+
+async def test_an_answer_made_with_a_clients_own_provider_key_needs_that_key():
+    """An answer a request's own provider key (`X-Lanes-Key-<lane>`) paid for, from a model that
+    key may reach, is that key's: the same client key without it (or with another) does not get
+    it from the cache — the provider key is used "for that job only" — while the same key does."""
+    own = ("own", "free", ["own-model"], {"byok": True})
+    mine, theirs = "sk-own-key-0123456789abcdef", "sk-other-key-0123456789abcd"
+    async with open_sidecar(own, cache=ON) as (url, fakes):
+        made = await chat(url, asked(), **{"X-Lanes-Key-own": mine})
+        keyless = await chat(url, asked())
+        other = await chat(url, asked(), **{"X-Lanes-Key-own": theirs})
+        again = await chat(url, asked(), **{"X-Lanes-Key-own": mine})
+        sent = len(fakes["own"].requests())
+    assert made.headers["x-lanes-route"] == "byok"
+    assert keyless.status_code != 200  # no lane it may use: not the other key's answer
+    assert other.headers["x-lanes-cache"] == "miss"
+    assert again.headers["x-lanes-cache"] == "hit"
+    assert sent == 2
