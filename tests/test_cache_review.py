@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 import httpx2
+import pytest
 
+from lanes._core.cache.store import SQLiteEntries
 from lanes.testing import raw
 from sidecar import open_sidecar
 
@@ -116,3 +118,97 @@ async def test_an_answer_made_with_a_clients_own_provider_key_needs_that_key():
     assert other.headers["x-lanes-cache"] == "miss"
     assert again.headers["x-lanes-cache"] == "hit"
     assert sent == 2
+
+
+def _entry(key: str, client: str = "a", made_at: float = 1000.0) -> Any:
+    from lanes._core.cache.store import Entry
+
+    body = b'{"completion":{}}'.ljust(100, b" ")
+    return Entry(
+        key=key,
+        client=client,
+        made_at=made_at,
+        body=body,
+        lane="local",
+        model="m",
+        provider="llamacpp",
+        route="local",
+    )
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def entries(request, tmp_path):
+    store: Any
+    if request.param == "sqlite":
+        store = SQLiteEntries(str(tmp_path / "state.db.cache"))
+    else:
+        from lanes._core.cache.redis_entries import RedisEntries
+
+        server = request.getfixturevalue("redis_server")
+        store = RedisEntries(server.url, namespace="t1")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def test_entries_past_their_ttl_are_deleted_a_few_at_a_time(entries):
+    """The security page says an entry goes after `ttl_s`: a SQLite file kept every answer past it
+    until the cap evicted it (for ever, on a quiet cache), and Redis kept its bookkeeping (the
+    client's keys, the total) after Redis expired the answer. `expire` deletes those made before a
+    moment, at most `limit` a call (no store is held long), with what is kept beside them."""
+    for n in range(5):
+        entries.put([_entry(f"k{n}", made_at=1000.0 + n)], 10_000, 3600.0)
+    entries.put([_entry("b1", client="b", made_at=2000.0)], 10_000, 3600.0)
+    assert entries.expire(1003.0, 3) == 3  # k0, k1, k2: the oldest first
+    assert entries.expire(1003.0, 3) == 1  # k3
+    assert entries.expire(1003.0, 3) == 0
+    assert entries.sizes() == (2, 200)
+    assert entries.get("k4", 1004.0, 3600.0) is not None
+    assert entries.clear("a") == 1  # k4 alone is left of a's
+    assert entries.sizes() == (1, 100)
+
+
+def test_an_entry_redis_expired_leaves_nothing_behind_when_it_is_evicted(redis_server):
+    """Redis expires an entry's answer on its own; when its turn to be evicted comes, its client's
+    set of keys must lose it too (it kept every key ever made for the client, growing for ever)."""
+    import time
+
+    from lanes._core.cache.redis_entries import RedisEntries
+
+    store = RedisEntries(redis_server.url, namespace="t2")
+    try:
+        store.put([_entry("old", made_at=1000.0)], 10_000, 0.05)  # Redis drops it in 50 ms
+        time.sleep(0.2)  # wall-clock: Redis's own expiry
+        store.put([_entry("new", made_at=1001.0)], 150, 3600.0)  # over the cap: "old" goes
+        members = store._r.smembers("lanes:{t2}:cache:c:a")
+    finally:
+        store.close()
+    assert members == {b"new"}
+
+
+async def test_the_sweeper_deletes_a_days_answers_past_their_ttl_in_turns(tmp_path):
+    """`expired()` (the sweeper's round): every entry made more than `ttl_s` ago goes, in turns of
+    `SWEEP_BATCH`, and a younger one stays."""
+    from lanes._core.cache import cache as response_cache
+    from lanes._core.config.schema import CacheConfig
+    from lanes._core.runtime.tasks import Background
+
+    now = [1000.0]
+    store = SQLiteEntries(str(tmp_path / "state.db.cache"))
+    cache = response_cache.ResponseCache(
+        CacheConfig(mode="on", ttl_s=60.0),
+        {},
+        store,
+        now_wall=lambda: now[0],
+        health=Background().task("cache"),
+        inline_reads=True,
+    )
+    old = [_entry(f"k{n}", made_at=900.0 + n / 1000) for n in range(response_cache.SWEEP_BATCH + 5)]
+    store.put([*old, _entry("young", made_at=990.0)], 10**9, 60.0)
+    try:
+        assert await cache.expired() == response_cache.SWEEP_BATCH + 5
+        assert store.sizes() == (1, 100)
+        assert store.get("young", 1000.0, 60.0) is not None
+    finally:
+        store.close()

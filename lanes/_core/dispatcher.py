@@ -215,6 +215,7 @@ class Dispatcher:
                 nursery.start_soon(upkeep.poll_balance, self._manager, self._wall, lane, task)
         if self.cache is not None:
             nursery.start_soon(self.cache.run)
+            nursery.start_soon(self.cache.sweep)
         if self.config.audit_days:
             nursery.start_soon(upkeep.keep_audit, self.store, self.clock, self.config.audit_days)
 

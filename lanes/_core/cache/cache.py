@@ -2,8 +2,9 @@
 
 A read is made before a job walks (inline for SQLite, in a worker thread for Redis); an answer to
 keep is handed to a writer task through a queue bounded in bytes, so a miss waits for no write —
-beyond the bound, an answer is not kept (counted as dropped). A store that fails is a miss, never
-an error: the job is served as if the cache were off, and the writer's health says why.
+beyond the bound, an answer is not kept (counted as dropped). A sweeper deletes the entries past
+their TTL, a few at a time. A store that fails is a miss, never an error: the job is served as if
+the cache were off, and the writer's health says why.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ MAX_PENDING_BYTES = 64 * 1024 * 1024
 #: How long the writer gathers answers before it writes them, in one transaction: a miss then
 #: costs a share of one write, not a write (this process reads them meanwhile, `_waiting`).
 GROUP_S = 0.05
+#: How often the entries past their TTL are deleted, seconds; and how many at most in one go (no
+#: store is held long: a day's answers expiring at once go in turns).
+SWEEP_S = 60.0
+SWEEP_BATCH = 256
 
 
 @attrs.frozen
@@ -201,6 +206,26 @@ class ResponseCache:
                 self._health.ok()
             finally:
                 self._written(batch)
+
+    async def sweep(self) -> None:
+        """The sweeper: every `SWEEP_S`, delete the entries past their TTL (`expired`)."""
+        while True:
+            await trio.sleep(SWEEP_S)
+            await self.expired()
+
+    async def expired(self) -> int:
+        """Delete the entries made more than `ttl_s` ago, `SWEEP_BATCH` at a time in a worker
+        thread; how many went (a store that fails: said, and tried again next sweep)."""
+        before, gone = self._now_wall() - self.config.ttl_s, 0
+        while True:
+            try:
+                went = await trio.to_thread.run_sync(self.entries.expire, before, SWEEP_BATCH)
+            except Exception as exc:  # the store's own errors
+                self._health.failed(exc, "expire")
+                return gone
+            gone += went
+            if went < SWEEP_BATCH:
+                return gone
 
     def _ready(self) -> list[Entry]:
         """The answers handed over meanwhile: written with the first, in one go."""

@@ -70,13 +70,16 @@ class Entry:
 class Entries(Protocol):
     """The entries' store. `get` returns an entry younger than `ttl_s` (else None); `put` stores
     some (in one transaction where the store has them) and evicts the oldest while the stored
-    bytes are over `max_bytes` (an entry older than `ttl_s` is never served); `clear` deletes a
-    client's entries (every one for None) and says how many; `sizes` is (entries, bytes)."""
+    bytes are over `max_bytes` (an entry older than `ttl_s` is never served); `expire` deletes at
+    most `limit` of those made at or before `before`, the oldest first, and says how many; `clear`
+    deletes a client's entries (every one for None) and says how many; `sizes` is (entries,
+    bytes)."""
 
     where: str
 
     def get(self, key: str, now: float, ttl_s: float) -> Entry | None: ...
     def put(self, entries: list[Entry], max_bytes: int, ttl_s: float) -> None: ...
+    def expire(self, before: float, limit: int) -> int: ...
     def clear(self, client: str | None) -> int: ...
     def sizes(self) -> tuple[int, int]: ...
     def close(self) -> None: ...
@@ -160,6 +163,15 @@ class SQLiteEntries:
     def _total(conn: sqlite3.Connection) -> int:
         total: int = conn.execute("SELECT bytes FROM cache_total").fetchone()[0]
         return total
+
+    def expire(self, before: float, limit: int) -> int:
+        with self._lock, immediate(self._conn) as conn:
+            gone = conn.execute(
+                "DELETE FROM cache_entry WHERE key IN (SELECT key FROM cache_entry "
+                "WHERE made_at <= ? ORDER BY made_at LIMIT ?)",
+                (before, limit),
+            ).rowcount
+        return int(gone)
 
     def clear(self, client: str | None) -> int:
         with self._lock, immediate(self._conn) as conn:
