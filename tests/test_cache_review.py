@@ -212,3 +212,16 @@ async def test_the_sweeper_deletes_a_days_answers_past_their_ttl_in_turns(tmp_pa
         assert store.get("young", 1000.0, 60.0) is not None
     finally:
         store.close()
+
+
+def test_cache_control_is_read_whole():
+    """A `no-store` after 256 characters of other directives is still the client's word (the
+    value was cut at 256 before reading it: its answer was stored); the server bounds a header's
+    size already."""
+    from lanes._http.validation import cache_directive
+
+    long = "max-age=0, " + ", ".join(f"x-directive-{n}=1" for n in range(30))
+    assert cache_directive({"cache-control": f"{long}, no-store"}) == "off"
+    assert cache_directive({"cache-control": f"{long}, No-Cache"}) == "refresh"
+    assert cache_directive({"cache-control": "no-store, no-cache"}) == "off"
+    assert cache_directive({"cache-control": 'private="no-store"'}) is None
