@@ -225,3 +225,45 @@ def test_cache_control_is_read_whole():
     assert cache_directive({"cache-control": f"{long}, No-Cache"}) == "refresh"
     assert cache_directive({"cache-control": "no-store, no-cache"}) == "off"
     assert cache_directive({"cache-control": 'private="no-store"'}) is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the first version's entry: the completion itself, with no `completion` around it
+        b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":'
+        b'"assistant","content":"hi"},"finish_reason":"stop"}]}',
+        b'{"completion": {"choices": []}}',  # not a whole answer
+        b'{"completion": {"choices": [{"index": 0, "message": {"role": "assistant", "content": '
+        b'"hi"}, "finish_reason": "stop"}]}, "stream": ["{not json"]}',  # a damaged chunk
+        b"\x00garbage",
+    ],
+    ids=["older-version", "not-whole", "damaged-chunk", "garbage"],
+)
+async def test_an_entry_this_version_can_not_give_back_is_a_miss_not_an_error(tmp_path, body):
+    """A store that fails is a miss, never an error — an entry that can not be given back too
+    (another version's format, a damaged one): it answered 500 to every request for it."""
+    import sqlite3
+
+    import trio
+
+    state = str(tmp_path / "state.db")
+
+    async def damaged() -> None:
+        await trio.sleep(0.3)  # the writer's turn (it gathers answers for 50 ms)
+        with sqlite3.connect(state + ".cache") as db:
+            assert db.execute("UPDATE cache_entry SET body = ?", (body,)).rowcount == 1
+
+    async with open_sidecar(LOCAL, cache=ON, state=state) as (url, fakes):
+        await chat(url, asked())
+        await damaged()
+        whole = await chat(url, asked())
+        await damaged()  # the miss kept a fresh answer: damaged again
+        streamed = await chat(url, asked(stream=True))
+        sent = len(fakes["local"].requests())
+    assert (whole.status_code, streamed.status_code) == (200, 200)
+    assert streamed.headers["x-lanes-cache"] == "miss"
+    if b"stream" in body:  # its completion can still be given back whole
+        assert (whole.headers["x-lanes-cache"], sent) == ("hit", 2)
+    else:
+        assert (whole.headers["x-lanes-cache"], sent) == ("miss", 3)

@@ -115,8 +115,9 @@ class ResponseCache:
     def key(self, job: Job) -> str:
         return cache_key(job)
 
-    async def find(self, job: Job, key: str) -> Entry | None:
-        """The entry `job` may be answered with, or None (a store that fails: None, and said)."""
+    async def find(self, job: Job, key: str) -> tuple[Entry, dict[str, Any]] | None:
+        """The entry `job` may be answered with, and what it keeps, parsed (`Assembler.kept`); or
+        None (a store that fails, or an entry this version can not give back: None, and said)."""
         now, ttl = self._now_wall(), self.config.ttl_s
         try:
             if key in self._waiting:
@@ -132,7 +133,27 @@ class ResponseCache:
             return None
         if not servable(entry.route, job, keep_paid=self.config.keep_paid):
             return None
-        return entry
+        kept = self._readable(entry)
+        return None if kept is None else (entry, kept)
+
+    def _readable(self, entry: Entry) -> dict[str, Any] | None:
+        """What `entry` keeps, parsed, when this version can give it back — a whole completion,
+        and a stream's chunks as text; else None, said (another version's format, or damaged)."""
+        try:
+            kept: dict[str, Any] = json.loads(entry.body)
+            stream = kept.get("stream", []) if isinstance(kept, dict) else None
+            if not isinstance(stream, list) or not whole(kept.get("completion")):
+                raise ValueError("an entry this version can not give back")
+            if not all(isinstance(data, str) for data in stream):
+                raise ValueError("an entry whose stream is not text")
+        except ValueError as exc:
+            self.unreadable(exc)
+            return None
+        return kept
+
+    def unreadable(self, exc: ValueError) -> None:
+        """An entry found that can not be given back: a miss, said in the cache's health."""
+        self._health.failed(exc, "read")
 
     def counted(self, status: str, *, tokens: int = 0, saved_usd: float = 0.0) -> None:
         """One answer's `X-Lanes-Cache`, and what a hit saved."""

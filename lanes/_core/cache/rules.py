@@ -283,6 +283,8 @@ def streamed_again(
     for data in stream:
         data = data.replace(old, json.dumps(response_id), 1) if old != '""' else data
         chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError("a kept chunk that is not an object")
         if not chunk.get("choices") and "usage" in chunk:
             told = True
             if not usage:
