@@ -267,3 +267,21 @@ async def test_an_entry_this_version_can_not_give_back_is_a_miss_not_an_error(tm
         assert (whole.headers["x-lanes-cache"], sent) == ("hit", 2)
     else:
         assert (whole.headers["x-lanes-cache"], sent) == ("miss", 3)
+
+
+def test_a_client_can_not_be_named_as_the_admin_key_is_unless_an_admin():
+    """The admin key's jobs are client `admin`: a non-admin client of that name would share its
+    cache entries (a hit on the admin's answers), its paid ceiling and its audit rows. Refused at
+    check; an `admin = true` client of that name acts as an admin anyway."""
+    from lanes import load_config
+    from lanes._core.check import check_config
+    from lanes._core.model.errors import ConfigError
+
+    def config(admin: bool) -> Any:
+        clients = {"admin": {"key_env": "KEY_X", "admin": admin}}
+        server = {"clients": clients, "admin_key_env": "ADMIN_KEY"}
+        return load_config({"server": server, "cache": ON}, env={})
+
+    with pytest.raises(ConfigError, match=r"server\.clients\.admin"):
+        check_config(config(admin=False), env={})
+    check_config(config(admin=True), env={})
