@@ -285,3 +285,82 @@ def test_a_client_can_not_be_named_as_the_admin_key_is_unless_an_admin():
     with pytest.raises(ConfigError, match=r"server\.clients\.admin"):
         check_config(config(admin=False), env={})
     check_config(config(admin=True), env={})
+
+
+class _SlowEntries:
+    """Entries in memory whose `put` waits (in its worker thread) until the test lets it go."""
+
+    where = "memory"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.kept: dict[str, Any] = {}
+        self.writing = threading.Event()
+        self.go = threading.Event()
+
+    def get(self, key: str, now: float, ttl_s: float) -> Any:
+        return self.kept.get(key)
+
+    def put(self, entries: list[Any], max_bytes: int, ttl_s: float) -> None:
+        self.writing.set()
+        self.go.wait(10)
+        self.kept.update({e.key: e for e in entries})
+
+    def expire(self, before: float, limit: int) -> int:
+        return 0
+
+    def clear(self, client: str | None) -> int:
+        gone = [k for k, e in self.kept.items() if client is None or e.client == client]
+        for key in gone:
+            del self.kept[key]
+        return len(gone)
+
+    def sizes(self) -> tuple[int, int]:
+        return len(self.kept), 0
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_clear_while_the_writer_writes_leaves_nothing_of_the_client():
+    """`lanes cache clear --client a` while the writer is storing one of a's answers (Redis: the
+    write is in a worker thread): the clear must not run between the writer's look at what was
+    cleared and its write, or the answer it deletes is written just after — and kept for a day."""
+    import time
+
+    import trio
+
+    import lanes
+    from lanes._core.cache.cache import ResponseCache, Served
+    from lanes._core.config.schema import CacheConfig
+    from lanes._core.runtime.tasks import Background
+
+    store = _SlowEntries()
+    cache = ResponseCache(
+        CacheConfig(mode="on"),
+        {},
+        store,
+        now_wall=time.time,  # wall-clock: what the cache stamps entries with
+        health=Background().task("cache"),
+        inline_reads=False,
+    )
+    job = lanes.Job(messages=ASK, params={"seed": 1}, client="a")
+    answer = {"role": "assistant", "content": "hi"}
+    body = {"choices": [{"index": 0, "message": answer, "finish_reason": "stop"}]}
+    served = Served("local", "m", "llamacpp", "local")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cache.run)
+        assert cache.keep(job, cache.key(job), {"completion": body}, served)
+        await trio.to_thread.run_sync(store.writing.wait)  # the writer is in its put
+
+        async def clear() -> None:
+            await cache.clear("a")
+
+        nursery.start_soon(clear)
+        await trio.sleep(0.2)  # the clear has had every chance to run
+        store.go.set()
+        await cache.settled()
+        await trio.sleep(0.2)
+        nursery.cancel_scope.cancel()
+    assert store.kept == {}

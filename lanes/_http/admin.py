@@ -225,7 +225,7 @@ async def cache_clear(request: Request, ctx: Context) -> Response:
             409, "the response cache is off here ([cache] mode)", "cache_off", param=None
         )
     try:
-        deleted = await trio.to_thread.run_sync(cache.clear, client)
+        deleted = await cache.clear(client)
     except Exception as exc:  # the store's own errors (SQLite's, Redis's)
         return error_response(
             503, f"the cache can not be cleared now ({type(exc).__name__})", "state_store_down"

@@ -94,6 +94,7 @@ class ResponseCache:
         self._send, self._receive = trio.open_memory_channel[Entry](1024)
         self._pending = 0
         self._idle = trio.Event()  # set while nothing waits for the writer
+        self._turn = trio.Lock()  # a batch's look at what was cleared and its write; a clear
         self._waiting: dict[str, Entry] = {}  # handed to the writer, not written yet: read too
         self._cleared: dict[str | None, float] = {}  # when a client's (None: every) entries went
         self._idle.set()
@@ -213,20 +214,24 @@ class ResponseCache:
         async for entry in self._receive:
             await trio.sleep(GROUP_S)  # what comes meanwhile is written with it, in one go
             batch = [entry, *self._ready()]
-            fresh = [e for e in batch if not self._cleared_since(e)]
-            try:
-                if self._inline:  # a local file: one short transaction, no thread to hand it to
-                    self.entries.put(fresh, max_bytes, self.config.ttl_s)
-                else:
-                    ttl_s = self.config.ttl_s
-                    await trio.to_thread.run_sync(self.entries.put, fresh, max_bytes, ttl_s)
-            except Exception as exc:  # the store's own errors: these answers are not kept
-                self._health.failed(exc, "write")
+            async with self._turn:  # no clear between the look and the write
+                await self._write(batch, max_bytes)
+
+    async def _write(self, batch: list[Entry], max_bytes: int) -> None:
+        fresh = [e for e in batch if not self._cleared_since(e)]
+        try:
+            if self._inline:  # a local file: one short transaction, no thread to hand it to
+                self.entries.put(fresh, max_bytes, self.config.ttl_s)
             else:
-                self._counts["kept"] += len(fresh)
-                self._health.ok()
-            finally:
-                self._written(batch)
+                ttl_s = self.config.ttl_s
+                await trio.to_thread.run_sync(self.entries.put, fresh, max_bytes, ttl_s)
+        except Exception as exc:  # the store's own errors: these answers are not kept
+            self._health.failed(exc, "write")
+        else:
+            self._counts["kept"] += len(fresh)
+            self._health.ok()
+        finally:
+            self._written(batch)
 
     async def sweep(self) -> None:
         """The sweeper: every `SWEEP_S`, delete the entries past their TTL (`expired`)."""
@@ -274,14 +279,16 @@ class ResponseCache:
         """Wait until every answer handed over so far is written (for tests and `lanes cache`)."""
         await self._idle.wait()
 
-    def clear(self, client: str | None) -> int:
+    async def clear(self, client: str | None) -> int:
         """Delete `client`'s entries (every one for None), those waiting for the writer too; how
-        many were stored. Blocking: call it from a worker thread."""
-        self._cleared[client] = self._now_wall()
-        for key, entry in list(self._waiting.items()):
-            if client is None or entry.client == client:
-                self._waiting.pop(key, None)
-        return self.entries.clear(client)
+        many were stored. Between the writer's batches (a batch being written is deleted after
+        it, one written later is looked at after this), the store's part in a worker thread."""
+        async with self._turn:
+            self._cleared[client] = self._now_wall()
+            for key, entry in list(self._waiting.items()):
+                if client is None or entry.client == client:
+                    del self._waiting[key]
+            return await trio.to_thread.run_sync(self.entries.clear, client)
 
     def statistics(self, *, sizes: bool = False) -> CacheStatistics:
         counts = self._counts
