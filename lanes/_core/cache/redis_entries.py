@@ -3,7 +3,9 @@ TTL, and beside them the order they were made in, their sizes and their total, e
 and each client's keys — every key under one hash tag, so a script touches one slot (Redis Cluster
 included).
 
-Writes and clears are scripts: the stored bytes never pass `max_bytes` (the oldest go first), and
+Writes and clears are scripts: the stored bytes never pass `max_bytes` (the oldest go first,
+`EVICT_AT_MOST` a write: a lowered cap is reached over several writes, never by one script that
+holds Redis — every host's ledger — for seconds), and
 a client's entries go with `clear`. An entry Redis evicts under `maxmemory` (an entry has an
 expiry, so a `volatile-*` policy takes entries before the ledger's keys) is a miss; what it
 counted in the total goes when its turn to be evicted comes, or when `expire` finds it past its
@@ -16,7 +18,7 @@ from typing import Any
 
 import redis
 
-from lanes._core.cache.store import Entry
+from lanes._core.cache.store import EVICT_AT_MOST, Entry
 from lanes._core.state.redis_store import connection_pool, redacted
 
 _FIELDS = ("client", "made_at", "body", "lane", "model", "provider", "route", "cost_usd")
@@ -58,13 +60,15 @@ redis.call('HSET', owners, key, client)
 redis.call('SADD', p .. 'c:' .. client, key)
 redis.call('SADD', clients, client)
 local held = redis.call('INCRBY', total, size)
-while held > max do
+local evicted = 0
+while held > max and evicted < EVICT_AT_MOST do
   local oldest = redis.call('ZRANGE', order, 0, 0)[1]
   if not oldest then break end
   held = drop(oldest)
+  evicted = evicted + 1
 end
 return held
-"""
+""".replace("EVICT_AT_MOST", str(EVICT_AT_MOST))
 )
 
 # KEYS: as _PUT's; ARGV: prefix, made at or before (s), at most this many. Those entries, gone.

@@ -39,6 +39,9 @@ TRIGGERS = (
     "CREATE TRIGGER IF NOT EXISTS cache_gone AFTER DELETE ON cache_entry BEGIN "
     "UPDATE cache_total SET bytes = bytes - OLD.size; END",
 )
+#: The most entries one write evicts: after `max_mb` is lowered, the excess goes over the next
+#: writes, none of which holds the store (or, inline, the event loop) long.
+EVICT_AT_MOST = 256
 #: One entry written, or written over (the triggers keep `cache_total`).
 _UPSERT = (
     "INSERT INTO cache_entry VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
@@ -70,7 +73,8 @@ class Entry:
 class Entries(Protocol):
     """The entries' store. `get` returns an entry younger than `ttl_s` (else None); `put` stores
     some (in one transaction where the store has them) and evicts the oldest while the stored
-    bytes are over `max_bytes` (an entry older than `ttl_s` is never served); `expire` deletes at
+    bytes are over `max_bytes`, `EVICT_AT_MOST` at most (an entry older than `ttl_s` is never
+    served); `expire` deletes at
     most `limit` of those made at or before `before`, the oldest first, and says how many; `clear`
     deletes a client's entries (every one for None) and says how many; `sizes` is (entries,
     bytes)."""
@@ -152,7 +156,9 @@ class SQLiteEntries:
         """(`ttl_s`: a row past it is never read, and goes with the oldest.)"""
         with self._lock, immediate(self._conn) as conn:
             conn.executemany(_UPSERT, [_row(entry) for entry in entries])
-            while self._total(conn) > max_bytes:
+            for _ in range(EVICT_AT_MOST):
+                if self._total(conn) <= max_bytes:
+                    break
                 oldest = conn.execute("SELECT key FROM cache_entry ORDER BY made_at LIMIT 1")
                 row = oldest.fetchone()
                 if row is None:
