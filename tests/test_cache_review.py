@@ -381,3 +381,43 @@ def test_a_lowered_cap_is_reached_over_several_writes_never_one_long_one(entries
     entries.put([_entry("new3", made_at=5002.0)], 100, 3600.0)
     assert entries.sizes() == (1, 100)  # under the cap again: the newest alone
     assert entries.get("new3", 5002.0, 3600.0) is not None
+
+
+async def test_lanes_cache_clear_deletes_what_an_earlier_config_stored_once_the_cache_is_off(
+    tmp_path,
+):
+    """The operator turns the cache off (a reload, a restart) and then asks to delete what it
+    stored: `lanes cache clear` answered 409 "off here", and the SQLite file kept every answer
+    for ever (no sweeper runs while the cache is off). With the cache off it clears what is left."""
+    import sqlite3
+
+    import trio
+
+    state = str(tmp_path / "state.db")
+    async with open_sidecar(LOCAL, cache=ON, state=state) as (url, _):
+        await chat(url, asked())
+        await trio.sleep(0.3)  # the writer's turn
+    with sqlite3.connect(state + ".cache") as db:
+        assert db.execute("SELECT COUNT(*) FROM cache_entry").fetchone()[0] == 1
+    async with (
+        open_sidecar(LOCAL, state=state) as (url, _),
+        httpx2.AsyncClient(trust_env=False, timeout=10) as http,
+    ):
+        cleared = await http.post(f"{url}/cache/clear", json={})
+        again = await http.post(f"{url}/cache/clear", json={"client": "anonymous"})
+    assert cleared.status_code == 200, cleared.text
+    assert cleared.json() == {"deleted": 1, "client": None}
+    assert again.json() == {"deleted": 0, "client": "anonymous"}
+    with sqlite3.connect(state + ".cache") as db:
+        assert db.execute("SELECT COUNT(*) FROM cache_entry").fetchone()[0] == 0
+
+
+async def test_a_clear_with_the_cache_off_makes_no_file(tmp_path):
+    state = str(tmp_path / "state.db")
+    async with (
+        open_sidecar(LOCAL, state=state) as (url, _),
+        httpx2.AsyncClient(trust_env=False, timeout=10) as http,
+    ):
+        cleared = await http.post(f"{url}/cache/clear", json={})
+    assert cleared.json() == {"deleted": 0, "client": None}
+    assert not (tmp_path / "state.db.cache").exists()

@@ -206,6 +206,25 @@ def open_entries(config: Config) -> Entries | None:
     return SQLiteEntries(cache_path(config.state))
 
 
+def clear_left(config: Config, client: str | None) -> int:
+    """Delete what the response cache of an earlier config left (`lanes cache clear` while
+    `[cache]` is off now): `client`'s entries, or every one, in the Redis state store or in the
+    SQLite file beside the state (none is made where there is none); how many. Blocking."""
+    if config.shared_state:
+        from lanes._core.cache.redis_entries import RedisEntries  # imported only when configured
+
+        left: Entries = RedisEntries(config.state, namespace=config.state_namespace)
+    else:
+        path = cache_path(config.state)
+        if path == ":memory:" or not os.path.exists(path):
+            return 0
+        left = SQLiteEntries(path)
+    try:
+        return left.clear(client)
+    finally:
+        left.close()
+
+
 def open_store(config: Config) -> Store:
     """The configured state store: a SQLite file (or `:memory:`), or Redis for several hosts."""
     if config.shared_state:
