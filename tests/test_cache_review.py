@@ -421,3 +421,30 @@ async def test_a_clear_with_the_cache_off_makes_no_file(tmp_path):
         cleared = await http.post(f"{url}/cache/clear", json={})
     assert cleared.json() == {"deleted": 0, "client": None}
     assert not (tmp_path / "state.db.cache").exists()
+
+
+async def test_a_redis_that_stalls_costs_a_request_little_and_the_next_ones_nothing(redis_server):
+    """Redis paused (a failover, a fork's stall): the rest of lanes serves on this host's view at
+    once, but every cacheable request waited the state store's 2 s timeout for its cache read
+    before being served as a miss. A read gives up within half a second, and after one fails
+    the next requests do not read for a few seconds (misses at once)."""
+    import time
+
+    import redis
+    import trio
+
+    shared = {"cache": ON, "state": redis_server.url, "state_namespace": "p"}
+    async with open_sidecar(LOCAL, **shared) as (url, _):
+        await chat(url, asked())
+        paused = redis.Redis.from_url(redis_server.url)
+        paused.execute_command("CLIENT", "PAUSE", "4000", "ALL")
+        paused.close()
+        took = []
+        for n in range(3):
+            start = time.perf_counter()  # wall-clock: what the client waits
+            answer = await chat(url, asked(messages=[{"role": "user", "content": f"other {n}"}]))
+            took.append(time.perf_counter() - start)  # wall-clock
+            assert (answer.status_code, answer.headers["x-lanes-cache"]) == (200, "miss")
+        await trio.sleep(4)  # Redis back: the writer's own retries are not the test's
+    assert took[0] < 1.0, took
+    assert max(took[1:]) < 0.3, took

@@ -40,6 +40,9 @@ MAX_PENDING_BYTES = 64 * 1024 * 1024
 #: How long the writer gathers answers before it writes them, in one transaction: a miss then
 #: costs a share of one write, not a write (this process reads them meanwhile, `_waiting`).
 GROUP_S = 0.05
+#: After a read fails (a store that stalls: a timeout), the next jobs do not read for this long,
+#: seconds — misses at once: a stalled store costs one job a read's timeout, not every job.
+READ_COOLDOWN_S = 5.0
 #: How often the entries past their TTL are deleted, seconds; and how many at most in one go (no
 #: store is held long: a day's answers expiring at once go in turns).
 SWEEP_S = 60.0
@@ -95,6 +98,7 @@ class ResponseCache:
         self._pending = 0
         self._idle = trio.Event()  # set while nothing waits for the writer
         self._turn = trio.Lock()  # a batch's look at what was cleared and its write; a clear
+        self._reads_back_at = 0.0  # trio's clock: no read before (one failed)
         self._waiting: dict[str, Entry] = {}  # handed to the writer, not written yet: read too
         self._cleared: dict[str | None, float] = {}  # when a client's (None: every) entries went
         self._idle.set()
@@ -118,8 +122,11 @@ class ResponseCache:
 
     async def find(self, job: Job, key: str) -> tuple[Entry, dict[str, Any]] | None:
         """The entry `job` may be answered with, and what it keeps, parsed (`Assembler.kept`); or
-        None (a store that fails, or an entry this version can not give back: None, and said)."""
+        None (a store that fails, or an entry this version can not give back: None, and said; for
+        `READ_COOLDOWN_S` after a read failed, None without reading)."""
         now, ttl = self._now_wall(), self.config.ttl_s
+        if key not in self._waiting and trio.current_time() < self._reads_back_at:
+            return None  # a read failed a moment ago: a miss at once
         try:
             if key in self._waiting:
                 entry: Entry | None = self._waiting[key]
@@ -129,6 +136,7 @@ class ResponseCache:
                 entry = await trio.to_thread.run_sync(self.entries.get, key, now, ttl)
         except Exception as exc:  # the store's own errors: a miss, never the job's failure
             self._health.failed(exc, "read")
+            self._reads_back_at = trio.current_time() + READ_COOLDOWN_S
             return None
         if entry is None or entry.client != job.client:
             return None

@@ -102,8 +102,13 @@ return gone
 """
 
 
+#: How long a connection, a read or a write of the cache waits for Redis, seconds: a job waits for
+#: its read, and a cache is worth less than the state store's 2 s.
+TIMEOUT_S = 0.5
+
+
 class RedisEntries:
-    def __init__(self, url: str, *, namespace: str = "", timeout_s: float = 2.0) -> None:
+    def __init__(self, url: str, *, namespace: str = "", timeout_s: float = TIMEOUT_S) -> None:
         self.where = redacted(url)
         waits = {"socket_connect_timeout": timeout_s, "socket_timeout": timeout_s}
         pool = connection_pool(url, max_connections=8, timeout=timeout_s, **waits)
