@@ -9,6 +9,7 @@ from typing import Any
 import httpx2
 import pytest
 
+import lanes
 from lanes._core.cache.store import SQLiteEntries
 from lanes.testing import raw
 from sidecar import open_sidecar
@@ -448,3 +449,30 @@ async def test_a_redis_that_stalls_costs_a_request_little_and_the_next_ones_noth
         await trio.sleep(4)  # Redis back: the writer's own retries are not the test's
     assert took[0] < 1.0, took
     assert max(took[1:]) < 0.3, took
+
+
+async def test_an_answer_made_by_a_model_the_canary_quarantined_is_not_served(tmp_path):
+    """The canary quarantines a free model whose answers went quietly worse under the same name;
+    the answers it made before the canary noticed are exactly those — the cache served them for
+    a day after routing stopped sending it anything."""
+    from lanes.harness.configs import FREE_KEY, free_lane
+    from lanes.testing import open_fake
+
+    async with open_fake("free", models=("free-model",)) as fake:
+        config = lanes.load_config(
+            {
+                "state": str(tmp_path / "state.db"),
+                "cache": ON,
+                "lanes": [free_lane("free", fake.base_url)],
+            },
+            env={},
+        )
+        job = lanes.Job(messages=ASK, params={"seed": 1})
+        async with lanes.open_dispatcher(config, env={"FREE_API_KEY": FREE_KEY}) as dispatcher:
+            made = await dispatcher.complete(job)
+            dispatcher.quarantine({"free/free-model": "drifted: the canary's answers moved"})
+            with pytest.raises(lanes.JobFailed):  # nothing may answer it now: not the old answer
+                await dispatcher.complete(job)
+            dispatcher.quarantine({})
+            again = await dispatcher.complete(job)
+    assert (made.cache, again.cache) == ("miss", "hit")

@@ -175,6 +175,7 @@ class Dispatcher:
                 now_wall=wall,
                 health=background.task("cache"),
                 inline_reads=not store.shared,
+                quarantined=self._switches.why_quarantined,
             )
         )
         self._sources = Sources(

@@ -26,6 +26,7 @@ from lanes._core.cache.rules import (
     plan,
     servable,
     storable_route,
+    tier_of,
     whole,
 )
 from lanes._core.cache.store import Entries, Entry
@@ -86,10 +87,13 @@ class ResponseCache:
         now_wall: Callable[[], float],
         health: TaskHealth,
         inline_reads: bool,
+        quarantined: Callable[[str], str | None] = lambda key: None,
     ) -> None:
-        """`inline_reads`: the entries are a local SQLite file, read without a worker thread."""
+        """`inline_reads`: the entries are a local SQLite file, read without a worker thread;
+        `quarantined`: why the canary keeps a free "lane/model" out of routing now, or None."""
         self.config = config
         self.entries = entries
+        self._quarantined = quarantined
         self._modes = {name: c.cache for name, c in clients.items() if c.cache is not None}
         self._now_wall = now_wall
         self._health = health
@@ -138,12 +142,21 @@ class ResponseCache:
             self._health.failed(exc, "read")
             self._reads_back_at = trio.current_time() + READ_COOLDOWN_S
             return None
-        if entry is None or entry.client != job.client:
-            return None
-        if not servable(entry.route, job, keep_paid=self.config.keep_paid):
+        if entry is None or not self._servable(entry, job):
             return None
         kept = self._readable(entry)
         return None if kept is None else (entry, kept)
+
+    def _servable(self, entry: Entry, job: Job) -> bool:
+        """Whether `entry` may answer `job`: its client's, its route one the job may be served
+        (`rules.servable`), and not made by a free model the canary has quarantined since (its
+        answers went quietly worse: those it made before the canary saw it are among them)."""
+        if entry.client != job.client:
+            return False
+        if not servable(entry.route, job, keep_paid=self.config.keep_paid):
+            return False
+        free = tier_of(entry.route) == "free"
+        return not free or self._quarantined(f"{entry.lane}/{entry.model}") is None
 
     def _readable(self, entry: Entry) -> dict[str, Any] | None:
         """What `entry` keeps, parsed, when this version can give it back — a whole completion,
