@@ -9,7 +9,6 @@ background tasks (`upkeep.py`) start with `start()`.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -176,6 +175,7 @@ class Dispatcher:
                 now_wall=wall,
                 health=background.task("cache"),
                 inline_reads=not store.shared,
+                quarantined=self._switches.why_quarantined,
             )
         )
         self._sources = Sources(
@@ -215,6 +215,7 @@ class Dispatcher:
                 nursery.start_soon(upkeep.poll_balance, self._manager, self._wall, lane, task)
         if self.cache is not None:
             nursery.start_soon(self.cache.run)
+            nursery.start_soon(self.cache.sweep)
         if self.config.audit_days:
             nursery.start_soon(upkeep.keep_audit, self.store, self.clock, self.config.audit_days)
 
@@ -354,9 +355,9 @@ class Dispatcher:
         job = record.job
         plan = cache.plan(job)
         key = cache.key(job) if plan.used else ""
-        entry = await cache.find(job, key) if plan.read else None
-        if entry is not None:
-            return self._hit(record, entry, cache)
+        found = await cache.find(job, key) if plan.read else None
+        if found is not None:
+            return self._hit(record, *found, cache)
         reply = await self._serve(record, complete_call)
         if plan.write:
             served = Served(reply.lane, reply.model, reply.provider, reply.route, reply.cost_usd)
@@ -365,10 +366,12 @@ class Dispatcher:
             cache.counted(plan.status)
         return attrs.evolve(reply, cache=plan.status)
 
-    def _hit(self, record: JobRecord, entry: Entry, cache: ResponseCache) -> Reply:
-        """A cache hit as the job's reply: the entry's answer with a fresh id, who made it, route
-        `cache`; audited with what it saved."""
-        body = replayed(json.loads(entry.body)["completion"], f"chatcmpl-{record.id}")
+    def _hit(
+        self, record: JobRecord, entry: Entry, kept: Mapping[str, Any], cache: ResponseCache
+    ) -> Reply:
+        """A cache hit as the job's reply: the entry's answer (`kept`, parsed) with a fresh id, who
+        made it, route `cache`; audited with what it saved."""
+        body = replayed(kept["completion"], f"chatcmpl-{record.id}")
         usage = body.get("usage") if isinstance(body.get("usage"), Mapping) else None
         self._journal.finish(
             record,
@@ -491,23 +494,33 @@ class Dispatcher:
         """What a streamed job takes from the cache: its hit, or what a fresh answer says of the
         cache and where it is put together to be kept."""
         job = record.job
-        entry = await cache.find(job, key) if plan.read else None
-        if entry is None:
+        found = await cache.find(job, key) if plan.read else None
+        hit = None if found is None else self._replay(record, *found, cache)
+        if hit is None:
             if plan.status is not None:
                 cache.counted(plan.status)
             limit = cache.config.max_entry_kb * 1024
             return {"cache": plan.status, "keep": Assembler(limit) if plan.write else None}
-        hit = CachedStream(
-            entry,
-            json.loads(entry.body),
-            request_id=record.id,
-            deadline_at=record.deadline_at,
-            usage=wants_usage(job),
-            age_s=max(0.0, self.now_wall() - entry.made_at),
-        )
         usage = hit.usage
-        cache.counted("hit", tokens=sum(usage_tokens(usage) or ()), saved_usd=entry.cost_usd)
+        cache.counted("hit", tokens=sum(usage_tokens(usage) or ()), saved_usd=hit.saved_usd)
         return {"hit": hit}
+
+    def _replay(
+        self, record: JobRecord, entry: Entry, kept: dict[str, Any], cache: ResponseCache
+    ) -> CachedStream | None:
+        """A hit as a stream; None (a miss, said) when a chunk the entry kept can not be read."""
+        try:
+            return CachedStream(
+                entry,
+                kept,
+                request_id=record.id,
+                deadline_at=record.deadline_at,
+                usage=wants_usage(record.job),
+                age_s=max(0.0, self.now_wall() - entry.made_at),
+            )
+        except ValueError as exc:
+            cache.unreadable(exc)
+            return None
 
     def _open_record(
         self, job: Job, *, embedding: bool = False, streamed: bool = False

@@ -194,16 +194,35 @@ def state_of(config: Config | None) -> tuple[str, str]:
 
 
 def open_entries(config: Config) -> Entries | None:
-    """The response cache's entries, when `[cache]` or a client's `cache` turns it on: in the
-    Redis state store (every host's), else in a SQLite file beside the state; None when off."""
-    modes = [config.cache.mode, *(c.cache for c in config.server.clients.values())]
-    if all(mode in (None, "off") for mode in modes):
+    """The response cache's entries, when `[cache]` turns it on: in the Redis state store (every
+    host's), else in a SQLite file beside the state; None when off (the section's `off` is every
+    client's, whatever a client's own `cache` says)."""
+    if config.cache.mode == "off":
         return None
     if config.shared_state:
         from lanes._core.cache.redis_entries import RedisEntries  # imported only when configured
 
         return RedisEntries(config.state, namespace=config.state_namespace)
     return SQLiteEntries(cache_path(config.state))
+
+
+def clear_left(config: Config, client: str | None) -> int:
+    """Delete what the response cache of an earlier config left (`lanes cache clear` while
+    `[cache]` is off now): `client`'s entries, or every one, in the Redis state store or in the
+    SQLite file beside the state (none is made where there is none); how many. Blocking."""
+    if config.shared_state:
+        from lanes._core.cache.redis_entries import RedisEntries  # imported only when configured
+
+        left: Entries = RedisEntries(config.state, namespace=config.state_namespace)
+    else:
+        path = cache_path(config.state)
+        if path == ":memory:" or not os.path.exists(path):
+            return 0
+        left = SQLiteEntries(path)
+    try:
+        return left.clear(client)
+    finally:
+        left.close()
 
 
 def open_store(config: Config) -> Store:

@@ -24,6 +24,7 @@ from lanes._core.audit.forecast import (
 from lanes._core.audit.quotas import audited_spend
 from lanes._core.audit.report import explain, parse_since, report
 from lanes._core.batch.outlook import batch_outlook
+from lanes._core.open import clear_left
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.context import Context, caller, read_body
 from lanes._http.errors import BadRequest, error_response
@@ -214,18 +215,17 @@ async def forecast_view(request: Request, ctx: Context) -> Response:
 
 async def cache_clear(request: Request, ctx: Context) -> Response:
     """`lanes cache clear [--client K]`: delete the response cache's entries — one client's, or
-    every one (an admin's)."""
+    every one (an admin's); with `[cache]` off, what an earlier config's cache left."""
     body = json_object(await read_body(request, ctx) or b"{}")
     client = body.get("client")
     if client is not None and (not isinstance(client, str) or not 0 < len(client) <= 256):
         raise BadRequest("'client' must name a client", "client")
-    cache = ctx.dispatcher.cache
-    if cache is None:
-        return error_response(
-            409, "the response cache is off here ([cache] mode)", "cache_off", param=None
-        )
+    cache, config = ctx.dispatcher.cache, ctx.dispatcher.config
     try:
-        deleted = await trio.to_thread.run_sync(cache.clear, client)
+        if cache is not None:
+            deleted = await cache.clear(client)
+        else:
+            deleted = await trio.to_thread.run_sync(clear_left, config, client)
     except Exception as exc:  # the store's own errors (SQLite's, Redis's)
         return error_response(
             503, f"the cache can not be cleared now ({type(exc).__name__})", "state_store_down"

@@ -141,7 +141,8 @@ def cache_directive(headers: Mapping[str, str]) -> str | None:
     control = headers.get("cache-control")
     if control is None:
         return None
-    words = {part.strip().lower().partition("=")[0] for part in control[:256].split(",")}
+    # read whole (the server bounds a header's size): a no-store after other directives counts
+    words = {part.strip().lower().partition("=")[0] for part in control.split(",")}
     return "off" if "no-store" in words else "refresh" if "no-cache" in words else None
 
 

@@ -2,8 +2,9 @@
 
 A read is made before a job walks (inline for SQLite, in a worker thread for Redis); an answer to
 keep is handed to a writer task through a queue bounded in bytes, so a miss waits for no write —
-beyond the bound, an answer is not kept (counted as dropped). A store that fails is a miss, never
-an error: the job is served as if the cache were off, and the writer's health says why.
+beyond the bound, an answer is not kept (counted as dropped). A sweeper deletes the entries past
+their TTL, a few at a time. A store that fails is a miss, never an error: the job is served as if
+the cache were off, and the writer's health says why.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from lanes._core.cache.rules import (
     plan,
     servable,
     storable_route,
+    tier_of,
     whole,
 )
 from lanes._core.cache.store import Entries, Entry
@@ -39,6 +41,13 @@ MAX_PENDING_BYTES = 64 * 1024 * 1024
 #: How long the writer gathers answers before it writes them, in one transaction: a miss then
 #: costs a share of one write, not a write (this process reads them meanwhile, `_waiting`).
 GROUP_S = 0.05
+#: After a read fails (a store that stalls: a timeout), the next jobs do not read for this long,
+#: seconds — misses at once: a stalled store costs one job a read's timeout, not every job.
+READ_COOLDOWN_S = 5.0
+#: How often the entries past their TTL are deleted, seconds; and how many at most in one go (no
+#: store is held long: a day's answers expiring at once go in turns).
+SWEEP_S = 60.0
+SWEEP_BATCH = 256
 
 
 @attrs.frozen
@@ -78,10 +87,13 @@ class ResponseCache:
         now_wall: Callable[[], float],
         health: TaskHealth,
         inline_reads: bool,
+        quarantined: Callable[[str], str | None] = lambda key: None,
     ) -> None:
-        """`inline_reads`: the entries are a local SQLite file, read without a worker thread."""
+        """`inline_reads`: the entries are a local SQLite file, read without a worker thread;
+        `quarantined`: why the canary keeps a free "lane/model" out of routing now, or None."""
         self.config = config
         self.entries = entries
+        self._quarantined = quarantined
         self._modes = {name: c.cache for name, c in clients.items() if c.cache is not None}
         self._now_wall = now_wall
         self._health = health
@@ -89,6 +101,8 @@ class ResponseCache:
         self._send, self._receive = trio.open_memory_channel[Entry](1024)
         self._pending = 0
         self._idle = trio.Event()  # set while nothing waits for the writer
+        self._turn = trio.Lock()  # a batch's look at what was cleared and its write; a clear
+        self._reads_back_at = 0.0  # trio's clock: no read before (one failed)
         self._waiting: dict[str, Entry] = {}  # handed to the writer, not written yet: read too
         self._cleared: dict[str | None, float] = {}  # when a client's (None: every) entries went
         self._idle.set()
@@ -96,7 +110,10 @@ class ResponseCache:
         self._saved_usd = 0.0
 
     def mode(self, client: str) -> CacheMode:
-        """The cache's mode for `client`: its own entry's, else the section's."""
+        """The cache's mode for `client`: its own entry's, else the section's — and off for every
+        client while the section's is off."""
+        if self.config.mode == "off":
+            return "off"
         return self._modes.get(client, self.config.mode)
 
     def plan(self, job: Job) -> CachePlan:
@@ -107,9 +124,13 @@ class ResponseCache:
     def key(self, job: Job) -> str:
         return cache_key(job)
 
-    async def find(self, job: Job, key: str) -> Entry | None:
-        """The entry `job` may be answered with, or None (a store that fails: None, and said)."""
+    async def find(self, job: Job, key: str) -> tuple[Entry, dict[str, Any]] | None:
+        """The entry `job` may be answered with, and what it keeps, parsed (`Assembler.kept`); or
+        None (a store that fails, or an entry this version can not give back: None, and said; for
+        `READ_COOLDOWN_S` after a read failed, None without reading)."""
         now, ttl = self._now_wall(), self.config.ttl_s
+        if key not in self._waiting and trio.current_time() < self._reads_back_at:
+            return None  # a read failed a moment ago: a miss at once
         try:
             if key in self._waiting:
                 entry: Entry | None = self._waiting[key]
@@ -119,12 +140,42 @@ class ResponseCache:
                 entry = await trio.to_thread.run_sync(self.entries.get, key, now, ttl)
         except Exception as exc:  # the store's own errors: a miss, never the job's failure
             self._health.failed(exc, "read")
+            self._reads_back_at = trio.current_time() + READ_COOLDOWN_S
             return None
-        if entry is None or entry.client != job.client:
+        if entry is None or not self._servable(entry, job):
             return None
+        kept = self._readable(entry)
+        return None if kept is None else (entry, kept)
+
+    def _servable(self, entry: Entry, job: Job) -> bool:
+        """Whether `entry` may answer `job`: its client's, its route one the job may be served
+        (`rules.servable`), and not made by a free model the canary has quarantined since (its
+        answers went quietly worse: those it made before the canary saw it are among them)."""
+        if entry.client != job.client:
+            return False
         if not servable(entry.route, job, keep_paid=self.config.keep_paid):
+            return False
+        free = tier_of(entry.route) == "free"
+        return not free or self._quarantined(f"{entry.lane}/{entry.model}") is None
+
+    def _readable(self, entry: Entry) -> dict[str, Any] | None:
+        """What `entry` keeps, parsed, when this version can give it back — a whole completion,
+        and a stream's chunks as text; else None, said (another version's format, or damaged)."""
+        try:
+            kept: dict[str, Any] = json.loads(entry.body)
+            stream = kept.get("stream", []) if isinstance(kept, dict) else None
+            if not isinstance(stream, list) or not whole(kept.get("completion")):
+                raise ValueError("an entry this version can not give back")
+            if not all(isinstance(data, str) for data in stream):
+                raise ValueError("an entry whose stream is not text")
+        except ValueError as exc:
+            self.unreadable(exc)
             return None
-        return entry
+        return kept
+
+    def unreadable(self, exc: ValueError) -> None:
+        """An entry found that can not be given back: a miss, said in the cache's health."""
+        self._health.failed(exc, "read")
 
     def counted(self, status: str, *, tokens: int = 0, saved_usd: float = 0.0) -> None:
         """One answer's `X-Lanes-Cache`, and what a hit saved."""
@@ -184,20 +235,44 @@ class ResponseCache:
         async for entry in self._receive:
             await trio.sleep(GROUP_S)  # what comes meanwhile is written with it, in one go
             batch = [entry, *self._ready()]
-            fresh = [e for e in batch if not self._cleared_since(e)]
-            try:
-                if self._inline:  # a local file: one short transaction, no thread to hand it to
-                    self.entries.put(fresh, max_bytes, self.config.ttl_s)
-                else:
-                    ttl_s = self.config.ttl_s
-                    await trio.to_thread.run_sync(self.entries.put, fresh, max_bytes, ttl_s)
-            except Exception as exc:  # the store's own errors: these answers are not kept
-                self._health.failed(exc, "write")
+            async with self._turn:  # no clear between the look and the write
+                await self._write(batch, max_bytes)
+
+    async def _write(self, batch: list[Entry], max_bytes: int) -> None:
+        fresh = [e for e in batch if not self._cleared_since(e)]
+        try:
+            if self._inline:  # a local file: one short transaction, no thread to hand it to
+                self.entries.put(fresh, max_bytes, self.config.ttl_s)
             else:
-                self._counts["kept"] += len(fresh)
-                self._health.ok()
-            finally:
-                self._written(batch)
+                ttl_s = self.config.ttl_s
+                await trio.to_thread.run_sync(self.entries.put, fresh, max_bytes, ttl_s)
+        except Exception as exc:  # the store's own errors: these answers are not kept
+            self._health.failed(exc, "write")
+        else:
+            self._counts["kept"] += len(fresh)
+            self._health.ok()
+        finally:
+            self._written(batch)
+
+    async def sweep(self) -> None:
+        """The sweeper: every `SWEEP_S`, delete the entries past their TTL (`expired`)."""
+        while True:
+            await trio.sleep(SWEEP_S)
+            await self.expired()
+
+    async def expired(self) -> int:
+        """Delete the entries made more than `ttl_s` ago, `SWEEP_BATCH` at a time in a worker
+        thread; how many went (a store that fails: said, and tried again next sweep)."""
+        before, gone = self._now_wall() - self.config.ttl_s, 0
+        while True:
+            try:
+                went = await trio.to_thread.run_sync(self.entries.expire, before, SWEEP_BATCH)
+            except Exception as exc:  # the store's own errors
+                self._health.failed(exc, "expire")
+                return gone
+            gone += went
+            if went < SWEEP_BATCH:
+                return gone
 
     def _ready(self) -> list[Entry]:
         """The answers handed over meanwhile: written with the first, in one go."""
@@ -225,14 +300,16 @@ class ResponseCache:
         """Wait until every answer handed over so far is written (for tests and `lanes cache`)."""
         await self._idle.wait()
 
-    def clear(self, client: str | None) -> int:
+    async def clear(self, client: str | None) -> int:
         """Delete `client`'s entries (every one for None), those waiting for the writer too; how
-        many were stored. Blocking: call it from a worker thread."""
-        self._cleared[client] = self._now_wall()
-        for key, entry in list(self._waiting.items()):
-            if client is None or entry.client == client:
-                self._waiting.pop(key, None)
-        return self.entries.clear(client)
+        many were stored. Between the writer's batches (a batch being written is deleted after
+        it, one written later is looked at after this), the store's part in a worker thread."""
+        async with self._turn:
+            self._cleared[client] = self._now_wall()
+            for key, entry in list(self._waiting.items()):
+                if client is None or entry.client == client:
+                    del self._waiting[key]
+            return await trio.to_thread.run_sync(self.entries.clear, client)
 
     def statistics(self, *, sizes: bool = False) -> CacheStatistics:
         counts = self._counts

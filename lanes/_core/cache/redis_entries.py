@@ -1,11 +1,15 @@
 """The response cache's entries in the Redis state store: one hash per entry, expiring with its
-TTL, and beside them the order they were made in, their sizes and their total, and each client's
-keys — every key under one hash tag, so a script touches one slot (Redis Cluster included).
+TTL, and beside them the order they were made in, their sizes and their total, each one's client
+and each client's keys — every key under one hash tag, so a script touches one slot (Redis Cluster
+included).
 
-Writes and clears are scripts: the stored bytes never pass `max_bytes` (the oldest go first), and
+Writes and clears are scripts: the stored bytes never pass `max_bytes` (the oldest go first,
+`EVICT_AT_MOST` a write: a lowered cap is reached over several writes, never by one script that
+holds Redis — every host's ledger — for seconds), and
 a client's entries go with `clear`. An entry Redis evicts under `maxmemory` (an entry has an
 expiry, so a `volatile-*` policy takes entries before the ledger's keys) is a miss; what it
-counted in the total goes when its turn to be evicted comes. Blocking: call from a worker thread.
+counted in the total goes when its turn to be evicted comes, or when `expire` finds it past its
+TTL (its client's set of keys loses it then too). Blocking: call from a worker thread.
 """
 
 from __future__ import annotations
@@ -14,16 +18,35 @@ from typing import Any
 
 import redis
 
-from lanes._core.cache.store import Entry
+from lanes._core.cache.store import EVICT_AT_MOST, Entry
 from lanes._core.state.redis_store import connection_pool, redacted
 
 _FIELDS = ("client", "made_at", "body", "lane", "model", "provider", "route", "cost_usd")
 
-# KEYS: order, sizes, total, clients; ARGV: prefix, key, client, size, made_at, ttl_ms, max_bytes,
-# then the entry's fields and values
-_PUT = """
-local order, sizes, total, clients = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local p, key, client = ARGV[1], ARGV[2], ARGV[3]
+# One entry gone, with what is kept beside it: its client (from `owners`, else from the entry, as
+# an older version kept it) loses its key even when Redis has expired the entry itself.
+_DROP = """
+local order, sizes, total, clients, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local p = ARGV[1]
+local function drop(key)
+  local gone = p .. 'e:' .. key
+  local owner = redis.call('HGET', owners, key) or redis.call('HGET', gone, 'client')
+  if owner then redis.call('SREM', p .. 'c:' .. owner, key) end
+  redis.call('DEL', gone)
+  redis.call('ZREM', order, key)
+  local held = redis.call('DECRBY', total, redis.call('HGET', sizes, key) or 0)
+  redis.call('HDEL', sizes, key)
+  redis.call('HDEL', owners, key)
+  return held
+end
+"""
+
+# KEYS: order, sizes, total, clients, owners; ARGV: prefix, key, client, size, made_at, ttl_ms,
+# max_bytes, then the entry's fields and values
+_PUT = (
+    _DROP
+    + """
+local key, client = ARGV[2], ARGV[3]
 local size, max = tonumber(ARGV[4]), tonumber(ARGV[7])
 local old = redis.call('HGET', sizes, key)
 if old then redis.call('DECRBY', total, old) end
@@ -33,26 +56,34 @@ redis.call('HSET', entry, unpack(ARGV, 8))
 redis.call('PEXPIRE', entry, ARGV[6])
 redis.call('ZADD', order, ARGV[5], key)
 redis.call('HSET', sizes, key, size)
+redis.call('HSET', owners, key, client)
 redis.call('SADD', p .. 'c:' .. client, key)
 redis.call('SADD', clients, client)
 local held = redis.call('INCRBY', total, size)
-while held > max do
+local evicted = 0
+while held > max and evicted < EVICT_AT_MOST do
   local oldest = redis.call('ZRANGE', order, 0, 0)[1]
   if not oldest then break end
-  local gone = p .. 'e:' .. oldest
-  local owner = redis.call('HGET', gone, 'client')
-  if owner then redis.call('SREM', p .. 'c:' .. owner, oldest) end
-  redis.call('DEL', gone)
-  redis.call('ZREM', order, oldest)
-  held = redis.call('DECRBY', total, redis.call('HGET', sizes, oldest) or 0)
-  redis.call('HDEL', sizes, oldest)
+  held = drop(oldest)
+  evicted = evicted + 1
 end
 return held
-"""
+""".replace("EVICT_AT_MOST", str(EVICT_AT_MOST))
+)
 
-# KEYS: order, sizes, total, clients; ARGV: prefix, then the clients whose entries go
+# KEYS: as _PUT's; ARGV: prefix, made at or before (s), at most this many. Those entries, gone.
+_EXPIRE = (
+    _DROP
+    + """
+local old = redis.call('ZRANGEBYSCORE', order, '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, key in ipairs(old) do drop(key) end
+return #old
+"""
+)
+
+# KEYS: as _PUT's; ARGV: prefix, then the clients whose entries go
 _CLEAR = """
-local order, sizes, total, clients = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local order, sizes, total, clients, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local p, gone = ARGV[1], 0
 for i = 2, #ARGV do
   local set = p .. 'c:' .. ARGV[i]
@@ -61,6 +92,7 @@ for i = 2, #ARGV do
     redis.call('ZREM', order, key)
     redis.call('DECRBY', total, redis.call('HGET', sizes, key) or 0)
     redis.call('HDEL', sizes, key)
+    redis.call('HDEL', owners, key)
   end
   redis.call('DEL', set)
   redis.call('SREM', clients, ARGV[i])
@@ -70,15 +102,22 @@ return gone
 """
 
 
+#: How long a connection, a read or a write of the cache waits for Redis, seconds: a job waits for
+#: its read, and a cache is worth less than the state store's 2 s.
+TIMEOUT_S = 0.5
+
+
 class RedisEntries:
-    def __init__(self, url: str, *, namespace: str = "", timeout_s: float = 2.0) -> None:
+    def __init__(self, url: str, *, namespace: str = "", timeout_s: float = TIMEOUT_S) -> None:
         self.where = redacted(url)
         waits = {"socket_connect_timeout": timeout_s, "socket_timeout": timeout_s}
         pool = connection_pool(url, max_connections=8, timeout=timeout_s, **waits)
         self._r = redis.Redis(connection_pool=pool)
         self._p = f"lanes:{{{namespace}}}:cache:" if namespace else "lanes:{cache}:"
-        self._keys = [self._p + name for name in ("order", "sizes", "total", "clients")]
+        names = ("order", "sizes", "total", "clients", "owners")
+        self._keys = [self._p + name for name in names]
         self._put = self._r.register_script(_PUT)
+        self._expire = self._r.register_script(_EXPIRE)
         self._clear = self._r.register_script(_CLEAR)
 
     def get(self, key: str, now: float, ttl_s: float) -> Entry | None:
@@ -115,6 +154,9 @@ class RedisEntries:
                 every: list[Any] = [*args, max_bytes, *pairs]
                 self._put(keys=list(self._keys), args=every, client=pipe)
             pipe.execute()
+
+    def expire(self, before: float, limit: int) -> int:
+        return int(self._expire(keys=list(self._keys), args=[self._p, repr(before), limit]))
 
     def clear(self, client: str | None) -> int:
         if client is None:

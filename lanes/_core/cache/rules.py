@@ -3,19 +3,23 @@ cache (`CachePlan`), what its key is, which answers may be stored, and how an an
 stream and given back as one. Pure.
 
 - **The key** is a SHA-256 of the whole request as the chat-completion core has it — the client
-  key, the model (or alias) as asked, the messages, every parameter but `stream` and
-  `stream_options`, a translated reasoning effort — so one client's answer is never another's,
-  and a request asked on another door (Messages, Responses, Gemini) finds the same entry.
+  key, the provider keys it brought (`X-Lanes-Key-<lane>`, by digest), the model (or alias) as
+  asked, the messages, every parameter but `stream` and `stream_options`, a translated reasoning
+  effort — so one client's answer is never another's, an answer a provider key paid for is
+  served only with that key, and a request asked on another door (Messages, Responses, Gemini)
+  finds the same entry.
 - **Cacheable**: a chat request (never an embedding) with privacy `any`, that asks for determinism
   (`temperature` 0 or a `seed`), or that opts in (`X-Lanes-Cache: on`), or any with
   `[cache] any_sampling`.
-- **Storable**: a whole success — every choice has its `finish_reason`, no `error` in the body,
-  nothing in a message the replay could not give back; a paid answer only with `keep_paid`.
+- **Storable**: a whole success — every choice has its `finish_reason` (not `error`), no `error`
+  in the body or a choice, nothing in a message the replay could not give back; a paid answer
+  only with `keep_paid`.
 """
 
 from __future__ import annotations
 
 # lanes: pure
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -31,7 +35,7 @@ Status = Literal["hit", "miss", "bypass"]
 DIRECTIVES: tuple[Directive, ...] = ("on", "off", "refresh")
 
 #: Bumped when what the key is made of changes: older entries are then never found.
-KEY_VERSION = 1
+KEY_VERSION = 2
 #: Parameters that say how an answer is delivered, not what it is.
 UNKEYED = frozenset({"stream", "stream_options"})
 #: A message's fields an entry can give back, streamed or not (others must be null or empty).
@@ -89,8 +93,15 @@ def cache_key(job: Job) -> str:
     """The entry's key for `job` (see the module's doc). The messages' digest is the job's own
     (`fingerprint`, which the audit takes too): a large request is not encoded again for it."""
     params = {k: v for k, v in job.params.items() if k not in UNKEYED}
-    asked = [KEY_VERSION, job.client, job.model, job.fingerprint()[0], params]
+    asked = [KEY_VERSION, job.client, _own_keys(job), job.model, job.fingerprint()[0], params]
     return digest([*asked, job.reasoning_effort])[0]
+
+
+def _own_keys(job: Job) -> list[tuple[str, str]]:
+    """The provider keys `job` brought, by lane, each as its SHA-256: an answer made with one is
+    that key's (it paid, and may reach models another key may not), never a keyless request's."""
+    own = job.keys.items()
+    return sorted((lane, hashlib.sha256(key.encode()).hexdigest()) for lane, key in own)
 
 
 def storable_route(route: str, *, keep_paid: bool) -> bool:
@@ -126,7 +137,9 @@ def _whole_choice(choice: Any) -> bool:
     if not isinstance(choice, Mapping) or not isinstance(choice.get("index", 0), int):
         return False
     reason, message = choice.get("finish_reason"), choice.get("message")
-    if not isinstance(reason, str) or not reason or not isinstance(message, Mapping):
+    if not _finished(reason) or choice.get("error") is not None:
+        return False
+    if not isinstance(message, Mapping):
         return False
     if choice.get("logprobs") not in (None, {}):
         return False  # a stream's replay does not carry them
@@ -136,6 +149,12 @@ def _whole_choice(choice: Any) -> bool:
     if calls in (None, []):
         return True
     return isinstance(calls, list) and all(_whole_call(call) for call in calls)
+
+
+def _finished(reason: Any) -> bool:
+    """A finish reason of a whole answer: OpenRouter's `error` says the answer broke (its error
+    beside it, in the choice, inside a 200)."""
+    return isinstance(reason, str) and bool(reason) and reason != "error"
 
 
 def _whole_call(call: Any) -> bool:
@@ -179,7 +198,7 @@ class Assembler:
     def _choice(self, choice: Any) -> bool:
         if not isinstance(choice, Mapping) or not isinstance(choice.get("index", 0), int):
             return False
-        if choice.get("logprobs") not in (None, {}):
+        if choice.get("logprobs") not in (None, {}) or choice.get("error") is not None:
             return False
         index = choice.get("index", 0)
         kept = self._choices.setdefault(index, {"index": index, "message": {"role": "assistant"}})
@@ -264,6 +283,8 @@ def streamed_again(
     for data in stream:
         data = data.replace(old, json.dumps(response_id), 1) if old != '""' else data
         chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError("a kept chunk that is not an object")
         if not chunk.get("choices") and "usage" in chunk:
             told = True
             if not usage:

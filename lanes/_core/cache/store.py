@@ -39,6 +39,9 @@ TRIGGERS = (
     "CREATE TRIGGER IF NOT EXISTS cache_gone AFTER DELETE ON cache_entry BEGIN "
     "UPDATE cache_total SET bytes = bytes - OLD.size; END",
 )
+#: The most entries one write evicts: after `max_mb` is lowered, the excess goes over the next
+#: writes, none of which holds the store (or, inline, the event loop) long.
+EVICT_AT_MOST = 256
 #: One entry written, or written over (the triggers keep `cache_total`).
 _UPSERT = (
     "INSERT INTO cache_entry VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE "
@@ -70,13 +73,17 @@ class Entry:
 class Entries(Protocol):
     """The entries' store. `get` returns an entry younger than `ttl_s` (else None); `put` stores
     some (in one transaction where the store has them) and evicts the oldest while the stored
-    bytes are over `max_bytes` (an entry older than `ttl_s` is never served); `clear` deletes a
-    client's entries (every one for None) and says how many; `sizes` is (entries, bytes)."""
+    bytes are over `max_bytes`, `EVICT_AT_MOST` at most (an entry older than `ttl_s` is never
+    served); `expire` deletes at
+    most `limit` of those made at or before `before`, the oldest first, and says how many; `clear`
+    deletes a client's entries (every one for None) and says how many; `sizes` is (entries,
+    bytes)."""
 
     where: str
 
     def get(self, key: str, now: float, ttl_s: float) -> Entry | None: ...
     def put(self, entries: list[Entry], max_bytes: int, ttl_s: float) -> None: ...
+    def expire(self, before: float, limit: int) -> int: ...
     def clear(self, client: str | None) -> int: ...
     def sizes(self) -> tuple[int, int]: ...
     def close(self) -> None: ...
@@ -149,7 +156,9 @@ class SQLiteEntries:
         """(`ttl_s`: a row past it is never read, and goes with the oldest.)"""
         with self._lock, immediate(self._conn) as conn:
             conn.executemany(_UPSERT, [_row(entry) for entry in entries])
-            while self._total(conn) > max_bytes:
+            for _ in range(EVICT_AT_MOST):
+                if self._total(conn) <= max_bytes:
+                    break
                 oldest = conn.execute("SELECT key FROM cache_entry ORDER BY made_at LIMIT 1")
                 row = oldest.fetchone()
                 if row is None:
@@ -160,6 +169,15 @@ class SQLiteEntries:
     def _total(conn: sqlite3.Connection) -> int:
         total: int = conn.execute("SELECT bytes FROM cache_total").fetchone()[0]
         return total
+
+    def expire(self, before: float, limit: int) -> int:
+        with self._lock, immediate(self._conn) as conn:
+            gone = conn.execute(
+                "DELETE FROM cache_entry WHERE key IN (SELECT key FROM cache_entry "
+                "WHERE made_at <= ? ORDER BY made_at LIMIT ?)",
+                (before, limit),
+            ).rowcount
+        return int(gone)
 
     def clear(self, client: str | None) -> int:
         with self._lock, immediate(self._conn) as conn:

@@ -33,6 +33,8 @@ from lanes._core.policy.scoring import ScoringConfig
 from lanes._core.policy.spend import CAP_PARAMS
 
 T = TypeVar("T")
+#: The client the admin key's jobs are (`admin_key_env`): a client of that name must be an admin.
+ADMIN_CLIENT = "admin"
 #: The response cache's modes (`[cache] mode`, a client's `cache`).
 CacheMode = Literal["off", "write_only", "on"]
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
