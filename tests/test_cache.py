@@ -103,7 +103,7 @@ async def test_the_sdks_parse_hits_on_every_door_streamed_and_not():
         second = await claude.messages.create(**said)
         async with claude.messages.stream(**said) as claude_stream:
             streamed = await claude_stream.get_final_message()
-        told = {"model": "auto", "input": "Say hi", "temperature": 0}
+        told: Any = {"model": "auto", "input": "Say hi", "temperature": 0}
         response = await client.responses.create(**told)
         async with client.responses.stream(**told) as responses_stream:
             final = await responses_stream.get_final_response()

@@ -4,6 +4,8 @@ cleared alone — and the library's `Job(cache=...)` on `open_dispatcher`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import lanes
@@ -16,6 +18,7 @@ ASK = [{"role": "user", "content": "Say hi"}]
 
 @pytest.fixture(params=["sqlite", "redis"])
 def entries(request, tmp_path):
+    store: Any
     if request.param == "sqlite":
         store = SQLiteEntries(str(tmp_path / "state.db.cache"))
     else:

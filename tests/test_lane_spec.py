@@ -286,7 +286,7 @@ def test_groq_is_sent_no_gemini_thought_signature():
     )
     call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
     signed = {**call, "extra_content": {"google": {"thought_signature": "c2ln"}}}
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "read a.txt"},
         {"role": "assistant", "tool_calls": [signed]},
         {"role": "tool", "tool_call_id": "c1", "content": "hello"},
