@@ -476,3 +476,37 @@ async def test_an_answer_made_by_a_model_the_canary_quarantined_is_not_served(tm
             dispatcher.quarantine({})
             again = await dispatcher.complete(job)
     assert (made.cache, again.cache) == ("miss", "hit")
+
+
+def test_a_tool_call_index_from_upstream_never_sizes_what_the_cache_puts_together():
+    """A stream's own indexes must never size anything (`ToolIndexes` keeps to it): the cache's
+    assembler grew its list of calls up to a delta's `index` — one 150-byte chunk with index
+    2,000,000 took 3 s and 800 MB (10**8: the process killed) — and a negative one raised
+    IndexError inside the stream. Such a stream is simply not kept."""
+    import time
+
+    from lanes._core.cache.rules import Assembler
+
+    for index in (2_000_000, -1, 1):  # (not 10**8 here: it would take the machine down)
+        kept = Assembler(1024 * 1024)
+        call = {"index": index, "id": "c", "type": "function", "function": {"name": "f"}}
+        chunk = {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+        start = time.perf_counter()  # wall-clock: how long one chunk takes
+        kept.add(chunk, None)
+        assert time.perf_counter() - start < 0.5  # wall-clock
+        assert kept.failed, index  # 1 with no call 0 before it: a gap, not kept either
+
+
+async def test_a_stream_with_a_negative_tool_call_index_is_relayed_whole():
+    head = {"id": "gen-1", "object": "chat.completion.chunk", "model": "local-model"}
+    call = {"index": -1, "id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    body = _sse(
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    )
+    streamed = raw(200, body, headers={"content-type": "text/event-stream"})
+    async with open_sidecar(LOCAL, cache=ON) as (url, fakes):
+        fakes["local"].script("local-model", streamed)
+        answered = await chat(url, asked(stream=True))
+    assert answered.status_code == 200
+    assert answered.text.rstrip().endswith("data: [DONE]"), answered.text[-300:]

@@ -244,10 +244,12 @@ def _into(message: dict[str, Any], delta: Mapping[str, Any]) -> bool:
 
 
 def _call_into(calls: list[dict[str, Any]], part: Any) -> bool:
-    if not isinstance(part, Mapping) or not isinstance(part.get("index", 0), int):
+    """Add one tool-call delta; False for one it can not hold — among them an `index` that is
+    neither a call begun nor the next one (a stream's own index never sizes anything)."""
+    index = part.get("index", 0) if isinstance(part, Mapping) else None
+    if not isinstance(index, int) or not 0 <= index <= len(calls):
         return False
-    index = part.get("index", 0)
-    while len(calls) <= index:
+    if index == len(calls):
         calls.append({"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
     call, function = calls[index], part.get("function") or {}
     if not isinstance(function, Mapping):
