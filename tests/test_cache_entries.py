@@ -4,32 +4,12 @@ cleared alone — and the library's `Job(cache=...)` on `open_dispatcher`."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 import lanes
-from lanes._core.cache.store import Entry, SQLiteEntries
+from lanes._core.cache.store import Entry
 from lanes.harness.configs import local_lane
 from lanes.testing import open_fake
 
 ASK = [{"role": "user", "content": "Say hi"}]
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def entries(request, tmp_path):
-    store: Any
-    if request.param == "sqlite":
-        store = SQLiteEntries(str(tmp_path / "state.db.cache"))
-    else:
-        from lanes._core.cache.redis_entries import RedisEntries
-
-        server = request.getfixturevalue("redis_server")
-        store = RedisEntries(server.url, namespace="t1")
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def entry(key: str, client: str = "a", made_at: float = 1000.0, size: int = 100) -> Entry:

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from test_cache_entries import entry
 
 import lanes
 from lanes._core.cache.store import SQLiteEntries
@@ -122,35 +123,7 @@ async def test_an_answer_made_with_a_clients_own_provider_key_needs_that_key():
 
 
 def _entry(key: str, client: str = "a", made_at: float = 1000.0) -> Any:
-    from lanes._core.cache.store import Entry
-
-    body = b'{"completion":{}}'.ljust(100, b" ")
-    return Entry(
-        key=key,
-        client=client,
-        made_at=made_at,
-        body=body,
-        lane="local",
-        model="m",
-        provider="llamacpp",
-        route="local",
-    )
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def entries(request, tmp_path):
-    store: Any
-    if request.param == "sqlite":
-        store = SQLiteEntries(str(tmp_path / "state.db.cache"))
-    else:
-        from lanes._core.cache.redis_entries import RedisEntries
-
-        server = request.getfixturevalue("redis_server")
-        store = RedisEntries(server.url, namespace="t1")
-    try:
-        yield store
-    finally:
-        store.close()
+    return entry(key, client, made_at)  # the store contract's
 
 
 def test_entries_past_their_ttl_are_deleted_a_few_at_a_time(entries):
