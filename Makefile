@@ -113,18 +113,33 @@ test-clients: $(CLIENTS_STAMP) $(CLIENTS)/.installed
 drill: install redis
 	$(PY) -m lanes drill all
 
-# Benchmarks: ours beside the limit, direct and LiteLLM (installed into its own virtualenv, never
-# into the project's). Writes bench/results/<date>.json and docs/benchmarks.md.
+# Benchmarks: ours beside the limit, direct, LiteLLM (installed into its own virtualenv, never
+# into the project's) and the Portkey gateway. Writes bench/results/<date>.json and
+# docs/benchmarks.md.
 LITELLM := bench/.venv-litellm/bin/litellm
 $(LITELLM):
 	$(PYTHON) -m venv bench/.venv-litellm
 	bench/.venv-litellm/bin/pip install -q --disable-pip-version-check 'litellm[proxy]'
 
-bench: install redis $(LITELLM)
+# The Portkey gateway, a Node peer of the agent-sized requests (bench/agent.py), pinned in
+# bench/portkey/package.json and its lock: @portkey-ai/gateway 1.15.2 with the @hono/node-server
+# (1.13.5) and hono (4.9.7) its own repository's lock pins — a newer node-server breaks its
+# streams. Without Node 20 or npm, or where npm fails, the peer is skipped and says why.
+PORTKEY := bench/.portkey
+$(PORTKEY)/.installed: bench/portkey/package.json bench/portkey/package-lock.json
+	@mkdir -p $(PORTKEY) && rm -f $(PORTKEY)/npm-failed && \
+	  cp bench/portkey/package.json bench/portkey/package-lock.json $(PORTKEY)/ && \
+	  { command -v npm >/dev/null 2>&1 || { echo "npm is not installed" > $(PORTKEY)/npm-failed; exit 0; }; \
+	    (cd $(PORTKEY) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >npm.log 2>&1) && \
+	    touch $(PORTKEY)/.installed || \
+	    { echo "npm ci failed: $$(tail -n 1 $(PORTKEY)/npm.log)" > $(PORTKEY)/npm-failed; \
+	      echo "npm could not install the Portkey gateway: the bench skips it"; }; }
+
+bench: install redis $(LITELLM) $(PORTKEY)/.installed
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	$(PY) -m bench.run
 
-bench-quick: install redis $(LITELLM)
+bench-quick: install redis $(LITELLM) $(PORTKEY)/.installed
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	$(PY) -m bench.run --quick
 

@@ -1,218 +1,487 @@
-"""Agent-sized requests: the CPU lanes spends per request against the floor's (`bench/floor.py`)
-as the body grows — a coding agent's turn (a long system prompt, tool schemas, the history with
-tool calls and their results as text) of 1, 32, 128 and 512 KB, on the chat door, JSON, one at a
-time.
+"""Agent-sized requests: the CPU each peer spends per request as the body grows — a coding agent's
+turn (a long system prompt, tool schemas, the history with tool calls and their results as text)
+of 1, 32, 128 and 512 KB — through the chat completions, Messages and Responses doors, answered
+whole (JSON) and streamed (SSE), one request at a time and eight at once.
 
-`python -m bench.agent [--rounds 3] [--requests 40] [--sizes 1,32,128,512]` runs, per round and
-size, the same requests through each peer in turn (each going first in turn, so a neighbour's load
-on the shared machine falls on both alike), reads each peer's CPU from /proc, and prints the CPU
-per request, the ratio lanes / floor and each one's growth per KB (the slope between the smallest
-and the largest body). It writes `bench/results/agent-<date>.json`. Nothing leaves 127.0.0.1.
+`python -m bench.agent [--rounds 3] [--requests 40] [--sizes 1,32,128,512] [--doors ...]
+[--kinds json,sse] [--concurrency 1,8] [--peers ...]` runs, per round and cell (door × kind ×
+concurrency × size), the same requests through each peer in turn, each going first in turn, so a
+neighbour's load on the shared machine falls on all alike. Peers: `direct` (the fake upstream
+itself: the latency baseline), `floor` (`bench/floor.py`), `lanes`, `litellm` (bench/.venv-litellm)
+and `portkey` (the Portkey gateway on Node, bench/.portkey) — each skipped, with its reason, where
+it is not installed or does not serve a door. CPU per request comes from /proc (the peer's
+process and its children); latency is the client's, p50 per cell, and "added" is a peer's p50
+less the direct one's in the same round. Then the resident memory of each peer idle and with 64
+streamed 512 KB requests in flight. It writes `bench/results/agent-<date>.json` and the chart
+`docs/benchmarks-agent.svg` (and, with `--docs`, docs/benchmarks.md's agent section, which
+`bench/agentreport.py` makes of the figures; `make bench` writes it with the rest). Nothing
+leaves 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from bench import peers
-from bench.hot import MODELS, cpu_s
-from bench.load import run_load
+from bench.load import Sample, percentile, run_load
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (1, 32, 128, 512)  # KB
+DOORS = {"chat": "/chat/completions", "messages": "/messages", "responses": "/responses"}
+KINDS = ("json", "sse")
+CONCURRENCY = (1, 8)
+PEERS = ("direct", "floor", "lanes", "litellm", "portkey")
+#: the fake upstream's models: answers at once; streams a chunk every 0.6 s; and two no request
+#: has used before `cold`'s (answers after 5 s; streams for 5 s)
+MODELS = ("fast", "slow", "cold-json", "cold-sse")
+HELD = 64  # streamed 512 KB requests in flight for the memory figure, and requests to a cold model
+_TEXT: dict[str, Any] = {"capture_output": True, "text": True, "check": False}
 
-_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "tool_{n}",
-        "description": "Reads or edits files of the workspace; {n}. " * 3,
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "A path inside the workspace."},
-                "options": {
-                    "type": "object",
-                    "properties": {
-                        "recursive": {"type": "boolean"},
-                        "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
-                        "mode": {"type": "string", "enum": ["read", "write", "append"]},
-                    },
-                },
-            },
-            "required": ["path"],
-        },
-    },
+#: Doors a peer does not serve, and why (measured on 2026-12-04: its answer to one request).
+UNSERVED = {
+    ("portkey", "messages"): "Portkey 1.15.2 serves /v1/messages only for Anthropic-shaped "
+    "providers (to an OpenAI-compatible one: 'messages is not supported by openai')",
+}
+#: What a peer does at a door that is not what lanes does there (a translation to chat).
+NOTES = {
+    ("floor", "Messages and Responses"): "the floor translates nothing: every door's body is "
+    "parsed, written again and sent to the upstream's chat completions",
+    ("portkey", "responses"): "Portkey passes a Responses request to the upstream's own "
+    "/responses as it came (no translation: the fake upstream answers in chat's shape)",
 }
 
+_DESCRIPTION = "Reads or edits files of the workspace; {n}. " * 3
+_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "A path inside the workspace."},
+        "options": {
+            "type": "object",
+            "properties": {
+                "recursive": {"type": "boolean"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "mode": {"type": "string", "enum": ["read", "write", "append"]},
+            },
+        },
+    },
+    "required": ["path"],
+}
+_SYSTEM = "You are a careful coding agent. Follow the repository's conventions. " * 20
+_ASK, _AGAIN = "Fix the failing test in tests/test_parser.py.", "Now run the tests again."
 
-def agent_body(kb: int, model: str = "fast") -> dict[str, Any]:
-    """A chat request shaped like a coding agent's turn, about `kb` KB as JSON: a system prompt,
-    up to 40 tools, then tool calls and their results until the size is reached."""
-    system = "You are a careful coding agent. Follow the repository's conventions. " * 20
-    tools = [
-        json.loads(json.dumps(_TOOL).replace("{n}", str(n))) for n in range(min(40, kb * 2 + 1))
-    ]
+
+def _result_text(n: int) -> str:
+    line = f"    def parse_{n}(self, text: str) -> Node:  # returns the node of line {n}\n"
+    return line * 24
+
+
+def _chat(kb: int, tools: int, turns: int) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system[: kb * 512]},
-        {"role": "user", "content": "Fix the failing test in tests/test_parser.py."},
+        {"role": "system", "content": _SYSTEM[: kb * 512]},
+        {"role": "user", "content": _ASK},
     ]
-    body = {
-        "model": model,
-        "messages": messages,
-        "tools": tools,
-        "temperature": 0,
-        "max_tokens": 8192,
-    }
-    n = 0
-    while len(json.dumps(body)) < kb * 1024:
-        call = f"call_{n}"
-        messages.append(
+    for n in range(turns):
+        call = {"name": "tool_1", "arguments": json.dumps({"path": f"f{n}"})}
+        messages += [
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [
-                    {
-                        "id": call,
-                        "type": "function",
-                        "function": {"name": "tool_1", "arguments": json.dumps({"path": f"f{n}"})},
-                    }
-                ],
-            }
-        )
-        line = f"    def parse_{n}(self, text: str) -> Node:  # returns the node of line {n}\n"
-        messages.append({"role": "tool", "tool_call_id": call, "content": line * 24})
-        n += 1
-    messages.append({"role": "user", "content": "Now run the tests again."})
-    return body
+                "tool_calls": [{"id": f"call_{n}", "type": "function", "function": call}],
+            },
+            {"role": "tool", "tool_call_id": f"call_{n}", "content": _result_text(n)},
+        ]
+    messages.append({"role": "user", "content": _AGAIN})
+    schemas = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{n}",
+                "description": _DESCRIPTION.format(n=n),
+                "parameters": _SCHEMA,
+            },
+        }
+        for n in range(tools)
+    ]
+    return {"messages": messages, "tools": schemas, "temperature": 0, "max_tokens": 8192}
 
 
-async def _one(peer: peers.Peer, body: dict[str, Any], requests: int) -> float:
-    """CPU ms per request of `peer` over `requests` requests of `body`, one at a time."""
-    before = cpu_s(peer)
+def _messages(kb: int, tools: int, turns: int) -> dict[str, Any]:
+    """The Messages API's shape, as Claude Code sends a turn."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": _ASK}]
+    for n in range(turns):
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "tool_1", "input": {"path": f"f{n}"}}
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": _result_text(n)}
+        messages += [
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result]},
+        ]
+    last = messages[-1]["content"]
+    again = {"type": "text", "text": _AGAIN}
+    messages[-1]["content"] = [*last, again] if isinstance(last, list) else [again]
+    schemas = [
+        {"name": f"tool_{n}", "description": _DESCRIPTION.format(n=n), "input_schema": _SCHEMA}
+        for n in range(tools)
+    ]
+    return {
+        "system": _SYSTEM[: kb * 512],
+        "messages": messages,
+        "tools": schemas,
+        "temperature": 0,
+        "max_tokens": 8192,
+    }
+
+
+def _responses(kb: int, tools: int, turns: int) -> dict[str, Any]:
+    """The Responses API's shape, as Codex sends a turn."""
+    items: list[dict[str, Any]] = [{"role": "user", "content": _ASK}]
+    for n in range(turns):
+        items += [
+            {
+                "type": "function_call",
+                "call_id": f"call_{n}",
+                "name": "tool_1",
+                "arguments": json.dumps({"path": f"f{n}"}),
+            },
+            {"type": "function_call_output", "call_id": f"call_{n}", "output": _result_text(n)},
+        ]
+    items.append({"role": "user", "content": _AGAIN})
+    schemas = [
+        {
+            "type": "function",
+            "name": f"tool_{n}",
+            "description": _DESCRIPTION.format(n=n),
+            "parameters": _SCHEMA,
+        }
+        for n in range(tools)
+    ]
+    return {
+        "instructions": _SYSTEM[: kb * 512],
+        "input": items,
+        "tools": schemas,
+        "temperature": 0,
+        "max_output_tokens": 8192,
+    }
+
+
+SHAPES: dict[str, Callable[[int, int, int], dict[str, Any]]] = {
+    "chat": _chat,
+    "messages": _messages,
+    "responses": _responses,
+}
+
+
+def agent_body(kb: int, door: str = "chat", model: str = "fast") -> dict[str, Any]:
+    """A request to `door` shaped like a coding agent's turn, about `kb` KB as JSON: a system
+    prompt, up to 40 tools, then tool calls and their results until the size is reached."""
+    tools, shape = min(40, kb * 2 + 1), SHAPES[door]
+    turns = 0
+    while len(json.dumps(shape(kb, tools, turns + 1))) < kb * 1024:
+        turns += 1
+    return {"model": model, **shape(kb, tools, turns)}
+
+
+def missing(name: str) -> str | None:
+    """Why peer `name` can not run here (None: it can)."""
+    if name == "litellm" and not peers.litellm_available():
+        return "LiteLLM is not installed (make bench installs it into bench/.venv-litellm)"
+    if name == "portkey":
+        return peers.portkey_missing()
+    return None
+
+
+@contextlib.asynccontextmanager
+async def opened(name: str, upstream: str, workdir: Path) -> AsyncIterator[peers.Peer]:
+    if name == "direct":
+        yield peers.Peer("direct", upstream, None)
+    elif name == "floor":
+        async with peers.floor(upstream, workdir) as p:
+            yield p
+    elif name == "lanes":
+        async with peers.ours(upstream, workdir, models=MODELS) as p:
+            yield p
+    elif name == "litellm":
+        models = dict.fromkeys(MODELS, 30.0)
+        async with peers.litellm(upstream, workdir, models=models, provider="custom_openai") as p:
+            yield p
+    else:
+        async with peers.portkey(upstream, workdir) as p:
+            yield p
+
+
+def _p50_ms(samples: list[Sample], field: str) -> float:
+    return percentile([getattr(s, field) for s in samples], 50) * 1000
+
+
+async def cell(
+    peer: peers.Peer, door: str, kind: str, concurrency: int, body: dict[str, Any], requests: int
+) -> dict[str, Any]:
+    """One peer's figures for one cell: CPU ms per request (not for `direct`), p50 latency and
+    first byte; or `error` when an answer was not 200."""
+    before = peer.cpu_s() if peer.process is not None else None
     samples, _ = await run_load(
-        peer.url + "/chat/completions", concurrency=1, total=requests, body=body
+        peer.url + DOORS[door],
+        concurrency=concurrency,
+        total=requests,
+        stream=kind == "sse",
+        headers=peer.headers,
+        body=body,
     )
-    bad = [s for s in samples if s.status != 200]
+    bad = sorted({s.status for s in samples if s.status != 200})
     if bad:
-        raise RuntimeError(f"{peer.name}: {len(bad)} of {len(samples)} answers not 200")
-    return 1000 * (cpu_s(peer) - before) / len(samples)
+        count = sum(s.status != 200 for s in samples)
+        return {"error": f"{count} of {len(samples)} answers not 200 ({bad})"}
+    out = {"p50_ms": _p50_ms(samples, "latency_s"), "ttfb_p50_ms": _p50_ms(samples, "ttfb_s")}
+    if before is not None:
+        out["cpu_ms"] = 1000 * (peer.cpu_s() - before) / len(samples)
+    return out
 
 
-async def run(rounds: int, requests: int, sizes: list[int]) -> dict[str, Any]:
-    bodies = {kb: agent_body(kb) for kb in sizes}
-    got: dict[str, dict[int, list[float]]] = {"floor": {}, "lanes": {}}
+async def cold(p: peers.Peer) -> dict[str, Any]:
+    """`HELD` requests at once to a model the peer has not heard from yet, one answering after
+    5 s (JSON) and one streaming for 5 s (SSE): the median and slowest finish, in seconds (the
+    upstream's own time, direct: about 5 s)."""
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        samples, _ = await run_load(
+            p.url + DOORS["chat"],
+            concurrency=HELD,
+            total=HELD,
+            stream=kind == "sse",
+            headers=p.headers,
+            body={**agent_body(1), "model": f"cold-{kind}"},
+            timeout_s=120,
+        )
+        done = [s.latency_s for s in samples if s.status == 200]
+        out[kind] = {
+            "ok": len(done),
+            "median_s": statistics.median(done) if done else None,
+            "max_s": max(done, default=None),
+        }
+    return out
+
+
+def load_average() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+async def held(p: peers.Peer, body: dict[str, Any]) -> dict[str, Any]:
+    """RSS (MiB) idle, then its most while `HELD` streamed requests of `body` to the `slow` model
+    (10 chunks, 0.6 s apart) are in flight."""
+    idle, most = p.rss_mb(), 0.0
+    done = trio.Event()
+
+    async def sample() -> None:
+        nonlocal most
+        while not done.is_set():
+            most = max(most, p.rss_mb() or 0.0)
+            await trio.sleep(0.25)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample)
+        samples, _ = await run_load(
+            p.url + DOORS["chat"],
+            concurrency=HELD,
+            total=HELD,
+            stream=True,
+            headers=p.headers,
+            body={**body, "model": "slow"},
+            timeout_s=120,
+        )
+        done.set()
+    return {"idle_mb": idle, "held_mb": most, "ok": sum(s.status == 200 for s in samples)}
+
+
+async def run(
+    rounds: int,
+    requests: int,
+    sizes: list[int],
+    *,
+    doors: tuple[str, ...] = tuple(DOORS),
+    kinds: tuple[str, ...] = KINDS,
+    concurrency: tuple[int, ...] = CONCURRENCY,
+    names: tuple[str, ...] = PEERS,
+    cold_models: bool = True,
+) -> dict[str, Any]:
+    """Every cell through every peer, `rounds` times; the figures (`figures`); then each peer's
+    memory with requests held (`held`) and its answers from a cold model (`cold`)."""
+    bodies = {(door, kb): agent_body(kb, door) for door in doors for kb in sizes}
+    raw: dict[str, Any] = {}
+    skipped = {n: why for n in names if (why := missing(n)) is not None}
+    failed: dict[str, str] = {}  # "peer door kind": the first error seen there
+    loads = [load_average()]
+    rss: dict[str, Any] = {}
+    herd: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lanes-agent-") as tmp:
         workdir = Path(tmp)
         async with (
             peers.fake_upstream("all", workdir) as (upstream, _),
-            peers.floor(upstream, workdir) as floor,
-            peers.ours(upstream, workdir, models=MODELS) as ours,
+            contextlib.AsyncExitStack() as stack,
         ):
-            pair = [floor, ours]
-            for p in pair:  # warm-up
-                await _one(p, bodies[sizes[0]], 20)
+            group = []
+            for name in names:
+                if name not in skipped:
+                    group.append(await stack.enter_async_context(opened(name, upstream, workdir)))
+            for p in group:  # warm-up: every door each peer serves, both kinds
+                for door in doors:
+                    if (p.name, door) not in UNSERVED:
+                        for kind in kinds:
+                            await cell(p, door, kind, 1, bodies[door, sizes[0]], 10)
+            turn = 0
             for i in range(rounds):
-                for kb, body in bodies.items():
-                    for p in pair[i % 2 :] + pair[: i % 2]:
-                        cpu = await _one(p, body, requests)
-                        got[p.name].setdefault(kb, []).append(cpu)
-                    print(
-                        f"round {i + 1} {kb:>4} KB: floor {got['floor'][kb][-1]:.2f} ms, "
-                        f"lanes {got['lanes'][kb][-1]:.2f} ms",
-                        file=sys.stderr,
-                        flush=True,
+                for door in doors:
+                    for kind in kinds:
+                        for conc in concurrency:
+                            for kb in sizes:
+                                order = group[turn % len(group) :] + group[: turn % len(group)]
+                                turn += 1
+                                n = requests * (2 if kb <= 32 else 1)
+                                for p in order:
+                                    where = f"{p.name} {door} {kind}"
+                                    if (p.name, door) in UNSERVED or where in failed:
+                                        continue
+                                    got = await cell(p, door, kind, conc, bodies[door, kb], n)
+                                    if "error" in got:
+                                        failed[where] = got["error"]
+                                        continue
+                                    key = f"{door} {kind} c{conc} {kb}"
+                                    raw.setdefault(key, {}).setdefault(p.name, []).append(got)
+                                print(_progress(i, door, kind, conc, kb, raw), file=sys.stderr)
+                loads.append(load_average())
+            largest = agent_body(sizes[-1])
+            for p in group:
+                if p.process is not None:
+                    rss[p.name] = await held(p, largest)
+                    print(f"{p.name}: {rss[p.name]}", file=sys.stderr, flush=True)
+            for p in group:  # last: each cold model's first use is here
+                if cold_models:
+                    herd[p.name] = await cold(p)
+                    print(f"{p.name}: {herd[p.name]}", file=sys.stderr, flush=True)
+            loads.append(load_average())
+    lengths = {f"{door} {kb}": len(json.dumps(b)) for (door, kb), b in bodies.items()}
+    result = figures(raw, lengths, sizes)
+    result.update(
+        date=dt.date.today().isoformat(),
+        rounds=rounds,
+        requests=requests,
+        load_average=loads,
+        versions={n: peers.version(n) for n in ("lanes", "litellm", "portkey") if n in names},
+        skipped=skipped,
+        failed=failed,
+        unserved={f"{p} {d}": why for (p, d), why in UNSERVED.items() if p in names},
+        notes={f"{p} {d}": why for (p, d), why in NOTES.items() if p in names},
+        rss=rss,
+        cold=herd,
+        held=HELD,
+        held_kb=sizes[-1],
+        raw=raw,
+    )
+    return result
+
+
+def _progress(i: int, door: str, kind: str, conc: int, kb: int, raw: dict[str, Any]) -> str:
+    got = raw.get(f"{door} {kind} c{conc} {kb}", {})
+    cpu = ", ".join(
+        f"{name} {runs[-1].get('cpu_ms', runs[-1]['p50_ms']):.2f}" for name, runs in got.items()
+    )
+    return f"round {i + 1} {door} {kind} c={conc} {kb:>4} KB: {cpu} (ms; direct: p50)"
+
+
+def figures(raw: dict[str, Any], lengths: dict[str, int], sizes: list[int]) -> dict[str, Any]:
+    """Medians over the rounds per cell and peer; the ratios of lanes to each peer; each peer's
+    growth per KB (the slope between the smallest and the largest body); and the added latency
+    (a peer's p50 less the direct one's, round by round)."""
+    cells: dict[str, Any] = {}
+    for key, by_peer in raw.items():
+        door, kind, conc, kb = key.split()
+        direct = by_peer.get("direct", [])
+        row: dict[str, Any] = {"bytes": lengths[f"{door} {kb}"], "peers": {}}
+        for name, runs in by_peer.items():
+            fig: dict[str, float] = {}
+            for field in ("cpu_ms", "p50_ms", "ttfb_p50_ms"):
+                if all(field in r for r in runs):
+                    fig[field] = statistics.median(r[field] for r in runs)
+            if name != "direct" and len(direct) == len(runs):
+                for field in ("p50_ms", "ttfb_p50_ms"):
+                    fig[f"added_{field}"] = statistics.median(
+                        r[field] - d[field] for r, d in zip(runs, direct, strict=True)
                     )
-    return figures(got, sizes, {kb: len(json.dumps(b)) for kb, b in bodies.items()})
-
-
-def figures(
-    got: dict[str, dict[int, list[float]]], sizes: list[int], lengths: dict[int, int]
-) -> dict[str, Any]:
-    """Medians per size, the ratio lanes / floor and each peer's growth per KB."""
-    rows = {}
-    for kb in sizes:
-        floor, lanes = (statistics.median(got[p][kb]) for p in ("floor", "lanes"))
-        rows[kb] = {
-            "bytes": lengths[kb],
-            "floor_cpu_ms": floor,
-            "lanes_cpu_ms": lanes,
-            "ratio": lanes / floor,
+            row["peers"][name] = fig
+        lanes = row["peers"].get("lanes", {}).get("cpu_ms")
+        row["lanes_over"] = {
+            name: lanes / fig["cpu_ms"]
+            for name, fig in row["peers"].items()
+            if lanes and name != "lanes" and fig.get("cpu_ms")
         }
+        cells[key] = row
+    growth: dict[str, dict[str, float]] = {}
     small, large = sizes[0], sizes[-1]
-    span_kb = (lengths[large] - lengths[small]) / 1024
-    growth = {
-        p: 1000 * (rows[large][f"{p}_cpu_ms"] - rows[small][f"{p}_cpu_ms"]) / span_kb
-        for p in ("floor", "lanes")
-    }
-    return {
-        "date": dt.date.today().isoformat(),
-        "sizes": rows,
-        "us_per_kb": growth,
-        "growth_ratio": growth["lanes"] / growth["floor"] if growth["floor"] else None,
-        "raw": got,
-    }
-
-
-def section(result: dict[str, Any] | None) -> list[str]:
-    """docs/benchmarks.md's section, from a run's figures (None: none yet)."""
-    if not result:
-        return []
-    lines = [
-        "## Agent-sized requests: lanes beside the floor",
-        "",
-        f"`python -m bench.agent` on {result['date']}: a coding agent's turn (system prompt, tool "
-        "schemas, tool calls and their results) through the chat door, JSON, one at a time, each "
-        "peer in turn; CPU from /proc (10 ms ticks, so many requests a figure), medians over "
-        "the rounds.",
-        "",
-        "| body | floor CPU ms a request | lanes | lanes / floor |",
-        "|---|---|---|---|",
-    ]
-    for kb, row in result["sizes"].items():
-        lines.append(
-            f"| {int(kb):,} KB ({row['bytes']:,} B) | {row['floor_cpu_ms']:.2f} | "
-            f"{row['lanes_cpu_ms']:.2f} | {row['ratio']:.2f}× |"
-        )
-    g = result["us_per_kb"]
-    lines += [
-        "",
-        f"Growth per KB: floor {g['floor']:.1f} µs, lanes {g['lanes']:.1f} µs "
-        f"({result['growth_ratio']:.2f}× the floor's).",
-        "",
-    ]
-    return lines
+    for key, row in cells.items():
+        door, kind, conc, kb = key.split()
+        if int(kb) != large or f"{door} {kind} {conc} {small}" not in cells:
+            continue
+        first = cells[f"{door} {kind} {conc} {small}"]
+        span_kb = (row["bytes"] - first["bytes"]) / 1024
+        growth[f"{door} {kind} {conc}"] = {
+            name: 1000 * (fig["cpu_ms"] - first["peers"][name]["cpu_ms"]) / span_kb
+            for name, fig in row["peers"].items()
+            if "cpu_ms" in fig and "cpu_ms" in first["peers"].get(name, {})
+        }
+    return {"sizes": sizes, "cells": cells, "us_per_kb": growth}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--requests", type=int, default=40, help="a cell's (twice up to 32 KB)")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--doors", default=",".join(DOORS))
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
+    parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--docs", action="store_true", help="rewrite docs/benchmarks.md's agent section too"
+    )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    result = trio.run(run, args.rounds, args.requests, sizes)
+    result = trio.run(
+        lambda: run(
+            args.rounds,
+            args.requests,
+            sizes,
+            doors=tuple(args.doors.split(",")),
+            kinds=tuple(args.kinds.split(",")),
+            concurrency=tuple(int(c) for c in args.concurrency.split(",")),
+            names=tuple(args.peers.split(",")),
+        )
+    )
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], **_TEXT)
+    result["commit"] = head.stdout.strip()
     out = args.out or ROOT / "bench" / "results" / f"agent-{result['date']}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    for kb, row in result["sizes"].items():
-        print(
-            f"{kb:>4} KB ({row['bytes']:,} B): floor {row['floor_cpu_ms']:.2f} ms, lanes "
-            f"{row['lanes_cpu_ms']:.2f} ms, lanes/floor {row['ratio']:.2f}x"
-        )
-    g = result["us_per_kb"]
-    print(
-        f"per KB: floor {g['floor']:.1f} us, lanes {g['lanes']:.1f} us "
-        f"({result['growth_ratio']:.2f}x); {out}"
-    )
+    from bench import agentreport
+
+    chart = agentreport.chart(result)
+    for line in agentreport.summary(result):
+        print(line)
+    print(f"bench: wrote {out}" + (f" and {chart}" if chart else ""), file=sys.stderr)
+    if args.docs:
+        from bench.report import rewrite_section
+
+        if rewrite_section("## Agent-sized", agentreport.section(result)):
+            print("bench: rewrote the agent section of docs/benchmarks.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

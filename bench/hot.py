@@ -145,6 +145,47 @@ async def compare(
     return out
 
 
+#: The tiny-request guard (issue 45): lanes' throughput over the floor's at c=64, never below 0.7×.
+GUARD = (("JSON", "json_c64"), ("SSE", "sse_c64"))
+GUARD_FLOOR = 0.7
+
+
+def guard(h: dict[str, Any] | None) -> dict[str, float]:
+    """lanes / floor throughput at c=64 in a `--floor` run, averaged over its rounds ({} when the
+    run had no floor)."""
+    rounds = [r for r in (h or {}).get("rounds", []) if "floor" in r]
+    return {
+        name: sum(r["lanes"][m]["rps"] / r["floor"][m]["rps"] for r in rounds) / len(rounds)
+        for name, m in GUARD
+        if rounds and all(m in r["lanes"] and m in r["floor"] for r in rounds)
+    }
+
+
+def guard_line(new: dict[str, Any], published: dict[str, Any] | None) -> str:
+    """The guard's figures of `new` beside the last published run's."""
+    now, then = guard(new), guard(published)
+    shown = ", ".join(
+        f"{name} {value:.2f}×"
+        + (
+            f" (published {then[name]:.2f}×, {published['date']})"
+            if published and name in then
+            else ""
+        )
+        + ("" if value >= GUARD_FLOOR else f" BELOW {GUARD_FLOOR}×")
+        for name, value in now.items()
+    )
+    return f"tiny-request guard, lanes / floor throughput at c=64 (≥ {GUARD_FLOOR}×): {shown}"
+
+
+def published_hot(before: str | None = None) -> dict[str, Any] | None:
+    """The newest `--floor` run in bench/results (dated before `before`, when given)."""
+    for path in sorted((ROOT / "bench" / "results").glob("hot-2*.json"), reverse=True):
+        data = json.loads(path.read_text())
+        if guard(data) and (before is None or data["date"] < before):
+            return dict(data)
+    return None
+
+
 async def memory(streams: int) -> dict[str, Any]:
     """Each peer's RSS idle (started, nothing asked yet: as `make bench` reads it), after a
     warm-up, and with `streams` SSE streams held open — the
@@ -270,6 +311,9 @@ def main() -> None:
     parser.add_argument(
         "--memory", action="store_true", help="RSS idle and with 1,000 streams held, and exit"
     )
+    parser.add_argument(
+        "--docs", action="store_true", help="with --floor: rewrite docs/benchmarks.md's section"
+    )
     args = parser.parse_args()
     if args.memory:
         rss = trio.run(memory, 1000)
@@ -298,8 +342,15 @@ def main() -> None:
         print("bench: a partial run (--only): no file written", file=sys.stderr)
         return
     path = ROOT / "bench" / "results" / f"hot-{data['date']}.json"
+    if args.floor:
+        print(guard_line(data, published_hot(before=data["date"])))
     path.write_text(json.dumps(data, indent=2))
     print(f"bench: wrote {path.relative_to(ROOT)}", file=sys.stderr)
+    if args.floor and args.docs:
+        from bench.report import hot_section, rewrite_section
+
+        if rewrite_section("## The hot path", hot_section(data)):
+            print("bench: rewrote the hot path's section of docs/benchmarks.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""Start and stop the processes a benchmark compares: fake upstream, ours, the limit, LiteLLM."""
+"""Start and stop the processes a benchmark compares: fake upstream, ours, the limit, the floor,
+LiteLLM and the Portkey gateway."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +22,10 @@ from lanes.harness.processes import dump_toml, free_port, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 LITELLM = ROOT / "bench" / ".venv-litellm" / "bin" / "litellm"
+#: The Portkey gateway, installed by `make bench` (npm ci of bench/portkey/ into bench/.portkey).
+PORTKEY = ROOT / "bench" / ".portkey"
+PORTKEY_SERVER = PORTKEY / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+NODE_MAJOR = 20  # the Node the gateway is run with (its own CI's)
 
 
 class Peer:
@@ -32,18 +39,35 @@ class Peer:
         self.name, self.url, self.process, self.headers = name, url, process, headers or {}
         self.started_s: float | None = None
 
-    def rss_mb(self) -> float | None:
-        """Resident memory of the peer's process (and its children), in MiB."""
+    def pids(self) -> list[int]:
+        """The peer's process and its children (LiteLLM's proxy may run its server in one)."""
         if self.process is None:
-            return None
+            return []
         pids = [self.process.pid]
         for task in Path(f"/proc/{self.process.pid}/task").glob("*"):  # whichever thread forked
             try:
                 pids += [int(c) for c in (task / "children").read_text().split()]
             except OSError:
                 continue
+        return pids
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the peer's process and its children have used so far."""
         total = 0
-        for pid in pids:
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def rss_mb(self) -> float | None:
+        """Resident memory of the peer's process (and its children), in MiB."""
+        if self.process is None:
+            return None
+        total = 0
+        for pid in self.pids():
             try:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
@@ -193,14 +217,18 @@ async def litellm(
     timeout_s: float = 30.0,
     models: dict[str, float] | None = None,
     workers: int = 1,
+    provider: str = "openai",
 ) -> AsyncIterator[Peer]:
     """LiteLLM's proxy routing each model name (→ its timeout in seconds) to the same upstream,
-    with `--num_workers workers`."""
+    with `--num_workers workers`, as LiteLLM's `provider`: `openai`, or `custom_openai` — an
+    OpenAI-compatible server, whose Responses requests LiteLLM translates to chat completions (to
+    `openai` it passes them to the upstream's own /responses). Its Messages door is told to
+    translate to chat completions too (not to OpenAI's Responses API, its default for `openai`)."""
     port = free_port()
     key = "sk-bench-" + secrets.token_hex(8)
     config = workdir / f"litellm-{port}.yaml"
     entries = "".join(
-        f"  - model_name: {name}\n    litellm_params:\n      model: openai/{name}\n"
+        f"  - model_name: {name}\n    litellm_params:\n      model: {provider}/{name}\n"
         f"      api_base: {upstream}\n      api_key: bench\n      timeout: {timeout}\n"
         for name, timeout in (models or {"m": timeout_s}).items()
     )
@@ -211,6 +239,7 @@ async def litellm(
         "LITELLM_LOG": "ERROR",
         "DISABLE_SCHEMA_UPDATE": "true",
         "NO_DOCS": "True",
+        "LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "True",
     }
     start = time.monotonic()  # wall-clock: startup is measured in real time
     async with spawn(
@@ -226,7 +255,53 @@ async def litellm(
         yield peer
 
 
+def portkey_missing() -> str | None:
+    """Why the Portkey gateway can not run here (None: it can): no Node, an older one, or npm
+    could not install it (`make bench` installs it into bench/.portkey)."""
+    node = shutil.which("node")
+    if node is None:
+        return "node is not installed"
+    out = subprocess.run([node, "--version"], capture_output=True, text=True, check=False)
+    major = out.stdout.strip().lstrip("v").split(".")[0]
+    if not major.isdigit() or int(major) < NODE_MAJOR:
+        return f"node {out.stdout.strip() or '?'} is older than {NODE_MAJOR}"
+    failed = PORTKEY / "npm-failed"
+    if failed.exists():
+        return failed.read_text().strip()
+    if not PORTKEY_SERVER.exists():
+        return "not installed (make bench installs it into bench/.portkey with npm)"
+    return None
+
+
+@asynccontextmanager
+async def portkey(upstream: str, workdir: Path) -> AsyncIterator[Peer]:
+    """The Portkey gateway (Node, its own process) on 127.0.0.1, sending every request to the
+    upstream as an OpenAI-compatible provider (`x-portkey-custom-host`)."""
+    port = free_port()
+    command = [
+        shutil.which("node") or "node",
+        str(ROOT / "bench" / "portkey" / "loopback.mjs"),
+        str(PORTKEY_SERVER),
+        f"--port={port}",
+        "--headless",
+    ]
+    start = time.monotonic()  # wall-clock: startup is measured in real time
+    async with spawn(command, workdir / f"portkey-{port}.log") as p:
+        await wait_http(f"http://127.0.0.1:{port}", 60, path="/", ok=(200, 404))
+        headers = {
+            "x-portkey-provider": "openai",
+            "x-portkey-custom-host": upstream,
+            "Authorization": "Bearer bench",
+        }
+        peer = Peer("portkey", f"http://127.0.0.1:{port}/v1", p, headers)
+        peer.started_s = time.monotonic() - start  # wall-clock: as above
+        yield peer
+
+
 def version(name: str) -> str:
+    if name == "portkey":
+        found = PORTKEY_SERVER.parent.parent / "package.json"
+        return json.loads(found.read_text())["version"] if found.exists() else "?"
     if name == "litellm":
         out = subprocess.run(
             [
@@ -240,4 +315,7 @@ def version(name: str) -> str:
         return out.stdout.strip() or "?"
     import importlib.metadata as metadata
 
-    return metadata.version(name)
+    try:  # lanes is distributed as lanes-router
+        return metadata.version("lanes-router" if name == "lanes" else name)
+    except metadata.PackageNotFoundError:
+        return "?"

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import agent, batchreport, cache, onehost
+from bench import agentreport, batchreport, cache, onehost
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -349,7 +349,10 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         f"{f['requests_to_exhausted_providers']} |",
         "",
     ]
-    lines += agent.section(data.get("agent") or _latest("agent"))
+    agent = data.get("agent") or _latest("agent")
+    if agent and "cells" in agent:
+        agentreport.chart(agent)
+    lines += agentreport.section(agent)
     lines += batchreport.sections(data)
     lines += _audit_report(data.get("audit_report"))
     lines += whatif_section(data.get("whatif"))
@@ -378,6 +381,19 @@ def _audit_report(a: dict[str, Any] | None) -> list[str]:
         f"{a['report_by_cohort_s'] * 1000:.0f} ms | {a['report_by_model_s'] * 1000:.0f} ms |",
         "",
     ]
+
+
+def rewrite_section(prefix: str, section: list[str], path: Path = DOCS / "benchmarks.md") -> bool:
+    """Replace the section of `path` whose heading starts with `prefix` by `section`, leaving the
+    others as the last `make bench` wrote them (a measure run on its own); False when there is
+    no such section."""
+    lines = path.read_text().split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(prefix)), None)
+    if start is None or not section:
+        return False
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    path.write_text("\n".join([*lines[:start], *section, *lines[end:]]))
+    return True
 
 
 def _latest(kind: str) -> dict[str, Any] | None:

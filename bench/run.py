@@ -31,6 +31,7 @@ from bench import (
     batch100k,
     batchday,
     cache,
+    hot,
     onehost,
     peers,
     shared,
@@ -314,8 +315,15 @@ async def main(quick: bool) -> dict[str, Any]:
         result["free_share"] = await free_share(hours=2.0 if quick else 24.0)
         print("bench: agent-sized requests …", file=sys.stderr, flush=True)
         result["agent"] = await agent.run(
-            rounds=1 if quick else 3, requests=20 if quick else 60, sizes=list(agent.SIZES)
+            rounds=1 if quick else 3, requests=10 if quick else 40, sizes=list(agent.SIZES)
         )
+        print("bench: the tiny-request guard (bench.hot --floor) …", file=sys.stderr, flush=True)
+        result["hot"] = await hot.compare(
+            rounds=1 if quick else 2, seconds=3.0 if quick else 6.0, slices=6, with_floor=True
+        )
+        published = hot.published_hot(before=result["date"])
+        result["guard"] = {"now": hot.guard(result["hot"]), "published": hot.guard(published)}
+        print(hot.guard_line(result["hot"], published), flush=True)
         print("bench: a batch over a simulated day …", file=sys.stderr, flush=True)
         result["batchday"] = await batchday.run(quick)
         print("bench: items through the sidecar's batch queue …", file=sys.stderr, flush=True)
@@ -352,6 +360,9 @@ if __name__ == "__main__":
     data = trio.run(main, args.quick)
     out = ROOT / "bench" / "results" / f"{data['date']}{'-quick' if args.quick else ''}.json"
     out.write_text(json.dumps(data, indent=2))
+    if not args.quick:  # the guard's run, where the hot path's section reads it
+        hot_out = ROOT / "bench" / "results" / f"hot-{data['date']}.json"
+        hot_out.write_text(json.dumps(data["hot"], indent=2))
     from bench.report import write_report
 
     write_report(data, out)

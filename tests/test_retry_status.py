@@ -354,7 +354,10 @@ async def test_a_prompt_no_context_holds_says_prompt_is_too_long_before_anything
     async with open_sidecar(("local", "local", ["tiny"], small)) as (url, fakes):
         chat = {"model": "local/tiny", "messages": long}
         messages = {"model": "local/tiny", "messages": long, "max_tokens": 8}
-        doors = [("chat", "/chat/completions", chat), ("messages", "/messages", messages)]
+        doors: list[tuple[str, str, dict[str, Any]]] = [
+            ("chat", "/chat/completions", chat),
+            ("messages", "/messages", messages),
+        ]
         refused = await answers(url, doors)
         assert fakes["local"].requests() == []
     for name in ("chat", "messages"):

@@ -33,7 +33,14 @@ from lanes._http.dialects import API, GeminiAPI, GeminiCall, MessagesAPI, Respon
 from lanes._http.errors import BadRequest, error_response
 from lanes._http.state import MAX_PAGE, model_entry, models_list
 from lanes._http.streaming import SSERelay
-from lanes._http.validation import MAX_NAME, chat_fields, digits, job_headers, json_object
+from lanes._http.validation import (
+    MAX_NAME,
+    chat_fields,
+    digits,
+    job_headers,
+    json_object,
+    measured_object,
+)
 
 #: OpenAI's limit on the inputs of one embeddings request.
 MAX_EMBEDDING_INPUTS = 2048
@@ -54,9 +61,10 @@ async def messages(request: Request, ctx: Context) -> Response | SSERelay:
 
 async def _read_job(api: API, request: Request, ctx: Context) -> tuple[dict[str, Any], Job, bool]:
     """(the body as sent, its chat-completion job, streamed?). Raises BadRequest or BadField."""
-    body = json_object(await read_body(request, ctx))
+    raw = await read_body(request, ctx)
+    body, seen = measured_object(raw)
     job, stream = translated_job(api, body, caller(request).client, job_headers(request.headers))
-    return body, job, stream
+    return body, job.arrived(raw, plain=seen is not None and not seen.floats), stream
 
 
 def translated_job(

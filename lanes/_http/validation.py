@@ -19,6 +19,7 @@ from lanes._core.cache.rules import DIRECTIVES
 from lanes._core.freetier.headers import go_duration
 from lanes._core.freetier.prices import MAX_TOKENS, bounded
 from lanes._core.model import strictjson
+from lanes._core.model.arrival import counted
 from lanes._core.model.job import Job, Privacy
 from lanes._core.state.terms import CONSENTS, MAX_CEILING_USD, ConsentMode
 from lanes._http.departures import arrived_at
@@ -37,8 +38,13 @@ _LABEL = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?")
 
 def read_json(raw: bytes) -> Any:
     """The body as strict JSON, or `BadRequest` (code `invalid_json`) saying what is wrong where."""
+    return read_measured(raw)[0]
+
+
+def read_measured(raw: bytes) -> tuple[Any, strictjson.Measured | None]:
+    """`read_json`, and what the strict parse saw of its numbers (`strictjson.measured`)."""
     try:
-        return strictjson.loads(raw)
+        return strictjson.measured(raw)
     except strictjson.JSONRefused as exc:
         raise BadRequest(
             f"the request body is not valid JSON: {exc}", exc.where or None, code="invalid_json"
@@ -67,15 +73,21 @@ def label(value: str | None, name: str) -> str | None:
 
 def json_object(raw: bytes) -> dict[str, Any]:
     """A request body that must be a JSON object (strict JSON). Raises BadRequest."""
-    body = read_json(raw)
+    return measured_object(raw)[0]
+
+
+def measured_object(raw: bytes) -> tuple[dict[str, Any], strictjson.Measured | None]:
+    """`json_object`, and what the strict parse saw of its numbers (`strictjson.measured`)."""
+    body, seen = read_measured(raw)
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
-    return body
+    return body, seen
 
 
 def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job, bool]:
-    """A Job from an OpenAI chat-completions body and our request headers. Raises BadRequest."""
-    body = json_object(raw)
+    """A Job from an OpenAI chat-completions body and our request headers, its size and digest
+    counted from `raw` (`Job.arrived`). Raises BadRequest."""
+    body, seen = measured_object(raw)
     model = body.get("model", "auto")
     if not isinstance(model, str) or not model or len(model) > MAX_NAME:
         raise BadRequest(f"'model' must be a non-empty string of at most {MAX_NAME}", "model")
@@ -85,7 +97,9 @@ def parse_job(raw: bytes, headers: Mapping[str, str], client: str) -> tuple[Job,
     params = {k: v for k, v in body.items() if k not in ("messages", "model", "stream")}
     messages = chat_fields(body.get("messages"), params)
     job = Job(messages=messages, params=params, model=model, client=client, **job_headers(headers))
-    return job, stream
+    if seen is None:  # read the long way: sized and encoded as any job is
+        return job.arrived(raw), stream
+    return job.arrived(raw, size=counted(raw, seen), plain=not seen.floats), stream
 
 
 def chat_fields(messages: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:

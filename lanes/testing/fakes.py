@@ -62,10 +62,13 @@ class Departed:
 class FakeProvider:
     """One fake provider. Use `open_fake()`; see the module docstring."""
 
-    def __init__(self, name: str, nursery: trio.Nursery, port: int = 0) -> None:
+    def __init__(
+        self, name: str, nursery: trio.Nursery, port: int = 0, *, keep_bodies: bool = True
+    ) -> None:
         self.name = name
         self.port = port
         self.log: list[Logged] = []
+        self._keep_bodies = keep_bodies  # False: the log holds no request bodies (a long benchmark)
         self.departed: list[Departed] = []
         self.in_flight = 0  # requests received whose answer is not over yet
         self.models: list[str] = []
@@ -226,7 +229,7 @@ class FakeProvider:
                 behaviour=behaviour.kind,
                 path=path,
                 authorization="authorization" in headers,
-                body=request,
+                body=request if self._keep_bodies else {},
             )
         )
         return await self._watched(
@@ -529,12 +532,14 @@ async def open_fake(
     port: int = 0,
     catalog: list[dict[str, Any]] | None = None,
     wall_offset: float = 0.0,
+    keep_bodies: bool = True,
 ) -> AsyncIterator[FakeProvider]:
     """Run a fake provider on 127.0.0.1 for the block's duration. `catalog`: its model list (else
     one made of its models); `wall_offset`: its wall-clock epoch less trio's clock, for the
-    epoch-style resets it sends."""
+    epoch-style resets it sends; `keep_bodies=False`: its log keeps no request bodies (a benchmark
+    sending gigabytes)."""
     async with trio.open_nursery() as nursery:
-        fake = FakeProvider(name, nursery, port)
+        fake = FakeProvider(name, nursery, port, keep_bodies=keep_bodies)
         fake.catalog, fake.wall_offset = catalog, wall_offset
         for model in models:
             fake.script(model, answer())

@@ -10,14 +10,16 @@ from __future__ import annotations
 # lanes: pure
 import functools
 import hashlib
-import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
+from lanes._core.model.arrival import COUNTED_FROM, encoded, spliced, written
 from lanes._core.model.clocks import TrioTime
+from lanes._core.model.memo import Memo
+from lanes._core.model.memo import digest as digest  # (the audit's, for an answer too)
 from lanes._core.model.traceparent import normalised
 
 Tier = Literal["local", "byok", "free", "paid"]  # byok: the client's own provider key
@@ -74,39 +76,6 @@ def _check_input(value: Any) -> None:
 #: A version-4 UUID's fixed bits: what `uuid.uuid4().hex` sets, without building a UUID object.
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
-
-
-@attrs.define(eq=False, repr=False)
-class _Memo:
-    """What a job's request encodes to, kept for the copies `attrs.evolve` makes of the job (they
-    share this object) while their messages (or input) and tools are the very same objects: a
-    512 KB request is encoded once for its size, not once per candidate and attempt, and once for
-    its digest. A copy with other messages or tools finds them changed and encodes its own."""
-
-    sized: tuple[Any, ...] | None = None
-    size: int = 0
-    digested: tuple[Any, ...] | None = None
-    digest: tuple[str, int] = ("", 0)
-
-    def size_of(self, of: tuple[Any, ...], what: Any) -> int:
-        """The byte length of `what` as JSON, where `of` (the objects it is made from) are those
-        of the last call, by identity; else worked out."""
-        if not _same(self.sized, of):
-            self.size = len(json.dumps(what, ensure_ascii=False, default=str).encode())
-            self.sized = of
-        return self.size
-
-    def digest_of(self, of: tuple[Any, ...], what: Any) -> tuple[str, int]:
-        if not _same(self.digested, of):
-            self.digest = digest(what)
-            self.digested = of
-        return self.digest
-
-
-def _same(kept: tuple[Any, ...] | None, of: tuple[Any, ...]) -> bool:
-    if kept is None or len(kept) != len(of):
-        return False
-    return all(a is b for a, b in zip(kept, of, strict=True))
 
 
 def _new_id() -> str:
@@ -202,8 +171,9 @@ class Job:
     )
     # the caller's W3C `traceparent`: the job's span is its child (a malformed one is dropped)
     traceparent: str | None = attrs.field(default=None, converter=normalised)
-    # sizes and digests already worked out (`_Memo`): shared with the copies evolve makes
-    memo: _Memo = attrs.field(factory=_Memo, eq=False, repr=False, alias="_memo")
+    # sizes, digests and encodings already worked out (`Memo`): shared with the copies evolve
+    # makes
+    memo: Memo = attrs.field(factory=Memo, eq=False, repr=False, alias="_memo")
 
     @messages.validator
     def _check_messages(
@@ -218,8 +188,12 @@ class Job:
             raise ValueError(
                 "messages: must hold at least one message (or give input, for an embedding)"
             )
+        if self.memo.checked(value):  # a copy `attrs.evolve` made, with the same messages
+            return
         for i, message in enumerate(value):
-            if not isinstance(message, Mapping) or "role" not in message:
+            if (type(message) is not dict and not isinstance(message, Mapping)) or (
+                "role" not in message
+            ):
                 raise ValueError(f"messages[{i}]: expected an object with a 'role'")
 
     @deadline_s.validator
@@ -243,15 +217,21 @@ class Job:
         """An embedding job (`input`), not a chat completion (`messages`)."""
         return self.input is not None
 
-    def body(self, model: str, *, stream: bool = False) -> dict[str, Any]:
-        """The upstream request body: the caller's params, its messages (or input), the model."""
+    def body(self, model: str, *, stream: bool = False, shared: bool = False) -> dict[str, Any]:
+        """The upstream request body: the caller's params, its messages (or input), the model.
+        Its messages are copies, unless `shared` (for a reader that changes none of them) and
+        they are dicts already."""
         reserved = ("model", "messages", "stream", "input")
         body = {k: v for k, v in self.params.items() if k not in reserved}
         body["model"] = model
         if self.input is not None:
             body["input"] = self.request()
             return body
-        body["messages"] = [dict(m) for m in self.messages]
+        messages = self.messages
+        if shared and all(type(m) is dict for m in messages):
+            body["messages"] = list(messages)
+        else:
+            body["messages"] = [dict(m) for m in messages]
         if stream:
             body["stream"] = True
         return body
@@ -273,9 +253,65 @@ class Job:
         return list(self.messages)
 
     def fingerprint(self) -> tuple[str, int]:
-        """SHA-256 and byte count of the messages (or input): what the audit keeps instead of the
-        body."""
+        """SHA-256 and byte count of the messages (or input) — of the request's body as it
+        arrived, for a job a door read (`arrived`): what the audit keeps instead of the body."""
         return self.memo.digest_of((self.input, self.messages), self.request())
+
+    def arrived(self, raw: bytes, *, size: int | None = None, plain: bool = False) -> Job:
+        """This chat job as a door read it from `raw` (its request's body, UTF-8 JSON): its digest
+        is `raw`'s (SHA-256 and length, not its messages encoded again), and its input bytes are
+        `size`, counted by the door from `raw` (`arrival.counted`) — or, `plain` (its messages
+        and tools hold only what strict JSON gives, and no float), an upper bound worked out from
+        a quick encoding of them (`arrival.written`); else (and for a request shorter than
+        `arrival.COUNTED_FROM`), when asked, as any job's. Kept for its copies with the same
+        messages and tools too; `plain` also says any JSON encoder may write it (`plain`).
+        Returns the job."""
+        tools = self.params.get("tools")
+        parts = None
+        if size is None and plain and self.input is None and len(raw) >= COUNTED_FROM:
+            messages, listed = encoded(list(self.messages)), encoded(tools)
+            if messages is not None and listed is not None:
+                parts, size = (messages, listed), written(messages, listed)
+        self.memo.arrived(
+            digested=(self.input, self.messages),
+            digest=(hashlib.sha256(raw).hexdigest(), len(raw)),
+            sized=None if size is None or self.input is not None else (self.messages, tools),
+            size=size or 0,
+            plain=plain,
+            parts=parts,
+        )
+        return self
+
+    def body_bytes(self, model: str, *, stream: bool = False) -> bytes | None:
+        """`body(model, stream=stream)` as a plain request's bytes, its messages and tools as
+        `arrived` encoded them (once, whichever candidate and attempt sends them) after its other
+        members; None when they were not encoded there (then `body` is encoded whole)."""
+        tools = self.params.get("tools")
+        parts = self.memo.parts_of((self.messages, tools))
+        if parts is None:
+            return None
+        reserved = ("model", "messages", "stream", "input", "tools")
+        head = {k: v for k, v in self.params.items() if k not in reserved}
+        head["model"] = model
+        start = encoded(head)
+        if start is None:
+            return None
+        fields = [("tools", parts[1])] if "tools" in self.params else []
+        fields.append(("messages", parts[0]))
+        if stream:
+            fields.append(("stream", b"true"))
+        return spliced(start, fields)
+
+    @property
+    def plain(self) -> bool:
+        """Its request came as strict JSON with no float in it (`arrived`): any JSON encoder
+        writes it byte for byte as `json.dumps` does."""
+        return self.memo.plain
+
+    def encoded(self, key: tuple[Any, ...], make: Callable[[], bytes]) -> bytes:
+        """What `make` encodes of this job for `key` (a lane, a model, the stream switch), worked
+        out once: a retry sends the very bytes again."""
+        return self.memo.encoded(self, key, make)
 
     def input_bytes(self) -> int:
         """Bytes of the messages and tools (or an embedding's input) as JSON — what a token
@@ -284,13 +320,6 @@ class Job:
             return self.memo.size_of((self.input,), self.request())
         tools = self.params.get("tools")
         return self.memo.size_of((self.messages, tools), [self.messages, tools])
-
-
-def digest(value: Any) -> tuple[str, int]:
-    """SHA-256 hex and byte length of a JSON value's canonical encoding."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    raw = text.encode("utf-8", "surrogatepass")  # a lone surrogate from outside must not crash this
-    return hashlib.sha256(raw).hexdigest(), len(raw)
 
 
 @attrs.frozen(kw_only=True)

@@ -5,9 +5,14 @@ builds strings no encoder can write back (lone surrogates such as `"\\ud800"`), 
 `RecursionError` on deep nesting. `loads` refuses all of them with `JSONRefused` (a `ValueError`)
 naming where, so what it returns can always be encoded again and walked without recursion limits.
 
-Most documents (every chunk of a stream, most requests) can be seen to be safe from their text
-alone — fewer brackets than the depth allowed, no surrogate escape — and then only the numbers
-need watching while they parse: the walk that names where a refusal is runs only for the others.
+A document is read in one pass: its nesting is judged from its text (the brackets outside its
+strings), and msgspec parses it — refusing what is not JSON, a number out of range, a lone
+surrogate and what is not UTF-8 — with every number with a fraction or an exponent read by
+Python's own `float` (as `json` reads it, and refused when not finite). Only what that pass
+refuses goes the long way: `json` parses it (a byte-order mark, UTF-16, or what is refused), and
+the walk that names where a refusal is runs when the text alone can not show the document safe.
+Either way the value is the one `json.loads` gives (msgspec keeps integers of any size exact, and
+the last of a repeated key, as `json` does).
 """
 
 from __future__ import annotations
@@ -16,7 +21,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from typing import Any
+
+import attrs
+import msgspec
 
 MAX_DEPTH = 64  # a request nests messages, content parts and tool schemas: far below this
 # What could make a lone surrogate: an escape of one (paired ones match too, and take the walk),
@@ -51,6 +60,59 @@ def _finite(text: str) -> float:
 
 
 _QUICK = json.JSONDecoder(parse_constant=_constant, parse_float=_finite)
+_TALLY = threading.local()  # `measured`'s count of the numbers read, in the thread reading
+
+
+def _counted(text: str) -> float:
+    """A number with a fraction or an exponent, read by Python's `float`; what its repr adds to
+    the text it was written in is tallied for `measured`."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Overflow
+    tally: list[int] | None = getattr(_TALLY, "growth", None)
+    if tally is not None:
+        tally.append(len(repr(value)) - len(text))
+    return value
+
+
+_ONE_PASS = msgspec.json.Decoder(float_hook=_counted)
+# what the one pass refuses: the long way accepts it (a BOM, UTF-16) or names where it is wrong
+_PASSED_ON = (msgspec.MsgspecError, _Overflow, UnicodeError, RecursionError)
+_NOT_STRUCTURE = bytes(range(256)).translate(None, b'",:[]{}')  # what `_structure` deletes
+_STRING = re.compile(rb'"[^"]*"')
+_ESCAPE = re.compile(rb'\\[\\"]')
+_SHORT = 4096  # bytes or characters
+
+
+def _structure(raw: bytes | str, max_depth: int) -> int | None:
+    """Judged from its text, if `raw` is JSON: how many commas and colons stand between its items
+    (those in its strings counted too in a short text) — or None when it nests deeper than
+    `max_depth`, by the brackets outside its strings, each pass taking the innermost pairs away
+    (or when they do not pair up: it is not JSON, and the long way says so)."""
+    if len(raw) <= _SHORT:  # (counting a long text's brackets costs more than the passes)
+        if isinstance(raw, str):
+            if raw.count("[") + raw.count("{") <= max_depth:
+                return raw.count(",") + raw.count(":")
+        elif raw.count(b"[") + raw.count(b"{") <= max_depth:
+            return raw.count(b",") + raw.count(b":")
+    text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if b"\\" in text:  # an escaped quote or backslash is not one that ends a string
+        text = _ESCAPE.sub(b"", text)
+    # what is left of a string without those in it is "" (two adjacent quotes: taking away any
+    # such pair leaves the other quotes alternating as before); then the rest of the strings go
+    text = text.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in text:
+        text = _STRING.sub(b"", text)
+    separators = text.count(b",") + text.count(b":")
+    text = text.translate(None, b",:")
+    for _ in range(max_depth):
+        if not text:
+            return separators
+        inner = text.replace(b"[]", b"\0").replace(b"{}", b"\0")  # one level, no more
+        if inner == text:
+            return None
+        text = inner.replace(b"\0", b"")
+    return None if text else separators
 
 
 def _plain(raw: bytes | str, max_depth: int) -> bool:
@@ -73,9 +135,49 @@ def _plain(raw: bytes | str, max_depth: int) -> bool:
     )
 
 
+@attrs.frozen(kw_only=True)
+class Measured:
+    """What `measured` saw of a document read in one pass: how many numbers with a fraction or an
+    exponent it holds, and how many bytes longer Python's repr writes them, in all (those it
+    writes shorter count 0)."""
+
+    floats: int = 0
+    growth: int = 0
+    separators: int = 0  # at least the commas and colons between its items
+
+
+def measured(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> tuple[Any, Measured | None]:
+    """`loads`, and what it saw of the numbers and the separators when the document was read in
+    one pass (None when it went the long way)."""
+    separators = _structure(raw, max_depth) if isinstance(raw, (bytes, str)) else None
+    if separators is not None:
+        tally: list[int] = []
+        _TALLY.growth = tally
+        try:
+            value = _ONE_PASS.decode(raw)
+        except _PASSED_ON:
+            pass
+        else:
+            growth = sum(max(0, g) for g in tally)
+            return value, Measured(floats=len(tally), growth=growth, separators=separators)
+        finally:
+            _TALLY.growth = None
+    return _long_way(raw, max_depth), None
+
+
 def loads(raw: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     """Parse `raw` (UTF-8 bytes or text). Raises `JSONRefused` for invalid JSON, NaN or infinite
     numbers, lone surrogates, or nesting deeper than `max_depth`."""
+    if isinstance(raw, (bytes, str)) and _structure(raw, max_depth) is not None:
+        try:
+            return _ONE_PASS.decode(raw)
+        except _PASSED_ON:
+            pass
+    return _long_way(raw, max_depth)
+
+
+def _long_way(raw: bytes | str, max_depth: int) -> Any:
+    """`loads` by `json`: what the one pass refused or could not judge."""
     if isinstance(raw, (bytes, str)) and _plain(raw, max_depth):
         # as json.loads reads it (bytes: as UTF-8, which _plain saw), with one decoder for all
         try:

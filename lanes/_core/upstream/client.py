@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 import httpx2
+import msgspec
 import trio
 
 from lanes._core.model import strictjson
@@ -61,6 +62,9 @@ class Response:
     raw: bytes = b""  # the body's bytes exactly as the upstream sent them
 
 
+_ENCODE = msgspec.json.Encoder().encode
+
+
 def _category(exc: httpx2.HTTPError) -> str:
     """`connect` (refused, DNS, TLS, connect timeout) and `reset` are the provider's, not a
     model's."""
@@ -77,9 +81,15 @@ def _transport_error(exc: httpx2.HTTPError, secrets: Iterable[str]) -> Retryable
     return RetryableError(f"{kind}: {detail}" if detail else kind, category=_category(exc))
 
 
-def encode(body: Mapping[str, Any]) -> bytes:
+def encode(body: Mapping[str, Any], *, plain: bool = False) -> bytes:
     """The request body as strict JSON; `FinalError` (400) for what JSON can not carry (NaN,
-    infinity, lone surrogates, objects): the request is at fault, so no other lane is tried."""
+    infinity, lone surrogates, objects): the request is at fault, so no other lane is tried.
+    `plain`: the body holds only what strict JSON gave, and no float (`Job.plain`), so msgspec
+    writes it byte for byte as `json.dumps` does, a tenth of the time (what it will not write,
+    `json.dumps` tries, and says why)."""
+    if plain:
+        with contextlib.suppress(msgspec.MsgspecError, TypeError, ValueError, RecursionError):
+            return _ENCODE(body)
     try:
         return json.dumps(body, allow_nan=False, ensure_ascii=False, separators=(",", ":")).encode()
     except (ValueError, TypeError, UnicodeEncodeError, RecursionError) as exc:
@@ -332,13 +342,14 @@ class Upstream:
         url: str,
         *,
         headers: Mapping[str, str],
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | bytes,
         secrets: Iterable[str] = (),
         check: Callable[[Any, Iterable[str]], Mapping[str, Any]] = check_completion,
         max_bytes: int = 8 * 1024 * 1024,
     ) -> Response:
-        """POST a request; return the parsed 2xx body (at most `max_bytes`: a usable completion,
-        or what `check` accepts) or raise an `UpstreamError`."""
+        """POST a request (`body` encoded here, or as bytes already); return the parsed 2xx body
+        (at most `max_bytes`: a usable completion, or what `check` accepts) or raise an
+        `UpstreamError`."""
         async with self._post(url, headers, body, secrets) as (response, lower):
             raw = await _read_json(response, max_bytes, secrets)
         try:
@@ -371,11 +382,11 @@ class Upstream:
         self,
         url: str,
         headers: Mapping[str, str],
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | bytes,
         secrets: Iterable[str],
     ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
-        """POST `body` as JSON: `_exchange`."""
-        content = encode(body)
+        """POST `body` as JSON (or its bytes as they are): `_exchange`."""
+        content = body if isinstance(body, bytes) else encode(body)
         if self._transport is None:
             request = self._client.build_request(
                 "POST", url, content=content, headers=_json_headers(headers)
@@ -430,7 +441,7 @@ class Upstream:
         url: str,
         *,
         headers: Mapping[str, str],
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | bytes,
         secrets: Iterable[str] = (),
         max_event_bytes: int = 1024 * 1024,
     ) -> AsyncIterator[ChunkReader]:

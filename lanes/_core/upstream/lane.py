@@ -23,7 +23,7 @@ from lanes._core.freetier.prices import usd_amount
 from lanes._core.model.job import Candidate, Job
 from lanes._core.runtime.secrets import remember
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
-from lanes._core.upstream.client import ChunkReader, Response, Upstream
+from lanes._core.upstream.client import ChunkReader, Response, Upstream, encode
 from lanes._core.upstream.responses import check_embeddings
 from lanes._core.upstream.spec import LaneSpec
 from lanes._core.upstream.spec import Provider as Provider  # where lane modules long found it
@@ -199,14 +199,31 @@ class OpenAICompatibleLane:
         return body
 
     def request_body(self, job: Job, model: str, *, stream: bool) -> dict[str, Any]:
-        """The body sent upstream: the job's own, through `adapt_request`."""
-        return self.adapt_request(job.body(model, stream=stream), job)
+        """The body sent upstream: the job's own, through `adapt_request` (given copies of the
+        messages to change, when a lane module has a hook of its own)."""
+        shared = type(self).adapt_request is OpenAICompatibleLane.adapt_request
+        return self.adapt_request(job.body(model, stream=stream, shared=shared), job)
+
+    def encoded_body(self, job: Job, model: str, *, stream: bool) -> bytes:
+        """`request_body` as the bytes sent, encoded once for the job, this lane, the model and
+        the stream switch: a retry of the same attempt sends the very bytes again. Without a hook
+        of the lane module's own, a plain translated request's messages and tools are those
+        encoded when it arrived (`Job.body_bytes`)."""
+
+        def make() -> bytes:
+            if type(self).adapt_request is OpenAICompatibleLane.adapt_request:
+                spliced = job.body_bytes(model, stream=stream)
+                if spliced is not None:
+                    return spliced
+            return encode(self.request_body(job, model, stream=stream), plain=job.plain)
+
+        return job.encoded((self, model, stream), make)
 
     async def complete(self, job: Job, model: str) -> Response:
         return await self._upstream.post_json(
             f"{self.spec.base_url}/chat/completions",
             headers=self.headers(stream=False, job=job),
-            body=self.request_body(job, model, stream=False),
+            body=self.encoded_body(job, model, stream=False),
             secrets=self.secrets_for(job),
             max_bytes=self.config.max_response_bytes,
         )
@@ -253,7 +270,7 @@ class OpenAICompatibleLane:
         async with self._upstream.open_stream(
             f"{self.spec.base_url}/chat/completions",
             headers=self.headers(stream=True, job=job),
-            body=self.request_body(job, model, stream=True),
+            body=self.encoded_body(job, model, stream=True),
             secrets=self.secrets_for(job),
             max_event_bytes=self.config.max_event_bytes,
         ) as reader:
