@@ -137,9 +137,12 @@ def ours_config(
     state: str = ":memory:",
     policy: dict[str, Any] | None = None,
     model_extra: dict[str, Any] | None = None,
+    cache: bool = False,
 ) -> dict[str, Any]:
-    """Our config for one lane `up` on the shared upstream (also what job processes open)."""
+    """Our config for one lane `up` on the shared upstream (also what job processes open), with
+    the response cache on when `cache`."""
     return {
+        **({"cache": {"mode": "on"}} if cache else {}),
         "state": state,
         "local_state": ":memory:",
         "default_deadline_s": timeout_s,

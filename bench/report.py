@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import agentreport, batchreport, onehost
+from bench import agentreport, batchreport, cache, onehost
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -360,6 +360,7 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
     lines += plan_section(_latest("plan"))
     lines += workers_section(_latest("workers-cpu"))
     lines += page_section(_latest("page"))
+    lines += cache.section(data.get("cache") or _latest("cache"))
     path = DOCS / "benchmarks.md"
     path.write_text("\n".join(lines))
     return path

@@ -25,7 +25,18 @@ from typing import Any
 import httpx2
 import trio
 
-from bench import agent, audit_report, batch100k, batchday, hot, onehost, peers, shared, whatif
+from bench import (
+    agent,
+    audit_report,
+    batch100k,
+    batchday,
+    cache,
+    hot,
+    onehost,
+    peers,
+    shared,
+    whatif,
+)
 from bench.load import percentile, run_load, summary
 from lanes.harness.processes import free_port
 
@@ -324,6 +335,10 @@ async def main(quick: bool) -> dict[str, Any]:
         print("bench: lanes whatif over a busy day …", file=sys.stderr, flush=True)
         result["whatif"] = await trio.to_thread.run_sync(
             whatif.measure, 10_000 if quick else 100_000
+        )
+        print("bench: the response cache …", file=sys.stderr, flush=True)
+        result["cache"] = await cache.run(
+            300 if quick else 1000, 0.3, 2 if quick else 5, 50 if quick else 200
         )
     return result
 

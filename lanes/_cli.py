@@ -125,6 +125,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="reach the state store too: what it is, and whether paid fallback can open",
     )
+    cache = sub.add_parser("cache", help="the response cache: delete its entries")
+    cache.add_argument("action", choices=["clear"])
+    cache.add_argument("--client", default=None, help="only this client key's entries")
+    _remote(cache)
     _cli_reports.add_parsers(sub, DEFAULT_URL)
     _cli_batch.add_parser(sub, DEFAULT_URL)
     _cli_whatif.add_parser(sub)
@@ -318,6 +322,15 @@ def _grants(args: argparse.Namespace) -> int:
         for g in body["data"]
     )
     _print(args, body, human or "no grants")
+    return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """`lanes cache clear [--client K]` (an admin's)."""
+    body = {} if args.client is None else {"client": args.client}
+    done = _ok("POST", f"{args.url}/v1/cache/clear", body, bad_request=2)
+    whose = "every client's" if args.client is None else f"client {args.client}'s"
+    _print(args, done, f"response cache: {done['deleted']} of {whose} entries deleted")
     return 0
 
 
@@ -568,6 +581,7 @@ def _run(args: argparse.Namespace) -> int:
         "reload": _reload,
         "approvals": _approvals,
         "ceiling": _ceiling,
+        "cache": _cache,
         "check-config": _check_config,
         "canary": _canary,
         "drill": _drill,

@@ -172,6 +172,8 @@ def markdown(body: dict[str, Any]) -> str:
         + json.dumps({k: round(v, 4) for k, v in total["latency_s_by_route"].items()}),
         "Errors by category: " + json.dumps(total["errors"]),
         "Privacy (need → endpoint used): " + json.dumps(total["privacy"]),
+        f"Response cache: {total.get('cache_hits', 0)} hits, saved "
+        f"{total.get('cache_saved_tokens', 0)} tokens and ${total.get('cache_saved_usd', 0.0):.6f}",
         "",
         "| day | jobs | answered | free share | paid share | attempts/answer | paid spend "
         "| ceiling |",

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpcore2
 import httpx2
@@ -161,3 +162,22 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def entries(request, tmp_path):
+    """The response cache's entries, over each store: a SQLite file and a real redis-server."""
+    store: Any
+    if request.param == "sqlite":
+        from lanes._core.cache.store import SQLiteEntries
+
+        store = SQLiteEntries(str(tmp_path / "state.db.cache"))
+    else:
+        from lanes._core.cache.redis_entries import RedisEntries
+
+        server = request.getfixturevalue("redis_server")
+        store = RedisEntries(server.url, namespace="t1")
+    try:
+        yield store
+    finally:
+        store.close()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import lanes
 from helpers import config, free_lane
 from lanes._core.freetier.kinds import FreeModelsOnly, NoFreeTier, RateLimitedFree, tier_of
+from lanes._core.model.errors import FinalError, ModelLoading, RetryableError
 from lanes._core.policy import ranking
 from lanes._core.policy.scoring import (
     ScoringConfig,
@@ -23,6 +24,7 @@ from lanes._core.policy.scoring import (
     score,
     wilson_lower,
 )
+from lanes._core.upkeep import next_round_s
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
 from lanes.testing import answer, open_fake, rate_limited, status
 
@@ -383,3 +385,23 @@ def test_a_catalogs_output_cap_is_read():
     caps = [r.max_output_tokens for r in normalise("openai", groq)]
     caps += [r.max_output_tokens for r in normalise("per_token_prices", router)]
     assert caps == [8192, None, 16384, None]
+
+
+@pytest.mark.parametrize(
+    ("failed", "streak", "wait_s"),
+    [
+        (None, 0, 21_600.0),  # it worked: the configured refresh
+        (ModelLoading("HTTP 503: Loading model"), 7, 2.0),  # loading: every 2 s, however long
+        (RetryableError("refused", category="connect"), 1, 1.0),  # not started yet: soon
+        (RetryableError("refused", category="connect"), 4, 8.0),  # doubling
+        (RetryableError("refused", category="connect"), 30, 60.0),  # to a minute
+        (TimeoutError("no answer within 30 s"), 2, 2.0),
+        (FinalError("HTTP 401: invalid key"), 1, 21_600.0),  # a refused key: the configured wait
+    ],
+)
+def test_a_model_list_not_had_is_asked_again_sooner(failed, streak, wait_s):
+    """After a failed round the model list is asked again sooner than `catalog_refresh_s`: every
+    2 s while the server says it is loading, else after 1 s doubling to a minute; a final answer
+    (a refused key) waits the whole refresh."""
+    assert next_round_s(21_600.0, failed, streak) == wait_s
+    assert next_round_s(5.0, failed, streak) == min(5.0, wait_s)

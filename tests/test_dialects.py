@@ -7,10 +7,12 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from helpers import examples
 from lanes._core.dialects import messages_api, responses_api
+from lanes._core.dialects.call_ids import restored
 from lanes._core.dialects.common import BadField
 from lanes.testing.answers import chunks, completion
 
@@ -234,13 +236,27 @@ def test_a_responses_stream_ends_as_the_whole_response(spec, split):
     assert arguments == "".join(c["function"]["arguments"] for c in message.get("tool_calls") or ())
 
 
+#: What a provider adds to a tool call: nothing, or Gemini 3's signature (and what else it may).
+EXTRA_CONTENT = st.none() | st.builds(
+    lambda signature, more: {"google": {"thought_signature": signature, **more}},
+    st.text("ABCxyz019+/", min_size=1, max_size=300),
+    st.dictionaries(st.sampled_from(["thought", "x"]), st.booleans()),
+)
+
+
+def _tool_call(call_id: str, name: str, arguments: str, extra: Any) -> dict[str, Any]:
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return call if extra is None else {**call, "extra_content": extra}
+
+
 ASSISTANT_TURNS = st.one_of(
     TEXT.map(lambda text: {"role": "assistant", "content": text}),
     st.lists(
         st.tuples(
-            st.from_regex(r"call_[a-z0-9]{4}", fullmatch=True),
+            st.text("abcxyz0189", min_size=4, max_size=4).map(lambda tail: f"call_{tail}"),
             st.sampled_from(["f", "g"]),
             JSON_TEXT,
+            EXTRA_CONTENT,
         ),
         min_size=1,
         max_size=3,
@@ -249,10 +265,7 @@ ASSISTANT_TURNS = st.one_of(
         lambda calls: {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
-                for i, n, a in calls
-            ],
+            "tool_calls": [_tool_call(*call) for call in calls],
         }
     ),
 )
@@ -261,7 +274,8 @@ ASSISTANT_TURNS = st.one_of(
 @given(ASSISTANT_TURNS)
 def test_a_responses_output_fed_back_is_the_same_turn(turn):
     """A response's output items, sent back as the next request's input (as agents do), become the
-    very assistant message the upstream answered."""
+    very assistant message the upstream answered — each call's id and extra content (Gemini's
+    thought signature, carried in the call_id) too."""
     completion_ = {"model": "m", "choices": [{"message": turn, "finish_reason": "stop"}]}
     output = responses_api.response_of({}, completion_, response_id="r", created_at=0)["output"]
     chat = responses_api.to_chat({"input": [{"role": "user", "content": "q"}, *output]})
@@ -610,3 +624,65 @@ def test_a_tool_results_images_follow_it_as_a_user_message():
             {"type": "text", "text": "what is in it?"},
         ],
     }
+
+
+def _parsed(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls with their arguments parsed (the Messages API carries them as an object)."""
+    return [
+        {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+        for c in calls
+    ]
+
+
+@settings(max_examples=examples(100))
+@given(ASSISTANT_TURNS)
+def test_a_messages_answer_fed_back_is_the_same_turn(turn):
+    """A message's content blocks, sent back as the next request's assistant turn with a
+    tool_result for each call (as Claude Code does), become the assistant message the upstream
+    answered — each call's id and extra content (carried in the tool_use id) too — and the
+    results answer those ids."""
+    answered = {"model": "m", "choices": [{"message": turn, "finish_reason": "stop"}]}
+    blocks = messages_api.message_of(answered, message_id="msg_1", model="m")["content"]
+    uses = [b["id"] for b in blocks if b["type"] == "tool_use"]
+    results = [{"type": "tool_result", "tool_use_id": use, "content": "ok"} for use in uses]
+    back = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": blocks},
+        *([{"role": "user", "content": results}] if results else []),
+    ]
+    chat = messages_api.to_chat({"model": "m", "max_tokens": 5, "messages": back})
+    assistant, *tools = chat.messages[1:]
+    assert _parsed(assistant.get("tool_calls", [])) == _parsed(turn.get("tool_calls", []))
+    assert [m["tool_call_id"] for m in tools] == [c["id"] for c in turn.get("tool_calls", [])]
+
+
+def test_a_signed_call_streamed_gets_the_id_it_gets_whole():
+    """Tool calls with extra content, streamed (as Gemini streams one: whole, in one chunk), reach
+    a Messages and a Responses client under the ids they have in the whole answer: a signed call's
+    restores the upstream's id and extra content; an unsigned one's (Gemini's `{"google": {}}`)
+    is the upstream's id, as it is."""
+    signed = _tool_call("fc-1", "f", "{}", {"google": {"thought_signature": "c2ln"}})
+    unsigned = _tool_call("fc-2", "f", "{}", {"google": {}})
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [signed, unsigned],
+    }
+    whole = {"model": "m", "choices": [{"message": message, "finish_reason": "tool_calls"}]}
+    streamed = [
+        {"model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{**call, "index": k}]}}]}
+        for k, call in enumerate(message["tool_calls"])
+    ]
+    events = messages_api.MessageEvents(message_id="msg_1", model="m")
+    said = events.start() + [e for c in streamed for e in events.feed(c)] + events.finish()
+    uses = [
+        b["id"] for b in messages_api.message_of(whole, message_id="msg_1", model="m")["content"]
+    ]
+    started = [e["content_block"]["id"] for e in said if e["type"] == "content_block_start"]
+    responses = responses_api.ResponseEvents({}, response_id="r", created_at=0, model="m")
+    told = responses.start() + [e for c in streamed for e in responses.feed(c)]
+    output = responses_api.response_of({}, whole, response_id="r", created_at=0)["output"]
+    added = [e["item"]["call_id"] for e in told if e["type"] == "response.output_item.added"]
+    assert uses == started == [i["call_id"] for i in output] == added
+    assert [restored(u) for u in uses] == [("fc-1", signed["extra_content"]), ("fc-2", None)]
+    assert uses[1] == "fc-2"

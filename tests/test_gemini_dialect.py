@@ -4,6 +4,7 @@ the whole answer says, and a function call's id comes back with its response."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -473,3 +474,39 @@ def test_errors_are_google_s_shape_with_a_retryable_status():
         504: "DEADLINE_EXCEEDED",
         500: "INTERNAL",
     }
+
+
+def test_a_function_calls_thought_signature_goes_both_ways():
+    """A chat tool call's thought signature (Gemini 3's, which it needs back) is its functionCall
+    part's thoughtSignature, whole and streamed; sent back on the part — as it was given (Gemini
+    CLI), URL-safe (google-genai), unpadded, in snake_case — it is the call's extra content again,
+    in the standard base64 Gemini gave; one that is not base64 goes as it came."""
+    signature = base64.b64encode(bytes(range(240, 256)) * 3).decode()  # `+`, `/`, `=`
+    extra = {"google": {"thought_signature": signature}}
+    function = {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    call = {"id": "fc-1", "type": "function", "function": function, "extra_content": extra}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    whole = {"choices": [{"message": message, "finish_reason": "tool_calls"}]}
+    [part] = gemini_reply.response_of(whole, model="m", response_id="r")["candidates"][0][
+        "content"
+    ]["parts"]
+    stream = gemini_reply.ResponseChunks(model="m", response_id="r")
+    said = stream.feed({"choices": [{"index": 0, "delta": message}]}) + stream.finish()
+    [streamed] = [p for r in said for p in r["candidates"][0]["content"]["parts"]]
+    asked = {"id": "fc-1", "name": "get_weather", "args": {"city": "Oslo"}}
+    assert part == streamed == {"functionCall": asked, "thoughtSignature": signature}
+    url_safe = signature.replace("+", "-").replace("/", "_")
+    sent_back = [
+        {"thoughtSignature": signature},
+        {"thoughtSignature": url_safe},
+        {"thoughtSignature": url_safe.rstrip("=")},
+        {"thought_signature": signature},
+        {"thoughtSignature": "not base64!"},
+    ]
+    for sent in sent_back:
+        model_turn = {"role": "model", "parts": [{"functionCall": asked, **sent}]}
+        request = chat({"contents": [user("Weather?"), model_turn], "tools": [WEATHER]})
+        [back] = request.messages[1]["tool_calls"]
+        expected = "not base64!" if "not base64!" in sent.values() else signature
+        assert back["extra_content"] == {"google": {"thought_signature": expected}}
+        assert request.dropped == ()

@@ -274,6 +274,31 @@ def test_openrouter_asks_for_zero_retention_through_the_hook():
     assert lane.request_body(plain, "m:free", stream=False) == plain.body("m:free")
 
 
+def test_groq_is_sent_no_gemini_thought_signature():
+    """A conversation Gemini served carries its thought signatures on tool calls; Groq refuses a
+    property it does not know, so they are taken out of what Groq is sent — and only they: the
+    job's own messages are not changed."""
+    lane_config = LaneConfig(name="groq")
+    module, why = find_module(lane_config)
+    assert module is not None, why
+    lane = module.Lane(
+        resolve(module.PROVIDER, lane_config), api_key=None, upstream=cast(lanes.Upstream, None)
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    signed = {**call, "extra_content": {"google": {"thought_signature": "c2ln"}}}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "read a.txt"},
+        {"role": "assistant", "tool_calls": [signed]},
+        {"role": "tool", "tool_call_id": "c1", "content": "hello"},
+    ]
+    job = lanes.Job(messages=messages)
+    for stream in (False, True):
+        sent = lane.request_body(job, "llama-3.3-70b-versatile", stream=stream)
+        assert sent["messages"][1]["tool_calls"] == [call]
+        assert sent["messages"][0] == messages[0] and sent["messages"][2] == messages[2]
+    assert job.messages[1]["tool_calls"] == [signed]
+
+
 def test_the_lane_reads_its_settings_from_the_spec():
     """The lane's URL, kind, configured models, headers and money parameters are the spec's."""
     lane = openrouter(

@@ -5,7 +5,10 @@ an index (Gemini) reaching every door as the calls they are."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 from typing import Any
 
 import anthropic
@@ -13,6 +16,8 @@ import httpx2
 import openai
 import pytest
 import trio
+from google import genai
+from google.genai import types
 
 import lanes
 from helpers import config, free_lane
@@ -464,23 +469,34 @@ async def test_a_tool_call_answer_that_says_stop_is_tool_use_on_the_messages_api
 
 #: Gemini 3 signs each tool call (`extra_content.google.thought_signature`) and refuses the next
 #: request when the signature is not sent back on that call (its thought-signatures
-#: documentation; THU-MAIC/OpenMAIC#1556). Chat clients keep and resend it; a Messages client
-#: can only send back what lanes gave it.
-GEMINI_SIGNED = _sse(
-    _chunk(
-        {
-            "role": "assistant",
-            "tool_calls": [
-                _call(
-                    "function-call-1",
-                    "a.txt",
-                    extra_content={"google": {"thought_signature": "c2ln"}},
-                )
-            ],
-        }
-    ),
-    _chunk({}, "tool_calls"),
+#: documentation; THU-MAIC/OpenMAIC#1556). Chat clients keep and resend it; a Messages or a
+#: Responses client can only send back the id lanes gave it, and a Gemini API client sends it as
+#: the part's `thoughtSignature`. A signature of a few KB, in standard base64 (`+`, `/`, `=`).
+SIGNATURE = base64.b64encode(hashlib.shake_256(b"lanes").digest(2045)).decode()
+SIGNED_CALL = _call(
+    "function-call-1", "a.txt", extra_content={"google": {"thought_signature": SIGNATURE}}
 )
+GEMINI_SIGNED = _sse(
+    _chunk({"role": "assistant", "tool_calls": [SIGNED_CALL]}), _chunk({}, "tool_calls")
+)
+GEMINI_SIGNED_WHOLE = (
+    b"HTTP/1.1 200 OK\ncontent-type: application/json\n\n"
+    + json.dumps(
+        {
+            "object": "chat.completion",
+            "model": "gemini-x",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None, "tool_calls": [SIGNED_CALL]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+        }
+    ).encode()
+)
+SIGNED = {True: GEMINI_SIGNED, False: GEMINI_SIGNED_WHOLE}
 
 
 DONE = (
@@ -491,18 +507,28 @@ DONE = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="review: Gemini thought_signature lost on the Messages door")
-async def test_a_tool_calls_thought_signature_goes_back_upstream_from_the_messages_api():
+def sent_back(fakes: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The tool call the second request sent upstream, and the ids its tool messages answer."""
+    sent = fakes["gemini"].requests()[-1].body["messages"]
+    [call] = [c for m in sent for c in m.get("tool_calls") or ()]
+    return call, [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_a_tool_calls_thought_signature_goes_back_upstream_from_the_messages_api(streamed):
     """A Messages client (Claude Code) that sends back the tool_use it got from Gemini, with its
-    tool_result, makes lanes send that call upstream with the signature Gemini gave it."""
+    tool_result, makes lanes send that call upstream with the id and the signature Gemini gave
+    it — the tool_use id it was given being one the Messages API accepts."""
     async with open_sidecar(GEMINI_LANE) as (url, fakes):
-        fakes["gemini"].script("corpus-model", replay(GEMINI_SIGNED), replay(DONE))
+        fakes["gemini"].script("corpus-model", replay(SIGNED[streamed]), replay(DONE))
         claude = anthropic.AsyncAnthropic(base_url=url[:-3], api_key="unused", max_retries=0)
         tools: Any = [{"name": "read", "input_schema": {"type": "object"}}]
-        async with claude.messages.stream(
-            model="auto", max_tokens=64, messages=TO_READ, tools=tools
-        ) as stream:
-            first = await stream.get_final_message()
+        asked: Any = {"model": "auto", "max_tokens": 64, "tools": tools}
+        if streamed:
+            async with claude.messages.stream(**asked, messages=TO_READ) as stream:
+                first = await stream.get_final_message()
+        else:
+            first = await claude.messages.create(**asked, messages=TO_READ)
         [use] = [b for b in first.content if b.type == "tool_use"]
         result = {"type": "tool_result", "tool_use_id": use.id, "content": "hello"}
         turn: Any = [
@@ -510,7 +536,84 @@ async def test_a_tool_calls_thought_signature_goes_back_upstream_from_the_messag
             {"role": "assistant", "content": [use.model_dump(exclude_none=True)]},
             {"role": "user", "content": [result]},
         ]
-        await claude.messages.create(model="auto", max_tokens=64, messages=turn, tools=tools)
-        sent = fakes["gemini"].requests()[-1].body["messages"]
-    [call] = [c for m in sent for c in m.get("tool_calls") or ()]
-    assert call["extra_content"] == {"google": {"thought_signature": "c2ln"}}
+        await claude.messages.create(**asked, messages=turn)
+    assert re.fullmatch(r"[a-zA-Z0-9_-]+", use.id) and use.input == {"path": "a.txt"}
+    assert sent_back(fakes) == (SIGNED_CALL, ["function-call-1"])
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_a_tool_calls_thought_signature_goes_back_upstream_from_the_responses_api(streamed):
+    """A Responses client (Codex) that sends back the function_call item it got from Gemini, with
+    its output, makes lanes send that call upstream with the id and the signature Gemini gave
+    it."""
+    async with open_sidecar(GEMINI_LANE) as (url, fakes):
+        fakes["gemini"].script("corpus-model", replay(SIGNED[streamed]), replay(DONE))
+        tools: Any = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+        first: Any
+        if streamed:
+            async with client(url).responses.stream(
+                model="auto", input="read a.txt", tools=tools
+            ) as stream:
+                first = await stream.get_final_response()
+        else:
+            first = await client(url).responses.create(
+                model="auto", input="read a.txt", tools=tools
+            )
+        [call] = [i for i in first.output if i.type == "function_call"]
+        turn: Any = [
+            {"role": "user", "content": "read a.txt"},
+            {
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": "read",
+                "arguments": call.arguments,
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": "hello"},
+        ]
+        await client(url).responses.create(model="auto", input=turn, tools=tools)
+    assert sent_back(fakes) == (SIGNED_CALL, ["function-call-1"])
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+async def test_a_tool_calls_thought_signature_goes_back_upstream_from_the_gemini_api(streamed):
+    """A Gemini API client (google-genai) gets Gemini's signature as the functionCall part's
+    thoughtSignature, and sending that part back makes lanes send the call upstream with the
+    signature exactly as Gemini gave it (the SDK sends the bytes back URL-safe)."""
+    async with open_sidecar(GEMINI_LANE) as (url, fakes):
+        fakes["gemini"].script("corpus-model", replay(SIGNED[streamed]), replay(DONE))
+        sdk: Any = genai.Client(
+            api_key="unused",
+            http_options=types.HttpOptions(
+                base_url=url[:-3],
+                api_version="v1beta",
+                retry_options=types.HttpRetryOptions(attempts=1),
+            ),
+        )
+        read = types.FunctionDeclaration(name="read", parameters_json_schema={"type": "object"})
+        config = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[read])])
+
+        def first_turn() -> Any:
+            asked: Any = {"model": "auto", "contents": "read a.txt", "config": config}
+            if not streamed:
+                return sdk.models.generate_content(**asked).candidates[0].content
+            pieces = sdk.models.generate_content_stream(**asked)
+            parts = [p for piece in pieces for p in piece.candidates[0].content.parts]
+            return types.Content(role="model", parts=parts)
+
+        said = await trio.to_thread.run_sync(first_turn)
+        [part] = said.parts
+        answer: Any = types.Part.from_function_response(name="read", response={"output": "hello"})
+        answer.function_response.id = part.function_call.id
+        turn = [
+            types.Content(role="user", parts=[types.Part(text="read a.txt")]),
+            said,
+            types.Content(role="user", parts=[answer]),
+        ]
+        await trio.to_thread.run_sync(
+            lambda: sdk.models.generate_content(model="auto", contents=turn, config=config)
+        )
+    assert part.thought_signature == base64.b64decode(SIGNATURE)
+    assert part.function_call.id == "function-call-1"
+    call, answered = sent_back(fakes)
+    assert call["extra_content"] == SIGNED_CALL["extra_content"]
+    assert answered == [call["id"]] == ["function-call-1"]

@@ -345,6 +345,27 @@ async def test_an_output_cap_beyond_every_models_context_is_a_400_and_lowered_fo
     assert sent.model == "short" and sent.body["max_tokens"] == 4096
 
 
+async def test_a_prompt_no_context_holds_says_prompt_is_too_long_before_anything_is_sent():
+    """A prompt longer than every candidate's context is refused before it is sent, in the words
+    the Messages API uses ("prompt is too long"), which Claude Code reads as its cue to compact —
+    on every door."""
+    small = {"models": [{"id": "tiny", "context": 64}]}
+    long = [{"role": "user", "content": "word " * 400}]
+    async with open_sidecar(("local", "local", ["tiny"], small)) as (url, fakes):
+        chat = {"model": "local/tiny", "messages": long}
+        messages = {"model": "local/tiny", "messages": long, "max_tokens": 8}
+        doors: list[tuple[str, str, dict[str, Any]]] = [
+            ("chat", "/chat/completions", chat),
+            ("messages", "/messages", messages),
+        ]
+        refused = await answers(url, doors)
+        assert fakes["local"].requests() == []
+    for name in ("chat", "messages"):
+        status, code = error_of(refused[name])
+        assert status == 400 and code in ("context_length_exceeded", "invalid_request_error")
+        assert refused[name].json()["error"]["message"].startswith("prompt is too long: it needs ~")
+
+
 async def test_the_sdks_do_not_retry_what_could_never_be_served():
     """The OpenAI and Anthropic SDKs, left to retry as they do by default, send an impossible
     request once and raise their `BadRequestError`."""

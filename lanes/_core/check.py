@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lanes._core.config.schema import FLAG_WORDS, Config, read_config
+from lanes._core.config.schema import ADMIN_CLIENT, FLAG_WORDS, Config, read_config
 from lanes._core.config.strict import key_of
 from lanes._core.model.errors import ConfigError
 from lanes._core.upstream.loader import find_provider
@@ -96,6 +96,7 @@ def check_references(config: Config, env: Mapping[str, str]) -> tuple[list[str],
                 f'{key_of(["alias_patterns", pattern], None)}: "{alias}" is not an alias; {hint} '
                 f"(aliases: {', '.join(config.aliases) or 'none'})"
             )
+    problems += _client_names(config)
     flag = env.get("FREE_LANE")
     if flag is not None and flag.strip().lower() not in FLAG_WORDS:
         problems.append(
@@ -103,6 +104,20 @@ def check_references(config: Config, env: Mapping[str, str]) -> tuple[list[str],
             "(or 0/false/no) to switch borrowed-free capacity off, =on (or unset it) to keep it"
         )
     return problems, missing
+
+
+def _client_names(config: Config) -> list[str]:
+    """A client named as the admin key's jobs are (`admin`) while there is an admin key: unless
+    it is an admin itself, it would share their response cache entries, ceiling and audit."""
+    server = config.server
+    own = server.clients.get(ADMIN_CLIENT)
+    if server.admin_key_env is None or own is None or own.admin:
+        return []
+    return [
+        f"{key_of(['server', 'clients', ADMIN_CLIENT], None)}: the admin key's jobs are client "
+        f'"{ADMIN_CLIENT}" (admin_key_env is set), and this client is no admin: it would be '
+        "served the admin's cached answers and share its ceiling; rename it (or make it admin)"
+    ]
 
 
 def check_config(

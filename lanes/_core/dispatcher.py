@@ -30,6 +30,10 @@ from lanes._core.audit.statistics import (
 )
 from lanes._core.audit.tracing import JobTrace
 from lanes._core.batch.library import LibraryBatch, window_of
+from lanes._core.cache.cache import ResponseCache, Served
+from lanes._core.cache.replay import CachedStream
+from lanes._core.cache.rules import Assembler, CachePlan, replayed
+from lanes._core.cache.store import Entries, Entry
 from lanes._core.config.schema import Config
 from lanes._core.engine.backlog import Backlog
 from lanes._core.engine.calls import complete_call, embed_call
@@ -38,10 +42,11 @@ from lanes._core.engine.context import Routing, next_free
 from lanes._core.engine.gate import Gate, Switchboard
 from lanes._core.engine.probes import Probes
 from lanes._core.engine.session import StreamJob, stream_job
-from lanes._core.engine.stream import ReplyStream
+from lanes._core.engine.stream import AnswerStream, wants_usage
 from lanes._core.engine.waiting import WaitingRoom
 from lanes._core.engine.walk import Call, walk
 from lanes._core.freetier.manager import FreeTierManager
+from lanes._core.freetier.prices import usage_tokens
 from lanes._core.model.clocks import EpochTime, TrioTime
 from lanes._core.model.errors import JobFailed
 from lanes._core.model.job import Candidate, Job, Reply
@@ -79,10 +84,12 @@ class Dispatcher:
         wall: Wall,
         background: Background,
         traces: Callable[[JobTrace], None] | None = None,
+        cache: Entries | None = None,
     ) -> None:
         """Build every part in the order they depend on each other; nothing is patched in after.
         `background` keeps the health of the background tasks; `traces` receives each finished
-        job's spans when telemetry is on."""
+        job's spans when telemetry is on; `cache` holds the response cache's entries (None: no
+        cache, whatever `[cache]` says)."""
         self.config = config
         self.store = store
         self.background = background
@@ -158,6 +165,19 @@ class Dispatcher:
             now_wall=wall,
         )
 
+        self.cache = (
+            None
+            if cache is None
+            else ResponseCache(
+                config.cache,
+                config.server.clients,
+                cache,
+                now_wall=wall,
+                health=background.task("cache"),
+                inline_reads=not store.shared,
+                quarantined=self._switches.why_quarantined,
+            )
+        )
         self._sources = Sources(
             switches=self._switches,
             approvals=self.approvals,
@@ -193,6 +213,9 @@ class Dispatcher:
             if lane.balance_endpoint() is not None:
                 task = self.background.task(f"balance {lane.name}")
                 nursery.start_soon(upkeep.poll_balance, self._manager, self._wall, lane, task)
+        if self.cache is not None:
+            nursery.start_soon(self.cache.run)
+            nursery.start_soon(self.cache.sweep)
         if self.config.audit_days:
             nursery.start_soon(upkeep.keep_audit, self.store, self.clock, self.config.audit_days)
 
@@ -321,7 +344,56 @@ class Dispatcher:
         upstreams say the model named does not exist) — every one a `JobFailed` carrying the
         attempts made and the job's id.
         """
-        return await self._serve(self._open_record(job), complete_call)
+        record = self._open_record(job)
+        if self.cache is None:
+            return await self._serve(record, complete_call)
+        return await self._cached(record, self.cache)
+
+    async def _cached(self, record: JobRecord, cache: ResponseCache) -> Reply:
+        """`complete` with the response cache: its answer on a hit, else the walk's (kept when
+        the job may write it)."""
+        job = record.job
+        plan = cache.plan(job)
+        key = cache.key(job) if plan.used else ""
+        found = await cache.find(job, key) if plan.read else None
+        if found is not None:
+            return self._hit(record, *found, cache)
+        reply = await self._serve(record, complete_call)
+        if plan.write:
+            served = Served(reply.lane, reply.model, reply.provider, reply.route, reply.cost_usd)
+            cache.keep(job, key, {"completion": reply.body}, served, reply.raw)
+        if plan.status is not None:
+            cache.counted(plan.status)
+        return attrs.evolve(reply, cache=plan.status)
+
+    def _hit(
+        self, record: JobRecord, entry: Entry, kept: Mapping[str, Any], cache: ResponseCache
+    ) -> Reply:
+        """A cache hit as the job's reply: the entry's answer (`kept`, parsed) with a fresh id, who
+        made it, route `cache`; audited with what it saved."""
+        body = replayed(kept["completion"], f"chatcmpl-{record.id}")
+        usage = body.get("usage") if isinstance(body.get("usage"), Mapping) else None
+        self._journal.finish(
+            record,
+            "ok",
+            served=f"{entry.lane}/{entry.model}",
+            answer=body.get("choices"),
+            usage=usage,
+            route="cache",
+            saved_usd=entry.cost_usd,
+        )
+        cache.counted("hit", tokens=sum(usage_tokens(usage) or ()), saved_usd=entry.cost_usd)
+        return Reply(
+            body=body,
+            lane=entry.lane,
+            provider=entry.provider,
+            model=entry.model,
+            route="cache",
+            usage=usage,
+            request_id=record.id,
+            cache="hit",
+            age_s=max(0.0, self.now_wall() - entry.made_at),
+        )
 
     async def embed(self, job: Job) -> Reply:
         """Embed `job.input` (a job built with `input=`) by the same policy, budgets and audit.
@@ -378,8 +450,9 @@ class Dispatcher:
             return reply
 
     @asynccontextmanager
-    async def open_stream(self, job: Job) -> AsyncIterator[ReplyStream]:
-        """Stream `job`: fall back freely until the first chunk, then yield a `ReplyStream`.
+    async def open_stream(self, job: Job) -> AsyncIterator[AnswerStream]:
+        """Stream `job`: fall back freely until the first chunk, then yield a `ReplyStream` (a
+        `CachedStream` when the response cache answers it).
 
         Raises what `complete` raises before the first chunk; `StreamInterrupted` while iterating.
         """
@@ -392,9 +465,62 @@ class Dispatcher:
         record: one set of attempt budgets, one story, one audit row when it is over. The job's
         own keys are kept out of every log line made meanwhile."""
         record = self._open_record(job, streamed=True)
+        cache, plan, key = self.cache, None, ""
+        extra: dict[str, Any] = {}
+        if cache is not None:
+            plan = cache.plan(job)
+            key = cache.key(job) if plan.used else ""
+            extra = await self._stream_cache(record, cache, plan, key)
         with request_secrets(job.keys.values()):
-            async with stream_job(self._routing, record, self._journal.finish) as streamed:
+            async with stream_job(self._routing, record, self._journal.finish, **extra) as streamed:
                 yield streamed
+            if cache is not None and plan is not None and plan.write and "hit" not in extra:
+                self._keep_streamed(cache, job, key, streamed)
+
+    @staticmethod
+    def _keep_streamed(cache: ResponseCache, job: Job, key: str, streamed: StreamJob) -> None:
+        """A streamed answer kept in the cache, when it was whole (see `whole_answer`)."""
+        whole = streamed.whole_answer()
+        if whole is not None:
+            body, stream = whole
+            served = Served(
+                stream.lane, stream.model, stream.provider, stream.route, stream.job_cost_usd
+            )
+            cache.keep(job, key, body, served)
+
+    async def _stream_cache(
+        self, record: JobRecord, cache: ResponseCache, plan: CachePlan, key: str
+    ) -> dict[str, Any]:
+        """What a streamed job takes from the cache: its hit, or what a fresh answer says of the
+        cache and where it is put together to be kept."""
+        job = record.job
+        found = await cache.find(job, key) if plan.read else None
+        hit = None if found is None else self._replay(record, *found, cache)
+        if hit is None:
+            if plan.status is not None:
+                cache.counted(plan.status)
+            limit = cache.config.max_entry_kb * 1024
+            return {"cache": plan.status, "keep": Assembler(limit) if plan.write else None}
+        usage = hit.usage
+        cache.counted("hit", tokens=sum(usage_tokens(usage) or ()), saved_usd=hit.saved_usd)
+        return {"hit": hit}
+
+    def _replay(
+        self, record: JobRecord, entry: Entry, kept: dict[str, Any], cache: ResponseCache
+    ) -> CachedStream | None:
+        """A hit as a stream; None (a miss, said) when a chunk the entry kept can not be read."""
+        try:
+            return CachedStream(
+                entry,
+                kept,
+                request_id=record.id,
+                deadline_at=record.deadline_at,
+                usage=wants_usage(record.job),
+                age_s=max(0.0, self.now_wall() - entry.made_at),
+            )
+        except ValueError as exc:
+            cache.unreadable(exc)
+            return None
 
     def _open_record(
         self, job: Job, *, embedding: bool = False, streamed: bool = False

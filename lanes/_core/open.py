@@ -14,6 +14,7 @@ import httpx2
 import trio
 
 from lanes._core.audit.tracing import target
+from lanes._core.cache.store import Entries, SQLiteEntries, cache_path
 from lanes._core.check import check_config
 from lanes._core.config.schema import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
@@ -84,7 +85,7 @@ async def open_over(
 ) -> AsyncIterator[Dispatcher]:
     """`open_dispatcher` with the knobs a replay needs (`lanes whatif`): the upstreams' transport
     (in-process simulated providers instead of sockets), how often the state sync runs, and a
-    store of its own (the config's is not opened)."""
+    store of its own (the config's is not opened, nor its response cache)."""
     install_log_redaction()  # before any key is read or any request is sent
     config = check_config(config, env=env)  # the check `lanes check-config` makes
     traces_to = target(config.telemetry, env)  # None: no traces, and no OpenTelemetry loaded
@@ -98,7 +99,13 @@ async def open_over(
             wall.offset_s,
             config.policy.clock_tolerance_s,
         )
+    own = store is None  # the config's own store, and its response cache (a replay has neither)
     store = open_store(config) if store is None else store
+    try:
+        entries = open_entries(config) if own else None
+    except BaseException:
+        store.close()
+        raise
     failure: Exception | None = None  # the caller's own error, raised as itself (never as a group)
     telemetry: Telemetry | None = None
     try:
@@ -118,6 +125,7 @@ async def open_over(
                 wall=wall,
                 background=background,
                 traces=None if telemetry is None else telemetry.note,
+                cache=entries,
             )
             await dispatcher.start(nursery, sync_interval_s=sync_interval_s)
             if not dispatcher.free_lane_on:
@@ -132,6 +140,8 @@ async def open_over(
     finally:
         if telemetry is not None:
             await telemetry.aclose()  # the last jobs' spans, within the export timeout
+        if entries is not None:
+            entries.close()
         store.close()
     if failure is not None:
         raise failure
@@ -181,6 +191,38 @@ async def open_simulated(
 def state_of(config: Config | None) -> tuple[str, str]:
     """The state and local state `config` names (`:memory:` for both without one)."""
     return (config.state, config.local_state) if config else (":memory:", ":memory:")
+
+
+def open_entries(config: Config) -> Entries | None:
+    """The response cache's entries, when `[cache]` turns it on: in the Redis state store (every
+    host's), else in a SQLite file beside the state; None when off (the section's `off` is every
+    client's, whatever a client's own `cache` says)."""
+    if config.cache.mode == "off":
+        return None
+    if config.shared_state:
+        from lanes._core.cache.redis_entries import RedisEntries  # imported only when configured
+
+        return RedisEntries(config.state, namespace=config.state_namespace)
+    return SQLiteEntries(cache_path(config.state))
+
+
+def clear_left(config: Config, client: str | None) -> int:
+    """Delete what the response cache of an earlier config left (`lanes cache clear` while
+    `[cache]` is off now): `client`'s entries, or every one, in the Redis state store or in the
+    SQLite file beside the state (none is made where there is none); how many. Blocking."""
+    if config.shared_state:
+        from lanes._core.cache.redis_entries import RedisEntries  # imported only when configured
+
+        left: Entries = RedisEntries(config.state, namespace=config.state_namespace)
+    else:
+        path = cache_path(config.state)
+        if path == ":memory:" or not os.path.exists(path):
+            return 0
+        left = SQLiteEntries(path)
+    try:
+        return left.clear(client)
+    finally:
+        left.close()
 
 
 def open_store(config: Config) -> Store:

@@ -16,7 +16,7 @@ from lanes._core.config.schema import LaneConfig
 from lanes._core.engine.catalog import Catalog, LaneHealth
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.model.clocks import EpochTime
-from lanes._core.model.errors import UpstreamError
+from lanes._core.model.errors import FinalError, ModelLoading, UpstreamError
 from lanes._core.runtime.tasks import TaskHealth
 from lanes._core.state.backend import Backend, call
 from lanes._core.state.clock import StoreClock
@@ -113,26 +113,48 @@ def fixes_for(lanes: Sequence[LaneConfig], unavailable: Mapping[str, str]) -> di
 
 async def _round(
     health: TaskHealth, what: str, work: Callable[[], Awaitable[None]], within_s: float
-) -> bool:
-    """One round of a background task within `within_s`: True when it worked. Never raises (but
-    for cancellation): a failure, of any kind, goes to the task's health."""
+) -> Exception | None:
+    """One round of a background task within `within_s`: None when it worked, else what failed.
+    Never raises (but for cancellation): a failure, of any kind, goes to the task's health."""
     with trio.move_on_after(within_s):
         try:
             await work()
         except Exception as exc:  # a background task must not die: report, carry on
             health.failed(exc, what if isinstance(exc, UpstreamError) else f"{what} (unreadable)")
-            return False
+            return exc
         health.ok()
-        return True
-    health.failed(TimeoutError(f"no answer within {within_s:g} s"), what)
-    return False
+        return None
+    late = TimeoutError(f"no answer within {within_s:g} s")
+    health.failed(late, what)
+    return late
+
+
+#: A model list that could not be had is asked again sooner than `catalog_refresh_s`: every
+#: `LOADING_RETRY_S` while the server says it is loading its model (llama-server's 503 "Loading
+#: model": it serves within seconds of being ready), else after 1 s, doubling up to
+#: `MAX_RETRY_S` (a local server not started yet, a provider's 5xx or timeout). A final answer
+#: (401, 403: a key the provider refuses) waits the whole `catalog_refresh_s`.
+LOADING_RETRY_S = 2.0
+MAX_RETRY_S = 60.0
+
+
+def next_round_s(refresh_s: float, failed: Exception | None, streak: int) -> float:
+    """Seconds until a lane's model list is fetched again, after a round that ended `failed`
+    (None: it worked), the `streak`-th failed round in a row since the list was had or the
+    server said it was loading."""
+    if failed is None or isinstance(failed, FinalError):
+        return refresh_s
+    if isinstance(failed, ModelLoading):
+        return min(refresh_s, LOADING_RETRY_S)
+    return min(refresh_s, MAX_RETRY_S, 2.0 ** max(0, streak - 1))
 
 
 async def discover(
     catalog: Catalog, lanes: LaneHealth, lane: OpenAICompatibleLane, health: TaskHealth
 ) -> None:
-    """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404). Never
-    dies: a failed round is reported to the task's health and the configured models serve."""
+    """Fetch the lane's model list now and every `catalog_refresh_s` (sooner after a 404, and
+    after a round that failed: `next_round_s`). Never dies: a failed round is reported to the
+    task's health and the configured models serve."""
     listed = 0
 
     async def refresh() -> None:
@@ -140,16 +162,18 @@ async def discover(
         listed = await lane.refresh_catalog()
         catalog.catalog_changed(lane)
 
-    first = True
+    first, streak = True, 0
     while True:
         event = lanes.next_refresh(lane.name)
         what = "model list unavailable; routing to configured models"
-        if await _round(health, what, refresh, 30.0) and first:
+        failed = await _round(health, what, refresh, 30.0)
+        streak = 0 if failed is None or isinstance(failed, ModelLoading) else streak + 1
+        if failed is None and first:
             first = False
             log.info(
                 "lane %s: %d models listed, %d routable", lane.name, listed, len(lane.candidates)
             )
-        with trio.move_on_after(lane.config.catalog_refresh_s):
+        with trio.move_on_after(next_round_s(lane.config.catalog_refresh_s, failed, streak)):
             await event.wait()
 
 

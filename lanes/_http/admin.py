@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import attrs
 import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -23,9 +24,10 @@ from lanes._core.audit.forecast import (
 from lanes._core.audit.quotas import audited_spend
 from lanes._core.audit.report import explain, parse_since, report
 from lanes._core.batch.outlook import batch_outlook
+from lanes._core.open import clear_left
 from lanes._core.state.store import STORE_ERRORS
 from lanes._http.context import Context, caller, read_body
-from lanes._http.errors import error_response
+from lanes._http.errors import BadRequest, error_response
 from lanes._http.guard import RequestRefused
 from lanes._http.state import lanes_state, terms_view
 from lanes._http.validation import json_object, parse_decision, parse_terms
@@ -201,10 +203,34 @@ async def forecast_view(request: Request, ctx: Context) -> Response:
         return error_response(503, "the audit can not be read now", "state_store_down")
     rates, paid_rate = scope_rates(use, dispatcher.manager.scope), rate_per_hour(use.paid_usd)
     body = forecast_body(quotas, rates, paid, paid_rate=paid_rate, now=now)
+    cache = dispatcher.cache
+    if cache is not None and who.admin:  # what the response cache saved (every client's)
+        counts = await trio.to_thread.run_sync(partial(cache.statistics, sizes=True))
+        body["cache"] = attrs.asdict(counts)
     if ctx.batches is not None:  # work that can wait: each open batch's projected end
         held = await ctx.batches.call(ctx.batches.queue.open_batches, client, MOST)
         body["batches"] = [batch_outlook(b, now) for b in held]
     return JSONResponse(body)
+
+
+async def cache_clear(request: Request, ctx: Context) -> Response:
+    """`lanes cache clear [--client K]`: delete the response cache's entries — one client's, or
+    every one (an admin's); with `[cache]` off, what an earlier config's cache left."""
+    body = json_object(await read_body(request, ctx) or b"{}")
+    client = body.get("client")
+    if client is not None and (not isinstance(client, str) or not 0 < len(client) <= 256):
+        raise BadRequest("'client' must name a client", "client")
+    cache, config = ctx.dispatcher.cache, ctx.dispatcher.config
+    try:
+        if cache is not None:
+            deleted = await cache.clear(client)
+        else:
+            deleted = await trio.to_thread.run_sync(clear_left, config, client)
+    except Exception as exc:  # the store's own errors (SQLite's, Redis's)
+        return error_response(
+            503, f"the cache can not be cleared now ({type(exc).__name__})", "state_store_down"
+        )
+    return JSONResponse({"deleted": deleted, "client": client})
 
 
 async def request_view(request: Request, ctx: Context) -> Response:

@@ -55,6 +55,7 @@ ROUTES: tuple[Row, ...] = (
     Row("/v1/grants/{grant_id}", DELETE, admin.revoke, ADMIN),
     Row("/v1/ceiling", POST, admin.ceiling, ADMIN),
     Row("/v1/reload", POST, admin.reload, ADMIN),
+    Row("/v1/cache/clear", POST, admin.cache_clear, ADMIN),
     Row("/metrics", GET, endpoints.prometheus, OPEN),
     Row("/", GET, endpoints.page, OPEN),
     Row("/favicon.ico", GET, endpoints.favicon, OPEN),

@@ -96,6 +96,10 @@ def reply_headers(reply: Reply, sdk_header: str = REQUEST_ID) -> dict[str, str]:
         "X-Lanes-Attempts": str(len(reply.attempts)),
         "X-Lanes-Cost-Usd": usd_text(reply.cost_usd),
     }
+    if reply.cache is not None:
+        headers["X-Lanes-Cache"] = reply.cache
+        if reply.age_s is not None:
+            headers["Age"] = str(int(reply.age_s))
     return ({"X-Lanes-Explored": "1"} if reply.explored else {}) | headers
 
 

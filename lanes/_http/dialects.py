@@ -24,7 +24,7 @@ from starlette.requests import Request
 
 from lanes._core.dialects import gemini_api, gemini_reply, messages_api, responses_api
 from lanes._core.dialects.common import ChatRequest, sse_event
-from lanes._core.engine.stream import ReplyStream
+from lanes._core.engine.stream import AnswerStream
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job, Reply
 from lanes._core.model.statuses import http_status
@@ -94,13 +94,13 @@ class _Events:
         self._fail = fail
         self._failed = failed
 
-    def opening(self, stream: ReplyStream) -> bytes:
+    def opening(self, stream: AnswerStream) -> bytes:
         return b"".join(sse_event(e) for e in self._events.start())
 
     def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes:
         return b"".join(sse_event(e) for e in self._events.feed(data))
 
-    def ending(self, stream: ReplyStream) -> bytes:
+    def ending(self, stream: AnswerStream) -> bytes:
         # the usage the stream reported, also when it came in a chunk the caller did not ask for
         # (and so was not passed on as a chunk)
         return b"".join(sse_event(e) for e in self._events.finish(usage=stream.usage))
@@ -311,13 +311,13 @@ class _GeminiStream:
             self._written += 1
         return b"".join(out)
 
-    def opening(self, stream: ReplyStream) -> bytes:
+    def opening(self, stream: AnswerStream) -> bytes:
         return b"" if self._sse else b"["
 
     def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes:
         return self._write(self._chunks.feed(data))
 
-    def ending(self, stream: ReplyStream) -> bytes:
+    def ending(self, stream: AnswerStream) -> bytes:
         return self._write(self._chunks.finish(usage=stream.usage)) + self._closing()
 
     def broken(self, error: StreamInterrupted) -> bytes:

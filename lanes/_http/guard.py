@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import attrs
 from starlette.requests import Request
 
-from lanes._core.config.schema import ServerConfig
+from lanes._core.config.schema import ADMIN_CLIENT, ServerConfig
 from lanes._core.runtime.secrets import read_key
 
 log = logging.getLogger("lanes")
@@ -57,7 +57,7 @@ def resolved_keys(
     keys: dict[str, Caller] = {}
     wanted = [(name, c.key_env, c.admin) for name, c in server.clients.items()]
     if server.admin_key_env:
-        wanted.append(("admin", server.admin_key_env, True))
+        wanted.append((ADMIN_CLIENT, server.admin_key_env, True))
     for name, variable, admin in wanted:
         value, problem = read_key(env, variable)
         if value is not None:

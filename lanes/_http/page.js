@@ -257,6 +257,12 @@ function showForecast(forecast){
   paid.append(el('strong', `${who}: ${dollars(p.spent_usd)} of ${dollars(p.ceiling_usd)} `),
     outlook(p.outlook), el('span', ' ' + p.note));
   paid.dataset.outlook = p.outlook;
+  if(f.cache){  // the response cache: what its hits saved (an admin's view)
+    const c = f.cache, saved = el('div', `response cache ${c.mode}: ${count(c.hits)} hits, ` +
+      `${count(c.misses)} misses; saved ${count(c.saved_tokens)} tokens and ` +
+      `${dollars(c.saved_usd)}`, 'muted');
+    saved.id = 'forecast-cache'; paid.appendChild(saved);
+  }
   if(!f.quotas.length){
     const tr = el('tr', undefined, 'none'), td = el('td', 'no free quota per day or month');
     td.colSpan = 6; tr.appendChild(td); body.appendChild(tr);

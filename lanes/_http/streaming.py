@@ -25,7 +25,7 @@ import trio
 
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.engine.recovery import Broken, Chunk, Ended, Event, Failed, Started, relay
-from lanes._core.engine.stream import ReplyStream
+from lanes._core.engine.stream import AnswerStream
 from lanes._core.freetier.prices import usd_text
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job
@@ -53,12 +53,22 @@ class Dialect(Protocol):
     request_id_header: str
     media_type: bytes
 
-    def opening(self, stream: ReplyStream) -> bytes: ...
+    def opening(self, stream: AnswerStream) -> bytes: ...
     def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes: ...
-    def ending(self, stream: ReplyStream) -> bytes: ...
+    def ending(self, stream: AnswerStream) -> bytes: ...
     def broken(self, error: StreamInterrupted) -> bytes: ...
     def comment(self, text: str) -> bytes: ...
     def failed(self, exc: JobFailed) -> tuple[int, dict[str, Any], dict[str, str]]: ...
+
+
+def cache_headers(status: str | None, age_s: float | None) -> list[tuple[bytes, bytes]]:
+    """What the response cache did (`X-Lanes-Cache`, when it is on for the job), and a hit's
+    `Age` in whole seconds."""
+    if status is None:
+        return []
+    if age_s is None:
+        return [(b"x-lanes-cache", status.encode())]
+    return [(b"x-lanes-cache", status.encode()), (b"age", str(int(age_s)).encode())]
 
 
 def sse_comment(text: str) -> bytes:
@@ -73,7 +83,7 @@ class ChatDialect:
     request_id_header = REQUEST_ID
     media_type = SSE
 
-    def opening(self, stream: ReplyStream) -> bytes:
+    def opening(self, stream: AnswerStream) -> bytes:
         return b""
 
     def chunk(self, data: dict[str, Any], raw: str | None = None) -> bytes:
@@ -81,7 +91,7 @@ class ChatDialect:
             return b"data: " + raw.encode() + b"\n\n"
         return _event(data)
 
-    def ending(self, stream: ReplyStream) -> bytes:
+    def ending(self, stream: AnswerStream) -> bytes:
         return b"data: [DONE]\n\n"
 
     def broken(self, error: StreamInterrupted) -> bytes:
@@ -207,7 +217,7 @@ class _Head:
     def __init__(self, relay: SSERelay, send: Any) -> None:
         self.relay, self.send = relay, send
         self.done = False  # nothing more is written here: a writer takes the rest, or it is over
-        self.stream: ReplyStream | None = None  # the first candidate's, once the headers are out
+        self.stream: AnswerStream | None = None  # the first candidate's, once the headers are out
         self.pending: list[bytes] = []
 
     async def write(self, event: Event) -> bool:
@@ -227,6 +237,7 @@ class _Head:
                 (b"x-lanes-model", stream.model.encode()),
                 (b"x-lanes-route", stream.route.encode()),
                 (b"x-lanes-attempts", str(stream.attempt_count).encode()),
+                *cache_headers(stream.cache, stream.age_s),
             ]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             self.pending.append(relay.dialect.opening(stream))

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from lanes._core.cache.rules import DIRECTIVES
 from lanes._core.freetier.headers import go_duration
 from lanes._core.freetier.prices import MAX_TOKENS, bounded
 from lanes._core.model import strictjson
@@ -128,6 +129,7 @@ def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     deadline_s = deadline_ms / 1000 if deadline_ms is not None else None
     arrived = arrived_at() if deadline_s is not None else None
     return {
+        "cache": cache_directive(headers),
         "deadline_s": deadline_s,
         "deadline_at": arrived + deadline_s if arrived is not None and deadline_s else None,
         "cohort": label(headers.get("x-lanes-cohort"), "X-Lanes-Cohort"),
@@ -138,6 +140,24 @@ def job_headers(headers: Mapping[str, str]) -> dict[str, Any]:
         "traceparent": headers.get("traceparent"),  # the Job keeps it when valid, else ignores it
         "max_wait_s": None if max_wait is None else float(max_wait),
     }
+
+
+def cache_directive(headers: Mapping[str, str]) -> str | None:
+    """What a request asks of the response cache: `X-Lanes-Cache` (on, off, refresh), else
+    `Cache-Control: no-store` (off) or `no-cache` (refresh); None: the cache's own rules.
+    Raises BadRequest for another `X-Lanes-Cache`."""
+    asked = headers.get("x-lanes-cache")
+    if asked is not None:
+        word = asked.strip().lower()
+        if word not in DIRECTIVES:
+            raise BadRequest("X-Lanes-Cache must be on, off or refresh", "X-Lanes-Cache")
+        return word
+    control = headers.get("cache-control")
+    if control is None:
+        return None
+    # read whole (the server bounds a header's size): a no-store after other directives counts
+    words = {part.strip().lower().partition("=")[0] for part in control.split(",")}
+    return "off" if "no-store" in words else "refresh" if "no-cache" in words else None
 
 
 def byok_keys(headers: Mapping[str, str] | list[tuple[str, str]]) -> dict[str, str]:

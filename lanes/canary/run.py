@@ -87,6 +87,7 @@ async def _probe(
         deadline_s=deadline_s,
         client="canary",
         request_class="canary",
+        cache="off",  # the canary asks the models, never the response cache
     )
     try:
         reply = await dispatcher.complete(job)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -66,12 +66,14 @@ async def open_sidecar(
     server: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     epoch_now: float | None = None,
+    setup: Callable[[dict[str, FakeProvider]], None] | None = None,
     **top: Any,
 ) -> AsyncIterator[tuple[str, dict[str, FakeProvider]]]:
     """Fakes for `lanes` ((name, kind, models[, extra lane keys]) with kind local/free/paid) and a
     sidecar in front of them in this process. Yields the sidecar's base URL (…/v1) and the fakes.
     `epoch_now`: the sidecar's wall reads it now (under a virtual clock: a day and hour of the
-    test's choosing)."""
+    test's choosing); `setup`: called with the fakes before the sidecar starts (to script what
+    they answer its startup: the first model list)."""
     from lanes import load_config
     from lanes._http.server import serve
 
@@ -80,6 +82,8 @@ async def open_sidecar(
             spec[0]: await stack.enter_async_context(open_fake(spec[0], models=tuple(spec[2])))
             for spec in lanes
         }
+        if setup is not None:
+            setup(fakes)
         tables = [
             {
                 **BUILDERS[spec[1]](spec[0], fakes[spec[0]].base_url, spec[2]),

@@ -88,7 +88,8 @@ def replay(transcript: bytes) -> Behaviour:
     for line in lines:
         name, _, value = line.partition(": ")
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    streamed = headers.get("content-type", "").startswith("text/event-stream")
+    kind = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    streamed = kind.startswith("text/event-stream")  # names as recorded: `Content-Type` too
     events = [piece for piece in re.split(rb"(?<=\n\n)", body) if piece]  # joined: the body
     return raw(
         int(status_line.split()[1]),

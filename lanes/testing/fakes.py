@@ -83,6 +83,7 @@ class FakeProvider:
         # what GET …/models lists (default: the scripted models)
         self.catalog: list[dict[str, Any]] | None = None
         self.catalog_requests = 0
+        self._catalog_script: list[Behaviour] = []  # what GET …/models answers instead of the list
         self.prefill = True  # continue a trailing assistant message (False: refuse it with a 400)
         self._news = trio.Event()  # set, and replaced, whenever a request arrives, ends or is left
 
@@ -95,6 +96,11 @@ class FakeProvider:
         self._scripts[model] = list(behaviours) or [self._default]
         if model not in self.models:
             self.models.append(model)
+
+    def script_catalog(self, *behaviours: Behaviour) -> None:
+        """Answer GET …/models with `behaviours` (`raw`, `replay` or `status`) in turn, the last
+        one repeating, instead of the model list; none: the list again."""
+        self._catalog_script = list(behaviours)
 
     def open_connections(self) -> int:
         """Connections a client holds open to this fake right now."""
@@ -195,6 +201,12 @@ class FakeProvider:
             return True
         if head.method == b"GET" and path.endswith("/models"):
             self.catalog_requests += 1
+            if script := self._catalog_script:
+                said = script.pop(0) if len(script) > 1 else script[0]
+                if said.kind == "raw":
+                    return await _send_raw(conn, stream, said)
+                await _send_json(conn, stream, said.status, said.body, said.headers)
+                return True
             listed = self.catalog
             if listed is None:
                 listed = [{"id": m, "object": "model"} for m in self.models]

@@ -329,6 +329,11 @@ def status_lines(body: Mapping[str, Any]) -> Sequence[str]:
         )
     if body["left_off"]:
         lines.append(f"forecast: … {body['left_off']} more quotas (GET /v1/forecast)")
+    if cache := body.get("cache"):  # the response cache
+        lines.append(
+            f"forecast: cache {cache['mode']}: {cache['hits']} hits, {cache['misses']} misses; "
+            f"saved {amount(cache['saved_tokens'])} tokens and {usd(cache['saved_usd'])}"
+        )
     for b in body.get("batches", ()):  # work that can wait
         lines.append(f"forecast: {b['id']} {b['left']} of {b['total']} items left; {b['note']}")
     return lines

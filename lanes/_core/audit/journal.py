@@ -67,6 +67,7 @@ class _Ended(NamedTuple):
     approval: str
     explored: bool
     streamed: bool
+    saved_usd: float  # a cache hit's: what its answer cost when it was made
 
 
 #: A row's values that may be long (the rest are names, hashes and numbers of bounded size).
@@ -151,14 +152,18 @@ class Journal:
         served: str | None = None,
         answer: Any = None,
         usage: Mapping[str, Any] | None = None,
+        route: str | None = None,
+        saved_usd: float = 0.0,
     ) -> None:
         """Note that `record`'s job ended; what it leaves behind is built by the next `fold`.
-        `served` is the "lane/model" that answered."""
+        `served` is the "lane/model" that answered; `route` is `cache` for an answer the response
+        cache gave (which saved `saved_usd`), else the served attempt's."""
         job, now_wall = record.job, self._now_wall()
         last = record.attempts[-1] if record.attempts else None
         served_key = served or (last.key if last else None)
         candidate = self._catalog.candidate(served_key) if served_key else None
-        route = next((a.route for a in reversed(record.attempts) if a.key == served_key), None)
+        if route is None:
+            route = next((a.route for a in reversed(record.attempts) if a.key == served_key), None)
         ended_at = trio.current_time()
         if candidate is not None and record.explored == candidate.key and outcome == "ok":
             self._ranking.explored_served()
@@ -186,6 +191,7 @@ class Journal:
             record.approval or "",
             candidate is not None and record.explored == candidate.key,
             record.streamed,
+            saved_usd,
         )
         if self._traces is not None:
             lanes = self._catalog.lanes
@@ -261,6 +267,7 @@ class Journal:
             paid_after=end.paid_after,
             streamed=end.streamed,
             deadline_s=end.deadline_s,
+            saved_usd=end.saved_usd,
         )
         self._recent.appendleft(
             {

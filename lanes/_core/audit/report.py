@@ -47,6 +47,11 @@ class ReportGroup:
     latency_s_by_route: dict[str, float]  # mean attempt latency per route state
     errors: dict[str, int]  # failed attempts by category
     privacy: dict[str, int]  # "need → selected endpoint" (local, zdr, retains, none) → jobs
+    # answered by the response cache, the tokens those answers counted (the quota they saved)
+    # and what they cost when they were made
+    cache_hits: int = 0
+    cache_saved_tokens: int = 0
+    cache_saved_usd: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -104,7 +109,7 @@ def report(
 
     groups = _groups(query, hour=hour, dim=dim(by))
     total = _groups(query, hour=hour, dim=dim("all"))
-    empty = _group("all", (0,) * 10, {}, {}, {}, {}, 0)
+    empty = _group("all", (0,) * 13, {}, {}, {}, {}, 0)
     hours = _hours(query, hour, dim("all"))
     return Report(
         since=hour * 3600.0,
@@ -127,7 +132,9 @@ def _groups(query: Query, *, hour: int, dim: str) -> dict[str, ReportGroup]:
         "SUM(CASE WHEN outcome = 'ok' AND route = 'paid_fallback' THEN jobs END), "
         "COALESCE(SUM(cost_usd), 0), "
         "1.0 * SUM(CASE WHEN outcome = 'ok' THEN attempts END) "
-        "/ SUM(CASE WHEN outcome = 'ok' THEN jobs END) "
+        "/ SUM(CASE WHEN outcome = 'ok' THEN jobs END), "
+        "SUM(CASE WHEN route = 'cache' THEN jobs END), COALESCE(SUM(saved_tokens), 0), "
+        "COALESCE(SUM(saved_usd), 0) "
         "FROM audit_jobs_hourly WHERE dim = ? AND hour >= ? GROUP BY 1",
         (dim, hour),
     )
@@ -186,9 +193,8 @@ def _group(
     privacy: dict[str, Any],
     requests: int,
 ) -> ReportGroup:
-    jobs, answered, abandoned, free_answers, with_free, free_ok, retried, paid, cost, per_answer = (
-        row
-    )
+    jobs, answered, abandoned, free_answers, with_free, free_ok, retried, paid, cost = row[:9]
+    per_answer, hits, saved_tokens, saved_usd = row[9:]
     return ReportGroup(
         key=key,
         jobs=jobs or 0,
@@ -205,6 +211,9 @@ def _group(
         latency_s_by_route={str(k): float(v) for k, v in latency.items()},
         errors={str(k): int(v) for k, v in errors.items()},
         privacy={str(k): int(v) for k, v in privacy.items()},
+        cache_hits=int(hits or 0),
+        cache_saved_tokens=int(saved_tokens or 0),
+        cache_saved_usd=float(saved_usd or 0.0),
     )
 
 

@@ -17,7 +17,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 import cattrs
@@ -33,6 +33,10 @@ from lanes._core.policy.scoring import ScoringConfig
 from lanes._core.policy.spend import CAP_PARAMS
 
 T = TypeVar("T")
+#: The client the admin key's jobs are (`admin_key_env`): a client of that name must be an admin.
+ADMIN_CLIENT = "admin"
+#: The response cache's modes (`[cache] mode`, a client's `cache`).
+CacheMode = Literal["off", "write_only", "on"]
 _URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -206,6 +210,9 @@ class ClientConfig:
     #: the paid budget, USD, of each batch it creates without `metadata.lanes_max_paid_usd`
     #: (0: such batches never pay); see docs/batches.md
     batch_max_paid_usd: float = attrs.field(default=0.0, validator=[at_least(0.0), at_most(1000.0)])
+    #: its own `[cache]` mode (`off`, `write_only`, `on`) over the section's (unset: the section's);
+    #: the section's `off` keeps the cache off for every client
+    cache: CacheMode | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -331,6 +338,32 @@ class BatchConfig:
 
 
 @attrs.frozen(kw_only=True)
+class CacheConfig:
+    """`[cache]`: answer a repeated request once — an exact response cache, scoped per client key,
+    off by default. Only whole successes are stored; a hit costs no quota and no money. Stored
+    answers hold the answers' text: turn it on only where keeping them is allowed (see
+    docs/cache.md)."""
+
+    #: `off`: nothing is read or written (a request can not opt in); `write_only`: answers are
+    #: stored, and read only by a request that sends `X-Lanes-Cache: on`; `on`: cacheable requests
+    #: read and write
+    mode: CacheMode = "off"
+    #: how long an answer is served again, seconds
+    ttl_s: float = attrs.field(default=86_400.0, validator=[positive, at_most(365 * 86_400.0)])
+    #: the stored answers' bytes, at most, MB: beyond, the oldest are evicted first
+    max_mb: float = attrs.field(default=256.0, validator=[positive, at_most(100_000.0)])
+    #: one answer's bytes, at most, KB: a larger answer is not stored
+    max_entry_kb: int = attrs.field(default=1024, validator=[at_least(1), at_most(65_536)])
+    #: cache requests that do not ask for determinism too (no `temperature = 0`, no `seed`); by
+    #: default only those that do are cacheable (others answer `bypass`), unless a request sends
+    #: `X-Lanes-Cache: on`
+    any_sampling: bool = False
+    #: store answers that paid fallback served, and serve them again to the same client (never to
+    #: work that may not pay); `false`: a paid answer is never stored
+    keep_paid: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class TelemetryConfig:
     """`[telemetry]`: OpenTelemetry traces of every job, sent over OTLP/HTTP (the `otel` extra).
     Unset, the standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_SERVICE_NAME` variables apply."""
@@ -411,6 +444,8 @@ class Config:
     telemetry: TelemetryConfig = attrs.field(factory=TelemetryConfig)
     #: work that can wait: batches on free capacity (`[batch]`, below)
     batch: BatchConfig = attrs.field(factory=BatchConfig)
+    #: an exact response cache, per client key, off by default (`[cache]`, below)
+    cache: CacheConfig = attrs.field(factory=CacheConfig)
 
     @state.validator
     def _state(self, attribute: attrs.Attribute[str], value: str) -> None:

@@ -109,8 +109,19 @@ def first_choice(completion: Mapping[str, Any]) -> tuple[Mapping[str, Any], str 
     )
 
 
-def tool_calls_of(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(id, name, arguments) of each function call in a chat message."""
+def extra_of(call: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A tool call's `extra_content` (what a provider adds to it: Gemini's thought signature),
+    when it holds something: not an empty object, nor one of empty ones (Gemini's unsigned calls
+    say `{"google": {}}`), which need not go back upstream — nor to another provider that may
+    refuse the field."""
+    extra = call.get("extra_content")
+    if not isinstance(extra, Mapping) or all(value in (None, {}, []) for value in extra.values()):
+        return None
+    return dict(extra)
+
+
+def tool_calls_of(message: Mapping[str, Any]) -> list[tuple[str, str, str, dict[str, Any] | None]]:
+    """(id, name, arguments, extra content or None) of each function call in a chat message."""
     out = []
     for call in message.get("tool_calls") or ():
         function = call.get("function") if isinstance(call, Mapping) else None
@@ -118,7 +129,8 @@ def tool_calls_of(message: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             arguments = function.get("arguments")
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments if arguments is not None else {})
-            out.append((str(call.get("id") or ""), str(function.get("name") or ""), arguments))
+            name = str(function.get("name") or "")
+            out.append((str(call.get("id") or ""), name, arguments, extra_of(call)))
     return out
 
 
@@ -156,8 +168,8 @@ class ChoiceReader:
 
     def read(self, chunk: Mapping[str, Any]) -> list[tuple[str, Any]]:
         """The pieces of one chunk, in order: ("thinking", str), ("text", str) and ("tool",
-        (index, id, name, arguments)); it notes the model, finish reason and usage (wherever the
-        provider put it: the last one counts) as they pass."""
+        (index, id, name, arguments, extra content)); it notes the model, finish reason and usage
+        (wherever the provider put it: the last one counts) as they pass."""
         if isinstance(chunk.get("model"), str) and self.model is None:
             self.model = chunk["model"]
         if (usage := usage_in(chunk)) is not None:
@@ -180,8 +192,9 @@ class ChoiceReader:
 
 
 def _tool_pieces(delta: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """("tool", (index, id, name, arguments)) for each tool-call piece of a chunk's `delta`: its
-    position when it has no index, None for an id or name that is not text, "" for arguments."""
+    """("tool", (index, id, name, arguments, extra content)) for each tool-call piece of a
+    chunk's `delta`: its position when it has no index, None for an id or name that is not text
+    and for no extra content, "" for arguments."""
     for position, call in enumerate(delta.get("tool_calls") or ()):
         if not isinstance(call, Mapping):
             continue
@@ -192,4 +205,4 @@ def _tool_pieces(delta: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
             value if isinstance(value, str) else None
             for value in (call.get("id"), function.get("name"), function.get("arguments"))
         )
-        yield "tool", (index, call_id, name, arguments or "")
+        yield "tool", (index, call_id, name, arguments or "", extra_of(call))

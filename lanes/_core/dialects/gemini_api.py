@@ -6,21 +6,23 @@ the google-genai SDKs and Gemini CLI speak it) → chat completions. Pure. The a
 body. `systemInstruction` becomes a system message; each of `contents` becomes chat messages —
 `user` text and images (`inlineData`, or `fileData` naming an http(s) image) as content, each
 `functionResponse` as a `tool` message (before the rest of that turn); `model` text and each
-`functionCall` as the assistant's content and tool calls. A call without an `id` (Gemini's own
-calls have none) gets one from its place (`call_<turn>_<part>`), and the response that answers it
-— the next of that name, unless it names the id — the same one. `tools[].functionDeclarations`
-become function tools (`parametersJsonSchema` as given; `parameters`, Gemini's OpenAPI-style
-schema, as JSON Schema), `toolConfig.functionCallingConfig` the `tool_choice` (`ANY` with
-`allowedFunctionNames` keeps only those tools), and `generationConfig` its chat parameters
-(`temperature`, `topP`, `topK`, `maxOutputTokens`, `stopSequences`, `seed`, the penalties;
-`responseMimeType` `application/json` with `responseJsonSchema` or `responseSchema` as a
-`response_format`).
+`functionCall` as the assistant's content and tool calls — its part's `thoughtSignature` as the
+call's `extra_content.google.thought_signature`, which Gemini 3 needs back. A call without an `id`
+(Gemini's own calls have none) gets one from its place (`call_<turn>_<part>`), and the response
+that answers it — the next of that name, unless it names the id — the same one.
+`tools[].functionDeclarations` become function tools (`parametersJsonSchema` as given;
+`parameters`, Gemini's OpenAPI-style schema, as JSON Schema), `toolConfig.functionCallingConfig`
+the `tool_choice` (`ANY` with `allowedFunctionNames` keeps only those tools), and
+`generationConfig` its chat parameters (`temperature`, `topP`, `topK`, `maxOutputTokens`,
+`stopSequences`, `seed`, the penalties; `responseMimeType` `application/json` with
+`responseJsonSchema` or `responseSchema` as a `response_format`).
 
 Liberal in: proto3 JSON names — camelCase or the proto's snake_case — are both read, and every
-other field (`safetySettings`, `thinkingConfig`, a thought or its signature, a built-in tool such
-as `googleSearch`, a field invented tomorrow) is dropped and named in `dropped`. Refused, naming
-the field: only what can not be carried and whose loss would change the question — a document or
-audio (`inlineData` that is not an image), `cachedContent` (a prompt kept on Google's side).
+other field (`safetySettings`, `thinkingConfig`, a thought, a signature on a part that is not a
+function call, a built-in tool such as `googleSearch`, a field invented tomorrow) is dropped and
+named in `dropped`. Refused, naming the field: only what can not be carried and whose loss would
+change the question — a document or audio (`inlineData` that is not an image), `cachedContent` (a
+prompt kept on Google's side).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from lanes._core.dialects.gemini_tools import (
     field,
     json_schema,
     others,
+    signed,
     tool_config,
     tools_of,
 )
@@ -162,16 +165,19 @@ _PART_READ = ("text", "inlineData", "fileData", "functionCall", "functionRespons
 
 def _part(part: Any, where: str, dropped: list[str]) -> tuple[str, Any]:
     """(kind, value) of one part: its data field (`text`, `inlineData`, …), or ("", None) for a
-    part with none lanes carries (a thought, `executableCode`, …): dropped and named."""
+    part with none lanes carries (a thought, `executableCode`, …): dropped and named. A function
+    call's value is the part (its signature is beside the call)."""
     part = an_object(part, where)
-    dropped += others("contents.parts", part, {*_PART_READ, "thought"})
+    called = field(part, "functionCall") is not None and field(part, "thought") is not True
+    read = {*_PART_READ, "thought", *(("thoughtSignature",) if called else ())}
+    dropped += others("contents.parts", part, read)
     if field(part, "thought") is True:
         dropped.append("contents.parts.thought")
         return "", None
     for kind in _PART_READ:
         value = field(part, kind)
         if value is not None:
-            return kind, value
+            return kind, (part if kind == "functionCall" else value)
     return "", None
 
 
@@ -185,8 +191,7 @@ def _model_turn(
         if kind == "text":
             texts.append(_text(value, at))
         elif kind == "functionCall":
-            call = an_object(value, f"{at}.functionCall")
-            tool_calls.append(_function_call(call, at, turn, j, calls))
+            tool_calls.append(_function_call(value, at, turn, j, calls, dropped))
         elif kind:
             dropped.append(f"contents.parts.{kind}")  # chat has no place for it in a reply
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
@@ -250,15 +255,24 @@ def _image(kind: str, data: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _function_call(
-    call: Mapping[str, Any], where: str, turn: int, part: int, calls: _CallIds
+    part: Mapping[str, Any], where: str, turn: int, j: int, calls: _CallIds, dropped: list[str]
 ) -> dict[str, Any]:
-    name, args = field(call, "name"), field(call, "args")
+    """The chat tool call of a part holding a `functionCall`, and its `thoughtSignature`."""
     at = f"{where}.functionCall"
+    call = an_object(field(part, "functionCall"), at)
+    name, args = field(call, "name"), field(call, "args")
     need(isinstance(name, str) and bool(name), f"{at}.name: Field required", f"{at}.name")
     need(args is None or isinstance(args, Mapping), f"{at}.args: must be an object", f"{at}.args")
     arguments = json.dumps(args or {}, ensure_ascii=False)
-    call_id = calls.called(call, turn, part)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    call_id = calls.called(call, turn, j)
+    function = {"name": name, "arguments": arguments}
+    out: dict[str, Any] = {"id": call_id, "type": "function", "function": function}
+    signature = field(part, "thoughtSignature")
+    if isinstance(signature, str) and signature:
+        out["extra_content"] = signed(signature)
+    elif signature is not None:
+        dropped.append("contents.parts.thoughtSignature")  # not text: nothing to carry
+    return out
 
 
 def _function_response(

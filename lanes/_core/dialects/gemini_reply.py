@@ -3,8 +3,9 @@ piece of a stream, the error a stream ends with. Pure. The request's way in is `
 
 `response_of(...)`: one candidate, `role: "model"`, whose parts are the provider's reasoning (a
 `thought: true` part, only when `thinkingConfig.includeThoughts` asked for it), the text, and a
-`functionCall` (with its `id`, which the client sends back with the `functionResponse`) for each
-tool call; its `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, `OTHER`) and the `usageMetadata`
+`functionCall` (with its `id`, which the client sends back with the `functionResponse`, and
+beside it the `thoughtSignature` of the call's `extra_content`, which Gemini 3 needs back) for
+each tool call; its `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, `OTHER`) and the `usageMetadata`
 (`candidatesTokenCount` without the thoughts, which are `thoughtsTokenCount`, as Gemini counts).
 `modelVersion` is the model asked for (who served it is in `X-Lanes-Model`).
 
@@ -27,6 +28,7 @@ from lanes._core.dialects.common import (
     token_counts,
     tool_calls_of,
 )
+from lanes._core.dialects.gemini_tools import thought_signature
 from lanes._core.upstream.shapes import reasoning_of, usage_in
 
 FINISH_REASONS = {
@@ -124,8 +126,13 @@ def args_of(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    return {"functionCall": {"id": call_id, "name": name, "args": args_of(arguments)}}
+def _call(call_id: str, name: str, arguments: str, extra: Any) -> dict[str, Any]:
+    """The part of a function call (`extra`: the chat call's `extra_content`)."""
+    call = {"id": call_id, "name": name, "args": args_of(arguments)}
+    part: dict[str, Any] = {"functionCall": call}
+    if signature := thought_signature(extra):
+        part["thoughtSignature"] = signature
+    return part
 
 
 def response(
@@ -157,8 +164,8 @@ def response_of(
         parts.append({"text": thinking, "thought": True})
     if text := text_of(message.get("content")) or text_of(message.get("refusal")):
         parts.append({"text": text})
-    for k, (call_id, name, arguments) in enumerate(tool_calls_of(message)):
-        parts.append(_call(call_id or f"call_{response_id}_{k}", name, arguments))
+    for k, (call_id, name, arguments, extra) in enumerate(tool_calls_of(message)):
+        parts.append(_call(call_id or f"call_{response_id}_{k}", name, arguments, extra))
     return response(
         parts,
         model=model,
@@ -177,7 +184,7 @@ class ResponseChunks:
     def __init__(self, *, model: str, response_id: str, thoughts: bool = False) -> None:
         self._model, self._id, self._thoughts = model, response_id, thoughts
         self._reader = ChoiceReader()
-        self._calls: dict[int, list[str]] = {}  # chat index → [id, name, arguments so far]
+        self._calls: dict[int, list[Any]] = {}  # chat index → [id, name, arguments, extra]
 
     def _response(self, parts: list[dict[str, Any]], **last: Any) -> dict[str, Any]:
         return response(parts, model=self._model, response_id=self._id, **last)
@@ -190,18 +197,19 @@ class ResponseChunks:
             elif kind == "thinking" and self._thoughts:
                 parts.append({"text": value, "thought": True})
             elif kind == "tool":
-                index, call_id, name, arguments = value
-                call = self._calls.setdefault(index, ["", "", ""])
+                index, call_id, name, arguments, extra = value
+                call = self._calls.setdefault(index, ["", "", "", None])
                 call[0], call[1] = call[0] or call_id or "", call[1] or name or ""
                 call[2] += arguments
+                call[3] = call[3] or extra
         return [self._response(_merged(parts))] if parts else []
 
     def finish(self, *, usage: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The last response: the function calls, whole, the finish reason and the usage (`usage`
         counts when no chunk fed in carried one)."""
         parts = [
-            _call(call_id or f"call_{self._id}_{index}", name, arguments)
-            for index, (call_id, name, arguments) in sorted(self._calls.items())
+            _call(call_id or f"call_{self._id}_{index}", name, arguments, extra)
+            for index, (call_id, name, arguments, extra) in sorted(self._calls.items())
         ]
         reason = FINISH_REASONS.get(self._reader.finish_reason or "stop", "OTHER")
         said = usage_of(self._reader.usage or usage)

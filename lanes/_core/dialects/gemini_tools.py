@@ -1,10 +1,13 @@
 """Gemini's API: how its fields are named and read (proto3 JSON: camelCase, or the proto's
-snake_case), its function declarations and tool config as chat's `tools` and `tool_choice`, and
-its OpenAPI-style `Schema` as JSON Schema. Pure; used by `gemini_api.py`."""
+snake_case), its function declarations and tool config as chat's `tools` and `tool_choice`, its
+OpenAPI-style `Schema` as JSON Schema, and a function call's `thoughtSignature` as the chat tool
+call's `extra_content`. Pure; used by `gemini_api.py` and `gemini_reply.py`."""
 
 from __future__ import annotations
 
 # lanes: pure
+import base64
+import binascii
 import functools
 import re
 from collections.abc import Mapping
@@ -168,3 +171,30 @@ def tool_config(config: Any, tools: list[dict[str, Any]], dropped: list[str]) ->
             named = {"type": "function", "function": {"name": kept[0]["function"]["name"]}}
             return params | {"tool_choice": named}
     return params | {"tool_choice": choice}
+
+
+# -- thought signatures ----------------------------------------------------------------------------
+
+
+def thought_signature(extra: Any) -> str | None:
+    """The thought signature in a chat tool call's `extra_content` (as Gemini's OpenAI-compatible
+    endpoint puts it: `{"google": {"thought_signature": …}}`), or None."""
+    google = extra.get("google") if isinstance(extra, Mapping) else None
+    signature = google.get("thought_signature") if isinstance(google, Mapping) else None
+    return signature if isinstance(signature, str) and signature else None
+
+
+def signed(signature: str) -> dict[str, Any]:
+    """The `extra_content` that carries a function call's `thoughtSignature` upstream: the bytes
+    it encodes in standard, padded base64, as Gemini's OpenAI-compatible endpoint wrote them
+    (google-genai sends the bytes back in the URL-safe alphabet); as it came when it is not
+    base64."""
+    try:
+        raw = base64.b64decode(
+            signature.replace("-", "+").replace("_", "/") + "=" * (-len(signature) % 4),
+            validate=True,
+        )
+    except (binascii.Error, ValueError):
+        raw = None
+    standard = base64.b64encode(raw).decode("ascii") if raw else signature
+    return {"google": {"thought_signature": standard}}

@@ -11,6 +11,8 @@ LiteLLM sends it) a `response_format` and
 field (`thinking`, `context_management`, `cache_control`, `diagnostics`, a field invented
 tomorrow, …), server tool and `thinking` block is dropped and named in `dropped`; refused are
 only `mcp_servers` with entries, a server tool `tool_choice` forces, and documents.
+A tool call's `extra_content` (Gemini 3's thought signature, which it needs back) rides in the
+`tool_use` id the client is given, and comes back from it (`call_ids.py`).
 `message_of(...)` turns the chat completion back into a `message` (a `thinking` block for the
 provider's reasoning, text and `tool_use` blocks, `stop_reason`, usage); `MessageEvents` does it
 for a stream: `message_start`, `content_block_start` / `_delta` (`thinking_delta` then a
@@ -26,6 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from lanes._core.dialects.call_ids import minted, restored
 from lanes._core.dialects.common import (
     BadField,
     ChatRequest,
@@ -330,15 +333,19 @@ def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _tool_use(block: Mapping[str, Any], where: str) -> dict[str, Any]:
-    call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
-    need(isinstance(call_id, str) and bool(call_id), f"{where}.id: Field required", f"{where}.id")
+    call_id = need_text(block.get("id"), f"{where}.id: Field required", f"{where}.id")
+    name, arguments = block.get("name"), block.get("input", {})
     need(isinstance(name, str) and bool(name), f"{where}.name: Field required", f"{where}.name")
     need(isinstance(arguments, Mapping), f"{where}.input: must be an object", f"{where}.input")
-    return {
-        "id": call_id,
+    upstream_id, extra = restored(call_id)
+    call: dict[str, Any] = {
+        "id": upstream_id,
         "type": "function",
         "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
     }
+    if extra is not None:
+        call["extra_content"] = extra
+    return call
 
 
 def _tool_result(
@@ -346,9 +353,10 @@ def _tool_result(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The `tool` message answering a call, and the images the result held (as user image
     parts: a `tool` message holds text only; the text says they follow)."""
-    call_id = need_text(
+    given = need_text(
         block.get("tool_use_id"), f"{where}.tool_use_id: Field required", f"{where}.tool_use_id"
     )
+    call_id, _ = restored(given)  # the id the call went upstream with
     content = block.get("content", "")
     images: list[dict[str, Any]] = []
     if isinstance(content, list):
@@ -466,9 +474,10 @@ def message_of(completion: Mapping[str, Any], *, message_id: str, model: str) ->
     text = text_of(message.get("content")) or text_of(message.get("refusal"))
     if text:
         content.append({"type": "text", "text": text})
-    for call_id, name, arguments in tool_calls_of(message):
+    for call_id, name, arguments, extra in tool_calls_of(message):
+        block_id = minted(call_id or f"toolu_{message_id}_{len(content)}", extra)
         content.append(
-            {"type": "tool_use", "id": call_id, "name": name, "input": _input(arguments)}
+            {"type": "tool_use", "id": block_id, "name": name, "input": _input(arguments)}
         )
     if not content:
         content.append({"type": "text", "text": ""})
@@ -521,11 +530,11 @@ class MessageEvents:
                     events += self._begin(kind, {"type": kind, kind: "", **_SIGNED.get(kind, {})})
                 events.append(self._delta({"type": f"{kind}_delta", kind: value}))
                 continue
-            index, call_id, name, arguments = value
+            index, call_id, name, arguments, extra = value
             if self._open != f"tool:{index}":
                 block: dict[str, Any] = {
                     "type": "tool_use",
-                    "id": call_id or f"toolu_{self._id}_{self._blocks}",
+                    "id": minted(call_id or f"toolu_{self._id}_{self._blocks}", extra),
                     "name": name or "",
                     "input": {},
                 }

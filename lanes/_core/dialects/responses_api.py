@@ -14,7 +14,8 @@ prompts) are refused with a clear error naming the field; the whole conversation
 Every other field it does not translate (`client_metadata`, `include`, `store`,
 `context_management`, a field invented tomorrow, …) is dropped and named in `dropped`;
 `reasoning.effort` becomes the job's `reasoning_effort` (sent to reasoning models only). Tools:
-`responses_tools.py`.
+`responses_tools.py`. A tool call's `extra_content` (Gemini 3's thought signature, which it needs
+back) rides in the `call_id` the client is given, and comes back from it (`call_ids.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lanes._core.dialects import responses_tools
+from lanes._core.dialects.call_ids import minted, restored
 from lanes._core.dialects.common import (
     BadField,
     ChatRequest,
@@ -176,7 +178,8 @@ def _messages(
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
                 calls_open = True
         elif kind == "function_call_output":
-            call_id, output = _call_id(item, param), item.get("output")
+            call_id, _ = restored(_call_id(item, param))  # the id it went upstream with
+            output = item.get("output")
             text = (
                 output
                 if isinstance(output, str)
@@ -242,12 +245,13 @@ def _parts(content: Any, param: str, role: str) -> list[dict[str, Any]]:
 def _function_call(
     item: Mapping[str, Any], param: str, tools: responses_tools.Tools
 ) -> dict[str, Any]:
-    call_id = _call_id(item, param)
+    call_id, extra = restored(_call_id(item, param))
     name = need_text(item.get("name"), f"{param}.name must be a string", f"{param}.name")
     arguments = item.get("arguments", "")
     need(isinstance(arguments, str), f"{param}.arguments must be a string", f"{param}.arguments")
     flat = tools.flat_name(item.get("namespace"), name)  # the name its tool went upstream by
-    return {"id": call_id, "type": "function", "function": {"name": flat, "arguments": arguments}}
+    call = {"id": call_id, "type": "function", "function": {"name": flat, "arguments": arguments}}
+    return call if extra is None else {**call, "extra_content": extra}
 
 
 def _call_id(item: Mapping[str, Any], param: str) -> str:
@@ -402,11 +406,10 @@ def response_of(
     if text or not message.get("tool_calls"):
         response["output"].append(message_item(f"msg_{response_id}", text))
     tools = responses_tools.translate(body.get("tools"))  # as `to_chat` read them
-    for call_id, name, arguments in tool_calls_of(message):
+    for call_id, name, arguments, extra in tool_calls_of(message):
         at = len(response["output"])  # the item's output index, as a stream numbers it
-        item = call_item(
-            f"fc_{response_id}_{at}", call_id or f"call_{response_id}_{at}", name, arguments
-        )
+        given = minted(call_id or f"call_{response_id}_{at}", extra)
+        item = call_item(f"fc_{response_id}_{at}", given, name, arguments)
         _declared(item, name, tools)
         response["output"].append(item)
     response["usage"] = usage_of(usage_in(completion))
@@ -512,7 +515,12 @@ class ResponseEvents:
         ]
 
     def _call_delta(
-        self, index: int, call_id: str | None, name: str | None, arguments: str
+        self,
+        index: int,
+        call_id: str | None,
+        name: str | None,
+        arguments: str,
+        extra: dict[str, Any] | None,
     ) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         item = self._calls.get(index)
@@ -521,7 +529,7 @@ class ResponseEvents:
             position = len(self._output)
             item = call_item(
                 f"fc_{self._id}_{position}",
-                call_id or f"call_{self._id}_{position}",
+                minted(call_id or f"call_{self._id}_{position}", extra),
                 "",
                 "",
                 status="in_progress",

@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from lanes._core.engine.session import StreamJob
-from lanes._core.engine.stream import ReplyStream
+from lanes._core.engine.stream import AnswerStream
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job
 from lanes._core.upstream.responses import FINAL_STATUSES
@@ -30,7 +30,7 @@ from lanes._core.upstream.responses import FINAL_STATUSES
 class Started:
     """The first candidate answered: its stream (who serves, which route) before any chunk."""
 
-    stream: ReplyStream
+    stream: AnswerStream
 
 
 @attrs.frozen
@@ -46,7 +46,7 @@ class Chunk:
 class Ended:
     """The answer is complete (`stream` is the one that finished it)."""
 
-    stream: ReplyStream
+    stream: AnswerStream
 
 
 @attrs.frozen

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol, Self
 
 import attrs
 import trio
 
+from lanes._core.cache.rules import Assembler, Status
 from lanes._core.engine.attempt import AttemptRun
 from lanes._core.model.errors import RetryableError, StreamInterrupted, UpstreamError
 from lanes._core.model.job import Attempt, Candidate, Job, Outcome, Route
@@ -49,6 +50,58 @@ async def first_chunks(reader: ChunkReader) -> list[Received]:
             return chunks
 
 
+class AnswerStream(Protocol):
+    """A streamed answer as its reader sees it: an upstream's (`ReplyStream`) or the response
+    cache's (`cache/replay.py`'s `CachedStream`)."""
+
+    @property
+    def candidate(self) -> Candidate: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def route(self) -> Route: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def deadline_at(self) -> float: ...
+    @property
+    def lane(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def attempts(self) -> tuple[Attempt, ...]: ...
+    @property
+    def attempt_count(self) -> int: ...
+    @property
+    def buffered(self) -> int: ...
+    @property
+    def usage(self) -> dict[str, Any] | None: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def cost_usd(self) -> float: ...
+    @property
+    def job_cost_usd(self) -> float: ...
+    @property
+    def outcome(self) -> Outcome | None: ...
+    @property
+    def delivered_text(self) -> str: ...
+    @property
+    def delivered_tool_calls(self) -> bool: ...
+    @property
+    def chunks_delivered(self) -> int: ...
+    @property
+    def cache(self) -> Status | None: ...
+    @property
+    def age_s(self) -> float | None: ...
+
+    def __aiter__(self) -> Self: ...
+    async def __anext__(self) -> dict[str, Any]: ...
+    async def next_chunk(self) -> Received | None: ...
+    def close(self) -> None: ...
+    def discard(self, why: str) -> None: ...
+
+
 class ReplyStream:
     """Chunks from the lane that answered first, plus who that was. Iterate with `async for`, or
     with `next_chunk()` for each chunk's upstream text too."""
@@ -64,6 +117,28 @@ class ReplyStream:
         self._texts: list[str] = []  # content deltas handed to the caller so far
         self.delivered_tool_calls = False  # a tool-call delta was handed over (no safe resume)
         self.chunks_delivered = 0
+        self._cache: Status | None = None  # what the response cache said of this job
+        self._kept: Assembler | None = None  # the answer put together for the response cache
+
+    @property
+    def cache(self) -> Status | None:
+        """What the response cache did for this job (`X-Lanes-Cache`): miss or bypass; None: off."""
+        return self._cache
+
+    @property
+    def age_s(self) -> float | None:
+        return None  # a fresh answer
+
+    def keep_answer(self, status: Status | None, assembler: Assembler | None) -> None:
+        """Say what the cache did, and put the answer together in `assembler` as it is read."""
+        self._cache, self._kept = status, assembler
+
+    def kept_answer(self) -> dict[str, Any] | None:
+        """The whole answer put together for the cache (`Assembler.kept`): None unless it ended
+        well and whole."""
+        if self._kept is None or self._outcome != "ok":
+            return None
+        return self._kept.kept(self._reader.usage)
 
     @property
     def delivered_text(self) -> str:
@@ -142,7 +217,7 @@ class ReplyStream:
         """How this stream's attempt ended (None while it is still being read)."""
         return self._outcome
 
-    def __aiter__(self) -> ReplyStream:
+    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> dict[str, Any]:
@@ -177,6 +252,8 @@ class ReplyStream:
             )
         received = self._buffered.popleft()
         self._note(received[0])
+        if self._kept is not None:
+            self._kept.add(received[0], received[1])
         return received
 
     def _keep(self, received: Iterable[Received]) -> None:

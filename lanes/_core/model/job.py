@@ -23,7 +23,8 @@ from lanes._core.model.memo import digest as digest  # (the audit's, for an answ
 from lanes._core.model.traceparent import normalised
 
 Tier = Literal["local", "byok", "free", "paid"]  # byok: the client's own provider key
-Route = Literal["local", "byok", "primary", "free_retry", "paid_fallback"]
+#: `cache`: answered from the response cache (nothing was sent)
+Route = Literal["local", "byok", "primary", "free_retry", "paid_fallback", "cache"]
 Privacy = Literal["any", "zdr", "local"]
 
 #: How an attempt ended. `ok` served; `skipped_*` never sent a byte. The breaker counts only
@@ -161,6 +162,13 @@ class Job:
         default=None, validator=attrs.validators.optional(attrs.validators.in_(REASONING_EFFORTS))
     )
     id: str = attrs.field(factory=_new_id)
+    # what the request asks of the response cache (X-Lanes-Cache): `on` (read it, also where the
+    # cache is write_only, and store this answer whatever its sampling), `off`, `refresh` (a fresh
+    # answer replaces the entry); None: the cache's own rules
+    cache: Literal["on", "off", "refresh"] | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.in_(("on", "off", "refresh"))),
+    )
     # the caller's W3C `traceparent`: the job's span is its child (a malformed one is dropped)
     traceparent: str | None = attrs.field(default=None, converter=normalised)
     # sizes, digests and encodings already worked out (`Memo`): shared with the copies evolve
@@ -395,6 +403,9 @@ class Reply:
     # the upstream's body bytes, for byte-exact relaying
     raw: bytes = attrs.field(default=b"", repr=False)
     request_id: str = ""  # the job's id: its audit row, and X-Lanes-Request-Id over HTTP
+    # what the response cache did (X-Lanes-Cache): hit, miss, bypass; None: it is off for the job
+    cache: Literal["hit", "miss", "bypass"] | None = None
+    age_s: float | None = None  # a hit's: how old its entry is, seconds (Age)
 
     @property
     def text(self) -> str:

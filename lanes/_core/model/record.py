@@ -334,8 +334,8 @@ class JobRecord:
             return Unservable(
                 f"{verdict.message}{tail}", code=verdict.code, param=verdict.param, **kw
             )
-        if set(why) == {"context"}:
-            message = f"the request does not fit any candidate's context{tail}"
+        if set(why) == {"context"}:  # as the Messages API says it (Claude Code compacts on it)
+            message = f"prompt is too long: it does not fit any candidate's context{tail}"
             return Unservable(message, code="context_length_exceeded", param="messages", **kw)
         return Unservable(f"no candidate can serve this request{tail}", **kw)
 

@@ -87,8 +87,8 @@ def _too_long(job: Job, closest: Sequence[Candidate], needs: Needs) -> Verdict:
             f"context any candidate allows is {largest} tokens"
         )
         return Verdict(code="context_length_exceeded", message=message, param=_cap_param(job))
-    message = (
-        f"needs ~{needs.tokens} tokens (~{needs.input_tokens} of input); the largest context any "
-        f"candidate allows is {largest} tokens"
+    message = (  # the Messages API's words, which Claude Code reads as its cue to compact
+        f"prompt is too long: it needs ~{needs.tokens} tokens (~{needs.input_tokens} of input); "
+        f"the largest context any candidate allows is {largest} tokens"
     )
     return Verdict(code="context_length_exceeded", message=message, param="messages")

@@ -173,6 +173,7 @@ def audit_row(
     paid_after: float | None = None,
     streamed: bool = False,
     deadline_s: float | None = None,
+    saved_usd: float = 0.0,
 ) -> dict[str, Any]:
     """One job's audit row (table `audit`, documented in docs/audit.md). Its attempts ride along
     under `attempt_rows`, for the table `audit_attempt`. `answer_digest`: the answer's `digest`,
@@ -223,6 +224,7 @@ def audit_row(
         "prompt_tokens": counted[0] if counted else None,
         "completion_tokens": counted[1] if counted else None,
         "cost_usd": cost_usd,
+        "saved_usd": saved_usd,
         "paid_before_usd": paid_before,
         "paid_after_usd": paid_after,
         "approval": approval,

@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS audit (
     tier TEXT, privacy TEXT, zdr INTEGER, free_attempts INTEGER, first_free_outcome TEXT,
     plan TEXT, paid_before_usd FLOAT, paid_after_usd FLOAT, dropped TEXT, asked TEXT,
     embedding INTEGER, streamed INTEGER, max_tokens INTEGER, deadline_s FLOAT,
-    prompt_tokens INTEGER, completion_tokens INTEGER, work TEXT);
+    prompt_tokens INTEGER, completion_tokens INTEGER, work TEXT, saved_usd FLOAT);
 CREATE INDEX IF NOT EXISTS idx_audit_at ON audit (at);
 CREATE TABLE IF NOT EXISTS audit_attempt (
     job TEXT, n INTEGER, at FLOAT, client TEXT, cohort TEXT, class TEXT, lane TEXT, model TEXT,
@@ -31,7 +31,7 @@ CREATE INDEX IF NOT EXISTS idx_audit_attempt_at ON audit_attempt (at);
 CREATE TABLE IF NOT EXISTS audit_jobs_hourly (
     hour INTEGER, dim TEXT, value TEXT, route TEXT, tier TEXT, outcome TEXT, privacy TEXT,
     zdr INTEGER, first_free_outcome TEXT, retried INTEGER,
-    jobs INTEGER, attempts INTEGER, cost_usd FLOAT,
+    jobs INTEGER, attempts INTEGER, cost_usd FLOAT, saved_tokens INTEGER, saved_usd FLOAT,
     PRIMARY KEY (dim, hour, value, route, tier, outcome, privacy, zdr, first_free_outcome,
                  retried));
 CREATE TABLE IF NOT EXISTS audit_attempts_hourly (
@@ -59,7 +59,10 @@ ADDED = (
     ("prompt_tokens", "INTEGER"),
     ("completion_tokens", "INTEGER"),
     ("work", "TEXT"),
+    ("saved_usd", "FLOAT"),  # a cache hit's: what its answer cost when it was made
 )
+#: Columns added to `audit_jobs_hourly` since its first release.
+HOURLY_ADDED = (("saved_tokens", "INTEGER"), ("saved_usd", "FLOAT"))
 #: Columns added to `audit_attempt` since its first release.
 ATTEMPT_ADDED = (("work", "TEXT"),)
 AUDIT_COLUMNS = (
@@ -115,17 +118,19 @@ def write(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
     alike: dict[tuple[Any, ...], list[Any]] = {}  # (hour, values, facts) → [jobs, attempts, cost]
     for row in jobs:
         facts = _key({**row, "retried": int((row.get("free_attempts") or 0) >= 2)}, JOB_KEYS)
-        sums = alike.setdefault((int(row["at"] // 3600), _values(row), facts), [0, 0, 0.0])
+        sums = alike.setdefault((int(row["at"] // 3600), _values(row), facts), [0, 0, 0.0, 0, 0.0])
+        cached = row.get("route") == "cache"
         sums[0] += 1
         sums[1] += int(row.get("attempts") or 0)
         sums[2] += float(row.get("cost_usd") or 0.0)
+        sums[3] += int(row.get("tokens") or 0) if cached else 0
+        sums[4] += float(row.get("saved_usd") or 0.0)
     job_sums: dict[tuple[Any, ...], list[Any]] = {}
-    for (hour, values, facts), (n, tried, cost) in alike.items():
+    for (hour, values, facts), totals in alike.items():
         for dim, value in _dimensions(values):
-            sums = job_sums.setdefault((hour, dim, value, *facts), [0, 0, 0.0])
-            sums[0] += n
-            sums[1] += tried
-            sums[2] += cost
+            sums = job_sums.setdefault((hour, dim, value, *facts), [0, 0, 0.0, 0, 0.0])
+            for i, total in enumerate(totals):
+                sums[i] += total
     alike = {}  # (hour, values, facts) → [attempts, latency]
     for a in attempts:
         sums = alike.setdefault((int(a["at"] // 3600), _values(a), _key(a, ATTEMPT_KEYS)), [0, 0.0])
@@ -143,10 +148,12 @@ def write(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
         _insert(conn, "audit_attempt", ATTEMPT_COLUMNS, attempts)
         conn.executemany(
             f"INSERT INTO audit_jobs_hourly (hour, dim, value, {', '.join(JOB_KEYS)}, jobs, "
-            "attempts, cost_usd) "
-            f"VALUES ({', '.join('?' * (len(JOB_KEYS) + 6))}) ON CONFLICT DO UPDATE SET "
+            "attempts, cost_usd, saved_tokens, saved_usd) "
+            f"VALUES ({', '.join('?' * (len(JOB_KEYS) + 8))}) ON CONFLICT DO UPDATE SET "
             "jobs = jobs + excluded.jobs, attempts = attempts + excluded.attempts, "
-            "cost_usd = cost_usd + excluded.cost_usd",
+            "cost_usd = cost_usd + excluded.cost_usd, "
+            "saved_tokens = COALESCE(saved_tokens, 0) + excluded.saved_tokens, "
+            "saved_usd = COALESCE(saved_usd, 0) + excluded.saved_usd",
             [(*key, *sums) for key, sums in job_sums.items()],
         )
         conn.executemany(

@@ -81,6 +81,7 @@ _ADDED: dict[str, tuple[tuple[str, str], ...]] = {
     "once_consent": (("cost_usd", "FLOAT"),),  # NULL in an older file's onces: they never match
     "audit": audit_tables.ADDED,
     "audit_attempt": audit_tables.ATTEMPT_ADDED,
+    "audit_jobs_hourly": audit_tables.HOURLY_ADDED,
 }
 
 

@@ -1,0 +1,91 @@
+"""Where the response cache keeps its entries, one contract over both stores — a SQLite file and a
+real redis-server: served until their TTL, the oldest evicted first over the cap, a client's
+cleared alone — and the library's `Job(cache=...)` on `open_dispatcher`."""
+
+from __future__ import annotations
+
+import lanes
+from lanes._core.cache.store import Entry
+from lanes.harness.configs import local_lane
+from lanes.testing import open_fake
+
+ASK = [{"role": "user", "content": "Say hi"}]
+
+
+def entry(key: str, client: str = "a", made_at: float = 1000.0, size: int = 100) -> Entry:
+    body = b'{"choices":[]}'.ljust(size, b" ")
+    return Entry(
+        key=key,
+        client=client,
+        made_at=made_at,
+        body=body,
+        lane="local",
+        model="m",
+        provider="llamacpp",
+        route="local",
+        cost_usd=0.25,
+    )
+
+
+def test_an_entry_is_served_until_its_ttl(entries):
+    entries.put([entry("k1")], 10_000, 60.0)
+    found = entries.get("k1", 1030.0, 60.0)
+    assert found == entry("k1")
+    assert entries.get("k1", 1061.0, 60.0) is None  # past its TTL
+    assert entries.get("other", 1030.0, 60.0) is None
+
+
+def test_the_oldest_go_first_over_the_cap_and_a_replaced_entry_counts_once(entries):
+    for n in range(5):
+        entries.put([entry(f"k{n}", made_at=1000.0 + n)], 350, 3600.0)
+    assert entries.sizes() == (3, 300)
+    assert [entries.get(f"k{n}", 1010.0, 3600.0) is not None for n in range(5)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    entries.put([entry("k4", made_at=1010.0, size=200)], 350, 3600.0)  # replaced, larger
+    assert entries.sizes() == (2, 300)  # k2 went to make room
+    assert entries.get("k2", 1010.0, 3600.0) is None
+
+
+def test_a_clients_entries_are_cleared_alone(entries):
+    entries.put([entry("a1", client="a")], 10_000, 3600.0)
+    entries.put([entry("a2", client="a")], 10_000, 3600.0)
+    entries.put([entry("b1", client="b")], 10_000, 3600.0)
+    assert entries.clear("a") == 2
+    assert entries.get("a1", 1001.0, 3600.0) is None
+    assert entries.get("b1", 1001.0, 3600.0) is not None
+    assert entries.sizes() == (1, 100)
+    assert entries.clear(None) == 1
+    assert entries.sizes() == (0, 0)
+
+
+async def test_the_library_reads_and_writes_the_cache_with_job_cache(tmp_path):
+    """`open_dispatcher` with `[cache] mode = "write_only"`: answers are kept, and read by a job
+    that asks (`Job(cache="on")`), whole or streamed."""
+    async with open_fake("local", models=("local-model",)) as fake:
+        config = lanes.load_config(
+            {
+                "state": str(tmp_path / "state.db"),
+                "cache": {"mode": "write_only"},
+                "lanes": [local_lane("local", fake.base_url)],
+            },
+            env={},
+        )
+
+        def job(**kw):
+            return lanes.Job(messages=ASK, params={"seed": 1}, **kw)
+
+        async with lanes.open_dispatcher(config, env={}) as dispatcher:
+            first = await dispatcher.complete(job())
+            unread = await dispatcher.complete(job())
+            hit = await dispatcher.complete(job(cache="on"))
+            async with dispatcher.open_stream(job(cache="on")) as stream:
+                pieces = [c["choices"][0]["delta"].get("content") async for c in stream]
+        assert len(fake.requests()) == 2
+    assert (first.cache, unread.cache, hit.cache) == ("miss", "miss", "hit")
+    assert hit.route == "cache" and hit.text == first.text and hit.attempts == ()
+    assert stream.route == "cache" and "".join(p or "" for p in pieces) == first.text
