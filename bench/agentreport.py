@@ -3,6 +3,7 @@ plotting library needed) and the lines `python -m bench.agent` prints, from one 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,7 @@ def section(result: dict[str, Any] | None) -> list[str]:
             )
         lines.append("")
     lines += _cold(result)
+    lines += _before(result)
     lines += ["Issue 45's marks in this run:", "", "| mark | measured | met |", "|---|---|---|"]
     lines += [f"| {w} | {s} | {'yes' if m else 'no'} |" for w, s, m in targets(result)]
     lines.append("")
@@ -276,6 +278,43 @@ def _cold(result: dict[str, Any]) -> list[str]:
             for k in ("json", "sse")
         )
         lines.append(f"| {NAMES.get(name, name)} | {cells[0]} | {cells[1]} | {over} |")
+    return [*lines, ""]
+
+
+def _before(result: dict[str, Any]) -> list[str]:
+    """lanes / floor beside a run of the same bench before issue 45's changes, when one of the same
+    day is kept (`bench/results/agent-<date>-before.json`)."""
+    path = ROOT / "bench" / "results" / f"agent-{result['date']}-before.json"
+    if not path.exists():
+        return []
+    before = json.loads(path.read_text())
+    lines = [
+        f"The same bench before issue 45's changes (`{path.relative_to(ROOT)}`, commit "
+        f"{before.get('commit') or '659f6d6'}, load average "
+        f"{min(x[0] for x in before['load_average']):.1f}–"
+        f"{max(x[0] for x in before['load_average']):.1f}): lanes / floor CPU a request, c=1, "
+        "then and now:",
+        "",
+        "| door | answer | 128 KB | 512 KB | growth a KB |",
+        "|---|---|---|---|---|",
+    ]
+    for door in DOOR_NAMES:
+        for kind in ("json", "sse"):
+            cells = []
+            for kb in (128, 512):
+                key = f"{door} {kind} c1 {kb}"
+                then = before["cells"].get(key, {}).get("lanes_over", {}).get("floor")
+                now = result["cells"].get(key, {}).get("lanes_over", {}).get("floor")
+                cells.append(f"{then:.2f}× → {now:.2f}×" if then and now else "—")
+            g0, g1 = (r["us_per_kb"].get(f"{door} {kind} c1", {}) for r in (before, result))
+            growth = (
+                f"{g0['lanes'] / g0['floor']:.2f}× → {g1['lanes'] / g1['floor']:.2f}×"
+                if g0.get("floor", 0) > 0 and g1.get("floor", 0) > 0
+                else "—"
+            )
+            lines.append(
+                f"| {DOOR_NAMES[door]} | {kind.upper()} | {cells[0]} | {cells[1]} | {growth} |"
+            )
     return [*lines, ""]
 
 
