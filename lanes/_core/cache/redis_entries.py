@@ -1,7 +1,7 @@
 """The response cache's entries in the Redis state store: one hash per entry, expiring with its
 TTL, and beside them the order they were made in, their sizes and their total, each one's client
-and each client's keys — every key under one hash tag, so a script touches one slot (Redis Cluster
-included).
+and each client's keys — every key under one hash tag (lanes refuses Redis Cluster today; the
+tag keeps the keys together should it not).
 
 Writes and clears are scripts: the stored bytes never pass `max_bytes` (the oldest go first,
 `EVICT_AT_MOST` a write: a lowered cap is reached over several writes, never by one script that
