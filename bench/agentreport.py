@@ -278,7 +278,15 @@ def _cold(result: dict[str, Any]) -> list[str]:
             for k in ("json", "sse")
         )
         lines.append(f"| {NAMES.get(name, name)} | {cells[0]} | {cells[1]} | {over} |")
-    return [*lines, ""]
+    return [
+        *lines,
+        "",
+        "lanes sends the first request to a model it has not heard from alone, as a probe, and the "
+        "others when the probe shows the model alive: at its first streamed chunk, or at its "
+        "response's headers — which an upstream answering whole sends only with its answer, so "
+        "the JSON requests wait for it and finish one answer later.",
+        "",
+    ]
 
 
 def _before(result: dict[str, Any]) -> list[str]:

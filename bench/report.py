@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import agentreport, batchreport, cache, onehost
+from bench import agentreport, batchreport, cache, hot, onehost
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -541,6 +541,24 @@ def hot_section(h: dict[str, Any] | None) -> list[str]:
             for r in rounds
         )
         lines.append(f"| {name} | {values} | {cells} | {target} |")
+    now, published = hot.guard(h), hot.published_hot(before=h["date"])
+    if now:
+        then = hot.guard(published)
+        lines += [
+            "",
+            f"The guard (issue 45: the tiny-request target retired, lanes / floor throughput at "
+            f"c=64 never below {hot.GUARD_FLOOR}×), the rounds' mean: "
+            + ", ".join(
+                f"{name} {value:.2f}×"
+                + (
+                    f" ({published['date']}: {then[name]:.2f}×)"
+                    if published and name in then
+                    else ""
+                )
+                for name, value in now.items()
+            )
+            + ".",
+        ]
     lines += [
         "",
         "What lanes adds is its own code. In the profiles of 2026-12-02 its requests cost the "
@@ -551,10 +569,12 @@ def hot_section(h: dict[str, Any] | None) -> list[str]:
         "over some sixty functions, none above about 2 % of the samples on its own:",
         "",
     ]
-    for kind in ("json", "sse"):
-        profile = ROOT / "bench" / "results" / f"profile-{h['date']}-{kind}.txt"
-        if profile.exists():
-            lines += _layers(profile)
+    for kind in ("json", "sse"):  # that day's profiles, else those the paragraph names
+        for day in (h["date"], "2026-12-02"):
+            profile = ROOT / "bench" / "results" / f"profile-{day}-{kind}.txt"
+            if profile.exists():
+                lines += _layers(profile)
+                break
     memory = ROOT / "bench" / "results" / f"memory-{h['date']}.json"
     if memory.exists():
         rss = json.loads(memory.read_text())

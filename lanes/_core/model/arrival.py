@@ -60,5 +60,7 @@ def written(*parts: bytes) -> int:
 def spliced(head: bytes, fields: list[tuple[str, bytes]]) -> bytes:
     """The JSON object `head` (encoded, with at least one member) with `fields` (a name, and
     its value encoded) added at its end."""
-    tail = b"".join(b',"' + name.encode() + b'":' + value for name, value in fields)
-    return head[:-1] + tail + b"}"
+    pieces = [head[:-1]]
+    for name, value in fields:
+        pieces += [b',"', name.encode(), b'":', value]
+    return b"".join([*pieces, b"}"])  # one copy of the parts, not one per `+`
