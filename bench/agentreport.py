@@ -282,9 +282,10 @@ def _cold(result: dict[str, Any]) -> list[str]:
         *lines,
         "",
         "lanes sends the first request to a model it has not heard from alone, as a probe, and the "
-        "others when the probe shows the model alive: at its first streamed chunk, or at its "
-        "response's headers — which an upstream answering whole sends only with its answer, so "
-        "the JSON requests wait for it and finish one answer later.",
+        "others when its answer begins (response headers, a first streamed chunk) or once it has "
+        "been on its way for the lane's `probe_quiet_s` (0.75 s) with no refusal — an upstream "
+        "answering whole sends its headers only with its answer, and a refusal comes before the "
+        "work.",
         "",
     ]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 
+import attrs
 import pytest
 import trio
 
@@ -22,7 +23,16 @@ from helpers import (
 )
 from lanes._core.engine.recovery import Broken, Chunk, Ended, Event, Failed, relay
 from lanes.harness.processes import free_port
-from lanes.testing import ANSWER, answer, hang, open_fake, reset, status, stream_cut
+from lanes.testing import (
+    ANSWER,
+    answer,
+    hang,
+    open_fake,
+    rate_limited,
+    reset,
+    status,
+    stream_cut,
+)
 from sidecar import open_sidecar
 
 MESSAGES = [{"role": "user", "content": "Say the pangram."}]
@@ -453,3 +463,65 @@ async def test_jobs_behind_a_cold_models_probe_go_at_its_first_chunk(env, autoju
     assert len(sent) == 8 and c.requests() == []
     assert max(sent) < 2.0, sent  # the waiters went at the probe's first chunk
     assert max(ended) - min(ended) < 2.0  # so all ended within a chunk or two of the probe
+
+
+async def _eight_at_once(d: lanes.Dispatcher, model: str) -> list[float]:
+    """Eight whole-answer jobs to `model` at once: when each ended, from their start."""
+    ended: list[float] = []
+    start = trio.current_time()
+
+    async def one() -> None:
+        with contextlib.suppress(lanes.NoLaneAvailable):
+            await d.complete(job(model=model, deadline_s=30))
+        ended.append(trio.current_time() - start)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(one)
+    return ended
+
+
+@pytest.mark.free_lane
+async def test_jobs_behind_a_cold_models_whole_answer_go_at_its_quiet_time(env, autojump_clock):
+    """A whole answer's headers come only with the answer: the jobs behind a cold model's probe go
+    once it has been on its way for the lane's `probe_quiet_s` with no refusal, so 8 parallel
+    jobs to a model answering after 5 s end by ~5.75 s, not after two answers (issue 45: 2.03×
+    the upstream's time, measured)."""
+    async with open_fake("wall", models=("slow",)) as wall, open_fake("c") as c:
+        wall.script("slow", answer(delay_s=5.0))
+        lane = free_lane("wall", wall.base_url, models=["slow"], attempt_timeout_s=20)
+        cfg = config(lane, paid_lane("c", c.base_url))
+        async with lanes.open_dispatcher(cfg, env=env) as d:
+            start = trio.current_time()
+            ended = await _eight_at_once(d, "wall/slow")
+    sent = sorted(r.at - start for r in wall.requests())
+    assert len(sent) == 8 and c.requests() == []
+    assert sent[0] < 0.1 and all(0.75 <= at < 0.85 for at in sent[1:]), sent
+    assert len(ended) == 8 and max(ended) < 6.0, ended
+
+
+@pytest.mark.free_lane
+async def test_a_refusal_within_the_quiet_time_keeps_the_waiters(env, autojump_clock):
+    """A probe refused (429) before its quiet time ends holds the others: they see its backoff
+    and send nothing (one knock per closed door), even when the refusal took half a second."""
+    async with open_fake("wall", models=("m",)) as wall, open_fake("c") as c:
+        slow_refusal = attrs.evolve(rate_limited(retry_after=60), delay_s=0.5)
+        wall.script("m", slow_refusal)
+        lane = free_lane("wall", wall.base_url, models=["m"], probe_quiet_s=1.0)
+        async with lanes.open_dispatcher(config(lane, paid_lane("c", c.base_url)), env=env) as d:
+            await _eight_at_once(d, "wall/m")
+    assert len(wall.requests()) == 1
+
+
+@pytest.mark.free_lane
+async def test_a_quiet_time_as_long_as_first_token_waits_for_the_answer(env, autojump_clock):
+    """`probe_quiet_s` set to the lane's `first_token_s`: the others wait for the probe's answer
+    itself, as before issue 45."""
+    async with open_fake("wall", models=("slow",)) as wall, open_fake("c") as c:
+        wall.script("slow", answer(delay_s=3.0))
+        lane = free_lane("wall", wall.base_url, models=["slow"], probe_quiet_s=10.0)
+        async with lanes.open_dispatcher(config(lane, paid_lane("c", c.base_url)), env=env) as d:
+            start = trio.current_time()
+            await _eight_at_once(d, "wall/slow")
+    sent = sorted(r.at - start for r in wall.requests())
+    assert len(sent) == 8 and all(3.0 <= at < 3.2 for at in sent[1:]), sent

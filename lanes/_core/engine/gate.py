@@ -188,37 +188,14 @@ class Gate:
         """Breaker permits (and the probe scope held, if any) for one attempt, or None after
         recording why `candidate` is skipped. Waits while another job probes a cold free
         candidate."""
-        lane = self._lanes[candidate.lane]
         self._catch_up()  # a kill switch or a backoff another process wrote a moment ago
         reason = self.switched(candidate)
         if reason is not None:
             record.skip(candidate, reason)
             return None
-        probe = None
-        while True:
-            if record.deadline_at - trio.current_time() < max(lane.config.min_useful_s, 1e-9):
-                record.short_of()
-                record.skip(candidate, "too little time left")
-                return None
-            reason = self.held_back(candidate, record.job.headroom)
-            if reason is not None:
-                if candidate.tier == "free" and not self._switches.why_quarantined(candidate.key):
-                    record.held_back(candidate)  # a quarantine is no capacity wait
-                record.skip(candidate, reason, never="gone" if self.gone(candidate) else None)
-                return None
-            if candidate.tier != "free" or not self._manager.needs_probe(
-                candidate.lane, candidate.model
-            ):
-                break
-            scope = self._manager.scope(candidate.lane, candidate.model)
-            claimed = await self._probes.claim(scope, lane, record)
-            if claimed:
-                probe = scope
-                break
-            if claimed is None:
-                record.skip(candidate, "another job is probing it")
-                return None
-            self._catch_up()
+        cleared, probe = await self._cleared(candidate, record)
+        if not cleared:
+            return None
         breakers = self._breakers[candidate.lane]
         granted = breakers.acquire(candidate.model, trio.current_time())
         if granted is None:
@@ -226,6 +203,37 @@ class Gate:
             record.skip(candidate, breakers.refusal(candidate.model, trio.current_time()))
             return None
         return Admission(lane=candidate.lane, granted=granted, probe=probe)
+
+    async def _cleared(self, candidate: Candidate, record: JobRecord) -> tuple[bool, str | None]:
+        """May `candidate` be sent now — with the time left, not held back, and a cold free one
+        probed: (True, the probe's scope when this job probes it), or (False, None) after
+        recording why not. Waits while another job probes it."""
+        lane = self._lanes[candidate.lane]
+        while True:
+            if record.deadline_at - trio.current_time() < max(lane.config.min_useful_s, 1e-9):
+                record.short_of()
+                record.skip(candidate, "too little time left")
+                return False, None
+            reason = self.held_back(candidate, record.job.headroom)
+            if reason is not None:
+                if candidate.tier == "free" and not self._switches.why_quarantined(candidate.key):
+                    record.held_back(candidate)  # a quarantine is no capacity wait
+                record.skip(candidate, reason, never="gone" if self.gone(candidate) else None)
+                return False, None
+            if candidate.tier != "free" or not self._manager.needs_probe(
+                candidate.lane, candidate.model
+            ):
+                return True, None
+            scope = self._manager.scope(candidate.lane, candidate.model)
+            claimed = await self._probes.claim(scope, lane, record)
+            if claimed is True:
+                return True, scope
+            if claimed == "beside":  # the probe is on its way and nothing refused it
+                return True, None
+            if claimed is None:
+                record.skip(candidate, "another job is probing it")
+                return False, None
+            self._catch_up()
 
     def probe_answered(self, admission: Admission) -> Admission:
         """The probe `admission` carries showed its model serving (its first chunk): the jobs

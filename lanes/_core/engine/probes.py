@@ -4,6 +4,12 @@ process, and across processes through a lease in the store: a row in the host's 
 key in Redis for several hosts. So a closed door gets one knock from the whole host (or fleet)
 rather than one per process.
 
+A probe holds the others only as long as it must: a provider refuses (a rate limit, a model gone,
+a bad key) before it works on a request, so once the probe has been on its way for the lane's
+`probe_quiet_s` with no answer, or its answer began (response headers, a first chunk), the jobs
+waiting here go beside it — a whole answer to a cold model costs one answer's time, not two. A
+refusal within the quiet time keeps them, and they see the backoff it wrote.
+
 A job that finds another process's lease waits for its answer: told by a published event (Redis),
 or asking the store again every `store.lease_poll_s` (SQLite) — the holder writes the backoff its
 probe caused in the same transaction that releases the lease, so the next look sees the door
@@ -14,8 +20,9 @@ this process; a lease whose holder died lapses at its expiry.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
-from typing import Protocol
+from typing import Literal, Protocol
 
 import trio
 
@@ -33,6 +40,47 @@ class LeaseStore(Backend, ProbeLeases, Protocol):
     """What the probes need of the state store: its leases, and how a call reaches it."""
 
 
+#: what `Probes.claim` tells a job: True — probe it; False — another probe answered, look again;
+#: "beside" — the probe is on its way past its quiet time, go beside it; None — no answer in time
+Claim = Literal[True, False, "beside"] | None
+
+
+class _Flight:
+    """This process's probe of one scope: when the jobs waiting for it may go without its
+    answer (`quiet_at`, trio time: never while it still waits for a lease), and whether it
+    answered."""
+
+    def __init__(self) -> None:
+        self.quiet_at = math.inf
+        self.answered = False
+        self._news = trio.Event()
+
+    def sent(self, quiet_s: float) -> None:
+        """The probe leaves now: the waiters may go `quiet_s` from now."""
+        self.quiet_at = trio.current_time() + quiet_s
+        self._tell()
+
+    def answer(self) -> None:
+        self.answered = True
+        self._tell()
+
+    def _tell(self) -> None:
+        self._news.set()
+        self._news = trio.Event()
+
+    async def wait(self, until: float) -> Claim:
+        """Wait for the probe's answer, or its quiet time, until `until`."""
+        while not self.answered:
+            now = trio.current_time()
+            if now >= until:
+                return None
+            if now >= self.quiet_at:
+                return "beside"
+            with trio.move_on_at(min(until, self.quiet_at)):
+                await self._news.wait()
+        return False
+
+
 class Probes:
     def __init__(
         self,
@@ -45,28 +93,28 @@ class Probes:
         self._manager = manager
         self._now = now_wall
         self._nudge = nudge  # run the state sync now: the other hosts wait for this probe's answer
-        self._local: dict[str, trio.Event] = {}  # scope → set when this process's probe answered
+        self._local: dict[str, _Flight] = {}  # scope → this process's probe of it
         self._remote: dict[str, trio.Event] = {}  # scope → set when another host's probe answered
 
-    async def claim(self, scope: str, lane: OpenAICompatibleLane, record: JobRecord) -> bool | None:
+    async def claim(self, scope: str, lane: OpenAICompatibleLane, record: JobRecord) -> Claim:
         """True: this job probes `scope` (then `release` it). False: another probe answered
-        meanwhile — look again. None: it did not answer within the lane's `first_token_s` (or our
-        deadline)."""
-        event = self._local.get(scope)
+        meanwhile — look again. "beside": this process's probe has been on its way for the lane's
+        `probe_quiet_s` with no refusal — send beside it. None: it did not answer within the
+        lane's `first_token_s` (or our deadline)."""
+        flight = self._local.get(scope)
         until = min(record.deadline_at, trio.current_time() + lane.config.first_token_s)
-        if event is None:
-            self._local[scope] = trio.Event()
+        if flight is None:
+            flight = self._local[scope] = _Flight()
             leased: bool | None = False
             try:
                 leased = await self._lease(scope, lane, until)
             finally:
                 if not leased:  # another process probed it (look again), gave up, or cancelled
                     self.release(scope)
+            if leased:
+                flight.sent(lane.config.probe_quiet_s)
             return leased
-        with trio.move_on_at(until):
-            await event.wait()
-            return False
-        return None
+        return await flight.wait(until)
 
     async def _lease(self, scope: str, lane: OpenAICompatibleLane, until: float) -> bool | None:
         """Only one process probes a cold scope: True when this one may. Otherwise wait for the
@@ -101,9 +149,9 @@ class Probes:
         """The probe of `scope` answered (or was abandoned): wake the local waiters, and hand the
         lease back together with the backoff it caused. Never raises: a lease that can not be
         handed back lapses at its expiry."""
-        if scope is None or (event := self._local.pop(scope, None)) is None:
+        if scope is None or (flight := self._local.pop(scope, None)) is None:
             return
-        event.set()
+        flight.answer()
         backoff = self._manager.backoff(scope)  # written before the lease is released
         live = backoff if backoff is not None and backoff.until > self._now() else None
         try:
