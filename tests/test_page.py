@@ -528,6 +528,46 @@ async def test_the_page_shows_the_forecast_as_projections():
     assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]
 
 
+def cache_in_browser(base: str) -> dict[str, Any]:
+    """Open the page, wait until its forecast panel says what the response cache saved, read it."""
+    seen: dict[str, Any] = {}
+    with open_page(base, seen) as page:
+        line = page.locator("#forecast-cache")
+        line.wait_for(timeout=SHOWN_MS)
+        seen["cache"] = line.inner_text()
+    return seen
+
+
+async def test_the_page_says_what_the_response_cache_saved():
+    """With the response cache on, the forecast panel (an admin's view: no keys here) says the
+    cache's mode, its hits and misses and the tokens and dollars its hits saved, as
+    GET /v1/forecast counts them: one question asked twice is a miss, then a hit."""
+    await needs_a_browser()
+    ask = {
+        "model": "auto",
+        "messages": [{"role": "user", "content": "Say hi"}],
+        "temperature": 0,
+    }
+    async with open_sidecar(LOCAL_AND_PAID[0], cache={"mode": "on"}) as (url, _fakes):
+        async with httpx2.AsyncClient(trust_env=False, timeout=20) as http:
+            made = await http.post(f"{url}/chat/completions", json=ask)
+            hit = await http.post(f"{url}/chat/completions", json=ask)
+            with trio.fail_after(20):  # the writer writes within its gathering window
+                while True:
+                    forecast = (await http.get(f"{url}/forecast")).json()
+                    if forecast["cache"]["entries"]:
+                        break
+                    await trio.sleep(0.05)
+        seen = await CHROME.run(cache_in_browser, url.removesuffix("/v1"))
+    assert (made.headers["x-lanes-cache"], hit.headers["x-lanes-cache"]) == ("miss", "hit")
+    counted = forecast["cache"]
+    assert (counted["hits"], counted["misses"]) == (1, 1) and counted["saved_tokens"] > 0
+    text = seen["cache"]
+    assert text.startswith("response cache on: 1 hits, 1 misses; saved "), text
+    assert f"saved {counted['saved_tokens']} tokens and $0.00" in text
+    assert not [m for m in seen["console"] if "Content Security Policy" in m], seen["console"]
+
+
 def click_through_a_frame(attacker: str) -> bool:
     """A user with a stock profile (third-party storage allowed) clicks a decoy on `attacker`,
     which frames the sidecar's page invisibly over it. False when the framed page never showed
