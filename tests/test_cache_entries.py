@@ -4,6 +4,8 @@ cleared alone — and the library's `Job(cache=...)` on `open_dispatcher`."""
 
 from __future__ import annotations
 
+import trio
+
 import lanes
 from lanes._core.cache.store import Entry
 from lanes.harness.configs import local_lane
@@ -89,3 +91,63 @@ async def test_the_library_reads_and_writes_the_cache_with_job_cache(tmp_path):
     assert (first.cache, unread.cache, hit.cache) == ("miss", "miss", "hit")
     assert hit.route == "cache" and hit.text == first.text and hit.attempts == ()
     assert stream.route == "cache" and "".join(p or "" for p in pieces) == first.text
+
+
+def test_what_redis_memory_means_for_the_cache(redis_server):
+    """The cache's entries share Redis' memory with the state store's keys: under `noeviction` a
+    `max_mb` over half of `maxmemory` would make a full Redis refuse the ledger's writes, and
+    under `volatile-ttl` the free tier's counts and backoffs go before answers — each said, naming
+    the setting; no limit, or `volatile-lru`, is nothing to say. Read from a real redis-server."""
+    import redis
+
+    from lanes._core.cache.redis_entries import RedisEntries
+
+    server = redis.Redis.from_url(redis_server.url)
+    entries = RedisEntries(redis_server.url)
+    try:
+        notes = {}
+        settings = [("0", "noeviction"), ("10mb", "noeviction"), ("10mb", "volatile-ttl")]
+        for limit, policy in settings:
+            server.config_set("maxmemory", limit)
+            server.config_set("maxmemory-policy", policy)
+            notes[limit, policy] = (entries.memory_note(4_000_000), entries.memory_note(6_000_000))
+        server.config_set("maxmemory-policy", "volatile-lru")
+        lru = entries.memory_note(6_000_000)
+    finally:
+        entries.close()
+        server.close()
+    assert notes["0", "noeviction"] == ("", "")  # no limit
+    under, over = notes["10mb", "noeviction"]
+    assert under == "" and "max_mb (6)" in over and "maxmemory (10.4858 MB)" in over
+    assert "under noeviction" in over and "the paid ledger's" in over
+    assert all("volatile-ttl" in n and "backoffs" in n for n in notes["10mb", "volatile-ttl"])
+    assert lru == ""
+
+
+async def test_the_sidecar_says_once_what_redis_memory_means_for_the_cache(redis_server, caplog):
+    """A dispatcher with the cache on a Redis that could not hold it says so at start."""
+    import redis
+
+    redis.Redis.from_url(redis_server.url).config_set("maxmemory", "1mb")
+    async with open_fake("local", models=("local-model",)) as fake:
+        config = lanes.load_config(
+            {
+                "state": redis_server.url,
+                "cache": {"mode": "on", "max_mb": 16},
+                "lanes": [local_lane("local", fake.base_url)],
+            },
+            env={},
+        )
+        async with lanes.open_dispatcher(config, env={}) as dispatcher:
+            await dispatcher.complete(lanes.Job(messages=ASK, params={"seed": 1}))
+            with trio.fail_after(10):  # the sweeper asks Redis in a worker thread at its start
+                while True:
+                    said = _said(caplog)
+                    if said:
+                        break
+                    await trio.sleep(0.01)
+    assert len(said) == 1 and "max_mb (16)" in said[0], said
+
+
+def _said(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "response cache: redis at" in r.getMessage()]

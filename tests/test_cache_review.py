@@ -293,6 +293,9 @@ class _SlowEntries:
     def sizes(self) -> tuple[int, int]:
         return len(self.kept), 0
 
+    def memory_note(self, max_bytes: int) -> str:
+        return ""
+
     def close(self) -> None:
         pass
 

@@ -255,10 +255,26 @@ class ResponseCache:
             self._written(batch)
 
     async def sweep(self) -> None:
-        """The sweeper: every `SWEEP_S`, delete the entries past their TTL (`expired`)."""
+        """The sweeper: every `SWEEP_S`, delete the entries past their TTL (`expired`); at its
+        start and then each round, say (once a change) how the entries may crowd the state
+        store's memory (`Entries.memory_note`)."""
+        said = ""
         while True:
+            said = await self._memory(said)
             await trio.sleep(SWEEP_S)
             await self.expired()
+
+    async def _memory(self, said: str) -> str:
+        """The store's memory note, logged when it is not `said` (the last one); returns it."""
+        max_bytes = int(self.config.max_mb * 1_000_000)
+        try:
+            note = await trio.to_thread.run_sync(self.entries.memory_note, max_bytes)
+        except Exception as exc:  # the store's own errors: said by its health, asked next round
+            self._health.failed(exc, "memory")
+            return said
+        if note and note != said:
+            log.warning("%s", note)
+        return note
 
     async def expired(self) -> int:
         """Delete the entries made more than `ttl_s` ago, `SWEEP_BATCH` at a time in a worker

@@ -77,7 +77,8 @@ class Entries(Protocol):
     served); `expire` deletes at
     most `limit` of those made at or before `before`, the oldest first, and says how many; `clear`
     deletes a client's entries (every one for None) and says how many; `sizes` is (entries,
-    bytes)."""
+    bytes); `memory_note` says how entries of `max_bytes` in all may crowd out the state store's
+    own keys where the store shares its memory with them ("" when they can not)."""
 
     where: str
 
@@ -86,6 +87,7 @@ class Entries(Protocol):
     def expire(self, before: float, limit: int) -> int: ...
     def clear(self, client: str | None) -> int: ...
     def sizes(self) -> tuple[int, int]: ...
+    def memory_note(self, max_bytes: int) -> str: ...
     def close(self) -> None: ...
 
 
@@ -190,6 +192,10 @@ class SQLiteEntries:
             count = self._conn.execute("SELECT COUNT(*) FROM cache_entry").fetchone()[0]
             total = self._total(self._conn)
         return int(count), total
+
+    def memory_note(self, max_bytes: int) -> str:
+        """A file grows on disk as it must: nothing to say of its memory."""
+        return ""
 
     def close(self) -> None:
         with self._lock:
