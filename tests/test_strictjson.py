@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from helpers import examples
@@ -94,3 +94,32 @@ def test_odd_documents_get_what_the_long_way_gives(raw):
     assert outcome(strictjson.loads, raw) == outcome(
         lambda r: strictjson._walked(r, strictjson.MAX_DEPTH), raw
     )
+
+
+# escapes and brackets inside strings: whole strings, so that many levels hold the same trick
+tricky = st.sampled_from(["\\", "\\\\", '"', '\\"', "x", "", "[", '{"a": ["', "]", "\\["])
+
+
+@settings(max_examples=examples(300))
+@given(
+    st.lists(st.tuples(tricky, tricky), min_size=58, max_size=70),
+    st.booleans(),
+    st.sampled_from(["str", "utf-8"]),
+)
+@example([("\\", "\\")] * 70, False, "utf-8")  # a string's last quote escaped would hide levels
+def test_a_long_document_is_judged_by_the_brackets_outside_its_strings(texts, objects, form):
+    """A document past the short count (4 KB), nested near the bound with strings full of
+    backslashes, quotes and brackets around each level: the same value, or the same refusal, as
+    parsing and walking everything — no string hides a level, nor makes one."""
+    value: object = "y" * 5000
+    for before, after in texts:  # a level: [before, inner, after] or {before: inner, "": after}
+        value = {before: value, "": after} if objects else [before, value, after]
+    text = json.dumps(value)
+    raw: str | bytes = text if form == "str" else text.encode()
+    quick = outcome(strictjson.loads, raw)
+    walked = outcome(lambda r: strictjson._walked(r, strictjson.MAX_DEPTH), raw)
+    assert quick[0] == walked[0]
+    if quick[0] == "value":
+        assert json.dumps(quick[1]) == json.dumps(walked[1])
+    else:
+        assert quick == walked

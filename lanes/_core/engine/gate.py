@@ -207,8 +207,11 @@ class Gate:
     async def _cleared(self, candidate: Candidate, record: JobRecord) -> tuple[bool, str | None]:
         """May `candidate` be sent now — with the time left, not held back, and a cold free one
         probed: (True, the probe's scope when this job probes it), or (False, None) after
-        recording why not. Waits while another job probes it."""
+        recording why not. Waits while another job probes it. A job going beside a probe (past
+        its quiet time) is held to what every job is held to first: the wait may have used up a
+        quota, or brought a backoff."""
         lane = self._lanes[candidate.lane]
+        beside = False
         while True:
             if record.deadline_at - trio.current_time() < max(lane.config.min_useful_s, 1e-9):
                 record.short_of()
@@ -220,19 +223,19 @@ class Gate:
                     record.held_back(candidate)  # a quarantine is no capacity wait
                 record.skip(candidate, reason, never="gone" if self.gone(candidate) else None)
                 return False, None
-            if candidate.tier != "free" or not self._manager.needs_probe(
-                candidate.lane, candidate.model
+            if beside or (
+                candidate.tier != "free"
+                or not self._manager.needs_probe(candidate.lane, candidate.model)
             ):
                 return True, None
             scope = self._manager.scope(candidate.lane, candidate.model)
             claimed = await self._probes.claim(scope, lane, record)
             if claimed is True:
                 return True, scope
-            if claimed == "beside":  # the probe is on its way and nothing refused it
-                return True, None
             if claimed is None:
                 record.skip(candidate, "another job is probing it")
                 return False, None
+            beside = claimed == "beside"  # on its way and nothing refused it: look once more
             self._catch_up()
 
     def probe_answered(self, admission: Admission) -> Admission:
