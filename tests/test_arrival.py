@@ -140,3 +140,19 @@ def test_measured_reads_what_loads_reads(value, rnd):
     got, seen = strictjson.measured(raw.encode())
     assert json.dumps(got) == json.dumps(strictjson.loads(raw)) == json.dumps({"v": value})
     assert seen is not None and seen.growth >= 0
+
+
+def test_a_pretty_printed_request_is_counted_as_closely_as_a_compact_one():
+    """Indentation and line breaks are no part of what is re-encoded: an agent request written
+    with `indent=2`, `indent=4` or tabs is counted within a few per cent of what `json.dumps`
+    writes for it, as a compact one is (the hostile review: 12-23 % over, which could send a
+    request near a free model's context to a paid one)."""
+    tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+    said = "a line of a file, with a colon: and a comma, as tool results hold\n" * 8
+    messages = [{"role": "user", "content": said}, {"role": "tool", "content": said}] * 40
+    body = {"model": "m", "messages": messages, "tools": [tool] * 40}
+    again = len(json.dumps([messages, body["tools"]], ensure_ascii=False).encode())
+    for indent in (None, 2, 4, "\t"):
+        raw = json.dumps(body, indent=indent).encode()
+        job, _ = parse_job(raw, {}, "client")
+        assert again <= job.input_bytes() <= again * 1.03, (indent, job.input_bytes(), again)
