@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
 import pytest
 import trio
@@ -37,3 +38,55 @@ async def test_jobs_beside_a_cold_probe_keep_to_the_known_quota(env, autojump_cl
         async with lanes.open_dispatcher(config(lane, paid_lane("c", c.base_url)), env=env) as d:
             await _at_once(d, "wall/slow", 8)
     assert len(wall.requests()) <= 3, [r.at for r in wall.requests()]
+
+
+@pytest.mark.free_lane
+async def test_the_quiet_time_starts_when_the_probe_has_left(env, autojump_clock):
+    """The quiet time counts from when the probe's body has been written, not from when it was
+    let go: an upstream that takes 3 s to read an 8 MB probe (a slow link, a slow handshake) and
+    then refuses it at once with a 429 is knocked on once — the jobs waiting see the refusal
+    (before, they went at 0.75 s, while the probe was still being sent, one connection each)."""
+    connections: list[float] = []
+
+    async def refusing(stream: trio.SocketStream) -> None:
+        data = await stream.receive_some(1024)
+        if not data:  # lanes' look at whether the provider is reachable: no request
+            return
+        connections.append(trio.current_time())
+        await trio.sleep(3.0)  # reads no more meanwhile: the client's writes fill the buffers
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += await stream.receive_some(1 << 20)
+        refusal = b'{"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}'
+        await stream.send_all(
+            b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+            b"retry-after: 60\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (len(refusal), refusal)
+        )
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery, open_fake("c") as c:
+        [listener] = await nursery.start(partial(trio.serve_tcp, refusing, 0, host="127.0.0.1"))
+        url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}/v1"
+        lane = free_lane("wall", url, models=["m"])
+        async with lanes.open_dispatcher(config(lane, paid_lane("c", c.base_url)), env=env) as d:
+            big = [{"role": "user", "content": "x" * (8 << 20)}]
+
+            async def one(messages: list[dict[str, str]]) -> None:
+                with contextlib.suppress(lanes.NoLaneAvailable):
+                    await d.complete(lanes.Job(messages=messages, model="wall/m", deadline_s=30))
+
+            async with trio.open_nursery() as jobs:
+                jobs.start_soon(one, big)
+                await trio.sleep(0.01)  # the big one probes
+                for _ in range(7):
+                    jobs.start_soon(one, MESSAGES)
+        nursery.cancel_scope.cancel()
+    assert len(connections) == 1, connections

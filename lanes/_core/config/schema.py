@@ -140,7 +140,7 @@ class LaneConfig:
     #: streams: the longest wait for the first chunk, seconds
     first_token_s: float = attrs.field(default=10.0, validator=positive)
     #: a cold or reopened free model gets one request first (a probe); the jobs waiting for it go
-    #: once its answer begins, or once it has been on its way this long with no answer — a
+    #: once its answer begins, or this long after it has left (its body written) with no answer — a
     #: provider refuses (rate limit, model gone) before it works on a request. Seconds; raise it
     #: for a provider slow to refuse, or set it to `first_token_s` to wait for the answer itself
     probe_quiet_s: float = attrs.field(default=0.75, validator=positive)

@@ -18,7 +18,7 @@ what is still open. The job it sends is its quote's, worked out once per candida
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +116,18 @@ class AttemptRun:
         self._sent = True
         self.started = trio.current_time()
         return None
+
+    @property
+    def on_sent(self) -> Callable[[], None] | None:
+        """For a probe: what the upstream client calls once its request has left — the jobs
+        waiting for it may go beside it a quiet time later (`Gate.probe_sent`). None otherwise."""
+        if self._admission is None or self._admission.probe is None:
+            return None
+        return self._probe_sent
+
+    def _probe_sent(self) -> None:
+        if self._admission is not None:
+            self._routing.gate.probe_sent(self._admission)
 
     def answered(self, status: int, headers: Mapping[str, str]) -> None:
         """The provider answered: it is reachable, and its rate-limit headers are news."""

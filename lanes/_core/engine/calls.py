@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from functools import partial
 
 import trio
 
@@ -19,7 +20,7 @@ from lanes._core.upstream.shapes import usage_in
 
 async def complete_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
     """One non-streamed request under min(deadline, start + attempt_timeout_s)."""
-    return await _request(run, run.lane.complete)
+    return await _request(run, partial(run.lane.complete, sent=run.on_sent))
 
 
 async def embed_call(run: AttemptRun, stack: AsyncExitStack) -> Reply:
@@ -65,7 +66,8 @@ async def stream_call(run: AttemptRun, stack: AsyncExitStack) -> ReplyStream:
         job = with_usage(job)  # billed: settle from the upstream's own count
     cap = run.lane.config.first_token_s
     with trio.move_on_at(min(run.record.deadline_at, run.started + cap)):
-        reader = await stack.enter_async_context(run.lane.open_stream(job, run.candidate.model))
+        opened = run.lane.open_stream(job, run.candidate.model, sent=run.on_sent)
+        reader = await stack.enter_async_context(opened)
         buffered = await first_chunks(reader)
         run.answered(200, reader.headers)
         return ReplyStream(run=run, reader=reader, buffered=buffered)

@@ -238,6 +238,13 @@ class Gate:
             beside = claimed == "beside"  # on its way and nothing refused it: look once more
             self._catch_up()
 
+    def probe_sent(self, admission: Admission) -> None:
+        """The probe `admission` carries has left: the jobs waiting for it go beside it once its
+        lane's `probe_quiet_s` passes with no answer."""
+        if admission.probe is not None:
+            quiet_s = self._lanes[admission.lane].config.probe_quiet_s
+            self._probes.sent(admission.probe, quiet_s)
+
     def probe_answered(self, admission: Admission) -> Admission:
         """The probe `admission` carries showed its model serving (its first chunk): the jobs
         waiting for it go now, not when its answer ends. Returns the admission without it."""

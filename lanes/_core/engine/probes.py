@@ -5,10 +5,11 @@ key in Redis for several hosts. So a closed door gets one knock from the whole h
 rather than one per process.
 
 A probe holds the others only as long as it must: a provider refuses (a rate limit, a model gone,
-a bad key) before it works on a request, so once the probe has been on its way for the lane's
-`probe_quiet_s` with no answer, or its answer began (response headers, a first chunk), the jobs
-waiting here go beside it — a whole answer to a cold model costs one answer's time, not two. A
-refusal within the quiet time keeps them, and they see the backoff it wrote.
+a bad key) before it works on a request, so once the probe's request has left (its body written)
+and the lane's `probe_quiet_s` passed with no answer, or its answer began (response headers, a
+first chunk), the jobs waiting here go beside it — a whole answer to a cold model costs one
+answer's time, not two. A refusal within the quiet time keeps them, and they see the backoff it
+wrote.
 
 A job that finds another process's lease waits for its answer: told by a published event (Redis),
 or asking the store again every `store.lease_poll_s` (SQLite) — the holder writes the backoff its
@@ -47,8 +48,9 @@ Claim = Literal[True, False, "beside"] | None
 
 class _Flight:
     """This process's probe of one scope: when the jobs waiting for it may go without its
-    answer (`quiet_at`, trio time: never while it still waits for a lease), and whether it
-    answered."""
+    answer (`quiet_at`, trio time: never before its request has left — told by the upstream
+    client's connection trace, so a slow connect or TLS handshake counts no quiet time), and
+    whether it answered."""
 
     def __init__(self) -> None:
         self.quiet_at = math.inf
@@ -111,8 +113,6 @@ class Probes:
             finally:
                 if not leased:  # another process probed it (look again), gave up, or cancelled
                     self.release(scope)
-            if leased:
-                flight.sent(lane.config.probe_quiet_s)
             return leased
         return await flight.wait(until)
 
@@ -139,6 +139,13 @@ class Probes:
                 return False
             if trio.current_time() >= until:
                 return None
+
+    def sent(self, scope: str, quiet_s: float) -> None:
+        """This process's probe of `scope` has left (its body written): the jobs waiting for it
+        go beside it `quiet_s` from now, unless it answers first."""
+        flight = self._local.get(scope)
+        if flight is not None and flight.quiet_at == math.inf:
+            flight.sent(quiet_s)
 
     def remote_answered(self, scope: str) -> None:
         """Another host's probe of `scope` answered: wake the jobs here that wait for it."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -318,6 +318,17 @@ def _chunk_shaped(chunk: Any) -> bool:
     return True
 
 
+def _told(sent: Callable[[], None]) -> Callable[[str, Any], Awaitable[None]]:
+    """A connection trace (httpcore's `trace` extension) that calls `sent` when a request's body
+    has been written, over HTTP/1.1 or HTTP/2."""
+
+    async def trace(event: str, info: Any) -> None:
+        if event.endswith("send_request_body.complete"):
+            sent()
+
+    return trace
+
+
 class Upstream:
     """One shared connection pool for every lane. Build it with `open_upstream()`.
 
@@ -346,11 +357,12 @@ class Upstream:
         secrets: Iterable[str] = (),
         check: Callable[[Any, Iterable[str]], Mapping[str, Any]] = check_completion,
         max_bytes: int = 8 * 1024 * 1024,
+        sent: Callable[[], None] | None = None,
     ) -> Response:
         """POST a request (`body` encoded here, or as bytes already); return the parsed 2xx body
         (at most `max_bytes`: a usable completion, or what `check` accepts) or raise an
-        `UpstreamError`."""
-        async with self._post(url, headers, body, secrets) as (response, lower):
+        `UpstreamError`. `sent` is called when the request's body has left (`_post`)."""
+        async with self._post(url, headers, body, secrets, sent) as (response, lower):
             raw = await _read_json(response, max_bytes, secrets)
         try:
             completion = check(parse_body(raw), secrets)
@@ -384,17 +396,23 @@ class Upstream:
         headers: Mapping[str, str],
         body: Mapping[str, Any] | bytes,
         secrets: Iterable[str],
+        sent: Callable[[], None] | None = None,
     ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
-        """POST `body` as JSON (or its bytes as they are): `_exchange`."""
+        """POST `body` as JSON (or its bytes as they are): `_exchange`. `sent`, if any, is called
+        once the request's body has left (the connection made, TLS done, every byte written),
+        told by the connection's trace — never, through a transport that does not trace."""
         content = body if isinstance(body, bytes) else encode(body)
+        extensions = (
+            self._extensions if sent is None else {**self._extensions, "trace": _told(sent)}
+        )
         if self._transport is None:
             request = self._client.build_request(
-                "POST", url, content=content, headers=_json_headers(headers)
+                "POST", url, content=content, headers=_json_headers(headers), extensions=extensions
             )
         else:
             merged = self._defaults | {k.lower(): v for k, v in _json_headers(headers).items()}
             request = httpx2.Request(
-                "POST", self._url(url), content=content, headers=merged, extensions=self._extensions
+                "POST", self._url(url), content=content, headers=merged, extensions=extensions
             )
         async with self._exchange(request, secrets) as answer:
             yield answer
@@ -444,9 +462,11 @@ class Upstream:
         body: Mapping[str, Any] | bytes,
         secrets: Iterable[str] = (),
         max_event_bytes: int = 1024 * 1024,
+        sent: Callable[[], None] | None = None,
     ) -> AsyncIterator[ChunkReader]:
-        """Open an SSE completion stream; a non-2xx answer raises before anything is yielded."""
-        async with self._post(url, headers, body, secrets) as (response, lower):
+        """Open an SSE completion stream; a non-2xx answer raises before anything is yielded.
+        `sent`: as `post_json`'s."""
+        async with self._post(url, headers, body, secrets, sent) as (response, lower):
             content_type = lower.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "text/event-stream":
                 shown_type = shown(content_type, secrets, limit=MAX_CODE)

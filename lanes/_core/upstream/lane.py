@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -219,13 +219,17 @@ class OpenAICompatibleLane:
 
         return job.encoded((self, model, stream), make)
 
-    async def complete(self, job: Job, model: str) -> Response:
+    async def complete(
+        self, job: Job, model: str, *, sent: Callable[[], None] | None = None
+    ) -> Response:
+        """`sent`: called once the request has left (see `Upstream.post_json`)."""
         return await self._upstream.post_json(
             f"{self.spec.base_url}/chat/completions",
             headers=self.headers(stream=False, job=job),
             body=self.encoded_body(job, model, stream=False),
             secrets=self.secrets_for(job),
             max_bytes=self.config.max_response_bytes,
+            sent=sent,
         )
 
     async def embed(self, job: Job, model: str) -> Response:
@@ -266,12 +270,15 @@ class OpenAICompatibleLane:
         return usd_amount(value) if isinstance(value, (int, float)) else None  # bounded
 
     @asynccontextmanager
-    async def open_stream(self, job: Job, model: str) -> AsyncIterator[ChunkReader]:
+    async def open_stream(
+        self, job: Job, model: str, *, sent: Callable[[], None] | None = None
+    ) -> AsyncIterator[ChunkReader]:
         async with self._upstream.open_stream(
             f"{self.spec.base_url}/chat/completions",
             headers=self.headers(stream=True, job=job),
             body=self.encoded_body(job, model, stream=True),
             secrets=self.secrets_for(job),
             max_event_bytes=self.config.max_event_bytes,
+            sent=sent,
         ) as reader:
             yield reader
