@@ -283,7 +283,7 @@ def _cold(result: dict[str, Any]) -> list[str]:
         "",
         "lanes sends the first request to a model it has not heard from alone, as a probe, and the "
         "others when its answer begins (response headers, a first streamed chunk) or once it has "
-        "left and the lane's `probe_quiet_s` (0.75 s) passed with no refusal — an upstream "
+        "left and the lane's `probe_quiet_s` (0.5 s) passed with no refusal — an upstream "
         "answering whole sends its headers only with its answer, and a refusal comes before the "
         "work.",
         "",

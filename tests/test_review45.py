@@ -45,7 +45,7 @@ async def test_the_quiet_time_starts_when_the_probe_has_left(env, autojump_clock
     """The quiet time counts from when the probe's body has been written, not from when it was
     let go: an upstream that takes 3 s to read an 8 MB probe (a slow link, a slow handshake) and
     then refuses it at once with a 429 is knocked on once — the jobs waiting see the refusal
-    (before, they went at 0.75 s, while the probe was still being sent, one connection each)."""
+    (before, they went at the quiet time, 0.75 s then, while the probe was still being sent)."""
     connections: list[float] = []
 
     async def refusing(stream: trio.SocketStream) -> None:

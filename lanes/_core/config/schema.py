@@ -143,7 +143,7 @@ class LaneConfig:
     #: once its answer begins, or this long after it has left (its body written) with no answer — a
     #: provider refuses (rate limit, model gone) before it works on a request. Seconds; raise it
     #: for a provider slow to refuse, or set it to `first_token_s` to wait for the answer itself
-    probe_quiet_s: float = attrs.field(default=0.75, validator=positive)
+    probe_quiet_s: float = attrs.field(default=0.5, validator=positive)
     #: streams: the longest silence between bytes once streaming, seconds
     idle_s: float = attrs.field(default=10.0, validator=positive)
     #: skip the lane when less time than this is left before the deadline, seconds
