@@ -250,13 +250,13 @@ async def test_a_requests_own_key_is_out_of_every_log_line_made_while_it_is_serv
     library = logging.getLogger("httpcore2.http11")
     complete, open_stream = OpenAICompatibleLane.complete, OpenAICompatibleLane.open_stream
 
-    async def chatty_complete(self, job, model):
+    async def chatty_complete(self, job, model, **kw):
         library.debug("sending %s with %s", model, job.keys)  # a library that says too much
-        return await complete(self, job, model)
+        return await complete(self, job, model, **kw)
 
-    def chatty_stream(self, job, model):
+    def chatty_stream(self, job, model, **kw):
         library.debug("streaming %s with %s", model, job.keys)
-        return open_stream(self, job, model)
+        return open_stream(self, job, model, **kw)
 
     monkeypatch.setattr(OpenAICompatibleLane, "complete", chatty_complete)
     monkeypatch.setattr(OpenAICompatibleLane, "open_stream", chatty_stream)
