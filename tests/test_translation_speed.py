@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes._core.dialects import messages_api, responses_api
-from lanes._core.dialects.common import BadField
+from lanes._core.dialects.common import BadField, compact, sse_event
 
 TEXT = st.text(max_size=12)  # any characters: quotes, backslashes, controls, non-ASCII
 NO_FLOATS = st.recursive(
@@ -344,3 +344,23 @@ def test_a_tool_use_input_goes_upstream_as_json_dumps_writes_it(arguments: dict[
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "assistant", "content": [use]}]}
     call = messages_api.to_chat(body).messages[0]["tool_calls"][0]
     assert call["function"]["arguments"] == json.dumps(arguments, ensure_ascii=False)
+
+
+@given(NO_FLOATS)
+def test_compact_json_without_floats_is_json_dumps_byte_for_byte(value: Any) -> None:
+    """Without a float, `compact` writes exactly what compact `json.dumps` writes."""
+    assert compact(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@given(VALUES)
+def test_compact_json_reads_back_as_the_same_value(value: Any) -> None:
+    """With floats, `compact` may spell a number otherwise, never change it."""
+    assert json.loads(compact(value)) == json.loads(json.dumps(value))
+
+
+@given(TEXT.filter(bool), st.dictionaries(TEXT, NO_FLOATS, max_size=4))
+def test_an_event_is_written_as_it_was(kind: str, fields: dict[str, Any]) -> None:
+    """A server-sent event is its name and its compact JSON, as `json.dumps` wrote it."""
+    event = {**fields, "type": kind}
+    data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+    assert sse_event(event) == f"event: {kind}\ndata: {data}\n\n".encode()
