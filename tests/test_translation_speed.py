@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes._core.dialects import messages_api, responses_api
+from lanes._core.dialects import messages_api, responses_api, responses_tools
 from lanes._core.dialects.common import BadField, compact, sse_event
 
 TEXT = st.text(max_size=12)  # any characters: quotes, backslashes, controls, non-ASCII
@@ -364,3 +364,31 @@ def test_an_event_is_written_as_it_was(kind: str, fields: dict[str, Any]) -> Non
     event = {**fields, "type": kind}
     data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
     assert sse_event(event) == f"event: {kind}\ndata: {data}\n\n".encode()
+
+
+FUNCTION = {"type": "function", "name": "read", "parameters": {"type": "object"}}
+NAMESPACE = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "tools": [{"type": "function", "name": "spawn"}, {"type": "function", "name": "read"}],
+}
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        None,
+        [],
+        [FUNCTION],
+        [FUNCTION, {"type": "web_search"}],
+        [NAMESPACE],
+        [FUNCTION, NAMESPACE, {"type": "web_search"}],
+    ],
+)
+def test_a_call_is_named_as_the_full_translation_names_it(tools: Any) -> None:
+    """An answer names its calls by the tools `naming` reads as by their whole translation:
+    without a namespace, each by the name it went upstream by."""
+    named, translated = responses_tools.naming(tools), responses_tools.translate(tools)
+    for flat in ["read", "spawn", "multi_agent_v1__spawn", "read_1", "other"]:
+        assert named.declared(flat) == translated.declared(flat)
+    assert named.flat == translated.flat

@@ -423,10 +423,8 @@ def response_of(
     text = text_of(message.get("content")) or text_of(message.get("refusal"))
     if text or not message.get("tool_calls"):
         response["output"].append(message_item(f"msg_{response_id}", text))
-    calls = tool_calls_of(message)
-    # the tools as `to_chat` read them (an answer that calls none needs no names of them)
-    tools = responses_tools.translate(body.get("tools") if calls else None)
-    for call_id, name, arguments, extra in calls:
+    tools = responses_tools.naming(body.get("tools"))  # as `to_chat` read them
+    for call_id, name, arguments, extra in tool_calls_of(message):
         at = len(response["output"])  # the item's output index, as a stream numbers it
         given = minted(call_id or f"call_{response_id}_{at}", extra)
         item = call_item(f"fc_{response_id}_{at}", given, name, arguments)
@@ -467,7 +465,7 @@ class ResponseEvents:
         self._created_at = created_at
         self._model = model
         self._reader = ChoiceReader()
-        self._tools: responses_tools.Tools | None = None  # read when a call is named (`_name`)
+        self._tools = responses_tools.naming(body.get("tools"))  # as `to_chat` read them
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as they stand, in output order
         self._open: dict[str, dict[str, Any]] = {}  # "thinking" or "text" → its item being written
@@ -555,13 +553,13 @@ class ResponseEvents:
                 status="in_progress",
             )
             if name:
-                self._name(item, name)
+                _declared(item, name, self._tools)
             item["output_index"] = position
             self._calls[index] = item
             self._output.append(item)
             events.append(self._added(item))
         elif name and not item["name"]:
-            self._name(item, name)
+            _declared(item, name, self._tools)
         if arguments:
             item["arguments"] += arguments
             events.append(
@@ -573,13 +571,6 @@ class ResponseEvents:
                 )
             )
         return events
-
-    def _name(self, item: dict[str, Any], flat_name: str) -> None:
-        """Name a call item as its tool was declared, the tools read as `to_chat` read them (once,
-        at the first call: an answer that calls none needs no names of them)."""
-        if self._tools is None:
-            self._tools = responses_tools.translate(self._body.get("tools"))
-        _declared(item, flat_name, self._tools)
 
     def _added(self, item: Mapping[str, Any]) -> dict[str, Any]:
         return self._event(
