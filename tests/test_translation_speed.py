@@ -1,5 +1,5 @@
-"""The translations' hot paths, made cheap for a long history, say and send what they always did:
-the same refusal naming the same field (pinned from the translations before they were made cheap),
+"""The doors' hot paths, made cheap for a long history, say and send what they always did:
+the same refusal naming the same field (pinned from the code before it was made cheap),
 a tool call's arguments as `json.dumps` writes them, and events as compact JSON."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from lanes._core.dialects import messages_api, responses_api, responses_tools
 from lanes._core.dialects.common import BadField, compact, sse_event
+from lanes._http.errors import BadRequest
+from lanes._http.validation import chat_fields
 
 TEXT = st.text(max_size=12)  # any characters: quotes, backslashes, controls, non-ASCII
 NO_FLOATS = st.recursive(
@@ -392,3 +394,75 @@ def test_a_call_is_named_as_the_full_translation_names_it(tools: Any) -> None:
     for flat in ["read", "spawn", "multi_agent_v1__spawn", "read_1", "other"]:
         assert named.declared(flat) == translated.declared(flat)
     assert named.flat == translated.flat
+
+
+#: (a chat's `messages`, the field its refusal names, the refusal): every door's job passes here
+CHAT_MESSAGES = [
+    ([5], "messages[0]", "messages[0] must be an object"),
+    (
+        [{"content": "x"}],
+        "messages[0].role",
+        "messages[0].role must be one of assistant, developer, function, system, tool, user",
+    ),
+    (
+        [{"role": "robot", "content": "x"}],
+        "messages[0].role",
+        "messages[0].role must be one of assistant, developer, function, system, tool, user",
+    ),
+    (
+        [{"role": 5}],
+        "messages[0].role",
+        "messages[0].role must be one of assistant, developer, function, system, tool, user",
+    ),
+    (
+        [{"role": "user", "content": "x"}, {"role": "user", "content": 5}],
+        "messages[1].content",
+        "messages[1].content must be a string or an array",
+    ),
+    (
+        [{"role": "user", "content": [5]}],
+        "messages[0].content[0]",
+        "messages[0].content[0] must be an object with a string 'type'",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "text", "text": 5}]}],
+        "messages[0].content[0].text",
+        "messages[0].content[0].text must be a string",
+    ),
+    (
+        [{"role": "user", "content": "x"}, {"role": "user", "content": "x", "name": 5}],
+        "messages[1].name",
+        "messages[1].name must be a string",
+    ),
+    (
+        [{"role": "tool", "content": "x", "tool_call_id": 5}],
+        "messages[0].tool_call_id",
+        "messages[0].tool_call_id must be a string",
+    ),
+    (
+        [{"role": "assistant", "content": None, "tool_calls": 5}],
+        "messages[0].tool_calls",
+        "'messages[0].tool_calls' must be an array of objects",
+    ),
+    (
+        [{"role": "assistant", "content": None, "tool_calls": [5]}],
+        "messages[0].tool_calls",
+        "'messages[0].tool_calls' must be an array of objects",
+    ),
+    ([], "messages", "'messages' must be a non-empty array"),
+    (None, "messages", "'messages' must be a non-empty array"),
+]
+
+
+@pytest.mark.parametrize(("messages", "param", "said"), CHAT_MESSAGES)
+def test_a_chat_s_messages_are_refused_as_they_were(messages: Any, param: str, said: str) -> None:
+    """A malformed chat message is refused with the words and field it always had."""
+    with pytest.raises(BadRequest) as refused:
+        chat_fields(messages, {})
+    assert (refused.value.param, str(refused.value)) == (param, said)
+
+
+def test_tool_calls_of_objects_pass() -> None:
+    """An assistant's tool calls, a list of objects, pass as they did."""
+    messages: list[dict[str, Any]] = [{"role": "assistant", "content": None, "tool_calls": [{}]}]
+    assert chat_fields(messages, {}) is messages
