@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from lanes._http.app import CHAT, CHAT_PATH, ROUTES
+from lanes._http.app import CHAT, CHAT_PATH, ROUTES, STRAIGHT
 from lanes._http.doors import GENAI, MESSAGES
 from lanes._http.routes import Door
 
@@ -53,6 +53,13 @@ def test_each_path_and_method_is_routed_once():
     pairs = Counter((row.path, method) for row in ROUTES for method in row.methods)
     assert max(pairs.values()) == 1
     assert CHAT in ROUTES and CHAT.path == CHAT_PATH and CHAT.methods == ("POST",)
+
+
+def test_the_front_door_serves_rows_of_the_table():
+    """What goes straight in, past Starlette's stack, is a POST row of the table, each path once:
+    the same handler and door as Starlette would route it to."""
+    assert all(row in ROUTES and row.methods == ("POST",) for row in STRAIGHT)
+    assert len({row.path for row in STRAIGHT}) == len(STRAIGHT) == 3
 
 
 def test_only_the_messages_routes_speak_the_messages_api():

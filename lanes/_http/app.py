@@ -39,6 +39,11 @@ OPEN, CALLER, ADMIN, SENDER, UPLOADER = (
 
 #: Every route: its path, methods, handler and door (and, when not OpenAI's, its error shape).
 CHAT = Row(CHAT_PATH, POST, endpoints.chat, SENDER)  # the hot path: straight in (`_Sidecar`)
+# the other APIs, translated onto the same jobs (see doors.py): straight in too
+RESPONSES = Row("/v1/responses", POST, doors.responses, SENDER, doors.RESPONSES)
+MESSAGES = Row("/v1/messages", POST, doors.messages, SENDER, doors.MESSAGES)
+#: The rows `_Sidecar` serves before Starlette's stack: an agent's every turn comes by one of them.
+STRAIGHT = (CHAT, RESPONSES, MESSAGES)
 ROUTES: tuple[Row, ...] = (
     CHAT,
     Row("/health", GET, endpoints.health, OPEN),
@@ -59,9 +64,8 @@ ROUTES: tuple[Row, ...] = (
     Row("/metrics", GET, endpoints.prometheus, OPEN),
     Row("/", GET, endpoints.page, OPEN),
     Row("/favicon.ico", GET, endpoints.favicon, OPEN),
-    # the other APIs, translated onto the same jobs (see doors.py)
-    Row("/v1/responses", POST, doors.responses, SENDER, doors.RESPONSES),
-    Row("/v1/messages", POST, doors.messages, SENDER, doors.MESSAGES),
+    RESPONSES,
+    MESSAGES,
     Row("/v1/messages/count_tokens", POST, doors.messages_count_tokens, SENDER, doors.MESSAGES),
     Row("/v1/embeddings", POST, doors.embeddings, SENDER),
     Row("/v1/models/{model_id:path}", GET, doors.model_by_id, SENDER),
@@ -102,33 +106,36 @@ ROUTES: tuple[Row, ...] = (
 
 
 class _Sidecar(Starlette):
-    """Starlette, with one front door before its stack: `POST /v1/chat/completions` — the hot path
-    — goes straight to the chat handler, past the middleware and the router (which would route it
-    there, at a cost on every request). Every other request, and every other method on that path,
-    is Starlette's. An exception escaping the chat handler is answered 500 as Starlette's own
-    stack answers it (`ServerErrorMiddleware`, with the app's handler: an OpenAI-shaped error)."""
+    """Starlette, with one front door before its stack: a `POST` to the chat completions, the
+    Responses or the Messages door (`STRAIGHT`) — the hot paths — goes straight to its handler,
+    past the middleware and the router (which would route it there, at a cost on every request:
+    some 20 µs of CPU, measured with trivial handlers). Every other request, and every other
+    method on those paths, is Starlette's. An exception escaping such a handler is answered 500 as
+    Starlette's own stack answers it (`ServerErrorMiddleware`, with the app's handler: an
+    OpenAI-shaped error)."""
 
-    def __init__(self, *, chat: Endpoint, internal_error: Any, **options: Any) -> None:
+    def __init__(
+        self, *, straight: Mapping[str, Endpoint], internal_error: Any, **options: Any
+    ) -> None:
         handlers = {**options.pop("exception_handlers", {}), Exception: internal_error}
         super().__init__(exception_handlers=handlers, **options)
-        self._chat = ServerErrorMiddleware(partial(_chat_door, chat), handler=internal_error)
+        self._straight = {
+            path: ServerErrorMiddleware(partial(_front_door, handler), handler=internal_error)
+            for path, handler in straight.items()
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and scope["path"] == CHAT_PATH
-            and scope["method"] == "POST"
-            and not scope.get("root_path")
-        ):
+        door = self._straight.get(scope["path"]) if scope["type"] == "http" else None
+        if door is not None and scope["method"] == "POST" and not scope.get("root_path"):
             scope["app"] = self
-            await self._chat(scope, receive, send)
+            await door(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
 
-async def _chat_door(chat: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
-    """What Starlette's router does for the chat route: a request in, its response sent."""
-    response = await chat(Request(scope, receive, send))
+async def _front_door(handler: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+    """What Starlette's router does for a route: a request in, its response sent."""
+    response = await handler(Request(scope, receive, send))
     await response(scope, receive, send)
 
 
@@ -180,7 +187,7 @@ def build_app(
         batches=batches,
     )
     app = _Sidecar(
-        chat=endpoint(CHAT, ctx),
+        straight={row.path: endpoint(row, ctx) for row in STRAIGHT},
         internal_error=internal_error,
         routes=[route(row, ctx) for row in ROUTES],
         exception_handlers={404: not_found, 405: method_not_allowed},

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 
 from lanes._core.dialects import gemini_api, gemini_reply, messages_api, responses_api
-from lanes._core.dialects.common import ChatRequest, sse_event
+from lanes._core.dialects.common import ChatRequest, compact, sse_event
 from lanes._core.engine.stream import AnswerStream
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job, Reply
@@ -59,6 +59,7 @@ class API(Shape, Protocol):
     def answer(
         self, body: Mapping[str, Any], reply: Reply, job: Job, now: float
     ) -> dict[str, Any]: ...
+    def rendered(self, answer: dict[str, Any]) -> bytes: ...
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect: ...
 
 
@@ -128,6 +129,12 @@ class ResponsesAPI(ChatCompletions):
             body, reply.body, response_id=f"resp_{job.id}", created_at=now
         )
 
+    def rendered(self, answer: dict[str, Any]) -> bytes:
+        """The answer's JSON, written by msgspec (`compact`): it echoes the request's tools, a
+        sixth of an agent's 128 KB turn. It holds what the request's strict JSON held, text and
+        whole numbers: never a NaN, which a JSON answer refuses."""
+        return compact(answer)
+
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
         events = responses_api.ResponseEvents(
             body, response_id=f"resp_{job.id}", created_at=now, model=job.model
@@ -175,6 +182,9 @@ class MessagesAPI:
     def answer(self, body: Mapping[str, Any], reply: Reply, job: Job, now: float) -> dict[str, Any]:
         return messages_api.message_of(reply.body, message_id=f"msg_{job.id}", model=job.model)
 
+    def rendered(self, answer: dict[str, Any]) -> bytes:
+        return json_answer(answer)  # a tool_use input may hold a NaN the upstream wrote
+
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
         events = messages_api.MessageEvents(message_id=f"msg_{job.id}", model=job.model)
         return _Events(
@@ -198,6 +208,11 @@ class MessagesAPI:
             messages_error_body(status, body["error"]["message"], exc.request_id),
             headers,
         )
+
+
+def json_answer(answer: dict[str, Any]) -> bytes:
+    """An answer's JSON as a `JSONResponse` writes it (a NaN refused)."""
+    return json.dumps(answer, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _with_key(request: Request, key: str | None) -> Request:
@@ -272,6 +287,9 @@ class GeminiCall(GeminiAPI):
         return gemini_reply.response_of(
             reply.body, model=job.model, response_id=job.id, thoughts=gemini_api.thoughts(body)
         )
+
+    def rendered(self, answer: dict[str, Any]) -> bytes:
+        return json_answer(answer)
 
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
         chunks = gemini_reply.ResponseChunks(

@@ -97,7 +97,8 @@ async def translated(api: API, request: Request, ctx: Context) -> Response | SSE
         return SSERelay(dispatcher, job, keepalive_s=ctx.server.keepalive_s, dialect=dialect)
     reply = await dispatcher.complete(job)
     headers = reply_headers(reply, api.request_id_header)
-    return JSONResponse(api.answer(body, reply, job, now), headers=headers)
+    answer = api.rendered(api.answer(body, reply, job, now))
+    return Response(answer, headers=headers, media_type="application/json")
 
 
 async def messages_count_tokens(request: Request, ctx: Context) -> Response:

@@ -178,22 +178,27 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
         raise BadRequest("'messages' must be a non-empty array", "messages")
     if len(messages) > MAX_MESSAGES:
         raise BadRequest(f"'messages' holds more than {MAX_MESSAGES} messages", "messages")
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict):
-            raise BadRequest(f"{where} must be an object", where)
-        role = message.get("role")
+    for i, message in enumerate(messages):  # (a field is named only when it is wrong: a 512 KB
+        role = message.get("role") if isinstance(message, dict) else None  # body has 500 of them)
         if not isinstance(role, str) or role not in ROLES:
-            raise BadRequest(
-                f"{where}.role must be one of {', '.join(sorted(ROLES))}", f"{where}.role"
-            )
-        _content(message.get("content"), f"{where}.content")
+            _refuse_role(message, f"messages[{i}]")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            _content(content, f"messages[{i}].content")
         for key in ("name", "tool_call_id"):
             if message.get(key) is not None and not isinstance(message[key], str):
-                raise BadRequest(f"{where}.{key} must be a string", f"{where}.{key}")
-        if message.get("tool_calls") is not None:
-            _objects(message["tool_calls"], f"{where}.tool_calls")
+                raise BadRequest(f"messages[{i}].{key} must be a string", f"messages[{i}].{key}")
+        calls = message.get("tool_calls")
+        if calls is not None and not (type(calls) is list and all(type(c) is dict for c in calls)):
+            _objects(calls, f"messages[{i}].tool_calls")  # or a list of dict subclasses
     return messages
+
+
+def _refuse_role(message: Any, where: str) -> None:
+    """Raise the `BadRequest` for a message that is not an object, or has no role we know."""
+    if not isinstance(message, dict):
+        raise BadRequest(f"{where} must be an object", where)
+    raise BadRequest(f"{where}.role must be one of {', '.join(sorted(ROLES))}", f"{where}.role")
 
 
 def _content(content: Any, where: str) -> None:

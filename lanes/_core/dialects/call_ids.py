@@ -60,6 +60,8 @@ def minted(call_id: str, extra: Any) -> str:
 def restored(client_id: str) -> tuple[str, dict[str, Any] | None]:
     """(the upstream's id, its `extra_content` or None) for an id a client sent back: what
     `minted` was given, or `(client_id, None)` for an id it did not make."""
+    if "_xc" not in client_id:  # not one `minted` made (the form says `_xc` before its length)
+        return client_id, None
     head, _, tail = client_id.rpartition("_")
     found = _TAIL.fullmatch(tail)
     if found is None:

@@ -36,6 +36,7 @@ from lanes._core.dialects.common import (
     effort_of,
     first_choice,
     is_int,
+    is_object,
     need,
     need_text,
     sub_keys,
@@ -223,29 +224,20 @@ def _messages(messages: Any, dropped: list[str]) -> list[dict[str, Any]]:
     )
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        param = f"messages.{i}"
-        need(isinstance(message, Mapping), f"{param}: must be an object", param)
-        role = message.get("role")
-        need(
-            role in ("user", "assistant", "system"),
-            f"{param}.role: must be user, assistant or system",
-            f"{param}.role",
-        )
-        content = message.get("content")
+        # what is checked at every message and block of a 512 KB history is checked first, and
+        # the field it names is spelled only when it is wrong
+        role = message.get("role") if is_object(message) else None
+        content = message.get("content") if role in _ROLES else None
         if role == "system":  # a system entry mid-conversation: a system message at its place
-            out += _system(content, param)
+            out += _system(content, f"messages.{i}")
         elif isinstance(content, str):
             out.append({"role": role, "content": content})
+        elif isinstance(content, list) and role == "assistant":
+            out += _assistant(content, i, dropped)
+        elif isinstance(content, list):
+            out += _user(content, i)
         else:
-            need(
-                isinstance(content, list),
-                f"{param}.content: must be a string or an array",
-                f"{param}.content",
-            )
-            if role == "assistant":
-                out += _assistant(content, param, dropped)
-            else:
-                out += _user(content, param)
+            _check_message(message, f"messages.{i}")
     need(
         any(m["role"] != "system" for m in out),
         "messages: must hold a user or assistant turn",
@@ -254,20 +246,40 @@ def _messages(messages: Any, dropped: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant(blocks: list[Any], param: str, dropped: list[str]) -> list[dict[str, Any]]:
+_ROLES = ("user", "assistant", "system")
+
+
+def _check_message(message: Any, param: str) -> None:
+    """Raise the `BadField` naming what is wrong with a message that is not a system entry, and
+    has no text and no array as its content."""
+    need(is_object(message), f"{param}: must be an object", param)
+    need(
+        message.get("role") in _ROLES,
+        f"{param}.role: must be user, assistant or system",
+        f"{param}.role",
+    )
+    raise BadField(f"{param}.content: must be a string or an array", f"{param}.content")
+
+
+def _at(i: int, j: int) -> str:
+    """The name of block `j` of message `i`, for an error."""
+    return f"messages.{i}.content.{j}"
+
+
+def _assistant(blocks: list[Any], i: int, dropped: list[str]) -> list[dict[str, Any]]:
     texts, calls = [], []
     for j, block in enumerate(blocks):
-        where = f"{param}.content.{j}"
-        kind = _kind(block, where)
+        kind = _kind(block, i, j)
         if kind == "text":
-            texts.append(_text(block, where))
+            texts.append(_text(block, i, j))
         elif kind == "tool_use":
-            calls.append(_tool_use(block, where))
+            calls.append(_tool_use(block, i, j))
         elif kind in ("thinking", "redacted_thinking"):
             dropped.append(f"messages.content.{kind}")  # chat completions has no place for it
         else:
             raise BadField(
-                f"{where}.type: {kind!r} is not supported in an assistant turn", f"{where}.type"
+                f"{_at(i, j)}.type: {kind!r} is not supported in an assistant turn",
+                f"{_at(i, j)}.type",
             )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
     if calls:
@@ -277,24 +289,23 @@ def _assistant(blocks: list[Any], param: str, dropped: list[str]) -> list[dict[s
     return [message]
 
 
-def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
+def _user(blocks: list[Any], i: int) -> list[dict[str, Any]]:
     """A user turn: its tool results as `tool` messages first (each right after the call it
     answers), then one user message with its own text and images — and the images the tool
     results held, which a `tool` message can not carry."""
     results, parts, shown = [], [], []
     for j, block in enumerate(blocks):
-        where = f"{param}.content.{j}"
-        kind = _kind(block, where)
+        kind = _kind(block, i, j)
         if kind == "text":
-            parts.append({"type": "text", "text": _text(block, where)})
+            parts.append({"type": "text", "text": _text(block, i, j)})
         elif kind == "image":
-            parts.append(_image(block, where))
+            parts.append(_image(block, _at(i, j)))
         elif kind == "tool_result":
-            message, images = _tool_result(block, where)
+            message, images = _tool_result(block, i, j)
             results.append(message)
             shown += images
         else:
-            raise BadField(f"{where}.type: {kind!r} is not supported", f"{where}.type")
+            raise BadField(f"{_at(i, j)}.type: {kind!r} is not supported", f"{_at(i, j)}.type")
     out = results
     parts = shown + parts
     if parts:
@@ -303,17 +314,25 @@ def _user(blocks: list[Any], param: str) -> list[dict[str, Any]]:
     return out
 
 
-def _kind(block: Any, where: str) -> str:
-    need(isinstance(block, Mapping), f"{where}: must be an object", where)
+def _kind(block: Any, i: int, j: int) -> str:
+    """The `type` of block `j` of message `i`."""
+    kind = block.get("type") if is_object(block) else None
+    return kind if isinstance(kind, str) else _kind_at(block, _at(i, j))
+
+
+def _kind_at(block: Any, where: str) -> str:
+    """The `type` of the block `where`."""
+    need(is_object(block), f"{where}: must be an object", where)
     kind = block.get("type")
     need(isinstance(kind, str), f"{where}.type: Field required", f"{where}.type")
     return str(kind)
 
 
-def _text(block: Mapping[str, Any], where: str) -> str:
+def _text(block: Mapping[str, Any], i: int, j: int) -> str:
     text = block.get("text")
-    need(isinstance(text, str), f"{where}.text: must be a string", f"{where}.text")
-    return str(text)
+    if not isinstance(text, str):
+        raise BadField(f"{_at(i, j)}.text: must be a string", f"{_at(i, j)}.text")
+    return text
 
 
 def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -332,59 +351,81 @@ def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     raise BadField(f"{where}.source.type: must be base64 or url", f"{where}.source.type")
 
 
-def _tool_use(block: Mapping[str, Any], where: str) -> dict[str, Any]:
-    call_id = need_text(block.get("id"), f"{where}.id: Field required", f"{where}.id")
+#: A tool call's arguments as `json.dumps(input, ensure_ascii=False)` writes them (its spaces
+#: too: what goes upstream stays as it was), without building an encoder per call.
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def _tool_use(block: Mapping[str, Any], i: int, j: int) -> dict[str, Any]:
+    call_id: Any = block.get("id")
     name, arguments = block.get("name"), block.get("input", {})
-    need(isinstance(name, str) and bool(name), f"{where}.name: Field required", f"{where}.name")
-    need(isinstance(arguments, Mapping), f"{where}.input: must be an object", f"{where}.input")
+    named = isinstance(call_id, str) and call_id and isinstance(name, str) and name
+    if not (named and is_object(arguments)):
+        _check_tool_use(block, _at(i, j))
     upstream_id, extra = restored(call_id)
     call: dict[str, Any] = {
         "id": upstream_id,
         "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+        "function": {"name": name, "arguments": _ARGUMENTS(arguments)},
     }
     if extra is not None:
         call["extra_content"] = extra
     return call
 
 
+def _check_tool_use(block: Mapping[str, Any], where: str) -> None:
+    """Raise the `BadField` naming the first field of a `tool_use` block that is wrong."""
+    need_text(block.get("id"), f"{where}.id: Field required", f"{where}.id")
+    name = block.get("name")
+    need(isinstance(name, str) and bool(name), f"{where}.name: Field required", f"{where}.name")
+    need(
+        is_object(block.get("input", {})),
+        f"{where}.input: must be an object",
+        f"{where}.input",
+    )
+
+
 def _tool_result(
-    block: Mapping[str, Any], where: str
+    block: Mapping[str, Any], i: int, j: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The `tool` message answering a call, and the images the result held (as user image
     parts: a `tool` message holds text only; the text says they follow)."""
-    given = need_text(
-        block.get("tool_use_id"), f"{where}.tool_use_id: Field required", f"{where}.tool_use_id"
-    )
+    given = block.get("tool_use_id")
+    if not (isinstance(given, str) and given):
+        raise BadField(f"{_at(i, j)}.tool_use_id: Field required", f"{_at(i, j)}.tool_use_id")
     call_id, _ = restored(given)  # the id the call went upstream with
     content = block.get("content", "")
     images: list[dict[str, Any]] = []
     if isinstance(content, list):
-        texts = []
-        for k, part in enumerate(content):
-            inner = f"{where}.content.{k}"
-            kind = _kind(part, inner)
-            need(
-                kind in ("text", "image"),
-                f"{inner}.type: only text and images are supported in a tool result",
-                f"{inner}.type",
-            )
-            if kind == "image":
-                images.append(_image(part, inner))
-            else:
-                texts.append(part)
-        content = text_of(texts)
-        if images:
-            note = f"[{len(images)} image(s) of this result follow in the next user message]"
-            content = f"{content}\n{note}" if content else note
-    need(
-        isinstance(content, str),
-        f"{where}.content: must be a string or text blocks",
-        f"{where}.content",
-    )
+        content, images = _result_parts(content, _at(i, j))
+    if not isinstance(content, str):
+        where = _at(i, j)
+        raise BadField(f"{where}.content: must be a string or text blocks", f"{where}.content")
     if block.get("is_error"):
         content = f"Error: {content}"
     return {"role": "tool", "tool_call_id": call_id, "content": content}, images
+
+
+def _result_parts(content: list[Any], where: str) -> tuple[str, list[dict[str, Any]]]:
+    """The text of a tool result's blocks (saying when images follow), and its images."""
+    texts, images = [], []
+    for k, part in enumerate(content):
+        inner = f"{where}.content.{k}"
+        kind = _kind_at(part, inner)
+        need(
+            kind in ("text", "image"),
+            f"{inner}.type: only text and images are supported in a tool result",
+            f"{inner}.type",
+        )
+        if kind == "image":
+            images.append(_image(part, inner))
+        else:
+            texts.append(part)
+    text = text_of(texts)
+    if images:
+        note = f"[{len(images)} image(s) of this result follow in the next user message]"
+        text = f"{text}\n{note}" if text else note
+    return text, images
 
 
 def _tools(tools: Any, choice: Any, dropped: list[str]) -> list[dict[str, Any]]:

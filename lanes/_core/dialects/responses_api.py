@@ -33,6 +33,7 @@ from lanes._core.dialects.common import (
     effort_of,
     first_choice,
     is_int,
+    is_object,
     need,
     need_text,
     sub_keys,
@@ -164,39 +165,50 @@ def _messages(
     )
     calls_open = False  # the last message is an assistant turn that further calls may join
     for i, item in enumerate(items):
-        param = f"input[{i}]"
-        need(isinstance(item, Mapping), f"{param} must be an object", param)
-        kind = item.get("type", "message" if "role" in item else None)
+        # the field an error names is spelled only when there is one: a 512 KB history holds
+        # hundreds of items
+        kind = item.get("type", "message" if "role" in item else None) if is_object(item) else {}
         if kind == "message":
-            out.append(_message(item, param))
+            out.append(_message(item, f"input[{i}]"))
             calls_open = out[-1]["role"] == "assistant"
         elif kind == "function_call":
-            call = _function_call(item, param, tools)
+            call = _function_call(item, i, tools)
             if calls_open:
                 out[-1].setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
                 calls_open = True
         elif kind == "function_call_output":
-            call_id, _ = restored(_call_id(item, param))  # the id it went upstream with
-            output = item.get("output")
-            text = (
-                output
-                if isinstance(output, str)
-                else text_of(_parts(output, f"{param}.output", "tool"))
-            )
-            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            out.append(_output(item, i))
             calls_open = False
         elif isinstance(kind, str) and kind in _TOOL_RECORDS:  # (a dict is in no set: a 500)
             dropped.append(f"input.{kind}")  # chat completions has no place for it
         else:
-            raise BadField(
-                f"{param}.type {str(kind)[:64]!r} is not supported: lanes bridges to chat "
-                "completions (message, function_call, function_call_output)",
-                f"{param}.type",
-            )
+            _unsupported(item, f"input[{i}]")
     need(any(m["role"] != "system" for m in out), "'input' holds no message", "input")
     return out
+
+
+def _unsupported(item: Any, param: str) -> None:
+    """Raise the `BadField` for an input item that is not an object, or of no type lanes
+    bridges."""
+    need(is_object(item), f"{param} must be an object", param)
+    kind = item.get("type", "message" if "role" in item else None)
+    raise BadField(
+        f"{param}.type {str(kind)[:64]!r} is not supported: lanes bridges to chat "
+        "completions (message, function_call, function_call_output)",
+        f"{param}.type",
+    )
+
+
+def _output(item: Mapping[str, Any], i: int) -> dict[str, Any]:
+    """A `function_call_output` item as a `tool` message."""
+    call_id, _ = restored(_call_id(item, i))  # the id it went upstream with
+    output = item.get("output")
+    text = (
+        output if isinstance(output, str) else text_of(_parts(output, f"input[{i}].output", "tool"))
+    )
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
 def _message(item: Mapping[str, Any], param: str) -> dict[str, Any]:
@@ -242,20 +254,26 @@ def _parts(content: Any, param: str, role: str) -> list[dict[str, Any]]:
     return parts
 
 
-def _function_call(
-    item: Mapping[str, Any], param: str, tools: responses_tools.Tools
-) -> dict[str, Any]:
-    call_id, extra = restored(_call_id(item, param))
-    name = need_text(item.get("name"), f"{param}.name must be a string", f"{param}.name")
+def _function_call(item: Mapping[str, Any], i: int, tools: responses_tools.Tools) -> dict[str, Any]:
+    call_id, extra = restored(_call_id(item, i))
+    name: Any = item.get("name")
     arguments = item.get("arguments", "")
-    need(isinstance(arguments, str), f"{param}.arguments must be a string", f"{param}.arguments")
+    if not (isinstance(name, str) and name and isinstance(arguments, str)):
+        param = f"input[{i}]"
+        need_text(name, f"{param}.name must be a string", f"{param}.name")
+        need(
+            isinstance(arguments, str), f"{param}.arguments must be a string", f"{param}.arguments"
+        )
     flat = tools.flat_name(item.get("namespace"), name)  # the name its tool went upstream by
     call = {"id": call_id, "type": "function", "function": {"name": flat, "arguments": arguments}}
     return call if extra is None else {**call, "extra_content": extra}
 
 
-def _call_id(item: Mapping[str, Any], param: str) -> str:
-    return need_text(item.get("call_id"), f"{param}.call_id must be a string", f"{param}.call_id")
+def _call_id(item: Mapping[str, Any], i: int) -> str:
+    call_id = item.get("call_id")
+    if not (isinstance(call_id, str) and call_id):
+        raise BadField(f"input[{i}].call_id must be a string", f"input[{i}].call_id")
+    return call_id
 
 
 def _format(text: Any, dropped: list[str]) -> dict[str, Any] | None:
@@ -405,7 +423,7 @@ def response_of(
     text = text_of(message.get("content")) or text_of(message.get("refusal"))
     if text or not message.get("tool_calls"):
         response["output"].append(message_item(f"msg_{response_id}", text))
-    tools = responses_tools.translate(body.get("tools"))  # as `to_chat` read them
+    tools = responses_tools.naming(body.get("tools"))  # as `to_chat` read them
     for call_id, name, arguments, extra in tool_calls_of(message):
         at = len(response["output"])  # the item's output index, as a stream numbers it
         given = minted(call_id or f"call_{response_id}_{at}", extra)
@@ -447,7 +465,7 @@ class ResponseEvents:
         self._created_at = created_at
         self._model = model
         self._reader = ChoiceReader()
-        self._tools = responses_tools.translate(body.get("tools"))  # as `to_chat` read them
+        self._tools = responses_tools.naming(body.get("tools"))  # as `to_chat` read them
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items as they stand, in output order
         self._open: dict[str, dict[str, Any]] = {}  # "thinking" or "text" → its item being written
