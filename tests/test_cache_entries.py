@@ -118,13 +118,13 @@ def test_what_redis_memory_means_for_the_cache(redis_server):
         server.close()
     assert notes["0", "noeviction"] == ("", "")  # no limit
     under, over = notes["10mb", "noeviction"]
-    assert under == "" and "max_mb (6)" in over and "maxmemory (10.4858 MB)" in over
+    assert under == "" and "max_mb (6 MB)" in over and "maxmemory (10,485,760 bytes)" in over
     assert "under noeviction" in over and "the paid ledger's" in over
     assert all("volatile-ttl" in n and "backoffs" in n for n in notes["10mb", "volatile-ttl"])
     assert lru == ""
 
 
-async def test_the_sidecar_says_once_what_redis_memory_means_for_the_cache(redis_server, caplog):
+async def test_the_sidecar_says_what_redis_memory_means_for_the_cache(redis_server, caplog):
     """A dispatcher with the cache on a Redis that could not hold it says so at start."""
     import redis
 
@@ -146,8 +146,40 @@ async def test_the_sidecar_says_once_what_redis_memory_means_for_the_cache(redis
                     if said:
                         break
                     await trio.sleep(0.01)
-    assert len(said) == 1 and "max_mb (16)" in said[0], said
+    assert len(said) == 1 and "max_mb (16 MB)" in said[0], said
 
 
 def _said(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "response cache: redis at" in r.getMessage()]
+
+
+async def test_the_memory_note_is_said_once_a_change(caplog):
+    """The sweeper says the store's memory note when it first reads it and when it changes, not
+    each round it reads the same one; a store that can not say is the task's health, not a line."""
+    from lanes._core.cache.cache import ResponseCache
+    from lanes._core.cache.store import SQLiteEntries
+    from lanes._core.config.schema import CacheConfig
+    from lanes._core.runtime.tasks import Background
+
+    class Noting(SQLiteEntries):
+        note: str | Exception = "crowded"
+
+        def memory_note(self, max_bytes: int) -> str:
+            if isinstance(self.note, Exception):
+                raise self.note
+            return self.note
+
+    entries = Noting(":memory:")
+    health = Background().task("cache")
+    cache = ResponseCache(
+        CacheConfig(mode="on"), {}, entries, now_wall=lambda: 0.0, health=health, inline_reads=True
+    )
+    said = await cache._memory("")
+    said = await cache._memory(said)  # the same note again: not said
+    entries.note = OSError("refused")
+    said = await cache._memory(said)  # unreadable: kept, the task's health says why
+    entries.note = "crowded more"
+    await cache._memory(said)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("crowded")]
+    assert lines == ["crowded", "crowded more"]
+    assert health.failures == 1 and "refused" in (health.failing or "")

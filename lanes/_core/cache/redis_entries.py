@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from lanes._core.cache.store import EVICT_AT_MOST, Entry
-from lanes._core.state.redis_store import connection_pool, memory_policy, redacted
+from lanes._core.state.redis_store import connection_pool, memory_policy, memory_setting, redacted
 
 _FIELDS = ("client", "made_at", "body", "lane", "model", "provider", "route", "cost_usd")
 
@@ -174,12 +174,8 @@ class RedisEntries:
     def memory_note(self, max_bytes: int) -> str:
         """What Redis' memory limit and policy mean for entries of `max_bytes` beside the state
         store's keys (`memory_risk`). Raises what the connection raises."""
-        policy = memory_policy(self._r)
-        try:
-            found: Any = self._r.config_get("maxmemory").get("maxmemory")
-        except redis.ResponseError:  # CONFIG renamed or not granted: INFO says it too
-            found = self._r.info("memory").get("maxmemory")
-        return memory_risk(self.where, policy, int(found or 0), max_bytes)
+        found = memory_setting(self._r, "maxmemory")  # None: neither CONFIG nor INFO granted
+        return memory_risk(self.where, memory_policy(self._r), int(found or 0), max_bytes)
 
     def close(self) -> None:
         self._r.close()
@@ -191,23 +187,23 @@ def memory_risk(where: str, policy: str, maxmemory: int, max_bytes: int) -> str:
     out of a Redis with `maxmemory` bytes (0: no limit) under `policy`; "" when it can not. The
     paid ledger's keys carry no expiry, so a `volatile-*` policy never takes them (and an
     `allkeys-*` one keeps paid closed already); but under `noeviction` a full Redis refuses
-    every write, and under `volatile-ttl` the keys nearest their expiry go first — the free
-    tier's counts and backoffs (minutes) before answers kept for a day."""
+    every write, under `volatile-ttl` the keys nearest their expiry go first — the free tier's
+    counts and backoffs (minutes) before answers kept for a day — and under `volatile-random`
+    any of them may."""
     if maxmemory <= 0:
         return ""
-    cache_mb, limit_mb = max_bytes / 1e6, maxmemory / 1e6
     if policy == "noeviction" and max_bytes * 2 > maxmemory:
         return (
-            f"response cache: redis at {where}: [cache] max_mb ({cache_mb:g}) is more than half "
-            f"of Redis' maxmemory ({limit_mb:g} MB) under noeviction — with Redis' own overhead "
-            "for each entry, a full cache makes Redis refuse every write, the paid ledger's "
-            "too (paid stays closed while it does): lower max_mb, or raise maxmemory"
+            f"response cache: redis at {where}: [cache] max_mb ({max_bytes / 1e6:g} MB) is more "
+            f"than half of Redis' maxmemory ({maxmemory:,} bytes) under noeviction — with Redis' "
+            "own overhead for each entry, a full cache makes Redis refuse every write, the paid "
+            "ledger's too (paid stays closed while it does): lower max_mb, or raise maxmemory"
         )
-    if policy == "volatile-ttl":
+    if policy in ("volatile-ttl", "volatile-random"):
         return (
-            f"response cache: redis at {where}: maxmemory-policy volatile-ttl takes the keys "
-            "nearest their expiry first: when Redis is full the free tier's counts and backoffs "
-            "go before the cache's answers (free quotas may be overrun, 429s follow): "
-            "volatile-lru, or a max_mb well under maxmemory, keeps them"
+            f"response cache: redis at {where}: maxmemory-policy {policy} may take the free "
+            "tier's counts and backoffs before the cache's answers when Redis is full (free "
+            "quotas may be overrun, 429s follow): volatile-lru, or a max_mb well under maxmemory, "
+            "keeps them"
         )
     return ""

@@ -439,15 +439,21 @@ def _loss(now: str | None, known: str | None) -> str:
 
 
 def memory_policy(client: redis.Redis) -> str:
-    """The server's `maxmemory-policy`, by CONFIG GET, else INFO where CONFIG is renamed or not
-    granted ("" when neither may be run). Raises what the connection raises."""
+    """The server's `maxmemory-policy` ("" when neither CONFIG GET nor INFO may be run)."""
+    return text(memory_setting(client, "maxmemory-policy") or "")
+
+
+def memory_setting(client: redis.Redis, name: str) -> Any:
+    """The server's `name` (`maxmemory`, `maxmemory-policy`) by CONFIG GET, else INFO where
+    CONFIG is renamed or not granted; None when neither may be run. Raises what the connection
+    raises."""
     try:
-        return text(client.config_get("maxmemory-policy").get("maxmemory-policy", ""))
+        return client.config_get(name).get(name)
     except redis.ResponseError:
         try:
-            return text(client.info("memory").get("maxmemory_policy", ""))
+            return client.info("memory").get(name.replace("-", "_"))
         except redis.ResponseError:
-            return ""
+            return None
 
 
 def _eviction_risk(where: str, policy: str) -> str:
