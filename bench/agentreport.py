@@ -7,6 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
+
+from lanes._core.config.schema import LaneConfig
+
+#: how long a cold model's probe holds the others when it does not answer (the lanes default)
+QUIET_S = attrs.fields(LaneConfig).probe_quiet_s.default
+
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "docs" / "benchmarks-agent.svg"
 NAMES = {"floor": "floor", "lanes": "lanes", "litellm": "LiteLLM", "portkey": "Portkey"}
@@ -282,10 +289,10 @@ def _cold(result: dict[str, Any]) -> list[str]:
         *lines,
         "",
         "lanes sends the first request to a model it has not heard from alone, as a probe, and the "
-        "others when its answer begins (response headers, a first streamed chunk) or once it has "
-        "left and the lane's `probe_quiet_s` (0.5 s) passed with no refusal — an upstream "
-        "answering whole sends its headers only with its answer, and a refusal comes before the "
-        "work.",
+        "others when it answers (its whole answer, or a stream's first chunk) or once it has been "
+        f"sent and the lane's `probe_quiet_s` ({QUIET_S:g} s by default) passed with no refusal: "
+        "an upstream answering whole sends nothing before its answer, and a refusal comes before "
+        "the work.",
         "",
     ]
 

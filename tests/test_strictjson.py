@@ -49,6 +49,18 @@ def outcome(parse, raw):
         return ("refused", str(exc), exc.where)
 
 
+def judged_alike(raw: str | bytes) -> None:
+    """The quick path gives what parsing and walking everything gives: the same value, or the
+    same refusal naming the same place."""
+    quick = outcome(strictjson.loads, raw)
+    walked = outcome(lambda r: strictjson._walked(r, strictjson.MAX_DEPTH), raw)
+    assert quick[0] == walked[0]
+    if quick[0] == "value":
+        assert json.dumps(quick[1]) == json.dumps(walked[1])
+    else:
+        assert quick == walked
+
+
 @settings(max_examples=examples(400))
 @given(values, hostile, st.integers(0, 200), st.sampled_from(["str", "utf-8", "utf-16"]))
 def test_the_quick_path_agrees_with_the_walk(value, splice, at, form):
@@ -58,13 +70,7 @@ def test_the_quick_path_agrees_with_the_walk(value, splice, at, form):
     if at % 2:  # half the documents get the splice, as an array item or a value
         text = f"[{text}, {splice}]" if at % 4 == 1 else f'{{"k": {splice}, "v": {text}}}'
     raw: str | bytes = text if form == "str" else text.encode(form, "surrogatepass")
-    quick = outcome(strictjson.loads, raw)
-    walked = outcome(lambda r: strictjson._walked(r, strictjson.MAX_DEPTH), raw)
-    assert quick[0] == walked[0]
-    if quick[0] == "value":
-        assert json.dumps(quick[1]) == json.dumps(walked[1])
-    else:
-        assert quick == walked
+    judged_alike(raw)
 
 
 @pytest.mark.parametrize(
@@ -116,10 +122,4 @@ def test_a_long_document_is_judged_by_the_brackets_outside_its_strings(texts, ob
         value = {before: value, "": after} if objects else [before, value, after]
     text = json.dumps(value)
     raw: str | bytes = text if form == "str" else text.encode()
-    quick = outcome(strictjson.loads, raw)
-    walked = outcome(lambda r: strictjson._walked(r, strictjson.MAX_DEPTH), raw)
-    assert quick[0] == walked[0]
-    if quick[0] == "value":
-        assert json.dumps(quick[1]) == json.dumps(walked[1])
-    else:
-        assert quick == walked
+    judged_alike(raw)

@@ -140,9 +140,11 @@ class LaneConfig:
     #: streams: the longest wait for the first chunk, seconds
     first_token_s: float = attrs.field(default=10.0, validator=positive)
     #: a cold or reopened free model gets one request first (a probe); the jobs waiting for it go
-    #: once its answer begins, or this long after it has left (its body written) with no answer — a
-    #: provider refuses (rate limit, model gone) before it works on a request. Seconds; raise it
-    #: for a provider slow to refuse, or set it to `first_token_s` to wait for the answer itself
+    #: once it answers (its whole answer, or a stream's first chunk), or this long after its
+    #: request was handed to the operating system with no answer — a provider refuses (rate
+    #: limit, model gone) before it works on a request. Seconds; raise it for a provider slow to
+    #: refuse or a slow uplink (the socket's buffers may still hold a large request), or set it to
+    #: `first_token_s` to hold them for the answer (up to `first_token_s`, as before)
     probe_quiet_s: float = attrs.field(default=0.5, validator=positive)
     #: streams: the longest silence between bytes once streaming, seconds
     idle_s: float = attrs.field(default=10.0, validator=positive)

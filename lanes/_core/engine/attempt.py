@@ -119,8 +119,9 @@ class AttemptRun:
 
     @property
     def on_sent(self) -> Callable[[], None] | None:
-        """For a probe: what the upstream client calls once its request has left — the jobs
-        waiting for it may go beside it a quiet time later (`Gate.probe_sent`). None otherwise."""
+        """For a completion's or a stream's probe: what the upstream client calls once its request
+        has been handed over whole — the jobs waiting for it may go beside it a quiet time later
+        (`Gate.probe_sent`). None otherwise (an embedding's probe holds them until it answers)."""
         if self._admission is None or self._admission.probe is None:
             return None
         return self._probe_sent

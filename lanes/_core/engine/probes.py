@@ -5,11 +5,13 @@ key in Redis for several hosts. So a closed door gets one knock from the whole h
 rather than one per process.
 
 A probe holds the others only as long as it must: a provider refuses (a rate limit, a model gone,
-a bad key) before it works on a request, so once the probe's request has left (its body written)
-and the lane's `probe_quiet_s` passed with no answer, or its answer began (response headers, a
-first chunk), the jobs waiting here go beside it — a whole answer to a cold model costs one
-answer's time, not two. A refusal within the quiet time keeps them, and they see the backoff it
-wrote.
+a bad key) before it works on a request, so once the probe's request has been handed to the
+operating system whole (the connection made, TLS done, its body written to the socket) and the
+lane's `probe_quiet_s` passed with no answer — or once it answered: its whole answer, or a
+stream's first chunk — the jobs waiting here go beside it: a whole answer to a cold model costs
+one answer's time, not two. A refusal within the quiet time keeps them, and they see the backoff
+it wrote. What the socket's buffers still hold is not yet at the provider: on a slow uplink a
+large probe may still be on its way when the quiet time ends (raise `probe_quiet_s` there).
 
 A job that finds another process's lease waits for its answer: told by a published event (Redis),
 or asking the store again every `store.lease_poll_s` (SQLite) — the holder writes the backoff its

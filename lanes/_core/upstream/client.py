@@ -318,7 +318,7 @@ def _chunk_shaped(chunk: Any) -> bool:
     return True
 
 
-def _told(sent: Callable[[], None]) -> Callable[[str, Any], Awaitable[None]]:
+def _sent_trace(sent: Callable[[], None]) -> Callable[[str, Any], Awaitable[None]]:
     """A connection trace (httpcore's `trace` extension) that calls `sent` when a request's body
     has been written, over HTTP/1.1 or HTTP/2."""
 
@@ -399,11 +399,12 @@ class Upstream:
         sent: Callable[[], None] | None = None,
     ) -> AsyncIterator[tuple[httpx2.Response, dict[str, str]]]:
         """POST `body` as JSON (or its bytes as they are): `_exchange`. `sent`, if any, is called
-        once the request's body has left (the connection made, TLS done, every byte written),
-        told by the connection's trace — never, through a transport that does not trace."""
+        once the request is handed to the operating system whole (the connection made, TLS done,
+        the body written to the socket: its buffers may still hold some of it), told by the
+        connection's trace — never, through a transport that does not trace."""
         content = body if isinstance(body, bytes) else encode(body)
         extensions = (
-            self._extensions if sent is None else {**self._extensions, "trace": _told(sent)}
+            self._extensions if sent is None else {**self._extensions, "trace": _sent_trace(sent)}
         )
         if self._transport is None:
             request = self._client.build_request(
