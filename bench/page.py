@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 TEST = (
     "tests/test_page_responsive.py"
-    "::test_five_thousand_models_paint_at_once_and_never_stall_the_page"
+    "::test_five_thousand_models_are_drawn_a_page_at_a_time"
 )
 
 
