@@ -20,10 +20,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST = (
-    "tests/test_page_responsive.py"
-    "::test_five_thousand_models_are_drawn_a_page_at_a_time"
-)
+TEST = "tests/test_page_responsive.py::test_five_thousand_models_are_drawn_a_page_at_a_time"
 
 
 def one_run() -> dict[str, Any]:

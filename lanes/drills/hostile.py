@@ -117,6 +117,7 @@ Retry-After 1e308): every job answered by its deadline + 1 s, peak RSS < 300 MB,
             baseline = peak_rss_mb(sidecar.process.pid)
             took: dict[str, float] = {}
             served: dict[str, bool] = {}
+            refused: dict[str, str] = {}
             for model, (case, (_, stream)) in zip(models, scripted.items(), strict=True):
                 start = time.monotonic()  # wall-clock: the drill measures real answer times
                 response = await http.post(
@@ -131,6 +132,8 @@ Retry-After 1e308): every job answered by its deadline + 1 s, peak RSS < 300 MB,
                 )
                 took[case] = time.monotonic() - start  # wall-clock: as above
                 served[case] = response.status_code == 200
+                if not served[case]:  # said with the result: what the client got instead
+                    refused.setdefault(case, f"{response.status_code} {response.text[:200]}")
             ready = (await http.get(f"{sidecar.base}/ready")).json()
             lanes_state = (await http.get(f"{sidecar.base}/v1/lanes")).json()
             peak = peak_rss_mb(sidecar.process.pid)
@@ -142,7 +145,8 @@ Retry-After 1e308): every job answered by its deadline + 1 s, peak RSS < 300 MB,
     return check(
         "hostile-upstream",
         f"{sum(served.values())}/{len(served)} answered; slowest "
-        f"{took[slowest]:.2f} s ({slowest}); peak RSS {peak:.0f} MB (from {baseline:.0f} MB)",
+        f"{took[slowest]:.2f} s ({slowest}); peak RSS {peak:.0f} MB (from {baseline:.0f} MB)"
+        + "".join(f"; {case}: {why}" for case, why in list(refused.items())[:2]),
         all_served=all(served.values()),
         within_deadline=max(took.values()) <= DEADLINE_MS / 1000 + 1.0,
         memory=peak < 300,
