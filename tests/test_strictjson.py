@@ -123,3 +123,14 @@ def test_a_long_document_is_judged_by_the_brackets_outside_its_strings(texts, ob
     text = json.dumps(value)
     raw: str | bytes = text if form == "str" else text.encode()
     judged_alike(raw)
+
+
+@settings(max_examples=examples(2000))
+@given(st.lists(st.sampled_from([b"\\", b'"', b"n", b"[", b"\\\\"]), max_size=400))
+@example([b"\\"] * 300 + [b'"'])  # past the regex's budget: the replaces take the rest
+def test_escapes_are_taken_as_the_replaces_take_them(pieces):
+    """The structure pass takes escaped backslashes and quotes away as two replaces do (each run
+    of backslashes loses its pairs left to right, a lone one before a quote goes with it), the
+    regex's budget (one per 64 bytes) reached or not."""
+    text = b"".join(pieces)
+    assert strictjson._unescaped(text) == text.replace(b"\\\\", b"").replace(b'\\"', b"")

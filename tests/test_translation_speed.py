@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes._core.dialects import messages_api, responses_api, responses_tools
-from lanes._core.dialects.common import BadField, compact, sse_event
+from lanes._core.dialects.common import BadField, compact, spaced, sse_event
 from lanes._http.errors import BadRequest
 from lanes._http.validation import chat_fields
 
@@ -346,6 +346,46 @@ def test_a_tool_use_input_goes_upstream_as_json_dumps_writes_it(arguments: dict[
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "assistant", "content": [use]}]}
     call = messages_api.to_chat(body).messages[0]["tool_calls"][0]
     assert call["function"]["arguments"] == json.dumps(arguments, ensure_ascii=False)
+
+
+#: what json.dumps takes that strict JSON never gives: NaN and infinities, keys that are not text
+ODD = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.tuples(inner, inner)
+    | st.dictionaries(TEXT | st.integers() | st.floats() | st.booleans() | st.none(), inner),
+    max_leaves=30,
+)
+
+
+def _outcome(encode: Any, value: Any) -> tuple[str, str]:
+    try:
+        return "ok", encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+@given(ODD)
+def test_spaced_writes_what_json_dumps_writes(value: Any) -> None:
+    """`spaced` (json's C encoder, made once) writes `json.dumps(value, ensure_ascii=False)`:
+    the same text, NaN, keys of every type and tuples included."""
+    assert spaced(value) == json.dumps(value, ensure_ascii=False)
+
+
+def test_spaced_refuses_what_json_dumps_refuses() -> None:
+    """A cycle, a value json can not write, and nesting past the recursion limit: the same error
+    with the same message as `json.dumps`."""
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    looped: dict[str, Any] = {}
+    looped["a"] = [looped]
+    deep: Any = 1
+    for _ in range(100_000):
+        deep = [deep]
+    for value in (cycle, looped, {"a": {1, 2}}, object(), {("a",): 1}, deep):
+        expected = _outcome(lambda v: json.dumps(v, ensure_ascii=False), value)
+        assert expected[0] != "ok"
+        assert _outcome(spaced, value) == expected
 
 
 @given(NO_FLOATS)

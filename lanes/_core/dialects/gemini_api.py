@@ -28,11 +28,10 @@ prompt kept on Google's side).
 from __future__ import annotations
 
 # lanes: pure
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from lanes._core.dialects.common import ChatRequest, is_int, need
+from lanes._core.dialects.common import ChatRequest, is_int, need, spaced
 from lanes._core.dialects.gemini_tools import (
     an_array,
     an_object,
@@ -263,7 +262,7 @@ def _function_call(
     name, args = field(call, "name"), field(call, "args")
     need(isinstance(name, str) and bool(name), f"{at}.name: Field required", f"{at}.name")
     need(args is None or isinstance(args, Mapping), f"{at}.args: must be an object", f"{at}.args")
-    arguments = json.dumps(args or {}, ensure_ascii=False)
+    arguments = spaced(args or {})
     call_id = calls.called(call, turn, j)
     function = {"name": name, "arguments": arguments}
     out: dict[str, Any] = {"id": call_id, "type": "function", "function": function}
@@ -292,7 +291,7 @@ def _function_response(
         f"{at}.response",
     )
     dropped += others("contents.parts.functionResponse", response, {"name", "response", "id"})
-    content = json.dumps(result or {}, ensure_ascii=False)
+    content = spaced(result or {})
     call_id = calls.answered(response, turn, part)
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 

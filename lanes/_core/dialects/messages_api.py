@@ -39,6 +39,7 @@ from lanes._core.dialects.common import (
     is_object,
     need,
     need_text,
+    spaced,
     sub_keys,
     text_of,
     token_counts,
@@ -351,11 +352,6 @@ def _image(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     raise BadField(f"{where}.source.type: must be base64 or url", f"{where}.source.type")
 
 
-#: A tool call's arguments as `json.dumps(input, ensure_ascii=False)` writes them (its spaces
-#: too: what goes upstream stays as it was), without building an encoder per call.
-_ARGUMENTS = json.JSONEncoder(ensure_ascii=False).encode
-
-
 def _tool_use(block: Mapping[str, Any], i: int, j: int) -> dict[str, Any]:
     call_id: Any = block.get("id")
     name, arguments = block.get("name"), block.get("input", {})
@@ -366,7 +362,7 @@ def _tool_use(block: Mapping[str, Any], i: int, j: int) -> dict[str, Any]:
     call: dict[str, Any] = {
         "id": upstream_id,
         "type": "function",
-        "function": {"name": name, "arguments": _ARGUMENTS(arguments)},
+        "function": {"name": name, "arguments": spaced(arguments)},
     }
     if extra is not None:
         call["extra_content"] = extra

@@ -84,6 +84,23 @@ _MEASURING = msgspec.json.Decoder(float_hook=_counted)
 _PASSED_ON = (msgspec.MsgspecError, _Overflow, UnicodeError, RecursionError)
 _NOT_STRUCTURE = bytes(range(256)).translate(None, b'",:[]{}')  # what `_structure` deletes
 _STRING = re.compile(rb'"[^"]*"')
+_ESCAPE = re.compile(rb'\\[\\"]')  # an escaped backslash or quote
+
+
+def _unescaped(text: bytes) -> bytes:
+    """`text` without its escaped backslashes and quotes: each run of backslashes loses its pairs,
+    left to right, and a lone one left before a quote goes with it. A regex takes them in one
+    pass (0.26 ms for a 512 KB agent request, against 1.0 ms for the two replaces), up to one
+    per 64 bytes; a text with more (a body made of them: the regex would take 0.3 s of the event
+    loop for 4 MB) has the rest taken by the replaces, which leave the same (the regex stops
+    right after an escape, and what it took leaves no backslash next to a quote or another)."""
+    budget = max(1, len(text) >> 6)
+    text, taken = _ESCAPE.subn(b"", text, count=budget)
+    if taken == budget:
+        text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return text
+
+
 _SHORT = 4096  # bytes or characters
 
 
@@ -100,10 +117,7 @@ def _structure(raw: bytes | str, max_depth: int) -> int | None:
             return raw.count(b",") + raw.count(b":")
     text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if b"\\" in text:  # an escaped quote or backslash is not one that ends a string
-        # (each run of backslashes loses its pairs, left to right, and a lone one left before a
-        # quote goes with it — what a regex taking each escaped backslash or quote would leave, at
-        # a tenth of its cost on a body made of them: 0.3 s of the event loop for 4 MB)
-        text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+        text = _unescaped(text)
     # what is left of a string without those in it is "" (two adjacent quotes: taking away any
     # such pair leaves the other quotes alternating as before); then the rest of the strings go
     text = text.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
