@@ -351,9 +351,11 @@ def test_a_tool_use_input_goes_upstream_as_json_dumps_writes_it(arguments: dict[
 #: what json.dumps takes that strict JSON never gives: NaN and infinities, keys that are not text
 ODD = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(TEXT | st.integers() | st.floats() | st.booleans() | st.none(), inner),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(TEXT | st.integers() | st.floats() | st.booleans() | st.none(), inner)
+    ),
     max_leaves=30,
 )
 
