@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lanes._core.dialects import messages_api, responses_api, responses_tools
-from lanes._core.dialects.common import BadField, compact, spaced, sse_event
+from lanes._core.dialects.common import BadField, compact, spaced, sse_event, written_once
 from lanes._http.errors import BadRequest
 from lanes._http.validation import chat_fields
 
@@ -508,3 +508,40 @@ def test_tool_calls_of_objects_pass() -> None:
     """An assistant's tool calls, a list of objects, pass as they did."""
     messages: list[dict[str, Any]] = [{"role": "assistant", "content": None, "tool_calls": [{}]}]
     assert chat_fields(messages, {}) is messages
+
+
+def _stream_bytes(body: dict[str, Any], written: Any) -> list[bytes]:
+    events = responses_api.ResponseEvents(
+        body, response_id="r", created_at=0, model="m", written=written
+    )
+    chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    out = events.start() + events.feed(chunk) + events.finish(usage=None)
+    return [sse_event(e) for e in out]
+
+
+@given(
+    st.lists(st.dictionaries(TEXT, VALUES, max_size=4), max_size=40),
+    st.text(max_size=1000),
+    st.sampled_from([{}, {"metadata": {True: "json writes this key, msgspec does not"}}]),
+)
+@example([{"x": 1.5e-05, "y": "é" * 300}] * 3, "be brief " * 100, {})
+@example([{"x": 1.5e-05, "y": "é" * 300}] * 3, "be brief " * 100, {"metadata": {True: "x"}})
+def test_a_responses_stream_echoes_what_it_always_wrote(
+    tools: list[Any], instructions: str, more: dict[str, Any]
+) -> None:
+    """A stream whose events echo the request's tools and instructions written once
+    (`written_once`) sends the bytes it sends writing them in each event — floats, short values
+    and events that only json can write (where the rest goes json's way) included."""
+    body = {"tools": [{"type": "function", "name": f"t{i}", **t} for i, t in enumerate(tools)]}
+    body |= {"instructions": instructions, **more}
+    assert _stream_bytes(body, written_once) == _stream_bytes(body, None)
+
+
+def test_long_echoed_members_are_written_once() -> None:
+    """What stands for a long member is its compact JSON (so it is not written again per event);
+    a short one, or one msgspec can not write, stands for itself."""
+    tools = [{"type": "function", "name": f"t{i}", "parameters": {"x": 1.5}} for i in range(40)]
+    assert bytes(written_once(tools)) == compact(tools)
+    assert written_once("short") == "short"
+    odd = [{True: "x" * 600}]
+    assert written_once(odd) is odd

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 
 from lanes._core.dialects import gemini_api, gemini_reply, messages_api, responses_api
-from lanes._core.dialects.common import ChatRequest, compact, sse_event
+from lanes._core.dialects.common import ChatRequest, compact, sse_event, written_once
 from lanes._core.engine.stream import AnswerStream
 from lanes._core.model.errors import JobFailed, StreamInterrupted
 from lanes._core.model.job import Job, Reply
@@ -137,7 +137,11 @@ class ResponsesAPI(ChatCompletions):
 
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
         events = responses_api.ResponseEvents(
-            body, response_id=f"resp_{job.id}", created_at=now, model=job.model
+            body,
+            response_id=f"resp_{job.id}",
+            created_at=now,
+            model=job.model,
+            written=written_once,
         )
         return _Events(
             events,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeGuard
 
 import attrs
+import msgspec
 
 from lanes._core.model.arrival import encoded
 from lanes._core.upstream.shapes import reasoning_of, usage_in
@@ -73,8 +74,29 @@ def compact(value: Any) -> bytes:
     not write it."""
     data = encoded(value)
     if data is None:
-        data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_unwritten)
+        return text.encode()
     return data
+
+
+def _unwritten(value: Any) -> Any:
+    """json's writing of what `written_once` wrote: the value it was written from."""
+    if isinstance(value, msgspec.Raw):
+        return msgspec.json.decode(value)
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+#: shorter than this, a value is written where it stands
+_WRITTEN_FROM = 512
+
+
+def written_once(value: Any) -> Any:
+    """`value` as `compact` writes it, once, for events that each repeat it (a Responses stream
+    echoes the request's tools and instructions three times): a `msgspec.Raw` that `compact` puts
+    in as it is, byte for byte what it would write for `value` there (and, where json writes the
+    rest, `value` again). `value` itself when short, or when msgspec can not write it."""
+    data = encoded(value)
+    return value if data is None or len(data) < _WRITTEN_FROM else msgspec.Raw(data)
 
 
 #: json's own C encoder, made once (`json.dumps` makes one for each call it is given

@@ -450,6 +450,11 @@ def _logprobs(kind: str) -> dict[str, Any]:
     return {"logprobs": []} if kind == "text" else {}
 
 
+#: The request's members each `response` of a stream echoes, long in an agent's request (its tools
+#: and system prompt): `ResponseEvents(written=...)` has them written once, not once per event.
+_ECHOED = ("instructions", "tools")
+
+
 class ResponseEvents:
     """Chat completion chunks in, Responses stream events out (sans-io: no I/O, no clock).
 
@@ -458,9 +463,17 @@ class ResponseEvents:
     """
 
     def __init__(
-        self, body: Mapping[str, Any], *, response_id: str, created_at: float, model: str
+        self,
+        body: Mapping[str, Any],
+        *,
+        response_id: str,
+        created_at: float,
+        model: str,
+        written: Callable[[Any], Any] | None = None,
     ) -> None:
         self._body = body
+        self._written = written  # what stands for each echoed member in the events (see _ECHOED)
+        self._echoed: dict[str, Any] | None = None
         self._id = response_id
         self._created_at = created_at
         self._model = model
@@ -484,6 +497,10 @@ class ResponseEvents:
             model=self._reader.model or self._model,
             status=status,
         )
+        if self._written is not None:
+            if self._echoed is None:  # each written once, for every event that echoes it
+                self._echoed = {name: self._written(response[name]) for name in _ECHOED}
+            response.update(self._echoed)
         response["output"] = [dict(item) for item in self._output]
         return response
 
