@@ -11,7 +11,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from helpers import examples
-from lanes._core.dialects import messages_api, responses_api
+from lanes._core.dialects import (
+    messages_api,
+    messages_reply,
+    responses_api,
+    responses_reply,
+    responses_stream,
+)
 from lanes._core.dialects.call_ids import restored
 from lanes._core.dialects.common import BadField
 from lanes.testing.answers import chunks, completion
@@ -210,8 +216,10 @@ def test_a_responses_stream_ends_as_the_whole_response(spec, split):
     streamed = chunks(request, spec["text"], "m")
     if not spec["usage"]:
         del whole["usage"], streamed[-1]["usage"]
-    expected = responses_api.response_of({"model": "auto"}, whole, response_id="r", created_at=7.9)
-    events = responses_api.ResponseEvents(
+    expected = responses_reply.response_of(
+        {"model": "auto"}, whole, response_id="r", created_at=7.9
+    )
+    events = responses_stream.ResponseEvents(
         {"model": "auto"}, response_id="r", created_at=7.9, model="auto"
     )
     out = events.start()
@@ -277,7 +285,7 @@ def test_a_responses_output_fed_back_is_the_same_turn(turn):
     very assistant message the upstream answered — each call's id and extra content (Gemini's
     thought signature, carried in the call_id) too."""
     completion_ = {"model": "m", "choices": [{"message": turn, "finish_reason": "stop"}]}
-    output = responses_api.response_of({}, completion_, response_id="r", created_at=0)["output"]
+    output = responses_reply.response_of({}, completion_, response_id="r", created_at=0)["output"]
     chat = responses_api.to_chat({"input": [{"role": "user", "content": "q"}, *output]})
     assert chat.messages[1] == turn
 
@@ -287,7 +295,7 @@ def test_a_truncated_answer_is_an_incomplete_response():
     whole = completion(
         {"messages": [{"role": "user", "content": "q"}], "max_tokens": 1}, "long answer", "m"
     )
-    response = responses_api.response_of({}, whole, response_id="r", created_at=0)
+    response = responses_reply.response_of({}, whole, response_id="r", created_at=0)
     assert response["status"] == "incomplete"
     assert response["incomplete_details"] == {"reason": "max_output_tokens"}
     assert response["usage"]["output_tokens"] == 1
@@ -295,7 +303,7 @@ def test_a_truncated_answer_is_an_incomplete_response():
 
 def test_a_broken_stream_ends_with_the_error_event_and_a_failed_response():
     """fail(): the in-band `error` event, then `response.failed` keeping what was delivered."""
-    events = responses_api.ResponseEvents({}, response_id="r", created_at=0, model="m")
+    events = responses_stream.ResponseEvents({}, response_id="r", created_at=0, model="m")
     events.start()
     for chunk in chunks({"messages": []}, "partial answer", "m")[:2]:
         events.feed(chunk)
@@ -510,7 +518,7 @@ def test_a_tool_use_survives_the_round_trip(arguments, name):
         }
     )
     answered = {"choices": [{"message": chat.messages[0], "finish_reason": "tool_calls"}]}
-    message = messages_api.message_of(answered, message_id="msg_1", model="m")
+    message = messages_reply.message_of(answered, message_id="msg_1", model="m")
     assert message["content"] == [{"type": "tool_use", "id": "t", "name": name, "input": arguments}]
     assert message["stop_reason"] == "tool_use"
 
@@ -549,8 +557,8 @@ def test_a_messages_stream_builds_the_whole_message(spec, split):
     request = chat_request(spec)
     whole = completion(request, spec["text"], "m")
     streamed = chunks(request, spec["text"], "m")
-    expected = messages_api.message_of(whole, message_id="msg_1", model="m")
-    events = messages_api.MessageEvents(message_id="msg_1", model="m")
+    expected = messages_reply.message_of(whole, message_id="msg_1", model="m")
+    events = messages_reply.MessageEvents(message_id="msg_1", model="m")
     out = events.start()
     for i in range(0, len(streamed), split):
         for chunk in streamed[i : i + split]:
@@ -567,7 +575,7 @@ def test_a_messages_stream_builds_the_whole_message(spec, split):
 
 def test_a_messages_error_event_names_its_type():
     """fail(): one `error` event in the Messages API's shape."""
-    [event] = messages_api.MessageEvents(message_id="m", model="m").fail("api_error", "cut")
+    [event] = messages_reply.MessageEvents(message_id="m", model="m").fail("api_error", "cut")
     assert event == {"type": "error", "error": {"type": "api_error", "message": "cut"}}
 
 
@@ -642,7 +650,7 @@ def test_a_messages_answer_fed_back_is_the_same_turn(turn):
     answered — each call's id and extra content (carried in the tool_use id) too — and the
     results answer those ids."""
     answered = {"model": "m", "choices": [{"message": turn, "finish_reason": "stop"}]}
-    blocks = messages_api.message_of(answered, message_id="msg_1", model="m")["content"]
+    blocks = messages_reply.message_of(answered, message_id="msg_1", model="m")["content"]
     uses = [b["id"] for b in blocks if b["type"] == "tool_use"]
     results = [{"type": "tool_result", "tool_use_id": use, "content": "ok"} for use in uses]
     back = [
@@ -673,15 +681,15 @@ def test_a_signed_call_streamed_gets_the_id_it_gets_whole():
         {"model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{**call, "index": k}]}}]}
         for k, call in enumerate(message["tool_calls"])
     ]
-    events = messages_api.MessageEvents(message_id="msg_1", model="m")
+    events = messages_reply.MessageEvents(message_id="msg_1", model="m")
     said = events.start() + [e for c in streamed for e in events.feed(c)] + events.finish()
     uses = [
-        b["id"] for b in messages_api.message_of(whole, message_id="msg_1", model="m")["content"]
+        b["id"] for b in messages_reply.message_of(whole, message_id="msg_1", model="m")["content"]
     ]
     started = [e["content_block"]["id"] for e in said if e["type"] == "content_block_start"]
-    responses = responses_api.ResponseEvents({}, response_id="r", created_at=0, model="m")
+    responses = responses_stream.ResponseEvents({}, response_id="r", created_at=0, model="m")
     told = responses.start() + [e for c in streamed for e in responses.feed(c)]
-    output = responses_api.response_of({}, whole, response_id="r", created_at=0)["output"]
+    output = responses_reply.response_of({}, whole, response_id="r", created_at=0)["output"]
     added = [e["item"]["call_id"] for e in told if e["type"] == "response.output_item.added"]
     assert uses == started == [i["call_id"] for i in output] == added
     assert [restored(u) for u in uses] == [("fc-1", signed["extra_content"]), ("fc-2", None)]

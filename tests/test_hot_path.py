@@ -24,7 +24,7 @@ from lanes._core.policy.policy import fit
 from lanes._core.policy.ranking import Ranking
 from lanes._core.policy.scoring import ScoringConfig, score
 from lanes._core.state import audit_tables
-from lanes._core.upstream.client import _chunk_shaped, _plain_chunk
+from lanes._core.upstream.bodies import _chunk_shaped, _plain_chunk
 from lanes._core.upstream.shapes import ToolIndexes, normal_chunk
 from lanes.testing import open_fake
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lanes._core.dialects import messages_api, responses_api
+from lanes._core.dialects import messages_api, responses_api, responses_reply, responses_stream
 from lanes._core.model.job import MAX_DROPPED, MAX_DROPPED_NAME, Candidate, Job, bounded_names
 from lanes._core.policy.spend import as_sent, worst_case
 from lanes.testing.answers import chunks, completion
@@ -101,11 +101,11 @@ def called(flat_name: str) -> dict[str, Any]:
 def test_a_namespaced_call_comes_back_as_declared(flat, namespace, name):
     """The call a client gets back names its namespace and its own name, whole and streamed."""
     body = {"input": "hi", "tools": NAMESPACED}
-    whole = responses_api.response_of(
+    whole = responses_reply.response_of(
         body, completion(called(flat), "x", "m"), response_id="r", created_at=0
     )
     [item] = [i for i in whole["output"] if i["type"] == "function_call"]
-    events = responses_api.ResponseEvents(body, response_id="r", created_at=0, model="m")
+    events = responses_stream.ResponseEvents(body, response_id="r", created_at=0, model="m")
     streamed = [e for c in chunks(called(flat), "x", "m") for e in events.feed(c)]
     streamed += events.finish()
     done = [e["item"] for e in streamed if e["type"] == "response.output_item.done"]

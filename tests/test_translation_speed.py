@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from lanes._core.dialects import messages_api, responses_api, responses_tools
+from lanes._core.dialects import messages_api, responses_api, responses_stream, responses_tools
 from lanes._core.dialects.common import BadField, compact, spaced, sse_event, written_once
 from lanes._http.errors import BadRequest
 from lanes._http.validation import chat_fields
@@ -511,7 +511,7 @@ def test_tool_calls_of_objects_pass() -> None:
 
 
 def _stream_bytes(body: dict[str, Any], written: Any) -> list[bytes]:
-    events = responses_api.ResponseEvents(
+    events = responses_stream.ResponseEvents(
         body, response_id="r", created_at=0, model="m", written=written
     )
     chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}

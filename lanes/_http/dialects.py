@@ -22,7 +22,15 @@ from typing import Any, Protocol
 
 from starlette.requests import Request
 
-from lanes._core.dialects import gemini_api, gemini_reply, messages_api, responses_api
+from lanes._core.dialects import (
+    gemini_api,
+    gemini_reply,
+    messages_api,
+    messages_reply,
+    responses_api,
+    responses_reply,
+    responses_stream,
+)
 from lanes._core.dialects.common import ChatRequest, compact, sse_event, written_once
 from lanes._core.engine.stream import AnswerStream
 from lanes._core.model.errors import JobFailed, StreamInterrupted
@@ -125,7 +133,7 @@ class ResponsesAPI(ChatCompletions):
         return responses_api.to_chat(body)
 
     def answer(self, body: Mapping[str, Any], reply: Reply, job: Job, now: float) -> dict[str, Any]:
-        return responses_api.response_of(
+        return responses_reply.response_of(
             body, reply.body, response_id=f"resp_{job.id}", created_at=now
         )
 
@@ -136,7 +144,7 @@ class ResponsesAPI(ChatCompletions):
         return compact(answer)
 
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
-        events = responses_api.ResponseEvents(
+        events = responses_stream.ResponseEvents(
             body,
             response_id=f"resp_{job.id}",
             created_at=now,
@@ -184,13 +192,13 @@ class MessagesAPI:
         return messages_api.to_chat(body)
 
     def answer(self, body: Mapping[str, Any], reply: Reply, job: Job, now: float) -> dict[str, Any]:
-        return messages_api.message_of(reply.body, message_id=f"msg_{job.id}", model=job.model)
+        return messages_reply.message_of(reply.body, message_id=f"msg_{job.id}", model=job.model)
 
     def rendered(self, answer: dict[str, Any]) -> bytes:
         return json_answer(answer)  # a tool_use input may hold a NaN the upstream wrote
 
     def stream(self, body: Mapping[str, Any], job: Job, now: float) -> Dialect:
-        events = messages_api.MessageEvents(message_id=f"msg_{job.id}", model=job.model)
+        events = messages_reply.MessageEvents(message_id=f"msg_{job.id}", model=job.model)
         return _Events(
             events,
             lambda error: events.fail(

@@ -19,7 +19,7 @@ from lanes._core.cache.rules import Assembler, Status
 from lanes._core.engine.attempt import AttemptRun
 from lanes._core.model.errors import RetryableError, StreamInterrupted, UpstreamError
 from lanes._core.model.job import Attempt, Candidate, Job, Outcome, Route
-from lanes._core.upstream.client import ChunkReader, Received
+from lanes._core.upstream.bodies import ChunkReader, Received
 
 
 def with_usage(job: Job) -> Job:

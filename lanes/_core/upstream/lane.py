@@ -22,8 +22,9 @@ from lanes._core.freetier.kinds import CreditBased, CustomEndpoint, tier_of
 from lanes._core.freetier.prices import usd_amount
 from lanes._core.model.job import Candidate, Job
 from lanes._core.runtime.secrets import remember
+from lanes._core.upstream.bodies import ChunkReader
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
-from lanes._core.upstream.client import ChunkReader, Response, Upstream, encode
+from lanes._core.upstream.client import Response, Upstream, encode
 from lanes._core.upstream.responses import check_embeddings
 from lanes._core.upstream.spec import LaneSpec
 from lanes._core.upstream.spec import Provider as Provider  # where lane modules long found it
