@@ -532,7 +532,9 @@ def test_a_responses_stream_echoes_what_it_always_wrote(
     """A stream whose events echo the request's tools and instructions written once
     (`written_once`) sends the bytes it sends writing them in each event — floats, short values
     and events that only json can write (where the rest goes json's way) included."""
-    body = {"tools": [{"type": "function", "name": f"t{i}", **t} for i, t in enumerate(tools)]}
+    body: dict[str, Any] = {
+        "tools": [{"type": "function", "name": f"t{i}", **t} for i, t in enumerate(tools)]
+    }
     body |= {"instructions": instructions, **more}
     assert _stream_bytes(body, written_once) == _stream_bytes(body, None)
 
