@@ -11,7 +11,9 @@ itself: the latency baseline), `floor` (`bench/floor.py`), `lanes`, `litellm` (b
 and `portkey` (the Portkey gateway on Node, bench/.portkey) — each skipped, with its reason, where
 it is not installed or does not serve a door. CPU per request comes from /proc (the peer's
 process and its children); latency is the client's, p50 per cell, and "added" is a peer's p50
-less the direct one's in the same round. Then the resident memory of each peer idle and with 64
+less the direct one's in the same round — at a translated door, lanes' less `direct` timed on
+the chat request lanes sends upstream (`sent_upstream`), since the others forward the body as it
+came. Then the resident memory of each peer idle and with 64
 streamed 512 KB requests in flight. It writes `bench/results/agent-<date>.json` and the chart
 `docs/benchmarks-agent.svg` (and, with `--docs`, docs/benchmarks.md's agent section, which
 `bench/agentreport.py` makes of the figures; `make bench` writes it with the rest). Nothing
@@ -46,6 +48,8 @@ PEERS = ("direct", "floor", "lanes", "litellm", "portkey")
 #: the fake upstream's models: answers at once; streams a chunk every 0.6 s; and two no request
 #: has used before `cold`'s (answers after 5 s; streams for 5 s)
 MODELS = ("fast", "slow", "cold-json", "cold-sse")
+#: `direct` timed on the chat request lanes sends upstream at a translated door (`sent_upstream`)
+SENT = "direct-sent"
 HELD = 64  # streamed 512 KB requests in flight for the memory figure, and requests to a cold model
 _TEXT: dict[str, Any] = {"capture_output": True, "text": True, "check": False}
 
@@ -190,6 +194,18 @@ def agent_body(kb: int, door: str = "chat", model: str = "fast") -> dict[str, An
     while len(json.dumps(shape(kb, tools, turns + 1))) < kb * 1024:
         turns += 1
     return {"model": model, **shape(kb, tools, turns)}
+
+
+def sent_upstream(door: str, body: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The chat request lanes sends upstream for `body` at `door` (its own translation) through
+    the bench's free lane: what `direct` is timed on too, so that lanes' added latency at a
+    translated door is its own, not the upstream's time on another request (the fake answers
+    the untranslated body a short text, and lanes' translation a tool call)."""
+    from lanes._http.doors import MESSAGES, RESPONSES, translated_job  # lanes' own translation
+
+    api = MESSAGES if door == "messages" else RESPONSES
+    job, _ = translated_job(api, body, "bench", {})
+    return job.body(str(body["model"]), stream=kind == "sse")
 
 
 def missing(name: str) -> str | None:
@@ -347,6 +363,12 @@ async def run(
                                 order = group[turn % len(group) :] + group[: turn % len(group)]
                                 turn += 1
                                 n = requests * (2 if kb <= 32 else 1)
+                                if door != "chat" and "direct" in names and "lanes" in names:
+                                    direct = next(p for p in group if p.name == "direct")
+                                    sent = sent_upstream(door, bodies[door, kb], kind)
+                                    got = await cell(direct, "chat", kind, conc, sent, n)
+                                    key = f"{door} {kind} c{conc} {kb}"
+                                    raw.setdefault(key, {}).setdefault(SENT, []).append(got)
                                 for p in order:
                                     where = f"{p.name} {door} {kind}"
                                     if (p.name, door) in UNSERVED or where in failed:
@@ -412,10 +434,16 @@ def figures(raw: dict[str, Any], lengths: dict[str, int], sizes: list[int]) -> d
             for field in ("cpu_ms", "p50_ms", "ttfb_p50_ms"):
                 if all(field in r for r in runs):
                     fig[field] = statistics.median(r[field] for r in runs)
-            if name != "direct" and len(direct) == len(runs):
+            if name not in ("direct", SENT) and len(direct) == len(runs):
                 for field in ("p50_ms", "ttfb_p50_ms"):
                     fig[f"added_{field}"] = statistics.median(
                         r[field] - d[field] for r, d in zip(runs, direct, strict=True)
+                    )
+            sent = by_peer.get(SENT, [])
+            if name == "lanes" and len(sent) == len(runs):
+                for field in ("p50_ms", "ttfb_p50_ms"):
+                    fig[f"added_sent_{field}"] = statistics.median(
+                        r[field] - d[field] for r, d in zip(runs, sent, strict=True)
                     )
             row["peers"][name] = fig
         lanes = row["peers"].get("lanes", {}).get("cpu_ms")

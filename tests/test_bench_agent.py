@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from bench import agent, agentreport
+import lanes
+from bench import agent, agentreport, peers
+from lanes import load_config
 from lanes._http import doors
 from lanes._http.validation import job_headers, json_object, parse_job
+from lanes.testing import answer, open_fake
 
 
 @pytest.mark.parametrize("door", list(agent.DOORS))
@@ -73,6 +76,27 @@ def figures() -> dict[str, Any]:
     return result
 
 
+def test_lanes_added_latency_at_a_translated_door_is_against_what_it_sent():
+    """Where `direct` was timed on lanes' own upstream request, lanes' added p50 is its p50 less
+    that one's, and the mark reads it (the figure against the door's body said beside it)."""
+    raw = {
+        "messages json c1 128": {
+            "direct": [{"p50_ms": 2.0, "ttfb_p50_ms": 2.0}] * 2,
+            agent.SENT: [{"p50_ms": 4.0, "ttfb_p50_ms": 4.0}] * 2,
+            "floor": [{"p50_ms": 5.0, "ttfb_p50_ms": 5.0, "cpu_ms": 3.0}] * 2,
+            "lanes": [{"p50_ms": 8.0, "ttfb_p50_ms": 8.0, "cpu_ms": 3.5}] * 2,
+        }
+    }
+    result = agent.figures(raw, {"messages 128": 128 * 1024}, [1, 128])
+    lanes_fig = result["cells"]["messages json c1 128"]["peers"]["lanes"]
+    assert (lanes_fig["added_p50_ms"], lanes_fig["added_sent_p50_ms"]) == (6.0, 4.0)
+    assert "added_sent_p50_ms" not in result["cells"]["messages json c1 128"]["peers"]["floor"]
+    result.update(us_per_kb={}, cold={}, held=64)
+    marks = {what: (said, met) for what, said, met in agentreport.targets(result)}
+    said, met = marks["added p50 at 128 KB c=1, messages json (lanes ≤ floor + 2 ms)"]
+    assert said == "lanes 4.00 (6.00 against the door's body), floor 3.00 ms" and met
+
+
 def test_the_report_says_what_was_measured_and_what_was_not(tmp_path):
     """Ratios and growth from the figures; the skipped peer and the unserved door named; the
     marks computed; the chart drawn without the missing peer."""
@@ -93,3 +117,27 @@ def test_the_report_says_what_was_measured_and_what_was_not(tmp_path):
     chart = agentreport.chart(result, tmp_path / "agent.svg")
     assert chart is not None and "<polyline" in chart.read_text()
     assert "LiteLLM" not in chart.read_text() and "Portkey" in chart.read_text()
+
+
+@pytest.mark.free_lane  # the bench's lane is a free one
+@pytest.mark.parametrize("door", ["messages", "responses"])
+@pytest.mark.parametrize("kind", agent.KINDS)
+async def test_direct_is_timed_on_what_lanes_sends_upstream(door, kind, env):
+    """At a translated door lanes' added latency is taken against `direct` timed on
+    `sent_upstream`: the very request lanes (as bench.agent runs it) sent the upstream for that
+    body."""
+    body = agent.agent_body(32, door)
+    api = doors.MESSAGES if door == "messages" else doors.RESPONSES
+    job, _ = doors.translated_job(api, body, "bench", {})
+    async with open_fake("bench", models=("fast",)) as fake:
+        fake.script("fast", answer())
+        bench_lane = peers.ours_config(fake.base_url, models=agent.MODELS)  # what bench.agent runs
+        async with lanes.open_dispatcher(load_config(bench_lane, env={}), env=env) as dispatcher:
+            if kind == "sse":
+                async with dispatcher.open_stream(job) as stream:
+                    async for _ in stream:
+                        pass
+            else:
+                await dispatcher.complete(job)
+    [sent] = fake.requests()
+    assert sent.body == agent.sent_upstream(door, body, kind)
