@@ -388,6 +388,9 @@ def test_spaced_refuses_what_json_dumps_refuses() -> None:
         expected = _outcome(lambda v: json.dumps(v, ensure_ascii=False), value)
         assert expected[0] != "ok"
         assert _outcome(spaced, value) == expected
+    with pytest.raises(ValueError) as refused:
+        spaced(cycle)
+    assert refused.value.__context__ is None  # json's error, not chained to the C encoder's
 
 
 @given(NO_FLOATS)

@@ -107,7 +107,8 @@ def _call_id(messages: Sequence[Any], name: str, index: int) -> str:
     """A call's id, the same for the same request: of the history's length and its last message
     (not the whole history written out: a provider's time does not grow with the history's size
     this way, and at 512 KB that took the fake 2.7 ms a call, which a benchmark of what a router
-    adds counted as the router's)."""
+    adds counted as the router's). Unique within a conversation (each turn lengthens it); two
+    conversations of one length that end in the same message get the same ids."""
     last = messages[-1] if messages else None
     seed = json.dumps([len(messages), last, name, index], sort_keys=True, default=str).encode()
     return "call_" + hashlib.sha256(seed).hexdigest()[:24]

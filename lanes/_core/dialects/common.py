@@ -93,8 +93,11 @@ _WRITTEN_FROM = 512
 def written_once(value: Any) -> Any:
     """`value` as `compact` writes it, once, for events that each repeat it (a Responses stream
     echoes the request's tools and instructions three times): a `msgspec.Raw` that `compact` puts
-    in as it is, byte for byte what it would write for `value` there (and, where json writes the
-    rest, `value` again). `value` itself when short, or when msgspec can not write it."""
+    in as it is, byte for byte what it would write for `value` there. Where an event goes json's
+    way (msgspec can not write some other part of it), json writes the value msgspec wrote: the
+    same, for what strict JSON gives — a request's members, which is what the doors hand here —
+    but not for what it never holds (a NaN msgspec wrote as null, an enum or a date as text).
+    `value` itself when short, or when msgspec can not write it."""
     data = encoded(value)
     return value if data is None or len(data) < _WRITTEN_FROM else msgspec.Raw(data)
 
@@ -125,14 +128,17 @@ def _spaced_encoder() -> Callable[[Any], str]:
             return _JSON_ENCODE(value)
         try:
             return "".join(encode(value, 0))
-        except RecursionError:  # a cycle (json's error) or nesting past the limit (the same)
-            return _JSON_ENCODE(value)
+        except RecursionError:  # a cycle, or nesting past the limit: json's own error, unchained
+            pass
+        return _JSON_ENCODE(value)
 
     return spaced
 
 
 #: `value` as `json.dumps(value, ensure_ascii=False)` writes it (", " and ": " between items), the
-#: same text and the same errors: what lanes writes a tool call's arguments with
+#: same text and the same errors (but near the recursion limit, which it reaches a few levels
+#: later: it calls fewer Python frames; what strict JSON gives nests 64 deep at most): what lanes
+#: writes a tool call's arguments with
 spaced = _spaced_encoder()
 
 

@@ -4,10 +4,10 @@
 inside `messages`, at its place; each message's blocks become chat messages — text and images as
 content, `tool_use` as the assistant's tool calls, each `tool_result` as a `tool` message (before
 the rest of that user turn); client tools become function tools, `tool_choice` (`auto`, `any`,
-`tool`, `none`) its chat counterpart, `stop_sequences` become `stop`, `output_config.format` (a
-JSON schema, as the SDK's `messages.parse` sends it; or the beta's top-level `output_format`, as
-LiteLLM sends it) a `response_format` and
-`output_config.effort` the job's `reasoning_effort` (sent to reasoning models only). Every other
+`tool`, `none`) its chat counterpart (`messages_tools.py`), `stop_sequences` become `stop`,
+`output_config.format` (a JSON schema, as the SDK's `messages.parse` sends it; or the beta's
+top-level `output_format`, as LiteLLM sends it) a `response_format` and `output_config.effort`
+the job's `reasoning_effort` (sent to reasoning models only). Every other
 field (`thinking`, `context_management`, `cache_control`, `diagnostics`, a field invented
 tomorrow, …), server tool and `thinking` block is dropped and named in `dropped`; refused are
 only `mcp_servers` with entries, a server tool `tool_choice` forces, and documents.

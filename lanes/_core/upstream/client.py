@@ -1,8 +1,9 @@
 """The OpenAI-compatible HTTP client every lane shares: one httpx2 pool, requests and SSE streams.
 
-httpx2's own exceptions are translated here, once, into the tree in `errors.py`. No function here
-takes a timeout: the caller's cancel scope (the job's deadline, the lane's cap) bounds every await,
-and `trio.Cancelled` always passes through untouched.
+httpx2's own exceptions are translated into the tree in `errors.py` here and, while an answer is
+read, in `bodies.py` (`transport_error`, which both use). No function here takes a timeout: the
+caller's cancel scope (the job's deadline, the lane's cap) bounds every await, and
+`trio.Cancelled` always passes through untouched.
 
 No answer is ever read whole before it is measured: `bodies.py` reads each in bounded pieces.
 """
