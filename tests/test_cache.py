@@ -339,32 +339,3 @@ async def test_two_sidecars_on_one_redis_share_the_cache_and_a_redis_gone_is_a_m
     assert first.headers["x-lanes-cache"] == "miss"
     assert without_ids(again.json()) == without_ids(first.json())
     assert fresh.status_code == 200 and fresh.headers["x-lanes-cache"] == "miss"
-
-
-async def test_a_client_name_given_another_key_finds_none_of_the_old_keys_entries(redis_server):
-    """Two sidecars sharing one Redis, a client `a` in each: with the same key its entries are
-    shared; given another key (the name handed to someone else, or the key rotated), none of the
-    old key's entries answer it."""
-    shared = {"cache": ON, "state": redis_server.url, "state_namespace": "prod"}
-    one_a = {"Authorization": f"Bearer {KEYS['KEY_A']}"}
-    rotated = {"KEY_A": "someone-else-key-0123456789"}
-    async with (
-        open_sidecar(LOCAL, server=TWO_CLIENTS, env=KEYS, **shared) as (one, _),
-        open_sidecar(LOCAL, server=TWO_CLIENTS, env=KEYS, **shared) as (same, fakes_same),
-        open_sidecar(LOCAL, server=TWO_CLIENTS, env={**KEYS, **rotated}, **shared) as (
-            other,
-            fakes_other,
-        ),
-    ):
-        first = await chat(one, asked(), **one_a)
-        kept = redis.Redis.from_url(redis_server.url)
-        for _ in range(200):  # written within the writer's gathering window
-            if kept.zcard("lanes:{prod}:cache:order"):
-                break
-            await trio.sleep(0.05)
-        kept.close()
-        again = await chat(same, asked(), **one_a)
-        renamed = await chat(other, asked(), Authorization=f"Bearer {rotated['KEY_A']}")
-        assert fakes_same["local"].requests() == []  # the same key: the entry answered
-        assert len(fakes_other["local"].requests()) == 1  # another key: asked afresh
-    assert [r.headers["x-lanes-cache"] for r in (first, again, renamed)] == ["miss", "hit", "miss"]

@@ -30,7 +30,7 @@ from lanes._core.audit.statistics import (
 )
 from lanes._core.audit.tracing import JobTrace
 from lanes._core.batch.library import LibraryBatch, window_of
-from lanes._core.cache.cache import ResponseCache, Served, client_keys
+from lanes._core.cache.cache import ResponseCache, Served
 from lanes._core.cache.replay import CachedStream
 from lanes._core.cache.rules import Assembler, CachePlan, replayed
 from lanes._core.cache.store import Entries, Entry
@@ -176,7 +176,6 @@ class Dispatcher:
                 health=background.task("cache"),
                 inline_reads=not store.shared,
                 quarantined=self._switches.why_quarantined,
-                client_keys=client_keys(config.server, env),
             )
         )
         self._sources = Sources(

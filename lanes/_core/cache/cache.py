@@ -9,7 +9,6 @@ the cache were off, and the writer's health says why.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections import Counter
@@ -31,15 +30,8 @@ from lanes._core.cache.rules import (
     whole,
 )
 from lanes._core.cache.store import Entries, Entry
-from lanes._core.config.schema import (
-    ADMIN_CLIENT,
-    CacheConfig,
-    CacheMode,
-    ClientConfig,
-    ServerConfig,
-)
+from lanes._core.config.schema import CacheConfig, CacheMode, ClientConfig
 from lanes._core.model.job import Job
-from lanes._core.runtime.secrets import read_key
 from lanes._core.runtime.tasks import TaskHealth
 
 log = logging.getLogger("lanes")
@@ -56,20 +48,6 @@ READ_COOLDOWN_S = 5.0
 #: store is held long: a day's answers expiring at once go in turns).
 SWEEP_S = 60.0
 SWEEP_BATCH = 256
-
-
-def client_keys(server: ServerConfig, env: Mapping[str, str]) -> dict[str, str]:
-    """Each client's key (the admin's too), as a SHA-256 of its value in `env`: what its cache
-    entries are keyed by besides its name (a client whose variable holds no usable key: none)."""
-    wanted = [(name, c.key_env) for name, c in server.clients.items()]
-    if server.admin_key_env:
-        wanted.append((ADMIN_CLIENT, server.admin_key_env))
-    out = {}
-    for name, variable in wanted:
-        value, _ = read_key(env, variable)
-        if value is not None:
-            out[name] = hashlib.sha256(value.encode()).hexdigest()
-    return out
 
 
 @attrs.frozen
@@ -110,13 +88,10 @@ class ResponseCache:
         health: TaskHealth,
         inline_reads: bool,
         quarantined: Callable[[str], str | None] = lambda key: None,
-        client_keys: Mapping[str, str] | None = None,
     ) -> None:
         """`inline_reads`: the entries are a local SQLite file, read without a worker thread;
-        `quarantined`: why the canary keeps a free "lane/model" out of routing now, or None;
-        `client_keys`: each client's key by digest (`client_keys`), which its entries' keys hold."""
+        `quarantined`: why the canary keeps a free "lane/model" out of routing now, or None."""
         self.config = config
-        self._client_keys = dict(client_keys or {})
         self.entries = entries
         self._quarantined = quarantined
         self._modes = {name: c.cache for name, c in clients.items() if c.cache is not None}
@@ -147,7 +122,7 @@ class ResponseCache:
         return OFF if mode == "off" else plan(mode, job, any_sampling=self.config.any_sampling)
 
     def key(self, job: Job) -> str:
-        return cache_key(job, self._client_keys.get(job.client, ""))
+        return cache_key(job)
 
     async def find(self, job: Job, key: str) -> tuple[Entry, dict[str, Any]] | None:
         """The entry `job` may be answered with, and what it keeps, parsed (`Assembler.kept`); or

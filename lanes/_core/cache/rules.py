@@ -3,12 +3,11 @@ cache (`CachePlan`), what its key is, which answers may be stored, and how an an
 stream and given back as one. Pure.
 
 - **The key** is a SHA-256 of the whole request as the chat-completion core has it — the client
-  (its name, and the key it was given, by digest: a name given to someone else, or a key
-  rotated, finds none of the old key's entries), the provider keys it brought
-  (`X-Lanes-Key-<lane>`, by digest), the model (or alias) as asked, the messages, every
-  parameter but `stream` and `stream_options`, a translated reasoning effort — so one client's
-  answer is never another's, an answer a provider key paid for is served only with that key,
-  and a request asked on another door (Messages, Responses, Gemini) finds the same entry.
+  key, the provider keys it brought (`X-Lanes-Key-<lane>`, by digest), the model (or alias) as
+  asked, the messages, every parameter but `stream` and `stream_options`, a translated reasoning
+  effort — so one client's answer is never another's, an answer a provider key paid for is
+  served only with that key, and a request asked on another door (Messages, Responses, Gemini)
+  finds the same entry.
 - **Cacheable**: a chat request (never an embedding) with privacy `any`, that asks for determinism
   (`temperature` 0 or a `seed`), or that opts in (`X-Lanes-Cache: on`), or any with
   `[cache] any_sampling`.
@@ -38,7 +37,7 @@ DIRECTIVES: tuple[Directive, ...] = ("on", "off", "refresh")
 
 _ENCODE = msgspec.json.Encoder().encode
 #: Bumped when what the key is made of changes: older entries are then never found.
-KEY_VERSION = 4
+KEY_VERSION = 3
 #: Parameters that say how an answer is delivered, not what it is.
 UNKEYED = frozenset({"stream", "stream_options"})
 #: A message's fields an entry can give back, streamed or not (others must be null or empty).
@@ -92,16 +91,14 @@ def choices_asked(job: Job) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
-def cache_key(job: Job, client_key: str = "") -> str:
-    """The entry's key for `job` (see the module's doc; `client_key`: a digest of the key its
-    client was given, "" for none): a SHA-256 of what was asked, written by
+def cache_key(job: Job) -> str:
+    """The entry's key for `job` (see the module's doc): a SHA-256 of what was asked, written by
     msgspec (a tenth of `json.dumps`'s time at 512 KB; keys in the order they came, so a client
     that reorders them misses, never collides), else by `digest` for what msgspec can not write.
     Not the job's `fingerprint`: for a request a door read, that is its body as it arrived, which
     holds `stream` — and a streamed request and a whole one must find the same entry."""
     params = {k: v for k, v in job.params.items() if k not in UNKEYED}
-    asked = [KEY_VERSION, job.client, client_key, _own_keys(job), job.model, list(job.messages)]
-    asked.append(params)
+    asked = [KEY_VERSION, job.client, _own_keys(job), job.model, list(job.messages), params]
     asked.append(job.reasoning_effort)
     try:
         return hashlib.sha256(_ENCODE(asked)).hexdigest()
