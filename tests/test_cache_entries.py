@@ -93,6 +93,27 @@ async def test_the_library_reads_and_writes_the_cache_with_job_cache(tmp_path):
     assert stream.route == "cache" and "".join(p or "" for p in pieces) == first.text
 
 
+async def test_a_library_block_that_ends_at_once_keeps_its_last_answers(tmp_path):
+    """A block that ends right after its last job (inside the writer's gathering window) still
+    keeps that answer: the next block on the same state finds it (the review: it was dropped)."""
+    async with open_fake("local", models=("local-model",)) as fake:
+        config = lanes.load_config(
+            {
+                "state": str(tmp_path / "state.db"),
+                "cache": {"mode": "on"},
+                "lanes": [local_lane("local", fake.base_url)],
+            },
+            env={},
+        )
+        asked = lanes.Job(messages=ASK, params={"seed": 1})
+        async with lanes.open_dispatcher(config, env={}) as dispatcher:
+            first = await dispatcher.complete(asked)
+        async with lanes.open_dispatcher(config, env={}) as dispatcher:
+            again = await dispatcher.complete(asked)
+        assert len(fake.requests()) == 1
+    assert (first.cache, again.cache) == ("miss", "hit")
+
+
 def test_what_redis_memory_means_for_the_cache(redis_server):
     """The cache's entries share Redis' memory with the state store's keys: under `noeviction` a
     `max_mb` over half of `maxmemory` would make a full Redis refuse the ledger's writes, and

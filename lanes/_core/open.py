@@ -136,7 +136,10 @@ async def open_over(
             except Exception as exc:  # re-raised below, outside the nursery: never in a group
                 failure = exc
             finally:
-                nursery.cancel_scope.cancel()
+                try:
+                    await _kept(dispatcher)
+                finally:
+                    nursery.cancel_scope.cancel()
     finally:
         if telemetry is not None:
             await telemetry.aclose()  # the last jobs' spans, within the export timeout
@@ -145,6 +148,19 @@ async def open_over(
         store.close()
     if failure is not None:
         raise failure
+
+
+#: How long a closing dispatcher waits for its cache's writer, at most, seconds: the answers
+#: handed over in its last gathering window (`cache.GROUP_S`) are written, not dropped.
+KEEP_S = 2.0
+
+
+async def _kept(dispatcher: Dispatcher) -> None:
+    """Wait (up to `KEEP_S`) until the answers handed to the cache's writer are written: a
+    library block that ends right after its last job would otherwise lose them."""
+    if dispatcher.cache is not None:
+        with trio.move_on_after(KEEP_S):
+            await dispatcher.cache.settled()
 
 
 def _telemetry() -> type[Telemetry]:
