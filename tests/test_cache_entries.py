@@ -65,18 +65,23 @@ def test_a_clients_entries_are_cleared_alone(entries):
     assert entries.sizes() == (0, 0)
 
 
+def library_config(tmp_path, url: str, mode: str) -> lanes.Config:
+    """A library's config: one local lane at `url`, state in `tmp_path`, `[cache] mode`."""
+    return lanes.load_config(
+        {
+            "state": str(tmp_path / "state.db"),
+            "cache": {"mode": mode},
+            "lanes": [local_lane("local", url)],
+        },
+        env={},
+    )
+
+
 async def test_the_library_reads_and_writes_the_cache_with_job_cache(tmp_path):
     """`open_dispatcher` with `[cache] mode = "write_only"`: answers are kept, and read by a job
     that asks (`Job(cache="on")`), whole or streamed."""
     async with open_fake("local", models=("local-model",)) as fake:
-        config = lanes.load_config(
-            {
-                "state": str(tmp_path / "state.db"),
-                "cache": {"mode": "write_only"},
-                "lanes": [local_lane("local", fake.base_url)],
-            },
-            env={},
-        )
+        config = library_config(tmp_path, fake.base_url, "write_only")
 
         def job(**kw):
             return lanes.Job(messages=ASK, params={"seed": 1}, **kw)
@@ -97,14 +102,7 @@ async def test_a_library_block_that_ends_at_once_keeps_its_last_answers(tmp_path
     """A block that ends right after its last job (inside the writer's gathering window) still
     keeps that answer: the next block on the same state finds it (the review: it was dropped)."""
     async with open_fake("local", models=("local-model",)) as fake:
-        config = lanes.load_config(
-            {
-                "state": str(tmp_path / "state.db"),
-                "cache": {"mode": "on"},
-                "lanes": [local_lane("local", fake.base_url)],
-            },
-            env={},
-        )
+        config = library_config(tmp_path, fake.base_url, "on")
         asked = lanes.Job(messages=ASK, params={"seed": 1})
         async with lanes.open_dispatcher(config, env={}) as dispatcher:
             first = await dispatcher.complete(asked)
