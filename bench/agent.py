@@ -9,11 +9,11 @@ concurrency × size), the same requests through each peer in turn, each going fi
 neighbour's load on the shared machine falls on all alike. Peers: `direct` (the fake upstream
 itself: the latency baseline), `floor` (`bench/floor.py`), `lanes`, `litellm` (bench/.venv-litellm)
 and `portkey` (the Portkey gateway on Node, bench/.portkey) — each skipped, with its reason, where
-it is not installed or does not serve a door. CPU per request comes from /proc (the peer's
-process and its children); latency is the client's, p50 per cell, and "added" is a peer's p50
-less the direct one's in the same round — at a translated door, lanes' less `direct` timed on
-the chat request lanes sends upstream (`sent_upstream`), since the others forward the body as it
-came. Then the resident memory of each peer idle and with 64
+it is not installed or does not serve a door. CPU per request comes from each process's CPU
+clock, to the nanosecond (the peer's process and its children); latency is the client's, p50 per
+cell, and "added" is a peer's p50 less the direct one's in the same round — at a translated
+door, lanes' less `direct` timed on the chat request lanes sends upstream (`sent_upstream`), since
+the others forward the body as it came. Then the resident memory of each peer idle and with 64
 streamed 512 KB requests in flight. It writes `bench/results/agent-<date>.json` and the chart
 `docs/benchmarks-agent.svg` (and, with `--docs`, docs/benchmarks.md's agent section, which
 `bench/agentreport.py` makes of the figures; `make bench` writes it with the rest). Nothing
@@ -397,6 +397,7 @@ async def run(
         date=dt.date.today().isoformat(),
         rounds=rounds,
         requests=requests,
+        cpu_clock="process",  # `peers.process_cpu_s`: how `agentreport` says CPU was read
         load_average=loads,
         versions={n: peers.version(n) for n in ("lanes", "litellm", "portkey") if n in names},
         skipped=skipped,

@@ -292,8 +292,8 @@ def section(result: dict[str, Any] | None) -> list[str]:
         + f": a coding agent's turn (system prompt, {_tools_note()}, tool calls and their "
         "results) of 1 to 512 KB through each door, answered whole (JSON) and streamed (SSE), "
         f"rounds: {result['rounds']}, each peer in turn within a round (each going first in turn), "
-        "medians over the rounds. CPU is each process's user + system time from /proc (and its "
-        "children's) over the requests of a cell "
+        "medians over the rounds. CPU is each process's user + system time (and its children's) "
+        f"over the requests of a cell, {_cpu_source(result)}, "
         f"({result['requests']} a cell, twice that up to 32 KB). Load average (1 min) "
         f"{min(x[0] for x in load):.1f}–{max(x[0] for x in load):.1f} during the run, on 2 cores "
         "shared with other work: compare the ratios, which fall on every peer alike. Versions: "
@@ -437,6 +437,14 @@ def _before(result: dict[str, Any]) -> list[str]:
                 f"| {DOOR_NAMES[door]} | {kind.upper()} | {cells[0]} | {cells[1]} | {growth} |"
             )
     return [*lines, ""]
+
+
+def _cpu_source(result: dict[str, Any]) -> str:
+    """How the run read CPU: each process's clock (`peers.process_cpu_s`, since 2026-12-04's
+    fifth run), or /proc's ticks of 10 ms before it."""
+    if result.get("cpu_clock") == "process":
+        return "read from each process's CPU clock (nanoseconds)"
+    return "read from /proc in ticks of 10 ms"
 
 
 def _tools_note() -> str:

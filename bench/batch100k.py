@@ -9,8 +9,8 @@ its output file streamed back. Then (not `--quick`) a 100,000-line one the same 
 end — or, should it run past `WINDOW_S`, cancelled there, its output and error files (every item
 answered, `batch_cancelled` for those not run) streamed back all the same.
 
-Measured: the wall time of each step; items per second; the sidecar's CPU (user + system, from
-/proc) per item, beside its CPU per request for the same body sent as ordinary requests at the
+Measured: the wall time of each step; items per second; the sidecar's CPU (user + system, its
+CPU clock) per item, beside its CPU per request for the same body sent as ordinary requests at the
 same concurrency (what routing a job costs anyway), so the difference is the queue's own cost;
 wall time per item less the fake's own time (this process's CPU: the fake, the polls and the
 probe); the sidecar's resident memory (idle after a warm-up, sampled every 0.1 s throughout, and
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import subprocess
 import tempfile
 import time
@@ -35,6 +34,7 @@ import httpx2
 import trio
 
 from bench.load import percentile, run_load
+from bench.peers import process_cpu_s as cpu_s
 from lanes._core.batch.queue import BatchQueue, Caps
 from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes.harness.processes import open_sidecar_process
@@ -42,7 +42,6 @@ from lanes.testing import open_fake
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS = {"Authorization": "Bearer bench-batch-client"}
-TICK = os.sysconf("SC_CLK_TCK")
 CONCURRENCY = 4  # `[batch] concurrency`'s default: the runner's items at once
 
 
@@ -59,12 +58,6 @@ def jsonl(path: Path, items: int) -> int:
             }
             out.write(json.dumps(line) + "\n")
     return path.stat().st_size
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def memory_mb(pid: int) -> dict[str, float]:

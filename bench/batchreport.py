@@ -227,7 +227,7 @@ def queue_section(d: Mapping[str, Any] | None) -> list[str]:
         f"concurrency` {d['concurrency']}. Each JSONL file is uploaded over HTTP, its batch "
         "created and run to its end (cancelled only past an hour: the table's `then` says), "
         "and its output and error files streamed back. CPU is the sidecar's user + system "
-        "time from /proc, an item's beside the same "
+        "time (its CPU clock), an item's beside the same "
         "body sent as an ordinary request at the same concurrency "
         f"({i['cpu_ms_per_request']:.2f} ms of CPU each, over {i['requests']:,}): the "
         "difference is the queue's own cost. The fake's time is this process's CPU (the fake, "

@@ -10,7 +10,7 @@ and a miss cost lanes against no cache at all.
 - **What lanes spends**: one at a time, per round and in turn, `--latency` requests through the
   sidecar without a cache, misses (each request new) and hits (the same request again) through the
   one with it: the wall time per request (client included; medians over rounds) and the sidecar's
-  CPU per request from /proc — lanes' own time, without the client's.
+  CPU per request from its CPU clock — lanes' own time, without the client's.
 
 Writes `bench/results/cache-<date>.json`. Nothing leaves 127.0.0.1.
 """
@@ -178,7 +178,7 @@ def section(result: dict[str, Any] | None) -> list[str]:
         f"earlier ({result['distinct']:,} distinct), through `lanes serve` with and without "
         '`[cache] mode = "on"`; then, one at a time and in turn, requests without a cache, '
         "misses and hits. Wall time per request includes the client; CPU is the sidecar's own "
-        "(from /proc).",
+        "(its CPU clock).",
         "",
         "| | no cache | cache |",
         "|---|---|---|",

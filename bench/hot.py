@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import datetime as dt
 import json
-import os
 import sys
 import tempfile
 from functools import partial
@@ -50,8 +49,7 @@ def body(model: str = "fast") -> dict[str, Any]:
 def cpu_s(p: peers.Peer) -> float:
     """CPU seconds the peer's process has used so far (user + system)."""
     assert p.process is not None
-    fields = Path(f"/proc/{p.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return peers.process_cpu_s(p.process.pid)
 
 
 MEASURES = ("json_c8", "json_c64", "sse_c8", "sse_c64")

@@ -28,6 +28,34 @@ PORTKEY_SERVER = PORTKEY / "node_modules" / "@portkey-ai" / "gateway" / "build" 
 NODE_MAJOR = 20  # the Node the gateway is run with (its own CI's)
 
 
+def tree_pids(pid: int) -> list[int]:
+    """`pid` and its children (whichever of its threads forked them)."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            pids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system: every thread's, those that ended too) process `pid` has used
+    so far, from its CPU clock, to the nanosecond. /proc's figure comes in ticks of 10 ms — a cell
+    of 80 requests read ±0.125 ms per request — and is the fallback where the kernel will not give
+    another process's clock; 0.0 once the process is gone."""
+    try:
+        # glibc's clock_getcpuclockid(pid): MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except OSError:
+        pass
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Peer:
     def __init__(
         self,
@@ -41,26 +69,11 @@ class Peer:
 
     def pids(self) -> list[int]:
         """The peer's process and its children (LiteLLM's proxy may run its server in one)."""
-        if self.process is None:
-            return []
-        pids = [self.process.pid]
-        for task in Path(f"/proc/{self.process.pid}/task").glob("*"):  # whichever thread forked
-            try:
-                pids += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-        return pids
+        return [] if self.process is None else tree_pids(self.process.pid)
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the peer's process and its children have used so far."""
-        total = 0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+        return sum(process_cpu_s(pid) for pid in self.pids())
 
     def rss_mb(self) -> float | None:
         """Resident memory of the peer's process (and its children), in MiB."""

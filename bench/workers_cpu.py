@@ -31,21 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of `pid` and its children, live ones read from /proc."""
-    total = 0.0
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            pids += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    for one in pids:
-        try:
-            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    """CPU seconds (user + system) of `pid` and its live children."""
+    return sum(peers.process_cpu_s(one) for one in peers.tree_pids(pid))
 
 
 def _own_cpu_s() -> float:
