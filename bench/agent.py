@@ -60,8 +60,9 @@ UNSERVED = {
 }
 #: What a peer does at a door that is not what lanes does there (a translation to chat).
 NOTES = {
-    ("floor", "Messages and Responses"): "the floor translates nothing: every door's body is "
-    "parsed, written again and sent to the upstream's chat completions",
+    ("floor", "Messages and Responses"): "the floor translates with lanes' own pure "
+    "translations (the body into the chat request lanes sends, the answer or each chunk of a "
+    "stream back into the door's shape) and does nothing else lanes does",
     ("portkey", "responses"): "Portkey passes a Responses request to the upstream's own "
     "/responses as it came (no translation: the fake upstream answers in chat's shape)",
 }
@@ -398,6 +399,7 @@ async def run(
         rounds=rounds,
         requests=requests,
         cpu_clock="process",  # `peers.process_cpu_s`: how `agentreport` says CPU was read
+        floor="translates",  # at the translated doors (`bench/floor.py`): for `agentreport`
         load_average=loads,
         versions={n: peers.version(n) for n in ("lanes", "litellm", "portkey") if n in names},
         skipped=skipped,
@@ -440,8 +442,8 @@ def figures(raw: dict[str, Any], lengths: dict[str, int], sizes: list[int]) -> d
                     fig[f"added_{field}"] = statistics.median(
                         r[field] - d[field] for r, d in zip(runs, direct, strict=True)
                     )
-            sent = by_peer.get(SENT, [])
-            if name == "lanes" and len(sent) == len(runs):
+            sent = by_peer.get(SENT, [])  # what lanes, and the floor that translates, send
+            if name in ("lanes", "floor") and len(sent) == len(runs):
                 for field in ("p50_ms", "ttfb_p50_ms"):
                     fig[f"added_sent_{field}"] = statistics.median(
                         r[field] - d[field] for r, d in zip(runs, sent, strict=True)

@@ -77,13 +77,14 @@ def targets(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
                     )
                 )
             row = cells.get(f"{door} {kind} c1 128", {}).get("peers", {})
-            added = _lanes_added(row.get("lanes", {}))
-            if added is not None and "added_p50_ms" in row.get("floor", {}):
-                (lanes, said), floor = added, row["floor"]["added_p50_ms"]
+            added = _added_p50(row.get("lanes", {}))
+            floor_added = _added_p50(row.get("floor", {}))  # a translating floor's as lanes'
+            if added is not None and floor_added is not None:
+                (lanes, said), (floor, floor_said) = added, floor_added
                 out.append(
                     (
                         f"added p50 at 128 KB c=1, {door} {kind} (lanes ≤ floor + 2 ms)",
-                        f"lanes {said}, floor {floor:.2f} ms",
+                        f"lanes {said}, floor {floor_said} ms",
                         lanes <= floor + 2,
                     )
                 )
@@ -116,7 +117,22 @@ def targets(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return out
 
 
-#: what the floor does at a translated door: it sends the body on untranslated, so the fake
+#: what the floor does at a translated door since it translates (`bench/floor.py`): the floor's
+#: chat cell is then the conversation with no translation at all
+TRANSLATING_FLOOR_NOTE = (
+    "the floor translates with lanes' own pure translations and does nothing else lanes does, so "
+    "beside it lanes' routing is what is measured. The floor's chat cell is the same conversation "
+    "sent and answered in chat's shape, with no translation at all: beside it, lanes pays for "
+    "translating too"
+)
+
+
+def _floor_note(result: dict[str, Any]) -> str:
+    """How the floor met the translated doors in this run."""
+    return TRANSLATING_FLOOR_NOTE if result.get("floor") == "translates" else CHAT_FLOOR_NOTE
+
+
+#: what the floor did at a translated door before it translated: it sent the body on, so the fake
 #: upstream finds no chat tools in it and answers a short text (lanes, which translates, gets the
 #: tool call every chat request gets): the floor's own chat cell is the same conversation with the
 #: same upstream answer, relayed by a proxy that parses, writes again and forwards
@@ -139,9 +155,19 @@ SENT_NOTE = (
 )
 
 
-def _lanes_added(fig: dict[str, Any]) -> tuple[float, str] | None:
-    """lanes' added p50 (ms) for a mark, and how it is said: against the upstream's time on what
-    lanes sent it where that was measured (`SENT_NOTE`), else against `direct`."""
+#: the same, when the floor translates: it sends what lanes sends
+TRANSLATING_SENT_NOTE = (
+    "A peer's added latency is its p50 less the upstream's own p50 on the request that peer sends "
+    "it, round by round: at a translated door lanes and the floor send the same chat translation "
+    "(answered with a tool call), so theirs is taken against `direct` timed on it; the figure "
+    "against the door's body sent direct is given beside it"
+)
+
+
+def _added_p50(fig: dict[str, Any]) -> tuple[float, str] | None:
+    """A peer's added p50 (ms) for a mark — lanes', or a translating floor's — and how it is
+    said: against the upstream's time on what lanes sent it where that was measured (`SENT_NOTE`),
+    else against `direct`."""
     if "added_sent_p50_ms" in fig:
         sent = fig["added_sent_p50_ms"]
         return sent, f"{sent:.2f} ({fig['added_p50_ms']:.2f} against the door's body)"
@@ -188,7 +214,7 @@ def _chat_floor_targets(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
                 )
             mine = cells.get(f"{door} {kind} c1 128", {}).get("peers", {}).get("lanes", {})
             base = cells.get(f"chat {kind} c1 128", {}).get("peers", {}).get("floor", {})
-            added = _lanes_added(mine)
+            added = _added_p50(mine)
             if added is not None and "added_p50_ms" in base:
                 (a, said), b = added, base["added_p50_ms"]
                 out.append(
@@ -343,9 +369,9 @@ def section(result: dict[str, Any] | None) -> list[str]:
     lines += [
         "Issue 45's marks in this run. At the Messages and Responses doors each is given twice: "
         "beside the floor's cell of the same door, and beside the floor's chat cell — "
-        + CHAT_FLOOR_NOTE
+        + _floor_note(result)
         + ". "
-        + SENT_NOTE
+        + (TRANSLATING_SENT_NOTE if result.get("floor") == "translates" else SENT_NOTE)
         + ".",
         "",
         "| mark | measured | met |",

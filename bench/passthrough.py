@@ -25,12 +25,12 @@ async def request_body(scope, receive, send) -> bytes | None:
                 return None
     if scope["type"] != "http":
         return None
-    body = b""
+    parts = []  # joined once: adding each piece to the last copies a 512 KB body eight times
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        parts.append(message.get("body", b""))
         if not message.get("more_body"):
-            return body
+            return b"".join(parts)
 
 
 def build(upstream: str, transport: httpx2.AsyncHTTPTransport):

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import httpx2
+import pytest
 
-from bench import peers
+from bench import agent, peers
 from lanes.testing import open_fake
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "Say the pangram."}]}
@@ -38,6 +40,40 @@ async def test_floor_and_limit_pass_on_what_the_upstream_says(tmp_path):
     assert direct_sse[1].endswith(b"data: [DONE]\n\n") and direct_sse[1].count(b"data: ") > 3
 
 
+@pytest.mark.parametrize("door", ["responses", "messages"])
+async def test_at_a_translated_door_the_floor_translates_as_lanes_does(tmp_path, door):
+    """At the Messages and Responses doors the floor sends upstream the very chat request lanes'
+    translation makes of the body (`bench.agent.sent_upstream`) and answers in the door's shape,
+    whole and streamed — not the body as it came, which the upstream would answer with text."""
+    body = agent.agent_body(1, door)
+    async with open_fake("up", models=(body["model"],)) as fake:
+        async with peers.floor(fake.base_url, tmp_path) as p:
+            whole = await _post(f"{p.url}{agent.DOORS[door]}", body)
+            streamed = await _post(f"{p.url}{agent.DOORS[door]}", {**body, "stream": True})
+        sent = [entry.body for entry in fake.log]
+    assert sent == [agent.sent_upstream(door, body, kind) for kind in ("json", "sse")]
+    answer, events = json.loads(whole), streamed.decode()
+    if door == "responses":
+        assert answer["object"] == "response"
+        assert [item["type"] for item in answer["output"]] == ["function_call"]
+        assert events.startswith("event: response.created\n")
+        assert "event: response.function_call_arguments.delta\n" in events
+        assert events.rstrip().rsplit("\n\n", 1)[-1].startswith("event: response.completed\n")
+    else:
+        assert answer["type"] == "message"
+        assert [block["type"] for block in answer["content"]] == ["tool_use"]
+        assert events.startswith("event: message_start\n")
+        assert "event: content_block_delta\n" in events
+        assert events.rstrip().endswith('data: {"type":"message_stop"}')
+
+
+async def _post(url: str, body: dict[str, Any]) -> bytes:
+    async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
+        response = await http.post(url, json=body)
+    assert response.status_code == 200, response.text
+    return response.content
+
+
 _BURN = """
 import sys, threading, time
 def burn():
@@ -59,6 +95,7 @@ def test_a_peers_cpu_is_read_to_the_nanosecond_with_its_ended_threads():
         [sys.executable, "-c", _BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
+        assert child.stdout is not None
         own = float(child.stdout.readline())
         read = peers.process_cpu_s(child.pid)
         assert own >= 0.15
