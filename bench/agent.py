@@ -7,17 +7,18 @@ whole (JSON) and streamed (SSE), one request at a time and eight at once.
 [--kinds json,sse] [--concurrency 1,8] [--peers ...]` runs, per round and cell (door × kind ×
 concurrency × size), the same requests through each peer in turn, each going first in turn, so a
 neighbour's load on the shared machine falls on all alike. Peers: `direct` (the fake upstream
-itself: the latency baseline), `floor` (`bench/floor.py`), `lanes`, `litellm` (bench/.venv-litellm)
-and `portkey` (the Portkey gateway on Node, bench/.portkey) — each skipped, with its reason, where
-it is not installed or does not serve a door. CPU per request comes from each process's CPU
-clock, to the nanosecond (the peer's process and its children); latency is the client's, p50 per
-cell, and "added" is a peer's p50 less the direct one's in the same round — at a translated
-door, lanes' less `direct` timed on the chat request lanes sends upstream (`sent_upstream`), since
-the others forward the body as it came. Then the resident memory of each peer idle and with 64
-streamed 512 KB requests in flight. It writes `bench/results/agent-<date>.json` and the chart
-`docs/benchmarks-agent.svg` (and, with `--docs`, docs/benchmarks.md's agent section, which
-`bench/agentreport.py` makes of the figures; `make bench` writes it with the rest). Nothing
-leaves 127.0.0.1.
+itself: the latency baseline), `floor` (`bench/floor.py`), `floor-msgspec` (the floor reading
+and writing JSON with msgspec), `lanes`, `litellm` (bench/.venv-litellm) and `portkey` (the
+Portkey gateway on Node, bench/.portkey) — each skipped, with its reason, where it is not
+installed or does not serve a door. CPU per request comes from each process's CPU clock, to the
+nanosecond (the peer's process and its children); latency is the client's, p50 per cell, and
+"added" is a peer's p50 less the direct one's in the same round — at a translated door, lanes'
+and the floors' less `direct` timed on the chat request lanes sends upstream (`sent_upstream`,
+which the floors send too), since LiteLLM and Portkey forward the body as it came. Then the
+resident memory of each peer idle and with 64 streamed 512 KB requests in flight. It writes
+`bench/results/agent-<date>.json` and the chart `docs/benchmarks-agent.svg` (and, with
+`--docs`, docs/benchmarks.md's agent section, which `bench/agentreport.py` makes of the figures;
+`make bench` writes it with the rest). Nothing leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ SIZES = (1, 32, 128, 512)  # KB
 DOORS = {"chat": "/chat/completions", "messages": "/messages", "responses": "/responses"}
 KINDS = ("json", "sse")
 CONCURRENCY = (1, 8)
-PEERS = ("direct", "floor", "lanes", "litellm", "portkey")
+PEERS = ("direct", "floor", "floor-msgspec", "lanes", "litellm", "portkey")
 #: the fake upstream's models: answers at once; streams a chunk every 0.6 s; and two no request
 #: has used before `cold`'s (answers after 5 s; streams for 5 s)
 MODELS = ("fast", "slow", "cold-json", "cold-sse")
@@ -60,6 +61,9 @@ UNSERVED = {
 }
 #: What a peer does at a door that is not what lanes does there (a translation to chat).
 NOTES = {
+    ("floor-msgspec", "every door"): "the floor with its JSON read and written by msgspec, as "
+    "lanes writes it and reads it beneath its strict checks (`json` in the floor, as issue 45 set "
+    "it): the least on this stack, with none of lanes' guarantees",
     ("floor", "Messages and Responses"): "the floor translates with lanes' own pure "
     "translations (the body into the chat request lanes sends, the answer or each chunk of a "
     "stream back into the door's shape) and does nothing else lanes does",
@@ -222,8 +226,8 @@ def missing(name: str) -> str | None:
 async def opened(name: str, upstream: str, workdir: Path) -> AsyncIterator[peers.Peer]:
     if name == "direct":
         yield peers.Peer("direct", upstream, None)
-    elif name == "floor":
-        async with peers.floor(upstream, workdir) as p:
+    elif name in ("floor", "floor-msgspec"):
+        async with peers.floor(upstream, workdir, fast=name == "floor-msgspec") as p:
             yield p
     elif name == "lanes":
         async with peers.ours(upstream, workdir, models=MODELS) as p:
@@ -443,7 +447,7 @@ def figures(raw: dict[str, Any], lengths: dict[str, int], sizes: list[int]) -> d
                         r[field] - d[field] for r, d in zip(runs, direct, strict=True)
                     )
             sent = by_peer.get(SENT, [])  # what lanes, and the floor that translates, send
-            if name in ("lanes", "floor") and len(sent) == len(runs):
+            if name in ("lanes", "floor", "floor-msgspec") and len(sent) == len(runs):
                 for field in ("p50_ms", "ttfb_p50_ms"):
                     fig[f"added_sent_{field}"] = statistics.median(
                         r[field] - d[field] for r, d in zip(runs, sent, strict=True)

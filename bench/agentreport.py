@@ -16,8 +16,20 @@ QUIET_S = attrs.fields(LaneConfig).probe_quiet_s.default
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "docs" / "benchmarks-agent.svg"
-NAMES = {"floor": "floor", "lanes": "lanes", "litellm": "LiteLLM", "portkey": "Portkey"}
-COLOURS = {"floor": "#4a7", "lanes": "#27c", "litellm": "#c63", "portkey": "#96c"}
+NAMES = {
+    "floor": "floor",
+    "floor-msgspec": "floor (msgspec)",
+    "lanes": "lanes",
+    "litellm": "LiteLLM",
+    "portkey": "Portkey",
+}
+COLOURS = {
+    "floor": "#4a7",
+    "floor-msgspec": "#9c3",
+    "lanes": "#27c",
+    "litellm": "#c63",
+    "portkey": "#96c",
+}
 DOOR_NAMES = {"chat": "chat", "messages": "Messages", "responses": "Responses"}
 
 
@@ -319,8 +331,8 @@ def section(result: dict[str, Any] | None) -> list[str]:
         "results) of 1 to 512 KB through each door, answered whole (JSON) and streamed (SSE), "
         f"rounds: {result['rounds']}, each peer in turn within a round (each going first in turn), "
         "medians over the rounds. CPU is each process's user + system time (and its children's) "
-        f"over the requests of a cell, {_cpu_source(result)}, "
-        f"({result['requests']} a cell, twice that up to 32 KB). Load average (1 min) "
+        f"over the requests of a cell ({result['requests']} a cell, twice that up to 32 KB), "
+        f"{_cpu_source(result)}. Load average (1 min) "
         f"{min(x[0] for x in load):.1f}–{max(x[0] for x in load):.1f} during the run, on 2 cores "
         "shared with other work: compare the ratios, which fall on every peer alike. Versions: "
         + ", ".join(f"{NAMES.get(k, k)} {v}" for k, v in versions.items())
@@ -440,7 +452,14 @@ def _before(result: dict[str, Any]) -> list[str]:
         f"{before.get('commit') or '659f6d6'}, load average "
         f"{min(x[0] for x in before['load_average']):.1f}–"
         f"{max(x[0] for x in before['load_average']):.1f}): lanes / floor CPU a request, c=1, "
-        "then and now:",
+        "then and now"
+        + (
+            " (at the Messages and Responses doors the floor then sent the body on untranslated; "
+            "now it translates: there the two ratios stand beside different floors)"
+            if result.get("floor") == "translates"
+            else ""
+        )
+        + ":",
         "",
         "| door | answer | 128 KB | 512 KB | growth a KB |",
         "|---|---|---|---|---|",

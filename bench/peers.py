@@ -3,6 +3,7 @@ LiteLLM and the Portkey gateway."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -43,7 +44,8 @@ def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system: every thread's, those that ended too) process `pid` has used
     so far, from its CPU clock, to the nanosecond. /proc's figure comes in ticks of 10 ms — a cell
     of 80 requests read ±0.125 ms per request — and is the fallback where the kernel will not give
-    another process's clock; 0.0 once the process is gone."""
+    another process's clock. Raises `ProcessLookupError` once the process is gone (a figure of 0
+    would make a CPU difference negative)."""
     try:
         # glibc's clock_getcpuclockid(pid): MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
         return time.clock_gettime(((~pid) << 3) | 2)
@@ -52,8 +54,18 @@ def process_cpu_s(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
+        raise ProcessLookupError(f"process {pid} is gone") from None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds `pid` and its live children have used so far (a child gone between the
+    listing and the reading counts nothing)."""
+    total = 0.0
+    for one in tree_pids(pid):
+        with contextlib.suppress(ProcessLookupError):
+            total += process_cpu_s(one)
+    return total
 
 
 class Peer:
@@ -73,7 +85,7 @@ class Peer:
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the peer's process and its children have used so far."""
-        return sum(process_cpu_s(pid) for pid in self.pids())
+        return 0.0 if self.process is None else tree_cpu_s(self.process.pid)
 
     def rss_mb(self) -> float | None:
         """Resident memory of the peer's process (and its children), in MiB."""
@@ -203,16 +215,22 @@ def limit(upstream: str, workdir: Path) -> AbstractAsyncContextManager[Peer]:
     return _proxy("limit", "bench.passthrough", upstream, workdir)
 
 
-def floor(upstream: str, workdir: Path) -> AbstractAsyncContextManager[Peer]:
-    """The least any router must do on our stack (`bench/floor.py`)."""
+def floor(upstream: str, workdir: Path, *, fast: bool = False) -> AbstractAsyncContextManager[Peer]:
+    """The least any router must do on our stack (`bench/floor.py`); `fast`: its JSON read and
+    written by msgspec (`floor-msgspec`)."""
+    if fast:
+        return _proxy("floor-msgspec", "bench.floor", upstream, workdir, "--msgspec")
     return _proxy("floor", "bench.floor", upstream, workdir)
 
 
 @asynccontextmanager
-async def _proxy(name: str, module: str, upstream: str, workdir: Path) -> AsyncIterator[Peer]:
+async def _proxy(
+    name: str, module: str, upstream: str, workdir: Path, *options: str
+) -> AsyncIterator[Peer]:
     port = free_port()
     async with spawn(
-        [sys.executable, "-m", module, str(port), upstream], workdir / f"{name}-{port}.log"
+        [sys.executable, "-m", module, str(port), upstream, *options],
+        workdir / f"{name}-{port}.log",
     ) as p:
         await wait_http(f"http://127.0.0.1:{port}", 30, path="/", ok=(200, 400, 404, 405, 500))
         yield Peer(name, f"http://127.0.0.1:{port}/v1", p)

@@ -30,11 +30,6 @@ from bench.load import run_load, summary
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of `pid` and its live children."""
-    return sum(peers.process_cpu_s(one) for one in peers.tree_pids(pid))
-
-
 def _own_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -74,8 +69,8 @@ async def measure(seconds: float) -> dict[str, Any]:
                     await run_load(url, concurrency=8, total=100, stream=True, body=body())
                     for stream in (False, True):
                         before = (
-                            _tree_cpu_s(p.process.pid),
-                            _tree_cpu_s(upstream_pid) if upstream_pid else 0.0,
+                            peers.tree_cpu_s(p.process.pid),
+                            peers.tree_cpu_s(upstream_pid) if upstream_pid else 0.0,
                             _own_cpu_s(),
                             time.monotonic(),  # wall-clock: CPU per wall second is the measure
                         )
@@ -83,8 +78,8 @@ async def measure(seconds: float) -> dict[str, Any]:
                             url, concurrency=64, duration_s=seconds, stream=stream, body=body()
                         )
                         after = (
-                            _tree_cpu_s(p.process.pid),
-                            _tree_cpu_s(upstream_pid) if upstream_pid else 0.0,
+                            peers.tree_cpu_s(p.process.pid),
+                            peers.tree_cpu_s(upstream_pid) if upstream_pid else 0.0,
                             _own_cpu_s(),
                             time.monotonic(),  # wall-clock: as above
                         )
