@@ -491,6 +491,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
+    # the commit the run starts from (a commit made while it runs is not what it measured)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], **_TEXT)
     result = trio.run(
         lambda: run(
             args.rounds,
@@ -502,9 +504,10 @@ def main() -> None:
             names=tuple(args.peers.split(",")),
         )
     )
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], **_TEXT)
     result["commit"] = head.stdout.strip()
     out = args.out or ROOT / "bench" / "results" / f"agent-{result['date']}.json"
+    with contextlib.suppress(ValueError):  # where the report says the figures are
+        result["source"] = str(out.resolve().relative_to(ROOT))
     out.write_text(json.dumps(result, indent=2) + "\n")
     from bench import agentreport
 

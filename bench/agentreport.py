@@ -336,9 +336,7 @@ def section(result: dict[str, Any] | None) -> list[str]:
         f"{min(x[0] for x in load):.1f}–{max(x[0] for x in load):.1f} during the run, on 2 cores "
         "shared with other work: compare the ratios, which fall on every peer alike. Versions: "
         + ", ".join(f"{NAMES.get(k, k)} {v}" for k, v in versions.items())
-        + ". Raw figures: `bench/results/agent-"
-        + result["date"]
-        + ".json`.",
+        + f". Raw figures: `{_source(result)}`.",
         "",
         "![CPU per request by body size, c=1](benchmarks-agent.svg)",
         "",
@@ -482,6 +480,12 @@ def _before(result: dict[str, Any]) -> list[str]:
                 f"| {DOOR_NAMES[door]} | {kind.upper()} | {cells[0]} | {cells[1]} | {growth} |"
             )
     return [*lines, ""]
+
+
+def _source(result: dict[str, Any]) -> str:
+    """Where the run's figures are: the file `bench.agent` wrote (said in it since 2026-12-04's
+    full run at 929e52c), else the day's default name."""
+    return str(result.get("source") or f"bench/results/agent-{result['date']}.json")
 
 
 def _cpu_source(result: dict[str, Any]) -> str:

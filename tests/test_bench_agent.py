@@ -112,6 +112,9 @@ def test_the_report_says_what_was_measured_and_what_was_not(tmp_path):
     translating = "\n".join(agentreport.section({**result, "floor": "translates"}))
     assert "the floor translates with lanes' own pure translations" in translating
     assert "lanes and the floor send the same chat translation" in translating
+    assert f"Raw figures: `bench/results/agent-{result['date']}.json`" in text
+    named = "\n".join(agentreport.section({**result, "source": "bench/results/agent-x.json"}))
+    assert "Raw figures: `bench/results/agent-x.json`" in named  # the file the run wrote
     assert "| 512 KB (524,288 B) | chat | JSON | 18.00 | 27.00 | 36.00 | 1.50× | 0.75× |" in text
     marks = {what: met for what, _, met in agentreport.targets(result)}
     assert marks["lanes / floor CPU at 128 and 512 KB, chat json (≤ 1.3×)"] is False
