@@ -9,6 +9,14 @@ from typing import Any
 
 import attrs
 
+from bench.agentmarks import (
+    DOOR_NAMES,
+    SENT_NOTE,
+    TRANSLATING_SENT_NOTE,
+    cells_at,
+    floor_note,
+    targets,
+)
 from lanes._core.config.schema import LaneConfig
 
 #: how long a cold model's probe holds the others when it does not answer (the lanes default)
@@ -30,23 +38,11 @@ COLOURS = {
     "litellm": "#c63",
     "portkey": "#96c",
 }
-DOOR_NAMES = {"chat": "chat", "messages": "Messages", "responses": "Responses"}
 
 
 def _peers(result: dict[str, Any]) -> list[str]:
     seen = {name for row in result["cells"].values() for name in row["peers"]}
     return [name for name in NAMES if name in seen]
-
-
-def _cells(result: dict[str, Any], conc: int) -> list[tuple[str, str, int, dict[str, Any]]]:
-    """(door, kind, KB, row) at concurrency `conc`, by door, kind and size."""
-    out = []
-    for key, row in result["cells"].items():
-        door, kind, c, kb = key.split()
-        if c == f"c{conc}":
-            out.append((door, kind, int(kb), row))
-    order = list(DOOR_NAMES)
-    return sorted(out, key=lambda t: (order.index(t[0]), t[1], t[2]))
 
 
 def _ms(row: dict[str, Any], name: str, field: str = "cpu_ms") -> str:
@@ -59,192 +55,11 @@ def _ratio(row: dict[str, Any], name: str) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
-def targets(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """Issue 45's marks, as measured in this run: (what, figures, met)."""
-    cells, out = result["cells"], list[tuple[str, str, bool]]()
-    for door in DOOR_NAMES:
-        for kind in ("json", "sse"):
-            ratios = [
-                cells[k]["lanes_over"].get("floor")
-                for kb in (128, 512)
-                if (k := f"{door} {kind} c1 {kb}") in cells
-            ]
-            if ratios and None not in ratios:
-                shown = " and ".join(f"{r:.2f}×" for r in ratios)
-                out.append(
-                    (
-                        f"lanes / floor CPU at 128 and 512 KB, {door} {kind} (≤ 1.3×)",
-                        shown,
-                        all(r <= 1.3 for r in ratios),
-                    )
-                )
-            g = result["us_per_kb"].get(f"{door} {kind} c1", {})
-            if g.get("floor", 0) > 0 and "lanes" in g:
-                r = g["lanes"] / g["floor"]
-                out.append(
-                    (
-                        f"growth per KB, lanes / floor, {door} {kind} (≤ 1.3×)",
-                        f"{g['lanes']:.1f} / {g['floor']:.1f} µs = {r:.2f}×",
-                        r <= 1.3,
-                    )
-                )
-            row = cells.get(f"{door} {kind} c1 128", {}).get("peers", {})
-            added = _added_p50(row.get("lanes", {}))
-            floor_added = _added_p50(row.get("floor", {}))  # a translating floor's as lanes'
-            if added is not None and floor_added is not None:
-                (lanes, said), (floor, floor_said) = added, floor_added
-                out.append(
-                    (
-                        f"added p50 at 128 KB c=1, {door} {kind} (lanes ≤ floor + 2 ms)",
-                        f"lanes {said}, floor {floor_said} ms",
-                        lanes <= floor + 2,
-                    )
-                )
-        over = [
-            row["lanes_over"].get("litellm")
-            for d, k, _, row in _cells(result, 1)
-            if d == door and k == "json"
-        ]
-        if over and None not in over:
-            out.append(
-                (
-                    f"lanes / LiteLLM CPU, {door} JSON, every size (< 1×)",
-                    ", ".join(f"{r:.2f}×" for r in over),
-                    all(r < 1 for r in over),
-                )
-            )
-    out += _chat_floor_targets(result)
-    cold = result.get("cold") or {}
-    for kind in ("json", "sse"):
-        lanes, direct = (cold.get(n, {}).get(kind, {}).get("median_s") for n in ("lanes", "direct"))
-        if lanes and direct:
-            out.append(
-                (
-                    f"{result['held']} requests at once to a cold model, {kind}: median "
-                    "finish within 1.2× of the upstream's own",
-                    f"{lanes:.2f} s / {direct:.2f} s = {lanes / direct:.2f}×",
-                    lanes / direct <= 1.2,
-                )
-            )
-    return out
-
-
-#: what the floor does at a translated door since it translates (`bench/floor.py`): the floor's
-#: chat cell is then the conversation with no translation at all
-TRANSLATING_FLOOR_NOTE = (
-    "the floor translates with lanes' own pure translations and does nothing else lanes does, so "
-    "beside it lanes' routing is what is measured. The floor's chat cell is the same conversation "
-    "sent and answered in chat's shape, with no translation at all: beside it, lanes pays for "
-    "translating too"
-)
-
-
-def _floor_note(result: dict[str, Any]) -> str:
-    """How the floor met the translated doors in this run."""
-    return TRANSLATING_FLOOR_NOTE if result.get("floor") == "translates" else CHAT_FLOOR_NOTE
-
-
-#: what the floor did at a translated door before it translated: it sent the body on, so the fake
-#: upstream finds no chat tools in it and answers a short text (lanes, which translates, gets the
-#: tool call every chat request gets): the floor's own chat cell is the same conversation with the
-#: same upstream answer, relayed by a proxy that parses, writes again and forwards
-CHAT_FLOOR_NOTE = (
-    "the floor sends a Messages or Responses body on untranslated, so the fake upstream finds no "
-    "chat tools in it and answers a short text, while lanes, which translates, gets the tool call "
-    "every chat request gets and translates it back: beside the floor's cell of the same door, "
-    "lanes relays a larger answer. The floor's chat cell is the same conversation with the same "
-    "upstream answer, parsed, written again and forwarded"
-)
-
-
-#: how lanes' added latency is taken at a translated door (`bench.agent.sent_upstream`)
-SENT_NOTE = (
-    "A peer's added latency is its p50 less the upstream's own p50 on the request that peer sends "
-    "it, round by round: at a translated door lanes sends its chat translation (answered with a "
-    "tool call), the floor and LiteLLM the body as it came (answered with text), so lanes' is "
-    "taken against `direct` timed on lanes' translation; the figure against the door's body sent "
-    "direct is given beside it"
-)
-
-
-#: the same, when the floor translates: it sends what lanes sends
-TRANSLATING_SENT_NOTE = (
-    "A peer's added latency is its p50 less the upstream's own p50 on the request that peer sends "
-    "it, round by round: at a translated door lanes and the floor send the same chat translation "
-    "(answered with a tool call), so theirs is taken against `direct` timed on it; the figure "
-    "against the door's body sent direct is given beside it"
-)
-
-
-def _added_p50(fig: dict[str, Any]) -> tuple[float, str] | None:
-    """A peer's added p50 (ms) for a mark — lanes', or a translating floor's — and how it is
-    said: against the upstream's time on what lanes sent it where that was measured (`SENT_NOTE`),
-    else against `direct`."""
-    if "added_sent_p50_ms" in fig:
-        sent = fig["added_sent_p50_ms"]
-        return sent, f"{sent:.2f} ({fig['added_p50_ms']:.2f} against the door's body)"
-    if "added_p50_ms" in fig:
-        return fig["added_p50_ms"], f"{fig['added_p50_ms']:.2f}"
-    return None
-
-
-def _cpu(cells: dict[str, Any], key: str, name: str) -> float | None:
-    value: float | None = cells.get(key, {}).get("peers", {}).get(name, {}).get("cpu_ms")
-    return value
-
-
-def _chat_floor_targets(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
-    """The marks for the translated doors against the floor's chat cells (`CHAT_FLOOR_NOTE`)."""
-    cells, out = result["cells"], list[tuple[str, str, bool]]()
-    for door in ("messages", "responses"):
-        for kind in ("json", "sse"):
-            pairs = [
-                (
-                    _cpu(cells, f"{door} {kind} c1 {kb}", "lanes"),
-                    _cpu(cells, f"chat {kind} c1 {kb}", "floor"),
-                )
-                for kb in (128, 512)
-            ]
-            if all(a and b for a, b in pairs):
-                ratios = [a / b for a, b in pairs if a and b]
-                out.append(
-                    (
-                        f"lanes on {door} / floor on chat, CPU at 128 and 512 KB, {kind} (≤ 1.3×)",
-                        " and ".join(f"{r:.2f}×" for r in ratios),
-                        all(r <= 1.3 for r in ratios),
-                    )
-                )
-            lanes = result["us_per_kb"].get(f"{door} {kind} c1", {}).get("lanes")
-            floor = result["us_per_kb"].get(f"chat {kind} c1", {}).get("floor")
-            if lanes is not None and floor:
-                out.append(
-                    (
-                        f"growth per KB, lanes on {door} / floor on chat, {kind} (≤ 1.3×)",
-                        f"{lanes:.1f} / {floor:.1f} µs = {lanes / floor:.2f}×",
-                        lanes / floor <= 1.3,
-                    )
-                )
-            mine = cells.get(f"{door} {kind} c1 128", {}).get("peers", {}).get("lanes", {})
-            base = cells.get(f"chat {kind} c1 128", {}).get("peers", {}).get("floor", {})
-            added = _added_p50(mine)
-            if added is not None and "added_p50_ms" in base:
-                (a, said), b = added, base["added_p50_ms"]
-                out.append(
-                    (
-                        f"added p50 at 128 KB c=1, lanes on {door} / floor on chat, {kind} "
-                        "(lanes ≤ floor + 2 ms)",
-                        f"lanes {said}, floor {b:.2f} ms",
-                        a <= b + 2,
-                    )
-                )
-    return out
-
-
 def summary(result: dict[str, Any]) -> list[str]:
     """What `python -m bench.agent` prints: each cell at c=1, then the marks."""
     lines = []
     names = _peers(result)
-    for door, kind, kb, row in _cells(result, 1):
+    for door, kind, kb, row in cells_at(result, 1):
         cpu = ", ".join(f"{NAMES[n]} {_ms(row, n)}" for n in names)
         lines.append(
             f"{door:>9} {kind} {kb:>4} KB: CPU ms {cpu}; lanes/floor {_ratio(row, 'floor')}"
@@ -267,7 +82,7 @@ def _table(result: dict[str, Any], conc: int) -> list[str]:
         f"| body | door | answer | {head} | {ratios} |",
         "|---|---|---|" + "---|" * (len(names) + len(others)),
     ]
-    for door, kind, kb, row in _cells(result, conc):
+    for door, kind, kb, row in cells_at(result, conc):
         values = " | ".join(_ms(row, n) for n in names)
         shares = " | ".join(_ratio(row, n) for n in others)
         lines.append(
@@ -307,7 +122,7 @@ def _added(result: dict[str, Any]) -> list[str]:
         f"| body | door | answer | direct p50 | {' | '.join(NAMES[n] for n in names)} |",
         "|---|---|---|---|" + "---|" * len(names),
     ]
-    for door, kind, kb, row in _cells(result, 1):
+    for door, kind, kb, row in cells_at(result, 1):
         if kb not in (128, 512):
             continue
         direct = _ms(row, "direct", "p50_ms")
@@ -379,7 +194,7 @@ def section(result: dict[str, Any] | None) -> list[str]:
     lines += [
         "Issue 45's marks in this run. At the Messages and Responses doors each is given twice: "
         "beside the floor's cell of the same door, and beside the floor's chat cell — "
-        + _floor_note(result)
+        + floor_note(result)
         + ". "
         + (TRANSLATING_SENT_NOTE if result.get("floor") == "translates" else SENT_NOTE)
         + ".",
@@ -502,7 +317,7 @@ def _tools_note() -> str:
 
 def chart(result: dict[str, Any], path: Path = CHART) -> Path | None:
     """CPU ms per request against body KB, one panel per door and answer (c=1), as an SVG."""
-    measured = {(d, k) for d, k, _, _ in _cells(result, 1)}
+    measured = {(d, k) for d, k, _, _ in cells_at(result, 1)}
     doors = [door for door in DOOR_NAMES if any(d == door for d, _ in measured)]
     kinds = [kind for kind in ("json", "sse") if any(k == kind for _, k in measured)]
     if not measured:
@@ -530,15 +345,15 @@ def chart(result: dict[str, Any], path: Path = CHART) -> Path | None:
 def _panel(
     result: dict[str, Any], door: str, kind: str, names: list[str], left: int, top: int
 ) -> list[str]:
-    cells = [(kb, row) for d, k, kb, row in _cells(result, 1) if d == door and k == kind]
+    shown = [(kb, row) for d, k, kb, row in cells_at(result, 1) if d == door and k == kind]
     most = max(
-        (f["cpu_ms"] for _, row in cells for f in row["peers"].values() if "cpu_ms" in f),
+        (f["cpu_ms"] for _, row in shown for f in row["peers"].values() if "cpu_ms" in f),
         default=1.0,
     )
     step = next(s for s in (1, 2, 5, 10, 20, 25, 50, 100, 200, 500, 1000) if most / s <= 6)
     top_ms = step * (int(most / step) + 1)
     x0, y0, w, h = left + 40, top + 20, 240, 150
-    largest = max(kb for kb, _ in cells)
+    largest = max(kb for kb, _ in shown)
 
     def at(kb: float, ms: float) -> tuple[float, float]:
         return x0 + w * kb / largest, y0 + h - h * ms / top_ms
@@ -553,14 +368,14 @@ def _panel(
         _, y = at(0, ms)
         out.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#eee"/>')
         out.append(f'<text x="{x0 - 4}" y="{y + 4:.1f}" text-anchor="end">{ms}</text>')
-    for kb, _ in cells:
+    for kb, _ in shown:
         x, _ = at(kb, 0)
         out.append(f'<text x="{x:.1f}" y="{y0 + h + 14}" text-anchor="middle">{kb}</text>')
     out.append(f'<text x="{x0 + w}" y="{y0 + h + 26}" text-anchor="end">KB</text>')
     for name in names:
         points = [
             at(kb, row["peers"][name]["cpu_ms"])
-            for kb, row in cells
+            for kb, row in shown
             if "cpu_ms" in row["peers"].get(name, {})
         ]
         if not points:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import lanes
-from bench import agent, agentreport, peers
+from bench import agent, agentmarks, agentreport, peers
 from lanes import load_config
 from lanes._http import doors
 from lanes._http.validation import job_headers, json_object, parse_job
@@ -93,7 +93,7 @@ def test_added_latency_at_a_translated_door_is_against_what_was_sent():
     assert (peers_["lanes"]["added_p50_ms"], peers_["lanes"]["added_sent_p50_ms"]) == (5.5, 3.5)
     assert (peers_["floor"]["added_p50_ms"], peers_["floor"]["added_sent_p50_ms"]) == (3.0, 1.0)
     result.update(us_per_kb={}, cold={}, held=64)
-    marks = {what: (said, met) for what, said, met in agentreport.targets(result)}
+    marks = {what: (said, met) for what, said, met in agentmarks.targets(result)}
     said, met = marks["added p50 at 128 KB c=1, messages json (lanes ≤ floor + 2 ms)"]
     assert said == (
         "lanes 3.50 (5.50 against the door's body), floor 1.00 (3.00 against the door's body) ms"
@@ -116,7 +116,7 @@ def test_the_report_says_what_was_measured_and_what_was_not(tmp_path):
     named = "\n".join(agentreport.section({**result, "source": "bench/results/agent-x.json"}))
     assert "Raw figures: `bench/results/agent-x.json`" in named  # the file the run wrote
     assert "| 512 KB (524,288 B) | chat | JSON | 18.00 | 27.00 | 36.00 | 1.50× | 0.75× |" in text
-    marks = {what: met for what, _, met in agentreport.targets(result)}
+    marks = {what: met for what, _, met in agentmarks.targets(result)}
     assert marks["lanes / floor CPU at 128 and 512 KB, chat json (≤ 1.3×)"] is False
     assert (
         marks[
