@@ -118,7 +118,7 @@ CHAT_FLOOR_NOTE = (
 )
 
 
-#: how lanes' added latency is taken at a translated door (`bench.agent.sent_upstream`)
+#: how lanes' added latency is taken at a translated door (`bench.agentbodies.sent_upstream`)
 SENT_NOTE = (
     "A peer's added latency is its p50 less the upstream's own p50 on the request that peer sends "
     "it, round by round: at a translated door lanes sends its chat translation (answered with a "

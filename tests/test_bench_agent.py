@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import lanes
-from bench import agent, agentmarks, agentreport, peers
+from bench import agent, agentbodies, agentmarks, agentreport, peers
 from lanes import load_config
 from lanes._http import doors
 from lanes._http.validation import job_headers, json_object, parse_job
@@ -23,7 +23,7 @@ def test_a_body_is_about_its_size_and_a_door_reads_it(door, kb):
     """Each door's body is within a turn of its size in KB (1 KB holds the system prompt and
     three tools, a little more), and lanes reads it as a chat job with the tool calls and
     results of its history."""
-    body = agent.agent_body(kb, door)
+    body = agentbodies.agent_body(kb, door)
     raw = json.dumps(body).encode()
     assert kb * 1024 - 2000 <= len(raw) <= max(kb * 1024, 2500) + 2000
     if door == "chat":
@@ -137,7 +137,7 @@ async def test_direct_is_timed_on_what_lanes_sends_upstream(door, kind, env):
     """At a translated door lanes' added latency is taken against `direct` timed on
     `sent_upstream`: the very request lanes (as bench.agent runs it) sent the upstream for that
     body."""
-    body = agent.agent_body(32, door)
+    body = agentbodies.agent_body(32, door)
     api = doors.MESSAGES if door == "messages" else doors.RESPONSES
     job, _ = doors.translated_job(api, body, "bench", {})
     async with open_fake("bench", models=("fast",)) as fake:
@@ -151,4 +151,4 @@ async def test_direct_is_timed_on_what_lanes_sends_upstream(door, kind, env):
             else:
                 await dispatcher.complete(job)
     [sent] = fake.requests()
-    assert sent.body == agent.sent_upstream(door, body, kind)
+    assert sent.body == agentbodies.sent_upstream(door, body, kind)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from bench import agent, peers
+from bench import agent, agentbodies, peers
 from lanes.testing import open_fake
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "Say the pangram."}]}
@@ -45,15 +45,16 @@ async def test_floor_and_limit_pass_on_what_the_upstream_says(tmp_path):
 @pytest.mark.parametrize("door", ["responses", "messages"])
 async def test_at_a_translated_door_the_floor_translates_as_lanes_does(tmp_path, door, fast):
     """At the Messages and Responses doors the floor sends upstream the very chat request lanes'
-    translation makes of the body (`bench.agent.sent_upstream`) and answers in the door's shape,
-    whole and streamed — not the body as it came, which the upstream would answer with text."""
-    body = agent.agent_body(1, door)
+    translation makes of the body (`bench.agentbodies.sent_upstream`) and answers in the door's
+    shape, whole and streamed — not the body as it came, which the upstream would answer with
+    text."""
+    body = agentbodies.agent_body(1, door)
     async with open_fake("up", models=(body["model"],)) as fake:
         async with peers.floor(fake.base_url, tmp_path, fast=fast) as p:
             whole = await _post(f"{p.url}{agent.DOORS[door]}", body)
             streamed = await _post(f"{p.url}{agent.DOORS[door]}", {**body, "stream": True})
         sent = [entry.body for entry in fake.log]
-    assert sent == [agent.sent_upstream(door, body, kind) for kind in ("json", "sse")]
+    assert sent == [agentbodies.sent_upstream(door, body, kind) for kind in ("json", "sse")]
     answer, events = json.loads(whole), streamed.decode()
     if door == "responses":
         assert answer["object"] == "response"
