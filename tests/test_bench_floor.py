@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from functools import partial
 from typing import Any
 
@@ -102,6 +103,10 @@ def test_a_peers_cpu_is_its_process_clock_finer_than_procs_ticks():
         assert child.stdout is not None
         own = float(child.stdout.readline())
         read = peers.process_cpu_s(child.pid)
+        try:
+            time.clock_gettime(((~child.pid) << 3) | 2)
+        except OSError:  # the fallback, by design; its ticks are what this test can not hold
+            pytest.skip("this kernel gives no other process's CPU clock: /proc's ticks are read")
         assert own >= 0.15
         assert own <= read < own + 0.002
     finally:
