@@ -343,11 +343,9 @@ async def test_a_client_sees_its_own_paid_day_and_the_admin_all(autojump_clock):
     """`web` spends on the paid lane: with its key it sees its spend against its own $0.50
     ceiling; `ci` sees none of it ($0, no rate); the admin key sees every client's."""
     autojump_clock.autojump_threshold = STEADY_S
-    async with (
-        open_sidecar(("paid", "paid", ["paid-model"]), policy=POLICY, server=SERVER, env=ENV) as (
-            url,
-            _,
-        ),
+    paid = ("paid", "paid", ["paid-model"])
+    async with (  # at T0 (06:00 UTC): the spend and the look at it fall on one UTC day
+        open_sidecar(paid, policy=POLICY, server=SERVER, env=ENV, epoch_now=T0) as (url, _),
         http_client() as http,
     ):
         await jobs(http, url, "paid/paid-model", 2, **auth(WEB))
