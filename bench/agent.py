@@ -28,7 +28,6 @@ import contextlib
 import datetime as dt
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -37,11 +36,12 @@ from typing import Any
 
 import trio
 
-from bench import peers
+from bench import peers, publish
 from bench.agentbodies import agent_body, sent_upstream
 from bench.load import Sample, percentile, run_load
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
 SIZES = (1, 32, 128, 512)  # KB
 DOORS = {"chat": "/chat/completions", "messages": "/messages", "responses": "/responses"}
 KINDS = ("json", "sse")
@@ -53,7 +53,6 @@ MODELS = ("fast", "slow", "cold-json", "cold-sse")
 #: `direct` timed on the chat request lanes sends upstream at a translated door (`sent_upstream`)
 SENT = "direct-sent"
 HELD = 64  # streamed 512 KB requests in flight for the memory figure, and requests to a cold model
-_TEXT: dict[str, Any] = {"capture_output": True, "text": True, "check": False}
 
 #: Doors a peer does not serve, and why (measured on 2026-12-04: its answer to one request).
 UNSERVED = {
@@ -352,7 +351,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     # the commit the run starts from (a commit made while it runs is not what it measured)
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], **_TEXT)
+    head = peers.commit()
     result = trio.run(
         lambda: run(
             args.rounds,
@@ -364,8 +363,8 @@ def main() -> None:
             names=tuple(args.peers.split(",")),
         )
     )
-    result["commit"] = head.stdout.strip()
-    out = args.out or ROOT / "bench" / "results" / f"agent-{result['date']}.json"
+    result["commit"] = head
+    out = args.out or publish.result_path(RESULTS, f"agent-{result['date']}", head)
     with contextlib.suppress(ValueError):  # where the report says the figures are
         result["source"] = str(out.resolve().relative_to(ROOT))
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -378,7 +377,7 @@ def main() -> None:
     if args.docs:
         from bench.report import rewrite_section
 
-        if rewrite_section("## Agent-sized", agentreport.section(result)):
+        if rewrite_section(agentreport.section(result), result["date"]):
             print("bench: rewrote the agent section of docs/benchmarks.md", file=sys.stderr)
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ import httpx2
 import trio
 
 from bench.load import percentile, run_load
+from bench.peers import commit
 from bench.peers import process_cpu_s as cpu_s
 from lanes._core.batch.queue import BatchQueue, Caps
 from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
@@ -374,16 +374,14 @@ def _each(call: Any, times: int = 20) -> float:
     return (time.perf_counter() - t) / times * 1e6
 
 
-def commit() -> str:
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    )
-    return done.stdout.strip()
-
-
 async def run(quick: bool) -> dict[str, Any]:
     """`measure`, dated and saved: bench/results/batch100k-DATE[-quick].json."""
-    data = {"date": dt.date.today().isoformat(), "commit": commit(), **await measure(quick)}
+    data = {
+        "date": dt.date.today().isoformat(),
+        "commit": commit(),
+        "cpu_clock": "process",  # `peers.process_cpu_s`: how the report says CPU was read
+        **await measure(quick),
+    }
     name = f"batch100k-{data['date']}{'-quick' if quick else ''}.json"
     await trio.Path(ROOT / "bench" / "results" / name).write_text(json.dumps(data, indent=2))
     return data

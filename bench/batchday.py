@@ -39,10 +39,10 @@ import trio
 import trio.testing
 
 import lanes
-from bench.batch100k import commit
 from bench.batchbound import arrivals_per_minute, bound, caps, obeyed, per_minute, replay
 from bench.batchexact import tight_upper
 from bench.freeshare import PROVIDERS, arrivals, lanes_config, serve_fake
+from bench.peers import commit
 from lanes.harness.configs import KEYS
 
 ROOT = Path(__file__).resolve().parent.parent

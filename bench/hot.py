@@ -5,7 +5,9 @@ py-spy profile of `lanes serve` under load.
 (each peer going first in turn): JSON and SSE throughput at 64 connections, and the SSE
 first byte and JSON latency at 8. It prints each round's ratios lanes / limit — the figures
 `make bench` reports once, measured here side by side so that the noise of a shared machine falls
-on both peers alike — and writes them to `bench/results/hot-<date>.json`.
+on both peers alike — and writes them to `bench/results/hot-<date>.json` with `--floor --docs`
+(the run the page then shows), else to `hot-<date>-draft.json`; a name taken already gets the
+commit after it (`bench/publish.py`).
 
 `python -m bench.hot --profile json|sse --py-spy PATH [--peer lanes|floor|limit] [--concurrency 32]
 [--seconds 20] [--out FILE] [--samples FILE]` samples `lanes serve` (or the limit) with py-spy —
@@ -32,7 +34,7 @@ from typing import Any
 
 import trio
 
-from bench import flame, peers
+from bench import flame, peers, publish
 from bench.load import run_load, summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,8 +178,11 @@ def guard_line(new: dict[str, Any], published: dict[str, Any] | None) -> str:
 
 
 def published_hot(before: str | None = None) -> dict[str, Any] | None:
-    """The newest `--floor` run in bench/results (dated before `before`, when given)."""
+    """The newest published `--floor` run in bench/results (dated before `before`, when given):
+    `hot-<date>[-<commit>].json`, not a `-draft`."""
     for path in sorted((ROOT / "bench" / "results").glob("hot-2*.json"), reverse=True):
+        if "-draft" in path.name:
+            continue
         data = json.loads(path.read_text())
         if guard(data) and (before is None or data["date"] < before):
             return dict(data)
@@ -339,7 +344,10 @@ def main() -> None:
     if set(args.only) != set(MEASURES):  # a partial run never replaces the day's full one
         print("bench: a partial run (--only): no file written", file=sys.stderr)
         return
-    path = ROOT / "bench" / "results" / f"hot-{data['date']}.json"
+    # A run that does not publish (`--docs`) is written beside the day's published one, as a
+    # draft; neither writes over another run's figures (`publish.result_path`).
+    stem = f"hot-{data['date']}{'' if args.floor and args.docs else '-draft'}"
+    path = publish.result_path(ROOT / "bench" / "results", stem, peers.commit())
     if args.floor:
         print(guard_line(data, published_hot(before=data["date"])))
     path.write_text(json.dumps(data, indent=2))
@@ -347,7 +355,7 @@ def main() -> None:
     if args.floor and args.docs:
         from bench.report import hot_section, rewrite_section
 
-        if rewrite_section("## The hot path", hot_section(data)):
+        if rewrite_section(hot_section(data), data["date"]):
             print("bench: rewrote the hot path's section of docs/benchmarks.md", file=sys.stderr)
 
 

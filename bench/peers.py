@@ -329,6 +329,14 @@ async def portkey(upstream: str, workdir: Path) -> AsyncIterator[Peer]:
         yield peer
 
 
+def commit() -> str:
+    """The checkout's commit (short), as a run's figures record it: read when the run starts."""
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    )
+    return done.stdout.strip()
+
+
 def version(name: str) -> str:
     if name == "portkey":
         found = PORTKEY_SERVER.parent.parent / "package.json"

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import agentreport, batchreport, cache, hot, onehost
+from bench import agentreport, batchreport, cache, hot, onehost, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+HISTORY = DOCS / "benchmarks-history.md"  # sections a later run replaced (`bench/publish.py`)
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -147,9 +148,23 @@ def _shared(r: dict[str, Any] | None) -> list[str]:
 
 
 def write_report(data: dict[str, Any], json_path: Path) -> Path:
+    """Publish the run's sections into docs/benchmarks.md (`bench/publish.py`: what they replace
+    goes to docs/benchmarks-history.md) and draw its charts."""
     DOCS.mkdir(exist_ok=True)
-    speed, name = data["speed"], "benchmarks"
-    chart = _chart(data, name)
+    chart = _chart(data, "benchmarks")
+    if data.get("agent") and "cells" in data["agent"]:
+        agentreport.chart(data["agent"])
+    path = DOCS / "benchmarks.md"
+    publish.write(publish.sections(render(data, json_path, chart)), path, HISTORY, data["date"])
+    return path
+
+
+def render(data: dict[str, Any], json_path: Path, chart: str | None) -> list[str]:
+    """The page's preamble and the sections of what this run measured (`chart`: the throughput
+    chart's file, if drawn). A bench the run did not run has no section here, so publishing it
+    leaves that bench's section as it is — but for the benches that run on their own (the plan,
+    `--workers 2`, the status page, the cache), whose newest result is read."""
+    speed = data["speed"]
     m, v = data["machine"], data["versions"]
     lines = [
         "# Benchmarks",
@@ -182,10 +197,14 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
             "limit plus only what no router can skip (`bench/floor.py`: the request read and "
             "written again as JSON, the answer"
         ),
-        (
-            "parsed, every stream event too, three headers): the gap between `floor` and `lanes` "
-            "is lanes' own work."
-        ),
+        "parsed, every stream event too, three headers; at the Messages and Responses doors "
+        "both translated with",
+        "lanes' own pure translations, since the upstream speaks chat): the gap between `floor` "
+        "and `lanes` is lanes'",
+        "own work. The floor reads and writes JSON with the standard library's `json`; "
+        "`floor-msgspec`, in the",
+        "agent-sized section, does it with msgspec, as lanes writes and (beneath its strict "
+        "checks) reads it.",
         "",
         "## Added latency (p50 / p99, ms, over direct)",
         "",
@@ -349,21 +368,24 @@ def write_report(data: dict[str, Any], json_path: Path) -> Path:
         f"{f['requests_to_exhausted_providers']} |",
         "",
     ]
-    agent = data.get("agent") or _latest("agent")
-    if agent and "cells" in agent:
-        agentreport.chart(agent)
-    lines += agentreport.section(agent)
-    lines += batchreport.sections(data)
+    if data["date"] < "2026-12-04":  # the day the fakes began to tell an answered request apart
+        lines += [
+            "The last column counted nothing before 2026-12-04 (the fakes log every request as "
+            "`quota`, answered or refused); it is now the requests to the free fakes less those "
+            "served free — 1 in a run of the same day on 2026-12-04.",
+            "",
+        ]
+    lines += agentreport.section(data.get("agent"))
+    if "batchday" in data or "batch100k" in data:
+        lines += batchreport.sections(data)
     lines += _audit_report(data.get("audit_report"))
     lines += whatif_section(data.get("whatif"))
-    lines += hot_section(latest_hot())
+    lines += hot_section(data.get("hot"))
     lines += plan_section(_latest("plan"))
     lines += workers_section(_latest("workers-cpu"))
     lines += page_section(_latest("page"))
     lines += cache.section(data.get("cache") or _latest("cache"))
-    path = DOCS / "benchmarks.md"
-    path.write_text("\n".join(lines))
-    return path
+    return lines
 
 
 def _audit_report(a: dict[str, Any] | None) -> list[str]:
@@ -383,16 +405,13 @@ def _audit_report(a: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def rewrite_section(prefix: str, section: list[str], path: Path = DOCS / "benchmarks.md") -> bool:
-    """Replace the section of `path` whose heading starts with `prefix` by `section`, leaving the
-    others as the last `make bench` wrote them (a measure run on its own); False when there is
-    no such section."""
-    lines = path.read_text().split("\n")
-    start = next((i for i, line in enumerate(lines) if line.startswith(prefix)), None)
-    if start is None or not section:
+def rewrite_section(section: list[str], when: str, path: Path = DOCS / "benchmarks.md") -> bool:
+    """Put `section` in place of `path`'s section of the same name (`publish.key`), leaving the
+    others as they are (a measure run on its own); what it replaces goes to the history page.
+    False when `section` is empty (nothing to write)."""
+    if not section:
         return False
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    path.write_text("\n".join([*lines[:start], *section, *lines[end:]]))
+    publish.write([(publish.key(section[0]), section)], path, HISTORY, when)
     return True
 
 
@@ -400,11 +419,6 @@ def _latest(kind: str) -> dict[str, Any] | None:
     """The newest `bench/results/<kind>-<date>.json`, if any."""
     runs = sorted((ROOT / "bench" / "results").glob(f"{kind}-2*.json"))
     return json.loads(runs[-1].read_text()) if runs else None
-
-
-def latest_hot() -> dict[str, Any] | None:
-    """The newest `python -m bench.hot --floor` run in bench/results, if any."""
-    return _latest("hot")
 
 
 def workers_section(w: dict[str, Any] | None) -> list[str]:

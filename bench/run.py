@@ -34,6 +34,7 @@ from bench import (
     hot,
     onehost,
     peers,
+    publish,
     shared,
     whatif,
 )
@@ -269,6 +270,7 @@ async def main(quick: bool) -> dict[str, Any]:
         workdir = Path(tmp)
         result: dict[str, Any] = {
             "date": dt.date.today().isoformat(),
+            "commit": peers.commit(),  # read when the run starts: what it measured
             "quick": quick,
             "machine": machine(),
             "versions": {
@@ -358,10 +360,12 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     data = trio.run(main, args.quick)
-    out = ROOT / "bench" / "results" / f"{data['date']}{'-quick' if args.quick else ''}.json"
+    results = ROOT / "bench" / "results"
+    stem = f"{data['date']}{'-quick' if args.quick else ''}"
+    out = publish.result_path(results, stem, data["commit"])
     out.write_text(json.dumps(data, indent=2))
-    if not args.quick:  # the guard's run, where the hot path's section reads it
-        hot_out = ROOT / "bench" / "results" / f"hot-{data['date']}.json"
+    if not args.quick:  # the guard's run: the next day's guard line compares with it
+        hot_out = publish.result_path(results, f"hot-{data['date']}", data["commit"])
         hot_out.write_text(json.dumps(data["hot"], indent=2))
     from bench.report import write_report
 
