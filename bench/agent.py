@@ -16,9 +16,10 @@ nanosecond (the peer's process and its children); latency is the client's, p50 p
 and the floors' less `direct` timed on the chat request lanes sends upstream (`sent_upstream`,
 which the floors send too), since LiteLLM and Portkey forward the body as it came. Then the
 resident memory of each peer idle and with 64 streamed 512 KB requests in flight. It writes
-`bench/results/agent-<date>.json` and the chart `docs/benchmarks-agent.svg` (and, with
-`--docs`, docs/benchmarks.md's agent section, which `bench/agentreport.py` makes of the figures;
-`make bench` writes it with the rest). Nothing leaves 127.0.0.1.
+`bench/results/agent-<date>.json` (`-<commit>` after it where the day's name is taken) and the
+chart `docs/benchmarks-agent.svg` (and, with `--docs`, docs/benchmarks.md's agent section, which
+`bench/agentreport.py` makes of the figures; `make bench` writes it with the rest).
+Nothing leaves 127.0.0.1.
 """
 
 from __future__ import annotations

@@ -180,7 +180,8 @@ def guard_line(new: dict[str, Any], published: dict[str, Any] | None) -> str:
 def published_hot(before: str | None = None) -> dict[str, Any] | None:
     """The newest published `--floor` run in bench/results (dated before `before`, when given):
     `hot-<date>[-<commit>].json`, not a `-draft`."""
-    for path in sorted((ROOT / "bench" / "results").glob("hot-2*.json"), reverse=True):
+    runs = (ROOT / "bench" / "results").glob("hot-2*.json")
+    for path in sorted(runs, key=lambda p: p.stem, reverse=True):  # a day's later runs first
         if "-draft" in path.name:
             continue
         data = json.loads(path.read_text())
@@ -340,6 +341,7 @@ def main() -> None:
         )
         print(f"bench: wrote {out}", file=sys.stderr)
         return
+    head = peers.commit()  # when the run starts: what it measures
     data = trio.run(compare, args.rounds, args.seconds, args.slices, tuple(args.only), args.floor)
     if set(args.only) != set(MEASURES):  # a partial run never replaces the day's full one
         print("bench: a partial run (--only): no file written", file=sys.stderr)
@@ -347,7 +349,9 @@ def main() -> None:
     # A run that does not publish (`--docs`) is written beside the day's published one, as a
     # draft; neither writes over another run's figures (`publish.result_path`).
     stem = f"hot-{data['date']}{'' if args.floor and args.docs else '-draft'}"
-    path = publish.result_path(ROOT / "bench" / "results", stem, peers.commit())
+    path = publish.result_path(ROOT / "bench" / "results", stem, head)
+    with contextlib.suppress(ValueError):  # where the page says the figures are
+        data["source"] = str(path.relative_to(ROOT))
     if args.floor:
         print(guard_line(data, published_hot(before=data["date"])))
     path.write_text(json.dumps(data, indent=2))

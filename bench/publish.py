@@ -6,11 +6,14 @@ takes the place of the page's section of the same name (its heading without its 
 docs/benchmarks-history.md, newest first — with the notes written beside its figures, which were
 about them. A section the run does not write — one written by hand, such as a bench's earlier
 runs, or one of a bench this run did not run — stays where it is. So `make bench` never drops a
-published measurement, nor a word said about it.
+published measurement, nor a word said about it. The preamble, which names the run, is the run's
+alone: it is replaced and not kept (a test holds the page's to what its run renders, so no word
+written there by hand gets past CI).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,9 +59,16 @@ class Published:
 def publish(new: Sequence[Section], old: Sequence[str]) -> Published:
     """`old`'s page with `new`'s sections (each (key, lines); the preamble's key is "") in place
     of its sections of the same key, in `old`'s order; a section `old` has not follows the new
-    section before it. The sections replaced, where different, are returned as they were."""
+    section before it. The sections replaced, where different, are returned as they were — but
+    the preamble, which only a run writes (a test holds the page's to what its run renders).
+    Raises ValueError when `new` has two sections of one name."""
+    new = [(k, lines) for k, lines in new if k or lines]  # no preamble: the page's stays
     fresh = dict(new)
     order = [k for k, _ in new]
+    if len(fresh) != len(order):
+        raise ValueError(
+            f"two sections of one name: {sorted(k for k in fresh if order.count(k) > 1)}"
+        )
     have = {k for k, _ in sections(old)}
     after: dict[str, list[str]] = {}
     for i, k in enumerate(order):
@@ -70,7 +80,7 @@ def publish(new: Sequence[Section], old: Sequence[str]) -> Published:
     placed: set[str] = set()
     for k, lines in sections(old):
         if k in fresh:
-            if _trimmed(lines) and _trimmed(lines) != _trimmed(fresh[k]):  # blank: nothing lost
+            if k and _trimmed(lines) and _trimmed(lines) != _trimmed(fresh[k]):
                 replaced.append(lines)
             if k not in placed:  # a second section of the name goes with the first
                 page += fresh[k]
@@ -101,16 +111,25 @@ def result_path(results: Path, stem: str, commit: str) -> Path:
 
 def write(new: Sequence[Section], page: Path, history: Path, when: str) -> Published:
     """Publish `new` into `page` (a file; absent: empty), and put what it replaced at the top of
-    `history` under a line saying `when` (the run's date) and the section demoted a level."""
+    `history` (before its first entry) under a line saying `when` (the run's date), each section
+    demoted a level. The history is written first, and each file whole or not at all."""
     old = page.read_text().split("\n") if page.exists() else []
     result = publish(new, old)
-    page.write_text("\n".join(result.page))
     if result.replaced:
-        kept = history.read_text().split("\n") if history.exists() else list(HISTORY_HEAD)
-        head = len(HISTORY_HEAD) if kept[: len(HISTORY_HEAD)] == HISTORY_HEAD else len(kept)
+        text = history.read_text() if history.exists() else ""
+        kept = text.split("\n") if text.strip() else list(HISTORY_HEAD)
+        head = next((i for i, line in enumerate(kept) if line.startswith("## ")), len(kept))
         entry = [f"## Replaced by the run of {when}", ""]
         for lines in result.replaced:
             entry += [f"#{line}" if line.startswith("#") else line for line in _trimmed(lines)]
             entry.append("")
-        history.write_text("\n".join([*kept[:head], *entry, *kept[head:]]))
+        _replace(history, [*kept[:head], *entry, *kept[head:]])
+    _replace(page, result.page)
     return result
+
+
+def _replace(path: Path, lines: Sequence[str]) -> None:
+    """Write `path` whole: a new file renamed over the old one."""
+    part = path.with_name(f".{path.name}.part")
+    part.write_text("\n".join(lines))
+    os.replace(part, path)

@@ -411,6 +411,8 @@ def rewrite_section(section: list[str], when: str, path: Path = DOCS / "benchmar
     False when `section` is empty (nothing to write)."""
     if not section:
         return False
+    if not section[0].startswith("## "):
+        raise ValueError(f"a section begins with its heading, not {section[0][:40]!r}")
     publish.write([(publish.key(section[0]), section)], path, HISTORY, when)
     return True
 
@@ -541,7 +543,9 @@ def hot_section(h: dict[str, Any] | None) -> list[str]:
         f"`python -m bench.hot --floor --rounds {len(rounds)}` on {h['date']}: the limit, lanes "
         "and the floor interleaved in short turns (each going first in turn), so a neighbour's "
         "load falls on all three alike; CPU per request is the process's user + system time "
-        "over the answers it gave. Raw numbers: `bench/results/hot-" + h["date"] + ".json`.",
+        "over the answers it gave. Raw numbers: `"
+        + (h.get("source") or f"bench/results/hot-{h['date']}.json")
+        + "`.",
         "",
         f"| figure | lanes, floor, limit (round 1) | {head} | target (lanes / floor) |",
         "|---|---|" + "---|" * len(rounds) + "---|",

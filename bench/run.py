@@ -363,10 +363,15 @@ if __name__ == "__main__":
     results = ROOT / "bench" / "results"
     stem = f"{data['date']}{'-quick' if args.quick else ''}"
     out = publish.result_path(results, stem, data["commit"])
-    out.write_text(json.dumps(data, indent=2))
-    if not args.quick:  # the guard's run: the next day's guard line compares with it
+    for key in ("agent", "hot"):  # where the page says their figures are
+        if key in data:
+            data[key]["source"] = str(out.relative_to(ROOT))
+    # the guard's run, alone too: the next day's guard line compares with it
+    if not args.quick and "hot" in data:
         hot_out = publish.result_path(results, f"hot-{data['date']}", data["commit"])
+        data["hot"]["source"] = str(hot_out.relative_to(ROOT))
         hot_out.write_text(json.dumps(data["hot"], indent=2))
+    out.write_text(json.dumps(data, indent=2))
     from bench.report import write_report
 
     write_report(data, out)

@@ -8,10 +8,11 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import publish, report
+from bench import agentreport, publish, report
 from helpers import examples
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,11 +52,20 @@ def test_a_section_replaced_is_kept_and_every_other_stays(old, new, with_preambl
             continue  # nothing to keep
         if k not in fresh or trimmed(lines) == trimmed(fresh[k]):
             assert holds(result.page, fresh.get(k, lines))
-        else:
-            assert lines in result.replaced
+        else:  # the preamble is the run's alone
+            assert (lines in result.replaced) == (k != "")
+    keys = [k for k, _ in publish.sections(result.page)]
     for k, lines in fresh.items():
         assert holds(result.page, lines)
-        assert not k or [publish.key(h) for h in result.page if h.startswith("## ")].count(k) == 1
+        assert keys.count(k) == 1
+    # the old page's sections keep their order; a new one follows the run's section before it
+    olds = [k for k, _ in publish.sections(old_page)]
+    once = [k for i, k in enumerate(olds) if k not in fresh or k not in olds[:i]]
+    assert [k for k in keys if k in olds] == once
+    run = ["", *(k for k in fresh if k)]
+    for before, k in zip(run, run[1:], strict=False):
+        if k not in olds:
+            assert keys.index(k) == keys.index(before) + 1
     again = publish.publish(list(fresh.items()), result.page)
     assert again.page == result.page and again.replaced == []
 
@@ -70,6 +80,11 @@ def test_a_sections_name_is_its_title_without_its_figures():
     )
 
 
+def test_a_run_with_two_sections_of_one_name_is_refused():
+    with pytest.raises(ValueError, match="two sections of one name"):
+        publish.publish([("A", ["## A: 1"]), ("A", ["## A: 2"])], ["# P"])
+
+
 def test_what_a_run_replaces_goes_to_the_top_of_the_history(tmp_path):
     page, history = tmp_path / "benchmarks.md", tmp_path / "benchmarks-history.md"
     page.write_text("# B\n\n## Hot: 1\n\nfirst\n\n## By hand\n\nkept\n")
@@ -82,6 +97,21 @@ def test_what_a_run_replaces_goes_to_the_top_of_the_history(tmp_path):
     assert "2026-12-07" not in text  # the same section again replaces nothing
     later, earlier = text.index("run of 2026-12-06"), text.index("run of 2026-12-05")
     assert later < text.index("### Hot: 2") < earlier < text.index("### Hot: 1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [history.name, page.name]  # no part file
+
+
+def test_the_history_keeps_its_head_as_edited_and_an_empty_one_gets_one(tmp_path):
+    page, history = tmp_path / "benchmarks.md", tmp_path / "benchmarks-history.md"
+    page.write_text("# B\n\n## Hot: 1\n\nfirst\n")
+    history.write_text("# Edited\n\nby hand\n\n## Replaced by the run of 2026-12-01\n\nold\n")
+    publish.write([("Hot", ["## Hot: 2", "", "second"])], page, history, "2026-12-05")
+    assert history.read_text().startswith(
+        "# Edited\n\nby hand\n\n## Replaced by the run of 2026-12-05\n\n### Hot: 1\n\nfirst\n"
+    )
+    history.write_text("")
+    publish.write([("Hot", ["## Hot: 3", "", "third"])], page, history, "2026-12-06")
+    assert history.read_text().startswith("\n".join(publish.HISTORY_HEAD))
+    assert "### Hot: 2" in history.read_text()
 
 
 def test_a_run_never_writes_over_another_runs_figures(tmp_path):
@@ -110,3 +140,14 @@ def test_the_page_is_what_its_results_render():
     lines = report.render(data, ROOT / source, chart)
     result = publish.publish(publish.sections(lines), page)
     assert result.replaced == [] and result.page == page
+    # the sections a run of their own wrote, from the file each names
+    on_page = dict(publish.sections(page))
+    for render in (agentreport.section, report.hot_section):
+        named = json.loads((ROOT / cited(on_page, render)).read_text())
+        assert publish.publish(publish.sections(render(named)), page).page == page
+
+
+def cited(on_page: dict[str, list[str]], render) -> str:
+    key = {agentreport.section: "Agent-sized requests", report.hot_section: "The hot path"}[render]
+    text = "\n".join(on_page[key])
+    return re.findall(r"`(bench/results/[^`]+\.json)`", text)[0]
