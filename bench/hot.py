@@ -357,7 +357,8 @@ def main() -> None:
     path.write_text(json.dumps(data, indent=2))
     print(f"bench: wrote {path.relative_to(ROOT)}", file=sys.stderr)
     if args.floor and args.docs:
-        from bench.report import hot_section, rewrite_section
+        from bench.report import rewrite_section
+        from bench.sections import hot_section
 
         if rewrite_section(hot_section(data), data["date"]):
             print("bench: rewrote the hot path's section of docs/benchmarks.md", file=sys.stderr)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import agentreport, publish, report
+from bench import agentreport, publish, report, sections
 from helpers import examples
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,12 +142,11 @@ def test_the_page_is_what_its_results_render():
     assert result.replaced == [] and result.page == page
     # the sections a run of their own wrote, from the file each names
     on_page = dict(publish.sections(page))
-    for render in (agentreport.section, report.hot_section):
-        named = json.loads((ROOT / cited(on_page, render)).read_text())
-        assert publish.publish(publish.sections(render(named)), page).page == page
-
-
-def cited(on_page: dict[str, list[str]], render) -> str:
-    key = {agentreport.section: "Agent-sized requests", report.hot_section: "The hot path"}[render]
-    text = "\n".join(on_page[key])
-    return re.findall(r"`(bench/results/[^`]+\.json)`", text)[0]
+    for render, key in (
+        (agentreport.section, "Agent-sized requests"),
+        (sections.hot_section, "The hot path"),
+    ):
+        [named, *_] = re.findall(r"`(bench/results/[^`]+\.json)`", "\n".join(on_page[key]))
+        section = render(json.loads((ROOT / named).read_text()))
+        assert publish.key(section[0]) == key  # rendered from the file, not empty
+        assert publish.publish(publish.sections(section), page).page == page
