@@ -32,6 +32,7 @@ from typing import Any
 import httpx2
 import trio
 
+from bench import publish
 from bench.load import percentile, run_load
 from bench.peers import commit
 from bench.peers import process_cpu_s as cpu_s
@@ -382,8 +383,9 @@ async def run(quick: bool) -> dict[str, Any]:
         "cpu_clock": "process",  # `peers.process_cpu_s`: how the report says CPU was read
         **await measure(quick),
     }
-    name = f"batch100k-{data['date']}{'-quick' if quick else ''}.json"
-    await trio.Path(ROOT / "bench" / "results" / name).write_text(json.dumps(data, indent=2))
+    stem = f"batch100k-{data['date']}{'-quick' if quick else ''}"
+    path = publish.result_path(ROOT / "bench" / "results", stem, data["commit"])
+    await trio.Path(path).write_text(json.dumps(data, indent=2))
     return data
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import httpx2
 import trio
 
-from bench import peers
+from bench import peers, publish
 from bench.hot import cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,8 +218,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--latency", type=int, default=100)
     args = parser.parse_args()
+    head = peers.commit()  # when the run starts: what it measures
     result = trio.run(run, args.requests, args.repeat, args.rounds, args.latency)
-    out = ROOT / "bench" / "results" / f"cache-{result['date']}.json"
+    out = publish.result_path(ROOT / "bench" / "results", f"cache-{result['date']}", head)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print("\n".join(section(result)))
 

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench import peers, publish
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST = "tests/test_page_responsive.py::test_five_thousand_models_are_drawn_a_page_at_a_time"
 
@@ -37,10 +39,11 @@ def one_run() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    head = peers.commit()  # when the run starts: what it measures
     runs = [one_run() for _ in range(parser.parse_args().runs)]
     date = dt.datetime.now(dt.UTC).date().isoformat()  # wall-clock: the result file's date
     result = {"date": date, "models": 5000, "runs": runs}
-    path = ROOT / "bench" / "results" / f"page-{date}.json"
+    path = publish.result_path(ROOT / "bench" / "results", f"page-{date}", head)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(path)
     for run in runs:

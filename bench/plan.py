@@ -22,6 +22,7 @@ import httpx2
 import trio
 
 import lanes
+from bench import peers, publish
 from lanes._core.open import open_over
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,6 +114,7 @@ async def measure(model: str, per_lane: int, jobs: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    head = peers.commit()  # when the run starts: what it measures
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -127,7 +129,7 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
-    path = ROOT / "bench" / "results" / f"plan-{out['date']}.json"
+    path = publish.result_path(ROOT / "bench" / "results", f"plan-{out['date']}", head)
     path.write_text(json.dumps(out, indent=2))
     print(f"bench: wrote {path.relative_to(ROOT)}", file=sys.stderr)
 

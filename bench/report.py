@@ -409,8 +409,9 @@ def rewrite_section(section: list[str], when: str, path: Path = DOCS / "benchmar
 
 
 def _latest(kind: str) -> dict[str, Any] | None:
-    """The newest `bench/results/<kind>-<date>.json`, if any."""
-    runs = sorted((ROOT / "bench" / "results").glob(f"{kind}-2*.json"))
+    """The newest `bench/results/<kind>-<date>[-<commit>].json`, if any (a day's later run, named
+    by `publish.result_path`, after its first)."""
+    runs = sorted((ROOT / "bench" / "results").glob(f"{kind}-2*.json"), key=lambda p: p.stem)
     return json.loads(runs[-1].read_text()) if runs else None
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import lanes
+from bench import peers, publish
 from lanes._core.state import audit_tables
 from lanes._whatif import oracle_of
 from lanes._whatif.figures import summarise
@@ -155,10 +156,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
+    head = peers.commit()  # when the run starts: what it measures
     result = measure(args.jobs)
     print(json.dumps(result, indent=2))
     if not args.no_write:
-        out = ROOT / "bench" / "results" / f"whatif-{result['date']}.json"
+        out = publish.result_path(ROOT / "bench" / "results", f"whatif-{result['date']}", head)
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {out.relative_to(ROOT)}")
 

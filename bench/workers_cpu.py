@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from bench import peers
+from bench import peers, publish
 from bench.hot import body
 from bench.load import run_load, summary
 
@@ -108,6 +108,7 @@ async def measure(seconds: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    head = peers.commit()  # when the run starts: what it measures
     parser.add_argument("--seconds", type=float, default=6.0)
     args = parser.parse_args()
     result = trio.run(measure, args.seconds)
@@ -125,7 +126,7 @@ def main() -> None:
         f"JSON {result['json_per_sidecar_cpu_w2_over_w1']:.2f}x, "
         f"SSE {result['sse_per_sidecar_cpu_w2_over_w1']:.2f}x"
     )
-    path = ROOT / "bench" / "results" / f"workers-cpu-{result['date']}.json"
+    path = publish.result_path(ROOT / "bench" / "results", f"workers-cpu-{result['date']}", head)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path.relative_to(ROOT)}")
 
