@@ -32,6 +32,7 @@ from lanes._core.freetier.kinds import (
     RateLimitedFree,
     Subscription,
 )
+from lanes._core.model.candidates import Attempt, Candidate, Reply, Skip
 from lanes._core.model.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -50,7 +51,7 @@ from lanes._core.model.errors import (
     Unservable,
     UpstreamRejected,
 )
-from lanes._core.model.job import Attempt, Candidate, Job, Reply, Skip
+from lanes._core.model.job import Job
 from lanes._core.open import complete_sync, open_dispatcher
 from lanes._core.upstream.client import Upstream
 from lanes._core.upstream.lane import OpenAICompatibleLane, Secret

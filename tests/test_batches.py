@@ -305,8 +305,8 @@ def test_an_item_is_tried_again_unless_it_can_never_be_served_free():
     """Review of issue 40: a breaker open or a lane unreachable for a few seconds failed a
     24-hour batch's items for good. Now only an item that can never be served free (every
     candidate paid, or none able) takes its error as its answer; any other "not now" is put back."""
+    from lanes._core.model.candidates import Skip
     from lanes._core.model.errors import NoLaneAvailable, Unservable
-    from lanes._core.model.job import Skip
     from lanes._core.model.statuses import NEVER_PAYS, try_again_in
 
     paid_only = NoLaneAvailable("x", skips=[Skip(lane="paid", model="m", reason=NEVER_PAYS)])

@@ -20,9 +20,10 @@ import lanes
 from helpers import config, examples, local_lane, paid_lane, sqlite_store
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.freetier.windows import window_id
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.clocks import EpochTime, disagreement
 from lanes._core.model.errors import ConfigError
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.job import Job
 from lanes._core.money.ledger import Ledger
 from lanes._core.money.quote import quote
 from lanes._core.policy.policy import PolicyConfig

@@ -17,7 +17,7 @@ import trio.testing
 import lanes
 from helpers import PREFILL_PAIR, config, http_client, lanes_command, paid_lane
 from lanes._core.engine.recovery import Chunk, Event, relay
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.spend import worst_case
 from lanes.testing import answer, open_fake, rate_limited, status, stream_cut
 from sidecar import CLIENT_KEY, open_sidecar

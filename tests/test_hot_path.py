@@ -18,7 +18,8 @@ import lanes
 from helpers import config, examples, local_lane
 from lanes._core.audit import journal
 from lanes._core.freetier import headers, prices
-from lanes._core.model.job import Candidate, digest
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import digest
 from lanes._core.policy.needs import Needs
 from lanes._core.policy.policy import fit
 from lanes._core.policy.ranking import Ranking

@@ -17,8 +17,8 @@ import lanes
 from helpers import config, free_lane, local_lane
 from lanes._core.engine.gate import Gate
 from lanes._core.engine.order import _record_removed
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.clocks import TrioTime
-from lanes._core.model.job import Candidate
 from lanes._core.model.record import MAX_SKIPS, JobRecord
 from lanes._core.policy import ranking, scoring
 from lanes._core.policy.autoplan import AutoPlan

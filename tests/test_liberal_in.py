@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes._core.dialects import messages_api, responses_api, responses_reply, responses_stream
-from lanes._core.model.job import MAX_DROPPED, MAX_DROPPED_NAME, Candidate, Job, bounded_names
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import MAX_DROPPED, MAX_DROPPED_NAME, Job, bounded_names
 from lanes._core.policy.spend import as_sent, worst_case
 from lanes.testing.answers import chunks, completion
 

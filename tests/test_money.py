@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import lanes
 from helpers import config, free_lane, paid_lane
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.spend import Unbounded, billed_bytes, paid_request, worst_case
 from lanes.testing import answer, open_fake, rate_limited
 

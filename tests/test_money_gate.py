@@ -23,9 +23,10 @@ from lanes._core.freetier.kinds import NoFreeTier
 from lanes._core.freetier.manager import FreeTierManager, LaneTerms
 from lanes._core.freetier.prices import cost_usd
 from lanes._core.freetier.windows import window_id
+from lanes._core.model.candidates import Candidate, Outcome
 from lanes._core.model.clocks import TrioTime
 from lanes._core.model.errors import FallbackDenied, FallbackNeedsApproval, PaidBudgetExhausted
-from lanes._core.model.job import Candidate, Job, Outcome
+from lanes._core.model.job import Job
 from lanes._core.model.record import JobRecord
 from lanes._core.money.approvals import PendingApprovals
 from lanes._core.money.consent import Consent

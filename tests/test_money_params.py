@@ -18,7 +18,7 @@ from lanes._core.config.schema import LaneConfig
 from lanes._core.dialects import messages_api, responses_api
 from lanes._core.freetier.kinds import CreditBased
 from lanes._core.freetier.manager import FreeTierManager, LaneTerms
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.spend import (
     PRICED_PARAMS,
     UNDECLARED_TOOL_PROMPT_TOKENS,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lanes import Job
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.needs import estimate_tokens, needs_of
 from lanes._core.policy.policy import PolicyConfig, make_plan, unfit
 from lanes._core.policy.room import MIN_CLAMPED_OUTPUT

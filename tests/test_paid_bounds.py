@@ -18,7 +18,7 @@ import pytest
 
 import lanes
 from helpers import config, free_lane, http_client, spent
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.spend import billed_bytes, paid_request, worst_case
 from lanes.testing import answer, open_fake, status
 from sidecar import open_sidecar

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lanes import Job
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.needs import needs_of
 from lanes._core.policy.policy import (
     PolicyConfig,

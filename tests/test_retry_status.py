@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from lanes import Job
 from lanes._core.model import errors
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.needs import needs_of
 from lanes._core.policy.policy import unfit
 from lanes._core.policy.verdicts import never_served

@@ -10,8 +10,8 @@ import trio
 import lanes
 from helpers import PAID_KEY, config, local_lane
 from lanes._core.freetier.prices import usage_cost
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.clocks import TrioTime
-from lanes._core.model.job import Candidate
 from lanes._core.model.record import JobRecord
 from lanes.harness.processes import free_port
 from lanes.testing import open_fake

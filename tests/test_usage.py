@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import lanes
 from helpers import config, http_client, paid_lane, spent
 from lanes._core.freetier.prices import settled_usd, usage_cost, usage_tokens, usage_total
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.spend import paid_request, worst_case
 from lanes._core.upstream.shapes import running_usage
 from lanes.testing import answer, open_fake, raw

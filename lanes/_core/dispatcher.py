@@ -47,9 +47,10 @@ from lanes._core.engine.waiting import WaitingRoom
 from lanes._core.engine.walk import Call, walk
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.freetier.prices import usage_tokens
+from lanes._core.model.candidates import Candidate, Reply
 from lanes._core.model.clocks import EpochTime, TrioTime
 from lanes._core.model.errors import JobFailed
-from lanes._core.model.job import Candidate, Job, Reply
+from lanes._core.model.job import Job
 from lanes._core.model.record import JobRecord
 from lanes._core.money.approvals import PendingApprovals
 from lanes._core.money.consent import Consent

@@ -18,8 +18,9 @@ from lanes._core.cache.store import Entries, SQLiteEntries, cache_path
 from lanes._core.check import check_config
 from lanes._core.config.schema import Config, load_config, read_config
 from lanes._core.dispatcher import Dispatcher
+from lanes._core.model.candidates import Reply
 from lanes._core.model.errors import ConfigError
-from lanes._core.model.job import Job, Reply
+from lanes._core.model.job import Job
 from lanes._core.runtime.secrets import install_log_redaction
 from lanes._core.runtime.tasks import Background
 from lanes._core.runtime.wall import OFFSET_ENV, open_wall

@@ -35,8 +35,8 @@ from lanes._core.batch.runner import Batches, BatchRunner, ItemAnswer, ServeItem
 from lanes._core.batch.sqlite_queue import SQLiteBatchQueue
 from lanes._core.config.schema import Config
 from lanes._core.dialects.common import BadField
+from lanes._core.model.candidates import Reply
 from lanes._core.model.errors import JobFailed
-from lanes._core.model.job import Reply
 from lanes._core.model.statuses import try_again_in
 from lanes._http.context import Context, caller
 from lanes._http.dialects import API

@@ -12,8 +12,9 @@ from lanes._core.batch.runner import Batches
 from lanes._core.config.schema import ServerConfig
 from lanes._core.dispatcher import Dispatcher
 from lanes._core.freetier.prices import usd_text
+from lanes._core.model.candidates import Reply
 from lanes._core.model.errors import JobFailed
-from lanes._core.model.job import Job, Reply
+from lanes._core.model.job import Job
 from lanes._http.errors import REQUEST_ID, BadRequest, request_id_headers
 from lanes._http.guard import Caller, Guard
 from lanes._http.metrics import Metrics

@@ -33,8 +33,9 @@ from lanes._core.dialects import (
 )
 from lanes._core.dialects.common import ChatRequest, compact, sse_event, written_once
 from lanes._core.engine.stream import AnswerStream
+from lanes._core.model.candidates import Reply
 from lanes._core.model.errors import JobFailed, StreamInterrupted
-from lanes._core.model.job import Job, Reply
+from lanes._core.model.job import Job
 from lanes._core.model.statuses import http_status
 from lanes._http.errors import (
     MESSAGES_REQUEST_ID,

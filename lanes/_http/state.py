@@ -8,7 +8,7 @@ from typing import Any
 
 from lanes._core.audit.statistics import ModelStatistics, Statistics
 from lanes._core.dispatcher import Dispatcher
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.policy.breaker import BreakerStatistics
 
 

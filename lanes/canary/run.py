@@ -19,7 +19,8 @@ import attrs
 import trio
 
 import lanes
-from lanes._core.model.job import Candidate, digest
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import digest
 from lanes.canary.checks import run_checks
 from lanes.canary.prompts import CanaryConfig, Prompt
 from lanes.canary.score import Answer, ModelReport, score_model

@@ -25,8 +25,9 @@ from lanes._core.audit.tally import Tally
 from lanes._core.audit.tracing import JobTrace, job_trace
 from lanes._core.config.schema import Config
 from lanes._core.engine.catalog import Catalog
+from lanes._core.model.candidates import Attempt, Candidate, Skip
 from lanes._core.model.clocks import EpochTime
-from lanes._core.model.job import Attempt, Candidate, Skip, digest
+from lanes._core.model.job import digest
 from lanes._core.model.record import JobRecord
 from lanes._core.policy.ranking import Ranking
 from lanes._core.runtime.tasks import TaskHealth

@@ -18,7 +18,7 @@ from lanes._core.audit.tally import TallyStatistics
 from lanes._core.engine.context import Routing
 from lanes._core.engine.gate import Switchboard
 from lanes._core.freetier.kinds import CreditBased
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.money.approvals import PendingApprovals
 from lanes._core.money.ledger import Ledger
 from lanes._core.money.terms import PaidTerms, TermsStatistics

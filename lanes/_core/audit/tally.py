@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from lanes._core.freetier.prices import usage_tokens
-from lanes._core.model.job import Attempt
+from lanes._core.model.candidates import Attempt
 
 #: Upper bounds (seconds) of the latency histograms' buckets.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

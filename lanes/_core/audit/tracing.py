@@ -25,8 +25,8 @@ import attrs
 
 from lanes._core.config.schema import TelemetryConfig
 from lanes._core.freetier.prices import usage_tokens
+from lanes._core.model.candidates import Attempt, Candidate
 from lanes._core.model.errors import ConfigError
-from lanes._core.model.job import Attempt, Candidate
 from lanes._core.model.record import JobRecord
 from lanes._core.model.traceparent import TraceParent, parse
 

@@ -36,8 +36,9 @@ import trio
 from lanes._core.batch.budget import MAX_USD
 from lanes._core.batch.lines import window_s
 from lanes._core.batch.runner import MIN_PAID_S, YIELD_S, ItemsLeft, put_back_for
+from lanes._core.model.candidates import Reply
 from lanes._core.model.errors import DeadlineExceeded, JobFailed
-from lanes._core.model.job import Job, Reply
+from lanes._core.model.job import Job
 from lanes._core.model.statuses import try_again_in
 from lanes._core.policy.needs import needs_of
 

@@ -9,7 +9,7 @@ from typing import Any, Self
 
 from lanes._core.cache.rules import Status, streamed_again, tier_of
 from lanes._core.cache.store import Entry
-from lanes._core.model.job import Attempt, Candidate, Outcome, Route
+from lanes._core.model.candidates import Attempt, Candidate, Outcome, Route
 from lanes._core.upstream.bodies import Received
 
 

@@ -28,7 +28,8 @@ import attrs
 import msgspec
 
 from lanes._core.config.schema import CacheMode
-from lanes._core.model.job import Job, Tier, digest
+from lanes._core.model.candidates import Tier
+from lanes._core.model.job import Job, digest
 
 #: What a request asks of the cache (`X-Lanes-Cache`; `Cache-Control: no-cache` is `refresh`).
 Directive = Literal["on", "off", "refresh"]

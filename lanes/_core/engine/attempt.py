@@ -26,6 +26,7 @@ import trio
 
 from lanes._core.engine.gate import Admission
 from lanes._core.freetier.prices import usage_tokens
+from lanes._core.model.candidates import Attempt, Candidate, Outcome
 from lanes._core.model.errors import (
     AttemptTimedOut,
     CreditExhausted,
@@ -34,7 +35,7 @@ from lanes._core.model.errors import (
     RateLimited,
     UpstreamError,
 )
-from lanes._core.model.job import Attempt, Candidate, Job, Outcome
+from lanes._core.model.job import Job
 from lanes._core.model.record import JobRecord
 from lanes._core.money.paid import Hold, PaidPermit
 from lanes._core.money.quote import Quotes

@@ -12,8 +12,9 @@ import trio
 from lanes._core.engine.attempt import AttemptRun
 from lanes._core.engine.stream import ReplyStream, first_chunks, with_usage
 from lanes._core.freetier.kinds import CreditBased
+from lanes._core.model.candidates import Reply
 from lanes._core.model.errors import AttemptTimedOut
-from lanes._core.model.job import Job, Reply
+from lanes._core.model.job import Job
 from lanes._core.upstream.client import Response
 from lanes._core.upstream.shapes import usage_in
 

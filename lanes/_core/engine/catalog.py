@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 import trio
 
 from lanes._core.freetier.manager import LaneTerms
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.errors import UnknownModel, Unservable, UpstreamError
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.job import Job
 from lanes._core.policy.pool import Pool
 from lanes._core.policy.verdicts import wrong_kind
 from lanes._core.upstream.lane import OpenAICompatibleLane

@@ -13,9 +13,10 @@ import trio
 from lanes._core.engine.catalog import Catalog, LaneHealth
 from lanes._core.engine.gate import Gate
 from lanes._core.freetier.manager import FreeTierManager
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import JobFailed, UnknownModel, Unservable
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.job import Job
 from lanes._core.model.record import JobRecord
 from lanes._core.money.paid import PaidGate
 from lanes._core.policy.autoplan import AutoPlan

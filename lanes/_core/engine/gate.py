@@ -20,8 +20,8 @@ from lanes._core.engine.backlog import Backlog
 from lanes._core.engine.probes import Probes
 from lanes._core.engine.waiting import WaitingRoom
 from lanes._core.freetier.manager import FreeTierManager
+from lanes._core.model.candidates import Candidate, Outcome
 from lanes._core.model.clocks import EpochTime
-from lanes._core.model.job import Candidate, Outcome
 from lanes._core.model.record import JobRecord
 from lanes._core.policy.breakers import LaneBreakers, Pass
 from lanes._core.upstream.lane import OpenAICompatibleLane

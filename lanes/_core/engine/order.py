@@ -7,7 +7,7 @@ import heapq
 from collections.abc import Callable
 
 from lanes._core.engine.context import Routing
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.record import JobRecord
 from lanes._core.policy.autoplan import AutoPlan
 from lanes._core.policy.needs import Needs, needs_of

@@ -17,8 +17,9 @@ import trio
 
 from lanes._core.cache.rules import Assembler, Status
 from lanes._core.engine.attempt import AttemptRun
+from lanes._core.model.candidates import Attempt, Candidate, Outcome, Route
 from lanes._core.model.errors import RetryableError, StreamInterrupted, UpstreamError
-from lanes._core.model.job import Attempt, Candidate, Job, Outcome, Route
+from lanes._core.model.job import Job
 from lanes._core.upstream.bodies import ChunkReader, Received
 
 

@@ -31,6 +31,7 @@ from lanes._core.engine.attempt import AttemptRun, open_attempt
 from lanes._core.engine.context import Routing
 from lanes._core.engine.order import LOOKAHEAD, order
 from lanes._core.engine.waiting import RoomFull, Ticket, WaitingRoom
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.errors import (
     AttemptTimedOut,
     FinalError,
@@ -39,7 +40,6 @@ from lanes._core.model.errors import (
     UpstreamError,
     UpstreamRejected,
 )
-from lanes._core.model.job import Candidate
 from lanes._core.model.record import JobRecord
 from lanes._core.money.paid import PaidPermit
 from lanes._core.money.quote import Quotes

@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lanes._core.model.job import Attempt, Outcome, Skip
+    from lanes._core.model.candidates import Attempt, Outcome, Skip
 
 #: Transport faults that are the provider's (or the network's), not one model's.
 CONNECTION_CATEGORIES = frozenset({"connect", "reset"})

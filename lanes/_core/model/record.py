@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from lanes._core.model.candidates import Attempt, Candidate, Outcome, Route, Skip
 from lanes._core.model.clocks import TrioTime
 from lanes._core.model.errors import (
     DeadlineExceeded,
@@ -22,7 +23,7 @@ from lanes._core.model.errors import (
     PaidBudgetExhausted,
     Unservable,
 )
-from lanes._core.model.job import Attempt, Candidate, Job, Outcome, Route, Skip
+from lanes._core.model.job import Job
 
 #: Refusals an upstream answers before any model runs: an attempt ending so costs nothing and does
 #: not count against `paid_attempts`. A 5xx or a 408 proves nothing (a gateway may time out while

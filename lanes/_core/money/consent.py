@@ -25,8 +25,9 @@ from typing import Any
 
 import trio
 
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.errors import FallbackDenied, FallbackNeedsApproval
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.job import Job
 from lanes._core.model.record import JobRecord
 from lanes._core.money.approvals import PendingApproval, PendingApprovals
 from lanes._core.policy.policy import PolicyConfig

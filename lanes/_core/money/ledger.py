@@ -23,9 +23,9 @@ import attrs
 from lanes._core.config.schema import ClientConfig
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.freetier.windows import WindowName, window_end, window_id
+from lanes._core.model.candidates import Candidate
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted, PaidBudgetExhausted
-from lanes._core.model.job import Candidate
 from lanes._core.money.quote import Quote
 from lanes._core.policy.ceiling import ceiling_in_force, fits, room
 from lanes._core.policy.policy import PolicyConfig

@@ -32,9 +32,9 @@ import trio
 
 from lanes._core.freetier.manager import FreeTierManager
 from lanes._core.freetier.prices import usage_cost
+from lanes._core.model.candidates import Candidate, Outcome
 from lanes._core.model.clocks import EpochTime
 from lanes._core.model.errors import GovernorExhausted
-from lanes._core.model.job import Candidate, Outcome
 from lanes._core.model.record import JobRecord
 from lanes._core.model.statuses import BATCH_MIN_PAID_S, BATCH_PAYS, NEVER_PAYS
 from lanes._core.money.consent import Consent

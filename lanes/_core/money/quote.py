@@ -17,7 +17,8 @@ from typing import Any
 import attrs
 
 from lanes._core.freetier.prices import settled_usd
-from lanes._core.model.job import Candidate, Job, Outcome
+from lanes._core.model.candidates import Candidate, Outcome
+from lanes._core.model.job import Job
 from lanes._core.model.record import unbilled
 from lanes._core.policy.policy import PolicyConfig
 from lanes._core.policy.spend import Unbounded, as_sent, worst_case

@@ -20,7 +20,8 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import Job
 from lanes._core.policy.needs import Needs, clamped
 from lanes._core.policy.policy import PolicyConfig, request_class
 from lanes._core.policy.pool import TIERS, Group, Pool, group_unfit

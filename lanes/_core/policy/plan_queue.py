@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 
 
 class CandidateSource(Protocol):

@@ -20,7 +20,8 @@ from typing import Literal
 
 import attrs
 
-from lanes._core.model.job import Candidate, Job, Skip
+from lanes._core.model.candidates import Candidate, Skip
+from lanes._core.model.job import Job
 from lanes._core.model.validators import at_least, at_most
 from lanes._core.policy.needs import Needs, clamped, estimate_tokens, needs_of
 from lanes._core.policy.room import MIN_CLAMPED_OUTPUT

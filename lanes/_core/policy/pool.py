@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import Job
 from lanes._core.policy.needs import Needs
 from lanes._core.policy.policy import PolicyConfig, unfit
 

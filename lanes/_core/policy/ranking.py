@@ -8,7 +8,8 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import Job
 from lanes._core.policy.needs import Needs
 from lanes._core.policy.policy import fit
 from lanes._core.policy.scoring import (

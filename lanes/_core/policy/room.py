@@ -11,7 +11,7 @@ lowered cap only lowers the worst case, which is priced from the request as sent
 from __future__ import annotations
 
 # lanes: pure
-from lanes._core.model.job import Candidate
+from lanes._core.model.candidates import Candidate
 
 #: The least of a client's output cap a model must hold to be sent the job with its cap lowered
 #: to what it holds (tokens); a model that holds less of it is not fit.

@@ -39,7 +39,8 @@ from typing import Any
 import attrs
 
 from lanes._core.freetier.prices import cost_usd
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import Job
 from lanes._core.policy.needs import estimate_tokens
 from lanes._core.policy.room import output_room
 

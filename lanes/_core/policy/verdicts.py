@@ -10,7 +10,8 @@ from __future__ import annotations
 # lanes: pure
 from collections.abc import Sequence
 
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import Job
 from lanes._core.model.record import Verdict
 from lanes._core.policy.needs import Needs
 from lanes._core.policy.policy import STAGES, unmet

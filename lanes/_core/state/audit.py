@@ -15,7 +15,8 @@ from typing import Any, Protocol
 import attrs
 
 from lanes._core.freetier.prices import usage_tokens
-from lanes._core.model.job import Attempt, Candidate, Job, digest
+from lanes._core.model.candidates import Attempt, Candidate
+from lanes._core.model.job import Job, digest
 from lanes._core.policy.needs import max_output_tokens
 
 #: Between a dimension and a client's name in the roll-ups' dimension of that client's jobs.

@@ -20,7 +20,8 @@ import attrs
 from lanes._core.config.schema import LaneConfig, ModelConfig
 from lanes._core.freetier.kinds import CreditBased, CustomEndpoint, tier_of
 from lanes._core.freetier.prices import usd_amount
-from lanes._core.model.job import Candidate, Job
+from lanes._core.model.candidates import Candidate
+from lanes._core.model.job import Job
 from lanes._core.runtime.secrets import remember
 from lanes._core.upstream.bodies import ChunkReader
 from lanes._core.upstream.catalog import ModelRecord, declared_free, normalise
