@@ -32,7 +32,6 @@ import httpx2
 import trio
 
 from bench import peers, publish
-from bench.hot import cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,14 +66,14 @@ async def timed(
     http: httpx2.AsyncClient, peer: peers.Peer, bodies: list[dict[str, Any]], expect: str
 ) -> tuple[float, float]:
     """(median wall ms per request, sidecar CPU ms per request) over `bodies`, one at a time."""
-    walls, before = [], cpu_s(peer)
+    walls, before = [], peer.own_cpu_s()
     for asked in bodies:
         start = time.perf_counter()  # wall-clock: a benchmark's own timing
         said = await send(http, peer, asked)
         walls.append(1000 * (time.perf_counter() - start))  # wall-clock: as above
         if said != expect:
             raise RuntimeError(f"{peer.name}: X-Lanes-Cache {said!r}, expected {expect!r}")
-    return statistics.median(walls), 1000 * (cpu_s(peer) - before) / len(bodies)
+    return statistics.median(walls), 1000 * (peer.own_cpu_s() - before) / len(bodies)
 
 
 async def run(requests: int, repeat: float, rounds: int, latency: int) -> dict[str, Any]:

@@ -35,23 +35,11 @@ from typing import Any
 import trio
 
 from bench import flame, peers, publish
-from bench.load import run_load, summary
+from bench.guard import guard_line, published_hot
+from bench.load import body, run_load, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("fast", "slow")
-
-
-def body(model: str = "fast") -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": "Benchmark: say the pangram."}],
-    }
-
-
-def cpu_s(p: peers.Peer) -> float:
-    """CPU seconds the peer's process has used so far (user + system)."""
-    assert p.process is not None
-    return peers.process_cpu_s(p.process.pid)
 
 
 MEASURES = ("json_c8", "json_c64", "sse_c8", "sse_c64")
@@ -75,7 +63,7 @@ async def measure(
             got: dict[str, list[Any]] = {p.name: [[], 0.0, 0.0] for p in pair}
             for i in range(slices):
                 for p in pair[i % len(pair) :] + pair[: i % len(pair)]:  # each goes first in turn
-                    before = cpu_s(p)
+                    before = p.own_cpu_s()
                     samples, wall = await run_load(
                         p.url + "/chat/completions",
                         concurrency=conc,
@@ -86,7 +74,7 @@ async def measure(
                     entry = got[p.name]
                     entry[0] += samples
                     entry[1] += wall
-                    entry[2] += cpu_s(p) - before
+                    entry[2] += p.own_cpu_s() - before
             for name, (samples, wall, cpu) in got.items():
                 row = summary(samples, wall)
                 row["cpu_ms_per_request"] = 1000 * cpu / max(1, row["ok"])
@@ -145,56 +133,32 @@ async def compare(
     return out
 
 
-#: The tiny-request guard (issue 45): lanes' throughput over the floor's at c=64, never below 0.7×.
-GUARD = (("JSON", "json_c64"), ("SSE", "sse_c64"))
-GUARD_FLOOR = 0.7
+async def streams_held(p: peers.Peer, quick: bool) -> dict[str, Any]:
+    """RSS with many concurrent SSE streams held open (the `slow` model streams for ~6 s)."""
+    count = 200 if quick else 1000
+    rss = []
+    async with trio.open_nursery() as nursery:
 
+        async def sample() -> None:
+            await trio.sleep(3.0)
+            rss.append(p.rss_mb())
 
-def guard(h: dict[str, Any] | None) -> dict[str, float]:
-    """lanes / floor throughput at c=64 in a `--floor` run, averaged over its rounds ({} when the
-    run had no floor)."""
-    rounds = [r for r in (h or {}).get("rounds", []) if "floor" in r]
-    return {
-        name: sum(r["lanes"][m]["rps"] / r["floor"][m]["rps"] for r in rounds) / len(rounds)
-        for name, m in GUARD
-        if rounds and all(m in r["lanes"] and m in r["floor"] for r in rounds)
-    }
-
-
-def guard_line(new: dict[str, Any], published: dict[str, Any] | None) -> str:
-    """The guard's figures of `new` beside the last published run's."""
-    now, then = guard(new), guard(published)
-    shown = ", ".join(
-        f"{name} {value:.2f}×"
-        + (
-            f" (published {then[name]:.2f}×, {published['date']})"
-            if published and name in then
-            else ""
+        nursery.start_soon(sample)
+        samples, _ = await run_load(
+            p.url + "/chat/completions",
+            concurrency=count,
+            total=count,
+            stream=True,
+            headers=p.headers,
+            body=body("slow"),
         )
-        + ("" if value >= GUARD_FLOOR else f" BELOW {GUARD_FLOOR}×")
-        for name, value in now.items()
-    )
-    return f"tiny-request guard, lanes / floor throughput at c=64 (≥ {GUARD_FLOOR}×): {shown}"
-
-
-def published_hot(before: str | None = None) -> dict[str, Any] | None:
-    """The newest published `--floor` run in bench/results (dated before `before`, when given):
-    `hot-<date>[-<commit>].json`, not a `-draft`."""
-    runs = (ROOT / "bench" / "results").glob("hot-2*.json")
-    for path in sorted(runs, key=lambda p: p.stem, reverse=True):  # a day's later runs first
-        if "-draft" in path.name:
-            continue
-        data = json.loads(path.read_text())
-        if guard(data) and (before is None or data["date"] < before):
-            return dict(data)
-    return None
+    return {"streams": count, "ok": sum(s.status == 200 for s in samples), "rss_mb": rss[0]}
 
 
 async def memory(streams: int) -> dict[str, Any]:
     """Each peer's RSS idle (started, nothing asked yet: as `make bench` reads it), after a
     warm-up, and with `streams` SSE streams held open — the
     figures `make bench` reports, for lanes and the floor alone."""
-    from bench.run import streams_held
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lanes-hot-") as tmp:

@@ -111,3 +111,11 @@ def summary(samples: list[Sample], wall_s: float) -> dict[str, float]:
         "ttfb_p99_ms": percentile(ttfb, 99) * 1000,
         "mean_ms": statistics.fmean(lat) * 1000 if lat else float("nan"),
     }
+
+
+def body(model: str = "fast") -> dict[str, Any]:
+    """The request every speed measure sends (the fake upstream's `model` says how it answers)."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Benchmark: say the pangram."}],
+    }

@@ -83,6 +83,12 @@ class Peer:
         """The peer's process and its children (LiteLLM's proxy may run its server in one)."""
         return [] if self.process is None else tree_pids(self.process.pid)
 
+    def own_cpu_s(self) -> float:
+        """CPU seconds (user + system) the peer's own process has used so far, its children not
+        counted."""
+        assert self.process is not None
+        return process_cpu_s(self.process.pid)
+
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the peer's process and its children have used so far."""
         return 0.0 if self.process is None else tree_cpu_s(self.process.pid)

@@ -31,6 +31,7 @@ from bench import (
     batch100k,
     batchday,
     cache,
+    guard,
     hot,
     onehost,
     peers,
@@ -38,7 +39,7 @@ from bench import (
     shared,
     whatif,
 )
-from bench.load import percentile, run_load, summary
+from bench.load import body, percentile, run_load, summary
 from lanes.harness.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,13 +81,6 @@ def _workers(name: str) -> int:
 def names() -> list[str]:
     litellm = ["litellm", "litellm-w2"] if peers.litellm_available() else []
     return ["direct", "limit", "floor", "lanes", "lanes-w2", *litellm]
-
-
-def body(model: str) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": "Benchmark: say the pangram."}],
-    }
 
 
 async def speed(p: peers.Peer, quick: bool) -> dict[str, Any]:
@@ -136,28 +130,6 @@ async def speed(p: peers.Peer, quick: bool) -> dict[str, Any]:
         }
     row["load_rss_mb"] = max(rss, default=None)
     return row
-
-
-async def streams_held(p: peers.Peer, quick: bool) -> dict[str, Any]:
-    """RSS with many concurrent SSE streams held open (the `slow` model streams for ~6 s)."""
-    count = 200 if quick else 1000
-    rss = []
-    async with trio.open_nursery() as nursery:
-
-        async def sample() -> None:
-            await trio.sleep(3.0)
-            rss.append(p.rss_mb())
-
-        nursery.start_soon(sample)
-        samples, _ = await run_load(
-            p.url + "/chat/completions",
-            concurrency=count,
-            total=count,
-            stream=True,
-            headers=p.headers,
-            body=body("slow"),
-        )
-    return {"streams": count, "ok": sum(s.status == 200 for s in samples), "rss_mb": rss[0]}
 
 
 async def long_stream(p: peers.Peer, quick: bool) -> dict[str, Any]:
@@ -298,7 +270,7 @@ async def main(quick: bool) -> dict[str, Any]:
                         continue
                     if name == "direct":
                         continue
-                    result["streams_held"][name] = await streams_held(p, quick)
+                    result["streams_held"][name] = await hot.streams_held(p, quick)
                     if name in ("lanes", "litellm"):
                         result["herd"][name] = await herd(p, upstream)
                         result["deadline"][name] = await deadline(
@@ -323,9 +295,9 @@ async def main(quick: bool) -> dict[str, Any]:
         result["hot"] = await hot.compare(
             rounds=1 if quick else 2, seconds=3.0 if quick else 6.0, slices=6, with_floor=True
         )
-        published = hot.published_hot(before=result["date"])
-        result["guard"] = {"now": hot.guard(result["hot"]), "published": hot.guard(published)}
-        print(hot.guard_line(result["hot"], published), flush=True)
+        published = guard.published_hot(before=result["date"])
+        result["guard"] = {"now": guard.guard(result["hot"]), "published": guard.guard(published)}
+        print(guard.guard_line(result["hot"], published), flush=True)
         print("bench: a batch over a simulated day …", file=sys.stderr, flush=True)
         result["batchday"] = await batchday.run(quick)
         print("bench: items through the sidecar's batch queue …", file=sys.stderr, flush=True)

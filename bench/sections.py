@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import hot
+from bench import guard
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,13 +166,13 @@ def hot_section(h: dict[str, Any] | None) -> list[str]:
             for r in rounds
         )
         lines.append(f"| {name} | {values} | {cells} | {target} |")
-    now, published = hot.guard(h), hot.published_hot(before=h["date"])
+    now, published = guard.guard(h), guard.published_hot(before=h["date"])
     if now:
-        then = hot.guard(published)
+        then = guard.guard(published)
         lines += [
             "",
             f"The guard (issue 45: the tiny-request target retired, lanes / floor throughput at "
-            f"c=64 never below {hot.GUARD_FLOOR}×), the rounds' mean: "
+            f"c=64 never below {guard.GUARD_FLOOR}×), the rounds' mean: "
             + ", ".join(
                 f"{name} {value:.2f}×"
                 + (

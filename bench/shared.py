@@ -19,18 +19,11 @@ import httpx2
 import trio
 
 from bench import peers
-from bench.load import percentile, run_load
+from bench.load import body, percentile, run_load
 from lanes._core.state.paid import PaidAsk
 from lanes.harness.redis_server import RedisServer, redis_server_path
 
 PRICES = {"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 2.0}
-
-
-def body(model: str) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": "Benchmark: say the pangram."}],
-    }
 
 
 async def herd(

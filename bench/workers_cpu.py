@@ -24,8 +24,7 @@ from typing import Any
 import trio
 
 from bench import peers, publish
-from bench.hot import body
-from bench.load import run_load, summary
+from bench.load import body, run_load, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
