@@ -418,5 +418,5 @@ def _latest(kind: str) -> dict[str, Any] | None:
 if __name__ == "__main__":
     import sys
 
-    source = Path(sys.argv[1])
+    source = Path(sys.argv[1]).resolve()
     write_report(json.loads(source.read_text()), source)
