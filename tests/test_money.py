@@ -176,6 +176,18 @@ def test_unbounded_requests_are_named():
             str(worst_case(paid, paid_request(job, cap_param="max_tokens", paid_max_tokens=9)))
             == reason
         )
+    # an explicit null is the provider's default, one choice: quoted (its bytes counted), not
+    # refused, and below two choices
+    one, null, two = (
+        worst_case(paid, paid_request(job, cap_param="max_tokens", paid_max_tokens=9))
+        for job in (
+            lanes.Job(messages=MESSAGES, params={"n": 1}),
+            lanes.Job(messages=MESSAGES, params={"n": None}),
+            lanes.Job(messages=MESSAGES, params={"n": 2}),
+        )
+    )
+    assert isinstance(null, float) and isinstance(one, float) and isinstance(two, float)
+    assert one <= null < two
     unpriced = Candidate(lane="p", model="m", tier="paid")
     assert str(worst_case(unpriced, lanes.Job(messages=MESSAGES))) == "p/m has no known price"
 

@@ -3,7 +3,7 @@ and anything wrong is a `BadRequest` naming the field — a clean OpenAI-shaped 
 
 The body is strict JSON (`strictjson`: no NaN or infinities, no lone surrogates, nesting at most
 64 deep). Fields the sidecar reads — `messages` (role, content and its parts, name), `model`,
-`stream`, `stream_options`, `max_tokens` / `max_completion_tokens`, `tools`, `tool_choice`,
+`stream`, `stream_options`, `max_tokens` / `max_completion_tokens`, `n`, `tools`, `tool_choice`,
 `response_format` — must have their OpenAI types; every other field passes through untouched.
 Numeric headers take ASCII digits only (`str.isdigit()` accepts "²"); text headers are bounded and
 printable.
@@ -21,11 +21,14 @@ from lanes._core.freetier.prices import MAX_TOKENS, bounded
 from lanes._core.model import strictjson
 from lanes._core.model.arrival import counted
 from lanes._core.model.job import Job, Privacy
+from lanes._core.policy.spend import MAX_CHOICES
 from lanes._core.state.terms import CONSENTS, MAX_CEILING_USD, ConsentMode
 from lanes._http.departures import arrived_at
 from lanes._http.errors import BadRequest
 
 ROLES = {"system", "user", "assistant", "tool", "developer", "function"}
+#: the counts the sidecar reads (the output caps; `n`, which the paid quote and the cache read)
+COUNTS = {"max_tokens": MAX_TOKENS, "max_completion_tokens": MAX_TOKENS, "n": MAX_CHOICES}
 PRIVACY: dict[str, Privacy] = {"any": "any", "zdr": "zdr", "local": "local"}
 MAX_MESSAGES = 10_000
 MAX_NAME = 256  # model names, cohorts, classes
@@ -229,12 +232,12 @@ def _objects(value: Any, where: str) -> list[dict[str, Any]]:
 
 def _params(body: Mapping[str, Any]) -> None:
     """The other fields the sidecar reads: their types, and bounds on token counts."""
-    for key in ("max_tokens", "max_completion_tokens"):
+    for key, most in COUNTS.items():
         value = body.get(key)
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKENS
+            isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= most
         ):
-            raise BadRequest(f"'{key}' must be a whole number in 1..{MAX_TOKENS}", key)
+            raise BadRequest(f"'{key}' must be a whole number in 1..{most}", key)
     if body.get("tools") is not None:
         for i, tool in enumerate(_objects(body["tools"], "tools")):
             function = tool.get("function")

@@ -224,8 +224,8 @@ def worst_case(candidate: Candidate, job: Job) -> float | Unbounded:
     cap = _count(body.get(candidate.cap_param))
     if cap is None or cap <= 0:
         return Unbounded(f"no output cap in {candidate.cap_param}")
-    raw_n = body.get("n", 1)
-    n = _count(raw_n)
+    raw_n = body.get("n")
+    n = 1 if raw_n is None else _count(raw_n)  # null is the provider's default: one choice
     if n is None or not 1 <= n <= MAX_CHOICES:
         return Unbounded(f"n must be a whole number from 1 to {MAX_CHOICES} (got {raw_n!r})")
     kinds = list(_part_types(body.get("messages")))
